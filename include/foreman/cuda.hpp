@@ -1,0 +1,44 @@
+// CUDA device discovery. Built with nvcc when meson's `cuda` feature finds it
+// (src/cuda/device.cu); otherwise the same functions exist and say CUDA
+// support was not built. Never aborts when there is no GPU or driver.
+//
+//   auto n = foreman::cuda::DeviceCount();   // StatusOr<int>
+//   if (!n.ok()) LOG(...) << n.status();     // UNAVAILABLE: driver's message
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "foreman/status.hpp"
+
+namespace foreman::cuda {
+
+/// True when this libforeman was compiled with nvcc.
+bool BuiltWithCuda();
+
+/// Number of visible CUDA devices.
+///   - built without CUDA: UNIMPLEMENTED "CUDA support was not built ...".
+///   - no driver, no device, or a driver error: UNAVAILABLE with the CUDA
+///     runtime's error name and message (cudaErrorNoDevice,
+///     cudaErrorInsufficientDriver, ...).
+StatusOr<int> DeviceCount();
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;                      // "NVIDIA H200"
+  int compute_capability_major = 0;      // 9 for sm_90
+  int compute_capability_minor = 0;
+  uint64_t total_memory_bytes = 0;
+  int multiprocessor_count = 0;
+};
+
+/// Properties of device `index`. INVALID_ARGUMENT when index is outside
+/// [0, DeviceCount()); otherwise errors as DeviceCount().
+StatusOr<DeviceInfo> GetDeviceInfo(int index);
+
+/// Runs a tiny kernel on device `index` that computes y = a*x + y on `n`
+/// floats and checks the result on the host; proves the device executes
+/// Foreman's code. Errors as GetDeviceInfo(); INTERNAL on a wrong result.
+Status SelfTest(int index, int n = 1 << 20);
+
+}  // namespace foreman::cuda
