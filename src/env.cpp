@@ -1,1 +1,86 @@
-// placeholder
+// The Env helpers that work on any Env: atomic writes and path arithmetic.
+
+#include "foreman/env.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace foreman {
+
+namespace {
+
+/// "<path>.tmp<pid>-<n>": unique within this process and, through the pid,
+/// across processes writing into the same directory.
+std::string TempPathFor(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return absl::StrCat(path, ".tmp", static_cast<int64_t>(getpid()), "-", counter.fetch_add(1));
+}
+
+/// Writes `contents` to the temporary `tmp`, makes it durable and closes it.
+Status WriteAndSync(Env* env, const std::string& tmp, absl::string_view contents) {
+  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env->NewWritableFile(tmp));
+  FOREMAN_RETURN_IF_ERROR(file->Append(contents));
+  FOREMAN_RETURN_IF_ERROR(file->Sync());
+  return file->Close();
+}
+
+/// `path` without its trailing slashes; "/" stays "/".
+absl::string_view StripTrailingSlashes(absl::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  return path;
+}
+
+}  // namespace
+
+// -- atomic writes ---------------------------------------------------------------
+
+Status WriteFileAtomic(Env* env, const std::string& path, absl::string_view contents) {
+  const std::string tmp = TempPathFor(path);
+  Status s = WriteAndSync(env, tmp, contents);
+  if (s.ok()) s = env->RenameFile(tmp, path);
+  if (!s.ok()) {
+    env->DeleteFile(tmp).IgnoreError();  // Best effort; may not even exist.
+    return s;
+  }
+  return env->SyncDir(Dirname(path));
+}
+
+Status WriteStringToFile(Env* env, const std::string& path, absl::string_view contents) {
+  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env->NewWritableFile(path));
+  FOREMAN_RETURN_IF_ERROR(file->Append(contents));
+  return file->Close();
+}
+
+// -- paths -----------------------------------------------------------------------
+
+std::string JoinPath(absl::string_view dir, absl::string_view name) {
+  if (dir.empty()) return std::string(name);
+  if (name.empty()) return std::string(dir);
+  if (dir.back() == '/') return absl::StrCat(dir, name);
+  return absl::StrCat(dir, "/", name);
+}
+
+std::string Dirname(absl::string_view path) {
+  path = StripTrailingSlashes(path);
+  const std::size_t pos = path.rfind('/');
+  if (pos == absl::string_view::npos) return ".";
+  return std::string(StripTrailingSlashes(path.substr(0, pos == 0 ? 1 : pos)));
+}
+
+std::string Basename(absl::string_view path) {
+  path = StripTrailingSlashes(path);
+  if (path == "/") return "/";
+  const std::size_t pos = path.rfind('/');
+  return std::string(pos == absl::string_view::npos ? path : path.substr(pos + 1));
+}
+
+bool IsAbsolutePath(absl::string_view path) { return !path.empty() && path.front() == '/'; }
+
+}  // namespace foreman

@@ -1,1 +1,56 @@
-// placeholder
+#include "foreman/status.hpp"
+
+#include <new>
+#include <stdexcept>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+
+namespace foreman {
+
+namespace {
+
+std::string Prefixed(const std::string& where, const std::string& message) {
+  return where.empty() ? message : absl::StrCat(where, ": ", message);
+}
+
+}  // namespace
+
+Status StatusFromException(std::exception_ptr ep, const std::string& where) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const StatusError& e) {
+    return e.status();
+  } catch (const std::invalid_argument& e) {
+    return absl::InvalidArgumentError(Prefixed(where, e.what()));
+  } catch (const std::domain_error& e) {
+    return absl::InvalidArgumentError(Prefixed(where, e.what()));
+  } catch (const std::bad_alloc& e) {
+    return absl::ResourceExhaustedError(Prefixed(where, absl::StrCat("out of memory (", e.what(), ")")));
+  } catch (const std::exception& e) {
+    return absl::InternalError(Prefixed(where, e.what()));
+  } catch (...) {
+    return absl::InternalError(Prefixed(where, "unknown exception (not derived from std::exception)"));
+  }
+}
+
+Status Annotate(const Status& s, const std::string& context) {
+  if (s.ok() || context.empty()) return s;
+  Status out(s.code(), absl::StrCat(context, ": ", s.message()));
+  s.ForEachPayload([&out](absl::string_view url, const absl::Cord& payload) {
+    out.SetPayload(url, payload);
+  });
+  return out;
+}
+
+Status NanLossDuringTrainingError(const std::string& message) {
+  Status s = absl::InternalError(message);
+  s.SetPayload(kNanLossPayload, absl::Cord("NanLossDuringTrainingError"));
+  return s;
+}
+
+bool IsNanLossDuringTraining(const Status& s) {
+  return s.GetPayload(kNanLossPayload).has_value();
+}
+
+}  // namespace foreman

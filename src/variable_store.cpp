@@ -1,1 +1,155 @@
-// placeholder
+#include "foreman/variable_store.hpp"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace foreman {
+
+namespace {
+
+bool IsNameStart(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.';
+}
+
+bool IsNameChar(char c) { return IsNameStart(c) || c == '_' || c == '-' || c == '/'; }
+
+Status NotFound(const std::string& name) {
+  return absl::NotFoundError(absl::StrCat("variable '", name, "' not found"));
+}
+
+}  // namespace
+
+Status VariableStore::ValidateName(const std::string& name) {
+  bool ok = !name.empty() && IsNameStart(name[0]);
+  for (std::size_t i = 1; ok && i < name.size(); ++i) ok = IsNameChar(name[i]);
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid variable name '", name, "': expected [A-Za-z0-9.][A-Za-z0-9_.\\-/]*"));
+}
+
+Status VariableStore::Create(const std::string& name, Tensor initial, bool trainable) {
+  FOREMAN_RETURN_IF_ERROR(ValidateName(name));
+  if (initial.dtype() == DataType::kInvalid) {
+    return absl::InvalidArgumentError(absl::StrCat("variable '", name, "': initial value has no dtype"));
+  }
+  auto [it, inserted] = vars_.try_emplace(name);
+  if (!inserted) return absl::AlreadyExistsError(absl::StrCat("variable '", name, "' already exists"));
+  it->second = std::make_unique<Variable>(Variable{std::move(initial), trainable});
+  return absl::OkStatus();
+}
+
+StatusOr<Tensor*> VariableStore::Get(const std::string& name) {
+  auto it = vars_.find(name);
+  if (it == vars_.end()) return NotFound(name);
+  return &it->second->value;
+}
+
+StatusOr<const Tensor*> VariableStore::Get(const std::string& name) const {
+  auto it = vars_.find(name);
+  if (it == vars_.end()) return NotFound(name);
+  return &it->second->value;
+}
+
+Status VariableStore::Assign(const std::string& name, const Tensor& value) {
+  FOREMAN_ASSIGN_OR_RETURN(Tensor * current, Get(name));
+  Status s = value.CheckDataType(current->dtype());
+  if (s.ok()) s = value.CheckShape(current->shape());
+  if (!s.ok()) return Annotate(s, absl::StrCat("assigning to variable '", name, "'"));
+  *current = value;
+  return absl::OkStatus();
+}
+
+Status VariableStore::Delete(const std::string& name) {
+  if (vars_.erase(name) == 0) return NotFound(name);
+  return absl::OkStatus();
+}
+
+StatusOr<bool> VariableStore::IsTrainable(const std::string& name) const {
+  auto it = vars_.find(name);
+  if (it == vars_.end()) return NotFound(name);
+  return it->second->trainable;
+}
+
+std::vector<std::string> VariableStore::Names() const {
+  std::vector<std::string> names;
+  names.reserve(vars_.size());
+  for (const auto& [name, var] : vars_) names.push_back(name);
+  return names;
+}
+
+std::vector<std::string> VariableStore::TrainableNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, var] : vars_) {
+    if (var->trainable) names.push_back(name);
+  }
+  return names;
+}
+
+std::map<std::string, Tensor> VariableStore::Snapshot() const {
+  std::map<std::string, Tensor> copy;
+  for (const auto& [name, var] : vars_) copy.emplace(name, var->value);
+  return copy;
+}
+
+std::size_t VariableStore::TotalBytes() const {
+  std::size_t n = 0;
+  for (const auto& [name, var] : vars_) n += var->value.TotalBytes();
+  return n;
+}
+
+// -- training_util --------------------------------------------------------------
+
+namespace {
+
+// The global step tensor, checked to be an integer scalar (B124).
+StatusOr<const Tensor*> GlobalStepTensor(const VariableStore& vars) {
+  auto t = vars.Get(kGlobalStepName);
+  if (!t.ok()) return absl::NotFoundError("global_step not found: create it with CreateGlobalStep()");
+  const Tensor& v = **t;
+  if ((v.dtype() != DataType::kInt64 && v.dtype() != DataType::kInt32) || v.shape().rank() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("global_step must be an integer scalar, got ",
+                                                   DataTypeName(v.dtype()), v.shape().ToString()));
+  }
+  return *t;
+}
+
+}  // namespace
+
+Status CreateGlobalStep(VariableStore& vars) {
+  if (vars.Contains(kGlobalStepName)) return absl::AlreadyExistsError("global_step already exists.");
+  return vars.Create(kGlobalStepName, Tensor::Scalar<int64_t>(0), /*trainable=*/false);
+}
+
+StatusOr<int64_t> GetGlobalStep(const VariableStore& vars) {
+  FOREMAN_ASSIGN_OR_RETURN(const Tensor* t, GlobalStepTensor(vars));
+  if (t->dtype() == DataType::kInt32) return int64_t{*t->data<int32_t>()};
+  return *t->data<int64_t>();
+}
+
+StatusOr<int64_t> GetOrCreateGlobalStep(VariableStore& vars) {
+  if (!vars.Contains(kGlobalStepName)) FOREMAN_RETURN_IF_ERROR(CreateGlobalStep(vars));
+  return GetGlobalStep(vars);
+}
+
+Status SetGlobalStep(VariableStore& vars, int64_t value) {
+  FOREMAN_ASSIGN_OR_RETURN(const Tensor* checked, GlobalStepTensor(vars));
+  Tensor* t = const_cast<Tensor*>(checked);  // the store is non-const here
+  if (t->dtype() == DataType::kInt32) {
+    if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat("global_step is int32 and cannot hold ", value));
+    }
+    *t->data<int32_t>() = static_cast<int32_t>(value);
+  } else {
+    *t->data<int64_t>() = value;
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<int64_t> IncrementGlobalStep(VariableStore& vars, int64_t delta) {
+  FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(vars));
+  FOREMAN_RETURN_IF_ERROR(SetGlobalStep(vars, step + delta));
+  return step + delta;
+}
+
+}  // namespace foreman

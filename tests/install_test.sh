@@ -1,1 +1,29 @@
-exit 0
+#!/usr/bin/env bash
+# `meson install` puts the public headers, libforeman and foreman.pc in place,
+# and a program builds against them alone (no source tree, no build tree).
+# Usage: install_test.sh BUILD_DIR HELLO_CPP
+set -euo pipefail
+build_dir=$1
+hello_cpp=$2
+stage=$(mktemp -d "${TMPDIR:-/tmp}/foreman-install.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+
+meson install -C "$build_dir" --no-rebuild --destdir "$stage" --quiet >/dev/null
+
+pc=$(find "$stage" -name foreman.pc -print -quit)
+[[ -n "$pc" ]] || { echo "FAIL: foreman.pc not installed"; exit 1; }
+[[ -f $(dirname "$pc")/../../../include/foreman/status.hpp || -n $(find "$stage" -path '*include/foreman/status.hpp') ]] \
+  || { echo "FAIL: public headers not installed"; exit 1; }
+[[ -z $(find "$stage" -path '*include/foreman/*' -name '*.cpp') ]] || { echo "FAIL: sources installed as headers"; exit 1; }
+
+# --define-prefix makes pkg-config derive ${prefix} from where the .pc lies.
+export PKG_CONFIG_PATH=$(dirname "$pc")
+flags=$(pkg-config --define-prefix --cflags --libs foreman)
+[[ $flags != *"$(cd "$(dirname "$0")/.." && pwd)"* ]] || { echo "FAIL: pkg-config points into the source tree: $flags"; exit 1; }
+
+cp "$hello_cpp" "$stage/hello.cpp"
+(cd "$stage" && c++ -std=c++17 hello.cpp -o hello $flags)
+libdir=$(pkg-config --define-prefix --variable=libdir foreman)
+out=$(LD_LIBRARY_PATH="$libdir" "$stage/hello")
+[[ $out == "hello from foreman "* ]] || { echo "FAIL: installed program printed '$out'"; exit 1; }
+echo "install: $out"

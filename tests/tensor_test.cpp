@@ -1,1 +1,161 @@
-// placeholder
+// foreman::Tensor: dtypes with TF's enum numbers, shapes, owned buffers,
+// Eigen views, and INVALID_ARGUMENT naming expected vs actual.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "foreman/tensor.hpp"
+
+using foreman::DataType;
+using foreman::Tensor;
+using foreman::TensorShape;
+
+namespace {
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+}  // namespace
+
+TEST_CASE("dtype enum values are TF's DataType numbers and names are TF's") {
+  CHECK(static_cast<int>(DataType::kFloat) == 1);
+  CHECK(static_cast<int>(DataType::kDouble) == 2);
+  CHECK(static_cast<int>(DataType::kInt32) == 3);
+  CHECK(static_cast<int>(DataType::kUInt8) == 4);
+  CHECK(static_cast<int>(DataType::kString) == 7);
+  CHECK(static_cast<int>(DataType::kInt64) == 9);
+  CHECK(foreman::DataTypeName(DataType::kFloat) == "float32");
+  CHECK(foreman::DataTypeName(DataType::kInt64) == "int64");
+  CHECK(foreman::DataTypeName(static_cast<DataType>(19)) == "invalid(19)");
+  CHECK(foreman::DataTypeSize(DataType::kDouble) == 8);
+  CHECK(foreman::DataTypeSize(DataType::kUInt8) == 1);
+  CHECK(foreman::DataTypeSize(DataType::kString) == 0);
+  CHECK(foreman::IsSupportedDataType(9));
+  CHECK_FALSE(foreman::IsSupportedDataType(19));  // DT_HALF
+}
+
+TEST_CASE("shapes count elements; a scalar has one; Create rejects negative and huge dims") {
+  CHECK(TensorShape{}.num_elements() == 1);
+  CHECK(TensorShape{}.ToString() == "[]");
+  TensorShape s{2, 3, 4};
+  CHECK(s.rank() == 3);
+  CHECK(s.num_elements() == 24);
+  CHECK(s.ToString() == "[2,3,4]");
+  CHECK(TensorShape{0, 5}.num_elements() == 0);
+  auto neg = TensorShape::Create({2, -1});
+  REQUIRE_FALSE(neg.ok());
+  CHECK(neg.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Message(neg.status()).find("negative") != std::string::npos);
+  auto huge = TensorShape::Create({int64_t{1} << 40, int64_t{1} << 40});
+  CHECK(huge.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a new tensor is zero-filled and 64-byte aligned; strings start empty") {
+  Tensor t(DataType::kDouble, {3, 5});
+  CHECK(t.num_elements() == 15);
+  CHECK(t.TotalBytes() == 15 * sizeof(double));
+  CHECK(reinterpret_cast<std::uintptr_t>(t.raw_data()) % 64 == 0);
+  for (int i = 0; i < 15; ++i) CHECK(t.data<double>()[i] == 0.0);
+  Tensor s(DataType::kString, {2});
+  CHECK(s.data<std::string>()[0].empty());
+  CHECK(s.raw_data() == nullptr);
+}
+
+TEST_CASE("copies are deep and moves leave an empty tensor") {
+  auto a = Tensor::FromVector<int32_t>({1, 2, 3, 4}, {2, 2});
+  REQUIRE(a.ok());
+  Tensor b = *a;
+  b.data<int32_t>()[0] = 99;
+  CHECK(a->data<int32_t>()[0] == 1);
+  CHECK_FALSE(b.Equals(*a));
+  Tensor c = std::move(b);
+  CHECK(c.data<int32_t>()[0] == 99);
+  CHECK(b.dtype() == DataType::kInvalid);  // NOLINT(bugprone-use-after-move): documented state
+  Tensor strings(DataType::kString, {2});
+  strings.data<std::string>()[1] = "hello";
+  Tensor strings_copy = strings;
+  strings.data<std::string>()[1] = "changed";
+  CHECK(strings_copy.data<std::string>()[1] == "hello");
+  CHECK(strings_copy.TotalBytes() == 5);
+}
+
+TEST_CASE("FromVector rejects a value count that does not match the shape") {
+  auto t = Tensor::FromVector<float>({1, 2, 3}, {2, 2});
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Message(t.status()) == "expected 4 values for shape [2,2], got 3");
+}
+
+TEST_CASE("matrix() is a row-major Eigen view that writes through to the buffer") {
+  Tensor t(DataType::kFloat, {2, 3});
+  auto m = t.matrix<float>();
+  REQUIRE(m.ok());
+  CHECK(m->rows() == 2);
+  CHECK(m->cols() == 3);
+  (*m)(1, 0) = 5.0f;
+  CHECK(t.data<float>()[3] == 5.0f);  // row 1, column 0 in row-major order
+  auto flat = t.flat<float>();
+  REQUIRE(flat.ok());
+  CHECK(flat->size() == 6);
+  CHECK((*flat)(3) == 5.0f);
+  Eigen::MatrixXf product = (*m).transpose() * (*m);
+  CHECK(product(0, 0) == 25.0f);
+}
+
+TEST_CASE("a dtype mismatch is INVALID_ARGUMENT naming expected and actual") {
+  Tensor t(DataType::kInt64, {4});
+  auto f = t.flat<float>();
+  REQUIRE_FALSE(f.ok());
+  CHECK(f.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Message(f.status()) == "expected dtype float32, got int64");
+  CHECK(Message(t.scalar<double>().status()) == "expected dtype float64, got int64");
+}
+
+TEST_CASE("a shape or rank mismatch is INVALID_ARGUMENT naming expected and actual") {
+  Tensor t(DataType::kFloat, {6});
+  auto m = t.matrix<float>();
+  REQUIRE_FALSE(m.ok());
+  CHECK(m.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Message(m.status()) == "expected rank 2, got rank 1 (shape [6])");
+  CHECK(Message(t.CheckShape({2, 3})) == "expected shape [2,3], got [6]");
+  CHECK(Message(t.scalar<float>().status()) == "expected shape [], got [6]");
+  CHECK(t.CheckShape({6}).ok());
+}
+
+TEST_CASE("Reshape keeps the data when the element count matches and refuses otherwise") {
+  auto t = Tensor::FromVector<double>({1, 2, 3, 4, 5, 6}, {6});
+  REQUIRE(t.ok());
+  REQUIRE(t->Reshape({3, 2}).ok());
+  CHECK((*t->matrix<double>())(2, 1) == 6.0);
+  absl::Status bad = t->Reshape({4, 2});
+  CHECK(bad.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Message(bad) == "cannot reshape [3,2] (6 elements) to [4,2] (8 elements)");
+  CHECK(t->shape() == TensorShape{3, 2});
+}
+
+TEST_CASE("Scalar and scalar() round-trip every dtype") {
+  CHECK(*Tensor::Scalar<float>(1.5f).scalar<float>() == 1.5f);
+  CHECK(*Tensor::Scalar<double>(-2.25).scalar<double>() == -2.25);
+  CHECK(*Tensor::Scalar<int32_t>(-7).scalar<int32_t>() == -7);
+  CHECK(*Tensor::Scalar<int64_t>(int64_t{1} << 40).scalar<int64_t>() == (int64_t{1} << 40));
+  CHECK(*Tensor::Scalar<uint8_t>(200).scalar<uint8_t>() == 200);
+  CHECK(*Tensor::Scalar<std::string>("text").scalar<std::string>() == "text");
+}
+
+TEST_CASE("Equals compares dtype, shape and bits; NaN equals NaN") {
+  auto nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor a = Tensor::Scalar<float>(nan);
+  Tensor b = Tensor::Scalar<float>(nan);
+  CHECK(a.Equals(b));
+  CHECK_FALSE(Tensor::Scalar<float>(1).Equals(Tensor::Scalar<double>(1)));
+  CHECK_FALSE(Tensor(DataType::kFloat, {2, 3}).Equals(Tensor(DataType::kFloat, {3, 2})));
+}
+
+TEST_CASE("DebugString shows dtype, shape and the first elements") {
+  auto t = Tensor::FromVector<int32_t>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
+  CHECK(t->DebugString(3) == "int32[2,4] {1, 2, 3, ...}");
+  CHECK(Tensor::Scalar<uint8_t>(7).DebugString() == "uint8[] {7}");
+  CHECK(Tensor::Scalar<std::string>("a").DebugString() == "string[] {\"a\"}");
+}

@@ -1,1 +1,21 @@
-// placeholder
+// foreman::cuda when libforeman was built without nvcc (meson -Dcuda=disabled
+// or no nvcc found): the API exists and says why it cannot work.
+#include "foreman/cuda.hpp"
+
+namespace foreman::cuda {
+
+namespace {
+
+Status NotBuilt() {
+  return absl::UnimplementedError(
+      "CUDA support was not built into this libforeman (configure with -Dcuda=enabled and nvcc on PATH)");
+}
+
+}  // namespace
+
+bool BuiltWithCuda() { return false; }
+StatusOr<int> DeviceCount() { return NotBuilt(); }
+StatusOr<DeviceInfo> GetDeviceInfo(int) { return NotBuilt(); }
+Status SelfTest(int, int) { return NotBuilt(); }
+
+}  // namespace foreman::cuda

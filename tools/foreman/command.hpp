@@ -1,0 +1,22 @@
+// How a `foreman` subcommand plugs into the CLI: each command file defines an
+// Add<Name>Command() that registers a CLI11 subcommand whose callback runs the
+// command and stores its exit code in *exit_code.
+//
+// Exit codes, for every subcommand:
+//   0  success
+//   1  the work failed (the error is printed in one line)
+//   2  bad flags or bad input files (the message names what and where)
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace foreman::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitUsage = 2;
+
+/// `foreman devices`: CUDA devices visible to this build.
+void AddDevicesCommand(CLI::App& app, int* exit_code);
+
+}  // namespace foreman::cli

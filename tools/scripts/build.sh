@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Configures (once) and builds one of Foreman's build directories.
+#
+# Usage: tools/scripts/build.sh release|asan [extra meson options...]
+#   release  build-release: -O3, NDEBUG, warnings are errors
+#   asan     build-asan:    -O1 -g with AddressSanitizer + UndefinedBehaviorSanitizer,
+#                           warnings are errors, UB aborts (no recovery)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+kind=${1:?usage: build.sh release|asan [meson options]}
+shift
+case $kind in
+  release)
+    dir=build-release
+    opts=(-Dbuildtype=release -Dwerror=true)
+    ;;
+  asan)
+    dir=build-asan
+    opts=(-Dbuildtype=debugoptimized -Doptimization=1 -Db_sanitize=address,undefined -Db_lundef=false
+          -Dwerror=true -Dcpp_args=-fno-sanitize-recover=all -Dcpp_link_args=-fno-sanitize-recover=all)
+    ;;
+  *) echo "build.sh: unknown build kind '$kind' (release|asan)" >&2; exit 2 ;;
+esac
+
+if [[ -f $dir/build.ninja ]]; then
+  meson configure "$dir" "${opts[@]}" "$@" >/dev/null
+else
+  meson setup "$dir" "${opts[@]}" "$@"
+fi
+ninja -C "$dir"
