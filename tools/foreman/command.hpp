@@ -19,4 +19,12 @@ inline constexpr int kExitUsage = 2;
 /// `foreman devices`: CUDA devices visible to this build.
 void AddDevicesCommand(CLI::App& app, int* exit_code);
 
+/// `foreman events <file or logdir>`: tags, steps and values of event files
+/// (text, or JSON lines with --json).
+void AddEventsCommand(CLI::App& app, int* exit_code);
+
+/// `foreman inspect <prefix or dir>`: a checkpoint's variables (TF's
+/// inspect_checkpoint): names, dtypes, shapes; optionally values and stats.
+void AddInspectCommand(CLI::App& app, int* exit_code);
+
 }  // namespace foreman::cli

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
 
   int exit_code = foreman::cli::kExitOk;
   foreman::cli::AddDevicesCommand(app, &exit_code);
+  foreman::cli::AddEventsCommand(app, &exit_code);
+  foreman::cli::AddInspectCommand(app, &exit_code);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,159 @@
+// Saving and restoring a VariableStore as TensorFlow V2 checkpoints, with
+// TF's naming, its `checkpoint` state file and its retention rules.
+// (TF: tf.compat.v1.train.Saver, checkpoint_management; spec §11-§12 and
+// decisions 7, 8 of §17.)
+//
+// A checkpoint directory:
+//   checkpoint                          CheckpointState, protobuf text format;
+//                                       paths relative to the directory
+//   model.ckpt-<step>.index / .data-00000-of-00001   one bundle per save
+//   .foreman.lock                       held by the one process that writes
+//
+// Commit protocol of Saver::Save (a crash at any instant leaves the previous
+// checkpoint listed and intact, and the new one complete or absent):
+//   1. bundle data and index to temporary names, fsync, rename, fsync dir;
+//   2. the state file replaced atomically (WriteFileAtomic);
+//   3. only then the oldest checkpoint beyond max_to_keep is deleted.
+//
+//   FOREMAN_ASSIGN_OR_RETURN(auto saver, foreman::Saver::Create({}));
+//   FOREMAN_ASSIGN_OR_RETURN(std::string prefix, saver->Save(vars, "/ckpt/model.ckpt", step));
+//   FOREMAN_ASSIGN_OR_RETURN(auto latest, foreman::LatestCheckpoint(env, "/ckpt"));
+//   if (latest) FOREMAN_RETURN_IF_ERROR(saver->Restore(*latest, &vars));
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "foreman/clock.hpp"
+#include "foreman/env.hpp"
+#include "foreman/status.hpp"
+#include "foreman/tensor.hpp"
+#include "foreman/variable_store.hpp"
+
+namespace foreman {
+
+// -- the `checkpoint` state file (B136-B140) ------------------------------------
+
+inline constexpr char kCheckpointStateFilename[] = "checkpoint";
+
+struct CheckpointState {
+  std::string model_checkpoint_path;                  // the latest
+  std::vector<std::string> all_model_checkpoint_paths;   // oldest to newest
+  std::vector<double> all_model_checkpoint_timestamps;   // optional; same length
+  double last_preserved_timestamp = 0;
+};
+
+/// Reads <dir>/<latest_filename>. Paths come back as written (relative or
+/// absolute, B139 joins relative ones with `dir` — use ResolveCheckpointPath).
+///   std::nullopt       no state file (B139)
+///   DATA_LOSS          the file does not parse (Foreman's decision 7: TF warns
+///                      and treats it as absent; we report it so callers fall
+///                      back to scanning, see LatestCheckpoint)
+///   INVALID_ARGUMENT   empty model_checkpoint_path, or timestamps whose count
+///                      differs from the paths' (B137)
+StatusOr<std::optional<CheckpointState>> ReadCheckpointState(Env* env, const std::string& dir,
+                                                             const std::string& latest_filename = "checkpoint");
+
+/// Writes the state atomically (WriteFileAtomic). Paths under `dir` are
+/// written relative to it (decision 8); others as given. The latest path is
+/// appended to all_model_checkpoint_paths if missing (B136).
+Status WriteCheckpointState(Env* env, const std::string& dir, const CheckpointState& state,
+                            const std::string& latest_filename = "checkpoint");
+
+/// A state-file path made usable: relative paths are joined with `dir`,
+/// absolute ones are kept (decision 8).
+std::string ResolveCheckpointPath(const std::string& dir, const std::string& path);
+
+/// B140 plus decision 7: the prefix to restore from `dir`, or std::nullopt when
+/// the directory holds no checkpoint at all.
+///   - The state file's latest path when its index and data exist and verify.
+///   - Otherwise (state file missing, unparsable, dangling or corrupt) the
+///     newest bundle in the directory (by global step in its name, then mtime
+///     order of listing) that verifies, with a warning naming what was bad.
+///   - DATA_LOSS naming the directory when bundles exist and none verifies:
+///     never a silent fresh start.
+StatusOr<std::optional<std::string>> LatestCheckpoint(Env* env, const std::string& dir,
+                                                      const std::string& latest_filename = "checkpoint");
+
+/// Every bundle prefix in `dir` (names ending in ".index"), oldest step first.
+StatusOr<std::vector<std::string>> ListCheckpointPrefixes(Env* env, const std::string& dir);
+
+// -- Saver (B127-B135) ------------------------------------------------------------
+
+struct SaverOptions {
+  /// Checkpoints kept by the retention list; 0 keeps all (B131: the state file
+  /// then lists only the latest).
+  int max_to_keep = 5;
+  /// B132: a checkpoint leaving the retention window is kept forever when it
+  /// was saved after the next keep time. 10000 h = effectively off.
+  double keep_checkpoint_every_n_hours = 10000.0;
+  /// B127: "-%08d" step suffix instead of "-%d".
+  bool pad_step_number = false;
+  Env* env = Env::Default();
+  Clock* clock = Clock::Real();
+};
+
+class Saver {
+ public:
+  /// INVALID_ARGUMENT for max_to_keep < 0 or keep_checkpoint_every_n_hours <= 0.
+  static StatusOr<std::unique_ptr<Saver>> Create(SaverOptions options);
+
+  /// Saves `tensors` (name -> value) as the bundle "<save_path>-<global_step>"
+  /// (or "<save_path>" without a step), updates the state file named
+  /// `latest_filename` in save_path's directory, and applies retention (B130,
+  /// B133: at most one deletion per save, failures logged and ignored).
+  /// Returns the prefix.
+  ///   INVALID_ARGUMENT  latest_filename with a '/', or a save path equal to the
+  ///                     state file (B129, B135)
+  ///   NOT_FOUND         "Parent directory of <save_path> doesn't exist, can't save." (B129)
+  ///   Env errors naming the file.
+  StatusOr<std::string> Save(const std::map<std::string, Tensor>& tensors, const std::string& save_path,
+                             std::optional<int64_t> global_step,
+                             const std::string& latest_filename = "checkpoint");
+  /// Save(vars.Snapshot(), ...).
+  StatusOr<std::string> Save(const VariableStore& vars, const std::string& save_path,
+                             std::optional<int64_t> global_step,
+                             const std::string& latest_filename = "checkpoint");
+
+  /// Restores every variable of `vars` from bundle `prefix` (B134).
+  ///   INVALID_ARGUMENT  "The passed save_path is not a valid checkpoint: <prefix>"
+  ///   NOT_FOUND         a variable missing from the checkpoint (names both)
+  ///   INVALID_ARGUMENT  dtype or shape mismatch (names the variable, expected, actual)
+  ///   DATA_LOSS         a CRC mismatch (names file and variable)
+  /// On error `vars` is unchanged (all tensors are read and checked first).
+  Status Restore(const std::string& prefix, VariableStore* vars) const;
+
+  /// Restores only the variables in `name_map` (variable name in `vars` ->
+  /// name in the checkpoint), for checkpoints whose names differ (TF's
+  /// var_list dict, e.g. TF2 "layer/kernel/.ATTRIBUTES/VARIABLE_VALUE").
+  Status Restore(const std::string& prefix, VariableStore* vars,
+                 const std::map<std::string, std::string>& name_map) const;
+
+  /// B84: seeds the retention list with `paths` (from a state file), dropping
+  /// those whose files are gone, so max_to_keep continues across restarts.
+  /// Paths are resolved against `dir`.
+  void RecoverLastCheckpoints(const std::string& dir, const std::vector<std::string>& paths);
+
+  /// The retention list, oldest first (prefixes, as returned by Save).
+  std::vector<std::string> last_checkpoints() const;
+
+ private:
+  struct Impl;
+  explicit Saver(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+
+ public:
+  ~Saver();
+};
+
+// -- one writer per directory --------------------------------------------------------
+
+/// Takes <dir>/.foreman.lock (creating `dir` if missing). FAILED_PRECONDITION
+/// "checkpoint directory <dir> is in use by process <pid>" when held.
+StatusOr<std::unique_ptr<FileLock>> LockCheckpointDirectory(Env* env, const std::string& dir);
+
+}  // namespace foreman
