@@ -107,14 +107,16 @@ class PosixWritableFile : public WritableFile {
 
   Status Append(absl::string_view data) override {
     FOREMAN_RETURN_IF_ERROR(CheckOpen());
-    size_ += data.size();
-    if (buffer_.size() + data.size() <= kBufferSize) {
-      buffer_.append(data.data(), data.size());
-      return absl::OkStatus();
+    if (buffer_.size() + data.size() > kBufferSize) {
+      FOREMAN_RETURN_IF_ERROR(Flush());
+      if (data.size() >= kBufferSize) {  // Too big to buffer: write it through.
+        FOREMAN_RETURN_IF_ERROR(WriteAll(fd_, data, path_));
+        size_ += data.size();
+        return absl::OkStatus();
+      }
     }
-    FOREMAN_RETURN_IF_ERROR(Flush());
-    if (data.size() >= kBufferSize) return WriteAll(fd_, data, path_);
-    buffer_.assign(data.data(), data.size());
+    buffer_.append(data.data(), data.size());
+    size_ += data.size();
     return absl::OkStatus();
   }
 
@@ -352,14 +354,15 @@ class PosixEnv : public Env {
     // Walk up to the deepest existing ancestor, then create downwards.
     std::vector<std::string> missing;
     for (std::string p = dir;;) {
-      StatusOr<struct stat> st = Stat(p);
-      if (st.ok()) {
-        if (!S_ISDIR(st->st_mode)) {
+      struct stat st;
+      if (stat(p.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
           return absl::FailedPreconditionError(absl::StrCat(p, " is not a directory"));
         }
         break;
       }
-      if (!absl::IsNotFound(st.status())) return st.status();
+      // ENOTDIR: an ancestor is a file, which the walk up reports.
+      if (errno != ENOENT && errno != ENOTDIR) return ErrnoError(absl::StrCat("stat ", p), errno);
       missing.push_back(p);
       std::string parent = Dirname(p);
       if (parent == p) break;

@@ -3,13 +3,11 @@
 #include "foreman/env.hpp"
 
 #include <doctest/doctest.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
