@@ -1,1 +1,315 @@
-// placeholder
+// Tests for ConfigureLogging, ParseLogLevel, GetLogLevel
+// (include/foreman/logging.hpp) and the internal macros (src/log.hpp).
+//
+// The logger is process-wide: every test that reconfigures it restores the
+// default configuration when it ends, and logs to files in its own temporary
+// directory, not to stderr.
+#include "foreman/logging.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "log.hpp"
+
+namespace foreman {
+namespace {
+
+// -- helpers -------------------------------------------------------------------
+
+/// A fresh directory under $TEST_TMPDIR (or /tmp), removed with its contents
+/// on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    const char* env = std::getenv("TEST_TMPDIR");
+    const std::string base = env != nullptr && *env != '\0' ? env : "/tmp";
+    std::error_code ec;
+    std::filesystem::create_directories(base, ec);
+    std::string pattern = base + "/logging_test.XXXXXX";
+    REQUIRE_MESSAGE(::mkdtemp(pattern.data()) != nullptr, "mkdtemp under ", base);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+/// Restores the default logging configuration at the end of a test.
+struct RestoreLogging {
+  ~RestoreLogging() { (void)ConfigureLogging(LogOptions{}); }
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> ReadLines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+/// The message of a line "[YYYY-MM-DD HH:MM:SS.mmm] [<letter>] <message>",
+/// or "<malformed>" when the line has another shape or level letter.
+std::string MessageOf(const std::string& line, char letter) {
+  const std::string shape = "[dddd-dd-dd dd:dd:dd.ddd] [L] ";
+  if (line.size() < shape.size()) return "<malformed>";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const char c = line[i];
+    const bool ok = shape[i] == 'd'   ? std::isdigit(static_cast<unsigned char>(c)) != 0
+                    : shape[i] == 'L' ? c == letter
+                                      : c == shape[i];
+    if (!ok) return "<malformed>";
+  }
+  return line.substr(shape.size());
+}
+
+/// Options that log to `path` only.
+LogOptions FileOnly(const std::string& path, LogLevel level) {
+  LogOptions o;
+  o.level = level;
+  o.to_stderr = false;
+  o.file_path = path;
+  return o;
+}
+
+/// One message at each level, tagged so a test can look for it.
+void LogOneOfEach(const std::string& tag) {
+  FOREMAN_LOG_TRACE("trace {} {}", tag, 1);
+  FOREMAN_LOG_DEBUG("debug {} {}", tag, 2);
+  FOREMAN_LOG_INFO("info {} {}", tag, 3);
+  FOREMAN_LOG_WARN("warn {} {}", tag, 4);
+  FOREMAN_LOG_ERROR("error {} {}", tag, 5);
+}
+
+// -- configuration -------------------------------------------------------------
+
+TEST_CASE("The default options log at info to stderr only") {
+  RestoreLogging restore;
+  const LogOptions defaults;
+  CHECK(defaults.level == LogLevel::kInfo);
+  CHECK(defaults.to_stderr);
+  CHECK(defaults.file_path.empty());
+  CHECK(ConfigureLogging(defaults).ok());
+  CHECK(GetLogLevel() == LogLevel::kInfo);
+  CHECK(internal::Logger().name() == "foreman");
+}
+
+TEST_CASE("A log file gets the messages at or above the level, and none below") {
+  RestoreLogging restore;
+  TempDir dir;
+  const std::string path = dir.File("foreman.log");
+  const Status s = ConfigureLogging(FileOnly(path, LogLevel::kWarning));
+  REQUIRE_MESSAGE(s.ok(), s.ToString());
+  CHECK(GetLogLevel() == LogLevel::kWarning);
+
+  LogOneOfEach("A");
+  const std::vector<std::string> lines = ReadLines(path);
+  REQUIRE(lines.size() == 2);
+  CHECK_MESSAGE(MessageOf(lines[0], 'W') == "warn A 4", lines[0]);
+  CHECK_MESSAGE(MessageOf(lines[1], 'E') == "error A 5", lines[1]);
+}
+
+TEST_CASE("Level trace lets every message through and level off none") {
+  RestoreLogging restore;
+  TempDir dir;
+  const std::string all = dir.File("all.log");
+  REQUIRE(ConfigureLogging(FileOnly(all, LogLevel::kTrace)).ok());
+  CHECK(GetLogLevel() == LogLevel::kTrace);
+  LogOneOfEach("B");
+  const std::string text = ReadFile(all);
+  CHECK(Contains(text, "[T] trace B 1"));
+  CHECK(Contains(text, "[D] debug B 2"));
+  CHECK(Contains(text, "[I] info B 3"));
+  CHECK(Contains(text, "[W] warn B 4"));
+  CHECK(Contains(text, "[E] error B 5"));
+
+  const std::string none = dir.File("none.log");
+  REQUIRE(ConfigureLogging(FileOnly(none, LogLevel::kOff)).ok());
+  CHECK(GetLogLevel() == LogLevel::kOff);
+  LogOneOfEach("C");
+  CHECK(ReadFile(none).empty());
+  CHECK_FALSE(Contains(ReadFile(all), " C "));  // the old file no longer gets messages
+}
+
+TEST_CASE("A disabled level does not evaluate the message arguments") {
+  RestoreLogging restore;
+  TempDir dir;
+  REQUIRE(ConfigureLogging(FileOnly(dir.File("x.log"), LogLevel::kInfo)).ok());
+  int evaluated = 0;
+  FOREMAN_LOG_DEBUG("{}", ++evaluated);
+  CHECK(evaluated == 0);
+  FOREMAN_LOG_INFO("{}", ++evaluated);
+  CHECK(evaluated == 1);
+}
+
+TEST_CASE("ConfigureLogging appends to an existing log file") {
+  RestoreLogging restore;
+  TempDir dir;
+  const std::string path = dir.File("existing.log");
+  std::ofstream(path) << "an earlier line\n";
+  REQUIRE(ConfigureLogging(FileOnly(path, LogLevel::kInfo)).ok());
+  FOREMAN_LOG_INFO("a new line");
+  const std::vector<std::string> lines = ReadLines(path);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0] == "an earlier line");
+  CHECK(Contains(lines[1], "[I] a new line"));
+}
+
+// -- errors --------------------------------------------------------------------
+
+TEST_CASE("A log file in a missing directory is NOT_FOUND, names the path, and keeps the old setup") {
+  RestoreLogging restore;
+  TempDir dir;
+  const std::string good = dir.File("good.log");
+  REQUIRE(ConfigureLogging(FileOnly(good, LogLevel::kInfo)).ok());
+
+  const std::string missing_dir = dir.File("missing");
+  const std::string bad = missing_dir + "/foreman.log";
+  const Status s = ConfigureLogging(FileOnly(bad, LogLevel::kDebug));
+  CHECK_MESSAGE(s.code() == absl::StatusCode::kNotFound, s.ToString());
+  CHECK_MESSAGE(Contains(std::string(s.message()), bad), s.ToString());
+  CHECK_FALSE(std::filesystem::exists(missing_dir));  // not created behind our back
+
+  CHECK(GetLogLevel() == LogLevel::kInfo);
+  FOREMAN_LOG_DEBUG("debug after the failure");
+  FOREMAN_LOG_INFO("info after the failure");
+  const std::string text = ReadFile(good);
+  CHECK(Contains(text, "[I] info after the failure"));
+  CHECK_FALSE(Contains(text, "debug after the failure"));
+}
+
+TEST_CASE("A log file path under a regular file is NOT_FOUND") {
+  RestoreLogging restore;
+  TempDir dir;
+  const std::string file = dir.File("plain");
+  std::ofstream(file) << "x";
+  const Status s = ConfigureLogging(FileOnly(file + "/foreman.log", LogLevel::kInfo));
+  CHECK_MESSAGE(s.code() == absl::StatusCode::kNotFound, s.ToString());
+}
+
+TEST_CASE("A directory given as the log file is INTERNAL and names the path") {
+  RestoreLogging restore;
+  TempDir dir;
+  const Status s = ConfigureLogging(FileOnly(dir.path(), LogLevel::kInfo));
+  CHECK_MESSAGE(s.code() == absl::StatusCode::kInternal, s.ToString());
+  CHECK_MESSAGE(Contains(std::string(s.message()), dir.path()), s.ToString());
+}
+
+TEST_CASE("An unwritable log file is PERMISSION_DENIED") {
+  if (::geteuid() == 0) {
+    MESSAGE("skipped: running as root, which may write anywhere");
+    return;
+  }
+  RestoreLogging restore;
+  TempDir dir;
+  const std::string path = dir.File("read-only.log");
+  std::ofstream(path) << "x";
+  REQUIRE(::chmod(path.c_str(), 0444) == 0);
+  const Status s = ConfigureLogging(FileOnly(path, LogLevel::kInfo));
+  CHECK_MESSAGE(s.code() == absl::StatusCode::kPermissionDenied, s.ToString());
+  CHECK_MESSAGE(Contains(std::string(s.message()), path), s.ToString());
+}
+
+// -- concurrency ---------------------------------------------------------------
+
+TEST_CASE("Reconfiguring while another thread logs loses and duplicates no message") {
+  RestoreLogging restore;
+  TempDir dir;
+  const std::string a = dir.File("a.log");
+  const std::string b = dir.File("b.log");
+  REQUIRE(ConfigureLogging(FileOnly(a, LogLevel::kInfo)).ok());
+
+  constexpr int kMessages = 2000;
+  std::thread logger([] {
+    for (int i = 0; i < kMessages; ++i) FOREMAN_LOG_INFO("message {}", i);
+  });
+  for (int i = 0; i < 50; ++i) {
+    CHECK(ConfigureLogging(FileOnly(i % 2 == 0 ? b : a, LogLevel::kInfo)).ok());
+  }
+  logger.join();
+
+  std::multiset<int> seen;
+  const std::string prefix = "message ";
+  for (const std::string& path : {a, b}) {
+    for (const std::string& line : ReadLines(path)) {
+      const std::string message = MessageOf(line, 'I');
+      REQUIRE_MESSAGE(message.rfind(prefix, 0) == 0, line);
+      seen.insert(std::stoi(message.substr(prefix.size())));
+    }
+  }
+  CHECK(seen.size() == kMessages);
+  CHECK(std::set<int>(seen.begin(), seen.end()).size() == kMessages);
+}
+
+// -- levels --------------------------------------------------------------------
+
+TEST_CASE("ParseLogLevel reads every level name") {
+  const std::pair<const char*, LogLevel> cases[] = {
+      {"trace", LogLevel::kTrace},   {"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo},
+      {"warning", LogLevel::kWarning}, {"warn", LogLevel::kWarning}, {"error", LogLevel::kError},
+      {"off", LogLevel::kOff},       {"INFO", LogLevel::kInfo},
+  };
+  for (const auto& c : cases) {
+    const char* const text = c.first;
+    const LogLevel level = c.second;
+    CAPTURE(text);
+    const StatusOr<LogLevel> parsed = ParseLogLevel(text);
+    REQUIRE(parsed.ok());
+    CHECK(*parsed == level);
+  }
+}
+
+TEST_CASE("ParseLogLevel rejects other text as INVALID_ARGUMENT naming it") {
+  for (const char* text : {"verbose", "", "inf", "info "}) {
+    CAPTURE(text);
+    const StatusOr<LogLevel> parsed = ParseLogLevel(text);
+    REQUIRE_FALSE(parsed.ok());
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(Contains(std::string(parsed.status().message()), "\"" + std::string(text) + "\""));
+  }
+}
+
+TEST_CASE("Each level set by ConfigureLogging reads back from GetLogLevel") {
+  RestoreLogging restore;
+  for (LogLevel level : {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarning,
+                         LogLevel::kError, LogLevel::kOff}) {
+    LogOptions o;
+    o.level = level;
+    o.to_stderr = false;
+    REQUIRE(ConfigureLogging(o).ok());
+    CHECK(GetLogLevel() == level);
+  }
+}
+
+}  // namespace
+}  // namespace foreman
