@@ -1,1 +1,558 @@
-// placeholder
+// Tests for EventFileWriter (spec §14, B145-B154; bug report H-31) and for
+// reading event files back (event_reader.hpp).
+
+#include "foreman/event_writer.hpp"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "foreman/clock.hpp"
+#include "foreman/crc32c.hpp"
+#include "foreman/event_reader.hpp"
+#include "foreman/mem_env.hpp"
+#include "foreman/summary.hpp"
+#include "summary.pb.h"
+
+namespace foreman {
+namespace {
+
+constexpr char kLogdir[] = "/logs/run";
+
+/// A MemEnv, a ManualClock at 1700000000.25 s and options using both.
+struct Fixture {
+  Fixture() {
+    options.env = &env;
+    options.clock = &clock;
+    options.hostname = "testhost";
+  }
+  std::unique_ptr<EventFileWriter> Create() {
+    auto writer = EventFileWriter::Create(kLogdir, options);
+    REQUIRE(writer.ok());
+    return *std::move(writer);
+  }
+  MemEnv env;
+  ManualClock clock{absl::FromUnixMillis(1700000000250)};
+  EventFileWriterOptions options;
+};
+
+/// The records now in `path`, as protos.
+std::vector<proto::Event> EventsOnDisk(Env* env, const std::string& path) {
+  auto reader = RecordReader::Open(env, path);
+  REQUIRE(reader.ok());
+  std::vector<proto::Event> events;
+  std::string record;
+  Status s;
+  while ((s = (*reader)->ReadRecord(&record)).ok()) {
+    REQUIRE(events.emplace_back().ParseFromString(record));
+  }
+  REQUIRE_MESSAGE(absl::IsOutOfRange(s), s.ToString());
+  return events;
+}
+
+/// Names of the fields set in `message`.
+std::vector<std::string> SetFields(const google::protobuf::Message& message) {
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  message.GetReflection()->ListFields(message, &fields);
+  std::vector<std::string> names;
+  for (const auto* f : fields) names.push_back(f->name());
+  return names;
+}
+
+/// True when `path` is <dir>events.out.tfevents.<10 digits>.<tail> (the
+/// regex "events\.out\.tfevents\.\d{10}\.<tail>"; std::regex trips GCC 12's
+/// -Wmaybe-uninitialized under sanitizers).
+bool IsEventFileName(const std::string& path, const std::string& dir, const std::string& tail) {
+  const std::string prefix = dir + "events.out.tfevents.";
+  if (path.size() != prefix.size() + 10 + 1 + tail.size() || !absl::StartsWith(path, prefix)) return false;
+  const auto digits = path.begin() + static_cast<std::ptrdiff_t>(prefix.size());
+  return std::all_of(digits, digits + 10, [](unsigned char c) { return std::isdigit(c) != 0; }) &&
+         path.compare(prefix.size() + 10, std::string::npos, "." + tail) == 0;
+}
+
+/// A fresh directory under $TEST_TMPDIR (or /tmp), removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TEST_TMPDIR");
+    const std::string root = base != nullptr && *base != '\0' ? base : "/tmp";
+    std::filesystem::create_directories(root);
+    std::string tmpl = root + "/event_writer_test.XXXXXX";
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// -- the file: name and first record -------------------------------------------------
+
+TEST_CASE("B145: Create makes the logdir and names the file events.out.tfevents.<secs>.<host><suffix>") {
+  Fixture f;
+  f.options.filename_suffix = ".v2";
+  auto writer = f.Create();
+  CHECK(*f.env.IsDirectory(kLogdir));
+  CHECK(IsEventFileName(writer->path(), "/logs/run/", "testhost.v2"));
+  CHECK(writer->path() == "/logs/run/events.out.tfevents.1700000000.testhost.v2");
+  CHECK(f.env.FileExists(writer->path()).ok());
+}
+
+TEST_CASE("B145: the seconds in the file name are zero-padded to 10 digits") {
+  Fixture f;
+  f.clock.SetWallTime(absl::FromUnixSeconds(12345));
+  CHECK(f.Create()->path() == "/logs/run/events.out.tfevents.0000012345.testhost");
+}
+
+TEST_CASE("B145: without a host name option the file name has gethostname()'s") {
+  Fixture f;
+  f.options.hostname.clear();
+  char host[256] = {};
+  REQUIRE(gethostname(host, sizeof host - 1) == 0);
+  CHECK(f.Create()->path() == absl::StrCat("/logs/run/events.out.tfevents.1700000000.", host));
+}
+
+TEST_CASE("B146, H-31: the first record is only wall_time and file_version brain.Event:2, and flushed") {
+  Fixture f;
+  auto writer = f.Create();
+  CHECK(writer->events_written() == 1);
+
+  // Decode the first TFRecord by hand, checking both CRCs.
+  auto bytes = f.env.ReadFileToString(writer->path());
+  REQUIRE(bytes.ok());
+  REQUIRE(bytes->size() >= kRecordHeaderBytes);
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = length << 8 | static_cast<unsigned char>((*bytes)[i]);
+  const auto fixed32 = [&](std::size_t at) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; --i) v = v << 8 | static_cast<unsigned char>((*bytes)[at + i]);
+    return v;
+  };
+  REQUIRE(bytes->size() == kRecordHeaderBytes + length + kRecordFooterBytes);  // nothing else yet
+  CHECK(fixed32(8) == crc32c::Mask(crc32c::Value(bytes->data(), 8)));
+  const std::string payload = bytes->substr(kRecordHeaderBytes, length);
+  CHECK(fixed32(kRecordHeaderBytes + length) == crc32c::Mask(crc32c::Value(payload.data(), payload.size())));
+
+  proto::Event event;
+  REQUIRE(event.ParseFromString(payload));
+  CHECK(SetFields(event) == std::vector<std::string>{"wall_time", "file_version"});
+  CHECK(event.GetReflection()->GetUnknownFields(event).empty());
+  CHECK(event.wall_time() == 1700000000.25);
+  CHECK(event.file_version() == "brain.Event:2");
+}
+
+// -- the flush schedule --------------------------------------------------------------
+
+TEST_CASE("B148: queued events reach the file when max_queue of them are pending") {
+  Fixture f;
+  f.options.max_queue = 3;
+  auto writer = f.Create();
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 1), 1).ok());
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 2), 2).ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 1);
+  CHECK(writer->events_written() == 1);
+  REQUIRE(writer->AddSessionLog(SessionLogStatus::kCheckpoint, 2, "/ckpt").ok());
+  const auto events = EventsOnDisk(&f.env, writer->path());
+  REQUIRE(events.size() == 4);
+  CHECK(events[1].step() == 1);
+  CHECK(events[2].summary().value(0).simple_value() == 2.0f);
+  CHECK(events[3].has_session_log());
+  CHECK(writer->events_written() == 4);
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 3), 3).ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 4);
+}
+
+TEST_CASE("B148: queued events reach the file once flush_secs have passed (FlushIfDue and Add check)") {
+  Fixture f;
+  f.options.flush_secs = 5;
+  auto writer = f.Create();
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 1), 1).ok());
+  f.clock.Advance(absl::Milliseconds(4999));
+  REQUIRE(writer->FlushIfDue().ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 1);
+  f.clock.Advance(absl::Milliseconds(1));
+  REQUIRE(writer->FlushIfDue().ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
+
+  // The interval restarts at that flush; an Add after it flushes everything.
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 2), 2).ok());
+  f.clock.Advance(absl::Seconds(4));
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 3), 3).ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
+  f.clock.Advance(absl::Seconds(1));
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 4), 4).ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 5);
+  CHECK(writer->events_written() == 5);
+}
+
+TEST_CASE("B149: Flush writes every queued event; Close flushes, is idempotent, and Add after it fails") {
+  Fixture f;
+  auto writer = f.Create();
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 1), 1).ok());
+  REQUIRE(writer->Flush().ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 2), 2).ok());
+  REQUIRE(writer->AddSessionLog(SessionLogStatus::kStop, std::nullopt).ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
+  REQUIRE(writer->Close().ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 4);
+  CHECK(writer->events_written() == 4);
+  CHECK(writer->Close().ok());
+  CHECK(writer->Flush().ok());
+  CHECK(writer->FlushIfDue().ok());
+
+  const Status s = writer->AddSummary(ScalarSummary("loss", 3), 3);
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK(absl::StrContains(s.message(), writer->path()));
+  CHECK(absl::IsFailedPrecondition(writer->AddSessionLog(SessionLogStatus::kStart, 1)));
+  CHECK(absl::IsFailedPrecondition(writer->AddSerializedEvent("")));
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 4);
+}
+
+TEST_CASE("the destructor flushes and closes") {
+  Fixture f;
+  std::string path;
+  {
+    auto writer = f.Create();
+    path = writer->path();
+    REQUIRE(writer->AddSummary(ScalarSummary("loss", 1), 1).ok());
+  }
+  CHECK(EventsOnDisk(&f.env, path).size() == 2);
+}
+
+TEST_CASE("a write error is returned by the Add that flushes, and by every Close") {
+  Fixture f;
+  f.options.max_queue = 1;
+  auto writer = f.Create();
+  f.env.SetCrashAfterOperations(0);
+  const Status s = writer->AddSummary(ScalarSummary("loss", 1), 1);
+  CHECK(absl::IsUnavailable(s));
+  CHECK(writer->events_written() == 1);
+  const Status closed = writer->Close();
+  CHECK_FALSE(closed.ok());
+  CHECK(writer->Close() == closed);
+}
+
+// -- what events hold --------------------------------------------------------------------
+
+TEST_CASE("B150: an event gets wall_time from the clock and the given step") {
+  Fixture f;
+  auto writer = f.Create();
+  f.clock.Advance(absl::Milliseconds(1500));
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 0.5f), 42).ok());
+  REQUIRE(writer->Close().ok());
+  const auto events = EventsOnDisk(&f.env, writer->path());
+  REQUIRE(events.size() == 2);
+  CHECK(events[1].wall_time() == 1700000001.75);
+  CHECK(events[1].step() == 42);
+  REQUIRE(events[1].summary().value_size() == 1);
+  CHECK(events[1].summary().value(0).tag() == "loss");
+  CHECK(events[1].summary().value(0).simple_value() == 0.5f);
+}
+
+TEST_CASE("B150: summary metadata is kept only on the first value of each tag in a file") {
+  Fixture f;
+  auto writer = f.Create();
+  const std::string first_summary =
+      MergeSummaries({TextSummary("a", "1"), ScalarSummary("s", 1), TextSummary("a", "2")});
+  REQUIRE(writer->AddSummary(first_summary, 1).ok());
+  REQUIRE(writer->AddSummary(MergeSummaries({TextSummary("b", "1"), TextSummary("a", "3")}), 2).ok());
+  REQUIRE(writer->Close().ok());
+  const auto events = EventsOnDisk(&f.env, writer->path());
+  REQUIRE(events.size() == 3);
+  const proto::Summary& first = events[1].summary();
+  REQUIRE(first.value_size() == 3);
+  CHECK(first.value(0).metadata().plugin_data().plugin_name() == "text");
+  CHECK_FALSE(first.value(1).has_metadata());
+  CHECK_FALSE(first.value(2).has_metadata());
+  CHECK(first.value(2).tensor().string_val(0) == "2");  // the value itself is kept
+  const proto::Summary& second = events[2].summary();
+  REQUIRE(second.value_size() == 2);
+  CHECK(second.value(0).metadata().plugin_data().plugin_name() == "text");
+  CHECK_FALSE(second.value(1).has_metadata());
+
+  // A new file starts afresh.
+  f.clock.Advance(absl::Seconds(1));
+  auto next = f.Create();
+  REQUIRE(next->AddSummary(TextSummary("a", "4"), 3).ok());
+  REQUIRE(next->Close().ok());
+  CHECK(EventsOnDisk(&f.env, next->path())[1].summary().value(0).has_metadata());
+}
+
+TEST_CASE("B153, B154: START carries the step, STOP none, CHECKPOINT its checkpoint_path") {
+  Fixture f;
+  auto writer = f.Create();
+  REQUIRE(writer->AddSessionLog(SessionLogStatus::kStart, 101).ok());
+  REQUIRE(writer->AddSessionLog(SessionLogStatus::kCheckpoint, 200, "/ckpt/model.ckpt-200", "saved").ok());
+  REQUIRE(writer->AddSessionLog(SessionLogStatus::kStop, std::nullopt).ok());
+  REQUIRE(writer->Close().ok());
+  const auto events = EventsOnDisk(&f.env, writer->path());
+  REQUIRE(events.size() == 4);
+
+  CHECK(events[1].step() == 101);
+  CHECK(events[1].session_log().status() == proto::SessionLog::START);
+  CHECK(events[2].step() == 200);
+  CHECK(events[2].session_log().status() == proto::SessionLog::CHECKPOINT);
+  CHECK(events[2].session_log().checkpoint_path() == "/ckpt/model.ckpt-200");
+  CHECK(events[2].session_log().msg() == "saved");
+  CHECK(events[3].session_log().status() == proto::SessionLog::STOP);
+  CHECK(SetFields(events[3]) == std::vector<std::string>{"wall_time", "session_log"});  // no step
+}
+
+TEST_CASE("AddSerializedEvent writes the event's bytes as they are") {
+  Fixture f;
+  auto writer = f.Create();
+  proto::Event event;
+  event.set_wall_time(123.5);
+  event.set_step(7);
+  event.mutable_log_message()->set_message("hello");
+  const std::string serialized = event.SerializeAsString();
+  REQUIRE(writer->AddSerializedEvent(serialized).ok());
+  REQUIRE(writer->Close().ok());
+  auto reader = RecordReader::Open(&f.env, writer->path());
+  REQUIRE(reader.ok());
+  std::string record;
+  REQUIRE((*reader)->ReadRecord(&record).ok());
+  REQUIRE((*reader)->ReadRecord(&record).ok());
+  CHECK(record == serialized);
+}
+
+TEST_CASE("bytes that are not a Summary or an Event are INVALID_ARGUMENT and nothing is queued") {
+  Fixture f;
+  auto writer = f.Create();
+  const std::string garbage = "\xff\xff\xff";
+  CHECK(absl::IsInvalidArgument(writer->AddSummary(garbage, 1)));
+  CHECK(absl::IsInvalidArgument(writer->AddSerializedEvent(garbage)));
+  REQUIRE(writer->Close().ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 1);
+}
+
+TEST_CASE("Create rejects bad options and reports Env errors naming the path") {
+  Fixture f;
+  for (int max_queue : {0, -1}) {
+    f.options.max_queue = max_queue;
+    CHECK(absl::IsInvalidArgument(EventFileWriter::Create(kLogdir, f.options).status()));
+  }
+  f.options.max_queue = 10;
+  for (double flush_secs : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    f.options.flush_secs = flush_secs;
+    CHECK(absl::IsInvalidArgument(EventFileWriter::Create(kLogdir, f.options).status()));
+  }
+  f.options.flush_secs = 1;
+  REQUIRE(WriteStringToFile(&f.env, "/file", "x").ok());
+  const auto s = EventFileWriter::Create("/file/run", f.options).status();
+  CHECK_FALSE(s.ok());
+  CHECK_MESSAGE(absl::StrContains(s.message(), "/file"), s.message());
+}
+
+// -- reading back ------------------------------------------------------------------------
+
+TEST_CASE("with the real Env, an event file is flushed at creation and reads back with ReadEventFile") {
+  TempDir dir;
+  ManualClock clock(absl::FromUnixMillis(1700000000500));
+  EventFileWriterOptions options;
+  options.clock = &clock;
+  options.hostname = "realhost";
+  options.filename_suffix = ".x";
+  const std::string logdir = dir.path() + "/train/logs";
+  auto writer = EventFileWriter::Create(logdir, options);
+  REQUIRE(writer.ok());
+  auto early = ReadEventFile(Env::Default(), (*writer)->path());  // flushed, though not closed
+  REQUIRE(early.ok());
+  REQUIRE(early->size() == 1);
+
+  auto histogram = HistogramSummary("w", *Tensor::FromVector<float>({0, 1, 1, 2, -3}, {5}));
+  REQUIRE(histogram.ok());
+  REQUIRE((*writer)->AddSessionLog(SessionLogStatus::kStart, 1).ok());
+  clock.Advance(absl::Seconds(1));
+  const std::string summary_bytes =
+      MergeSummaries({ScalarSummary("loss", 0.25f), *histogram, TextSummary("t", "hi")});
+  REQUIRE((*writer)->AddSummary(summary_bytes, 2).ok());
+  REQUIRE((*writer)->AddSessionLog(SessionLogStatus::kStop, std::nullopt).ok());
+  REQUIRE((*writer)->Close().ok());
+
+  auto files = ListEventFiles(Env::Default(), logdir);
+  REQUIRE(files.ok());
+  CHECK(*files == std::vector<std::string>{logdir + "/events.out.tfevents.1700000000.realhost.x"});
+  auto events = ReadEventFile(Env::Default(), files->at(0));
+  REQUIRE(events.ok());
+  REQUIRE(events->size() == 4);
+  const Event& version = (*events)[0];
+  CHECK(version.kind == Event::Kind::kFileVersion);
+  CHECK(version.file_version == "brain.Event:2");
+  CHECK(version.wall_time == 1700000000.5);
+  CHECK((*events)[1].kind == Event::Kind::kSessionLog);
+  CHECK((*events)[1].session_status == SessionLogStatus::kStart);
+  CHECK((*events)[1].step == 1);
+
+  const Event& summary = (*events)[2];
+  CHECK(summary.kind == Event::Kind::kSummary);
+  CHECK(summary.step == 2);
+  CHECK(summary.wall_time == 1700000001.5);
+  REQUIRE(summary.values.size() == 3);
+  CHECK(summary.values[0].kind == SummaryValue::Kind::kScalar);
+  CHECK(summary.values[0].tag == "loss");
+  CHECK(summary.values[0].scalar == 0.25);
+  const SummaryValue& h = summary.values[1];
+  CHECK(h.kind == SummaryValue::Kind::kHistogram);
+  CHECK(h.histogram.num == 5);
+  CHECK(h.histogram.min == -3);
+  CHECK(h.histogram.max == 2);
+  CHECK(h.histogram.sum == 1);
+  CHECK(h.histogram.sum_squares == 15);
+  CHECK(h.histogram.bucket == std::vector<double>{0, 1, 0, 1, 0, 2, 0, 1, 0});
+  CHECK(h.histogram.bucket_limit.size() == 9);
+  CHECK(summary.values[2].kind == SummaryValue::Kind::kText);
+  CHECK(summary.values[2].plugin_name == "text");
+  CHECK(summary.values[2].text == "hi");
+
+  CHECK((*events)[3].session_status == SessionLogStatus::kStop);
+  CHECK((*events)[3].step == 0);
+}
+
+/// One serialized Summary value built by `fill`, parsed back by ParseEvent.
+template <class Fill>
+SummaryValue ParsedValue(Fill fill) {
+  proto::Event event;
+  proto::Summary::Value* v = event.mutable_summary()->add_value();
+  v->set_tag("v");
+  fill(v);
+  auto parsed = ParseEvent(event.SerializeAsString());
+  REQUIRE(parsed.ok());
+  REQUIRE(parsed->values.size() == 1);
+  return parsed->values[0];
+}
+
+TEST_CASE("ParseEvent reads numeric scalar tensors (TF2 scalars) as kTensor from any encoding") {
+  const SummaryValue content = ParsedValue([](proto::Summary::Value* v) {
+    v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("scalars");
+    const float x = 0.75f;
+    v->mutable_tensor()->set_dtype(proto::DT_FLOAT);
+    v->mutable_tensor()->set_tensor_content(std::string(reinterpret_cast<const char*>(&x), sizeof x));
+  });
+  CHECK(content.kind == SummaryValue::Kind::kTensor);
+  CHECK(content.plugin_name == "scalars");
+  CHECK(content.scalar == 0.75);
+
+  CHECK(ParsedValue([](proto::Summary::Value* v) {
+          v->mutable_tensor()->set_dtype(proto::DT_DOUBLE);
+          v->mutable_tensor()->add_double_val(-2.5);
+        }).scalar == -2.5);
+  CHECK(ParsedValue([](proto::Summary::Value* v) {
+          v->mutable_tensor()->set_dtype(proto::DT_INT64);
+          v->mutable_tensor()->add_int64_val(int64_t{1} << 40);
+        }).scalar == static_cast<double>(int64_t{1} << 40));
+  CHECK(ParsedValue([](proto::Summary::Value* v) {
+          v->mutable_tensor()->set_dtype(proto::DT_INT32);
+          v->mutable_tensor()->add_int_val(-7);
+        }).scalar == -7);
+  const SummaryValue zero =
+      ParsedValue([](proto::Summary::Value* v) { v->mutable_tensor()->set_dtype(proto::DT_FLOAT); });
+  CHECK(zero.kind == SummaryValue::Kind::kTensor);
+  CHECK(zero.scalar == 0);
+}
+
+TEST_CASE("ParseEvent: any string tensor is kText; non-scalar tensors and empty values are kOther") {
+  const SummaryValue text = ParsedValue([](proto::Summary::Value* v) {
+    v->mutable_tensor()->set_dtype(proto::DT_STRING);
+    v->mutable_tensor()->add_string_val("plain");
+  });
+  CHECK(text.kind == SummaryValue::Kind::kText);
+  CHECK(text.plugin_name.empty());
+  CHECK(text.text == "plain");
+  const SummaryValue vector = ParsedValue([](proto::Summary::Value* v) {
+    v->mutable_tensor()->set_dtype(proto::DT_FLOAT);
+    v->mutable_tensor()->mutable_tensor_shape()->add_dim()->set_size(2);
+    v->mutable_tensor()->add_float_val(1);
+    v->mutable_tensor()->add_float_val(2);
+  });
+  CHECK(vector.kind == SummaryValue::Kind::kOther);
+  CHECK(ParsedValue([](proto::Summary::Value*) {}).kind == SummaryValue::Kind::kOther);
+}
+
+TEST_CASE("ParseEvent: log messages, graphs, unknown payloads, empty events and bytes that are no Event") {
+  proto::Event event;
+  event.set_step(3);
+  event.mutable_log_message()->set_message("note");
+  auto parsed = ParseEvent(event.SerializeAsString());
+  REQUIRE(parsed.ok());
+  CHECK(parsed->kind == Event::Kind::kLogMessage);
+  CHECK(parsed->message == "note");
+  CHECK(parsed->step == 3);
+
+  event.set_graph_def("g");
+  CHECK(ParseEvent(event.SerializeAsString())->kind == Event::Kind::kGraph);
+  // Field 8 (TF's tagged_run_metadata) is not declared here.
+  CHECK(ParseEvent(std::string("\x42\x00", 2))->kind == Event::Kind::kOther);
+  CHECK(ParseEvent("")->kind == Event::Kind::kNone);
+  CHECK(absl::IsInvalidArgument(ParseEvent("\xff\xff\xff").status()));
+}
+
+TEST_CASE("ReadEventFile names file and offset of a record that is not an Event, and of a corrupt one") {
+  MemEnv env;
+  {
+    auto file = env.NewWritableFile("/ev");
+    REQUIRE(file.ok());
+    RecordWriter writer(file->get());
+    REQUIRE(writer.WriteRecord(proto::Event().SerializeAsString()).ok());
+    REQUIRE(writer.WriteRecord("\xff\xff\xff").ok());
+    REQUIRE((*file)->Close().ok());
+  }
+  const auto s = ReadEventFile(&env, "/ev").status();
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(s.message() == "/ev: record at offset 16 is not an Event");
+
+  std::string bytes = *env.ReadFileToString("/ev");
+  bytes.back() ^= 1;
+  REQUIRE(WriteStringToFile(&env, "/ev", bytes).ok());
+  const auto corrupt = ReadEventFile(&env, "/ev").status();
+  CHECK(absl::IsDataLoss(corrupt));
+  CHECK(absl::StartsWith(corrupt.message(), "/ev: corrupted record at offset 16: "));
+}
+
+TEST_CASE("ReadEventFile with allow_truncated_tail ignores a cut last record") {
+  Fixture f;
+  auto writer = f.Create();
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 1), 1).ok());
+  REQUIRE(writer->Close().ok());
+  const std::string bytes = *f.env.ReadFileToString(writer->path());
+  REQUIRE(WriteStringToFile(&f.env, writer->path(), bytes.substr(0, bytes.size() - 2)).ok());
+  CHECK(absl::IsDataLoss(ReadEventFile(&f.env, writer->path()).status()));
+  auto events = ReadEventFile(&f.env, writer->path(), /*allow_truncated_tail=*/true);
+  REQUIRE(events.ok());
+  REQUIRE(events->size() == 1);
+  CHECK((*events)[0].kind == Event::Kind::kFileVersion);
+}
+
+TEST_CASE("ListEventFiles lists the names containing tfevents, sorted; NOT_FOUND for a missing directory") {
+  MemEnv env;
+  REQUIRE(env.RecursivelyCreateDir("/d").ok());
+  for (const char* name :
+       {"events.out.tfevents.2.h", "checkpoint", "events.out.tfevents.1.h", "x.tfevents.v2"}) {
+    REQUIRE(WriteStringToFile(&env, JoinPath("/d", name), "").ok());
+  }
+  auto files = ListEventFiles(&env, "/d");
+  REQUIRE(files.ok());
+  CHECK(*files == std::vector<std::string>{"/d/events.out.tfevents.1.h", "/d/events.out.tfevents.2.h",
+                                           "/d/x.tfevents.v2"});
+  CHECK(absl::IsNotFound(ListEventFiles(&env, "/missing").status()));
+}
+
+}  // namespace
+}  // namespace foreman
