@@ -16,14 +16,16 @@ pc=$(find "$stage" -name foreman.pc -print -quit)
   || { echo "FAIL: public headers not installed"; exit 1; }
 [[ -z $(find "$stage" -path '*include/foreman/*' -name '*.cpp') ]] || { echo "FAIL: sources installed as headers"; exit 1; }
 
-# --define-prefix makes pkg-config derive ${prefix} from where the .pc lies.
+# The .pc says prefix=<configured prefix>; relocate it to the staged copy
+# (--define-variable would also rewrite the prefix of eigen3.pc and others).
 export PKG_CONFIG_PATH=$(dirname "$pc")
-flags=$(pkg-config --define-prefix --cflags --libs foreman)
+sed -i "s|^prefix=|prefix=$stage|" "$pc"
+flags=$(pkg-config --cflags --libs foreman)
 [[ $flags != *"$(cd "$(dirname "$0")/.." && pwd)"* ]] || { echo "FAIL: pkg-config points into the source tree: $flags"; exit 1; }
 
 cp "$hello_cpp" "$stage/hello.cpp"
 (cd "$stage" && c++ -std=c++17 hello.cpp -o hello $flags)
-libdir=$(pkg-config --define-prefix --variable=libdir foreman)
+libdir=$(pkg-config --variable=libdir foreman)
 out=$(LD_LIBRARY_PATH="$libdir" "$stage/hello")
 [[ $out == "hello from foreman "* ]] || { echo "FAIL: installed program printed '$out'"; exit 1; }
 echo "install: $out"
