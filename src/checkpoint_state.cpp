@@ -1,1 +1,217 @@
-// placeholder
+// The `checkpoint` state file (TF: checkpoint_management.py), the choice of
+// the checkpoint to restore (decision 7) and the directory lock.
+#include "foreman/checkpoint.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint_state.pb.h"
+#include "foreman/bundle.hpp"
+#include "log.hpp"
+
+namespace foreman {
+
+namespace {
+
+constexpr char kLockFilename[] = ".foreman.lock";
+
+/// Collects the text-format parser's complaints instead of printing them.
+class ParseErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    errors.push_back(absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message));
+  }
+  std::vector<std::string> errors;
+};
+
+/// `path` relative to `dir` when it lies under it (decision 8), else as given.
+std::string RelativeTo(const std::string& dir, const std::string& path) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  if (d == "/") return IsAbsolutePath(path) ? path.substr(1) : path;
+  if (!d.empty() && absl::StartsWith(path, d + "/")) return path.substr(d.size() + 1);
+  return path;
+}
+
+/// B137 and the empty-path rule, shared by reading and writing.
+Status Validate(const CheckpointState& s, const std::string& path) {
+  if (s.model_checkpoint_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": model_checkpoint_path is empty"));
+  }
+  if (!s.all_model_checkpoint_timestamps.empty() &&
+      s.all_model_checkpoint_timestamps.size() != s.all_model_checkpoint_paths.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": all_model_checkpoint_timestamps has ", s.all_model_checkpoint_timestamps.size(),
+        " entries but all_model_checkpoint_paths has ", s.all_model_checkpoint_paths.size()));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckLatestFilename(const std::string& latest_filename) {
+  if (latest_filename.empty() || absl::StrContains(latest_filename, '/')) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'latest_filename' must be a file name without a directory component, got '", latest_filename, "'"));
+  }
+  return absl::OkStatus();
+}
+
+/// The global step in a prefix's name ("model.ckpt-100" -> 100), or -1.
+int64_t StepOf(const std::string& prefix) {
+  const std::string digits = prefix.substr(prefix.rfind('-') + 1);   // no '-': npos + 1 == 0
+  const auto is_digit = [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); };
+  int64_t step = -1;
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), is_digit) || !absl::SimpleAtoi(digits, &step)) {
+    return -1;
+  }
+  return step;
+}
+
+/// OK when the bundle's index and data exist and every tensor verifies.
+Status VerifyBundle(Env* env, const std::string& prefix) {
+  FOREMAN_ASSIGN_OR_RETURN(auto reader, BundleReader::Open(env, prefix));
+  return reader->VerifyAll();
+}
+
+/// The pid in a lock error ("... held by process 42", "... (pid 42)").
+std::string PidFromLockError(absl::string_view message) {
+  std::size_t pos = message.rfind("process");
+  if (pos == absl::string_view::npos) return "unknown";
+  pos = message.find_first_of("0123456789", pos);
+  if (pos == absl::string_view::npos) return "unknown";
+  std::size_t end = pos;
+  while (end < message.size() && absl::ascii_isdigit(static_cast<unsigned char>(message[end]))) ++end;
+  return std::string(message.substr(pos, end - pos));
+}
+
+}  // namespace
+
+// -- the state file -----------------------------------------------------------------
+
+StatusOr<std::optional<CheckpointState>> ReadCheckpointState(Env* env, const std::string& dir,
+                                                             const std::string& latest_filename) {
+  FOREMAN_RETURN_IF_ERROR(CheckLatestFilename(latest_filename));
+  const std::string path = JoinPath(dir, latest_filename);
+  StatusOr<std::string> text = env->ReadFileToString(path);
+  if (absl::IsNotFound(text.status())) return std::optional<CheckpointState>();
+  FOREMAN_RETURN_IF_ERROR(text.status());
+
+  proto::CheckpointState p;
+  ParseErrors errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(*text, &p)) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": cannot parse checkpoint state: ", absl::StrJoin(errors.errors, "; ")));
+  }
+  CheckpointState s;
+  s.model_checkpoint_path = p.model_checkpoint_path();
+  s.all_model_checkpoint_paths.assign(p.all_model_checkpoint_paths().begin(), p.all_model_checkpoint_paths().end());
+  s.all_model_checkpoint_timestamps.assign(p.all_model_checkpoint_timestamps().begin(),
+                                           p.all_model_checkpoint_timestamps().end());
+  s.last_preserved_timestamp = p.last_preserved_timestamp();
+  FOREMAN_RETURN_IF_ERROR(Validate(s, path));
+  return std::optional<CheckpointState>(std::move(s));
+}
+
+Status WriteCheckpointState(Env* env, const std::string& dir, const CheckpointState& state,
+                            const std::string& latest_filename) {
+  FOREMAN_RETURN_IF_ERROR(CheckLatestFilename(latest_filename));
+  const std::string path = JoinPath(dir, latest_filename);
+  CheckpointState s = state;
+  // B136, as TF's generate_checkpoint_state_proto: the list ends with the latest.
+  if (s.all_model_checkpoint_paths.empty() || s.all_model_checkpoint_paths.back() != s.model_checkpoint_path) {
+    s.all_model_checkpoint_paths.push_back(s.model_checkpoint_path);
+  }
+  FOREMAN_RETURN_IF_ERROR(Validate(s, path));
+
+  proto::CheckpointState p;
+  p.set_model_checkpoint_path(RelativeTo(dir, s.model_checkpoint_path));
+  for (const std::string& c : s.all_model_checkpoint_paths) p.add_all_model_checkpoint_paths(RelativeTo(dir, c));
+  for (double t : s.all_model_checkpoint_timestamps) p.add_all_model_checkpoint_timestamps(t);
+  p.set_last_preserved_timestamp(s.last_preserved_timestamp);
+  std::string text;
+  if (!google::protobuf::TextFormat::PrintToString(p, &text)) {
+    return absl::InternalError(absl::StrCat(path, ": cannot format checkpoint state"));
+  }
+  return WriteFileAtomic(env, path, text);
+}
+
+std::string ResolveCheckpointPath(const std::string& dir, const std::string& path) {
+  return IsAbsolutePath(path) ? path : JoinPath(dir, path);
+}
+
+// -- finding checkpoints ----------------------------------------------------------
+
+StatusOr<std::vector<std::string>> ListCheckpointPrefixes(Env* env, const std::string& dir) {
+  FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
+  std::vector<std::string> prefixes;
+  for (const std::string& name : names) {
+    if (name.size() > 6 && absl::EndsWith(name, ".index")) {
+      prefixes.push_back(JoinPath(dir, name.substr(0, name.size() - 6)));
+    }
+  }
+  // Sorted names, then stable by step: same steps keep name order.
+  std::stable_sort(prefixes.begin(), prefixes.end(),
+                   [](const std::string& a, const std::string& b) { return StepOf(a) < StepOf(b); });
+  return prefixes;
+}
+
+StatusOr<std::optional<std::string>> LatestCheckpoint(Env* env, const std::string& dir,
+                                                      const std::string& latest_filename) {
+  using Result = std::optional<std::string>;
+  FOREMAN_RETURN_IF_ERROR(CheckLatestFilename(latest_filename));
+  StatusOr<std::optional<CheckpointState>> state = ReadCheckpointState(env, dir, latest_filename);
+  std::string tried;
+  std::vector<std::string> failures;
+  if (state.ok() && state->has_value()) {
+    tried = ResolveCheckpointPath(dir, (*state)->model_checkpoint_path);
+    Status s = VerifyBundle(env, tried);
+    if (s.ok()) return Result(tried);
+    FOREMAN_LOG_WARN("The checkpoint state file in {} names {}, which cannot be restored: {}", dir, tried,
+                     s.ToString());
+    failures.push_back(s.ToString());
+  } else if (!state.ok()) {
+    if (!absl::IsDataLoss(state.status()) && !absl::IsInvalidArgument(state.status())) return state.status();
+    FOREMAN_LOG_WARN("Ignoring the checkpoint state file: {}", state.status().ToString());
+  }
+
+  // Decision 7: the newest bundle on disk that verifies.
+  StatusOr<std::vector<std::string>> prefixes = ListCheckpointPrefixes(env, dir);
+  if (absl::IsNotFound(prefixes.status())) return Result();
+  FOREMAN_RETURN_IF_ERROR(prefixes.status());
+  for (auto it = prefixes->rbegin(); it != prefixes->rend(); ++it) {
+    if (*it == tried) continue;
+    Status s = VerifyBundle(env, *it);
+    if (s.ok()) {
+      FOREMAN_LOG_WARN("Using {}, the newest checkpoint in {} that verifies", *it, dir);
+      return Result(*it);
+    }
+    FOREMAN_LOG_WARN("Skipping checkpoint {}: {}", *it, s.ToString());
+    failures.push_back(s.ToString());
+  }
+  if (prefixes->empty()) return Result();
+  return absl::DataLossError(absl::StrCat("no checkpoint in ", dir, " can be restored (", prefixes->size(),
+                                          " found, none verifies): ", absl::StrJoin(failures, "; ")));
+}
+
+// -- the lock ----------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<FileLock>> LockCheckpointDirectory(Env* env, const std::string& dir) {
+  FOREMAN_RETURN_IF_ERROR(env->RecursivelyCreateDir(dir));
+  StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(JoinPath(dir, kLockFilename));
+  if (absl::IsFailedPrecondition(lock.status())) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint directory ", dir, " is in use by process ",
+                                                      PidFromLockError(lock.status().message())));
+  }
+  return lock;
+}
+
+}  // namespace foreman

@@ -10,10 +10,11 @@
 //                                         offset, size, crc32c}
 //   P.data-00000-of-00001    the tensors' bytes, back to back: numbers in
 //                            little-endian row-major order; a string tensor as
-//                            varint64 lengths, a masked CRC32C (uint32 LE) of
-//                            those length bytes, then the strings' bytes.
-// Every entry's crc32c is the masked CRC32C of its bytes (for strings: of the
-// lengths, as fixed uint64, then of the bytes), checked on every read.
+//                            varint64 lengths, the masked CRC32C (uint32 LE) of
+//                            those lengths, then the strings' bytes.
+// Every entry's crc32c is the masked CRC32C of its bytes; for strings, of the
+// lengths (each as a uint32 LE, as a uint64 LE if over 4 GiB, never the varint),
+// the 4 stored CRC bytes, then the strings' bytes. Checked on every read.
 //
 //   FOREMAN_ASSIGN_OR_RETURN(auto w, foreman::BundleWriter::Create(env, "/ckpt/model.ckpt-100"));
 //   FOREMAN_RETURN_IF_ERROR(w->Add("dense/kernel", kernel));

@@ -72,8 +72,8 @@ std::string ResolveCheckpointPath(const std::string& dir, const std::string& pat
 /// the directory holds no checkpoint at all.
 ///   - The state file's latest path when its index and data exist and verify.
 ///   - Otherwise (state file missing, unparsable, dangling or corrupt) the
-///     newest bundle in the directory (by global step in its name, then mtime
-///     order of listing) that verifies, with a warning naming what was bad.
+///     newest bundle in the directory (by global step in its name, then by
+///     name) that verifies, with a warning naming what was bad.
 ///   - DATA_LOSS naming the directory when bundles exist and none verifies:
 ///     never a silent fresh start.
 StatusOr<std::optional<std::string>> LatestCheckpoint(Env* env, const std::string& dir,
