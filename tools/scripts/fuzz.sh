@@ -22,6 +22,9 @@ rm -rf "$work/seeds"
 mkdir -p "$work/seeds" "$work/corpus/record" "$work/corpus/checkpoint" "$work/artifacts"
 "$dir/tests/fuzz/make_corpus" "$work/seeds" tests/testdata
 
+# One JSON line per target, in meson's testlog format, for summarize_tests.py.
+results=$work/fuzzlog.json
+: >"$results"
 status=0
 for target in record checkpoint; do
   log=$work/$target.log
@@ -36,7 +39,9 @@ for target in record checkpoint; do
   [[ -n $done_line ]] || done_line=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
   if [[ $rc -eq 0 ]]; then
     echo "fuzz $target: ok after ${secs}s: $done_line"
+    echo "{\"name\": \"fuzz_$target\", \"result\": \"OK\"}" >>"$results"
   else
+    echo "{\"name\": \"fuzz_$target\", \"result\": \"FAIL\"}" >>"$results"
     echo "fuzz $target: FAILED (exit $rc); see $log and $work/artifacts/"
     grep -E 'ERROR|SUMMARY|runtime error|deadly signal|timeout' "$log" | head -5 || true
     status=1

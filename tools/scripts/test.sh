@@ -3,6 +3,7 @@
 # whole test suite twice, as CI does:
 #   1. release build (warnings are errors)
 #   2. ASan + UBSan build (warnings are errors, any report fails the test)
+#   3. a 60-second smoke run of each fuzz target (tools/scripts/fuzz.sh)
 # Ends with one line "N passed, N failed, N skipped" counted from meson's test
 # logs of both builds (a build that fails counts as one failed test).
 set -uo pipefail
@@ -30,5 +31,10 @@ for kind in release asan; do
   meson test -C "$dir" --print-errorlogs --num-processes 2
   results+=("$kind:$dir/meson-logs/testlog.json")
 done
+
+# 3. a 60-second smoke run of each libFuzzer target (clang, ASan+UBSan)
+echo "=== fuzz: 60 s per target"
+if tools/scripts/fuzz.sh 60; then :; fi
+results+=("fuzz:build-fuzz/fuzz-work/fuzzlog.json")
 
 /usr/bin/python3 tools/scripts/summarize_tests.py "${results[@]}"
