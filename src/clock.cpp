@@ -2,22 +2,27 @@
 //
 // ManualClock wakes two kinds of blocked threads when Advance() moves time:
 //
-//   sleepers  (SleepFor) wait on the clock's own mutex for a condition that
-//             reads the clock's time, so absl re-evaluates it when Advance()
-//             releases that mutex.
-//   awaiters  (AwaitWithDeadline) wait on the *caller's* mutex `mu`, which
-//             the clock cannot see. Each registers a Waiter in the clock and
-//             waits for `cond || waiter.due`. Advance() picks the waiters
+//   sleepers  (SleepFor) wait on the clock's own mutex and condition
+//             variable for the clock's time to reach their deadline;
+//             Advance() notifies that condition variable.
+//   waiters   (WaitUntil) wait on the *caller's* mutex and condition
+//             variable, which the clock cannot see otherwise. Each registers
+//             a Waiter (mutex, cv, deadline, `due` flag) in the clock and
+//             waits for `pred() || waiter.due`. Advance() picks the waiters
 //             whose deadline has come, pins them, releases the clock mutex,
-//             then for each sets `due` under `mu` and unlocks `mu`, which
-//             makes absl re-evaluate the waiter's condition (the technique of
-//             absl's SimulatedClock).
+//             then for each locks the waiter's mutex, sets `due`, notifies
+//             the waiter's cv and unlocks (the technique of absl's
+//             SimulatedClock, on std::condition_variable).
 //
-// Lock order: a caller's `mu` before the clock mutex, never the other way.
-// An awaiter holds `mu` while it registers and unregisters; Advance() never
-// holds the clock mutex while it locks a waiter's `mu`. A pinned Waiter (and
-// its `mu`) stays alive until Advance() has unpinned it: the awaiter waits
-// for that before it returns.
+// Lock order: a caller's mutex before the clock mutex, never the other way.
+// A waiter holds its mutex while it registers and unregisters; Advance()
+// never holds the clock mutex while it locks a waiter's mutex. A pinned
+// Waiter (and its mutex and cv) stays alive until Advance() has unpinned it:
+// the waiter waits for that before it returns.
+//
+// Only std::mutex / std::condition_variable here (pthread underneath, which
+// ThreadSanitizer intercepts). libstdc++'s std::mutex carries no capability
+// annotations, so "guarded by" and "REQUIRES" are comments.
 #include "foreman/clock.hpp"
 
 #include <algorithm>
@@ -25,10 +30,27 @@
 #include <chrono>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
+#include "absl/time/clock.h"
 #include "log.hpp"
 
 namespace foreman {
+
+namespace {
+
+/// Longest single std::chrono wait; longer ones are cut into pieces of this
+/// size, so that a steady_clock time point never overflows (an
+/// absl::InfiniteDuration deadline included).
+constexpr absl::Duration kMaxChronoWait = absl::Hours(24 * 365);
+
+/// `d` (>= 0 and finite: at most a time since the clock's origin plus
+/// kMaxChronoWait) as a steady_clock duration, rounded up to a whole tick so
+/// that a wait for it never ends before `d`.
+std::chrono::steady_clock::duration ToSteadyDuration(absl::Duration d) {
+  return std::chrono::ceil<std::chrono::steady_clock::duration>(
+      absl::ToChronoNanoseconds(absl::Ceil(d, absl::Nanoseconds(1))));
+}
+
+}  // namespace
 
 // -- Clock::Real() ------------------------------------------------------------
 
@@ -51,16 +73,18 @@ class RealClock final : public Clock {
     if (d > absl::ZeroDuration()) absl::SleepFor(d);
   }
 
-  bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                         absl::Duration deadline) override {
-    mu->AssertHeld();
-    // AwaitWithTimeout measures its timeout on absl's own clock; loop so that
-    // an early return (for example after a wall-clock jump) waits out the rest
-    // of the monotonic deadline.
+  bool WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                 absl::Duration deadline, const std::function<bool()>& pred) override {
+    assert(lock.owns_lock() && "Clock::WaitUntil: the lock must own its mutex");
+    // MonotonicNow() is steady_clock time since origin_, so the deadline on
+    // steady_clock is origin_ + deadline. Loop on spurious wake-ups and on
+    // the pieces of a wait longer than kMaxChronoWait.
     for (;;) {
-      const absl::Duration remaining = deadline - MonotonicNow();
-      if (remaining <= absl::ZeroDuration()) return cond.Eval();
-      if (mu->AwaitWithTimeout(cond, remaining)) return true;
+      if (pred()) return true;
+      const absl::Duration now = MonotonicNow();
+      if (now >= deadline) return false;
+      const absl::Duration until = now + std::min(deadline - now, kMaxChronoWait);
+      cv.wait_until(lock, origin_ + ToSteadyDuration(until));
     }
   }
 
@@ -81,13 +105,15 @@ Clock* Clock::Real() {
 
 namespace {
 
-/// One thread blocked in ManualClock::AwaitWithDeadline(). Lives on that
-/// thread's stack.
+/// One thread blocked in ManualClock::WaitUntil(). Lives on that thread's
+/// stack.
 struct Waiter {
-  Waiter(absl::Mutex* m, absl::Duration d) : mu(m), deadline(d) {}
+  Waiter(std::mutex* m, std::condition_variable* c, absl::Duration d)
+      : mu(m), cv(c), deadline(d) {}
 
-  /// The caller's mutex.
-  absl::Mutex* const mu;
+  /// The caller's mutex and condition variable.
+  std::mutex* const mu;
+  std::condition_variable* const cv;
   /// Monotonic deadline.
   const absl::Duration deadline;
   /// Set by Advance() (or the destructor) once the deadline has come.
@@ -106,9 +132,10 @@ struct Waiter {
 struct ManualClock::Impl {
   explicit Impl(absl::Time wall_start) : wall(wall_start) {}
 
-  /// Picks the registered awaiters whose deadline has come (all of them once
+  /// Picks the registered waiters whose deadline has come (all of them once
   /// `shutting_down`) and pins them; Signal() must follow.
-  std::vector<Waiter*> PickDue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  /// REQUIRES: mu held.
+  std::vector<Waiter*> PickDue() {
     std::vector<Waiter*> due;
     for (Waiter* w : awaiters) {
       if (!w->picked && (shutting_down || w->deadline <= monotonic)) {
@@ -120,30 +147,37 @@ struct ManualClock::Impl {
     return due;
   }
 
-  /// Sets `due` on each picked waiter under its own mutex (so absl
-  /// re-evaluates its condition on unlock), then unpins it.
-  void Signal(const std::vector<Waiter*>& due) ABSL_LOCKS_EXCLUDED(mu) {
+  /// Sets `due` on each picked waiter under its own mutex and notifies its
+  /// condition variable, then unpins it.
+  /// REQUIRES: mu not held (a waiter's mutex comes first in the lock order).
+  void Signal(const std::vector<Waiter*>& due) {
     if (due.empty()) return;
     for (Waiter* w : due) {
-      w->mu->Lock();
+      std::lock_guard<std::mutex> l(*w->mu);
       w->due = true;
-      w->mu->Unlock();
+      w->cv->notify_all();
     }
-    absl::MutexLock l(&mu);
-    for (Waiter* w : due) --w->pins;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      for (Waiter* w : due) --w->pins;
+    }
+    changed.notify_all();
   }
 
   /// The clock's own mutex (after any caller's mutex in the lock order).
-  absl::Mutex mu;
-  absl::Time wall ABSL_GUARDED_BY(mu);
-  absl::Duration monotonic ABSL_GUARDED_BY(mu) = absl::ZeroDuration();
-  /// Threads inside SleepFor() or AwaitWithDeadline() (past their fast path).
-  /// A thread leaves this count as its last use of the clock.
-  int waiters ABSL_GUARDED_BY(mu) = 0;
-  /// Registered awaiters, in registration order.
-  std::vector<Waiter*> awaiters ABSL_GUARDED_BY(mu);
-  /// Set by the destructor: every wait ends at once.
-  bool shutting_down ABSL_GUARDED_BY(mu) = false;
+  std::mutex mu;
+  /// Notified (after `mu` is released) whenever the time moves, `waiters`
+  /// changes, a pin is released or `shutting_down` is set.
+  std::condition_variable changed;
+  absl::Time wall;  // guarded by mu
+  absl::Duration monotonic = absl::ZeroDuration();  // guarded by mu
+  /// Threads inside SleepFor() or WaitUntil() (past their fast path). A
+  /// thread leaves this count as its last use of the clock. Guarded by mu.
+  int waiters = 0;
+  /// Registered waiters, in registration order. Guarded by mu.
+  std::vector<Waiter*> awaiters;
+  /// Set by the destructor: every wait ends at once. Guarded by mu.
+  bool shutting_down = false;
 };
 
 // -- ManualClock --------------------------------------------------------------
@@ -153,15 +187,15 @@ ManualClock::ManualClock(absl::Time wall_start)
 
 /// Destroying a ManualClock while threads are blocked in it is a bug in the
 /// caller; rather than freeing the state under them, the destructor logs a
-/// warning, wakes them all (SleepFor returns early; AwaitWithDeadline returns
-/// the value of its condition) and waits until they have left. Any later
-/// call on the clock is undefined behaviour, as for any destroyed object.
+/// warning, wakes them all (SleepFor returns early; WaitUntil returns the
+/// value of its predicate) and waits until they have left. Any later call on
+/// the clock is undefined behaviour, as for any destroyed object.
 ManualClock::~ManualClock() {
   Impl& s = *impl_;
   std::vector<Waiter*> due;
   int blocked = 0;
   {
-    absl::MutexLock l(&s.mu);
+    std::lock_guard<std::mutex> l(s.mu);
     s.shutting_down = true;
     blocked = s.waiters;
     due = s.PickDue();
@@ -169,109 +203,125 @@ ManualClock::~ManualClock() {
   if (blocked == 0) return;
   FOREMAN_LOG_WARN("ManualClock destroyed while {} thread(s) were blocked in it; waking them",
                    blocked);
-  s.Signal(due);
-  absl::MutexLock l(&s.mu);
-  s.mu.Await(absl::Condition(
-      +[](Impl* impl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl->mu) { return impl->waiters == 0; },
-      &s));
+  s.changed.notify_all();  // the sleepers
+  s.Signal(due);           // the waiters
+  std::unique_lock<std::mutex> l(s.mu);
+  s.changed.wait(l, [&s] { return s.waiters == 0; });
 }
 
 absl::Time ManualClock::WallNow() {
-  absl::MutexLock l(&impl_->mu);
+  std::lock_guard<std::mutex> l(impl_->mu);
   return impl_->wall;
 }
 
 absl::Duration ManualClock::MonotonicNow() {
-  absl::MutexLock l(&impl_->mu);
+  std::lock_guard<std::mutex> l(impl_->mu);
   return impl_->monotonic;
 }
 
 void ManualClock::SleepFor(absl::Duration d) {
   if (d <= absl::ZeroDuration()) return;
   Impl& s = *impl_;
-  absl::MutexLock l(&s.mu);
+  std::unique_lock<std::mutex> l(s.mu);
   const absl::Duration deadline = s.monotonic + d;
   ++s.waiters;
-  auto reached = [&s, deadline]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-    return s.shutting_down || s.monotonic >= deadline;
-  };
-  s.mu.Await(absl::Condition(&reached));
+  s.changed.notify_all();
+  s.changed.wait(l, [&s, deadline] { return s.shutting_down || s.monotonic >= deadline; });
   --s.waiters;
+  // Notified under the mutex: once it is released, the destructor may free
+  // `s` (this is the thread's last use of the clock).
+  s.changed.notify_all();
 }
 
-// The analysis cannot follow `mu`, held on entry and on return but released
-// and re-acquired on the rare path below.
-bool ManualClock::AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                                    absl::Duration deadline) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  mu->AssertHeld();
-  if (cond.Eval()) return true;
+bool ManualClock::WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                            absl::Duration deadline, const std::function<bool()>& pred) {
+  assert(lock.owns_lock() && "Clock::WaitUntil: the lock must own its mutex");
+  if (pred()) return true;
   Impl& s = *impl_;
-  Waiter w(mu, deadline);
+  Waiter w(lock.mutex(), &cv, deadline);
   {
-    absl::MutexLock l(&s.mu);
-    if (s.shutting_down || s.monotonic >= deadline) return false;  // cond is false
+    std::lock_guard<std::mutex> l(s.mu);
+    if (s.shutting_down || s.monotonic >= deadline) return false;  // pred() is false
     s.awaiters.push_back(&w);
     ++s.waiters;
+    s.changed.notify_all();
   }
 
-  // Wakes when another thread makes `cond` true and releases `mu`, or when
-  // Advance() sets `due` under `mu`.
-  auto ready = [&w, &cond]() { return w.due || cond.Eval(); };
-  mu->Await(absl::Condition(&ready));
-
-  bool pinned = false;
-  {
-    absl::MutexLock l(&s.mu);
-    auto it = std::find(s.awaiters.begin(), s.awaiters.end(), &w);
-    assert(it != s.awaiters.end());
-    s.awaiters.erase(it);  // from here on no Advance() picks `w`
-    pinned = w.pins > 0;
-    if (!pinned) --s.waiters;
-  }
-  if (pinned) {
-    // An Advance() picked `w` (so the deadline has come) and is about to lock
-    // `mu`, or is waiting for it: let it finish with `w` and `mu` before they
-    // can go away.
-    mu->Unlock();
+  // Unregisters `w`; called with the caller's mutex held, which it may
+  // release for a while.
+  const auto leave = [&s, &w, &lock] {
+    bool pinned = false;
     {
-      absl::MutexLock l(&s.mu);
-      s.mu.Await(absl::Condition(
-          +[](Waiter* waiter) { return waiter->pins == 0; }, &w));
-      --s.waiters;
+      std::lock_guard<std::mutex> l(s.mu);
+      auto it = std::find(s.awaiters.begin(), s.awaiters.end(), &w);
+      assert(it != s.awaiters.end());
+      s.awaiters.erase(it);  // from here on no Advance() picks `w`
+      pinned = w.pins > 0;
+      if (!pinned) {
+        --s.waiters;
+        s.changed.notify_all();  // under the mutex: see SleepFor()
+      }
     }
-    mu->Lock();
+    if (pinned) {
+      // An Advance() picked `w` (so the deadline has come) and is about to
+      // lock the mutex, or is waiting for it: let it finish with `w`, the
+      // mutex and `cv` before they can go away.
+      lock.unlock();
+      {
+        std::unique_lock<std::mutex> l(s.mu);
+        s.changed.wait(l, [&w] { return w.pins == 0; });
+        --s.waiters;
+        s.changed.notify_all();
+      }
+      lock.lock();
+    }
+  };
+
+  // Wakes when another thread changes the state under the mutex and notifies
+  // `cv`, or when Advance() sets `due` under the mutex and notifies `cv`.
+  try {
+    while (!w.due && !pred()) cv.wait(lock);
+  } catch (...) {  // from pred(): `w` must not stay registered
+    leave();
+    throw;
   }
-  return cond.Eval();
+  leave();
+  return pred();
 }
 
 void ManualClock::Advance(absl::Duration d) {
   assert(d >= absl::ZeroDuration() && "ManualClock::Advance: negative duration");
   if (d <= absl::ZeroDuration()) return;
+  Impl& s = *impl_;
   std::vector<Waiter*> due;
   {
-    absl::MutexLock l(&impl_->mu);
-    impl_->monotonic += d;
-    impl_->wall += d;
-    due = impl_->PickDue();
-  }  // Releasing the mutex wakes the sleepers whose deadline has come.
-  impl_->Signal(due);
+    std::lock_guard<std::mutex> l(s.mu);
+    s.monotonic += d;
+    s.wall += d;
+    due = s.PickDue();
+  }
+  s.changed.notify_all();  // wakes the sleepers whose deadline has come
+  s.Signal(due);
 }
 
 void ManualClock::SetWallTime(absl::Time t) {
-  absl::MutexLock l(&impl_->mu);
+  std::lock_guard<std::mutex> l(impl_->mu);
   impl_->wall = t;
 }
 
 int ManualClock::waiters() const {
-  absl::MutexLock l(&impl_->mu);
+  std::lock_guard<std::mutex> l(impl_->mu);
   return impl_->waiters;
 }
 
 bool ManualClock::BlockUntilWaiters(int n, absl::Duration real_timeout) {
   Impl& s = *impl_;
-  absl::MutexLock l(&s.mu);
-  auto enough = [&s, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { return s.waiters >= n; };
-  return s.mu.AwaitWithTimeout(absl::Condition(&enough), real_timeout);
+  std::unique_lock<std::mutex> l(s.mu);
+  const auto enough = [&s, n] { return s.waiters >= n; };
+  const absl::Duration timeout =
+      std::clamp(real_timeout, absl::ZeroDuration(), kMaxChronoWait);
+  return s.changed.wait_until(l, std::chrono::steady_clock::now() + ToSteadyDuration(timeout),
+                              enough);
 }
 
 }  // namespace foreman

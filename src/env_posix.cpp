@@ -9,14 +9,13 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "foreman/env.hpp"
 
 namespace foreman {
@@ -193,8 +192,8 @@ class PosixRandomAccessFile : public RandomAccessFile {
 /// The paths locked by this process: fcntl locks are per process, so they
 /// cannot tell two lock objects of one process apart.
 struct LockTable {
-  absl::Mutex mu;
-  std::set<std::string> paths ABSL_GUARDED_BY(mu);
+  std::mutex mu;
+  std::set<std::string> paths;  // guarded by mu
 };
 
 LockTable& Locks() {
@@ -210,7 +209,7 @@ class PosixFileLock : public FileLock {
     LockTable& locks = Locks();
     // Unlock before the name leaves the table, so that no other lock object
     // of this process can take the lock in between and lose it to our close.
-    absl::MutexLock l(&locks.mu);
+    std::lock_guard<std::mutex> l(locks.mu);
     CloseFd(fd_, path_).IgnoreError();  // Releases the fcntl lock.
     locks.paths.erase(path_);
   }
@@ -396,7 +395,7 @@ class PosixEnv : public Env {
 
   StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
     LockTable& locks = Locks();
-    absl::MutexLock l(&locks.mu);
+    std::lock_guard<std::mutex> l(locks.mu);
     // Checked before opening: closing any descriptor of the file would drop
     // this process's fcntl lock on it.
     if (locks.paths.count(path) != 0) {

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -20,10 +21,8 @@
 #include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "log.hpp"
 
 namespace foreman {
@@ -68,7 +67,7 @@ struct LoggerState {
   /// Never destroyed.
   spdlog::logger* logger = nullptr;
   /// Serialises ConfigureLogging() so that sinks and level change together.
-  absl::Mutex config_mu;
+  std::mutex config_mu;
 };
 
 std::shared_ptr<spdlog::sinks::sink> MakeStderrSink() {
@@ -151,7 +150,7 @@ Status ConfigureLogging(const LogOptions& options) {
     LoggerState& state = State();
     // Build everything that can fail before touching the current setup.
     FOREMAN_ASSIGN_OR_RETURN(auto sinks, MakeSinks(options));
-    absl::MutexLock l(&state.config_mu);
+    std::lock_guard<std::mutex> l(state.config_mu);
     state.dist->set_sinks(std::move(sinks));  // the old sinks close here
     state.logger->set_level(ToSpdlog(options.level));
     return absl::OkStatus();

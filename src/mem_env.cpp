@@ -18,16 +18,15 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 
 namespace foreman {
 
@@ -121,22 +120,27 @@ Status IsADirectory(const std::string& path) {
 
 // -- shared state ------------------------------------------------------------------
 
+/// The file system, shared by the MemEnv and every file object it opened.
+/// `mu` guards every other member and every Node reachable from them; each
+/// method below requires `mu` held.
 struct MemEnv::State {
-  mutable absl::Mutex mu;
-  NodePtr root ABSL_GUARDED_BY(mu) = std::make_shared<Node>(true);  // "/"
-  NodePtr cwd ABSL_GUARDED_BY(mu) = std::make_shared<Node>(true);   // "."
-  std::set<std::string> locks ABSL_GUARDED_BY(mu);  // Canonical paths.
-  bool active ABSL_GUARDED_BY(mu) = true;
-  int64_t ops ABSL_GUARDED_BY(mu) = 0;
-  int64_t ops_until_crash ABSL_GUARDED_BY(mu) = kNoCrash;
-  uint64_t epoch ABSL_GUARDED_BY(mu) = 0;  // Bumped by every Crash().
+  mutable std::mutex mu;
+  NodePtr root = std::make_shared<Node>(true);  // "/"; guarded by mu
+  NodePtr cwd = std::make_shared<Node>(true);   // "."; guarded by mu
+  std::set<std::string> locks;  // Canonical paths; guarded by mu.
+  bool active = true;           // guarded by mu
+  int64_t ops = 0;              // guarded by mu
+  int64_t ops_until_crash = kNoCrash;  // guarded by mu
+  uint64_t epoch = 0;  // Bumped by every Crash(); guarded by mu.
 
-  Status CheckActive(const std::string& path) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  /// REQUIRES: mu held.
+  Status CheckActive(const std::string& path) const {
     return active ? absl::OkStatus() : Inactive(path);
   }
 
   /// Counts a successful mutating operation; may stop the file system.
-  void CountMutation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  /// REQUIRES: mu held.
+  void CountMutation() {
     ++ops;
     if (ops_until_crash != kNoCrash && --ops_until_crash <= 0) {
       active = false;
@@ -145,7 +149,8 @@ struct MemEnv::State {
   }
 
   /// The node at `p`, or null.
-  NodePtr Lookup(const ParsedPath& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  /// REQUIRES: mu held.
+  NodePtr Lookup(const ParsedPath& p) const {
     NodePtr node = p.absolute ? root : cwd;
     for (const std::string& part : p.parts) {
       if (!node->is_dir) return nullptr;
@@ -157,9 +162,8 @@ struct MemEnv::State {
   }
 
   /// The directory that holds the name `p`; NOT_FOUND when missing.
-  /// REQUIRES: `p` is not a root.
-  StatusOr<NodePtr> Parent(const ParsedPath& p, const std::string& path) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  /// REQUIRES: mu held; `p` is not a root.
+  StatusOr<NodePtr> Parent(const ParsedPath& p, const std::string& path) const {
     ParsedPath parent = p;
     parent.parts.pop_back();
     NodePtr node = Lookup(parent);
@@ -170,7 +174,8 @@ struct MemEnv::State {
   }
 
   /// The existing directory `dir`.
-  StatusOr<NodePtr> Directory(const std::string& dir) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  /// REQUIRES: mu held.
+  StatusOr<NodePtr> Directory(const std::string& dir) const {
     FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(dir));
     NodePtr node = Lookup(p);
     if (node == nullptr) return NoSuchFile(dir);
@@ -179,7 +184,8 @@ struct MemEnv::State {
   }
 
   /// The existing file `path`.
-  StatusOr<NodePtr> File(const std::string& path) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  /// REQUIRES: mu held.
+  StatusOr<NodePtr> File(const std::string& path) const {
     FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
     NodePtr node = Lookup(p);
     if (node == nullptr) return NoSuchFile(path);
@@ -188,8 +194,8 @@ struct MemEnv::State {
   }
 
   /// The file `path`, created when missing, truncated when `truncate`.
-  StatusOr<NodePtr> OpenForWrite(const std::string& path, bool truncate)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  /// REQUIRES: mu held.
+  StatusOr<NodePtr> OpenForWrite(const std::string& path, bool truncate) {
     FOREMAN_RETURN_IF_ERROR(CheckActive(path));
     FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
     if (p.parts.empty()) return IsADirectory(path);
@@ -205,7 +211,8 @@ struct MemEnv::State {
     return node;
   }
 
-  Status CreateDir(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  /// REQUIRES: mu held.
+  Status CreateDir(const std::string& dir) {
     FOREMAN_RETURN_IF_ERROR(CheckActive(dir));
     FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(dir));
     if (p.parts.empty()) return absl::AlreadyExistsError(absl::StrCat(dir, " already exists"));
@@ -217,7 +224,8 @@ struct MemEnv::State {
     return absl::OkStatus();
   }
 
-  Status SyncDir(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  /// REQUIRES: mu held.
+  Status SyncDir(const std::string& dir) {
     FOREMAN_RETURN_IF_ERROR(CheckActive(dir));
     FOREMAN_ASSIGN_OR_RETURN(NodePtr node, Directory(dir));
     node->durable_children = node->children;
@@ -243,7 +251,7 @@ class MemWritableFile : public WritableFile {
   ~MemWritableFile() override { Close().IgnoreError(); }
 
   Status Append(absl::string_view data) override {
-    absl::MutexLock l(&state_->mu);
+    std::lock_guard<std::mutex> l(state_->mu);
     FOREMAN_RETURN_IF_ERROR(Check());
     node_->data.append(data.data(), data.size());
     size_ += data.size();
@@ -252,14 +260,14 @@ class MemWritableFile : public WritableFile {
   }
 
   Status Flush() override {
-    absl::MutexLock l(&state_->mu);
+    std::lock_guard<std::mutex> l(state_->mu);
     FOREMAN_RETURN_IF_ERROR(Check());  // Appends go straight to the "OS".
     state_->CountMutation();
     return absl::OkStatus();
   }
 
   Status Sync() override {
-    absl::MutexLock l(&state_->mu);
+    std::lock_guard<std::mutex> l(state_->mu);
     FOREMAN_RETURN_IF_ERROR(Check());
     node_->synced_data = node_->data;
     state_->CountMutation();
@@ -268,7 +276,7 @@ class MemWritableFile : public WritableFile {
 
   Status Close() override {
     if (closed_) return absl::OkStatus();
-    absl::MutexLock l(&state_->mu);
+    std::lock_guard<std::mutex> l(state_->mu);
     FOREMAN_RETURN_IF_ERROR(Check());
     closed_ = true;
     state_->CountMutation();
@@ -278,7 +286,8 @@ class MemWritableFile : public WritableFile {
   uint64_t Size() const override { return size_; }
 
  private:
-  Status Check() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
+  /// REQUIRES: state_->mu held.
+  Status Check() const {
     FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path_));
     if (epoch_ != state_->epoch) return StaleHandle(path_);
     if (closed_) return absl::FailedPreconditionError(absl::StrCat(path_, " is closed"));
@@ -300,7 +309,7 @@ class MemRandomAccessFile : public RandomAccessFile {
       : state_(std::move(state)), node_(std::move(node)), path_(std::move(path)), epoch_(epoch) {}
 
   StatusOr<absl::string_view> Read(uint64_t offset, std::size_t n, char* scratch) const override {
-    absl::MutexLock l(&state_->mu);
+    std::lock_guard<std::mutex> l(state_->mu);
     FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path_));
     if (epoch_ != state_->epoch) return StaleHandle(path_);
     const std::string& data = node_->data;
@@ -314,7 +323,7 @@ class MemRandomAccessFile : public RandomAccessFile {
   }
 
   uint64_t Size() const override {
-    absl::MutexLock l(&state_->mu);
+    std::lock_guard<std::mutex> l(state_->mu);
     return node_->data.size();
   }
 
@@ -331,7 +340,7 @@ class MemFileLock : public FileLock {
       : state_(std::move(state)), name_(std::move(name)), epoch_(epoch) {}
 
   ~MemFileLock() override {
-    absl::MutexLock l(&state_->mu);
+    std::lock_guard<std::mutex> l(state_->mu);
     // A crash already released it; someone may hold it again by now.
     if (epoch_ == state_->epoch) state_->locks.erase(name_);
   }
@@ -351,7 +360,7 @@ MemEnv::MemEnv() : state_(std::make_shared<State>()) {}
 MemEnv::~MemEnv() = default;
 
 void MemEnv::Crash() {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   std::set<const Node*> seen;
   Restore(state_->root.get(), &seen);
   Restore(state_->cwd.get(), &seen);
@@ -364,12 +373,12 @@ void MemEnv::Crash() {
 }
 
 void MemEnv::SetFilesystemActive(bool active) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   state_->active = active;
 }
 
 void MemEnv::SetCrashAfterOperations(int64_t n) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   state_->ops_until_crash = n;
   if (n <= 0) {
     state_->active = false;
@@ -378,19 +387,19 @@ void MemEnv::SetCrashAfterOperations(int64_t n) {
 }
 
 int64_t MemEnv::mutating_operations() const {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   return state_->ops;
 }
 
 StatusOr<std::string> MemEnv::ReadFileToString(const std::string& path) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->File(path));
   return node->data;
 }
 
 StatusOr<std::unique_ptr<RandomAccessFile>> MemEnv::NewRandomAccessFile(const std::string& path) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->File(path));
   return std::unique_ptr<RandomAccessFile>(
@@ -398,7 +407,7 @@ StatusOr<std::unique_ptr<RandomAccessFile>> MemEnv::NewRandomAccessFile(const st
 }
 
 StatusOr<std::unique_ptr<WritableFile>> MemEnv::NewWritableFile(const std::string& path) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->OpenForWrite(path, /*truncate=*/true));
   state_->CountMutation();
   return std::unique_ptr<WritableFile>(
@@ -406,7 +415,7 @@ StatusOr<std::unique_ptr<WritableFile>> MemEnv::NewWritableFile(const std::strin
 }
 
 StatusOr<std::unique_ptr<WritableFile>> MemEnv::NewAppendableFile(const std::string& path) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->OpenForWrite(path, /*truncate=*/false));
   state_->CountMutation();
   return std::unique_ptr<WritableFile>(
@@ -414,7 +423,7 @@ StatusOr<std::unique_ptr<WritableFile>> MemEnv::NewAppendableFile(const std::str
 }
 
 Status MemEnv::RenameFile(const std::string& from, const std::string& to) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(from));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath src, Parse(from));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath dst, Parse(to));
@@ -449,7 +458,7 @@ Status MemEnv::RenameFile(const std::string& from, const std::string& to) {
 }
 
 Status MemEnv::DeleteFile(const std::string& path) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
   FOREMAN_RETURN_IF_ERROR(state_->File(path).status());
@@ -460,21 +469,21 @@ Status MemEnv::DeleteFile(const std::string& path) {
 }
 
 Status MemEnv::FileExists(const std::string& path) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
   return state_->Lookup(p) != nullptr ? absl::OkStatus() : NoSuchFile(path);
 }
 
 StatusOr<uint64_t> MemEnv::GetFileSize(const std::string& path) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->File(path));
   return node->data.size();
 }
 
 StatusOr<std::vector<std::string>> MemEnv::GetChildren(const std::string& dir) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(dir));
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->Directory(dir));
   std::vector<std::string> names;
@@ -484,7 +493,7 @@ StatusOr<std::vector<std::string>> MemEnv::GetChildren(const std::string& dir) {
 }
 
 StatusOr<bool> MemEnv::IsDirectory(const std::string& path) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
   NodePtr node = state_->Lookup(p);
@@ -493,14 +502,14 @@ StatusOr<bool> MemEnv::IsDirectory(const std::string& path) {
 }
 
 Status MemEnv::CreateDir(const std::string& dir) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   return state_->CreateDir(dir);
 }
 
 Status MemEnv::RecursivelyCreateDir(const std::string& dir) {
   // Counts as the CreateDir and SyncDir of each level it creates, so that a
   // crash can strike between them.
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(dir));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(dir));
   ParsedPath prefix{p.absolute, {}};
@@ -519,7 +528,7 @@ Status MemEnv::RecursivelyCreateDir(const std::string& dir) {
 }
 
 Status MemEnv::DeleteDir(const std::string& dir) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(dir));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(dir));
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->Directory(dir));
@@ -534,12 +543,12 @@ Status MemEnv::DeleteDir(const std::string& dir) {
 }
 
 Status MemEnv::SyncDir(const std::string& dir) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   return state_->SyncDir(dir);
 }
 
 StatusOr<std::unique_ptr<FileLock>> MemEnv::LockFile(const std::string& path) {
-  absl::MutexLock l(&state_->mu);
+  std::lock_guard<std::mutex> l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
   std::string name = Canonical(p);

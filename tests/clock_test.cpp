@@ -1,23 +1,27 @@
 // Tests for Clock::Real() and ManualClock (include/foreman/clock.hpp).
 //
 // ManualClock tests never sleep: a test waits (in bounded real time) until the
-// thread under test is blocked in the clock, then moves time by hand. Every
+// thread under test is blocked in the clock, then moves time by hand. (One
+// test gives a thread 50 ms of real time to show that it stays blocked.) Every
 // thread a test starts is woken and joined at the end even when a check
 // fails, so a failure is reported rather than hung.
 #include "foreman/clock.hpp"
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
 #include <doctest/doctest.h>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "foreman/logging.hpp"
 
 namespace foreman {
 namespace {
@@ -32,7 +36,9 @@ class Background {
   explicit Background(std::function<void()> fn)
       : thread_([this, fn = std::move(fn)] {
           fn();
-          done_.Notify();
+          std::lock_guard<std::mutex> l(mu_);
+          done_ = true;
+          cv_.notify_all();
         }) {}
   ~Background() { thread_.join(); }
 
@@ -40,25 +46,69 @@ class Background {
   Background& operator=(const Background&) = delete;
 
   /// Whether `fn` has returned, waiting for it at most `timeout` (real time).
-  bool WaitDone(absl::Duration timeout) { return done_.WaitForNotificationWithTimeout(timeout); }
+  bool WaitDone(absl::Duration timeout) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, absl::ToChronoMilliseconds(timeout), [this] { return done_; });
+  }
   /// Whether `fn` has returned, without waiting.
-  bool Done() const { return done_.HasBeenNotified(); }
+  bool Done() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return done_;
+  }
 
  private:
-  absl::Notification done_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  // Last: starts once the members above exist.
   std::thread thread_;
 };
 
-/// A flag that a thread waits for with AwaitWithDeadline.
+/// A flag that a thread waits for with WaitUntil.
 struct Flag {
-  absl::Mutex mu;
-  bool value ABSL_GUARDED_BY(mu) = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool value = false;  // guarded by mu
 
+  /// Sets the flag under the mutex and notifies the waiters.
   void Set() {
-    absl::MutexLock l(&mu);
+    std::lock_guard<std::mutex> l(mu);
     value = true;
+    cv.notify_all();
+  }
+
+  /// Notifies the waiters without changing the flag (a spurious wake-up, as
+  /// far as they can tell).
+  void Poke() {
+    std::lock_guard<std::mutex> l(mu);
+    cv.notify_all();
+  }
+
+  /// The predicate for WaitUntil. REQUIRES: mu held.
+  std::function<bool()> IsSet() {
+    return [this] { return value; };
   }
 };
+
+/// Whether `mu` is locked by some thread: another thread fails to take it.
+/// (try_lock on a mutex the calling thread owns is undefined behaviour.)
+bool LockedElsewhere(std::mutex& mu) {
+  bool locked = false;
+  std::thread probe([&] {
+    if (mu.try_lock()) {
+      mu.unlock();
+    } else {
+      locked = true;
+    }
+  });
+  probe.join();
+  return locked;
+}
+
+/// Whether `lock` owns its mutex, and the mutex is really locked.
+bool Holds(std::unique_lock<std::mutex>& lock) {
+  return lock.owns_lock() && LockedElsewhere(*lock.mutex());
+}
 
 /// Far enough to pass any deadline a test uses; a failing test calls it
 /// before joining its threads.
@@ -172,37 +222,40 @@ TEST_CASE("SetWallTime does not wake a sleeper") {
   clock.Advance(kForever);
 }
 
-// -- ManualClock: AwaitWithDeadline ------------------------------------------------
+// -- ManualClock: WaitUntil --------------------------------------------------------
 
-TEST_CASE("AwaitWithDeadline returns true when another thread makes the condition true") {
+TEST_CASE("WaitUntil returns true when another thread makes the condition true") {
   ManualClock clock;
   Flag flag;
   std::atomic<int> result{-1};
+  std::atomic<bool> held{false};
   Background waiter([&] {
-    absl::MutexLock l(&flag.mu);
-    const bool r = clock.AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value),
-                                           clock.MonotonicNow() + absl::Seconds(10));
-    flag.mu.AssertHeld();
+    std::unique_lock<std::mutex> l(flag.mu);
+    const bool r = clock.WaitUntil(l, flag.cv, clock.MonotonicNow() + absl::Seconds(10),
+                                   flag.IsSet());
+    held = Holds(l);
     result = r ? 1 : 0;
   });
   CHECK(clock.BlockUntilWaiters(1, kRealTimeout));
   flag.Set();  // takes the mutex: the waiter released it while waiting
   CHECK(waiter.WaitDone(kRealTimeout));
   CHECK(result.load() == 1);
+  CHECK(held.load());
   CHECK(clock.waiters() == 0);
   CHECK(clock.MonotonicNow() == absl::ZeroDuration());
   clock.Advance(kForever);
 }
 
-TEST_CASE("AwaitWithDeadline returns false once Advance passes the deadline") {
+TEST_CASE("WaitUntil returns false once Advance passes the deadline") {
   ManualClock clock;
   Flag flag;
   std::atomic<int> result{-1};
+  std::atomic<bool> held{false};
   Background waiter([&] {
-    absl::MutexLock l(&flag.mu);
-    const bool r = clock.AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value),
-                                           clock.MonotonicNow() + absl::Seconds(5));
-    flag.mu.AssertHeld();
+    std::unique_lock<std::mutex> l(flag.mu);
+    const bool r = clock.WaitUntil(l, flag.cv, clock.MonotonicNow() + absl::Seconds(5),
+                                   flag.IsSet());
+    held = Holds(l);
     result = r ? 1 : 0;
   });
   CHECK(clock.BlockUntilWaiters(1, kRealTimeout));
@@ -215,6 +268,7 @@ TEST_CASE("AwaitWithDeadline returns false once Advance passes the deadline") {
   clock.Advance(absl::Seconds(2));
   CHECK(waiter.WaitDone(kRealTimeout));
   CHECK(result.load() == 0);
+  CHECK(held.load());
   CHECK(clock.waiters() == 0);
 
   if (!waiter.Done()) {
@@ -223,39 +277,112 @@ TEST_CASE("AwaitWithDeadline returns false once Advance passes the deadline") {
   }
 }
 
-TEST_CASE("AwaitWithDeadline returns true at once when the condition already holds") {
+TEST_CASE("WaitUntil keeps waiting through notifications that leave the condition false") {
+  ManualClock clock;
+  Flag flag;
+  std::atomic<int> result{-1};
+  Background waiter([&] {
+    std::unique_lock<std::mutex> l(flag.mu);
+    result = clock.WaitUntil(l, flag.cv, absl::Seconds(5), flag.IsSet());
+  });
+  CHECK(clock.BlockUntilWaiters(1, kRealTimeout));
+  for (int i = 0; i < 10; ++i) flag.Poke();
+  clock.Advance(absl::Seconds(4));  // wakes nobody: the deadline is later
+  CHECK_FALSE(waiter.WaitDone(absl::Milliseconds(50)));
+  CHECK(clock.waiters() == 1);
+  CHECK(result.load() == -1);
+
+  clock.Advance(absl::Seconds(1));
+  CHECK(waiter.WaitDone(kRealTimeout));
+  CHECK(result.load() == 0);
+  CHECK(clock.waiters() == 0);
+
+  if (!waiter.Done()) {
+    flag.Set();
+    clock.Advance(kForever);
+  }
+}
+
+TEST_CASE("WaitUntil evaluates the predicate with the mutex held") {
+  ManualClock clock;
+  Flag flag;
+  std::atomic<int> evaluations{0}, unlocked_evaluations{0};
+  std::atomic<int> result{-1};
+  Background waiter([&] {
+    std::unique_lock<std::mutex> l(flag.mu);
+    result = clock.WaitUntil(l, flag.cv, absl::Seconds(5), [&] {
+      ++evaluations;
+      if (!Holds(l)) ++unlocked_evaluations;
+      return flag.value;
+    });
+  });
+  CHECK(clock.BlockUntilWaiters(1, kRealTimeout));
+  flag.Poke();
+  flag.Set();
+  CHECK(waiter.WaitDone(kRealTimeout));
+  CHECK(result.load() == 1);
+  CHECK(evaluations.load() >= 2);  // before waiting, and after Set()
+  CHECK(unlocked_evaluations.load() == 0);
+  clock.Advance(kForever);
+}
+
+TEST_CASE("An exception from the predicate leaves WaitUntil holding the lock, unregistered") {
+  ManualClock clock;
+  Flag flag;
+  std::atomic<int> outcome{-1};  // 1: threw with the lock held
+  Background waiter([&] {
+    std::unique_lock<std::mutex> l(flag.mu);
+    try {
+      clock.WaitUntil(l, flag.cv, absl::Seconds(5), [&] {
+        if (flag.value) throw std::runtime_error("pred");
+        return false;
+      });
+      outcome = 0;
+    } catch (const std::runtime_error&) {
+      outcome = Holds(l) ? 1 : 2;
+    }
+  });
+  CHECK(clock.BlockUntilWaiters(1, kRealTimeout));
+  flag.Set();  // the predicate throws when it next runs
+  CHECK(waiter.WaitDone(kRealTimeout));
+  CHECK(outcome.load() == 1);
+  CHECK(clock.waiters() == 0);
+  clock.Advance(kForever);  // must not touch the waiter that left
+}
+
+TEST_CASE("WaitUntil returns true at once when the condition already holds") {
   ManualClock clock;
   Flag flag;
   flag.Set();
-  absl::MutexLock l(&flag.mu);
-  CHECK(clock.AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value), absl::Seconds(10)));
-  CHECK(clock.AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value), absl::ZeroDuration()));
+  std::unique_lock<std::mutex> l(flag.mu);
+  CHECK(clock.WaitUntil(l, flag.cv, absl::Seconds(10), flag.IsSet()));
+  CHECK(clock.WaitUntil(l, flag.cv, absl::ZeroDuration(), flag.IsSet()));
+  CHECK(l.owns_lock());
   CHECK(clock.waiters() == 0);
 }
 
-TEST_CASE("AwaitWithDeadline with a deadline already reached returns false at once") {
+TEST_CASE("WaitUntil with a deadline already reached returns false at once") {
   ManualClock clock;
   clock.Advance(absl::Seconds(5));
   Flag flag;
-  absl::MutexLock l(&flag.mu);
-  CHECK_FALSE(clock.AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value), absl::Seconds(2)));
-  CHECK_FALSE(clock.AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value), absl::Seconds(5)));
+  std::unique_lock<std::mutex> l(flag.mu);
+  CHECK_FALSE(clock.WaitUntil(l, flag.cv, absl::Seconds(2), flag.IsSet()));
+  CHECK_FALSE(clock.WaitUntil(l, flag.cv, absl::Seconds(5), flag.IsSet()));
+  CHECK(l.owns_lock());
   CHECK(clock.waiters() == 0);
 }
 
-TEST_CASE("Advance wakes only the awaiters whose deadline has come") {
+TEST_CASE("Advance wakes only the waiters whose deadline has come") {
   ManualClock clock;
   Flag early_flag, late_flag;
   std::atomic<int> early_result{-1}, late_result{-1};
   Background early([&] {
-    absl::MutexLock l(&early_flag.mu);
-    early_result = clock.AwaitWithDeadline(&early_flag.mu, absl::Condition(&early_flag.value),
-                                           absl::Seconds(1));
+    std::unique_lock<std::mutex> l(early_flag.mu);
+    early_result = clock.WaitUntil(l, early_flag.cv, absl::Seconds(1), early_flag.IsSet());
   });
   Background late([&] {
-    absl::MutexLock l(&late_flag.mu);
-    late_result = clock.AwaitWithDeadline(&late_flag.mu, absl::Condition(&late_flag.value),
-                                          absl::Seconds(5));
+    std::unique_lock<std::mutex> l(late_flag.mu);
+    late_result = clock.WaitUntil(l, late_flag.cv, absl::Seconds(5), late_flag.IsSet());
   });
   CHECK(clock.BlockUntilWaiters(2, kRealTimeout));
 
@@ -274,13 +401,13 @@ TEST_CASE("Advance wakes only the awaiters whose deadline has come") {
   clock.Advance(kForever);
 }
 
-TEST_CASE("Two awaiters on one mutex both wake when their deadlines pass") {
+TEST_CASE("Two waiters on one mutex and condition variable both wake when their deadlines pass") {
   ManualClock clock;
   Flag flag;
   std::atomic<int> results{0};
   auto wait = [&](absl::Duration deadline) {
-    absl::MutexLock l(&flag.mu);
-    if (!clock.AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value), deadline)) ++results;
+    std::unique_lock<std::mutex> l(flag.mu);
+    if (!clock.WaitUntil(l, flag.cv, deadline, flag.IsSet())) ++results;
   };
   Background a([&] { wait(absl::Seconds(1)); });
   Background b([&] { wait(absl::Seconds(2)); });
@@ -293,12 +420,12 @@ TEST_CASE("Two awaiters on one mutex both wake when their deadlines pass") {
   clock.Advance(kForever);
 }
 
-TEST_CASE("An awaiter may destroy its mutex as soon as AwaitWithDeadline returns") {
+TEST_CASE("A waiter may destroy its mutex and condition variable as soon as WaitUntil returns") {
   // The condition and the deadline race: when Advance has picked the waiter
   // but the condition wakes it first, the waiter must not return while Advance
-  // is about to lock its mutex. Without that guard this loop reliably ends in
-  // a use after free in an ASan build (-Db_sanitize=address); a plain build
-  // rarely notices.
+  // is about to lock its mutex and notify its condition variable. Without
+  // that guard this loop reliably ends in a use after free in an ASan build
+  // (-Db_sanitize=address) or a TSan build; a plain build rarely notices.
   ManualClock clock;
   for (int i = 0; i < 3000; ++i) {
     auto flag = std::make_shared<Flag>();
@@ -306,9 +433,9 @@ TEST_CASE("An awaiter may destroy its mutex as soon as AwaitWithDeadline returns
     // The waiter holds the only reference and drops it right after returning.
     Background waiter([&clock, flag = std::move(flag)]() mutable {
       {
-        absl::MutexLock l(&flag->mu);
-        clock.AwaitWithDeadline(&flag->mu, absl::Condition(&flag->value),
-                                clock.MonotonicNow() + absl::Milliseconds(1));
+        std::unique_lock<std::mutex> l(flag->mu);
+        clock.WaitUntil(l, flag->cv, clock.MonotonicNow() + absl::Milliseconds(1),
+                        flag->IsSet());
       }
       flag.reset();
     });
@@ -321,19 +448,26 @@ TEST_CASE("An awaiter may destroy its mutex as soon as AwaitWithDeadline returns
 }
 
 TEST_CASE("Destroying a ManualClock wakes the threads still blocked in it") {
-  auto clock = std::make_unique<ManualClock>();
-  Flag flag;
-  std::atomic<int> result{-1};
-  Background sleeper([&] { clock->SleepFor(absl::Hours(1)); });
-  Background waiter([&] {
-    absl::MutexLock l(&flag.mu);
-    result = clock->AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value), absl::Hours(1));
-  });
-  CHECK(clock->BlockUntilWaiters(2, kRealTimeout));
-  clock.reset();  // returns once both threads have left the clock
-  CHECK(sleeper.WaitDone(kRealTimeout));
-  CHECK(waiter.WaitDone(kRealTimeout));
-  CHECK(result.load() == 0);
+  // Repeated so that a destructor which frees the clock before the woken
+  // threads have left it ends in a use after free in an ASan or TSan build.
+  // Each destruction logs a warning; only the first one is shown.
+  for (int i = 0; i < 200; ++i) {
+    if (i == 1) REQUIRE(ConfigureLogging(LogOptions{LogLevel::kError}).ok());
+    auto clock = std::make_unique<ManualClock>();
+    Flag flag;
+    std::atomic<int> result{-1};
+    Background sleeper([&] { clock->SleepFor(absl::Hours(1)); });
+    Background waiter([&] {
+      std::unique_lock<std::mutex> l(flag.mu);
+      result = clock->WaitUntil(l, flag.cv, absl::Hours(1), flag.IsSet());
+    });
+    CHECK(clock->BlockUntilWaiters(2, kRealTimeout));
+    clock.reset();  // returns once both threads have left the clock
+    CHECK(sleeper.WaitDone(kRealTimeout));
+    CHECK(waiter.WaitDone(kRealTimeout));
+    CHECK(result.load() == 0);
+  }
+  REQUIRE(ConfigureLogging(LogOptions{}).ok());
 }
 
 // -- Clock::Real() -----------------------------------------------------------------
@@ -369,30 +503,60 @@ TEST_CASE("Real SleepFor sleeps at least the duration asked") {
   real->SleepFor(absl::Seconds(-1));  // returns at once
 }
 
-TEST_CASE("Real AwaitWithDeadline times out after the deadline and returns false") {
+TEST_CASE("Real WaitUntil times out after the deadline and returns false") {
   Clock* real = Clock::Real();
   Flag flag;
-  absl::MutexLock l(&flag.mu);
+  std::unique_lock<std::mutex> l(flag.mu);
   const absl::Duration start = real->MonotonicNow();
-  CHECK_FALSE(real->AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value),
-                                      start + absl::Milliseconds(20)));
+  CHECK_FALSE(real->WaitUntil(l, flag.cv, start + absl::Milliseconds(20), flag.IsSet()));
   const absl::Duration waited = real->MonotonicNow() - start;
   CHECK(waited >= absl::Milliseconds(20));
   CHECK(waited < kRealTimeout);
-  CHECK_FALSE(real->AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value), start));
+  CHECK(Holds(l));
+  CHECK_FALSE(real->WaitUntil(l, flag.cv, start, flag.IsSet()));
+  CHECK(l.owns_lock());
 }
 
-TEST_CASE("Real AwaitWithDeadline returns true when another thread sets the condition") {
+TEST_CASE("Real WaitUntil keeps waiting through notifications that leave the condition false") {
   Clock* real = Clock::Real();
   Flag flag;
-  bool result = false;
+  std::atomic<bool> stop{false};
+  Background poker([&] {
+    while (!stop.load()) {
+      flag.Poke();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  bool result = true;
+  absl::Duration waited;
   {
-    Background setter([&] { flag.Set(); });
-    absl::MutexLock l(&flag.mu);
-    result = real->AwaitWithDeadline(&flag.mu, absl::Condition(&flag.value),
-                                     real->MonotonicNow() + kRealTimeout);
+    std::unique_lock<std::mutex> l(flag.mu);
+    const absl::Duration start = real->MonotonicNow();
+    result = real->WaitUntil(l, flag.cv, start + absl::Milliseconds(30), flag.IsSet());
+    waited = real->MonotonicNow() - start;
   }
-  CHECK(result);
+  stop = true;
+  CHECK_FALSE(result);
+  CHECK(waited >= absl::Milliseconds(30));
+}
+
+TEST_CASE("Real WaitUntil returns true when another thread sets the condition") {
+  Clock* real = Clock::Real();
+  for (const absl::Duration timeout : {kRealTimeout, absl::InfiniteDuration()}) {
+    CAPTURE(timeout);
+    Flag flag;
+    bool result = false;
+    bool held = false;
+    {
+      Background setter([&] { flag.Set(); });
+      std::unique_lock<std::mutex> l(flag.mu);
+      // An infinite deadline must not overflow the steady_clock time point.
+      result = real->WaitUntil(l, flag.cv, real->MonotonicNow() + timeout, flag.IsSet());
+      held = Holds(l);
+    }
+    CHECK(result);
+    CHECK(held);
+  }
 }
 
 }  // namespace

@@ -9,19 +9,36 @@
 //   MonotonicNow()  absl::Duration since an arbitrary origin: intervals and
 //                   deadlines. Never goes back.
 //
-// Usage, waiting for a condition or a deadline, whichever comes first:
-//   absl::MutexLock l(&mu_);
-//   bool done = clock->AwaitWithDeadline(&mu_, absl::Condition(&stop_requested_),
-//                                        clock->MonotonicNow() + absl::Seconds(5));
+// Usage, waiting for a condition or a deadline, whichever comes first. The
+// state is guarded by a std::mutex, and whoever changes it notifies a
+// std::condition_variable:
+//
+//   // waiter
+//   std::unique_lock<std::mutex> lock(mu_);
+//   bool stopped = clock->WaitUntil(lock, cv_, clock->MonotonicNow() + absl::Seconds(5),
+//                                   [this] { return stop_requested_; });
+//
+//   // another thread
+//   {
+//     std::lock_guard<std::mutex> l(mu_);
+//     stop_requested_ = true;
+//   }
+//   cv_.notify_all();
+//
+// Foreman synchronises only with std::mutex / std::condition_variable
+// (pthread underneath, which ThreadSanitizer understands), never with
+// absl::Mutex: Debian's Abseil is not instrumented.
 //
 // (TF has no such seam: its hooks call time.time(); model: absl's
 // clock_interface / SimulatedClock.) All methods are thread-safe.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace foreman {
@@ -41,14 +58,23 @@ class Clock {
   /// for d <= 0).
   virtual void SleepFor(absl::Duration d) = 0;
 
-  /// Blocks until `cond` is true or MonotonicNow() >= `deadline`, and returns
-  /// the value of `cond` at return. `mu` is held on entry and on return and is
-  /// released while waiting; `cond` is evaluated with `mu` held, and
-  /// re-evaluated whenever `mu` is released by another thread (absl::Mutex
-  /// semantics) and whenever this clock's time advances.
-  /// REQUIRES: the caller holds `mu`.
-  virtual bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                                 absl::Duration deadline) = 0;
+  /// Blocks until `pred()` is true or MonotonicNow() >= `deadline`, and
+  /// returns the value of `pred()` at return (so true means the condition
+  /// holds, false that the deadline came first).
+  ///
+  /// `lock` owns its mutex on entry and on return, and releases it while
+  /// waiting, as std::condition_variable::wait does; `pred` is only ever
+  /// evaluated with the mutex held. `pred` is re-evaluated when `cv` is
+  /// notified, so whoever changes the state `pred` reads must do so under the
+  /// mutex and then notify `cv` (notify_all when several threads may wait on
+  /// it); and when this clock's time passes `deadline`, on which the clock
+  /// itself locks the mutex and notifies `cv`. Spurious wake-ups are absorbed.
+  /// `lock`'s mutex and `cv` must outlive the call (they may be destroyed as
+  /// soon as it returns). An exception from `pred` propagates, with the lock
+  /// owning its mutex.
+  /// REQUIRES: lock.owns_lock().
+  virtual bool WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                         absl::Duration deadline, const std::function<bool()>& pred) = 0;
 
   /// Seconds since the epoch as a double (TF's time.time(); event wall_time).
   double WallSeconds() { return absl::ToDoubleSeconds(WallNow() - absl::UnixEpoch()); }
@@ -65,8 +91,9 @@ class ManualClock : public Clock {
   absl::Time WallNow() override;
   absl::Duration MonotonicNow() override;
   void SleepFor(absl::Duration d) override;
-  bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                         absl::Duration deadline) override;
+  /// Wakes at the Advance() that reaches `deadline` (see Clock::WaitUntil).
+  bool WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                 absl::Duration deadline, const std::function<bool()>& pred) override;
 
   /// Moves both time lines forward by `d` (>= 0) and wakes every sleeper or
   /// waiter whose deadline has come.
@@ -75,7 +102,7 @@ class ManualClock : public Clock {
   /// time is unchanged.
   void SetWallTime(absl::Time t);
 
-  /// Threads blocked in SleepFor() or AwaitWithDeadline() right now.
+  /// Threads blocked in SleepFor() or WaitUntil() right now.
   int waiters() const;
   /// Blocks (in real time) until at least `n` threads are blocked in this
   /// clock, or `real_timeout` passes; returns whether they are. Lets a test
