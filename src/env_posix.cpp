@@ -156,16 +156,13 @@ class PosixWritableFile : public WritableFile {
 
 class PosixRandomAccessFile : public RandomAccessFile {
  public:
-  PosixRandomAccessFile(int fd, std::string path, uint64_t size)
-      : fd_(fd), path_(std::move(path)), size_(size) {}
+  PosixRandomAccessFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
 
   ~PosixRandomAccessFile() override { CloseFd(fd_, path_).IgnoreError(); }
 
+  // The file may still be growing (an event file being written): reads and
+  // Size() see its current length, not the length at open.
   StatusOr<absl::string_view> Read(uint64_t offset, std::size_t n, char* scratch) const override {
-    if (offset > size_) {
-      return absl::OutOfRangeError(
-          absl::StrCat("read ", path_, " at offset ", offset, " past its size ", size_));
-    }
     std::size_t done = 0;
     while (done < n) {
       ssize_t r = pread(fd_, scratch + done, n - done, static_cast<off_t>(offset + done));
@@ -176,15 +173,20 @@ class PosixRandomAccessFile : public RandomAccessFile {
       if (r == 0) break;  // End of file.
       done += static_cast<std::size_t>(r);
     }
+    if (done == 0 && n > 0 && offset > Size()) {
+      return absl::OutOfRangeError(absl::StrCat("read ", path_, " at offset ", offset, " past its size ", Size()));
+    }
     return absl::string_view(scratch, done);
   }
 
-  uint64_t Size() const override { return size_; }
+  uint64_t Size() const override {
+    struct stat st;
+    return fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  }
 
  private:
   int fd_;
   std::string path_;
-  uint64_t size_;
 };
 
 // -- locks -----------------------------------------------------------------------
@@ -272,14 +274,7 @@ class PosixEnv : public Env {
 
   StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
     FOREMAN_ASSIGN_OR_RETURN(int fd, OpenFd(path, O_RDONLY));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-      Status s = ErrnoError(absl::StrCat("fstat ", path), errno);
-      CloseFd(fd, path).IgnoreError();
-      return s;
-    }
-    return std::unique_ptr<RandomAccessFile>(
-        new PosixRandomAccessFile(fd, path, static_cast<uint64_t>(st.st_size)));
+    return std::unique_ptr<RandomAccessFile>(new PosixRandomAccessFile(fd, path));
   }
 
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {

@@ -201,6 +201,26 @@ TEST_CASE("a random access file reads at offsets and returns a short read at end
   CHECK((*file)->Read(11, 1, scratch).status().code() == absl::StatusCode::kOutOfRange);
 }
 
+TEST_CASE("a random access file sees bytes appended after it was opened") {
+  TempDir dir;
+  Env* env = Env::Default();
+  auto writer = env->NewWritableFile(dir / "growing");
+  REQUIRE(writer.ok());
+  REQUIRE((*writer)->Append("abc").ok());
+  REQUIRE((*writer)->Flush().ok());
+  auto file = env->NewRandomAccessFile(dir / "growing");
+  REQUIRE(file.ok());
+  CHECK((*file)->Size() == 3);
+  REQUIRE((*writer)->Append("defg").ok());
+  REQUIRE((*writer)->Flush().ok());
+  CHECK((*file)->Size() == 7);
+  char scratch[8];
+  auto tail = (*file)->Read(3, 8, scratch);
+  REQUIRE(tail.ok());
+  CHECK(*tail == "defg");
+  REQUIRE((*writer)->Close().ok());
+}
+
 // -- names and directories -----------------------------------------------------------
 
 TEST_CASE("GetChildren lists the names sorted and without dot entries") {

@@ -55,6 +55,8 @@ class RandomAccessFile {
   /// Reads up to `n` bytes at `offset` into `scratch` and returns the bytes
   /// read (fewer at end of file; OUT_OF_RANGE when offset > size).
   virtual StatusOr<absl::string_view> Read(uint64_t offset, std::size_t n, char* scratch) const = 0;
+  /// The file's current size: a file still being appended to by another
+  /// writer grows, and later reads see the new bytes.
   virtual uint64_t Size() const = 0;
 };
 

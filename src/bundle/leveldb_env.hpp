@@ -13,8 +13,7 @@
 #include <leveldb/env.h>
 #include <leveldb/status.h>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "foreman/env.hpp"
 #include "foreman/status.hpp"
 
@@ -28,8 +27,8 @@ class FirstError {
   Status Get() const;
 
  private:
-  mutable absl::Mutex mu_;
-  Status status_ ABSL_GUARDED_BY(mu_);
+  mutable std::mutex mu_;
+  Status status_;  // guarded by mu_
 };
 
 /// A leveldb::WritableFile writing into `file` (not owned).
