@@ -20,6 +20,8 @@ Status StatusFromException(std::exception_ptr ep, const std::string& where) {
   try {
     std::rethrow_exception(ep);
   } catch (const StatusError& e) {
+    // An exception means failure: one carrying OK is a bug in user code.
+    if (e.status().ok()) return absl::InternalError(Prefixed(where, "StatusError thrown with an OK status"));
     return e.status();
   } catch (const std::invalid_argument& e) {
     return absl::InvalidArgumentError(Prefixed(where, e.what()));

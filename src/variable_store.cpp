@@ -148,8 +148,13 @@ Status SetGlobalStep(VariableStore& vars, int64_t value) {
 
 StatusOr<int64_t> IncrementGlobalStep(VariableStore& vars, int64_t delta) {
   FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(vars));
-  FOREMAN_RETURN_IF_ERROR(SetGlobalStep(vars, step + delta));
-  return step + delta;
+  int64_t next = 0;
+  if (__builtin_add_overflow(step, delta, &next)) {
+    // Not OUT_OF_RANGE: from a step function that would read as a clean stop.
+    return absl::FailedPreconditionError(absl::StrCat("global_step ", step, " + ", delta, " overflows int64"));
+  }
+  FOREMAN_RETURN_IF_ERROR(SetGlobalStep(vars, next));
+  return next;
 }
 
 }  // namespace foreman

@@ -66,6 +66,12 @@ TEST_CASE("a StatusError thrown by user code comes back as exactly its Status") 
   CHECK(s.message() == "preempted");
 }
 
+TEST_CASE("a StatusError carrying OK is still a failure: INTERNAL") {
+  Status s = foreman::InvokeUserCode("hook", [] { throw foreman::StatusError(absl::OkStatus()); });
+  CHECK(s.code() == absl::StatusCode::kInternal);
+  CHECK(Contains(s, "hook"));
+}
+
 TEST_CASE("std::invalid_argument and std::domain_error become INVALID_ARGUMENT (TF ValueError)") {
   Status a = foreman::InvokeUserCode("hook", [] { throw std::invalid_argument("bad rate"); });
   CHECK(a.code() == absl::StatusCode::kInvalidArgument);

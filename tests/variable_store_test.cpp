@@ -2,6 +2,7 @@
 // (spec §10, B124-B125).
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <string>
 
 #include "foreman/variable_store.hpp"
@@ -112,4 +113,13 @@ TEST_CASE("B125: GetOrCreateGlobalStep creates once, then reads; Increment and S
   CHECK(*foreman::GetOrCreateGlobalStep(vars) == 11);
   REQUIRE(foreman::SetGlobalStep(vars, 500).ok());
   CHECK(*foreman::GetGlobalStep(vars) == 500);
+}
+
+TEST_CASE("IncrementGlobalStep refuses to overflow int64 and leaves the step unchanged") {
+  VariableStore vars;
+  REQUIRE(foreman::CreateGlobalStep(vars).ok());
+  REQUIRE(foreman::SetGlobalStep(vars, std::numeric_limits<int64_t>::max()).ok());
+  auto next = foreman::IncrementGlobalStep(vars);
+  CHECK(next.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(*foreman::GetGlobalStep(vars) == std::numeric_limits<int64_t>::max());
 }

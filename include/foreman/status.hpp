@@ -14,7 +14,8 @@
 // listeners) may throw; the boundary calls InvokeUserCode() which turns the
 // exception into a Status following spec §17.12:
 //
-//   foreman::StatusError(s)         -> s (any code, message kept)
+//   foreman::StatusError(s)         -> s (any code, message kept; an OK s
+//                                      -> INTERNAL: an exception is a failure)
 //   std::invalid_argument,
 //   std::domain_error               -> INVALID_ARGUMENT   (TF ValueError/TypeError)
 //   std::bad_alloc                  -> RESOURCE_EXHAUSTED

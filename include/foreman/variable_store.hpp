@@ -101,7 +101,9 @@ StatusOr<int64_t> GetOrCreateGlobalStep(VariableStore& vars);
 Status SetGlobalStep(VariableStore& vars, int64_t value);
 
 /// Adds `delta` to `global_step` (what optimizer.minimize(global_step=...)
-/// does after an update) and returns the new value; errors as GetGlobalStep().
+/// does after an update) and returns the new value; errors as GetGlobalStep(),
+/// and FAILED_PRECONDITION when the sum overflows int64 (the step is
+/// unchanged; not OUT_OF_RANGE, which a step returns to stop cleanly).
 StatusOr<int64_t> IncrementGlobalStep(VariableStore& vars, int64_t delta = 1);
 
 }  // namespace foreman
