@@ -6,8 +6,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +26,17 @@ namespace foreman {
 namespace {
 
 constexpr char kFileVersion[] = "brain.Event:2";
+
+/// How many seconds past the clock's a new file name may be stamped when the
+/// names before it are taken (B145, see the header).
+constexpr int kMaxNameTries = 1000;
+
+/// Serialises choosing a free name and creating that file, process-wide, so
+/// two writers in different threads cannot both pick the same name.
+std::mutex& NewEventFileMutex() {
+  static auto* mu = new std::mutex;  // never destroyed: usable during exit
+  return *mu;
+}
 
 /// gethostname(), or "localhost" when it fails (TF's port::Hostname()).
 std::string Hostname() {
@@ -51,51 +67,132 @@ std::string Serialize(const proto::Event& event) {
   return out;
 }
 
+struct NewFile {
+  std::string path;
+  std::unique_ptr<WritableFile> file;
+  int64_t secs;  // in the name
+};
+
+/// Creates <logdir>/events.out.tfevents.<secs>.<hostname><suffix> with secs
+/// the clock's (or `min_secs` if later), or the first of secs+1, secs+2, ...
+/// whose name is free: an existing event file is never truncated (B145).
+StatusOr<NewFile> CreateEventFile(const EventFileWriterOptions& options, const std::string& logdir,
+                                  const std::string& hostname, int64_t min_secs) {
+  std::lock_guard<std::mutex> lock(NewEventFileMutex());
+  const int64_t secs = std::max(absl::ToUnixSeconds(options.clock->WallNow()), min_secs);
+  for (int i = 0; i < kMaxNameTries; ++i) {
+    std::string path = JoinPath(
+        logdir, absl::StrFormat("events.out.tfevents.%010d.%s%s", secs + i, hostname, options.filename_suffix));
+    const Status exists = options.env->FileExists(path);
+    if (exists.ok()) continue;
+    if (!absl::IsNotFound(exists)) return exists;
+    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, options.env->NewWritableFile(path));
+    return NewFile{std::move(path), std::move(file), secs + i};
+  }
+  return absl::AlreadyExistsError(absl::StrFormat(
+      "%s: no free event file name: events.out.tfevents.<secs>.%s%s exists for the %d seconds from %010d", logdir,
+      hostname, options.filename_suffix, kMaxNameTries, secs));
+}
+
 }  // namespace
 
 // -- Impl -------------------------------------------------------------------------
 
 struct EventFileWriter::Impl {
-  Impl(EventFileWriterOptions options_in, std::string path_in, std::unique_ptr<WritableFile> file_in)
-      : options(std::move(options_in)),
-        path(std::move(path_in)),
-        file(std::move(file_in)),
-        writer(file.get()) {}
+  /// A queued event: its bytes, or (for AddSummary) the event before B150's
+  /// metadata stripping, which is done as it is written to a file.
+  struct Pending {
+    std::string serialized;
+    std::optional<proto::Event> summary_event;
+  };
 
-  /// Queues one serialized event, then writes and flushes if the queue is
-  /// full or a flush is due.
-  Status Enqueue(std::string event) {
+  Impl(EventFileWriterOptions options_in, std::string logdir_in, std::string hostname_in)
+      : options(std::move(options_in)), logdir(std::move(logdir_in)), hostname(std::move(hostname_in)) {}
+
+  /// Creates a new event file (B145), makes it the current one (closing the
+  /// previous one, if any) and writes and flushes its file_version record
+  /// (B146). A replacement (B152) is named after the file it replaces, even
+  /// in the same second. On error the current file stays as it was.
+  Status OpenNewFile() {
+    const int64_t min_secs = file != nullptr ? file_secs + 1 : std::numeric_limits<int64_t>::min();
+    FOREMAN_ASSIGN_OR_RETURN(NewFile created, CreateEventFile(options, logdir, hostname, min_secs));
+    if (file != nullptr) file->Close().IgnoreError();  // B152: it is gone, and what it held with it
+    path = std::move(created.path);
+    file = std::move(created.file);
+    file_secs = created.secs;
+    writer.emplace(file.get());
+    tags_seen.clear();
+    events_written = 0;
+    proto::Event event = NewEvent();
+    event.set_file_version(kFileVersion);
+    FOREMAN_RETURN_IF_ERROR(writer->WriteRecord(Serialize(event)));
+    events_written = 1;
+    return writer->Flush();
+  }
+
+  /// Queues one event, then writes and flushes if the queue is full or a
+  /// flush is due.
+  Status Enqueue(Pending event) {
     queue.push_back(std::move(event));
     if (queue.size() >= static_cast<std::size_t>(options.max_queue)) return WriteQueue();
     return FlushIfDue();
   }
 
+  /// B148: due before the first event is written (last_flush unset), then
+  /// flush_secs after the last flush that wrote events.
   Status FlushIfDue() {
-    if (closed || options.clock->MonotonicNow() - last_flush < absl::Seconds(options.flush_secs)) {
+    if (closed || queue.empty()) return absl::OkStatus();
+    if (last_flush.has_value() &&
+        options.clock->MonotonicNow() - *last_flush < absl::Seconds(options.flush_secs)) {
       return absl::OkStatus();
     }
     return WriteQueue();
   }
 
+  /// B152: when the event file has disappeared, logs an error and moves on
+  /// to a new file, where the queued events go.
+  Status ReopenIfFileDisappeared() {
+    if (!absl::IsNotFound(options.env->FileExists(path))) return absl::OkStatus();
+    const std::string old_path = path;
+    if (Status s = OpenNewFile(); !s.ok()) {
+      FOREMAN_LOG_ERROR("The events file {} has disappeared, and opening a new one failed: {}", old_path,
+                        s.ToString());
+      return absl::Status(s.code(), absl::StrCat("events file ", old_path,
+                                                 " has disappeared, and opening a new one failed: ", s.message()));
+    }
+    FOREMAN_LOG_ERROR("The events file {} has disappeared (the events in it are lost); writing to {}.",
+                      old_path, path);
+    return absl::OkStatus();
+  }
+
   /// Writes every queued event and flushes the file. Events written before
-  /// an error leave the queue; the rest stay.
+  /// an error leave the queue; the rest stay. B152 is checked only when
+  /// there are events to write (as TF's EventsWriter does).
   Status WriteQueue() {
+    if (!queue.empty()) FOREMAN_RETURN_IF_ERROR(ReopenIfFileDisappeared());
     std::size_t written = 0;
     Status s;
-    while (written < queue.size() && (s = writer.WriteRecord(queue[written])).ok()) ++written;
+    while (written < queue.size() && (s = WritePending(queue[written])).ok()) ++written;
     queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(written));
     events_written += static_cast<int64_t>(written);
-    if (s.ok()) s = writer.Flush();
-    if (s.ok()) last_flush = options.clock->MonotonicNow();
+    if (s.ok()) s = writer->Flush();
+    if (s.ok() && written > 0) last_flush = options.clock->MonotonicNow();
     return s;
   }
 
-  /// B150: metadata stays only on the first value of each tag in the file.
-  /// (TF's writer.py only counts a tag once a value with metadata has come.)
-  void StripRepeatedMetadata(proto::Summary* summary) {
-    for (proto::Summary::Value& value : *summary->mutable_value()) {
-      if (!tags_seen.insert(value.tag()).second) value.clear_metadata();
+  /// Writes one queued event. B150: summary metadata stays only on the first
+  /// value of each tag in the file. (TF's writer.py only counts a tag once a
+  /// value with metadata has come.)
+  Status WritePending(const Pending& pending) {
+    if (!pending.summary_event.has_value()) return writer->WriteRecord(pending.serialized);
+    proto::Event event = *pending.summary_event;
+    std::set<std::string> new_tags;
+    for (proto::Summary::Value& value : *event.mutable_summary()->mutable_value()) {
+      if (tags_seen.count(value.tag()) != 0 || !new_tags.insert(value.tag()).second) value.clear_metadata();
     }
+    FOREMAN_RETURN_IF_ERROR(writer->WriteRecord(Serialize(event)));
+    tags_seen.merge(new_tags);
+    return absl::OkStatus();
   }
 
   Status CheckOpen() const {
@@ -112,13 +209,16 @@ struct EventFileWriter::Impl {
   }
 
   const EventFileWriterOptions options;
-  const std::string path;
-  const std::unique_ptr<WritableFile> file;
-  RecordWriter writer;
-  std::vector<std::string> queue;  // serialized events not yet written
-  std::set<std::string> tags_seen;
-  absl::Duration last_flush;
-  int64_t events_written = 0;
+  const std::string logdir;
+  const std::string hostname;
+  std::string path;                     // the current event file
+  int64_t file_secs = 0;                // the seconds in its name
+  std::unique_ptr<WritableFile> file;
+  std::optional<RecordWriter> writer;  // on `file`
+  std::vector<Pending> queue;          // events not yet written
+  std::set<std::string> tags_seen;     // in the current file
+  std::optional<absl::Duration> last_flush;
+  int64_t events_written = 0;  // to the current file
   bool closed = false;
   Status close_status;
 };
@@ -129,17 +229,9 @@ StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(const std::st
                                                                    EventFileWriterOptions options) {
   FOREMAN_RETURN_IF_ERROR(ValidateOptions(options));
   FOREMAN_RETURN_IF_ERROR(options.env->RecursivelyCreateDir(logdir));
-  const std::string path =
-      JoinPath(logdir, absl::StrFormat("events.out.tfevents.%010d.%s%s", absl::ToUnixSeconds(options.clock->WallNow()),
-                                       options.hostname.empty() ? Hostname() : options.hostname,
-                                       options.filename_suffix));
-  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, options.env->NewWritableFile(path));
-  auto impl = std::make_unique<Impl>(std::move(options), path, std::move(file));
-
-  proto::Event event = impl->NewEvent();
-  event.set_file_version(kFileVersion);
-  impl->queue.push_back(Serialize(event));
-  FOREMAN_RETURN_IF_ERROR(impl->WriteQueue());
+  std::string hostname = options.hostname.empty() ? Hostname() : options.hostname;
+  auto impl = std::make_unique<Impl>(std::move(options), logdir, std::move(hostname));
+  FOREMAN_RETURN_IF_ERROR(impl->OpenNewFile());
   return std::unique_ptr<EventFileWriter>(new EventFileWriter(std::move(impl)));
 }
 
@@ -159,20 +251,27 @@ Status EventFileWriter::AddSummary(absl::string_view serialized_summary, int64_t
                                                static_cast<int>(serialized_summary.size()))) {
     return absl::InvalidArgumentError(absl::StrCat(impl_->path, ": AddSummary: not a serialized Summary"));
   }
-  impl_->StripRepeatedMetadata(event.mutable_summary());
-  return impl_->Enqueue(Serialize(event));
+  return impl_->Enqueue(Impl::Pending{{}, std::move(event)});
 }
 
 Status EventFileWriter::AddSessionLog(SessionLogStatus status, std::optional<int64_t> step,
                                       const std::string& checkpoint_path, const std::string& msg) {
   FOREMAN_RETURN_IF_ERROR(impl_->CheckOpen());
+  if (!step.has_value() && status == SessionLogStatus::kStart) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(impl_->path, ": SessionLog START must carry the step it starts from (B154)"));
+  }
+  if (!step.has_value() && status == SessionLogStatus::kCheckpoint) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(impl_->path, ": SessionLog CHECKPOINT must carry the step it was saved at (B106)"));
+  }
   proto::Event event = impl_->NewEvent();
   if (step.has_value()) event.set_step(*step);
   proto::SessionLog* log = event.mutable_session_log();
   log->set_status(static_cast<proto::SessionLog::SessionStatus>(status));
   log->set_checkpoint_path(checkpoint_path);
   log->set_msg(msg);
-  return impl_->Enqueue(Serialize(event));
+  return impl_->Enqueue(Impl::Pending{Serialize(event), std::nullopt});
 }
 
 Status EventFileWriter::AddSerializedEvent(absl::string_view serialized_event) {
@@ -182,7 +281,7 @@ Status EventFileWriter::AddSerializedEvent(absl::string_view serialized_event) {
     return absl::InvalidArgumentError(
         absl::StrCat(impl_->path, ": AddSerializedEvent: not a serialized Event"));
   }
-  return impl_->Enqueue(std::string(serialized_event));
+  return impl_->Enqueue(Impl::Pending{std::string(serialized_event), std::nullopt});
 }
 
 Status EventFileWriter::FlushIfDue() { return impl_->FlushIfDue(); }

@@ -11,8 +11,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <spdlog/sinks/ostream_sink.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -21,12 +26,32 @@
 #include "foreman/event_reader.hpp"
 #include "foreman/mem_env.hpp"
 #include "foreman/summary.hpp"
+#include "log.hpp"
 #include "summary.pb.h"
 
 namespace foreman {
 namespace {
 
 constexpr char kLogdir[] = "/logs/run";
+
+/// Collects what Foreman logs while it lives.
+class CapturedLog {
+ public:
+  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
+    internal::Logger().sinks().push_back(sink_);
+  }
+  ~CapturedLog() {
+    auto& sinks = internal::Logger().sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  CapturedLog(const CapturedLog&) = delete;
+  CapturedLog& operator=(const CapturedLog&) = delete;
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::sink> sink_;
+};
 
 /// A MemEnv, a ManualClock at 1700000000.25 s and options using both.
 struct Fixture {
@@ -120,6 +145,85 @@ TEST_CASE("B145: the seconds in the file name are zero-padded to 10 digits") {
   CHECK(f.Create()->path() == "/logs/run/events.out.tfevents.0000012345.testhost");
 }
 
+TEST_CASE("B145: a second writer in the same second takes the next second's name, never truncating") {
+  Fixture f;
+  auto first = f.Create();
+  REQUIRE(first->AddSummary(ScalarSummary("loss", 1), 1).ok());
+  auto second = f.Create();  // same clock second, host and suffix
+  auto third = f.Create();
+  CHECK(first->path() == "/logs/run/events.out.tfevents.1700000000.testhost");
+  CHECK(second->path() == "/logs/run/events.out.tfevents.1700000001.testhost");
+  CHECK(third->path() == "/logs/run/events.out.tfevents.1700000002.testhost");
+  REQUIRE(second->AddSummary(ScalarSummary("acc", 2), 5).ok());
+  REQUIRE(first->AddSessionLog(SessionLogStatus::kStop, std::nullopt).ok());
+  REQUIRE(first->Close().ok());
+  REQUIRE(second->Close().ok());
+  REQUIRE(third->Close().ok());
+
+  const auto one = EventsOnDisk(&f.env, first->path());
+  REQUIRE(one.size() == 3);
+  CHECK(one[0].file_version() == "brain.Event:2");
+  CHECK(one[1].summary().value(0).tag() == "loss");
+  CHECK(one[2].session_log().status() == proto::SessionLog::STOP);
+  const auto two = EventsOnDisk(&f.env, second->path());
+  REQUIRE(two.size() == 2);
+  CHECK(two[0].file_version() == "brain.Event:2");
+  CHECK(two[1].summary().value(0).tag() == "acc");
+  CHECK(two[1].step() == 5);
+  CHECK(EventsOnDisk(&f.env, third->path()).size() == 1);
+  // A later clock second that is taken is skipped too.
+  f.clock.Advance(absl::Seconds(1));
+  CHECK(f.Create()->path() == "/logs/run/events.out.tfevents.1700000003.testhost");
+}
+
+TEST_CASE("B145: any existing file with the name is kept; ALREADY_EXISTS when 1000 seconds of names are taken") {
+  Fixture f;
+  REQUIRE(f.env.RecursivelyCreateDir(kLogdir).ok());
+  for (int i = 0; i < 1000; ++i) {
+    REQUIRE(WriteStringToFile(&f.env, absl::StrCat("/logs/run/events.out.tfevents.", 1700000000 + i, ".testhost"),
+                              "keep")
+                .ok());
+  }
+  const auto s = EventFileWriter::Create(kLogdir, f.options).status();
+  CHECK(absl::IsAlreadyExists(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), kLogdir), s.message());
+  CHECK(*f.env.ReadFileToString("/logs/run/events.out.tfevents.1700000000.testhost") == "keep");
+  CHECK(*f.env.ReadFileToString("/logs/run/events.out.tfevents.1700000999.testhost") == "keep");
+  f.clock.Advance(absl::Seconds(1));  // 1700000001 + 999 is free
+  CHECK(f.Create()->path() == "/logs/run/events.out.tfevents.1700001000.testhost");
+}
+
+TEST_CASE("B145: writers created at once in several threads get distinct files") {
+  Fixture f;
+  constexpr int kThreads = 8;
+  std::vector<std::unique_ptr<EventFileWriter>> writers(kThreads);
+  std::vector<Status> statuses(kThreads);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] {
+        auto w = EventFileWriter::Create(kLogdir, f.options);
+        statuses[i] = w.status();
+        if (w.ok()) writers[i] = *std::move(w);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  std::set<std::string> paths;
+  for (int i = 0; i < kThreads; ++i) {
+    REQUIRE_MESSAGE(statuses[i].ok(), statuses[i].ToString());
+    paths.insert(writers[i]->path());
+    REQUIRE(writers[i]->AddSummary(ScalarSummary("w", static_cast<float>(i)), i).ok());
+    REQUIRE(writers[i]->Close().ok());
+  }
+  CHECK(paths.size() == kThreads);
+  for (int i = 0; i < kThreads; ++i) {
+    const auto events = EventsOnDisk(&f.env, writers[i]->path());
+    REQUIRE(events.size() == 2);
+    CHECK(events[1].step() == i);
+  }
+}
+
 TEST_CASE("B145: without a host name option the file name has gethostname()'s") {
   Fixture f;
   f.options.hostname.clear();
@@ -159,46 +263,67 @@ TEST_CASE("B146, H-31: the first record is only wall_time and file_version brain
 
 // -- the flush schedule --------------------------------------------------------------
 
-TEST_CASE("B148: queued events reach the file when max_queue of them are pending") {
+TEST_CASE("B148: the first event after Create is written and flushed at once") {
+  Fixture f;
+  f.options.max_queue = 5;
+  auto writer = f.Create();
+  REQUIRE(writer->FlushIfDue().ok());  // nothing queued: the deadline stays due
+  REQUIRE(writer->Flush().ok());
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 1), 1).ok());
+  const auto events = EventsOnDisk(&f.env, writer->path());
+  REQUIRE(events.size() == 2);
+  CHECK(events[1].step() == 1);
+  CHECK(writer->events_written() == 2);
+  // The second is not due: flush_secs (120) have not passed, max_queue not reached.
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 2), 2).ok());
+  REQUIRE(writer->FlushIfDue().ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
+}
+
+TEST_CASE("B148: after the first, queued events reach the file when max_queue of them are pending") {
   Fixture f;
   f.options.max_queue = 3;
   auto writer = f.Create();
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 0), 0).ok());  // the first: flushed at once
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
   REQUIRE(writer->AddSummary(ScalarSummary("loss", 1), 1).ok());
   REQUIRE(writer->AddSummary(ScalarSummary("loss", 2), 2).ok());
-  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 1);
-  CHECK(writer->events_written() == 1);
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
+  CHECK(writer->events_written() == 2);
   REQUIRE(writer->AddSessionLog(SessionLogStatus::kCheckpoint, 2, "/ckpt").ok());
   const auto events = EventsOnDisk(&f.env, writer->path());
-  REQUIRE(events.size() == 4);
-  CHECK(events[1].step() == 1);
-  CHECK(events[2].summary().value(0).simple_value() == 2.0f);
-  CHECK(events[3].has_session_log());
-  CHECK(writer->events_written() == 4);
+  REQUIRE(events.size() == 5);
+  CHECK(events[2].step() == 1);
+  CHECK(events[3].summary().value(0).simple_value() == 2.0f);
+  CHECK(events[4].has_session_log());
+  CHECK(writer->events_written() == 5);
   REQUIRE(writer->AddSummary(ScalarSummary("loss", 3), 3).ok());
-  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 4);
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 5);
 }
 
-TEST_CASE("B148: queued events reach the file once flush_secs have passed (FlushIfDue and Add check)") {
+TEST_CASE("B148: after the first, queued events reach the file once flush_secs have passed (FlushIfDue and Add check)") {
   Fixture f;
   f.options.flush_secs = 5;
   auto writer = f.Create();
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 0), 0).ok());  // the first: flushed at once
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
   REQUIRE(writer->AddSummary(ScalarSummary("loss", 1), 1).ok());
   f.clock.Advance(absl::Milliseconds(4999));
   REQUIRE(writer->FlushIfDue().ok());
-  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 1);
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
   f.clock.Advance(absl::Milliseconds(1));
   REQUIRE(writer->FlushIfDue().ok());
-  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 3);
 
   // The interval restarts at that flush; an Add after it flushes everything.
   REQUIRE(writer->AddSummary(ScalarSummary("loss", 2), 2).ok());
   f.clock.Advance(absl::Seconds(4));
   REQUIRE(writer->AddSummary(ScalarSummary("loss", 3), 3).ok());
-  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 3);
   f.clock.Advance(absl::Seconds(1));
   REQUIRE(writer->AddSummary(ScalarSummary("loss", 4), 4).ok());
-  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 5);
-  CHECK(writer->events_written() == 5);
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 6);
+  CHECK(writer->events_written() == 6);
 }
 
 TEST_CASE("B149: Flush writes every queued event; Close flushes, is idempotent, and Add after it fails") {
@@ -247,6 +372,75 @@ TEST_CASE("a write error is returned by the Add that flushes, and by every Close
   const Status closed = writer->Close();
   CHECK_FALSE(closed.ok());
   CHECK(writer->Close() == closed);
+}
+
+TEST_CASE("B152: when the event file disappears, the next flush logs an error and writes to a new file") {
+  Fixture f;
+  CapturedLog log;
+  auto writer = f.Create();
+  REQUIRE(writer->AddSummary(TextSummary("t", "a"), 1).ok());  // flushed: the first event
+  const std::string old_path = writer->path();
+  REQUIRE(f.env.DeleteFile(old_path).ok());
+  f.clock.Advance(absl::Seconds(2));
+  REQUIRE(writer->AddSummary(TextSummary("t", "b"), 2).ok());
+  REQUIRE(writer->AddSessionLog(SessionLogStatus::kStop, std::nullopt).ok());
+  CHECK(writer->path() == old_path);  // not noticed before a flush
+  REQUIRE(writer->Flush().ok());
+
+  CHECK(writer->path() == "/logs/run/events.out.tfevents.1700000002.testhost");
+  CHECK(absl::IsNotFound(f.env.FileExists(old_path)));
+  CHECK_MESSAGE(absl::StrContains(log.text(), old_path), log.text());
+  CHECK_MESSAGE(absl::StrContains(log.text(), "disappeared"), log.text());
+  CHECK_MESSAGE(absl::StrContains(log.text(), writer->path()), log.text());
+  CHECK(writer->events_written() == 3);
+  const auto events = EventsOnDisk(&f.env, writer->path());
+  REQUIRE(events.size() == 3);
+  CHECK(events[0].file_version() == "brain.Event:2");
+  CHECK(events[0].wall_time() == 1700000002.25);
+  CHECK(events[1].step() == 2);
+  CHECK(events[1].summary().value(0).tensor().string_val(0) == "b");
+  // B150 starts afresh in the new file: "t" keeps its metadata there.
+  CHECK(events[1].summary().value(0).metadata().plugin_data().plugin_name() == "text");
+  CHECK(events[2].session_log().status() == proto::SessionLog::STOP);
+
+  // Later events keep going to the new file.
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 3), 3).ok());
+  REQUIRE(writer->Close().ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 4);
+}
+
+TEST_CASE("B152: a file lost in the second it was made is replaced by a later name, not the same one") {
+  Fixture f;
+  CapturedLog log;
+  auto writer = f.Create();
+  const std::string old_path = writer->path();
+  REQUIRE(f.env.DeleteFile(old_path).ok());
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 1), 1).ok());  // the first event: flushed at once
+  CHECK(writer->path() == "/logs/run/events.out.tfevents.1700000001.testhost");
+  const auto events = EventsOnDisk(&f.env, writer->path());
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].file_version() == "brain.Event:2");
+  CHECK(events[1].step() == 1);
+  CHECK(absl::IsNotFound(f.env.FileExists(old_path)));
+}
+
+TEST_CASE("B152: an empty queue does not reopen; a new file that cannot be made is an error naming the lost one") {
+  Fixture f;
+  auto writer = f.Create();
+  const std::string old_path = writer->path();
+  REQUIRE(f.env.DeleteFile(old_path).ok());
+  REQUIRE(writer->Flush().ok());  // nothing to write
+  CHECK(writer->path() == old_path);
+
+  REQUIRE(f.env.DeleteDir(kLogdir).ok());
+  REQUIRE(WriteStringToFile(&f.env, kLogdir, "not a directory").ok());
+  CapturedLog log;
+  const Status s = writer->AddSummary(ScalarSummary("loss", 1), 1);  // the first event: flushed at once
+  CHECK_FALSE(s.ok());
+  CHECK_MESSAGE(absl::StrContains(s.message(), old_path), s.message());
+  CHECK_MESSAGE(absl::StrContains(log.text(), old_path), log.text());
+  CHECK_FALSE(writer->Flush().ok());  // still queued, still failing
+  CHECK(writer->path() == old_path);
 }
 
 // -- what events hold --------------------------------------------------------------------
@@ -313,6 +507,24 @@ TEST_CASE("B153, B154: START carries the step, STOP none, CHECKPOINT its checkpo
   CHECK(events[2].session_log().msg() == "saved");
   CHECK(events[3].session_log().status() == proto::SessionLog::STOP);
   CHECK(SetFields(events[3]) == std::vector<std::string>{"wall_time", "session_log"});  // no step
+}
+
+TEST_CASE("B154, B106: START and CHECKPOINT without a step are INVALID_ARGUMENT and nothing is queued") {
+  Fixture f;
+  auto writer = f.Create();
+  const Status start = writer->AddSessionLog(SessionLogStatus::kStart, std::nullopt);
+  CHECK(absl::IsInvalidArgument(start));
+  CHECK_MESSAGE(absl::StrContains(start.message(), "SessionLog START must carry the step it starts from (B154)"),
+                start.message());
+  const Status checkpoint = writer->AddSessionLog(SessionLogStatus::kCheckpoint, std::nullopt, "/ckpt/m-1");
+  CHECK(absl::IsInvalidArgument(checkpoint));
+  CHECK_MESSAGE(absl::StrContains(checkpoint.message(), "CHECKPOINT"), checkpoint.message());
+  CHECK(writer->AddSessionLog(SessionLogStatus::kStop, std::nullopt).ok());
+  CHECK(writer->AddSessionLog(SessionLogStatus::kUnspecified, std::nullopt).ok());
+  REQUIRE(writer->Close().ok());
+  const auto events = EventsOnDisk(&f.env, writer->path());
+  REQUIRE(events.size() == 3);
+  CHECK(events[1].session_log().status() == proto::SessionLog::STOP);
 }
 
 TEST_CASE("AddSerializedEvent writes the event's bytes as they are") {

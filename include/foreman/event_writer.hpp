@@ -5,10 +5,27 @@
 // TFRecord-framed serialized Event protos. The first record is
 // Event{wall_time, file_version: "brain.Event:2"}, flushed at creation.
 //
+// An existing file is never truncated: when the name for the clock's second
+// is taken (another writer in the same logdir, same second, host and suffix),
+// the next second's name is used (secs+1, secs+2, ..., up to 1000 tries, then
+// ALREADY_EXISTS). The seconds field is then a unique creation stamp >= the
+// real time, and names still sort in creation order. Within one process the
+// check and the creation happen under one process-wide mutex, so writers in
+// different threads never pick the same name; writers in different processes
+// are not serialised (TF's names collide there too).
+//
 // This writer is synchronous (the summary_writer actor wraps it): events are
-// queued in memory and written and flushed when max_queue events are pending,
-// when flush_secs have passed since the last flush (checked by every Add* and
-// by FlushIfDue(), on the Clock), on Flush() and on Close().
+// queued in memory and written and flushed by the first Add* after Create
+// (B148: the first event flushes at once), then when max_queue events are
+// pending or when flush_secs have passed since the last flush that wrote
+// events (checked by every Add* and by FlushIfDue(), on the Clock), and on
+// Flush() and Close().
+//
+// B152: if the event file disappears while open, the next write of queued
+// events notices, logs an error naming it, and moves on to a new file (named
+// as above, but always later than the lost one, even in the same second; with
+// its own file_version record): the queued events go there, those already in
+// the lost file are gone. path() then names the new file.
 //
 //   FOREMAN_ASSIGN_OR_RETURN(auto writer, foreman::EventFileWriter::Create("/tmp/run/train"));
 //   FOREMAN_RETURN_IF_ERROR(writer->AddSummary(foreman::ScalarSummary("loss", 0.3f), step));
@@ -63,6 +80,8 @@ class EventFileWriter {
 
   /// Queues an Event{wall_time=now, session_log{status, checkpoint_path, msg}},
   /// with `step` when given (B154: START carries the restored step, STOP none).
+  /// INVALID_ARGUMENT for START or CHECKPOINT (B106: written at the step
+  /// saved) without a step.
   Status AddSessionLog(SessionLogStatus status, std::optional<int64_t> step,
                        const std::string& checkpoint_path = "", const std::string& msg = "");
 
@@ -70,17 +89,19 @@ class EventFileWriter {
   /// INVALID_ARGUMENT if it does not parse.
   Status AddSerializedEvent(absl::string_view serialized_event);
 
-  /// Writes and flushes the queue if flush_secs have passed since the last
-  /// flush; otherwise does nothing.
+  /// Writes and flushes the queue if it holds events and a flush is due (no
+  /// event written since Create, or flush_secs passed since the last flush
+  /// that wrote events); otherwise does nothing.
   Status FlushIfDue();
   /// Writes every queued event and flushes the file (B149).
   Status Flush();
   /// Flush() then close the file; later calls return the first Close()'s status.
   Status Close();
 
-  /// Full path of the event file.
+  /// Full path of the current event file (a new one after B152).
   const std::string& path() const;
-  /// Events written to the file so far, the file_version record included.
+  /// Events written to the current file so far, the file_version record
+  /// included.
   int64_t events_written() const;
 
  private:
