@@ -171,6 +171,8 @@ StatusOr<std::optional<std::string>> LatestCheckpoint(Env* env, const std::strin
   StatusOr<std::optional<CheckpointState>> state = ReadCheckpointState(env, dir, latest_filename);
   std::string tried;
   std::vector<std::string> failures;
+  std::vector<std::string> listed_elsewhere;   // the state file's other paths, newest first
+  int corrupt_listed = 0;                      // state-file bundles that exist but do not verify
   if (state.ok() && state->has_value()) {
     tried = ResolveCheckpointPath(dir, (*state)->model_checkpoint_path);
     Status s = VerifyBundle(env, tried);
@@ -178,27 +180,41 @@ StatusOr<std::optional<std::string>> LatestCheckpoint(Env* env, const std::strin
     FOREMAN_LOG_WARN("The checkpoint state file in {} names {}, which cannot be restored: {}", dir, tried,
                      s.ToString());
     failures.push_back(s.ToString());
+    if (env->FileExists(BundleIndexPath(tried)).ok()) ++corrupt_listed;
+    const std::vector<std::string>& all = (*state)->all_model_checkpoint_paths;
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      const std::string path = ResolveCheckpointPath(dir, *it);
+      if (path != tried) listed_elsewhere.push_back(path);
+    }
   } else if (!state.ok()) {
     if (!absl::IsDataLoss(state.status()) && !absl::IsInvalidArgument(state.status())) return state.status();
     FOREMAN_LOG_WARN("Ignoring the checkpoint state file: {}", state.status().ToString());
   }
 
   // Decision 7: the newest bundle on disk that verifies.
+  // Then the state file's other checkpoints outside `dir` (absolute paths).
   StatusOr<std::vector<std::string>> prefixes = ListCheckpointPrefixes(env, dir);
-  if (absl::IsNotFound(prefixes.status())) return Result();
-  FOREMAN_RETURN_IF_ERROR(prefixes.status());
-  for (auto it = prefixes->rbegin(); it != prefixes->rend(); ++it) {
-    if (*it == tried) continue;
-    Status s = VerifyBundle(env, *it);
+  if (!prefixes.ok() && !absl::IsNotFound(prefixes.status())) return prefixes.status();
+  std::vector<std::string> candidates;
+  if (prefixes.ok()) candidates.assign(prefixes->rbegin(), prefixes->rend());
+  for (const std::string& path : listed_elsewhere) {
+    if (std::find(candidates.begin(), candidates.end(), path) == candidates.end()) candidates.push_back(path);
+  }
+  int found = corrupt_listed;
+  for (const std::string& prefix : candidates) {
+    if (prefix == tried) continue;
+    if (!env->FileExists(BundleIndexPath(prefix)).ok()) continue;   // a listed path that is gone
+    ++found;
+    Status s = VerifyBundle(env, prefix);
     if (s.ok()) {
-      FOREMAN_LOG_WARN("Using {}, the newest checkpoint in {} that verifies", *it, dir);
-      return Result(*it);
+      FOREMAN_LOG_WARN("Using {}, the newest checkpoint for {} that verifies", prefix, dir);
+      return Result(prefix);
     }
-    FOREMAN_LOG_WARN("Skipping checkpoint {}: {}", *it, s.ToString());
+    FOREMAN_LOG_WARN("Skipping checkpoint {}: {}", prefix, s.ToString());
     failures.push_back(s.ToString());
   }
-  if (prefixes->empty()) return Result();
-  return absl::DataLossError(absl::StrCat("no checkpoint in ", dir, " can be restored (", prefixes->size(),
+  if (found == 0) return Result();
+  return absl::DataLossError(absl::StrCat("no checkpoint in ", dir, " can be restored (", found,
                                           " found, none verifies): ", absl::StrJoin(failures, "; ")));
 }
 

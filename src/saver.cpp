@@ -46,6 +46,26 @@ void DeleteCheckpoint(Env* env, const std::string& prefix) {
   }
 }
 
+/// True when the bundle `prefix` exists, verifies and holds exactly
+/// `tensors` (names, dtypes, shapes, bytes). Any error reads as false.
+bool BundleHolds(Env* env, const std::string& prefix, const std::map<std::string, Tensor>& tensors) {
+  if (!env->FileExists(BundleIndexPath(prefix)).ok()) return false;
+  StatusOr<std::unique_ptr<BundleReader>> reader = BundleReader::Open(env, prefix);
+  if (!reader.ok()) return false;
+  const std::vector<BundleEntry>& entries = (*reader)->entries();
+  if (entries.size() != tensors.size()) return false;
+  auto it = tensors.begin();
+  for (const BundleEntry& e : entries) {   // both sorted by name
+    const auto& [name, tensor] = *it++;
+    if (e.name != name || e.dtype != tensor.dtype() || e.shape != tensor.shape()) return false;
+  }
+  for (const auto& [name, tensor] : tensors) {   // one tensor in memory at a time
+    StatusOr<Tensor> stored = (*reader)->Lookup(name);   // checks its CRC
+    if (!stored.ok() || !stored->Equals(tensor)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 // -- Impl ---------------------------------------------------------------------------
@@ -131,10 +151,18 @@ StatusOr<std::string> Saver::Save(const std::map<std::string, Tensor>& tensors, 
     return absl::NotFoundError(absl::StrCat("Parent directory of ", save_path, " doesn't exist, can't save."));
   }
 
-  // 1. The bundle, renamed into place and synced.
-  FOREMAN_ASSIGN_OR_RETURN(auto writer, BundleWriter::Create(env, prefix));
-  for (const auto& [name, tensor] : tensors) FOREMAN_RETURN_IF_ERROR(writer->Add(name, tensor));
-  FOREMAN_RETURN_IF_ERROR(writer->Finish());
+  // 1. The bundle, renamed into place and synced. A prefix that already holds
+  // exactly these tensors (TF re-saves the restored step after a restart) is
+  // kept as it is: rewriting it would open the window in which the new data
+  // file sits next to the old index.
+  if (BundleHolds(env, prefix, tensors)) {
+    FOREMAN_LOG_INFO("{} already holds these values; not rewriting it", prefix);
+    FOREMAN_RETURN_IF_ERROR(env->SyncDir(dir));   // its names durable before the state file names it
+  } else {
+    FOREMAN_ASSIGN_OR_RETURN(auto writer, BundleWriter::Create(env, prefix));
+    for (const auto& [name, tensor] : tensors) FOREMAN_RETURN_IF_ERROR(writer->Add(name, tensor));
+    FOREMAN_RETURN_IF_ERROR(writer->Finish());
+  }
 
   // 2. The state file, replaced atomically.
   impl_->Record(prefix);

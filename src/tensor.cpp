@@ -21,14 +21,27 @@ constexpr int64_t kMaxElements = int64_t{1} << 62;
 // -- dtypes --------------------------------------------------------------------
 
 std::string DataTypeName(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat: return "float32";
-    case DataType::kDouble: return "float64";
-    case DataType::kInt32: return "int32";
-    case DataType::kUInt8: return "uint8";
-    case DataType::kString: return "string";
-    case DataType::kInt64: return "int64";
-    case DataType::kInvalid: break;
+  // By TF enum number: the supported dtypes and, so that tools can name what
+  // a TF checkpoint holds, TF's other dtypes (types.proto).
+  switch (static_cast<int>(dtype)) {
+    case 1: return "float32";
+    case 2: return "float64";
+    case 3: return "int32";
+    case 4: return "uint8";
+    case 5: return "int16";
+    case 6: return "int8";
+    case 7: return "string";
+    case 8: return "complex64";
+    case 9: return "int64";
+    case 10: return "bool";
+    case 14: return "bfloat16";
+    case 17: return "uint16";
+    case 18: return "complex128";
+    case 19: return "float16";
+    case 21: return "variant";
+    case 22: return "uint32";
+    case 23: return "uint64";
+    default: break;
   }
   return absl::StrCat("invalid(", static_cast<int>(dtype), ")");
 }
@@ -105,17 +118,40 @@ Tensor::Tensor(DataType dtype, TensorShape shape) : dtype_(dtype), shape_(std::m
   Allocate();
 }
 
+StatusOr<Tensor> Tensor::Create(DataType dtype, TensorShape shape) {
+  if (!IsSupportedDataType(static_cast<int>(dtype))) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot create a tensor of dtype ", DataTypeName(dtype),
+                                                   shape.ToString(), ": unsupported dtype"));
+  }
+  try {
+    return Tensor(dtype, shape);   // a copy: `shape` names the failure
+  } catch (const std::bad_alloc&) {
+    const auto n = static_cast<uint64_t>(shape.num_elements());
+    const uint64_t elem = dtype == DataType::kString ? sizeof(std::string) : DataTypeSize(dtype);
+    const std::string bytes = n > UINT64_MAX / elem ? absl::StrCat(n, " x ", elem) : absl::StrCat(n * elem);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes for ", DataTypeName(dtype), shape.ToString()));
+  }
+}
+
 void Tensor::Allocate() {
+  const auto n = static_cast<uint64_t>(shape_.num_elements());
   if (dtype_ == DataType::kString) {
-    strings_.assign(static_cast<std::size_t>(shape_.num_elements()), std::string());
+    if (n > strings_.max_size()) throw std::bad_alloc();   // not std::length_error
+    strings_.assign(static_cast<std::size_t>(n), std::string());
     return;
   }
-  const std::size_t bytes = static_cast<std::size_t>(shape_.num_elements()) * DataTypeSize(dtype_);
+  const std::size_t elem = DataTypeSize(dtype_);
+  if (elem != 0 && n > SIZE_MAX / elem) throw std::bad_array_new_length();
+  const std::size_t bytes = static_cast<std::size_t>(n) * elem;
   if (bytes == 0) {
     buffer_.reset();
     return;
   }
-  buffer_.reset(static_cast<char*>(::operator new[](bytes, std::align_val_t(kAlignment))));
+  // nothrow + throw here: sanitizer allocators (allocator_may_return_null=1)
+  // report a failed throwing new as fatal, a failed nothrow new as nullptr.
+  buffer_.reset(static_cast<char*>(::operator new[](bytes, std::align_val_t(kAlignment), std::nothrow)));
+  if (buffer_ == nullptr) throw std::bad_alloc();
   std::memset(buffer_.get(), 0, bytes);
 }
 

@@ -6,11 +6,14 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include <leveldb/comparator.h>
 #include <leveldb/options.h>
 #include <leveldb/table_builder.h>
 
@@ -140,6 +143,83 @@ std::string BuildIndex(const proto::BundleHeaderProto& header,
   REQUIRE(builder.Finish().ok());
   return file.data;
 }
+
+/// A comparator that lets TableBuilder take keys in any order (its asserts
+/// check the order); the table format itself does not record it.
+class AnyOrderComparator : public leveldb::Comparator {
+ public:
+  int Compare(const leveldb::Slice&, const leveldb::Slice&) const override { return 1; }
+  const char* Name() const override { return "leveldb.BytewiseComparator"; }
+  void FindShortestSeparator(std::string*, const leveldb::Slice&) const override {}
+  void FindShortSuccessor(std::string*) const override {}
+};
+
+/// As BuildIndex, with `entries` added as given: duplicate or unsorted keys.
+std::string BuildRawIndex(const proto::BundleHeaderProto& header,
+                          const std::vector<std::pair<std::string, proto::BundleEntryProto>>& entries) {
+  static const AnyOrderComparator any_order;
+  StringFile file;
+  leveldb::Options options;
+  options.comparator = &any_order;
+  options.compression = leveldb::kNoCompression;
+  leveldb::TableBuilder builder(options, &file);
+  builder.Add("", header.SerializeAsString());
+  for (const auto& [name, e] : entries) builder.Add(name, e.SerializeAsString());
+  REQUIRE(builder.Finish().ok());
+  return file.data;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
+/// Whether a 16 TiB allocation fails here: under ASan (over its allocation
+/// limit, see __asan_default_options) and wherever the kernel does not
+/// overcommit blindly (vm.overcommit_memory != 1).
+bool HugeAllocationsFail() {
+  if (kAsan) return true;
+  std::ifstream f("/proc/sys/vm/overcommit_memory");
+  int mode = 0;
+  return !(f >> mode) || mode != 1;
+}
+
+/// A read-only file of `size` zero bytes, stored nowhere.
+class ZeroFile : public RandomAccessFile {
+ public:
+  explicit ZeroFile(uint64_t size) : size_(size) {}
+  StatusOr<absl::string_view> Read(uint64_t offset, std::size_t n, char* scratch) const override {
+    if (offset > size_) return absl::OutOfRangeError("past the end");
+    n = static_cast<std::size_t>(std::min<uint64_t>(n, size_ - offset));
+    std::memset(scratch, 0, n);
+    return absl::string_view(scratch, n);
+  }
+  uint64_t Size() const override { return size_; }
+
+ private:
+  uint64_t size_;
+};
+
+/// A MemEnv in which `path` opens as a ZeroFile of `size` bytes.
+class HugeFileEnv : public MemEnv {
+ public:
+  HugeFileEnv(std::string path, uint64_t size) : path_(std::move(path)), size_(size) {}
+  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    if (path != path_) return MemEnv::NewRandomAccessFile(path);
+    return std::unique_ptr<RandomAccessFile>(new ZeroFile(size_));
+  }
+
+ private:
+  std::string path_;
+  uint64_t size_;
+};
 
 std::string FloatBytes(std::initializer_list<float> values) {
   std::string out;
@@ -536,5 +616,77 @@ TEST_CASE("BundleDataPath and BundleIndexPath follow TF's names") {
   CHECK(BundleDataPath("p", 3, 12) == "p.data-00003-of-00012");
 }
 
+TEST_CASE("an index with a duplicate or out-of-order key is DATA_LOSS naming the index") {
+  Fixture f;
+  const std::string bytes = FloatBytes({1, 2});
+  Write(&f.env, BundleDataPath("/ckpt/d"), bytes);
+  const proto::BundleEntryProto e = Entry(DataType::kFloat, {2}, 0, bytes);
+  Write(&f.env, "/ckpt/d.index", BuildRawIndex(Header(), {{"v", e}, {"v", e}}));
+  auto dup = BundleReader::Open(&f.env, "/ckpt/d");
+  CHECK(dup.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(absl::StrContains(Msg(dup.status()), "/ckpt/d.index"));
+  CHECK(absl::StrContains(Msg(dup.status()), "'v' duplicated"));
+
+  Write(&f.env, "/ckpt/d.index", BuildRawIndex(Header(), {{"w", e}, {"v", e}}));
+  auto unsorted = BundleReader::Open(&f.env, "/ckpt/d");
+  CHECK(unsorted.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(absl::StrContains(Msg(unsorted.status()), "/ckpt/d.index"));
+
+  Write(&f.env, "/ckpt/d.index", BuildRawIndex(Header(), {{"", e}}));   // a second "" (the header's key)
+  CHECK(BundleReader::Open(&f.env, "/ckpt/d").status().code() == absl::StatusCode::kDataLoss);
+
+  Write(&f.env, "/ckpt/d.index", BuildRawIndex(Header(), {{"v", e}, {"w", e}}));
+  CHECK(BundleReader::Open(&f.env, "/ckpt/d").ok());
+}
+
+TEST_CASE("Verify() checks the raw CRC of a dtype Foreman cannot decode") {
+  Fixture f;
+  const std::string bytes("\x00\x3c\x00\x40", 4);   // float16 {1, 2}
+  proto::BundleEntryProto half = Entry(DataType::kFloat, {2}, 0, bytes);
+  half.set_dtype(static_cast<proto::DataType>(19));
+  Write(&f.env, "/ckpt/h.index", BuildIndex(Header(), {{"h", half}}));
+  Write(&f.env, BundleDataPath("/ckpt/h"), bytes);
+  CHECK(Open(&f.env, "/ckpt/h")->Verify("h").ok());
+  CHECK(DataTypeName(Open(&f.env, "/ckpt/h")->entries()[0].dtype) == "float16");
+  Write(&f.env, BundleDataPath("/ckpt/h"), std::string("\x00\x3c\x00\x41", 4));
+  auto r = Open(&f.env, "/ckpt/h");
+  const Status s = r->Verify("h");
+  CHECK(s.code() == absl::StatusCode::kDataLoss);
+  CHECK(absl::StrContains(Msg(s), BundleDataPath("/ckpt/h") + ": variable 'h': crc32c mismatch"));
+  CHECK(r->VerifyAll().code() == absl::StatusCode::kDataLoss);
+  CHECK(r->Verify("nope").code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("a consistent entry too big for memory is RESOURCE_EXHAUSTED naming file and variable") {
+  if (!HugeAllocationsFail()) {
+    MESSAGE("skipping: vm.overcommit_memory is 1, a 16 TiB allocation may succeed");
+    return;
+  }
+  constexpr int64_t kElements = int64_t{1} << 42;   // float32: 16 TiB
+  const std::string data = BundleDataPath("/ckpt/big");
+  HugeFileEnv env(data, uint64_t{4} << 42);
+  REQUIRE(env.RecursivelyCreateDir("/ckpt").ok());
+  Write(&env, data, "");
+  proto::BundleEntryProto v = Entry(DataType::kFloat, {kElements}, 0, "");
+  v.set_size(int64_t{4} << 42);
+  proto::BundleEntryProto h = v;   // float16 [2^43]: the raw-CRC path
+  h.set_dtype(static_cast<proto::DataType>(19));
+  h.mutable_shape()->mutable_dim(0)->set_size(int64_t{1} << 43);
+  Write(&env, "/ckpt/big.index", BuildIndex(Header(), {{"h", h}, {"v", v}}));
+  auto r = Open(&env, "/ckpt/big");
+  auto t = r->Lookup("v");
+  CHECK(t.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(Msg(t.status()) ==
+        data + ": variable 'v': cannot allocate 17592186044416 bytes for float32[4398046511104]");
+  const Status raw = r->Verify("h");
+  CHECK(raw.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(absl::StrContains(Msg(raw), data + ": variable 'h': cannot allocate 17592186044416 bytes"));
+  CHECK(r->VerifyAll().code() == absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace foreman
+
+// Under ASan a failed allocation must come back as nullptr (then
+// std::bad_alloc) instead of ending the test.
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }

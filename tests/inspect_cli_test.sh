@@ -81,5 +81,44 @@ out=$("$foreman" inspect "$dir" 2>&1); rc=$?
 [[ $rc -eq 0 ]] || fail "inspect DIR with a corrupt latest exited $rc: $out"
 has "^checkpoint $dir/model.ckpt-41\$" "$out" || fail "no fallback to step 41 (decision 7): $out"
 
+# write_hex FILE HEX: FILE holds the bytes HEX spells.
+write_hex() { printf "$(sed 's/../\\x&/g' <<<"$2")" >"$1"; }
+
+# A dtype Foreman cannot decode (DT_HALF, 19): listed under TF's name, and its
+# raw CRC32C still checked. Index built by hand: h float16 [2] = {1, 2}.
+mkdir "$tmp/half"
+write_hex "$tmp/half/m.index" 00000608011a02080100010f680813120412020802280435c267f736000000000900000002000000005f17c7ab000000000100000000c0f2a1b000020268ff0028000000000100000000e08f3b5d2d083a0f00000000000000000000000000000000000000000000000000000000000000000000000057fb808b247547db
+write_hex "$tmp/half/m.data-00000-of-00001" 003c0040
+out=$("$foreman" inspect "$tmp/half/m" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "float16 bundle exited $rc: $out"
+has '^h +float16 +\[2\]$' "$out" || fail "float16 line: $out"
+write_hex "$tmp/half/m.data-00000-of-00001" 003c0041
+out=$("$foreman" inspect "$tmp/half/m" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "corrupt float16 data exited $rc, want 2: $out"
+has "$tmp/half/m.data-00000-of-00001: variable 'h': crc32c mismatch" "$out" || fail "corrupt float16 message: $out"
+
+# A consistent entry too big for memory: float32 [2^41] in an 8 TiB sparse
+# data file. RESOURCE_EXHAUSTED naming file and variable, exit 2. Skipped
+# where the kernel overcommits memory (the allocation could then succeed).
+mkdir "$tmp/huge"
+write_hex "$tmp/huge/m.index" 00000608011a02080100011a7608011209120708808080808040288080808080800235000000000000000009000000020000000099e731b8000000000100000000c0f2a1b000020276ff0033000000000100000000cfb1ace93808450f00000000000000000000000000000000000000000000000000000000000000000000000057fb808b247547db
+if [[ $(cat /proc/sys/vm/overcommit_memory 2>/dev/null) == 1 ]]; then
+  echo "skipping the huge-entry check: vm.overcommit_memory is 1"
+elif ! truncate -s 8796093022208 "$tmp/huge/m.data-00000-of-00001" 2>/dev/null; then
+  echo "skipping the huge-entry check: no 8 TiB sparse files in $tmp"
+else
+  out=$(ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1" \
+        "$foreman" inspect "$tmp/huge/m" 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || fail "huge entry exited $rc, want 2: $out"
+  has "$tmp/huge/m.data-00000-of-00001: variable 'v': cannot allocate 8796093022208 bytes for float32\[2199023255552\]" \
+      "$out" || fail "huge entry message: $out"
+fi
+
+# --max-values takes a non-negative integer; the error says so plainly.
+out=$("$foreman" inspect "$dir" --max-values -3 2>&1); rc=$?
+[[ $rc -ne 0 ]] || fail "--max-values -3 exited 0"
+has '2147483647' "$out" || fail "--max-values -3 message: $out"
+has '[0-9]{20}' "$out" && fail "--max-values -3 prints a huge number: $out"
+
 if ((failures > 0)); then echo "$failures failure(s)"; exit 1; fi
 echo "inspect_cli: all checks passed"

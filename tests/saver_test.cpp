@@ -26,6 +26,13 @@ using Paths = std::vector<std::string>;
 
 std::string Msg(const Status& s) { return std::string(s.message()); }
 
+CheckpointState State(const std::string& latest, Paths all = {}) {
+  CheckpointState s;
+  s.model_checkpoint_path = latest;
+  s.all_model_checkpoint_paths = std::move(all);
+  return s;
+}
+
 /// Collects what Foreman logs while it lives.
 class CapturedLog {
  public:
@@ -427,6 +434,83 @@ TEST_CASE("decision 7: DATA_LOSS naming the directory when checkpoints exist and
   CHECK(absl::StrContains(Msg(latest.status()), "/ckpt"));
   CHECK(absl::StrContains(Msg(latest.status()), "model.ckpt-1.data"));
   CHECK(absl::StrContains(Msg(latest.status()), "model.ckpt-2.data"));
+}
+
+TEST_CASE("decision 7: a state file naming a corrupt bundle outside the directory is DATA_LOSS, not a fresh start") {
+  Fixture f;
+  REQUIRE(f.env.RecursivelyCreateDir("/elsewhere").ok());
+  auto saver = f.NewSaver();
+  REQUIRE(saver->Save(f.vars, "/elsewhere/model.ckpt", 5).ok());
+  REQUIRE(saver->Save(f.vars, "/elsewhere/model.ckpt", 6).ok());
+  std::string data = *f.env.ReadFileToString(BundleDataPath("/elsewhere/model.ckpt-6"));
+  data[0] ^= 1;
+  REQUIRE(WriteStringToFile(&f.env, BundleDataPath("/elsewhere/model.ckpt-6"), data).ok());
+  REQUIRE(WriteCheckpointState(&f.env, "/ckpt", State("/elsewhere/model.ckpt-6")).ok());
+  CapturedLog log;
+  auto latest = LatestCheckpoint(&f.env, "/ckpt");   // no bundle in /ckpt itself
+  CHECK(latest.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(absl::StrContains(Msg(latest.status()), "/elsewhere/model.ckpt-6.data-00000-of-00001"));
+
+  // Another listed checkpoint there that verifies is the fallback.
+  REQUIRE(WriteCheckpointState(&f.env, "/ckpt",
+                               State("/elsewhere/model.ckpt-6", {"/elsewhere/model.ckpt-5", "/elsewhere/model.ckpt-6"}))
+              .ok());
+  latest = LatestCheckpoint(&f.env, "/ckpt");
+  REQUIRE_MESSAGE(latest.ok(), latest.status().ToString());
+  CHECK(**latest == "/elsewhere/model.ckpt-5");
+
+  // Listed but corrupt too: DATA_LOSS naming both.
+  data = *f.env.ReadFileToString(BundleDataPath("/elsewhere/model.ckpt-5"));
+  data[0] ^= 1;
+  REQUIRE(WriteStringToFile(&f.env, BundleDataPath("/elsewhere/model.ckpt-5"), data).ok());
+  latest = LatestCheckpoint(&f.env, "/ckpt");
+  CHECK(latest.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(absl::StrContains(Msg(latest.status()), "/elsewhere/model.ckpt-5.data"));
+  CHECK(absl::StrContains(Msg(latest.status()), "/elsewhere/model.ckpt-6.data"));
+
+  // A state file naming only bundles that are gone, with none on disk: nothing to restore.
+  REQUIRE(WriteCheckpointState(&f.env, "/ckpt", State("/elsewhere/model.ckpt-7")).ok());
+  latest = LatestCheckpoint(&f.env, "/ckpt");
+  REQUIRE(latest.ok());
+  CHECK_FALSE(latest->has_value());
+}
+
+TEST_CASE("re-saving a step whose bundle already holds the same tensors keeps the bundle as it is") {
+  Fixture f;
+  // The bundle as another writer laid it out (TF orders the data file its own
+  // way): w before global_step, where the Saver writes them sorted.
+  REQUIRE(SetGlobalStep(f.vars, 200).ok());
+  {
+    auto w = BundleWriter::Create(&f.env, "/ckpt/model.ckpt-200");
+    REQUIRE(w.ok());
+    REQUIRE((*w)->Add("w", **f.vars.Get("w")).ok());
+    REQUIRE((*w)->Add("global_step", **f.vars.Get("global_step")).ok());
+    REQUIRE((*w)->Finish().ok());
+  }
+  const std::string data = *f.env.ReadFileToString(BundleDataPath("/ckpt/model.ckpt-200"));
+  const std::string index = *f.env.ReadFileToString("/ckpt/model.ckpt-200.index");
+  auto saver = f.NewSaver();
+  CHECK(f.Save(*saver, 200) == "/ckpt/model.ckpt-200");
+  CHECK(*f.env.ReadFileToString(BundleDataPath("/ckpt/model.ckpt-200")) == data);
+  CHECK(*f.env.ReadFileToString("/ckpt/model.ckpt-200.index") == index);
+  CHECK(f.Listed() == Fixture::Names({200}));
+
+  // Different values are written.
+  REQUIRE(f.vars.Assign("w", *Tensor::FromVector<float>({7, 8}, {2})).ok());
+  f.Save(*saver, 200);
+  CHECK(*f.env.ReadFileToString(BundleDataPath("/ckpt/model.ckpt-200")) != data);
+  auto r = BundleReader::Open(&f.env, "/ckpt/model.ckpt-200");
+  REQUIRE(r.ok());
+  CHECK((*r)->Lookup("w")->Equals(*Tensor::FromVector<float>({7, 8}, {2})));
+  // As is a corrupt bundle, or one with another set of tensors.
+  std::string bad = *f.env.ReadFileToString(BundleDataPath("/ckpt/model.ckpt-200"));
+  bad[0] ^= 1;
+  REQUIRE(WriteStringToFile(&f.env, BundleDataPath("/ckpt/model.ckpt-200"), bad).ok());
+  f.Save(*saver, 200);
+  CHECK(BundleReader::Open(&f.env, "/ckpt/model.ckpt-200").value()->VerifyAll().ok());
+  REQUIRE(f.vars.Create("extra", Tensor::Scalar<int32_t>(1)).ok());
+  f.Save(*saver, 200);
+  CHECK(BundleReader::Open(&f.env, "/ckpt/model.ckpt-200").value()->Contains("extra"));
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <limits>
+#include <new>
 #include <string>
 
 #include "foreman/tensor.hpp"
@@ -17,7 +19,33 @@ namespace {
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
+/// Whether a 16 TiB allocation fails here, as the tests below need: under
+/// ASan (over its allocation limit, see __asan_default_options) and wherever
+/// the kernel does not overcommit blindly (vm.overcommit_memory != 1).
+bool HugeAllocationsFail() {
+  if (kAsan) return true;
+  std::ifstream f("/proc/sys/vm/overcommit_memory");
+  int mode = 0;
+  return !(f >> mode) || mode != 1;
+}
+
 }  // namespace
+
+// Under ASan a failed allocation must come back as nullptr (then
+// std::bad_alloc) instead of ending the test.
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
 
 TEST_CASE("dtype enum values are TF's DataType numbers and names are TF's") {
   CHECK(static_cast<int>(DataType::kFloat) == 1);
@@ -28,7 +56,7 @@ TEST_CASE("dtype enum values are TF's DataType numbers and names are TF's") {
   CHECK(static_cast<int>(DataType::kInt64) == 9);
   CHECK(foreman::DataTypeName(DataType::kFloat) == "float32");
   CHECK(foreman::DataTypeName(DataType::kInt64) == "int64");
-  CHECK(foreman::DataTypeName(static_cast<DataType>(19)) == "invalid(19)");
+  CHECK(foreman::DataTypeName(static_cast<DataType>(19)) == "float16");   // TF's name, though unsupported
   CHECK(foreman::DataTypeSize(DataType::kDouble) == 8);
   CHECK(foreman::DataTypeSize(DataType::kUInt8) == 1);
   CHECK(foreman::DataTypeSize(DataType::kString) == 0);
@@ -158,4 +186,49 @@ TEST_CASE("DebugString shows dtype, shape and the first elements") {
   CHECK(t->DebugString(3) == "int32[2,4] {1, 2, 3, ...}");
   CHECK(Tensor::Scalar<uint8_t>(7).DebugString() == "uint8[] {7}");
   CHECK(Tensor::Scalar<std::string>("a").DebugString() == "string[] {\"a\"}");
+}
+
+TEST_CASE("DataTypeName names TF's other dtypes too; only the six are supported") {
+  const std::pair<int, const char*> names[] = {
+      {5, "int16"},      {6, "int8"},     {8, "complex64"}, {10, "bool"},   {14, "bfloat16"}, {17, "uint16"},
+      {18, "complex128"}, {19, "float16"}, {22, "uint32"},   {23, "uint64"},
+  };
+  for (const auto& [number, name] : names) {
+    CAPTURE(number);
+    CHECK(foreman::DataTypeName(static_cast<DataType>(number)) == name);
+    CHECK_FALSE(foreman::IsSupportedDataType(number));
+  }
+  CHECK(foreman::DataTypeName(static_cast<DataType>(99)) == "invalid(99)");
+  CHECK(foreman::DataTypeName(DataType::kInvalid) == "invalid(0)");
+}
+
+TEST_CASE("Tensor::Create: INVALID_ARGUMENT for an unsupported dtype, RESOURCE_EXHAUSTED when too big") {
+  auto ok = Tensor::Create(DataType::kDouble, {2, 3});
+  REQUIRE(ok.ok());
+  CHECK(ok->Equals(Tensor(DataType::kDouble, {2, 3})));
+  auto strings = Tensor::Create(DataType::kString, {2});
+  REQUIRE(strings.ok());
+  CHECK(strings->data<std::string>()[1].empty());
+
+  auto half = Tensor::Create(static_cast<DataType>(19), {2});
+  CHECK(half.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Message(half.status()).find("float16") != std::string::npos);
+  CHECK(Tensor::Create(DataType::kInvalid, {}).status().code() == absl::StatusCode::kInvalidArgument);
+
+  // An element count whose byte size overflows size_t never allocates 0 bytes.
+  auto overflow = Tensor::Create(DataType::kInt64, TensorShape{int64_t{1} << 62});
+  CHECK(overflow.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(Message(overflow.status()) == "cannot allocate 4611686018427387904 x 8 bytes for int64[4611686018427387904]");
+  auto many_strings = Tensor::Create(DataType::kString, TensorShape{int64_t{1} << 62});
+  CHECK(many_strings.status().code() == absl::StatusCode::kResourceExhausted);
+
+  if (!HugeAllocationsFail()) {
+    MESSAGE("skipping the 16 TiB allocations: vm.overcommit_memory is 1");
+    return;
+  }
+  auto huge = Tensor::Create(DataType::kFloat, TensorShape{int64_t{1} << 42});
+  CHECK(huge.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(Message(huge.status()) == "cannot allocate 17592186044416 bytes for float32[4398046511104]");
+  // The constructor, for sizes the program controls, throws.
+  CHECK_THROWS_AS(Tensor(DataType::kFloat, TensorShape{int64_t{1} << 42}), std::bad_alloc);
 }

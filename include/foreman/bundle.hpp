@@ -86,7 +86,8 @@ class BundleReader {
  public:
   /// Opens and parses the index and checks the header.
   ///   NOT_FOUND        "<prefix>.index" missing (not a valid checkpoint)
-  ///   DATA_LOSS        the index table is corrupt (names the file)
+  ///   DATA_LOSS        the index table is corrupt, or its keys are not
+  ///                    strictly increasing (a duplicate key) (names the file)
   ///   UNIMPLEMENTED    big-endian bundles, partitioned (sliced) variables
   ///   FAILED_PRECONDITION  a data shard named by the header is missing
   static StatusOr<std::unique_ptr<BundleReader>> Open(Env* env, const std::string& prefix);
@@ -103,10 +104,18 @@ class BundleReader {
   ///   DATA_LOSS   "<data path>: variable '<name>': crc32c mismatch ..." or a
   ///               short read / bad string lengths (names file and variable)
   ///   INVALID_ARGUMENT / UNIMPLEMENTED  an unsupported dtype (names it)
+  ///   RESOURCE_EXHAUSTED  the tensor cannot be allocated (names file and
+  ///               variable; the entry is consistent but too big for memory)
   StatusOr<Tensor> Lookup(const std::string& name) const;
 
-  /// Lookup() of every entry, discarding the values: OK when the whole bundle
-  /// verifies (decision 7 uses this to pick a checkpoint to restore).
+  /// Checks one entry: Lookup() for the supported dtypes; for TF's other
+  /// fixed-size dtypes (float16, bool, ...) the CRC32C of the raw bytes
+  /// (DATA_LOSS naming file and variable); DT_VARIANT is not checked.
+  /// NOT_FOUND / DATA_LOSS / RESOURCE_EXHAUSTED as Lookup().
+  Status Verify(const std::string& name) const;
+
+  /// Verify() of every entry: OK when the whole bundle verifies (decision 7
+  /// uses this to pick a checkpoint to restore).
   Status VerifyAll() const;
 
   const std::string& prefix() const;

@@ -7,13 +7,29 @@
 //   checkpoint                          CheckpointState, protobuf text format;
 //                                       paths relative to the directory
 //   model.ckpt-<step>.index / .data-00000-of-00001   one bundle per save
-//   .foreman.lock                       held by the one process that writes
+//   .foreman.lock                       taken by whoever owns the directory
+//                                       for writing, via LockCheckpointDirectory
+//
+// One writer per directory: the runtime's checkpoint saver takes the lock
+// with LockCheckpointDirectory(); a program using Saver directly should do
+// the same. Saver itself takes no lock.
 //
 // Commit protocol of Saver::Save (a crash at any instant leaves the previous
 // checkpoint listed and intact, and the new one complete or absent):
 //   1. bundle data and index to temporary names, fsync, rename, fsync dir;
 //   2. the state file replaced atomically (WriteFileAtomic);
 //   3. only then the oldest checkpoint beyond max_to_keep is deleted.
+// Re-saving a prefix that already exists (the same step again, e.g. TF's
+// saver after a restart re-saves the restored step):
+//   - when the existing bundle verifies and holds exactly the same tensors
+//     (names, dtypes, shapes, bytes), step 1 is skipped: the bundle is not
+//     rewritten, so a crash cannot damage it;
+//   - otherwise the bundle is rewritten as above, and a crash between the two
+//     renames of step 1 (data, then index) can leave the new data file next to
+//     the old index: the previous contents of *that same prefix* may be lost.
+//     Other checkpoints are untouched; LatestCheckpoint (decision 7) then falls
+//     back to the newest other checkpoint that verifies, or reports DATA_LOSS
+//     when none does — never a silent fresh start.
 //
 //   FOREMAN_ASSIGN_OR_RETURN(auto saver, foreman::Saver::Create({}));
 //   FOREMAN_ASSIGN_OR_RETURN(std::string prefix, saver->Save(vars, "/ckpt/model.ckpt", step));
@@ -74,8 +90,9 @@ std::string ResolveCheckpointPath(const std::string& dir, const std::string& pat
 ///   - Otherwise (state file missing, unparsable, dangling or corrupt) the
 ///     newest bundle in the directory (by global step in its name, then by
 ///     name) that verifies, with a warning naming what was bad.
-///   - DATA_LOSS naming the directory when bundles exist and none verifies:
-///     never a silent fresh start.
+///   - DATA_LOSS naming the directory and the bad files when bundles exist
+///     (in the directory, or named by the state file anywhere) and none
+///     verifies: never a silent fresh start.
 StatusOr<std::optional<std::string>> LatestCheckpoint(Env* env, const std::string& dir,
                                                       const std::string& latest_filename = "checkpoint");
 
@@ -106,7 +123,9 @@ class Saver {
   /// (or "<save_path>" without a step), updates the state file named
   /// `latest_filename` in save_path's directory, and applies retention (B130,
   /// B133: at most one deletion per save, failures logged and ignored).
-  /// Returns the prefix.
+  /// Returns the prefix. An existing bundle at the prefix holding exactly
+  /// `tensors` is kept, not rewritten (see the commit protocol above).
+  /// Takes no lock: see LockCheckpointDirectory.
   ///   INVALID_ARGUMENT  latest_filename with a '/', or a save path equal to the
   ///                     state file (B129, B135)
   ///   NOT_FOUND         "Parent directory of <save_path> doesn't exist, can't save." (B129)
@@ -152,7 +171,9 @@ class Saver {
 
 // -- one writer per directory --------------------------------------------------------
 
-/// Takes <dir>/.foreman.lock (creating `dir` if missing). FAILED_PRECONDITION
+/// Takes <dir>/.foreman.lock (creating `dir` if missing), for whoever owns the
+/// directory for writing: the runtime's checkpoint saver does; a program that
+/// uses Saver directly should hold it while saving (Saver does not lock). FAILED_PRECONDITION
 /// "checkpoint directory <dir> is in use by process <pid>" when held.
 StatusOr<std::unique_ptr<FileLock>> LockCheckpointDirectory(Env* env, const std::string& dir);
 

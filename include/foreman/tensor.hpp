@@ -47,8 +47,10 @@ enum class DataType : int {
   kInt64 = 9,
 };
 
-/// "float32", "float64", "int32", "uint8", "string", "int64" (TF's dtype
-/// names), or "invalid(<n>)".
+/// TF's dtype names: "float32", "float64", "int32", "uint8", "string",
+/// "int64"; also, for dtypes Foreman cannot hold but TF checkpoints may list,
+/// "int16", "int8", "complex64", "bool", "bfloat16", "uint16", "complex128",
+/// "float16", "variant", "uint32", "uint64"; else "invalid(<n>)".
 std::string DataTypeName(DataType dtype);
 
 /// Bytes per element; 0 for kString and kInvalid.
@@ -115,7 +117,14 @@ class Tensor {
   Tensor();
   /// Zero-filled numbers, or empty strings. Buffers are 64-byte aligned.
   /// REQUIRES: dtype is one of the six supported dtypes.
+  /// Throws std::bad_alloc when the buffer cannot be allocated: for sizes the
+  /// program controls. Sizes from files or users go through Create().
   Tensor(DataType dtype, TensorShape shape);
+
+  /// As the constructor, for untrusted dtypes and shapes:
+  ///   INVALID_ARGUMENT    an unsupported dtype
+  ///   RESOURCE_EXHAUSTED  "cannot allocate <n> bytes for <dtype><shape>"
+  static StatusOr<Tensor> Create(DataType dtype, TensorShape shape);
 
   Tensor(const Tensor& other);
   Tensor& operator=(const Tensor& other);

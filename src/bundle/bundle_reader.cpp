@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <new>
 
 #include <leveldb/iterator.h>
 #include <leveldb/options.h>
@@ -145,8 +147,15 @@ struct BundleReader::Impl {
     if (num_shards < 1) {
       return absl::DataLossError(absl::StrCat(index_path, ": invalid num_shards ", num_shards));
     }
+    std::string previous;   // the header's key, ""
     for (it->Next(); it->Valid(); it->Next()) {
       const std::string name = it->key().ToString();
+      if (name <= previous) {   // LevelDB tables hold strictly increasing keys
+        return absl::DataLossError(absl::StrCat(index_path, ": key '", name, "' ",
+                                                name == previous ? "duplicated" : "out of order", " after '",
+                                                previous, "'"));
+      }
+      previous = name;
       proto::BundleEntryProto p;
       if (!p.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
         return absl::DataLossError(absl::StrCat(index_path, ": unparsable entry for variable '", name, "'"));
@@ -198,24 +207,54 @@ struct BundleReader::Impl {
       return DataLoss(e, absl::StrCat("size ", e.size, " does not fit ", DataTypeName(e.dtype), e.shape.ToString()));
     }
     FOREMAN_RETURN_IF_ERROR(CheckBounds(e));
-    Tensor t(e.dtype, e.shape);
+    FOREMAN_ASSIGN_OR_RETURN(Tensor t, Allocate(e));
     FOREMAN_RETURN_IF_ERROR(Read(e, t.raw_data()));
     FOREMAN_RETURN_IF_ERROR(CheckCrc(e, crc32c::Value(t.raw_data(), static_cast<std::size_t>(e.size))));
     return t;
   }
 
-  /// The entry's bytes, undecoded.
-  StatusOr<std::string> ReadBytes(const BundleEntry& e) const {
+  /// Tensor::Create() for the entry: RESOURCE_EXHAUSTED naming the data file
+  /// and the variable when the (consistent but huge) tensor does not fit.
+  StatusOr<Tensor> Allocate(const BundleEntry& e) const {
+    StatusOr<Tensor> t = Tensor::Create(e.dtype, e.shape);
+    if (!t.ok()) {
+      return Status(t.status().code(), absl::StrCat(data_paths[static_cast<std::size_t>(e.shard_id)],
+                                                    ": variable '", e.name, "': ", t.status().message()));
+    }
+    return t;
+  }
+
+  /// The entry's bytes, undecoded (nothrow: a huge entry is RESOURCE_EXHAUSTED).
+  struct Bytes {
+    std::unique_ptr<char[]> data;
+    std::size_t size = 0;
+    absl::string_view view() const { return absl::string_view(data.get(), size); }
+  };
+  StatusOr<Bytes> ReadBytes(const BundleEntry& e) const {
     FOREMAN_RETURN_IF_ERROR(CheckBounds(e));
-    std::string buf(static_cast<std::size_t>(e.size), '\0');
-    FOREMAN_RETURN_IF_ERROR(Read(e, buf.data()));
+    Bytes buf;
+    buf.size = static_cast<std::size_t>(e.size);
+    buf.data.reset(new (std::nothrow) char[std::max<std::size_t>(buf.size, 1)]);
+    if (buf.data == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(data_paths[static_cast<std::size_t>(e.shard_id)],
+                                                       ": variable '", e.name, "': cannot allocate ", buf.size,
+                                                       " bytes for ", DataTypeName(e.dtype), e.shape.ToString()));
+    }
+    FOREMAN_RETURN_IF_ERROR(Read(e, buf.data.get()));
     return buf;
+  }
+
+  /// The CRC32C of the entry's raw bytes, for dtypes Foreman cannot decode.
+  Status VerifyRaw(const BundleEntry& e) const {
+    FOREMAN_ASSIGN_OR_RETURN(Bytes bytes, ReadBytes(e));
+    return CheckCrc(e, crc32c::Value(bytes.data.get(), bytes.size));
   }
 
   StatusOr<Tensor> ReadStrings(const BundleEntry& e) const {
     const int64_t n = e.shape.num_elements();
     if (n == 0 && e.size == 0) return Tensor(DataType::kString, e.shape);   // TF's reader accepts this too
-    FOREMAN_ASSIGN_OR_RETURN(std::string buf, ReadBytes(e));
+    FOREMAN_ASSIGN_OR_RETURN(Bytes bytes, ReadBytes(e));
+    const absl::string_view buf = bytes.view();
     if (n > static_cast<int64_t>(buf.size())) {   // every element has a length byte
       return DataLoss(e, absl::StrCat(n, " strings cannot fit in ", buf.size(), " bytes"));
     }
@@ -243,10 +282,10 @@ struct BundleReader::Impl {
     }
     crc = crc32c::Extend(crc, buf.data() + pos, buf.size() - pos);
     FOREMAN_RETURN_IF_ERROR(CheckCrc(e, crc));
-    Tensor t(DataType::kString, e.shape);
+    FOREMAN_ASSIGN_OR_RETURN(Tensor t, Allocate(e));
     std::string* out = t.data<std::string>();
     for (uint64_t len : lengths) {
-      out++->assign(buf, pos, static_cast<std::size_t>(len));
+      out++->assign(buf.data() + pos, static_cast<std::size_t>(len));
       pos += static_cast<std::size_t>(len);
     }
     return t;
@@ -306,16 +345,16 @@ StatusOr<Tensor> BundleReader::Lookup(const std::string& name) const {
   return e.dtype == DataType::kString ? impl_->ReadStrings(e) : impl_->ReadNumeric(e);
 }
 
+Status BundleReader::Verify(const std::string& name) const {
+  FOREMAN_ASSIGN_OR_RETURN(BundleEntry e, GetEntry(name));
+  if (IsSupportedDataType(static_cast<int>(e.dtype))) return Lookup(e.name).status();
+  // Another fixed-size dtype (bfloat16, bool, ...): its CRC covers its raw bytes.
+  if (static_cast<int>(e.dtype) != kDtVariant) return impl_->VerifyRaw(e);
+  return absl::OkStatus();
+}
+
 Status BundleReader::VerifyAll() const {
-  for (const BundleEntry& e : impl_->entries) {
-    if (IsSupportedDataType(static_cast<int>(e.dtype))) {
-      FOREMAN_RETURN_IF_ERROR(Lookup(e.name).status());
-    } else if (static_cast<int>(e.dtype) != kDtVariant) {
-      // Another fixed-size dtype (bfloat16, bool, ...): its CRC covers its raw bytes.
-      FOREMAN_ASSIGN_OR_RETURN(std::string bytes, impl_->ReadBytes(e));
-      FOREMAN_RETURN_IF_ERROR(impl_->CheckCrc(e, crc32c::Value(bytes.data(), bytes.size())));
-    }
-  }
+  for (const BundleEntry& e : impl_->entries) FOREMAN_RETURN_IF_ERROR(Verify(e.name));
   return absl::OkStatus();
 }
 

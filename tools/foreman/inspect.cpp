@@ -8,8 +8,10 @@
 //     stats: min 1  max 6  mean 3.5
 //   global_step   int64    []
 //
-// Every listed tensor is read and its CRC32C checked; a corrupt one is an
-// error naming the file and the variable (exit 2).
+// Every listed tensor is read and its CRC32C checked (for dtypes Foreman
+// cannot decode, such as float16, the CRC of the raw bytes); a corrupt one is
+// an error naming the file and the variable (exit 2), as is one too big to
+// allocate (RESOURCE_EXHAUSTED).
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -143,8 +145,15 @@ int RunInspect(const InspectFlags& flags) {
     std::printf("%-*s  %-7s  %s\n", static_cast<int>(name_width), e.name.c_str(), DataTypeName(e.dtype).c_str(),
                 e.shape.ToString().c_str());
     StatusOr<Tensor> t = (*reader)->Lookup(e.name);
-    if (absl::IsUnimplemented(t.status())) {   // a dtype Foreman cannot decode: listed only
-      if (flags.values || flags.stats) std::printf("  (dtype %d not supported)\n", static_cast<int>(e.dtype));
+    if (absl::IsUnimplemented(t.status())) {   // a dtype Foreman cannot decode: listed, its raw CRC checked
+      if (flags.values || flags.stats) {
+        std::printf("  (dtype %s (%d) not supported)\n", DataTypeName(e.dtype).c_str(), static_cast<int>(e.dtype));
+      }
+      Status verified = (*reader)->Verify(e.name);
+      if (!verified.ok()) {
+        std::fflush(stdout);
+        exit_code = Fail(verified);
+      }
       continue;
     }
     if (!t.ok()) {
@@ -172,7 +181,7 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
       ->required();
   cmd->add_flag("--values", flags->values, "Print the values");
   cmd->add_option("--max-values", flags->max_values, "Values printed per variable before eliding (default 10)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->add_flag("--stats", flags->stats, "Print min, max and mean of numeric variables");
   cmd->add_option("--name", flags->name, "Only this variable");
   cmd->callback([flags, exit_code] { *exit_code = RunInspect(*flags); });
