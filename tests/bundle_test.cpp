@@ -23,6 +23,7 @@
 #include "bundle/leveldb_env.hpp"
 #include "foreman/crc32c.hpp"
 #include "foreman/mem_env.hpp"
+#include "support/test_util.hpp"
 #include "tensor_bundle.pb.h"
 
 namespace foreman {
@@ -169,27 +170,6 @@ std::string BuildRawIndex(const proto::BundleHeaderProto& header,
   return file.data;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
-
-/// Whether a 16 TiB allocation fails here: under ASan (over its allocation
-/// limit, see __asan_default_options) and wherever the kernel does not
-/// overcommit blindly (vm.overcommit_memory != 1).
-bool HugeAllocationsFail() {
-  if (kAsan) return true;
-  std::ifstream f("/proc/sys/vm/overcommit_memory");
-  int mode = 0;
-  return !(f >> mode) || mode != 1;
-}
 
 /// A read-only file of `size` zero bytes, stored nowhere.
 class ZeroFile : public RandomAccessFile {
@@ -658,7 +638,7 @@ TEST_CASE("Verify() checks the raw CRC of a dtype Foreman cannot decode") {
 }
 
 TEST_CASE("a consistent entry too big for memory is RESOURCE_EXHAUSTED naming file and variable") {
-  if (!HugeAllocationsFail()) {
+  if (!foreman::testing::HugeAllocationsFail()) {
     MESSAGE("skipping: vm.overcommit_memory is 1, a 16 TiB allocation may succeed");
     return;
   }

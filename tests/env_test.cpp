@@ -1,6 +1,7 @@
 // Tests for Env::Default() (POSIX) and the path and write helpers in env.hpp.
 
 #include "foreman/env.hpp"
+#include "support/test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <poll.h>
@@ -24,30 +25,7 @@ namespace {
 
 using Names = std::vector<std::string>;
 
-/// A fresh directory under $TEST_TMPDIR (or /tmp), removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TEST_TMPDIR");
-    std::string root = base != nullptr && *base != '\0' ? base : "/tmp";
-    std::filesystem::create_directories(root);
-    std::string tmpl = root + "/env_test.XXXXXX";
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return JoinPath(path_, name); }
-
- private:
-  std::string path_;
-};
+using foreman::testing::TempDir;
 
 /// Waits up to `ms` milliseconds for one byte on `fd`; returns it, or -1.
 int ReadByte(int fd, int ms) {

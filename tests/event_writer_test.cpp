@@ -26,6 +26,7 @@
 #include "foreman/event_reader.hpp"
 #include "foreman/mem_env.hpp"
 #include "foreman/summary.hpp"
+#include "support/test_util.hpp"
 #include "log.hpp"
 #include "summary.pb.h"
 
@@ -104,28 +105,7 @@ bool IsEventFileName(const std::string& path, const std::string& dir, const std:
          path.compare(prefix.size() + 10, std::string::npos, "." + tail) == 0;
 }
 
-/// A fresh directory under $TEST_TMPDIR (or /tmp), removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TEST_TMPDIR");
-    const std::string root = base != nullptr && *base != '\0' ? base : "/tmp";
-    std::filesystem::create_directories(root);
-    std::string tmpl = root + "/event_writer_test.XXXXXX";
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using foreman::testing::TempDir;
 
 // -- the file: name and first record -------------------------------------------------
 

@@ -5,6 +5,7 @@
 // default configuration when it ends, and logs to files in its own temporary
 // directory, not to stderr.
 #include "foreman/logging.hpp"
+#include "support/test_util.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,32 +29,7 @@ namespace {
 
 // -- helpers -------------------------------------------------------------------
 
-/// A fresh directory under $TEST_TMPDIR (or /tmp), removed with its contents
-/// on destruction.
-class TempDir {
- public:
-  TempDir() {
-    const char* env = std::getenv("TEST_TMPDIR");
-    const std::string base = env != nullptr && *env != '\0' ? env : "/tmp";
-    std::error_code ec;
-    std::filesystem::create_directories(base, ec);
-    std::string pattern = base + "/logging_test.XXXXXX";
-    REQUIRE_MESSAGE(::mkdtemp(pattern.data()) != nullptr, "mkdtemp under ", base);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using foreman::testing::TempDir;
 
 /// Restores the default logging configuration at the end of a test.
 struct RestoreLogging {
@@ -127,7 +103,7 @@ TEST_CASE("The default options log at info to stderr only") {
 TEST_CASE("A log file gets the messages at or above the level, and none below") {
   RestoreLogging restore;
   TempDir dir;
-  const std::string path = dir.File("foreman.log");
+  const std::string path = (dir / "foreman.log");
   const Status s = ConfigureLogging(FileOnly(path, LogLevel::kWarning));
   REQUIRE_MESSAGE(s.ok(), s.ToString());
   CHECK(GetLogLevel() == LogLevel::kWarning);
@@ -142,7 +118,7 @@ TEST_CASE("A log file gets the messages at or above the level, and none below") 
 TEST_CASE("Level trace lets every message through and level off none") {
   RestoreLogging restore;
   TempDir dir;
-  const std::string all = dir.File("all.log");
+  const std::string all = (dir / "all.log");
   REQUIRE(ConfigureLogging(FileOnly(all, LogLevel::kTrace)).ok());
   CHECK(GetLogLevel() == LogLevel::kTrace);
   LogOneOfEach("B");
@@ -153,7 +129,7 @@ TEST_CASE("Level trace lets every message through and level off none") {
   CHECK(Contains(text, "[W] warn B 4"));
   CHECK(Contains(text, "[E] error B 5"));
 
-  const std::string none = dir.File("none.log");
+  const std::string none = (dir / "none.log");
   REQUIRE(ConfigureLogging(FileOnly(none, LogLevel::kOff)).ok());
   CHECK(GetLogLevel() == LogLevel::kOff);
   LogOneOfEach("C");
@@ -164,7 +140,7 @@ TEST_CASE("Level trace lets every message through and level off none") {
 TEST_CASE("A disabled level does not evaluate the message arguments") {
   RestoreLogging restore;
   TempDir dir;
-  REQUIRE(ConfigureLogging(FileOnly(dir.File("x.log"), LogLevel::kInfo)).ok());
+  REQUIRE(ConfigureLogging(FileOnly((dir / "x.log"), LogLevel::kInfo)).ok());
   int evaluated = 0;
   FOREMAN_LOG_DEBUG("{}", ++evaluated);
   CHECK(evaluated == 0);
@@ -175,7 +151,7 @@ TEST_CASE("A disabled level does not evaluate the message arguments") {
 TEST_CASE("ConfigureLogging appends to an existing log file") {
   RestoreLogging restore;
   TempDir dir;
-  const std::string path = dir.File("existing.log");
+  const std::string path = (dir / "existing.log");
   std::ofstream(path) << "an earlier line\n";
   REQUIRE(ConfigureLogging(FileOnly(path, LogLevel::kInfo)).ok());
   FOREMAN_LOG_INFO("a new line");
@@ -190,10 +166,10 @@ TEST_CASE("ConfigureLogging appends to an existing log file") {
 TEST_CASE("A log file in a missing directory is NOT_FOUND, names the path, and keeps the old setup") {
   RestoreLogging restore;
   TempDir dir;
-  const std::string good = dir.File("good.log");
+  const std::string good = (dir / "good.log");
   REQUIRE(ConfigureLogging(FileOnly(good, LogLevel::kInfo)).ok());
 
-  const std::string missing_dir = dir.File("missing");
+  const std::string missing_dir = (dir / "missing");
   const std::string bad = missing_dir + "/foreman.log";
   const Status s = ConfigureLogging(FileOnly(bad, LogLevel::kDebug));
   CHECK_MESSAGE(s.code() == absl::StatusCode::kNotFound, s.ToString());
@@ -211,7 +187,7 @@ TEST_CASE("A log file in a missing directory is NOT_FOUND, names the path, and k
 TEST_CASE("A log file path under a regular file is NOT_FOUND") {
   RestoreLogging restore;
   TempDir dir;
-  const std::string file = dir.File("plain");
+  const std::string file = (dir / "plain");
   std::ofstream(file) << "x";
   const Status s = ConfigureLogging(FileOnly(file + "/foreman.log", LogLevel::kInfo));
   CHECK_MESSAGE(s.code() == absl::StatusCode::kNotFound, s.ToString());
@@ -232,7 +208,7 @@ TEST_CASE("An unwritable log file is PERMISSION_DENIED") {
   }
   RestoreLogging restore;
   TempDir dir;
-  const std::string path = dir.File("read-only.log");
+  const std::string path = (dir / "read-only.log");
   std::ofstream(path) << "x";
   REQUIRE(::chmod(path.c_str(), 0444) == 0);
   const Status s = ConfigureLogging(FileOnly(path, LogLevel::kInfo));
@@ -245,8 +221,8 @@ TEST_CASE("An unwritable log file is PERMISSION_DENIED") {
 TEST_CASE("Reconfiguring while another thread logs loses and duplicates no message") {
   RestoreLogging restore;
   TempDir dir;
-  const std::string a = dir.File("a.log");
-  const std::string b = dir.File("b.log");
+  const std::string a = (dir / "a.log");
+  const std::string b = (dir / "b.log");
   REQUIRE(ConfigureLogging(FileOnly(a, LogLevel::kInfo)).ok());
 
   constexpr int kMessages = 2000;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "foreman/tensor.hpp"
+#include "support/test_util.hpp"
 
 using foreman::DataType;
 using foreman::Tensor;
@@ -19,27 +20,6 @@ namespace {
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
-
-/// Whether a 16 TiB allocation fails here, as the tests below need: under
-/// ASan (over its allocation limit, see __asan_default_options) and wherever
-/// the kernel does not overcommit blindly (vm.overcommit_memory != 1).
-bool HugeAllocationsFail() {
-  if (kAsan) return true;
-  std::ifstream f("/proc/sys/vm/overcommit_memory");
-  int mode = 0;
-  return !(f >> mode) || mode != 1;
-}
 
 }  // namespace
 
@@ -222,7 +202,7 @@ TEST_CASE("Tensor::Create: INVALID_ARGUMENT for an unsupported dtype, RESOURCE_E
   auto many_strings = Tensor::Create(DataType::kString, TensorShape{int64_t{1} << 62});
   CHECK(many_strings.status().code() == absl::StatusCode::kResourceExhausted);
 
-  if (!HugeAllocationsFail()) {
+  if (!foreman::testing::HugeAllocationsFail()) {
     MESSAGE("skipping the 16 TiB allocations: vm.overcommit_memory is 1");
     return;
   }
