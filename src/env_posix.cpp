@@ -193,6 +193,11 @@ class PosixRandomAccessFile : public RandomAccessFile {
 
 /// The paths locked by this process: fcntl locks are per process, so they
 /// cannot tell two lock objects of one process apart.
+///
+/// Caveat of fcntl locks: closing *any* descriptor of the lock file in this
+/// process releases the lock, so nothing else may open a lock file while it
+/// is held. Linux's open-file-description locks (F_OFD_SETLK) lack that trap
+/// but cannot report the holder's pid, which our error message names.
 struct LockTable {
   std::mutex mu;
   std::set<std::string> paths;  // guarded by mu
