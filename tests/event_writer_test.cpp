@@ -28,6 +28,7 @@
 #include "foreman/summary.hpp"
 #include "support/test_util.hpp"
 #include "log.hpp"
+#include "support/log_capture.hpp"
 #include "summary.pb.h"
 
 namespace foreman {
@@ -35,24 +36,7 @@ namespace {
 
 constexpr char kLogdir[] = "/logs/run";
 
-/// Collects what Foreman logs while it lives.
-class CapturedLog {
- public:
-  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    internal::Logger().sinks().push_back(sink_);
-  }
-  ~CapturedLog() {
-    auto& sinks = internal::Logger().sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  CapturedLog(const CapturedLog&) = delete;
-  CapturedLog& operator=(const CapturedLog&) = delete;
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::sink> sink_;
-};
+using foreman::testing::CapturedLog;
 
 /// A MemEnv, a ManualClock at 1700000000.25 s and options using both.
 struct Fixture {

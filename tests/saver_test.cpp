@@ -18,6 +18,7 @@
 #include "foreman/checkpoint.hpp"
 #include "foreman/mem_env.hpp"
 #include "log.hpp"
+#include "support/log_capture.hpp"
 
 namespace foreman {
 namespace {
@@ -33,22 +34,7 @@ CheckpointState State(const std::string& latest, Paths all = {}) {
   return s;
 }
 
-/// Collects what Foreman logs while it lives.
-class CapturedLog {
- public:
-  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    internal::Logger().sinks().push_back(sink_);
-  }
-  ~CapturedLog() {
-    auto& sinks = internal::Logger().sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::sink> sink_;
-};
+using foreman::testing::CapturedLog;
 
 /// A MemEnv with /ckpt, a manual clock, and a store {w: float32[2], global_step}.
 struct Fixture {
