@@ -1,0 +1,1 @@
+// TODO(issue 4): checkpoint_saver actor (stub until implemented)

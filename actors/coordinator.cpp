@@ -1,0 +1,1 @@
+// TODO(issue 4): coordinator actor (stub until implemented)

@@ -1,0 +1,1 @@
+// TODO(issue 4): session_supervisor actor (stub until implemented)

@@ -1,0 +1,1 @@
+// TODO(issue 4): step_counter actor (stub until implemented)

@@ -1,0 +1,1 @@
+// TODO(issue 4): summary_writer actor (stub until implemented)

@@ -1,0 +1,1 @@
+// TODO(issue 4): training_loop actor (stub until implemented)

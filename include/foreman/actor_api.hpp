@@ -1,0 +1,2 @@
+// TODO(issue 4): stub until written
+#pragma once

@@ -1,0 +1,152 @@
+// Coordinator: a stop flag, the first error, and joining threads with a grace
+// period. (TF: tf.compat.v1.train.Coordinator (Python, B55-B68) and
+// tensorflow::Coordinator (C++, B69-B77); spec decisions 5 and 10.)
+//
+// One behaviour per method, Python's. Where TF's C++ Coordinator differs it
+// is said at the method. Errors are Status values, never exceptions:
+//
+//   foreman::Coordinator coord;                 // clean stop: {OUT_OF_RANGE}
+//   foreman::LooperThread::Start(&coord, "reader", absl::Seconds(1), [&] { return ReadMore(); });
+//   ... coord.request_stop(status) from any thread ...
+//   foreman::Status s = coord.join(/*stop_grace_period=*/absl::Seconds(120));
+//
+// should_stop() is one atomic load (the training loop reads it every step,
+// design.md §2). All methods are thread-safe. Waiting uses the Clock.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "foreman/clock.hpp"
+#include "foreman/status.hpp"
+
+namespace foreman {
+
+/// A thread (or anything that runs on its own) the coordinator joins.
+/// (TF C++: RunnerInterface, B77.)
+class RunnerInterface {
+ public:
+  virtual ~RunnerInterface() = default;
+  /// Blocks until the runner has finished; returns its final status.
+  virtual Status Join() = 0;
+  virtual bool IsRunning() const = 0;
+  /// Shown in the straggler message (B63).
+  virtual std::string name() const = 0;
+};
+
+class Coordinator {
+ public:
+  /// B55 / decision 5: std::nullopt means {OUT_OF_RANGE}; an explicit empty
+  /// list means no clean-stop codes (what a MonitoredSession uses, B54).
+  /// (TF C++ treats an empty vector as {OUT_OF_RANGE}, B69; Foreman follows
+  /// Python.)
+  explicit Coordinator(std::optional<std::vector<absl::StatusCode>> clean_stop_codes = std::nullopt,
+                       Clock* clock = Clock::Real());
+  /// Requests stop and joins the registered runners, ignoring errors (B76).
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  /// B56-B59: sets the stop flag. The first non-OK `status` is recorded when
+  /// stop was not yet requested and none is recorded; a status whose code is
+  /// a clean-stop code is recorded as OK (a clean stop); later ones are
+  /// dropped (B58). After join() completed, a non-OK `status` is returned to
+  /// the caller instead of being recorded (B59); otherwise returns OK.
+  /// (TF C++ RequestStop() returns FAILED_PRECONDITION on a second call, B71;
+  /// Foreman's is idempotent, as Python's.)
+  Status request_stop(const Status& status = absl::OkStatus());
+
+  /// B56: true once stop is requested. Lock-free.
+  bool should_stop() const { return stop_.load(std::memory_order_acquire); }
+
+  /// B64: clears the flag, the recorded status and `joined`.
+  void clear_stop();
+
+  /// B65: the recorded status (OK when none). Does not clear it. (TF:
+  /// raise_requested_exception; TF C++ GetStatus, B74.)
+  Status status() const;
+
+  /// B66: waits until stop is requested or `timeout` passes (std::nullopt:
+  /// no timeout); returns should_stop().
+  bool wait_for_stop(std::optional<absl::Duration> timeout = std::nullopt);
+
+  /// B67: runs `fn`; an error it returns or an exception it throws is passed
+  /// to request_stop() and *not* returned (the caller's thread goes on).
+  /// Returns whether `fn` succeeded.
+  bool stop_on_exception(const std::function<Status()>& fn);
+
+  /// B68 / B70: adds a runner to join. FAILED_PRECONDITION "The coordinator
+  /// has been stopped." when stop was requested (TF C++ behaviour; Python
+  /// accepts it).
+  Status register_runner(std::unique_ptr<RunnerInterface> runner);
+
+  /// B61-B63: waits until every registered runner has finished *or* stop was
+  /// requested (polling every second of the clock, B61); then, once stop is
+  /// requested, up to `stop_grace_period` for the runners to finish (B62).
+  /// Then `joined` becomes true and the runners are dropped (B63), and:
+  ///   the recorded status, when non-OK (it takes precedence);
+  ///   else each finished runner's non-OK Join() status that is not a
+  ///     clean-stop code is fed to request_stop first, so the first wins;
+  ///   else, runners still running: DEADLINE_EXCEEDED "Coordinator stopped
+  ///     with threads still running: <names>" — or, with
+  ///     ignore_live_threads, OK after logging that line (a straggler is
+  ///     detached: its thread keeps running and is never joined);
+  ///   else OK.
+  /// (TF C++ Join() refuses to run before RequestStop, B73; Foreman waits as
+  /// Python does.)
+  Status join(absl::Duration stop_grace_period = absl::Seconds(120), bool ignore_live_threads = false);
+  bool joined() const;
+
+  Clock* clock() const { return clock_; }
+
+ private:
+  bool IsCleanStop(const Status& s) const;
+  std::optional<std::vector<absl::StatusCode>> clean_stop_codes_;
+  Clock* clock_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Status status_;       // guarded by mu_
+  bool joined_ = false;  // guarded by mu_
+  std::vector<std::unique_ptr<RunnerInterface>> runners_;  // guarded by mu_
+};
+
+/// A thread that runs `target` back to back (interval std::nullopt) or every
+/// `interval` of the clock starting at once, until the coordinator stops;
+/// an error from `target` (or an exception) is reported to the coordinator
+/// and ends the loop. Registered with the coordinator, which joins it. (TF:
+/// LooperThread, B68.)
+class LooperThread : public RunnerInterface {
+ public:
+  /// Starts the thread and registers it with `coord`; errors as
+  /// register_runner (then no thread is started). Returns a pointer owned by
+  /// the coordinator (valid until its join() returns).
+  static StatusOr<LooperThread*> Start(Coordinator* coord, std::string name,
+                                       std::optional<absl::Duration> interval,
+                                       std::function<Status()> target);
+  ~LooperThread() override;
+  Status Join() override;
+  bool IsRunning() const override;
+  std::string name() const override { return name_; }
+
+ private:
+  LooperThread(Coordinator* coord, std::string name, std::optional<absl::Duration> interval,
+               std::function<Status()> target);
+  void Loop();
+  Coordinator* coord_;
+  std::string name_;
+  std::optional<absl::Duration> interval_;
+  std::function<Status()> target_;
+  std::atomic<bool> running_{true};
+  std::thread thread_;
+};
+
+}  // namespace foreman

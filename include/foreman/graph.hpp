@@ -1,0 +1,116 @@
+// Graph: what a model is made of, before any session holds values for it.
+// (TF: tf.Graph with its GLOBAL_VARIABLES / LOCAL_VARIABLES / GLOBAL_STEP
+// collections, and the ops a session.run() can fetch; design.md §3.)
+//
+// Foreman has no op graph. A Graph declares the model's variables (name,
+// initial value, trainable) and holds the step function, which computes
+// whatever fetch names it is asked for. A Session (session.hpp) holds the
+// values: a new session's variables are *uninitialized* until the init op
+// (Scaffold) assigns their initial values or a checkpoint restores them.
+//
+//   auto graph = std::make_shared<foreman::Graph>();
+//   FOREMAN_RETURN_IF_ERROR(graph->CreateGlobalStep());
+//   FOREMAN_RETURN_IF_ERROR(graph->AddVariable("w", foreman::Tensor(DataType::kFloat, {10})));
+//   graph->SetStep([](foreman::StepContext& ctx) -> foreman::Status {
+//     if (ctx.requested("train_op")) { ...update "w"...; IncrementGlobalStep(ctx.variables()); }
+//     if (ctx.requested("loss")) ctx.Set("loss", loss_tensor);
+//     return foreman::OkStatus();
+//   });
+//
+// A graph is built on one thread; Finalize() (called by every session
+// creation, B19/B93) makes it read-only, after which it may be shared by any
+// number of sessions and threads. Share it by std::shared_ptr.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "foreman/status.hpp"
+#include "foreman/tensor.hpp"
+
+namespace foreman {
+
+class StepContext;
+/// The step function: reads ctx.feeds(), reads and updates ctx.variables(),
+/// answers the fetches in ctx.requested() it knows (a fetch it does not
+/// answer comes back NOT_FOUND naming it). Increments global_step itself when
+/// it applies an update (TF: optimizer.minimize(global_step=...)).
+/// OUT_OF_RANGE ends training cleanly (end of input); ABORTED / UNAVAILABLE
+/// trigger recovery in a MonitoredSession; anything else stops training.
+/// Exceptions it throws become a Status (status.hpp).
+using StepFn = std::function<Status(StepContext& ctx)>;
+
+/// Builds a variable's initial value (TF: the initializer of a Variable).
+/// Called by the init op once per session that initializes the variable.
+using Initializer = std::function<StatusOr<Tensor>()>;
+
+struct VariableDef {
+  std::string name;
+  Initializer initializer;
+  bool trainable = true;
+  /// TF's LOCAL_VARIABLES: initialized by the local init op in *every*
+  /// session (also after a restore, and in workers), never checkpointed.
+  bool local = false;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  /// Declares a global variable whose initial value is `initial_value`.
+  ///   INVALID_ARGUMENT  malformed name (VariableStore::ValidateName) or a
+  ///                     kInvalid tensor
+  ///   ALREADY_EXISTS    the name is declared
+  ///   FAILED_PRECONDITION "Graph is finalized and cannot be modified." (B21)
+  Status AddVariable(const std::string& name, Tensor initial_value, bool trainable = true);
+  /// Same, with an initializer run when a session initializes it (e.g. a
+  /// seeded random draw).
+  Status AddVariable(const std::string& name, Initializer initializer, bool trainable = true);
+  /// Declares a local variable (VariableDef::local); errors as AddVariable.
+  Status AddLocalVariable(const std::string& name, Tensor initial_value);
+
+  /// B125: declares `global_step`, an int64 scalar, non-trainable, initial 0.
+  /// ALREADY_EXISTS "global_step already exists."; FAILED_PRECONDITION when
+  /// finalized.
+  Status CreateGlobalStep();
+  /// B124: whether `global_step` is declared (as an int32/int64 scalar).
+  bool has_global_step() const;
+
+  /// Sets the step function (FAILED_PRECONDITION when finalized).
+  Status SetStep(StepFn step);
+  const StepFn& step() const { return step_; }
+
+  /// TF's SUMMARIES collection: a fetch name the step answers with a
+  /// serialized Summary (a kString scalar). The default Scaffold's summary_op
+  /// merges them (B92); none means no summary op. FAILED_PRECONDITION when
+  /// finalized; duplicates are ignored.
+  Status AddSummaryOp(const std::string& fetch);
+  const std::vector<std::string>& summary_ops() const { return summary_ops_; }
+
+  /// Every declared variable, in declaration order.
+  const std::vector<VariableDef>& variables() const { return variables_; }
+  /// Names of the global (checkpointed) variables, sorted.
+  std::vector<std::string> GlobalVariableNames() const;
+  /// Names of the local variables, sorted.
+  std::vector<std::string> LocalVariableNames() const;
+
+  /// Makes the graph read-only (idempotent). Thread-safe.
+  void Finalize();
+  bool finalized() const;
+  /// B22: undoes Finalize(); a MonitoredSession calls it at close() when the
+  /// graph was not finalized before the session was created.
+  void Unfinalize();
+
+ private:
+  std::vector<VariableDef> variables_;
+  std::vector<std::string> summary_ops_;
+  StepFn step_;
+  std::atomic<bool> finalized_{false};
+};
+
+}  // namespace foreman

@@ -1,0 +1,428 @@
+// SessionRunHook: code that runs around every step of a MonitoredSession,
+// and the stock hooks. (TF: tf.compat.v1.train.SessionRunHook,
+// basic_session_run_hooks.py; spec §3 and §9, B28-B45, B95-B123.)
+//
+// Call order per MonitoredSession (B19-B20, B29-B40):
+//   begin()                                    once, before the first session
+//   after_create_session(session, coord)       after every session creation
+//   before_run(ctx) -> SessionRunArgs          every run(), in list order
+//   after_run(ctx, values)                     every successful run(), in order
+//   end(session)                               at close() after a clean stop
+//
+// All callbacks run on the training thread. A hook returns a Status (or
+// throws; the exception becomes a Status naming the hook and the callback):
+// a non-OK status ends training with that error, exactly as TF's exceptions
+// do (B36: later hooks' after_run are skipped for that step). A hook that
+// wants training to end cleanly calls ctx.request_stop() (B35).
+//
+// A hook asks for extra fetches and feeds in before_run; Foreman merges them
+// with the caller's (B30, B32) and hands each hook exactly its own results.
+// Stock hooks whose work is I/O (checkpoints, summaries, step counting) only
+// decide *when* on the training thread and send the work to a service actor
+// (design.md §2); they need a MonitoredSession (or a Supervisor), which
+// attaches those services before begin().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "foreman/checkpoint.hpp"
+#include "foreman/clock.hpp"
+#include "foreman/coordinator.hpp"
+#include "foreman/session.hpp"
+#include "foreman/status.hpp"
+
+namespace foreman {
+
+namespace internal {
+class Services;  // the runtime's service actors, as hooks see them
+}
+
+/// What a hook adds to a run (TF: SessionRunArgs). Empty fetches means "no
+/// fetches" (TF's None: the hook then gets results == nullptr, B31).
+struct SessionRunArgs {
+  std::vector<std::string> fetches;
+  TensorMap feeds;
+  RunOptions options;
+};
+
+/// One run() as hooks see it (TF: SessionRunContext, B28): the same object is
+/// passed to every hook's before_run and after_run of that run.
+class SessionRunContext {
+ public:
+  SessionRunContext(const SessionRunArgs* original_args, Session* session)
+      : original_args_(original_args), session_(session) {}
+  /// The caller's fetches and feeds.
+  const SessionRunArgs& original_args() const { return *original_args_; }
+  /// The raw session (no hooks); a hook may Run() it (B126's extra read).
+  Session* session() const { return session_; }
+  /// B35: asks the session to stop after this run; never interrupts it.
+  void request_stop() { stop_requested_ = true; }
+  bool stop_requested() const { return stop_requested_; }
+
+ private:
+  const SessionRunArgs* original_args_;
+  Session* session_;
+  bool stop_requested_ = false;
+};
+
+/// What a hook gets after a run (TF: SessionRunValues).
+struct SessionRunValues {
+  /// This hook's fetches, or nullptr when it asked for none (B31).
+  const TensorMap* results = nullptr;
+  /// The merged options the run used (B33).
+  const RunOptions* options = nullptr;
+  /// Shared by all hooks of the run (B33); filled when tracing was on.
+  const RunMetadata* run_metadata = nullptr;
+};
+
+class SessionRunHook {
+ public:
+  virtual ~SessionRunHook() = default;
+  /// A name for logs and error messages ("StopAtStepHook").
+  virtual std::string name() const = 0;
+  virtual Status begin() { return absl::OkStatus(); }
+  virtual Status after_create_session(Session* /*session*/, Coordinator* /*coord*/) { return absl::OkStatus(); }
+  virtual StatusOr<SessionRunArgs> before_run(SessionRunContext& /*ctx*/) { return SessionRunArgs{}; }
+  virtual Status after_run(SessionRunContext& /*ctx*/, const SessionRunValues& /*values*/) {
+    return absl::OkStatus();
+  }
+  virtual Status end(Session* /*session*/) { return absl::OkStatus(); }
+
+  /// Called by Foreman's sessions before begin(): the service actors (summary
+  /// writers, checkpoint saver, step counter) of the session the hook runs
+  /// in. User hooks ignore it. Not owned; valid until the session closes.
+  virtual void AttachServices(internal::Services* /*services*/) {}
+};
+
+using HookList = std::vector<std::shared_ptr<SessionRunHook>>;
+
+// -- SecondOrStepTimer (B95-B97) -------------------------------------------------
+
+class SecondOrStepTimer {
+ public:
+  /// B95: exactly one of every_secs / every_steps; INVALID_ARGUMENT "Can not
+  /// provide both every_secs and every_steps." / "Either every_secs or
+  /// every_steps should be provided.".
+  static StatusOr<SecondOrStepTimer> Create(std::optional<double> every_secs, std::optional<int64_t> every_steps,
+                                            Clock* clock = Clock::Real());
+  /// B96.
+  bool should_trigger_for_step(int64_t step) const;
+  /// B97: (elapsed seconds, elapsed steps) since the last trigger; nullopt on
+  /// the first.
+  std::optional<std::pair<double, int64_t>> update_last_triggered_step(int64_t step);
+  std::optional<int64_t> last_triggered_step() const { return last_step_; }
+  void reset();
+
+ private:
+  SecondOrStepTimer(std::optional<double> every_secs, std::optional<int64_t> every_steps, Clock* clock);
+  std::optional<double> every_secs_;
+  std::optional<int64_t> every_steps_;
+  Clock* clock_;
+  std::optional<int64_t> last_step_;
+  absl::Duration last_time_;
+};
+
+// -- StopAtStepHook (B98-B101, decision 9) ----------------------------------------
+
+class StopAtStepHook : public SessionRunHook {
+ public:
+  /// B98: exactly one of num_steps / last_step (INVALID_ARGUMENT).
+  static StatusOr<std::shared_ptr<StopAtStepHook>> Create(std::optional<int64_t> num_steps,
+                                                          std::optional<int64_t> last_step);
+  std::string name() const override { return "StopAtStepHook"; }
+  /// FAILED_PRECONDITION "Global step should be created to use StopAtStepHook."
+  Status begin() override;
+  /// B99: last_step = first session's global_step + num_steps (once).
+  /// Decision 9: when the session starts at or past last_step, stops before
+  /// the first step (the MonitoredSession's should_stop() is true at once).
+  Status after_create_session(Session* session, Coordinator* coord) override;
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
+  std::optional<int64_t> last_step() const { return last_step_; }
+
+ private:
+  StopAtStepHook(std::optional<int64_t> num_steps, std::optional<int64_t> last_step);
+  std::optional<int64_t> num_steps_;
+  std::optional<int64_t> last_step_;
+  Coordinator* coord_ = nullptr;
+};
+
+// -- CheckpointSaverHook (B102-B108, decision 11) ---------------------------------
+
+/// TF: CheckpointSaverListener (B108). Callbacks run on the training thread.
+class CheckpointSaverListener {
+ public:
+  virtual ~CheckpointSaverListener() = default;
+  virtual Status begin() { return absl::OkStatus(); }
+  /// Before the variables are copied for the save of `global_step`.
+  virtual Status before_save(Session* /*session*/, int64_t /*global_step*/) { return absl::OkStatus(); }
+  /// At the first step boundary after the save of `global_step` is durable
+  /// (decision 11); true requests a stop (B104), which takes effect then.
+  virtual StatusOr<bool> after_save(Session* /*session*/, int64_t /*global_step*/) { return false; }
+  virtual Status end(Session* /*session*/, int64_t /*global_step*/) { return absl::OkStatus(); }
+};
+
+struct CheckpointSaverHookOptions {
+  std::string checkpoint_dir;
+  /// B102: exactly one of save_secs / save_steps.
+  std::optional<double> save_secs;
+  std::optional<int64_t> save_steps;
+  /// B102: explicit saver > scaffold's saver (set by MonitoredTrainingSession)
+  /// > a default Saver (max_to_keep 5) built on config's env/clock.
+  std::shared_ptr<Saver> saver;
+  std::string checkpoint_basename = "model.ckpt";
+  std::vector<std::shared_ptr<CheckpointSaverListener>> listeners;
+  /// TF's steps_per_run (B104).
+  int64_t steps_per_run = 1;
+  Clock* clock = Clock::Real();
+  Env* env = Env::Default();
+};
+
+/// Saves at after_create_session (B103), on the schedule (B104), and at end()
+/// when the last step was not saved (B105); writes a SessionLog CHECKPOINT
+/// at each saved step into checkpoint_dir's event file (B106). Asynchronous
+/// (decision 11): the training thread only copies the variables; the
+/// checkpoint_saver actor writes them. A save due while one is in flight waits
+/// for it. The final save in end() completes before end() returns. Holds the
+/// checkpoint directory's lock (LockCheckpointDirectory) from begin() to
+/// end() / destruction.
+class CheckpointSaverHook : public SessionRunHook {
+ public:
+  /// INVALID_ARGUMENT for a bad schedule (B102), empty checkpoint_dir,
+  /// steps_per_run < 1.
+  static StatusOr<std::shared_ptr<CheckpointSaverHook>> Create(CheckpointSaverHookOptions options);
+  ~CheckpointSaverHook() override;
+  std::string name() const override { return "CheckpointSaverHook"; }
+  void AttachServices(internal::Services* services) override;
+  Status begin() override;
+  Status after_create_session(Session* session, Coordinator* coord) override;
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
+  Status end(Session* session) override;
+
+  /// Steps saved so far, in order (tests and benchmarks).
+  std::vector<int64_t> saved_steps() const;
+  /// Saves that had to wait for the one in flight (decision 11).
+  int64_t waited_saves() const;
+
+  struct Impl;
+
+ private:
+  explicit CheckpointSaverHook(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// -- StepCounterHook (B109-B111) ----------------------------------------------
+
+struct StepCounterHookOptions {
+  /// B109: exactly one of every_n_steps / every_n_secs.
+  std::optional<int64_t> every_n_steps = 100;
+  std::optional<double> every_n_secs;
+  /// Event files go to this directory's summary writer; empty = log only.
+  std::string output_dir;
+  Clock* clock = Clock::Real();
+};
+
+/// Measures global_step/sec on the training thread; when its timer fires it
+/// sends the value to the step_counter actor, which logs
+/// "global_step/sec: <v>" and writes the `global_step/sec` summary (B110).
+/// Warns (first 5 times) when the stale global step did not change (B111).
+class StepCounterHook : public SessionRunHook {
+ public:
+  static StatusOr<std::shared_ptr<StepCounterHook>> Create(StepCounterHookOptions options);
+  ~StepCounterHook() override;
+  std::string name() const override { return "StepCounterHook"; }
+  void AttachServices(internal::Services* services) override;
+  Status begin() override;
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
+  struct Impl;
+
+ private:
+  explicit StepCounterHook(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// -- SummarySaverHook (B112-B116) ---------------------------------------------
+
+struct SummarySaverHookOptions {
+  /// Exactly one of save_steps / save_secs (B95).
+  std::optional<int64_t> save_steps;
+  std::optional<double> save_secs;
+  /// Where events go; empty means the hook does nothing (B112).
+  std::string output_dir;
+  /// The fetch that returns a serialized Summary (a kString scalar), or
+  /// several whose Summaries are merged (TF: summary_op, a tensor or list).
+  /// B112: required (the MonitoredTrainingSession passes the scaffold's).
+  std::vector<std::string> summary_op;
+  Clock* clock = Clock::Real();
+};
+
+class SummarySaverHook : public SessionRunHook {
+ public:
+  static StatusOr<std::shared_ptr<SummarySaverHook>> Create(SummarySaverHookOptions options);
+  ~SummarySaverHook() override;
+  std::string name() const override { return "SummarySaverHook"; }
+  void AttachServices(internal::Services* services) override;
+  Status begin() override;
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
+  /// B116: flushes the writer (waits for the summary_writer actor).
+  Status end(Session* session) override;
+  struct Impl;
+
+ private:
+  explicit SummarySaverHook(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// -- LoggingTensorHook (B117-B118) --------------------------------------------
+
+struct LoggingTensorHookOptions {
+  /// Fetch names to log. With `sorted_tags` the line lists them sorted (TF's
+  /// dict); otherwise in the given order (TF's list).
+  std::vector<std::string> tensors;
+  bool sorted_tags = false;
+  /// B117: at_end alone, or exactly one of every_n_iter (> 0) / every_n_secs.
+  std::optional<int64_t> every_n_iter;
+  std::optional<double> every_n_secs;
+  bool at_end = false;
+  /// Replaces the default "tag = value, ..." line.
+  std::function<std::string(const TensorMap&)> formatter;
+  Clock* clock = Clock::Real();
+};
+
+class LoggingTensorHook : public SessionRunHook {
+ public:
+  static StatusOr<std::shared_ptr<LoggingTensorHook>> Create(LoggingTensorHookOptions options);
+  std::string name() const override { return "LoggingTensorHook"; }
+  Status begin() override;
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
+  /// B118: with at_end, runs the tensors once more and logs them.
+  Status end(Session* session) override;
+  /// Local iterations seen (B117: not the global step).
+  int64_t iteration() const { return iter_count_; }
+
+ private:
+  explicit LoggingTensorHook(LoggingTensorHookOptions options, SecondOrStepTimer timer);
+  std::string Format(const TensorMap& values, std::optional<double> elapsed_secs) const;
+  LoggingTensorHookOptions options_;
+  SecondOrStepTimer timer_;
+  int64_t iter_count_ = 0;
+  bool should_trigger_ = false;
+};
+
+// -- NanTensorHook (B119) --------------------------------------------------------
+
+class NanTensorHook : public SessionRunHook {
+ public:
+  /// `loss_tensor`: the fetch name of the loss (a float or double scalar).
+  NanTensorHook(std::string loss_tensor, bool fail_on_nan_loss = true)
+      : loss_tensor_(std::move(loss_tensor)), fail_on_nan_loss_(fail_on_nan_loss) {}
+  std::string name() const override { return "NanTensorHook"; }
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  /// NaN (not Inf): with fail_on_nan_loss logs "Model diverged with loss =
+  /// NaN." and returns NanLossDuringTrainingError("NaN loss during
+  /// training."); otherwise warns and requests stop.
+  Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
+
+ private:
+  std::string loss_tensor_;
+  bool fail_on_nan_loss_;
+};
+
+// -- GlobalStepWaiterHook (B120) ---------------------------------------------------
+
+class GlobalStepWaiterHook : public SessionRunHook {
+ public:
+  /// `poll_interval`: TF's 0.5 s. `max_wait`: Foreman's bound (TF waits
+  /// forever); past it the first before_run returns DEADLINE_EXCEEDED.
+  GlobalStepWaiterHook(int64_t wait_until_step, Clock* clock = Clock::Real(),
+                       absl::Duration poll_interval = absl::Milliseconds(500),
+                       std::optional<absl::Duration> max_wait = std::nullopt)
+      : wait_until_step_(wait_until_step), clock_(clock), poll_interval_(poll_interval), max_wait_(max_wait) {}
+  std::string name() const override { return "GlobalStepWaiterHook"; }
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+
+ private:
+  int64_t wait_until_step_;
+  Clock* clock_;
+  absl::Duration poll_interval_;
+  std::optional<absl::Duration> max_wait_;
+  bool worker_is_started_ = false;
+};
+
+// -- FinalOpsHook (B121) -----------------------------------------------------------
+
+class FinalOpsHook : public SessionRunHook {
+ public:
+  explicit FinalOpsHook(std::vector<std::string> final_ops, TensorMap final_ops_feed_dict = {})
+      : final_ops_(std::move(final_ops)), feeds_(std::move(final_ops_feed_dict)) {}
+  std::string name() const override { return "FinalOpsHook"; }
+  /// Runs final_ops on the raw session; OUT_OF_RANGE there is logged with a
+  /// warning and returned.
+  Status end(Session* session) override;
+  const TensorMap& final_ops_values() const { return values_; }
+
+ private:
+  std::vector<std::string> final_ops_;
+  TensorMap feeds_;
+  TensorMap values_;
+};
+
+// -- FeedFnHook (B122) -------------------------------------------------------------
+
+class FeedFnHook : public SessionRunHook {
+ public:
+  explicit FeedFnHook(std::function<TensorMap()> feed_fn) : feed_fn_(std::move(feed_fn)) {}
+  std::string name() const override { return "FeedFnHook"; }
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+
+ private:
+  std::function<TensorMap()> feed_fn_;
+};
+
+// -- ProfilerHook (B123) -----------------------------------------------------------
+
+struct ProfilerHookOptions {
+  std::optional<int64_t> save_steps;
+  std::optional<double> save_secs;
+  std::string output_dir;
+  bool show_dataflow = true;
+  bool show_memory = false;
+  Clock* clock = Clock::Real();
+  Env* env = Env::Default();
+};
+
+/// When its timer fires (never on the first run) asks for kFullTrace and
+/// writes <output_dir>/timeline-<step>.json, a Chrome trace-event file
+/// (chrome://tracing and Perfetto load it) of that run.
+class ProfilerHook : public SessionRunHook {
+ public:
+  static StatusOr<std::shared_ptr<ProfilerHook>> Create(ProfilerHookOptions options);
+  std::string name() const override { return "ProfilerHook"; }
+  Status begin() override;
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
+
+ private:
+  ProfilerHook(ProfilerHookOptions options, SecondOrStepTimer timer);
+  ProfilerHookOptions options_;
+  SecondOrStepTimer timer_;
+  bool request_summary_ = false;
+  int64_t next_step_ = -1;
+};
+
+/// Renders `metadata` as Chrome trace-event JSON ({"traceEvents": [...]}).
+std::string ChromeTraceJson(const RunMetadata& metadata, int64_t step);
+
+}  // namespace foreman

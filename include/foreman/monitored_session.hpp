@@ -1,0 +1,265 @@
+// MonitoredSession, SingularMonitoredSession and MonitoredTrainingSession:
+// a training loop wrapped in hooks, a coordinator and recovery.
+// (TF: tf.compat.v1.train.MonitoredSession & co.; spec §0-§4, B1-B54;
+// decisions 1-4, 9, 11, 12; design.md §1-§4.)
+//
+//   foreman::MonitoredTrainingSessionOptions opts;
+//   opts.graph = graph;                        // variables + step function
+//   opts.checkpoint_dir = "/tmp/run";
+//   opts.hooks = {stop_at_step_hook};
+//   FOREMAN_ASSIGN_OR_RETURN(auto sess, foreman::MonitoredTrainingSession(std::move(opts)));
+//   while (!sess->should_stop()) {
+//     auto out = sess->run({"train_op", "loss"});
+//     if (!out.ok()) break;                    // the error is close()'s too
+//   }
+//   FOREMAN_RETURN_IF_ERROR(sess->close());    // TF's `with` exit: OK after a
+//                                              // clean stop (OUT_OF_RANGE, a
+//                                              // hook's request_stop), else
+//                                              // the first error
+//
+// The wrapper stack (spec §0) is one object here, with the same behaviour:
+//   recovery     (MonitoredSession only) ABORTED / UNAVAILABLE from run(),
+//                after_create_session or the step: close, re-create via the
+//                creator (after_create_session again, B47), restore the latest
+//                checkpoint, re-run the same call; bounded (decision 2).
+//   coordination a fresh Coordinator per created session (B19), with no
+//                clean-stop codes (B54); services report to it.
+//   hooks        before_run / after_run with merged fetches and feeds.
+//
+// Every hook callback and the step run on the thread that calls run() (the
+// training thread). Services (checkpoint saver, summary writers, step
+// counter) are actors in a supervision tree owned by the session; an
+// ordinary run() never waits for them. Not thread-safe: one thread uses a
+// session; should_stop() may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "foreman/coordinator.hpp"
+#include "foreman/hooks.hpp"
+#include "foreman/session.hpp"
+#include "foreman/session_manager.hpp"
+#include "foreman/status.hpp"
+
+namespace caf {
+class actor_system;
+}
+
+namespace foreman {
+
+/// Decision 2: bounded recovery with exponential back-off and jitter.
+struct RecoveryOptions {
+  /// At most this many recoveries within `window`; the next preemption error
+  /// is returned (ABORTED / UNAVAILABLE) and training stops.
+  int max_recoveries = 10;
+  absl::Duration window = absl::Seconds(600);
+  /// Back-off before re-creating: initial * 2^(k-1) for the k-th recovery in
+  /// the window, capped at `max_backoff`, times a jitter in [0.5, 1.5)
+  /// drawn from `seed`. Waits on the config's Clock.
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(30);
+  uint64_t seed = 0;
+  /// TF's behaviour for parity tests (B48): recover forever, no back-off.
+  bool unbounded = false;
+};
+
+/// Where a MonitoredSession's service actors live (design.md §4).
+struct RuntimeOptions {
+  /// The caller's actor system, or nullptr: Foreman then owns one with
+  /// config.actor_threads scheduler threads. Never a hidden second system
+  /// when one is given. Not owned; must outlive the session.
+  caf::actor_system* actor_system = nullptr;
+};
+
+struct MonitoredSessionOptions {
+  /// B18: default ChiefSessionCreator over a default Scaffold of `graph`
+  /// (no checkpoint_dir: never restores). One of the two is required.
+  std::shared_ptr<SessionCreator> session_creator;
+  std::shared_ptr<Graph> graph;
+  HookList hooks;
+  double stop_grace_period_secs = 120;
+  RecoveryOptions recovery;
+  RuntimeOptions runtime;
+};
+
+/// What run_step_fn's function gets (TF: MonitoredSession.StepContext, B44).
+class MonitoredStepContext {
+ public:
+  /// The raw session: runs without hooks.
+  Session* session() const { return session_; }
+  /// Runs with hooks, like MonitoredSession::run.
+  StatusOr<TensorMap> run_with_hooks(const std::vector<std::string>& fetches, const TensorMap& feeds = {},
+                                     const RunOptions& options = {});
+  /// B44: ends training cleanly after this step (TF raises StopIteration).
+  void request_stop() { stop_requested_ = true; }
+  bool stop_requested() const { return stop_requested_; }
+
+  MonitoredStepContext(class MonitoredSession* owner, Session* session) : owner_(owner), session_(session) {}
+
+ private:
+  class MonitoredSession* owner_;
+  Session* session_;
+  bool stop_requested_ = false;
+};
+
+using StepCallable = std::function<Status(MonitoredStepContext& ctx)>;
+
+class MonitoredSession {
+ public:
+  /// B19: hooks' begin() in order, session creation (creator), a fresh
+  /// Coordinator, hooks' after_create_session() in order. On error every
+  /// actor and thread started is shut down and the error is returned
+  /// (a preemption error during creation is retried as decision 2 says).
+  static StatusOr<std::unique_ptr<MonitoredSession>> Create(MonitoredSessionOptions options);
+  /// Closes if not closed (errors logged).
+  virtual ~MonitoredSession();
+  MonitoredSession(const MonitoredSession&) = delete;
+  MonitoredSession& operator=(const MonitoredSession&) = delete;
+
+  /// B27-B36, B47, B51: one hooked run; returns the caller's fetches.
+  ///   FAILED_PRECONDITION "Run called even after should_stop requested." (B27)
+  ///   FAILED_PRECONDITION after close()
+  ///   OUT_OF_RANGE        the step's end of input: training ends cleanly
+  ///                       (should_stop() is then true; close() returns OK)
+  ///   INVALID_ARGUMENT    "Same tensor is fed by two hooks. Conflict(s): ..."
+  ///                       / "Same tensor is fed by a SessionRunHook and user. ..." (B32)
+  ///   any other error of the step or a hook: training ends with it; close()
+  ///   returns it too.
+  StatusOr<TensorMap> run(const std::vector<std::string>& fetches, const TensorMap& feeds = {},
+                          const RunOptions& options = {}, RunMetadata* run_metadata = nullptr);
+
+  /// B44-B45: runs `step_fn` with a MonitoredStepContext; a preemption error
+  /// inside re-runs the whole function on a new session (MonitoredSession).
+  /// ctx.request_stop() is a clean stop.
+  Status run_step_fn(const StepCallable& step_fn);
+
+  /// B37: the hooks asked to stop, the coordinator was asked (a service
+  /// failed, or a clean stop), or the session is closed. Never blocks.
+  bool should_stop() const;
+
+  /// B38-B43, B52, decisions 3-4: after a clean stop (or none) calls every
+  /// hook's end() (final checkpoint, summary flush); then stops the
+  /// coordinator and joins it with stop_grace_period_secs, shuts the service
+  /// actors down (bounded) and closes the raw session. Returns OK after a
+  /// clean stop, else the first error (a step's, a hook's, a service's). A
+  /// second close() returns the first one's status and calls no hook.
+  Status close();
+
+  /// Recoveries so far (decision 2) and the global steps they lost.
+  int64_t recoveries() const;
+  int64_t steps_lost() const;
+
+  /// The current coordinator (B19: a new one per created session).
+  Coordinator* coordinator() const;
+
+ protected:
+  struct Impl;
+  MonitoredSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  friend class MonitoredStepContext;
+  friend class SingularMonitoredSession;
+};
+
+struct SingularMonitoredSessionOptions {
+  std::shared_ptr<Graph> graph;
+  HookList hooks;
+  std::shared_ptr<Scaffold> scaffold;
+  std::string master;
+  SessionConfig config;
+  std::string checkpoint_dir;
+  std::string checkpoint_filename_with_path;
+  double stop_grace_period_secs = 120;
+  RuntimeOptions runtime;
+};
+
+/// B23: always chief, no recovery (ABORTED / UNAVAILABLE are returned), and
+/// should_stop() reports the coordinator's error through stop_error().
+class SingularMonitoredSession : public MonitoredSession {
+ public:
+  static StatusOr<std::unique_ptr<SingularMonitoredSession>> Create(SingularMonitoredSessionOptions options);
+  /// B23: the raw session (nullptr after close).
+  Session* raw_session() const;
+  /// B37: TF's SingularMonitoredSession.should_stop() re-raises the error
+  /// the coordinator recorded; here should_stop() returns true and this
+  /// returns that error.
+  Status stop_error() const;
+
+ private:
+  using MonitoredSession::MonitoredSession;
+};
+
+// -- MonitoredTrainingSession (B1-B17) ------------------------------------------
+
+/// TF's USE_DEFAULT (distinct from "explicitly off").
+template <class T>
+struct Defaultable {
+  enum class Kind { kUseDefault, kNone, kValue };
+  Kind kind = Kind::kUseDefault;
+  T value{};
+  Defaultable() = default;
+  Defaultable(T v) : kind(Kind::kValue), value(v) {}  // NOLINT: implicit, as TF's keyword argument
+  static Defaultable None() {
+    Defaultable d;
+    d.kind = Kind::kNone;
+    return d;
+  }
+  bool use_default() const { return kind == Kind::kUseDefault; }
+};
+
+struct MonitoredTrainingSessionOptions {
+  /// Variables and step function; required unless `scaffold` is given.
+  std::shared_ptr<Graph> graph;
+  std::string master;
+  bool is_chief = true;
+  std::string checkpoint_dir;
+  std::shared_ptr<Scaffold> scaffold;
+  HookList hooks;
+  HookList chief_only_hooks;
+  Defaultable<double> save_checkpoint_secs;
+  Defaultable<int64_t> save_summaries_steps;
+  Defaultable<double> save_summaries_secs;
+  SessionConfig config;
+  double stop_grace_period_secs = 120;
+  /// 0 or None (std::nullopt) disables the StepCounterHook (B10).
+  std::optional<int64_t> log_step_count_steps = 100;
+  double max_wait_secs = 7200;
+  Defaultable<int64_t> save_checkpoint_steps;
+  std::string summary_dir;
+  // Foreman extensions.
+  /// Worker readiness poll interval (TF fixed it at 30 s, H-01).
+  double recovery_wait_secs = 30;
+  /// Checkpoint listeners for the default CheckpointSaverHook.
+  std::vector<std::shared_ptr<CheckpointSaverListener>> checkpoint_listeners;
+  RecoveryOptions recovery;
+  RuntimeOptions runtime;
+};
+
+/// The effective schedules after TF's USE_DEFAULT rules (B1-B8), and which
+/// default hooks MonitoredTrainingSession adds (B9-B12). Exposed for tests
+/// and tools. INVALID_ARGUMENT when both frequencies of a pair are set
+/// (decision 1), naming both options.
+struct MonitoredTrainingSessionPlan {
+  std::optional<int64_t> save_summaries_steps;
+  std::optional<double> save_summaries_secs;
+  std::optional<int64_t> save_checkpoint_steps;
+  std::optional<double> save_checkpoint_secs;
+  std::string summary_dir;
+  bool step_counter_hook = false;
+  bool summary_saver_hook = false;
+  bool checkpoint_saver_hook = false;
+};
+StatusOr<MonitoredTrainingSessionPlan> PlanMonitoredTrainingSession(const MonitoredTrainingSessionOptions& options);
+
+/// B1-B16: builds the hook list (chief: chief_only_hooks, StepCounterHook,
+/// SummarySaverHook, CheckpointSaverHook, hooks; worker: hooks only) and a
+/// MonitoredSession with a ChiefSessionCreator (restoring from
+/// checkpoint_dir) or a WorkerSessionCreator (max_wait_secs).
+StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTrainingSessionOptions options);
+
+}  // namespace foreman

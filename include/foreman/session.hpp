@@ -1,0 +1,200 @@
+// The raw Session: values for a Graph's variables, and run(fetches, feeds).
+// (TF: tf.compat.v1.Session; design.md §3.)
+//
+//   FOREMAN_ASSIGN_OR_RETURN(auto sess, foreman::Session::Create(graph, "", config));
+//   FOREMAN_ASSIGN_OR_RETURN(foreman::TensorMap out, sess->Run({"loss", "train_op"}, feeds));
+//
+// Run() calls the graph's step function with the requested fetch names; only
+// those are computed. Built-in fetch: "global_step" is answered by the
+// Session with the value read *before* the step runs (TF's stale global-step
+// read, B126), unless the step function sets it.
+//
+// Targets (TF's `master`):
+//   ""               a local session with its own variable values
+//   "inproc://NAME"  sessions of one process that name the same NAME share
+//                    one set of values (a chief and its workers in tests, the
+//                    in-process analogue of a TF server); steps of sessions
+//                    sharing values are serialised by one mutex.
+//   anything else    UNIMPLEMENTED (tcp:// arrives with clusters).
+//
+// Thread-safety: Run(), WithVariables(), Snapshot() and GlobalStep() may be
+// called from any thread; each holds the values' mutex while it runs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "foreman/clock.hpp"
+#include "foreman/env.hpp"
+#include "foreman/graph.hpp"
+#include "foreman/status.hpp"
+#include "foreman/tensor.hpp"
+#include "foreman/variable_store.hpp"
+
+namespace Eigen {
+struct ThreadPoolDevice;
+}
+
+namespace foreman {
+
+/// Named tensors: feeds going into a step, fetch results coming out.
+using TensorMap = std::map<std::string, Tensor>;
+
+/// TF's RunOptions (the fields hooks merge, B33).
+struct RunOptions {
+  enum TraceLevel : int { kNoTrace = 0, kSoftwareTrace = 1, kHardwareTrace = 2, kFullTrace = 3 };
+  TraceLevel trace_level = kNoTrace;
+  /// 0 = no limit. A step still running past it is not interrupted (Foreman
+  /// cannot preempt user code); Run() then returns DEADLINE_EXCEEDED.
+  int64_t timeout_in_ms = 0;
+  bool report_tensor_allocations_upon_oom = false;
+};
+
+/// One span of a traced run (Chrome trace-event "X" event), microseconds on
+/// the session's monotonic clock.
+struct TraceEvent {
+  std::string name;
+  std::string category;
+  int64_t start_us = 0;
+  int64_t duration_us = 0;
+  int64_t thread_id = 0;
+};
+
+/// TF's RunMetadata: with trace_level > kNoTrace, the spans of the run: one
+/// "step" span for the whole step function plus those the step recorded with
+/// StepContext::Trace().
+struct RunMetadata {
+  std::vector<TraceEvent> step_stats;
+};
+
+/// TF's ConfigProto, the parts Foreman uses. Passed through unchanged from
+/// MonitoredTrainingSession / Supervisor to every session.
+struct SessionConfig {
+  /// Threads of the Eigen thread pool a step may use (StepContext::device());
+  /// 0 = one per hardware thread. (TF: intra_op_parallelism_threads.)
+  int intra_op_parallelism_threads = 0;
+  /// CAF scheduler threads when Foreman owns the actor system
+  /// (scheduler.max-threads); 0 = 2. Ignored for a caller's actor system.
+  int actor_threads = 0;
+  /// "" or "/cpu:0": CPU. "/gpu:N": CUDA device N; session creation fails
+  /// with FAILED_PRECONDITION when Foreman was built without CUDA or the
+  /// device does not exist (UNAVAILABLE when the driver reports no device).
+  std::string device;
+  /// Seams (design.md §6): every file operation and timing decision of the
+  /// session and of everything built from this config. Not owned; must
+  /// outlive it.
+  Env* env = Env::Default();
+  Clock* clock = Clock::Real();
+};
+
+/// What one step sees. Lives for one Session::Run call; not thread-safe.
+class StepContext {
+ public:
+  /// The session's variable values (the step updates them in place).
+  VariableStore& variables() { return *variables_; }
+  /// Fetch names asked for in this run (caller's and hooks', deduplicated,
+  /// sorted).
+  const std::vector<std::string>& requested() const { return *requested_; }
+  /// Whether `fetch` was asked for in this run.
+  bool requested(const std::string& fetch) const;
+  /// The fed tensor, or nullptr when `name` was not fed.
+  const Tensor* feed(const std::string& name) const;
+  const TensorMap& feeds() const { return *feeds_; }
+  /// Answers `fetch` (replacing an earlier answer). Answers to names nobody
+  /// requested are dropped.
+  void Set(const std::string& fetch, Tensor value);
+
+  /// The Eigen device of the session's intra-op pool (never null).
+  const Eigen::ThreadPoolDevice& device() const { return *device_; }
+  int intra_op_threads() const;
+
+  /// Records a span for RunMetadata while tracing is on (no-op otherwise):
+  ///   { auto span = ctx.Trace("forward"); ...work...; }
+  class Span {
+   public:
+    Span(Span&& other) noexcept;
+    ~Span();
+
+   private:
+    friend class StepContext;
+    Span(StepContext* ctx, std::string name);
+    StepContext* ctx_;
+    std::string name_;
+    int64_t start_us_ = 0;
+  };
+  Span Trace(std::string name);
+  bool tracing() const { return metadata_ != nullptr; }
+
+  /// For Session's implementation and tests that call a StepFn directly.
+  StepContext(VariableStore* variables, const std::vector<std::string>* requested, const TensorMap* feeds,
+              TensorMap* results, const Eigen::ThreadPoolDevice* device, RunMetadata* metadata, Clock* clock);
+
+ private:
+  VariableStore* variables_;
+  const std::vector<std::string>* requested_;
+  const TensorMap* feeds_;
+  TensorMap* results_;
+  const Eigen::ThreadPoolDevice* device_;
+  RunMetadata* metadata_;  // null unless tracing
+  Clock* clock_;
+};
+
+class Session {
+ public:
+  /// Finalizes `graph` (B19) and creates a session on `target` (see above).
+  ///   INVALID_ARGUMENT    null graph, graph without a step function, bad config
+  ///   UNIMPLEMENTED       a target other than "" / "inproc://NAME"
+  ///   FAILED_PRECONDITION / UNAVAILABLE  the device (SessionConfig::device)
+  static StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<Graph> graph, const std::string& target = "",
+                                                   const SessionConfig& config = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// Runs the step function for `fetches` with `feeds` and returns exactly the
+  /// requested fetches.
+  ///   FAILED_PRECONDITION  "Attempted to use a closed Session."
+  ///   NOT_FOUND            a fetch the step did not answer (names it)
+  ///   the step's own error (exceptions converted, status.hpp)
+  StatusOr<TensorMap> Run(const std::vector<std::string>& fetches, const TensorMap& feeds = {},
+                          const RunOptions& options = {}, RunMetadata* metadata = nullptr);
+
+  /// Runs `fn` on the variable values under the values' mutex (init ops,
+  /// restore, reads by hooks). `fn`'s exceptions become a Status.
+  Status WithVariables(const std::function<Status(VariableStore&)>& fn);
+  /// A deep copy of the global (checkpointed) variables that are initialized,
+  /// keyed by name: what a checkpoint saves. Local variables are excluded.
+  std::map<std::string, Tensor> Snapshot();
+  /// The current global_step (GetGlobalStep on the values).
+  StatusOr<int64_t> GlobalStep();
+  /// Names of the graph's global variables that hold no value yet, sorted
+  /// (what TF's default ready_op reports, B79/B92).
+  std::vector<std::string> UninitializedVariables();
+  /// Same for every variable, local ones included.
+  std::vector<std::string> UninitializedVariables(bool include_local);
+
+  /// Closes the session; later Run() calls fail. Idempotent. Values shared
+  /// through inproc:// stay with the other sessions.
+  Status Close();
+  bool closed() const;
+
+  const std::shared_ptr<Graph>& graph() const;
+  const std::string& target() const;
+  const SessionConfig& config() const;
+
+ private:
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Drops the shared values of "inproc://NAME" once no session uses them
+/// (tests that reuse a NAME start fresh). Returns whether NAME existed.
+bool ResetInprocTarget(const std::string& target);
+
+}  // namespace foreman

@@ -1,0 +1,224 @@
+// Scaffold, SessionManager and the session creators: how a session gets its
+// variables (restore, or initialise) and when it is ready.
+// (TF: tf.compat.v1.train.Scaffold, SessionManager, ChiefSessionCreator,
+// WorkerSessionCreator; spec §7-§8, B24-B26, B78-B94.)
+//
+// Ops are functions on a Session. Defaults follow TF (B92):
+//   init_op                   initialize every global variable of the graph
+//   ready_op                  report every uninitialized variable
+//   ready_for_local_init_op   report every uninitialized global variable
+//   local_init_op             initialize every local variable
+//   summary_op                the graph's summary fetches (none: no op)
+//   saver                     Saver(max_to_keep 5) on the config's env/clock
+//
+//   auto scaffold = std::make_shared<foreman::Scaffold>(graph);
+//   foreman::ChiefSessionCreator creator(scaffold, "", config, "/ckpt");
+//   FOREMAN_ASSIGN_OR_RETURN(auto session, creator.create_session());
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "foreman/checkpoint.hpp"
+#include "foreman/graph.hpp"
+#include "foreman/session.hpp"
+#include "foreman/status.hpp"
+
+namespace foreman {
+
+/// Runs on a session (TF: an op run for its effect).
+using SessionOp = std::function<Status(Session& session)>;
+/// TF's init_op with init_feed_dict.
+using InitOp = std::function<Status(Session& session, const TensorMap& feeds)>;
+/// TF's ready ops: the names of what is not ready; empty means ready (B79).
+using ReadyOp = std::function<StatusOr<std::vector<std::string>>(Session& session)>;
+
+class Scaffold;
+/// B94: called as init_fn(scaffold, session).
+using InitFn = std::function<Status(const Scaffold& scaffold, Session& session)>;
+
+/// The default ops (B92), for building your own around them.
+InitOp DefaultInitOp();                  // global variables' initializers
+SessionOp DefaultLocalInitOp();          // local variables' initializers
+ReadyOp DefaultReadyOp();                // every uninitialized variable
+ReadyOp DefaultReadyForLocalInitOp();    // every uninitialized global variable
+
+struct ScaffoldOptions {
+  InitOp init_op;
+  TensorMap init_feed_dict;
+  InitFn init_fn;
+  ReadyOp ready_op;
+  ReadyOp ready_for_local_init_op;
+  SessionOp local_init_op;
+  std::optional<std::vector<std::string>> summary_op;
+  std::shared_ptr<Saver> saver;
+};
+
+/// B90-B94. Pieces not given are filled by finalize(); a copy of a Scaffold
+/// is TF's copy_from_scaffold.
+class Scaffold {
+ public:
+  explicit Scaffold(std::shared_ptr<Graph> graph, ScaffoldOptions options = {});
+
+  /// B91-B93: fills missing pieces with the defaults (the saver on `config`'s
+  /// env and clock), finalizes the graph. Idempotent.
+  Status finalize(const SessionConfig& config = {});
+  bool finalized() const { return finalized_; }
+
+  const std::shared_ptr<Graph>& graph() const { return graph_; }
+  /// B90: empty until finalize() unless given.
+  const InitOp& init_op() const { return options_.init_op; }
+  const TensorMap& init_feed_dict() const { return options_.init_feed_dict; }
+  const InitFn& init_fn() const { return options_.init_fn; }
+  const ReadyOp& ready_op() const { return options_.ready_op; }
+  const ReadyOp& ready_for_local_init_op() const { return options_.ready_for_local_init_op; }
+  const SessionOp& local_init_op() const { return options_.local_init_op; }
+  /// Empty when the graph has no summary fetches (TF: summary_op None).
+  const std::vector<std::string>& summary_op() const;
+  const std::shared_ptr<Saver>& saver() const { return options_.saver; }
+
+ private:
+  std::shared_ptr<Graph> graph_;
+  ScaffoldOptions options_;
+  std::vector<std::string> summary_op_;
+  bool finalized_ = false;
+};
+
+struct SessionManagerOptions {
+  SessionOp local_init_op;
+  /// Empty: always ready (B79).
+  ReadyOp ready_op;
+  ReadyOp ready_for_local_init_op;
+  std::shared_ptr<Graph> graph;
+  /// TF: recovery_wait_secs (30 s): between a worker's readiness polls and
+  /// between checks for a checkpoint to appear (B83, B88). Configurable
+  /// through MonitoredTrainingSession in Foreman (H-01).
+  absl::Duration recovery_wait = absl::Seconds(30);
+};
+
+struct PrepareSessionOptions {
+  InitOp init_op;
+  std::shared_ptr<Saver> saver;
+  /// B82: at most one of the two.
+  std::string checkpoint_dir;
+  std::string checkpoint_filename_with_path;
+  bool wait_for_checkpoint = false;
+  absl::Duration max_wait = absl::Seconds(7200);
+  SessionConfig config;
+  TensorMap init_feed_dict;
+  /// Called as init_fn(session); the Scaffold wraps its own (B94).
+  std::function<Status(Session&)> init_fn;
+};
+
+class SessionManager {
+ public:
+  /// B78: INVALID_ARGUMENT when ready_for_local_init_op is given without
+  /// local_init_op. INVALID_ARGUMENT for a null graph.
+  static StatusOr<std::unique_ptr<SessionManager>> Create(SessionManagerOptions options);
+
+  /// B81-B86: creates a session on `master`; restores (B83: the exact prefix,
+  /// or the newest good checkpoint of checkpoint_dir by decision 7, waiting
+  /// for one when asked) and then rebuilds the saver's retention list (B84);
+  /// otherwise runs init_op then init_fn (B85); then local init and the
+  /// ready check (B86). Errors:
+  ///   INVALID_ARGUMENT     both checkpoint locations (B82)
+  ///   FAILED_PRECONDITION  "Model is not initialized and no init_op or
+  ///                        init_fn or local_init_op was given" (B85);
+  ///                        "Init operations did not make model ready for
+  ///                        local_init_op. ..." / "Init operations did not
+  ///                        make model ready. ..." (B86)
+  ///   DATA_LOSS            checkpoint files exist and none verifies
+  ///   the restore's, init op's and Session::Create's errors
+  /// Logs "Restoring parameters from <prefix>" as TF does.
+  StatusOr<std::unique_ptr<Session>> prepare_session(const std::string& master, PrepareSessionOptions options);
+
+  /// B87: like prepare_session without initialising: `initialized` is false
+  /// when nothing was restored or local init / ready failed (logged).
+  struct Recovered {
+    std::unique_ptr<Session> session;
+    bool initialized = false;
+  };
+  StatusOr<Recovered> recover_session(const std::string& master, std::shared_ptr<Saver> saver,
+                                      const std::string& checkpoint_dir,
+                                      const std::string& checkpoint_filename_with_path = "",
+                                      bool wait_for_checkpoint = false,
+                                      absl::Duration max_wait = absl::Seconds(7200),
+                                      const SessionConfig& config = {});
+
+  /// B88-B89: polls until the model is ready (local init where possible),
+  /// every recovery_wait on config.clock, the first poll at once; a worker
+  /// never initialises global variables. std::nullopt max_wait waits forever.
+  /// DEADLINE_EXCEEDED "Session was not ready after waiting N secs." when the
+  /// remaining time minus recovery_wait is negative after a failed poll.
+  /// Logs "Waiting for model to be ready. Ready_for_local_init_op: ..., ready:
+  /// ..." per failed poll.
+  StatusOr<std::unique_ptr<Session>> wait_for_session(const std::string& master, const SessionConfig& config = {},
+                                                      std::optional<absl::Duration> max_wait = std::nullopt);
+
+  /// Readiness polls made by wait_for_session so far (tests, H-01).
+  int64_t ready_polls() const { return ready_polls_; }
+
+ private:
+  explicit SessionManager(SessionManagerOptions options);
+  SessionManagerOptions options_;
+  int64_t ready_polls_ = 0;
+};
+
+/// Makes raw sessions for a MonitoredSession (TF: SessionCreator). Called
+/// again on every recovery (B47).
+class SessionCreator {
+ public:
+  virtual ~SessionCreator() = default;
+  virtual StatusOr<std::unique_ptr<Session>> create_session() = 0;
+  /// The scaffold whose ops and saver the sessions use.
+  virtual const std::shared_ptr<Scaffold>& scaffold() const = 0;
+  virtual const SessionConfig& config() const = 0;
+};
+
+/// B24, B26: prepare_session with the scaffold's ops; restores from
+/// checkpoint_dir (or the exact checkpoint_filename_with_path).
+class ChiefSessionCreator : public SessionCreator {
+ public:
+  explicit ChiefSessionCreator(std::shared_ptr<Scaffold> scaffold, std::string master = "",
+                               SessionConfig config = {}, std::string checkpoint_dir = "",
+                               std::string checkpoint_filename_with_path = "");
+  StatusOr<std::unique_ptr<Session>> create_session() override;
+  const std::shared_ptr<Scaffold>& scaffold() const override { return scaffold_; }
+  const SessionConfig& config() const override { return config_; }
+
+ private:
+  std::shared_ptr<Scaffold> scaffold_;
+  std::string master_;
+  SessionConfig config_;
+  std::string checkpoint_dir_;
+  std::string checkpoint_filename_with_path_;
+  std::unique_ptr<SessionManager> session_manager_;
+};
+
+/// B25-B26: wait_for_session with max_wait (TF default 30 min).
+class WorkerSessionCreator : public SessionCreator {
+ public:
+  explicit WorkerSessionCreator(std::shared_ptr<Scaffold> scaffold, std::string master = "",
+                                SessionConfig config = {}, absl::Duration max_wait = absl::Minutes(30),
+                                absl::Duration recovery_wait = absl::Seconds(30));
+  StatusOr<std::unique_ptr<Session>> create_session() override;
+  const std::shared_ptr<Scaffold>& scaffold() const override { return scaffold_; }
+  const SessionConfig& config() const override { return config_; }
+  /// The SessionManager once built (after the first create_session).
+  const SessionManager* session_manager() const { return session_manager_.get(); }
+
+ private:
+  std::shared_ptr<Scaffold> scaffold_;
+  std::string master_;
+  SessionConfig config_;
+  absl::Duration max_wait_;
+  absl::Duration recovery_wait_;
+  std::unique_ptr<SessionManager> session_manager_;
+};
+
+}  // namespace foreman

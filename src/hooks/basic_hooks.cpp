@@ -1,0 +1,1 @@
+// TODO(issue 4): stub until implemented

@@ -1,0 +1,43 @@
+// Runtime: the supervision tree of one MonitoredSession / Supervisor, behind
+// a CAF-free facade (design.md §1, §4). Implemented in actors/ (the only
+// translation units that include CAF).
+//
+//   session_supervisor            root; monitors every child
+//   ├── coordinator               forwards service failures to the session's Coordinator
+//   ├── checkpoint_saver          one per checkpoint directory (holds its lock)
+//   ├── summary_writer            one per logdir (TF's FileWriterCache)
+//   └── step_counter              one per output_dir
+//
+// A child that fails (returns an error, throws, or dies) is reported to the
+// coordinator as a Status (first error wins); the session sees should_stop()
+// and ends with that error.
+#pragma once
+
+#include <memory>
+
+#include "absl/time/time.h"
+#include "foreman/session.hpp"
+#include "foreman/status.hpp"
+#include "runtime/services.hpp"
+
+namespace caf {
+class actor_system;
+}
+
+namespace foreman::internal {
+
+class Runtime : public Services {
+ public:
+  /// Spawns the tree into `system`, or, when it is nullptr, into an actor
+  /// system the Runtime owns (config.actor_threads scheduler threads).
+  static StatusOr<std::unique_ptr<Runtime>> Create(caf::actor_system* system, const SessionConfig& config);
+
+  /// Stops the tree in order: waits for pending saves, flushes and closes
+  /// every summary writer, stops every actor and waits until they are gone;
+  /// bounded by `timeout` (real time; DEADLINE_EXCEEDED naming what did not
+  /// stop). Returns the first service error (error()) if any. Idempotent.
+  /// The destructor calls it (errors logged).
+  virtual Status Shutdown(absl::Duration timeout) = 0;
+};
+
+}  // namespace foreman::internal

@@ -1,0 +1,115 @@
+// The runtime's services as the training thread sees them: plain C++ handles
+// onto the service actors (actors/), so hooks and sessions never include CAF.
+// (design.md §1-§2: hooks decide *when* on the training thread and send the
+// work to an actor, fire-and-forget; only flushes, a save that must wait, and
+// shutdown block, each bounded.)
+//
+// Implemented by actors/session_supervisor.cpp (Runtime::Create). One
+// Services object per MonitoredSession / Supervisor; it outlives the hooks'
+// use of it (the session closes hooks before it shuts the services down).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/time/time.h"
+#include "foreman/checkpoint.hpp"
+#include "foreman/clock.hpp"
+#include "foreman/coordinator.hpp"
+#include "foreman/env.hpp"
+#include "foreman/event_writer.hpp"
+#include "foreman/status.hpp"
+#include "foreman/tensor.hpp"
+
+namespace foreman::internal {
+
+/// The summary_writer actor of one logdir (TF: FileWriterCache.get(logdir),
+/// B151: every hook writing to one directory shares one event file).
+class SummaryWriterService {
+ public:
+  virtual ~SummaryWriterService() = default;
+  /// Fire-and-forget; errors reach the coordinator.
+  virtual void AddSummary(std::string serialized_summary, int64_t step) = 0;
+  virtual void AddSessionLog(SessionLogStatus status, std::optional<int64_t> step, std::string checkpoint_path = "",
+                             std::string msg = "") = 0;
+  /// Blocks until everything sent before is written and flushed; the writer's
+  /// first error; DEADLINE_EXCEEDED when `timeout` (real time) passes;
+  /// UNAVAILABLE when the actor is gone.
+  virtual Status Flush(absl::Duration timeout) = 0;
+  virtual const std::string& logdir() const = 0;
+};
+
+/// One asynchronous save (decision 11), completed by the checkpoint_saver
+/// actor, or with an error by the runtime when that actor dies.
+struct SaveTicket {
+  int64_t step = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;     // guarded by mu
+  Status status;         // guarded by mu
+  std::string prefix;    // guarded by mu: the saved bundle's prefix
+  absl::Duration write_time;  // guarded by mu: serialise + write + commit
+
+  void Complete(Status s, std::string saved_prefix, absl::Duration took);
+  bool IsDone();
+  /// Waits (real time, since the actor's progress is real work) until done or
+  /// `timeout`; DEADLINE_EXCEEDED naming the step on timeout; else the save's
+  /// status.
+  Status Wait(absl::Duration timeout);
+};
+
+/// The checkpoint_saver actor of one directory. It owns the directory lock.
+class CheckpointService {
+ public:
+  virtual ~CheckpointService() = default;
+  /// Sends `snapshot` to be saved as "<dir>/<basename>-<step>" with `saver`
+  /// and, once durable, a SessionLog CHECKPOINT at `step` into the dir's
+  /// summary writer (B106). Never blocks. The caller waits for a previous
+  /// ticket before starting the next one (one save in flight).
+  virtual std::shared_ptr<SaveTicket> StartSave(std::map<std::string, Tensor> snapshot, int64_t step) = 0;
+  virtual const std::string& directory() const = 0;
+  virtual const std::shared_ptr<Saver>& saver() const = 0;
+};
+
+/// The step_counter actor: logs "global_step/sec: <v>" and writes the
+/// summary `<tag>` (B110) into `output_dir`'s writer when it is non-empty.
+class StepCounterService {
+ public:
+  virtual ~StepCounterService() = default;
+  virtual void Record(int64_t global_step, double steps_per_sec) = 0;
+};
+
+class Services {
+ public:
+  virtual ~Services() = default;
+  /// Creates the writer actor for `logdir` on first use (EventFileWriter::Create
+  /// errors are returned here).
+  virtual StatusOr<std::shared_ptr<SummaryWriterService>> SummaryWriter(const std::string& logdir) = 0;
+  /// Spawns (or returns) the checkpoint_saver for `dir`; takes the directory
+  /// lock (FAILED_PRECONDITION naming the holder when another process has it).
+  virtual StatusOr<std::shared_ptr<CheckpointService>> CheckpointSaver(const std::string& dir,
+                                                                       std::shared_ptr<Saver> saver,
+                                                                       const std::string& basename) = 0;
+  virtual StatusOr<std::shared_ptr<StepCounterService>> StepCounter(const std::string& output_dir,
+                                                                    const std::string& tag) = 0;
+  /// The coordinator of the current session (B19: a new one per created
+  /// session; nullptr between sessions). A service failure is recorded here
+  /// (first error wins, sticky across sessions, see error()) and passed to
+  /// that coordinator's request_stop(), which the loop reads.
+  virtual void SetCoordinator(Coordinator* coord) = 0;
+  /// The first error any service reported (OK when none).
+  virtual Status error() = 0;
+  /// Blocks until every save started so far is durable (or failed); bounded
+  /// by `timeout` (DEADLINE_EXCEEDED). A recovery calls it before restoring,
+  /// so the restore sees the newest checkpoint.
+  virtual Status WaitForPendingSaves(absl::Duration timeout) = 0;
+  virtual Clock* clock() = 0;
+  virtual Env* env() = 0;
+};
+
+}  // namespace foreman::internal
