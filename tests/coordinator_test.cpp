@@ -336,10 +336,17 @@ TEST_CASE("B62 after request_stop join waits up to the grace period for runners 
   Status result = absl::UnknownError("not returned");
   Background join([&] { result = coord.join(absl::Milliseconds(200)); });
   REQUIRE(clock.BlockUntilWaiters(1, kRealTimeout));
-  clock.Advance(absl::Milliseconds(100));
-  runner->running = false;  // within the grace period
-  // The next poll (at most 1 ms after the previous wake-up) finds it done.
-  for (int i = 0; i < 200 && !join.WaitDone(absl::ZeroDuration()); ++i) {
+  // Time moves 1 ms at a time. join polls at doubling intervals, each from
+  // its own reading of the clock, so a poll that starts by t=50 ms ends by
+  // t=101 ms: a runner done at 50 ms is seen well before the grace period
+  // (200 ms) ends.
+  for (int t = 1; t <= 50; ++t) {
+    clock.BlockUntilWaiters(1, absl::Milliseconds(100));
+    clock.Advance(absl::Milliseconds(1));
+  }
+  CHECK_FALSE(join.Done());
+  runner->running = false;
+  for (int t = 51; t < 200 && !join.WaitDone(absl::ZeroDuration()); ++t) {
     clock.BlockUntilWaiters(1, absl::Milliseconds(100));
     clock.Advance(absl::Milliseconds(1));
   }
@@ -359,14 +366,13 @@ TEST_CASE("B62 the grace period is measured on the coordinator's clock") {
     result = coord.join(absl::Milliseconds(200));
     returned_at = clock.MonotonicNow();
   });
-  for (int i = 0; i < 100 && !join.WaitDone(absl::ZeroDuration()); ++i) {
-    clock.BlockUntilWaiters(1, absl::Milliseconds(100));
-    clock.Advance(absl::Milliseconds(10));
-  }
+  REQUIRE(clock.BlockUntilWaiters(1, kRealTimeout));
+  clock.Advance(absl::Milliseconds(199));
+  CHECK_FALSE(join.WaitDone(absl::Milliseconds(20)));  // the one real wait here
+  clock.Advance(absl::Milliseconds(1));  // the clock stops at exactly 200 ms
   REQUIRE(join.WaitDone());
   CHECK(result.code() == absl::StatusCode::kDeadlineExceeded);
-  CHECK(returned_at >= absl::Milliseconds(200));
-  CHECK(returned_at <= absl::Milliseconds(210));
+  CHECK(returned_at == absl::Milliseconds(200));
   runner->running = false;
 }
 
