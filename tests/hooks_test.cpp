@@ -79,7 +79,9 @@ std::shared_ptr<Graph> MakeGraph(std::shared_ptr<Model> model, bool with_global_
                   ctx.Set("train_op", Tensor::Scalar<int64_t>(*step));
                 }
                 if (ctx.requested("loss")) ctx.Set("loss", Tensor::Scalar<double>(model->loss));
-                if (ctx.requested("loss_f32")) ctx.Set("loss_f32", Tensor::Scalar<float>(static_cast<float>(model->loss)));
+                if (ctx.requested("loss_f32")) {
+                  ctx.Set("loss_f32", Tensor::Scalar<float>(static_cast<float>(model->loss)));
+                }
                 if (ctx.requested("loss_int")) ctx.Set("loss_int", Tensor::Scalar<int64_t>(1));
                 if (ctx.requested("counter")) ctx.Set("counter", Tensor::Scalar<int64_t>(++model->reads));
                 if (ctx.requested("name")) ctx.Set("name", Tensor::Scalar<std::string>("it's"));
@@ -773,6 +775,8 @@ TEST_CASE("B118 LoggingTensorHook at_end runs the tensors once more in end()") {
 }
 
 TEST_CASE("B118 FormatTensorForLog prints values as numpy does") {
+  // Every expected string here is numpy 1.24's str() of the same value
+  // (np.set_printoptions(suppress=True), as LoggingTensorHook sets).
   // Scalars: numpy's str of a scalar (Python's repr of the number).
   CHECK(FormatTensorForLog(Tensor::Scalar<double>(0.5)) == "0.5");
   CHECK(FormatTensorForLog(Tensor::Scalar<double>(1.0)) == "1.0");
@@ -808,7 +812,19 @@ TEST_CASE("B118 FormatTensorForLog prints values as numpy does") {
   CHECK(FormatTensorForLog(*Tensor::FromVector<int32_t>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2})) ==
         "[[[1 2]\n  [3 4]]\n\n [[5 6]\n  [7 8]]]");
   CHECK(FormatTensorForLog(*Tensor::FromVector<std::string>({"a", "bc"}, {2})) == "[b'a' b'bc']");
+  CHECK(FormatTensorForLog(f32({83391432.0f, -100.0f}, {2})) == "[83391432.     -100.]");  // exact integer digits
+  CHECK(FormatTensorForLog(f32({0.1f, 1.0f, 1e-4f}, {3})) == "[0.1    1.     0.0001]");
   CHECK(FormatTensorForLog(Tensor(DataType::kFloat, {0})) == "[]");
+  // Lines wrap at 75 columns.
+  std::vector<int64_t> thirty(30);
+  for (std::size_t i = 0; i < thirty.size(); ++i) thirty[i] = static_cast<int64_t>(i);
+  CHECK(FormatTensorForLog(*Tensor::FromVector<int64_t>(thirty, {30})) ==
+        "[ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23\n 24 25 26 27 28 29]");
+  std::vector<double> quarters(24);
+  for (std::size_t i = 0; i < quarters.size(); ++i) quarters[i] = static_cast<double>(i) / 4;
+  CHECK(FormatTensorForLog(f64(quarters, {2, 12})) ==
+        "[[0.   0.25 0.5  0.75 1.   1.25 1.5  1.75 2.   2.25 2.5  2.75]\n"
+        " [3.   3.25 3.5  3.75 4.   4.25 4.5  4.75 5.   5.25 5.5  5.75]]");
   // Over 1000 elements: three at each edge.
   std::vector<int64_t> big(2000);
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int64_t>(i);
@@ -898,10 +914,12 @@ TEST_CASE("B120 GlobalStepWaiterHook polls on the clock until another worker rea
   {
     Background worker([&] { result = hook->before_run(ctx).status(); });
     // Several polls below the step: the hook keeps waiting.
-    CHECK(AdvanceWhileSleeping(clock, absl::Milliseconds(500), [&] { return clock.MonotonicNow() >= absl::Seconds(2); }));
+    CHECK(AdvanceWhileSleeping(clock, absl::Milliseconds(500),
+                               [&] { return clock.MonotonicNow() >= absl::Seconds(2); }));
     CHECK_FALSE(worker.Done());
     SetStep(driver.session(), 4);  // the chief trains on
-    CHECK(AdvanceWhileSleeping(clock, absl::Milliseconds(500), [&] { return clock.MonotonicNow() >= absl::Seconds(4); }));
+    CHECK(AdvanceWhileSleeping(clock, absl::Milliseconds(500),
+                               [&] { return clock.MonotonicNow() >= absl::Seconds(4); }));
     CHECK_FALSE(worker.Done());
     SetStep(driver.session(), 5);
     CHECK(AdvanceWhileSleeping(clock, absl::Milliseconds(500), [&] { return worker.Done(); }));
@@ -928,7 +946,8 @@ TEST_CASE("B120 GlobalStepWaiterHook logs its progress every 1000 steps") {
     Background worker([&] { result = hook->before_run(ctx).status(); });
     REQUIRE(clock.BlockUntilWaiters(1, kRealTimeout));  // the first poll (1500) is done
     SetStep(driver.session(), 2000);                    // +500 since the logged 1500: no line
-    CHECK(AdvanceWhileSleeping(clock, absl::Milliseconds(500), [&] { return clock.MonotonicNow() >= absl::Seconds(2); }));
+    CHECK(AdvanceWhileSleeping(clock, absl::Milliseconds(500),
+                               [&] { return clock.MonotonicNow() >= absl::Seconds(2); }));
     SetStep(driver.session(), 2501);  // +1001: a line
     CHECK(AdvanceWhileSleeping(clock, absl::Milliseconds(500),
                                [&] { return absl::StrContains(log.text(), "Current step is 2501."); }));

@@ -320,8 +320,8 @@ struct LoggingTensorHookOptions {
 ///             floats with at most 8 fractional digits, padded to a common
 ///             width (scientific, "[1.0e+08 2.5e+09]", when the largest
 ///             magnitude is >= 1e8); over 1000 elements, 3 edge items per
-///             dimension and "...".
-/// Simplification: no wrapping at numpy's 75-column line width.
+///             dimension and "..."; lines wrapped at numpy's 75 columns.
+/// (Checked against numpy 1.24 for float32/float64 vectors and scalars.)
 std::string FormatTensorForLog(const Tensor& tensor);
 
 class LoggingTensorHook : public SessionRunHook {

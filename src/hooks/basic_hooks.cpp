@@ -286,11 +286,18 @@ class FloatArrayFormat {
       return PadLeft(s, pad_left_ + pad_right_ + 1);
     }
     if (exp_format_) {
-      Sci s = Scientific(v);
-      s.frac_part.append(precision_ - s.frac_part.size(), '0');
-      std::string exp_digits = s.exp_digits;
+      // numpy prints the common precision with the value's exact digits past
+      // its shortest ones (dragon4's min_digits), as "%.*e" does.
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%.*e", static_cast<int>(precision_), v);
+      const std::string s = buf;  // "-1.25e+08"; "1e+08" for precision 0
+      const std::size_t e = s.find('e');
+      const std::size_t dot = s.find('.');
+      const std::string int_part = s.substr(0, std::min(dot, e));
+      const std::string frac_part = dot < e ? s.substr(dot + 1, e - dot - 1) : "";
+      std::string exp_digits = s.substr(e + 2);
       if (exp_digits.size() < exp_size_) exp_digits.insert(0, exp_size_ - exp_digits.size(), '0');
-      return PadLeft(s.int_part, pad_left_) + "." + s.frac_part + "e" + s.exp_sign + exp_digits;
+      return PadLeft(int_part, pad_left_) + "." + frac_part + "e" + s[e + 1] + exp_digits;
     }
     const auto [int_part, frac_part] = Positional(v);
     return PadLeft(int_part, pad_left_) + "." + frac_part + std::string(pad_right_ - frac_part.size(), ' ');
@@ -309,7 +316,8 @@ class FloatArrayFormat {
   }
 
   /// Shortest digits, at most 8 after the point; trailing zeros trimmed, the
-  /// point kept ("1." for 1.0).
+  /// point kept ("1." for 1.0). Integer digits are exact: numpy's padded
+  /// dragon4 prints float32 83391432 as "83391432.", not "83391430.".
   std::pair<std::string, std::string> Positional(double v) const {
     std::string s = is_float32_ ? PythonFloatRepr(static_cast<float>(v)) : PythonFloatRepr(v);
     std::string int_part;
@@ -317,6 +325,11 @@ class FloatArrayFormat {
     if (s.find('e') != std::string::npos || s.size() - s.find('.') - 1 > 8) {
       char buf[512];
       std::snprintf(buf, sizeof(buf), "%.8f", v);
+      s = buf;
+    } else if (std::fabs(v) >= 1e7 && s.size() >= 2 && s.compare(s.size() - 2, 2, ".0") == 0) {
+      // The shortest digits end before the point (the value is an integer).
+      char buf[512];
+      std::snprintf(buf, sizeof(buf), "%.0f.", v);
       s = buf;
     }
     const std::size_t dot = s.find('.');
@@ -374,6 +387,8 @@ class FloatArrayFormat {
 /// dimension.
 constexpr int64_t kSummaryThreshold = 1000;
 constexpr int64_t kEdgeItems = 3;
+/// numpy's default linewidth.
+constexpr std::size_t kLineWidth = 75;
 
 /// numpy's _formatArray: walks `shape` the way it prints, calling
 /// `visit(flat_index)` for each shown element and building the text when
@@ -389,7 +404,7 @@ class ArrayWalker {
   }
 
   std::string Render(const std::function<std::string(int64_t)>& element) const {
-    return Recurse(0, 0, " ", element);
+    return Recurse(0, 0, " ", kLineWidth, element);
   }
 
  private:
@@ -422,18 +437,38 @@ class ArrayWalker {
     }
   }
 
-  std::string Recurse(int axis, int64_t offset, const std::string& hanging_indent,
+  /// numpy's _extendLine: starts a new line when `word` would pass
+  /// `width`, unless the line holds nothing but the indent.
+  static void ExtendLine(std::string* s, std::string* line, const std::string& word, std::size_t width,
+                         const std::string& hanging_indent) {
+    if (line->size() + word.size() > width && line->size() > hanging_indent.size()) {
+      std::string done = *line;
+      while (!done.empty() && done.back() == ' ') done.pop_back();
+      *s += done + "\n";
+      *line = hanging_indent;
+    }
+    *line += word;
+  }
+
+  std::string Recurse(int axis, int64_t offset, const std::string& hanging_indent, std::size_t width,
                       const std::function<std::string(int64_t)>& element) const {
     if (axis == shape_.rank()) return element(offset);
     const std::string next_indent = hanging_indent + " ";
     const int axes_left = shape_.rank() - axis;
     std::vector<std::string> parts;
     for (const int64_t i : Items(axis)) {
-      parts.push_back(i < 0 ? "..." : Recurse(axis + 1, offset + i * Stride(axis), next_indent, element));
+      const std::size_t next_width = width > 2 ? width - 1 : 2;
+      parts.push_back(i < 0 ? "..." : Recurse(axis + 1, offset + i * Stride(axis), next_indent, next_width, element));
     }
     std::string s;
     if (axes_left == 1) {
-      s = hanging_indent + absl::StrJoin(parts, " ");
+      // Elements fill lines of `width` - 1 (room for the closing bracket).
+      std::string line = hanging_indent;
+      for (std::size_t k = 0; k < parts.size(); ++k) {
+        ExtendLine(&s, &line, parts[k], width - 1, hanging_indent);
+        if (k + 1 < parts.size()) line += " ";
+      }
+      s += line;
     } else {
       const std::string line_sep(static_cast<std::size_t>(axes_left - 1), '\n');
       for (std::size_t k = 0; k < parts.size(); ++k) {
