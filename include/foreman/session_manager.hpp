@@ -16,6 +16,7 @@
 //   FOREMAN_ASSIGN_OR_RETURN(auto session, creator.create_session());
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -130,11 +131,20 @@ class SessionManager {
   ///   FAILED_PRECONDITION  "Model is not initialized and no init_op or
   ///                        init_fn or local_init_op was given" (B85);
   ///                        "Init operations did not make model ready for
-  ///                        local_init_op. ..." / "Init operations did not
-  ///                        make model ready. ..." (B86)
+  ///                        local_init.  ..." / "Init operations did not
+  ///                        make model ready.  ..." (B86, TF's text)
   ///   DATA_LOSS            checkpoint files exist and none verifies
+  ///   INVALID_ARGUMENT     "The passed save_path is not a valid checkpoint:
+  ///                        <prefix>" (checkpoint_filename_with_path)
+  ///   NOT_FOUND            a global variable of the graph is missing from
+  ///                        the checkpoint (Saver::Restore's message)
   ///   the restore's, init op's and Session::Create's errors
-  /// Logs "Restoring parameters from <prefix>" as TF does.
+  /// Restoring creates the graph's global variables in the session with the
+  /// checkpoint's dtypes and shapes (a value the session already holds must
+  /// match) and restores them all at once; local variables are left to
+  /// local_init_op. Logs "Restoring parameters from <prefix>" as TF does.
+  /// After a restore from checkpoint_dir the retention list comes from the
+  /// state file (B84); an unreadable state file is logged, not an error.
   StatusOr<std::unique_ptr<Session>> prepare_session(const std::string& master, PrepareSessionOptions options);
 
   /// B87: like prepare_session without initialising: `initialized` is false
@@ -160,13 +170,30 @@ class SessionManager {
   StatusOr<std::unique_ptr<Session>> wait_for_session(const std::string& master, const SessionConfig& config = {},
                                                       std::optional<absl::Duration> max_wait = std::nullopt);
 
-  /// Readiness polls made by wait_for_session so far (tests, H-01).
-  int64_t ready_polls() const { return ready_polls_; }
+  /// Readiness polls made by wait_for_session so far (tests, H-01). May be
+  /// read while wait_for_session runs on another thread.
+  int64_t ready_polls() const { return ready_polls_.load(std::memory_order_relaxed); }
 
  private:
   explicit SessionManager(SessionManagerOptions options);
+
+  struct Restored {
+    std::unique_ptr<Session> session;
+    bool restored = false;
+  };
+  /// TF's _restore_checkpoint: a new session, restored when possible (B82-B84).
+  StatusOr<Restored> RestoreCheckpoint(const std::string& master, const std::shared_ptr<Saver>& saver,
+                                       const std::string& checkpoint_dir,
+                                       const std::string& checkpoint_filename_with_path, bool wait_for_checkpoint,
+                                       absl::Duration max_wait, const SessionConfig& config);
+  /// TF's _try_run_local_init_op (B80): std::nullopt on success (or no
+  /// local_init_op), else why the model is not ready for it.
+  StatusOr<std::optional<std::string>> TryRunLocalInitOp(Session& session);
+  /// TF's _model_ready (B79): std::nullopt when ready.
+  StatusOr<std::optional<std::string>> ModelReady(Session& session);
+
   SessionManagerOptions options_;
-  int64_t ready_polls_ = 0;
+  std::atomic<int64_t> ready_polls_{0};
 };
 
 /// Makes raw sessions for a MonitoredSession (TF: SessionCreator). Called
