@@ -1,1 +1,279 @@
-// TODO(issue 4): stub until implemented
+// The raw Session (session.hpp). The step function runs under the values'
+// mutex, which also serialises the steps of sessions sharing an inproc://
+// target.
+#include "foreman/session.hpp"
+
+#define EIGEN_USE_THREADS
+#include <unsupported/Eigen/CXX11/Tensor>
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "foreman/cuda.hpp"
+#include "log.hpp"
+
+namespace foreman {
+namespace {
+
+constexpr char kInprocPrefix[] = "inproc://";
+
+// The values of one set of sessions: a local session's own, or an inproc://
+// target's shared ones.
+struct Values {
+  std::mutex mu;
+  VariableStore vars;  // guarded by mu
+};
+
+// inproc:// targets live like a TF server: until ResetInprocTarget().
+std::mutex& InprocMutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
+}
+std::map<std::string, std::shared_ptr<Values>>& InprocTargets() {
+  static auto* targets = new std::map<std::string, std::shared_ptr<Values>>;
+  return *targets;
+}
+
+StatusOr<std::shared_ptr<Values>> ValuesForTarget(const std::string& target) {
+  if (target.empty()) return std::make_shared<Values>();
+  if (absl::StartsWith(target, kInprocPrefix)) {
+    const std::string name = target.substr(sizeof(kInprocPrefix) - 1);
+    if (name.empty()) return absl::InvalidArgumentError("inproc target '" + target + "' has no name");
+    std::lock_guard<std::mutex> lock(InprocMutex());
+    auto& values = InprocTargets()[name];
+    if (!values) values = std::make_shared<Values>();
+    return values;
+  }
+  return absl::UnimplementedError("session target '" + target +
+                                  "' is not supported: use \"\" (local) or \"inproc://NAME\"");
+}
+
+// "", "/cpu:0", "/device:CPU:0" -> CPU; "/gpu:N", "/device:GPU:N" -> GPU N.
+Status CheckDevice(const std::string& device) {
+  std::string d = device;
+  if (absl::StartsWith(d, "/device:")) d = "/" + d.substr(8);
+  std::string lower = d;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower.empty() || lower == "/cpu:0" || lower == "/cpu") return absl::OkStatus();
+  int index = 0;
+  if (!absl::StartsWith(lower, "/gpu:") || !absl::SimpleAtoi(lower.substr(5), &index) || index < 0) {
+    return absl::InvalidArgumentError("SessionConfig.device '" + device +
+                                      "' is not a device name (use \"\", \"/cpu:0\" or \"/gpu:N\")");
+  }
+  if (!cuda::BuiltWithCuda()) {
+    return absl::FailedPreconditionError("SessionConfig.device '" + device +
+                                         "' needs CUDA, but Foreman was built without it");
+  }
+  StatusOr<int> count = cuda::DeviceCount();
+  if (!count.ok()) return Annotate(count.status(), "SessionConfig.device '" + device + "'");
+  if (index >= *count) {
+    return absl::FailedPreconditionError(absl::StrCat("SessionConfig.device '", device, "': only ", *count,
+                                                      " CUDA device(s) present"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t ThreadId() { return static_cast<int64_t>(::syscall(SYS_gettid)); }
+
+int64_t MicrosNow(Clock* clock) { return absl::ToInt64Microseconds(clock->MonotonicNow()); }
+
+}  // namespace
+
+// -- StepContext ------------------------------------------------------------------
+
+StepContext::StepContext(VariableStore* variables, const std::vector<std::string>* requested,
+                         const TensorMap* feeds, TensorMap* results, const Eigen::ThreadPoolDevice* device,
+                         RunMetadata* metadata, Clock* clock)
+    : variables_(variables),
+      requested_(requested),
+      feeds_(feeds),
+      results_(results),
+      device_(device),
+      metadata_(metadata),
+      clock_(clock) {}
+
+bool StepContext::requested(const std::string& fetch) const {
+  return std::binary_search(requested_->begin(), requested_->end(), fetch);
+}
+
+const Tensor* StepContext::feed(const std::string& name) const {
+  auto it = feeds_->find(name);
+  return it == feeds_->end() ? nullptr : &it->second;
+}
+
+void StepContext::Set(const std::string& fetch, Tensor value) {
+  if (!requested(fetch)) return;
+  (*results_)[fetch] = std::move(value);
+}
+
+int StepContext::intra_op_threads() const { return device_->numThreads(); }
+
+StepContext::Span::Span(StepContext* ctx, std::string name) : ctx_(ctx), name_(std::move(name)) {
+  if (ctx_ != nullptr) start_us_ = MicrosNow(ctx_->clock_);
+}
+
+StepContext::Span::Span(Span&& other) noexcept
+    : ctx_(std::exchange(other.ctx_, nullptr)), name_(std::move(other.name_)), start_us_(other.start_us_) {}
+
+StepContext::Span::~Span() {
+  if (ctx_ == nullptr || ctx_->metadata_ == nullptr) return;
+  const int64_t end_us = MicrosNow(ctx_->clock_);
+  ctx_->metadata_->step_stats.push_back(TraceEvent{name_, "step", start_us_, end_us - start_us_, ThreadId()});
+}
+
+StepContext::Span StepContext::Trace(std::string name) {
+  return Span(metadata_ != nullptr ? this : nullptr, std::move(name));
+}
+
+// -- Session ------------------------------------------------------------------------
+
+struct Session::Impl {
+  std::shared_ptr<Graph> graph;
+  std::string target;
+  SessionConfig config;
+  std::shared_ptr<Values> values;
+  std::unique_ptr<Eigen::ThreadPool> pool;
+  std::unique_ptr<Eigen::ThreadPoolDevice> device;
+  std::atomic<bool> closed{false};
+};
+
+StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph, const std::string& target,
+                                                   const SessionConfig& config) {
+  if (graph == nullptr) return absl::InvalidArgumentError("Session::Create: null graph");
+  if (!graph->step()) return absl::InvalidArgumentError("Session::Create: the graph has no step function (Graph::SetStep)");
+  if (config.intra_op_parallelism_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("SessionConfig.intra_op_parallelism_threads must be >= 0, got ",
+                                                   config.intra_op_parallelism_threads));
+  }
+  if (config.actor_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SessionConfig.actor_threads must be >= 0, got ", config.actor_threads));
+  }
+  if (config.env == nullptr || config.clock == nullptr) {
+    return absl::InvalidArgumentError("SessionConfig: env and clock must not be null");
+  }
+  FOREMAN_RETURN_IF_ERROR(CheckDevice(config.device));
+  FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<Values> values, ValuesForTarget(target));
+  graph->Finalize();  // B19 / B93: creating a session finalizes the graph
+
+  auto impl = std::make_unique<Impl>();
+  impl->graph = std::move(graph);
+  impl->target = target;
+  impl->config = config;
+  impl->values = std::move(values);
+  int threads = config.intra_op_parallelism_threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  impl->pool = std::make_unique<Eigen::ThreadPool>(threads);
+  impl->device = std::make_unique<Eigen::ThreadPoolDevice>(impl->pool.get(), threads);
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::~Session() = default;
+
+StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const TensorMap& feeds,
+                                 const RunOptions& options, RunMetadata* metadata) {
+  if (impl_->closed.load(std::memory_order_acquire)) {
+    return absl::FailedPreconditionError("Attempted to use a closed Session.");
+  }
+  std::vector<std::string> requested(fetches);
+  std::sort(requested.begin(), requested.end());
+  requested.erase(std::unique(requested.begin(), requested.end()), requested.end());
+
+  Clock* clock = impl_->config.clock;
+  RunMetadata* trace = options.trace_level > RunOptions::kNoTrace ? metadata : nullptr;
+  TensorMap results;
+  Status status;
+  const absl::Duration started = clock->MonotonicNow();
+  {
+    std::lock_guard<std::mutex> lock(impl_->values->mu);
+    VariableStore& vars = impl_->values->vars;
+    // B126: the built-in "global_step" fetch is the value before the step.
+    if (std::binary_search(requested.begin(), requested.end(), kGlobalStepName)) {
+      StatusOr<int64_t> step = GetGlobalStep(vars);
+      if (step.ok()) results[kGlobalStepName] = Tensor::Scalar<int64_t>(*step);
+    }
+    StepContext ctx(&vars, &requested, &feeds, &results, impl_->device.get(), trace, clock);
+    const int64_t start_us = absl::ToInt64Microseconds(started);
+    status = InvokeUserCode("step function", [&] { return impl_->graph->step()(ctx); });
+    if (trace != nullptr) {
+      const int64_t end_us = MicrosNow(clock);
+      trace->step_stats.push_back(TraceEvent{"step", "session", start_us, end_us - start_us, ThreadId()});
+    }
+  }
+  if (!status.ok()) return status;
+  if (options.timeout_in_ms > 0 &&
+      clock->MonotonicNow() - started > absl::Milliseconds(options.timeout_in_ms)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the step ran longer than RunOptions.timeout_in_ms = ", options.timeout_in_ms));
+  }
+  TensorMap out;
+  for (const std::string& fetch : fetches) {
+    auto it = results.find(fetch);
+    if (it == results.end()) {
+      return absl::NotFoundError("fetch '" + fetch + "' was requested but the step function did not produce it");
+    }
+    out.emplace(fetch, it->second);
+  }
+  return out;
+}
+
+Status Session::WithVariables(const std::function<Status(VariableStore&)>& fn) {
+  std::lock_guard<std::mutex> lock(impl_->values->mu);
+  return InvokeUserCode("Session::WithVariables", [&] { return fn(impl_->values->vars); });
+}
+
+std::map<std::string, Tensor> Session::Snapshot() {
+  std::map<std::string, Tensor> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(impl_->values->mu);
+    snapshot = impl_->values->vars.Snapshot();
+  }
+  for (const std::string& local : impl_->graph->LocalVariableNames()) snapshot.erase(local);
+  return snapshot;
+}
+
+StatusOr<int64_t> Session::GlobalStep() {
+  std::lock_guard<std::mutex> lock(impl_->values->mu);
+  return GetGlobalStep(impl_->values->vars);
+}
+
+std::vector<std::string> Session::UninitializedVariables() { return UninitializedVariables(false); }
+
+std::vector<std::string> Session::UninitializedVariables(bool include_local) {
+  std::vector<std::string> missing;
+  std::lock_guard<std::mutex> lock(impl_->values->mu);
+  for (const VariableDef& def : impl_->graph->variables()) {
+    if (def.local && !include_local) continue;
+    if (!impl_->values->vars.Contains(def.name)) missing.push_back(def.name);
+  }
+  std::sort(missing.begin(), missing.end());
+  return missing;
+}
+
+Status Session::Close() {
+  impl_->closed.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+bool Session::closed() const { return impl_->closed.load(std::memory_order_acquire); }
+const std::shared_ptr<Graph>& Session::graph() const { return impl_->graph; }
+const std::string& Session::target() const { return impl_->target; }
+const SessionConfig& Session::config() const { return impl_->config; }
+
+bool ResetInprocTarget(const std::string& target) {
+  if (!absl::StartsWith(target, kInprocPrefix)) return false;
+  std::lock_guard<std::mutex> lock(InprocMutex());
+  return InprocTargets().erase(target.substr(sizeof(kInprocPrefix) - 1)) > 0;
+}
+
+}  // namespace foreman

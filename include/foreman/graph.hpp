@@ -78,7 +78,8 @@ class Graph {
   /// ALREADY_EXISTS "global_step already exists."; FAILED_PRECONDITION when
   /// finalized.
   Status CreateGlobalStep();
-  /// B124: whether `global_step` is declared (as an int32/int64 scalar).
+  /// B124: whether a global variable named `global_step` is declared (its
+  /// dtype is checked when read: GetGlobalStep).
   bool has_global_step() const;
 
   /// Sets the step function (FAILED_PRECONDITION when finalized).

@@ -193,8 +193,9 @@ class Session {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Drops the shared values of "inproc://NAME" once no session uses them
-/// (tests that reuse a NAME start fresh). Returns whether NAME existed.
+/// An inproc:// target's values live like a TF server's, until this drops
+/// them (sessions still using them keep their reference); the next session
+/// on that target starts uninitialized. Returns whether the target existed.
 bool ResetInprocTarget(const std::string& target);
 
 }  // namespace foreman
