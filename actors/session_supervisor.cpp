@@ -140,6 +140,10 @@ class RuntimeImpl : public Runtime {
   explicit RuntimeImpl(const SessionConfig& config) : config_(config), cell_(std::make_shared<FailureCell>()) {}
 
   ~RuntimeImpl() override {
+    {
+      std::lock_guard<std::mutex> l(shutdown_mu_);
+      if (shut_down_) return;  // Whoever called Shutdown() got its status.
+    }
     Status s = Shutdown(kDestructorShutdownTimeout);
     if (!s.ok()) FOREMAN_LOG_ERROR("Shutting down the session's actors: {}", s.ToString());
   }
@@ -248,6 +252,7 @@ class RuntimeImpl : public Runtime {
 
     std::vector<std::shared_ptr<CheckpointHandle>> savers;
     std::vector<std::shared_ptr<SummaryWriterHandle>> writers;
+    std::vector<std::shared_ptr<StepCounterHandle>> counters;
     std::vector<std::shared_ptr<ChildLink>> links;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -260,12 +265,20 @@ class RuntimeImpl : public Runtime {
         writers.push_back(w);
         links.push_back(w->link());
       }
-      for (auto& [key, c] : counters_) links.push_back(c->link());
+      for (auto& [key, c] : counters_) {
+        counters.push_back(c);
+        links.push_back(c->link());
+      }
     }
 
-    // 1. Pending saves, which also queue their CHECKPOINT events. 2. Flush and
-    // close every event file. 3. Stop the actors, the coordinator last.
+    // 1. Pending saves, which also queue their CHECKPOINT events, and what the
+    // step counters still hold for the writers. 2. Flush and close every event
+    // file. 3. Stop the actors, the coordinator last.
     Status status = WaitForSaves(savers, deadline);
+    for (auto& counter : counters) {
+      Status s = counter->Drain(remaining());
+      if (status.ok()) status = s;
+    }
     for (auto& writer : writers) {
       Status s = writer->Close(remaining());
       if (status.ok()) status = s;

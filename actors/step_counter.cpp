@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "foreman/summary.hpp"
 #include "log.hpp"
 
@@ -30,6 +31,7 @@ caf::behavior step_counter(caf::stateful_actor<step_counter_state>* self, std::s
                      ScalarSummary(st.tag, static_cast<float>(steps_per_sec)), global_step);
         }
       },
+      [=](flush_atom, const std::shared_ptr<Completion>& done) { done->Complete(absl::OkStatus()); },
   };
 }
 
@@ -43,6 +45,15 @@ void StepCounterHandle::Record(int64_t global_step, double steps_per_sec) {
   if (!link_->Send(record_atom::value, global_step, steps_per_sec)) {
     FOREMAN_LOG_DEBUG("{} is not running: global step rate at step {} dropped", link_->name(), global_step);
   }
+}
+
+Status StepCounterHandle::Drain(absl::Duration timeout) {
+  auto done = std::make_shared<Completion>();
+  if (!link_->Track(done)) return done->Wait(absl::ZeroDuration(), "");
+  if (!link_->Send(flush_atom::value, done)) {
+    return absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
+  }
+  return done->Wait(timeout, absl::StrCat("draining ", link_->name()));
 }
 
 }  // namespace foreman::internal

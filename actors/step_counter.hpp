@@ -8,6 +8,9 @@
 //       and, when the counter has an output directory, sends the Summary
 //       {tag, simple_value = steps_per_sec} at `global_step` to that
 //       directory's summary_writer.
+//   (flush_atom, std::shared_ptr<Completion> done)
+//       Completes `done` once every earlier record has been handed on
+//       (Runtime::Shutdown drains the counters before it closes the writers).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,8 @@ class StepCounterHandle : public StepCounterService {
  public:
   explicit StepCounterHandle(std::shared_ptr<ChildLink> link) : link_(std::move(link)) {}
   void Record(int64_t global_step, double steps_per_sec) override;
+  /// Waits until every earlier Record() has reached the summary writer.
+  Status Drain(absl::Duration timeout);
   const std::shared_ptr<ChildLink>& link() const { return link_; }
 
  private:
