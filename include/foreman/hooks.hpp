@@ -306,7 +306,8 @@ struct SummarySaverHookOptions {
   /// Exactly one of save_steps / save_secs (B95).
   std::optional<int64_t> save_steps;
   std::optional<double> save_secs;
-  /// Where events go; empty means the hook does nothing (B112).
+  /// Where events go; empty means the hook does nothing (B112; it does not
+  /// even fetch the summaries, which TF would on every run).
   std::string output_dir;
   /// The fetch that returns a serialized Summary (a kString scalar), or
   /// several whose Summaries are merged into one event (TF: summary_op, a

@@ -417,6 +417,7 @@ Status SummarySaverHook::after_create_session(Session* session, Coordinator* /*c
 
 StatusOr<SessionRunArgs> SummarySaverHook::before_run(SessionRunContext& /*ctx*/) {
   Impl& m = *impl_;
+  if (m.writer == nullptr) return SessionRunArgs{};  // B112 (TF would still fetch the summary)
   // B113.
   m.request_summary = !m.next_step.has_value() || m.timer.should_trigger_for_step(*m.next_step);
   SessionRunArgs args;
