@@ -149,17 +149,19 @@ class RuntimeImpl : public Runtime {
   }
 
   Status Start(caf::actor_system* system) {
-    if (system == nullptr) {
-      own_config_ = std::make_unique<caf::actor_system_config>();
-      const int threads = config_.actor_threads > 0 ? config_.actor_threads : 2;
-      own_config_->set("scheduler.max-threads", static_cast<size_t>(threads));
-      own_system_ = std::make_unique<caf::actor_system>(*own_config_);
-      system = own_system_.get();
-    }
-    system_ = system;
-    supervisor_ = std::make_shared<ChildLink>("session_supervisor");
-    ChildLink::Attach(supervisor_, SpawnSessionSupervisor(*system_, cell_));
-    return absl::OkStatus();
+    return InvokeUserCode("starting the session's actors", [&] {
+      if (system == nullptr) {
+        own_config_ = std::make_unique<caf::actor_system_config>();
+        const int threads = config_.actor_threads > 0 ? config_.actor_threads : 2;
+        own_config_->set("scheduler.max-threads", static_cast<size_t>(threads));
+        own_system_ = std::make_unique<caf::actor_system>(*own_config_);
+        system = own_system_.get();
+      }
+      system_ = system;
+      auto supervisor = std::make_shared<ChildLink>("session_supervisor");
+      ChildLink::Attach(supervisor, SpawnSessionSupervisor(*system_, cell_));
+      supervisor_ = std::move(supervisor);
+    });
   }
 
   // -- Services --
@@ -247,6 +249,10 @@ class RuntimeImpl : public Runtime {
   Status Shutdown(absl::Duration timeout) override {
     std::lock_guard<std::mutex> shutdown_lock(shutdown_mu_);
     if (shut_down_) return shutdown_status_;
+    if (supervisor_ == nullptr) {  // Start() failed: nothing runs.
+      shut_down_ = true;
+      return shutdown_status_;
+    }
     const absl::Time deadline = absl::Now() + timeout;
     auto remaining = [&] { return std::max(absl::ZeroDuration(), deadline - absl::Now()); };
 
