@@ -175,8 +175,9 @@ class CheckpointSaverListener {
   virtual Status begin() { return absl::OkStatus(); }
   /// Before the variables are copied for the save of `global_step`.
   virtual Status before_save(Session* /*session*/, int64_t /*global_step*/) { return absl::OkStatus(); }
-  /// At the first step boundary after the save of `global_step` is durable
-  /// (decision 11); true requests a stop (B104), which takes effect then.
+  /// Once the save of `global_step` is durable, at the step boundary that
+  /// started it (see CheckpointSaverHook); true requests a stop (B104), which
+  /// takes effect before the next step.
   virtual StatusOr<bool> after_save(Session* /*session*/, int64_t /*global_step*/) { return false; }
   virtual Status end(Session* /*session*/, int64_t /*global_step*/) { return absl::OkStatus(); }
 };
@@ -187,7 +188,7 @@ struct CheckpointSaverHookOptions {
   std::optional<double> save_secs;
   std::optional<int64_t> save_steps;
   /// B102: explicit saver > scaffold's saver (set by MonitoredTrainingSession)
-  /// > a default Saver (max_to_keep 5) built on config's env/clock.
+  /// > a default Saver (max_to_keep 5) built on this `env` and `clock`.
   std::shared_ptr<Saver> saver;
   std::string checkpoint_basename = "model.ckpt";
   std::vector<std::shared_ptr<CheckpointSaverListener>> listeners;
@@ -195,31 +196,59 @@ struct CheckpointSaverHookOptions {
   int64_t steps_per_run = 1;
   Clock* clock = Clock::Real();
   Env* env = Env::Default();
+  /// How long the training thread waits for a save still being written
+  /// (a save due while one is in flight, the final save in end(), a save
+  /// with listeners) before it fails with DEADLINE_EXCEEDED. Real time: the
+  /// save is real work, not Clock time. Must be > 0.
+  absl::Duration save_timeout = absl::Hours(1);
 };
 
-/// Saves at after_create_session (B103), on the schedule (B104), and at end()
-/// when the last step was not saved (B105); writes a SessionLog CHECKPOINT
-/// at each saved step into checkpoint_dir's event file (B106). Asynchronous
-/// (decision 11): the training thread only copies the variables; the
-/// checkpoint_saver actor writes them. A save due while one is in flight waits
-/// for it. The final save in end() completes before end() returns. Holds the
-/// checkpoint directory's lock (LockCheckpointDirectory) from begin() to
-/// end() / destruction.
+/// Saves at after_create_session (B103, after every session creation), on
+/// the schedule (B104), and at end() when the last step was not saved
+/// (B105); the session's checkpoint_saver actor writes a SessionLog
+/// CHECKPOINT at each saved step into checkpoint_dir's event file (B106).
+///
+/// Asynchronous (decision 11): at a due step the training thread only runs
+/// the listeners' before_save and copies the variables (Session::Snapshot);
+/// the checkpoint_saver actor writes them. At most one save is in flight: a
+/// save that falls due while the previous one is still being written waits
+/// for it (waited_saves() counts those), so the checkpoint steps are exactly
+/// TF's. A save's outcome is taken up at the first step boundary (before_run
+/// or after_run) after it completed: a failed save then ends training with
+/// its Status (it also reaches the coordinator at once). The final save in
+/// end() completes before end() returns.
+///
+/// Listeners: after_save must run before the next step for a stop it
+/// requests to stop training at the saved step (B104, B108, H-12: TF's
+/// schedule, and no second save in end()). So with listeners the training
+/// thread waits at the boundary that started the save until it is durable,
+/// then calls after_save there; without listeners it never waits for a save
+/// except as above.
+///
+/// From begin(), the session's checkpoint_saver actor holds the checkpoint
+/// directory's lock (LockCheckpointDirectory) until the session's services
+/// shut down (the MonitoredSession's close()).
 class CheckpointSaverHook : public SessionRunHook {
  public:
   /// INVALID_ARGUMENT for a bad schedule (B102), empty checkpoint_dir,
-  /// steps_per_run < 1.
+  /// steps_per_run < 1, save_timeout <= 0, a null listener; a default
+  /// Saver's errors.
   static StatusOr<std::shared_ptr<CheckpointSaverHook>> Create(CheckpointSaverHookOptions options);
   ~CheckpointSaverHook() override;
   std::string name() const override { return "CheckpointSaverHook"; }
   void AttachServices(internal::Services* services) override;
+  /// FAILED_PRECONDITION without services; starts (or finds) the
+  /// checkpoint_saver of checkpoint_dir (its lock errors); listeners' begin().
   Status begin() override;
+  /// FAILED_PRECONDITION "Global step should be created to use
+  /// CheckpointSaverHook." when the session's graph has none (B102: TF checks
+  /// in begin(), before a graph is at hand here); then the B103 save.
   Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   Status end(Session* session) override;
 
-  /// Steps saved so far, in order (tests and benchmarks).
+  /// Steps whose saves completed, in order (tests and benchmarks).
   std::vector<int64_t> saved_steps() const;
   /// Saves that had to wait for the one in flight (decision 11).
   int64_t waited_saves() const;
@@ -234,7 +263,8 @@ class CheckpointSaverHook : public SessionRunHook {
 // -- StepCounterHook (B109-B111) ----------------------------------------------
 
 struct StepCounterHookOptions {
-  /// B109: exactly one of every_n_steps / every_n_secs.
+  /// B109: exactly one of every_n_steps / every_n_secs (INVALID_ARGUMENT
+  /// "exactly one of every_n_steps and every_n_secs should be provided.").
   std::optional<int64_t> every_n_steps = 100;
   std::optional<double> every_n_secs;
   /// Event files go to this directory's summary writer; empty = log only.
@@ -245,14 +275,22 @@ struct StepCounterHookOptions {
 /// Measures global_step/sec on the training thread; when its timer fires it
 /// sends the value to the step_counter actor, which logs
 /// "global_step/sec: <v>" and writes the `global_step/sec` summary (B110).
-/// Warns (first 5 times) when the stale global step did not change (B111).
+/// The first trigger only primes the timer (values at 101, 201, ... with the
+/// defaults). Warns (first 5 times) when the stale global step did not
+/// change (B111). A trigger with no Clock time elapsed records nothing (TF
+/// would divide by zero).
 class StepCounterHook : public SessionRunHook {
  public:
   static StatusOr<std::shared_ptr<StepCounterHook>> Create(StepCounterHookOptions options);
   ~StepCounterHook() override;
   std::string name() const override { return "StepCounterHook"; }
   void AttachServices(internal::Services* services) override;
+  /// FAILED_PRECONDITION without services (AttachServices).
   Status begin() override;
+  /// FAILED_PRECONDITION "Global step should be created to use
+  /// StepCounterHook." when the session's graph has none (B109: TF checks
+  /// in begin(), before a graph is at hand here).
+  Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   struct Impl;
@@ -268,22 +306,39 @@ struct SummarySaverHookOptions {
   /// Exactly one of save_steps / save_secs (B95).
   std::optional<int64_t> save_steps;
   std::optional<double> save_secs;
-  /// Where events go; empty means the hook does nothing (B112).
+  /// Where events go; empty means the hook does nothing (B112; it does not
+  /// even fetch the summaries, which TF would on every run).
   std::string output_dir;
   /// The fetch that returns a serialized Summary (a kString scalar), or
-  /// several whose Summaries are merged (TF: summary_op, a tensor or list).
-  /// B112: required (the MonitoredTrainingSession passes the scaffold's).
+  /// several whose Summaries are merged into one event (TF: summary_op, a
+  /// tensor or list). The MonitoredTrainingSession passes the scaffold's,
+  /// which is empty when the graph has no summaries: then nothing is fetched
+  /// and only the START session log is written (TF: a scaffold whose
+  /// summary_op is None).
   std::vector<std::string> summary_op;
   Clock* clock = Clock::Real();
+  /// How long end() waits for the writer to flush (real time). Must be > 0.
+  absl::Duration flush_timeout = absl::Minutes(5);
 };
 
+/// Requests the summary on the first run and whenever the timer fires for
+/// the predicted next step (B113); writes SessionLog START at the post-run
+/// global step after the first run (B114) and the summaries at the post-run
+/// global step (B115: 1, 101, 201, ... with save_steps=100); end() flushes
+/// (B116). The writes go to output_dir's summary_writer actor.
 class SummarySaverHook : public SessionRunHook {
  public:
+  /// INVALID_ARGUMENT for a bad schedule (B95), an empty summary_op name,
+  /// flush_timeout <= 0.
   static StatusOr<std::shared_ptr<SummarySaverHook>> Create(SummarySaverHookOptions options);
   ~SummarySaverHook() override;
   std::string name() const override { return "SummarySaverHook"; }
   void AttachServices(internal::Services* services) override;
+  /// FAILED_PRECONDITION without services when output_dir is set.
   Status begin() override;
+  /// FAILED_PRECONDITION "Global step should be created to use
+  /// SummarySaverHook." when the session's graph has none.
+  Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   /// B116: flushes the writer (waits for the summary_writer actor).
