@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -65,7 +66,7 @@ class Coordinator {
   Status request_stop(const Status& status = absl::OkStatus());
 
   /// B56: true once stop is requested. Lock-free.
-  bool should_stop() const { return stop_.load(std::memory_order_acquire); }
+  bool should_stop() const { return state_->stop.load(std::memory_order_acquire); }
 
   /// B64: clears the flag, the recorded status and `joined`.
   void clear_stop();
@@ -85,38 +86,67 @@ class Coordinator {
 
   /// B68 / B70: adds a runner to join. FAILED_PRECONDITION "The coordinator
   /// has been stopped." when stop was requested (TF C++ behaviour; Python
-  /// accepts it).
+  /// accepts it); INVALID_ARGUMENT for a null runner. The runner must already
+  /// be running (the coordinator starts nothing). A runner registered while
+  /// join() runs is left for the next join() (or the destructor).
   Status register_runner(std::unique_ptr<RunnerInterface> runner);
 
   /// B61-B63: waits until every registered runner has finished *or* stop was
-  /// requested (polling every second of the clock, B61); then, once stop is
-  /// requested, up to `stop_grace_period` for the runners to finish (B62).
-  /// Then `joined` becomes true and the runners are dropped (B63), and:
+  /// requested (polling every second of the clock, B61; a LooperThread that
+  /// ends wakes it at once); then, once stop is requested, up to
+  /// `stop_grace_period` for the runners to finish (B62: polls starting at
+  /// 1 ms, doubling, of the clock). Then `joined` becomes true and the
+  /// runners are dropped (B63), and:
   ///   the recorded status, when non-OK (it takes precedence);
   ///   else each finished runner's non-OK Join() status that is not a
-  ///     clean-stop code is fed to request_stop first, so the first wins;
+  ///     clean-stop code is fed to request_stop first, so the first wins
+  ///     (and one that fails after stop was requested is dropped, B58);
   ///   else, runners still running: DEADLINE_EXCEEDED "Coordinator stopped
-  ///     with threads still running: <names>" — or, with
-  ///     ignore_live_threads, OK after logging that line (a straggler is
-  ///     detached: its thread keeps running and is never joined);
+  ///     with threads still running: <names>" (names separated by spaces)
+  ///     — or, with ignore_live_threads, OK after logging that line as a
+  ///     warning;
   ///   else OK.
+  /// A straggler is destroyed without being joined: a LooperThread detaches
+  /// its thread, which keeps running on state it shares with the
+  /// coordinator and ends when its target returns (it never touches the
+  /// clock or the coordinator object again). A runner of another kind must
+  /// likewise not block in its destructor.
   /// (TF C++ Join() refuses to run before RequestStop, B73; Foreman waits as
   /// Python does.)
   Status join(absl::Duration stop_grace_period = absl::Seconds(120), bool ignore_live_threads = false);
   bool joined() const;
 
-  Clock* clock() const { return clock_; }
+  Clock* clock() const { return state_->clock; }
 
  private:
-  bool IsCleanStop(const Status& s) const;
-  std::optional<std::vector<absl::StatusCode>> clean_stop_codes_;
-  Clock* clock_;
-  std::atomic<bool> stop_{false};
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  Status status_;       // guarded by mu_
-  bool joined_ = false;  // guarded by mu_
-  std::vector<std::unique_ptr<RunnerInterface>> runners_;  // guarded by mu_
+  friend class LooperThread;
+
+  /// Everything a runner thread may touch. Shared with the LooperThreads'
+  /// threads, so that a detached straggler outlives neither it nor the
+  /// coordinator's memory.
+  struct State {
+    State(std::optional<std::vector<absl::StatusCode>> codes, Clock* c)
+        : clean_stop_codes(std::move(codes)), clock(c) {}
+    bool IsCleanStop(const Status& s) const;
+    /// request_stop() on the state.
+    Status RequestStop(const Status& status);
+
+    const std::optional<std::vector<absl::StatusCode>> clean_stop_codes;
+    Clock* const clock;
+    /// Set and cleared under `mu` (so that waiters on `cv` see it), read
+    /// lock-free by should_stop().
+    std::atomic<bool> stop{false};
+    mutable std::mutex mu;
+    /// Notified on a stop request and when a LooperThread ends.
+    std::condition_variable cv;
+    Status status;                    // guarded by mu
+    bool joined = false;              // guarded by mu
+    /// Bumped when a LooperThread ends, so that join() wakes. Guarded by mu.
+    uint64_t runner_ends = 0;
+    std::vector<std::unique_ptr<RunnerInterface>> runners;  // guarded by mu
+  };
+
+  std::shared_ptr<State> state_;
 };
 
 /// A thread that runs `target` back to back (interval std::nullopt) or every
@@ -135,17 +165,26 @@ class LooperThread : public RunnerInterface {
   ~LooperThread() override;
   Status Join() override;
   bool IsRunning() const override;
-  std::string name() const override { return name_; }
+  std::string name() const override { return shared_->name; }
 
  private:
-  LooperThread(Coordinator* coord, std::string name, std::optional<absl::Duration> interval,
-               std::function<Status()> target);
-  void Loop();
-  Coordinator* coord_;
-  std::string name_;
-  std::optional<absl::Duration> interval_;
-  std::function<Status()> target_;
-  std::atomic<bool> running_{true};
+  /// What the thread uses besides the coordinator's State; shared with the
+  /// thread so that a detached straggler never touches this object.
+  struct Shared {
+    std::string name;
+    std::optional<absl::Duration> interval;
+    std::function<Status()> target;
+    std::atomic<bool> running{true};
+    std::mutex mu;
+    Status final_status;  // guarded by mu; set before `running` turns false
+  };
+
+  explicit LooperThread(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+  static void Loop(std::shared_ptr<Coordinator::State> coord, std::shared_ptr<Shared> shared,
+                   absl::Duration first_time);
+
+  std::shared_ptr<Shared> shared_;
+  std::mutex join_mu_;  // serialises Join() and the destructor's join
   std::thread thread_;
 };
 

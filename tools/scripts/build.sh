@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Configures (once) and builds one of Foreman's build directories.
 #
-# Usage: tools/scripts/build.sh release|asan [extra meson options...]
+# Usage: tools/scripts/build.sh release|asan|tsan [extra meson options...]
 #   release  build-release: -O3, NDEBUG, warnings are errors
 #   asan     build-asan:    -O1 -g with AddressSanitizer + UndefinedBehaviorSanitizer,
 #                           warnings are errors, UB aborts (no recovery)
+#   tsan     build-tsan:    -O2 -g with ThreadSanitizer, warnings are errors, no
+#                           CUDA (run with TSAN_OPTIONS from test.sh: the
+#                           suppressions in tools/sanitizers/tsan.supp)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-kind=${1:?usage: build.sh release|asan [meson options]}
+kind=${1:?usage: build.sh release|asan|tsan [meson options]}
 shift
 case $kind in
   release)
@@ -20,7 +23,11 @@ case $kind in
     opts=(-Dbuildtype=debugoptimized -Doptimization=1 -Db_sanitize=address,undefined -Db_lundef=false
           -Dwerror=true -Dcpp_args=-fno-sanitize-recover=all -Dcpp_link_args=-fno-sanitize-recover=all)
     ;;
-  *) echo "build.sh: unknown build kind '$kind' (release|asan)" >&2; exit 2 ;;
+  tsan)
+    dir=build-tsan
+    opts=(-Dbuildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false -Dwerror=true -Dcuda=disabled)
+    ;;
+  *) echo "build.sh: unknown build kind '$kind' (release|asan|tsan)" >&2; exit 2 ;;
 esac
 
 if [[ -f $dir/build.ninja ]]; then
