@@ -142,6 +142,11 @@ struct MonitoredSession::Impl {
   // A service's or a thread's error reported before now is the earlier one.
   void PollBackgroundError();
   bool ShouldStop() const;
+  // B50: a preemption error a thread (not a service: those are local
+  // failures a new session would not cure) reported to the coordinator.
+  bool RecoverableCoordinatorError(const Status& s) const {
+    return recoverable && IsPreemption(s) && (runtime == nullptr || runtime->error().ok());
+  }
   std::string Where(std::size_t i, const char* callback) const {
     return absl::StrCat("hook ", hook_names[i], "::", callback);
   }
@@ -158,14 +163,14 @@ bool MonitoredSession::Impl::ShouldStop() const {
   if (c == nullptr || !c->should_stop()) return false;
   // B50: a preemption error a thread reported is recovered from by the next
   // run() (the recoverable layer answers False); anything else stops.
-  return !(recoverable && IsPreemption(c->status()));
+  return !RecoverableCoordinatorError(c->status());
 }
 
 void MonitoredSession::Impl::PollBackgroundError() {
   if (!first_error.ok()) return;
   if (Coordinator* c = coord.load(std::memory_order_acquire); c != nullptr) {
     Status s = c->status();
-    if (!s.ok() && !(recoverable && IsPreemption(s))) {
+    if (!s.ok()) {
       first_error = s;
       return;
     }
@@ -344,7 +349,7 @@ Status MonitoredSession::Impl::TeardownSession(bool recovering) {
   if (c != nullptr) {
     c->request_stop().IgnoreError();  // OK unless join() already ran
     Status j = c->join(stop_grace_period, /*ignore_live_threads=*/true);
-    if (!j.ok() && !(recoverable && IsPreemption(j))) result = j;
+    if (!j.ok() && !(recovering && IsPreemption(j))) result = j;
   }
   if (session != nullptr) {
     Status s = session->Close();
@@ -384,7 +389,7 @@ Status MonitoredSession::Impl::RunRecoverably(const std::function<Status()>& att
       Coordinator* c = coord.load(std::memory_order_acquire);
       if (c != nullptr && c->should_stop()) {
         Status cs = c->status();
-        if (IsPreemption(cs)) {
+        if (RecoverableCoordinatorError(cs)) {
           Status r = BeginRecovery(cs);
           if (!r.ok()) return EndWith(r);
           continue;
@@ -398,7 +403,7 @@ Status MonitoredSession::Impl::RunRecoverably(const std::function<Status()>& att
       Coordinator* c = coord.load(std::memory_order_acquire);
       if (c != nullptr) {
         Status cs = c->status();
-        if (IsPreemption(cs)) s = cs;
+        if (IsPreemption(cs) && (runtime == nullptr || runtime->error().ok())) s = cs;
       }
     }
     if (!recoverable || !IsPreemption(s)) return EndWith(s);
@@ -799,6 +804,11 @@ StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTr
     o.env = config.env;
     FOREMAN_ASSIGN_OR_RETURN(auto hook, CheckpointSaverHook::Create(std::move(o)));
     hooks.push_back(std::move(hook));
+  }
+  if (!plan.checkpoint_saver_hook && !options.checkpoint_listeners.empty()) {
+    FOREMAN_LOG_WARN(
+        "MonitoredTrainingSession: checkpoint_listeners are ignored: no CheckpointSaverHook (checkpoint_dir "
+        "empty or checkpoints disabled).");
   }
   for (auto& hook : options.hooks) hooks.push_back(std::move(hook));
   ms.hooks = std::move(hooks);
