@@ -110,15 +110,19 @@ class SecondOrStepTimer {
  public:
   /// B95: exactly one of every_secs / every_steps; INVALID_ARGUMENT "Can not
   /// provide both every_secs and every_steps." / "Either every_secs or
-  /// every_steps should be provided.".
+  /// every_steps should be provided.". Seconds are measured on `clock`'s
+  /// monotonic time line (TF: time.time()); a null clock means Clock::Real().
   static StatusOr<SecondOrStepTimer> Create(std::optional<double> every_secs, std::optional<int64_t> every_steps,
                                             Clock* clock = Clock::Real());
-  /// B96.
+  /// B96: true when never triggered; false for the last triggered step; true
+  /// when every_secs have passed since the last trigger, or `step` is
+  /// every_steps past the last triggered step.
   bool should_trigger_for_step(int64_t step) const;
-  /// B97: (elapsed seconds, elapsed steps) since the last trigger; nullopt on
-  /// the first.
+  /// B97: records a trigger at `step` now and returns (elapsed seconds,
+  /// elapsed steps) since the previous one; nullopt on the first.
   std::optional<std::pair<double, int64_t>> update_last_triggered_step(int64_t step);
   std::optional<int64_t> last_triggered_step() const { return last_step_; }
+  /// B97: forgets the last trigger (the next step triggers).
   void reset();
 
  private:
@@ -138,21 +142,28 @@ class StopAtStepHook : public SessionRunHook {
   static StatusOr<std::shared_ptr<StopAtStepHook>> Create(std::optional<int64_t> num_steps,
                                                           std::optional<int64_t> last_step);
   std::string name() const override { return "StopAtStepHook"; }
-  /// FAILED_PRECONDITION "Global step should be created to use StopAtStepHook."
-  Status begin() override;
-  /// B99: last_step = first session's global_step + num_steps (once).
-  /// Decision 9: when the session starts at or past last_step, stops before
-  /// the first step (the MonitoredSession's should_stop() is true at once).
+  /// B98: FAILED_PRECONDITION "Global step should be created to use
+  /// StopAtStepHook." when the session's graph has no global_step. (TF checks
+  /// in begin(); a Foreman hook first sees the graph here, still before any
+  /// step runs.)
+  /// B99: last_step = first session's global_step + num_steps (once; a
+  /// recovered session does not recompute it).
+  /// Decision 9: when the session's global_step is already >= last_step,
+  /// calls coord->request_stop(), so training stops before the first step
+  /// (TF runs one more step, B101).
   Status after_create_session(Session* session, Coordinator* coord) override;
+  /// B100: fetches the built-in "global_step" (the pre-step value, B126).
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  /// B100: when stale + 1 >= last_step, re-reads the real step
+  /// (Session::GlobalStep()) and requests stop when it is >= last_step.
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
+  /// Known from construction (last_step) or the first after_create_session.
   std::optional<int64_t> last_step() const { return last_step_; }
 
  private:
   StopAtStepHook(std::optional<int64_t> num_steps, std::optional<int64_t> last_step);
   std::optional<int64_t> num_steps_;
   std::optional<int64_t> last_step_;
-  Coordinator* coord_ = nullptr;
 };
 
 // -- CheckpointSaverHook (B102-B108, decision 11) ---------------------------------
@@ -295,10 +306,23 @@ struct LoggingTensorHookOptions {
   std::optional<int64_t> every_n_iter;
   std::optional<double> every_n_secs;
   bool at_end = false;
-  /// Replaces the default "tag = value, ..." line.
+  /// Replaces the default "tag = value, ..." line (called with the logged
+  /// tensors; its exceptions become the callback's Status).
   std::function<std::string(const TensorMap&)> formatter;
   Clock* clock = Clock::Real();
 };
+
+/// A tensor as numpy's str() prints it, which is how TF's LoggingTensorHook
+/// shows values (with np.set_printoptions(suppress=True)):
+///   scalars   Python repr of the number: "0.5", "1.0", "1e-05", "1e+16",
+///             "nan", "-inf", "42"; strings as Python bytes: "b'abc'"
+///   arrays    "[1.  2.5 3. ]", "[ 1 10]", "[[1 2]\n [3 4]]", "[b'a' b'bc']":
+///             floats with at most 8 fractional digits, padded to a common
+///             width (scientific, "[1.0e+08 2.5e+09]", when the largest
+///             magnitude is >= 1e8); over 1000 elements, 3 edge items per
+///             dimension and "..."; lines wrapped at numpy's 75 columns.
+/// (Checked against numpy 1.24 for float32/float64 vectors and scalars.)
+std::string FormatTensorForLog(const Tensor& tensor);
 
 class LoggingTensorHook : public SessionRunHook {
  public:
@@ -313,10 +337,11 @@ class LoggingTensorHook : public SessionRunHook {
   int64_t iteration() const { return iter_count_; }
 
  private:
-  explicit LoggingTensorHook(LoggingTensorHookOptions options, SecondOrStepTimer timer);
-  std::string Format(const TensorMap& values, std::optional<double> elapsed_secs) const;
+  /// `timer` is nullopt for at_end alone (TF's NeverTriggerTimer).
+  LoggingTensorHook(LoggingTensorHookOptions options, std::optional<SecondOrStepTimer> timer);
+  Status LogTensors(const TensorMap& values);
   LoggingTensorHookOptions options_;
-  SecondOrStepTimer timer_;
+  std::optional<SecondOrStepTimer> timer_;
   int64_t iter_count_ = 0;
   bool should_trigger_ = false;
 };
@@ -325,7 +350,8 @@ class LoggingTensorHook : public SessionRunHook {
 
 class NanTensorHook : public SessionRunHook {
  public:
-  /// `loss_tensor`: the fetch name of the loss (a float or double scalar).
+  /// `loss_tensor`: the fetch name of the loss, a float32 or float64 tensor
+  /// of one element (INVALID_ARGUMENT from after_run otherwise).
   NanTensorHook(std::string loss_tensor, bool fail_on_nan_loss = true)
       : loss_tensor_(std::move(loss_tensor)), fail_on_nan_loss_(fail_on_nan_loss) {}
   std::string name() const override { return "NanTensorHook"; }
@@ -351,6 +377,14 @@ class GlobalStepWaiterHook : public SessionRunHook {
                        std::optional<absl::Duration> max_wait = std::nullopt)
       : wait_until_step_(wait_until_step), clock_(clock), poll_interval_(poll_interval), max_wait_(max_wait) {}
   std::string name() const override { return "GlobalStepWaiterHook"; }
+  Status begin() override;
+  /// FAILED_PRECONDITION "Global step should be created to use
+  /// GlobalStepWaiterHook." when the graph has none (TF: in begin()).
+  Status after_create_session(Session* session, Coordinator* coord) override;
+  /// B120: on the first call only, polls Session::GlobalStep() every
+  /// poll_interval of the clock until it is >= wait_until_step; logs
+  /// "Waiting for global step N before starting training." and, every 1000
+  /// steps of progress, the current step. DEADLINE_EXCEEDED past max_wait.
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
 
  private:
@@ -368,8 +402,9 @@ class FinalOpsHook : public SessionRunHook {
   explicit FinalOpsHook(std::vector<std::string> final_ops, TensorMap final_ops_feed_dict = {})
       : final_ops_(std::move(final_ops)), feeds_(std::move(final_ops_feed_dict)) {}
   std::string name() const override { return "FinalOpsHook"; }
-  /// Runs final_ops on the raw session; OUT_OF_RANGE there is logged with a
-  /// warning and returned.
+  /// Runs final_ops (none: nothing) on the raw session with the feeds and
+  /// keeps the values; OUT_OF_RANGE there is logged with TF's warning and
+  /// returned.
   Status end(Session* session) override;
   const TensorMap& final_ops_values() const { return values_; }
 
@@ -385,6 +420,7 @@ class FeedFnHook : public SessionRunHook {
  public:
   explicit FeedFnHook(std::function<TensorMap()> feed_fn) : feed_fn_(std::move(feed_fn)) {}
   std::string name() const override { return "FeedFnHook"; }
+  /// B122: no fetches, feeds = feed_fn() (its exceptions become the Status).
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
 
  private:
@@ -403,14 +439,25 @@ struct ProfilerHookOptions {
   Env* env = Env::Default();
 };
 
-/// When its timer fires (never on the first run) asks for kFullTrace and
-/// writes <output_dir>/timeline-<step>.json, a Chrome trace-event file
-/// (chrome://tracing and Perfetto load it) of that run.
+/// B123: fetches the stale global step every run; the first run only primes
+/// the timer. When the timer fires for the predicted step it asks for
+/// kFullTrace, re-reads the real step and writes
+/// <output_dir>/timeline-<step>.json through options.env, a Chrome
+/// trace-event file (chrome://tracing and Perfetto load it) of that run's
+/// RunMetadata. Differences from TF: no run-metadata event (tag step_<step>)
+/// goes to a summary writer (hooks here call no service), and show_dataflow /
+/// show_memory are accepted and ignored (Foreman has no op graph or
+/// allocator stats to show).
 class ProfilerHook : public SessionRunHook {
  public:
+  /// INVALID_ARGUMENT for a bad schedule (B95).
   static StatusOr<std::shared_ptr<ProfilerHook>> Create(ProfilerHookOptions options);
   std::string name() const override { return "ProfilerHook"; }
+  /// Resets the schedule and creates output_dir.
   Status begin() override;
+  /// FAILED_PRECONDITION "Global step should be created to use
+  /// ProfilerHook." when the graph has none (TF: in begin()).
+  Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
 
@@ -419,10 +466,18 @@ class ProfilerHook : public SessionRunHook {
   ProfilerHookOptions options_;
   SecondOrStepTimer timer_;
   bool request_summary_ = false;
-  int64_t next_step_ = -1;
+  std::optional<int64_t> next_step_;
 };
 
-/// Renders `metadata` as Chrome trace-event JSON ({"traceEvents": [...]}).
+/// Renders `metadata` as Chrome trace-event JSON:
+///   {"traceEvents":[
+///     {"name":"process_name","ph":"M","pid":0,"args":{"name":"Foreman step <step>"}},
+///     {"name":"thread_name","ph":"M","pid":0,"tid":<t>,"args":{"name":"thread <t>"}}, ...
+///     {"name":..,"cat":..,"ph":"X","ts":..,"dur":..,"pid":0,"tid":<t>}, ...]}
+/// one "X" event per span in step_stats order; thread ids are renumbered
+/// 0, 1, ... in order of first appearance (a hashed std::thread::id does not
+/// survive a JavaScript number). Names are JSON-escaped; ts and dur are
+/// microseconds.
 std::string ChromeTraceJson(const RunMetadata& metadata, int64_t step);
 
 }  // namespace foreman
