@@ -1,1 +1,54 @@
-// TODO(issue 4): coordinator actor (stub until implemented)
+#include "coordinator.hpp"
+
+#include <utility>
+
+#include "log.hpp"
+
+namespace foreman::internal {
+
+void FailureCell::SetCoordinator(Coordinator* coord) {
+  std::lock_guard<std::mutex> l(mu_);
+  coord_ = coord;
+  if (coord_ != nullptr && !first_error_.ok()) coord_->request_stop(first_error_).IgnoreError();
+}
+
+bool FailureCell::Report(const std::string& source, const Status& status) {
+  if (status.ok()) return false;
+  std::lock_guard<std::mutex> l(mu_);
+  const bool first = first_error_.ok();
+  if (first) first_error_ = status;
+  FOREMAN_LOG_ERROR("{} failed: {}", source, status.ToString());
+  if (coord_ != nullptr) coord_->request_stop(status).IgnoreError();
+  return first;
+}
+
+Status FailureCell::error() {
+  std::lock_guard<std::mutex> l(mu_);
+  return first_error_;
+}
+
+namespace {
+
+struct coordinator_state {
+  std::shared_ptr<FailureCell> cell;
+  static const char* name;
+};
+const char* coordinator_state::name = "coordinator";
+
+caf::behavior coordinator(caf::stateful_actor<coordinator_state>* self, std::shared_ptr<FailureCell> cell) {
+  MakeQuiet(self, "coordinator");
+  self->state.cell = std::move(cell);
+  return {
+      [=](report_atom, const std::string& source, const Status& status) {
+        self->state.cell->Report(source, status);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor SpawnCoordinator(caf::local_actor* parent, std::shared_ptr<FailureCell> cell) {
+  return parent->spawn(coordinator, std::move(cell));
+}
+
+}  // namespace foreman::internal

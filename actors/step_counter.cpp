@@ -1,1 +1,59 @@
-// TODO(issue 4): step_counter actor (stub until implemented)
+#include "step_counter.hpp"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "foreman/summary.hpp"
+#include "log.hpp"
+
+namespace foreman::internal {
+
+namespace {
+
+struct step_counter_state {
+  std::string tag;
+  caf::actor summary_writer;
+  static const char* name;
+};
+const char* step_counter_state::name = "step_counter";
+
+caf::behavior step_counter(caf::stateful_actor<step_counter_state>* self, std::string tag,
+                           caf::actor summary_writer) {
+  MakeQuiet(self, "step_counter");
+  self->state.tag = std::move(tag);
+  self->state.summary_writer = std::move(summary_writer);
+  return {
+      [=](record_atom, int64_t global_step, double steps_per_sec) {
+        auto& st = self->state;
+        FOREMAN_LOG_INFO("{}: {:g}", st.tag, steps_per_sec);
+        if (st.summary_writer) {
+          self->send(st.summary_writer, add_atom::value,
+                     ScalarSummary(st.tag, static_cast<float>(steps_per_sec)), global_step);
+        }
+      },
+      [=](flush_atom, const std::shared_ptr<Completion>& done) { done->Complete(absl::OkStatus()); },
+  };
+}
+
+}  // namespace
+
+caf::actor SpawnStepCounter(caf::local_actor* parent, std::string tag, caf::actor summary_writer) {
+  return parent->spawn<caf::detached>(step_counter, std::move(tag), std::move(summary_writer));
+}
+
+void StepCounterHandle::Record(int64_t global_step, double steps_per_sec) {
+  if (!link_->Send(record_atom::value, global_step, steps_per_sec)) {
+    FOREMAN_LOG_DEBUG("{} is not running: global step rate at step {} dropped", link_->name(), global_step);
+  }
+}
+
+Status StepCounterHandle::Drain(absl::Duration timeout) {
+  auto done = std::make_shared<Completion>();
+  if (!link_->Track(done)) return done->Wait(absl::ZeroDuration(), "");
+  if (!link_->Send(flush_atom::value, done)) {
+    return absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
+  }
+  return done->Wait(timeout, absl::StrCat("draining ", link_->name()));
+}
+
+}  // namespace foreman::internal

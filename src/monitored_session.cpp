@@ -1,1 +1,818 @@
-// TODO(issue 4): stub until implemented
+// MonitoredSession, SingularMonitoredSession and MonitoredTrainingSession
+// (include/foreman/monitored_session.hpp). TF: monitored_session.py
+// (MonitoredSession, _RecoverableSession, _CoordinatedSession, _HookedSession,
+// MonitoredTrainingSession); spec §0-§4 and §16, decisions 1-4.
+//
+// TF stacks four wrappers; here one Impl plays all of them:
+//   _HookedSession       HookedRun(): before_run / merge / run / after_run and
+//                        the hooks' stop flag (B27-B36).
+//   _CoordinatedSession  one Coordinator per created raw session (B19, B54);
+//                        closing stops and joins it (B52).
+//   _RecoverableSession  RunRecoverably(): a preemption error closes the raw
+//                        session and re-runs the call on a new one (B45-B50),
+//                        bounded with back-off (decision 2). Absent for
+//                        SingularMonitoredSession (B23).
+//   MonitoredSession     begin() / end() and close() (B19, B38-B43).
+//
+// Threads: everything runs on the training thread except should_stop(),
+// recoveries(), steps_lost() and SingularMonitoredSession::stop_error(),
+// which read atomics and the coordinators. A coordinator that has been
+// replaced is kept alive until the session is destroyed, so a reader that
+// loaded its pointer never sees it freed.
+#include "foreman/monitored_session.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <deque>
+#include <random>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "log.hpp"
+#include "runtime/runtime.hpp"
+
+namespace foreman {
+
+namespace {
+
+// B46: TF's _PREEMPTION_ERRORS.
+bool IsPreemption(const Status& s) { return absl::IsAborted(s) || absl::IsUnavailable(s); }
+
+// Python's str() of a list of names, as TF's conflict messages print it:
+// ['a', 'b'].
+std::string PyList(const std::vector<std::string>& names) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += ", ";
+    absl::StrAppend(&out, "'", names[i], "'");
+  }
+  return out + "]";
+}
+
+// B32: TF's _raise_if_feeds_intersects; keys sorted for a stable message.
+Status CheckFeedsDisjoint(const TensorMap& a, const TensorMap& b, const char* message) {
+  std::vector<std::string> both;
+  for (const auto& [name, value] : b) {
+    if (a.count(name) != 0) both.push_back(name);
+  }
+  if (both.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(message, " Conflict(s): ", PyList(both)));
+}
+
+// B33: the caller's options with a hook's merged in.
+void MergeRunOptions(const RunOptions& incoming, RunOptions* options) {
+  options->trace_level = std::max(options->trace_level, incoming.trace_level);
+  options->timeout_in_ms = std::max(options->timeout_in_ms, incoming.timeout_in_ms);
+  options->report_tensor_allocations_upon_oom =
+      options->report_tensor_allocations_upon_oom || incoming.report_tensor_allocations_upon_oom;
+}
+
+// A hook's name for messages; name() is user code and may throw.
+std::string HookName(const std::shared_ptr<SessionRunHook>& hook) {
+  try {
+    std::string name = hook->name();
+    return name.empty() ? "SessionRunHook" : name;
+  } catch (...) {
+    return "SessionRunHook";
+  }
+}
+
+std::string FormatSeconds(absl::Duration d) { return absl::StrCat(absl::ToDoubleSeconds(d), " s"); }
+
+}  // namespace
+
+// -- Impl -------------------------------------------------------------------------
+
+struct MonitoredSession::Impl {
+  // Fixed at Create.
+  std::shared_ptr<SessionCreator> creator;
+  HookList hooks;
+  std::vector<std::string> hook_names;  // "hook <Name>::" prefixes, by index
+  absl::Duration stop_grace_period;
+  RecoveryOptions recovery;
+  RuntimeOptions runtime_options;
+  bool recoverable = true;  // false: SingularMonitoredSession (B23)
+  std::shared_ptr<Graph> graph;
+  bool graph_was_finalized = true;  // B22
+  Clock* clock = Clock::Real();
+
+  // Coordinators ever created, the current one last; declared before the
+  // runtime so the runtime (whose actors may hold the current one) goes first.
+  std::vector<std::unique_ptr<Coordinator>> coordinators;
+  std::atomic<Coordinator*> coord{nullptr};       // current; null between sessions
+  std::atomic<Coordinator*> last_coord{nullptr};  // the latest, kept after close
+  std::unique_ptr<internal::Runtime> runtime;
+  std::unique_ptr<Session> session;  // null between sessions and after close
+
+  std::atomic<bool> hook_stop{false};  // B35: the _HookedSession's flag
+  std::atomic<bool> ended{false};      // a run ended training (clean or not)
+  std::atomic<bool> closed{false};
+  bool run_failed = false;  // ended with an error: no end() (B39)
+  Status first_error;       // what close() returns (first wins)
+  std::optional<Status> close_status;
+
+  // Decision 2.
+  std::deque<absl::Duration> recovery_times;  // MonotonicNow() of recent recoveries
+  std::mt19937_64 rng;
+  std::atomic<int64_t> recoveries{0};
+  std::atomic<int64_t> steps_lost{0};
+  bool recovery_pending = false;            // a new session is due to log the loss
+  std::optional<int64_t> step_before_error;  // global_step when the pending recovery began
+
+  ~Impl();
+
+  Status Start();
+  void Abort();
+  Status CreateSession();
+  Status EnsureSession();
+  Status BeginRecovery(const Status& cause);
+  absl::Duration Backoff(int k);
+  Status TeardownSession(bool recovering);
+  Status RunRecoverably(const std::function<Status()>& attempt);
+  Status EndWith(const Status& s);
+  StatusOr<TensorMap> HookedRun(const std::vector<std::string>& fetches, const TensorMap& feeds,
+                                const RunOptions& options, RunMetadata* run_metadata);
+  Status Close();
+  void RecordError(const Status& s) {
+    if (first_error.ok() && !s.ok()) first_error = s;
+  }
+  // A service's or a thread's error reported before now is the earlier one.
+  void PollBackgroundError();
+  bool ShouldStop() const;
+  // B50: a preemption error a thread (not a service: those are local
+  // failures a new session would not cure) reported to the coordinator.
+  bool RecoverableCoordinatorError(const Status& s) const {
+    return recoverable && IsPreemption(s) && (runtime == nullptr || runtime->error().ok());
+  }
+  std::string Where(std::size_t i, const char* callback) const {
+    return absl::StrCat("hook ", hook_names[i], "::", callback);
+  }
+};
+
+MonitoredSession::Impl::~Impl() = default;
+
+bool MonitoredSession::Impl::ShouldStop() const {
+  if (closed.load(std::memory_order_acquire) || ended.load(std::memory_order_acquire) ||
+      hook_stop.load(std::memory_order_acquire)) {
+    return true;
+  }
+  Coordinator* c = coord.load(std::memory_order_acquire);
+  if (c == nullptr || !c->should_stop()) return false;
+  // B50: a preemption error a thread reported is recovered from by the next
+  // run() (the recoverable layer answers False); anything else stops.
+  return !RecoverableCoordinatorError(c->status());
+}
+
+void MonitoredSession::Impl::PollBackgroundError() {
+  if (!first_error.ok()) return;
+  if (Coordinator* c = coord.load(std::memory_order_acquire); c != nullptr) {
+    Status s = c->status();
+    if (!s.ok()) {
+      first_error = s;
+      return;
+    }
+  }
+  if (runtime) RecordError(runtime->error());
+}
+
+Status MonitoredSession::Impl::Start() {
+  const SessionConfig& config = creator->config();
+  if (config.clock != nullptr) clock = config.clock;
+  rng.seed(recovery.seed);
+  graph = creator->scaffold() ? creator->scaffold()->graph() : nullptr;
+  graph_was_finalized = graph == nullptr || graph->finalized();
+  hook_names.reserve(hooks.size());
+  for (std::size_t i = 0; i < hooks.size(); ++i) {
+    if (!hooks[i]) return absl::InvalidArgumentError(absl::StrCat("MonitoredSession: hooks[", i, "] is null"));
+    hook_names.push_back(HookName(hooks[i]));
+  }
+
+  StatusOr<std::unique_ptr<internal::Runtime>> rt = internal::Runtime::Create(runtime_options.actor_system, config);
+  if (!rt.ok()) return rt.status();
+  runtime = std::move(rt).value();
+  for (std::size_t i = 0; i < hooks.size(); ++i) {
+    Status s = InvokeUserCode(Where(i, "AttachServices"), [&] { hooks[i]->AttachServices(runtime.get()); });
+    if (!s.ok()) {
+      Abort();
+      return s;
+    }
+  }
+  // B19 (1): begin() once, in order, before any session exists (B20, B21).
+  for (std::size_t i = 0; i < hooks.size(); ++i) {
+    Status s = InvokeUserCode(Where(i, "begin"), [&] { return hooks[i]->begin(); });
+    if (!s.ok()) {
+      Abort();
+      return s;
+    }
+  }
+  // B19 (2)-(5), retried on preemption as a recovery is (decision 2).
+  Status s = EnsureSession();
+  if (!s.ok()) {
+    Abort();
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+// Create() failed: decision 3, nothing started may outlive the failure.
+void MonitoredSession::Impl::Abort() {
+  closed.store(true, std::memory_order_release);
+  Status t = TeardownSession(/*recovering=*/false);
+  if (!t.ok()) FOREMAN_LOG_WARN("MonitoredSession: while giving up creation: {}", t.ToString());
+  if (runtime) {
+    Status sd = runtime->Shutdown(runtime_options.shutdown_timeout);
+    if (!sd.ok()) FOREMAN_LOG_WARN("MonitoredSession: while giving up creation: {}", sd.ToString());
+  }
+  if (!graph_was_finalized) graph->Unfinalize();
+  close_status = absl::FailedPreconditionError("MonitoredSession was never created");
+}
+
+// B19 (2)-(5): raw session, a fresh coordinator with no clean-stop codes
+// (B54), after_create_session on every hook in order.
+Status MonitoredSession::Impl::CreateSession() {
+  StatusOr<std::unique_ptr<Session>> created =
+      InvokeUserCode("session creator", [&] { return creator->create_session(); });
+  if (!created.ok()) return created.status();
+  if (*created == nullptr) return absl::InternalError("session creator returned a null session");
+  session = std::move(created).value();
+
+  coordinators.push_back(std::make_unique<Coordinator>(std::vector<absl::StatusCode>{}, clock));
+  Coordinator* c = coordinators.back().get();
+  runtime->SetCoordinator(c);
+  coord.store(c, std::memory_order_release);
+  last_coord.store(c, std::memory_order_release);
+  // TF builds a new _HookedSession per created session: its flag starts clear.
+  hook_stop.store(false, std::memory_order_release);
+
+  for (std::size_t i = 0; i < hooks.size(); ++i) {
+    Status s = InvokeUserCode(Where(i, "after_create_session"),
+                              [&] { return hooks[i]->after_create_session(session.get(), c); });
+    if (!s.ok()) return s;
+  }
+
+  if (recovery_pending) {
+    recovery_pending = false;
+    StatusOr<int64_t> restored = session->GlobalStep();
+    if (restored.ok() && step_before_error.has_value()) {
+      const int64_t lost = std::max<int64_t>(0, *step_before_error - *restored);
+      steps_lost.fetch_add(lost, std::memory_order_relaxed);
+      FOREMAN_LOG_WARN(
+          "Recovered from a preemption error (recovery {}): global_step {} before the error, {} restored; "
+          "{} steps lost.",
+          recoveries.load(), *step_before_error, *restored, lost);
+    } else {
+      FOREMAN_LOG_WARN("Recovered from a preemption error (recovery {}): a new session was created.",
+                       recoveries.load());
+    }
+    step_before_error.reset();
+  }
+  return absl::OkStatus();
+}
+
+Status MonitoredSession::Impl::EnsureSession() {
+  while (session == nullptr || coord.load(std::memory_order_acquire) == nullptr) {
+    Status s = CreateSession();
+    if (s.ok()) return s;
+    if (!recoverable || !IsPreemption(s)) return s;
+    FOREMAN_RETURN_IF_ERROR(BeginRecovery(s));
+  }
+  return absl::OkStatus();
+}
+
+// k-th recovery in the window: initial * 2^(k-1), capped, times a jitter in
+// [0.5, 1.5) (53 random bits, the same on every platform for one seed).
+absl::Duration MonitoredSession::Impl::Backoff(int k) {
+  absl::Duration d = recovery.initial_backoff;
+  for (int i = 1; i < k && d < recovery.max_backoff; ++i) d *= 2;
+  d = std::min(d, recovery.max_backoff);
+  const double jitter = 0.5 + static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  return d * jitter;
+}
+
+// B47 / decision 2: counts the recovery against the budget, logs it, closes
+// the raw session and waits the back-off. The caller creates the next one.
+Status MonitoredSession::Impl::BeginRecovery(const Status& cause) {
+  const absl::Duration now = clock->MonotonicNow();
+  while (!recovery_times.empty() && now - recovery_times.front() >= recovery.window) recovery_times.pop_front();
+  if (!recovery.unbounded && static_cast<int>(recovery_times.size()) >= recovery.max_recoveries) {
+    FOREMAN_LOG_ERROR(
+        "Giving up after {} recoveries within {} (RecoveryOptions.max_recoveries / window); the error is "
+        "returned: {}",
+        recovery_times.size(), FormatSeconds(recovery.window), cause.ToString());
+    return cause;
+  }
+  recovery_times.push_back(now);
+  const int k = static_cast<int>(recovery_times.size());
+
+  if (!recovery_pending) {
+    recovery_pending = true;
+    step_before_error.reset();
+    if (session != nullptr) {
+      StatusOr<int64_t> step = session->GlobalStep();
+      if (step.ok()) step_before_error = *step;
+    }
+  }
+  const int64_t n = recoveries.fetch_add(1, std::memory_order_relaxed) + 1;
+  FOREMAN_LOG_WARN(
+      "An error was raised. This may be due to a preemption in a connected worker or parameter server. The "
+      "current session will be closed and a new session will be created (recovery {}; {} within {}). "
+      "Error: {}",
+      n, k, FormatSeconds(recovery.window), cause.ToString());
+
+  // The restore must see the newest checkpoint (B49 loses only what follows it).
+  if (runtime) {
+    Status w = runtime->WaitForPendingSaves(runtime_options.shutdown_timeout);
+    if (!w.ok()) FOREMAN_LOG_WARN("Recovery: pending checkpoint saves: {}", w.ToString());
+  }
+  FOREMAN_RETURN_IF_ERROR(TeardownSession(/*recovering=*/true));
+
+  if (!recovery.unbounded) {
+    const absl::Duration wait = Backoff(k);
+    if (wait > absl::ZeroDuration()) {
+      FOREMAN_LOG_INFO("Recovery: waiting {} before creating a new session.", FormatSeconds(wait));
+      clock->SleepFor(wait);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// B52-B53: stop and join the coordinator (stragglers only logged), close the
+// raw session ignoring its errors. Returns the coordinator's recorded error
+// (a preemption error is the recovery's business, not an error here).
+Status MonitoredSession::Impl::TeardownSession(bool recovering) {
+  Status result;
+  Coordinator* c = coord.exchange(nullptr, std::memory_order_acq_rel);
+  if (runtime) runtime->SetCoordinator(nullptr);
+  if (c != nullptr) {
+    c->request_stop().IgnoreError();  // OK unless join() already ran
+    Status j = c->join(stop_grace_period, /*ignore_live_threads=*/true);
+    if (!j.ok() && !(recovering && IsPreemption(j))) result = j;
+  }
+  if (session != nullptr) {
+    Status s = session->Close();
+    if (!s.ok()) {
+      if (IsPreemption(s)) {
+        FOREMAN_LOG_WARN("An error occurred while closing the session: {}", s.ToString());
+      } else if (recovering) {
+        FOREMAN_LOG_WARN("Closing the session before recovery: {}", s.ToString());
+      }
+    }
+    session.reset();
+  }
+  return result;
+}
+
+// A run that returned `s` ends training: OUT_OF_RANGE cleanly (H-09), anything
+// else with an error close() returns and no end() (B39).
+Status MonitoredSession::Impl::EndWith(const Status& s) {
+  if (absl::IsOutOfRange(s)) {
+    FOREMAN_LOG_INFO("Training ends: {}", s.ToString());
+  } else {
+    PollBackgroundError();
+    RecordError(s);
+    run_failed = true;
+  }
+  ended.store(true, std::memory_order_release);
+  return s;
+}
+
+// _RecoverableSession.run / run_step_fn.
+Status MonitoredSession::Impl::RunRecoverably(const std::function<Status()>& attempt) {
+  for (;;) {
+    Status s = EnsureSession();
+    if (!s.ok()) return EndWith(s);
+    if (recoverable) {
+      // B50: a preemption a thread reported recovers before this run.
+      Coordinator* c = coord.load(std::memory_order_acquire);
+      if (c != nullptr && c->should_stop()) {
+        Status cs = c->status();
+        if (RecoverableCoordinatorError(cs)) {
+          Status r = BeginRecovery(cs);
+          if (!r.ok()) return EndWith(r);
+          continue;
+        }
+      }
+    }
+    s = attempt();
+    if (s.ok()) return s;
+    if (!IsPreemption(s)) {
+      // B51: a preemption a thread reported is the root cause.
+      Coordinator* c = coord.load(std::memory_order_acquire);
+      if (c != nullptr) {
+        Status cs = c->status();
+        if (IsPreemption(cs) && (runtime == nullptr || runtime->error().ok())) s = cs;
+      }
+    }
+    if (!recoverable || !IsPreemption(s)) return EndWith(s);
+    Status r = BeginRecovery(s);
+    if (!r.ok()) return EndWith(r);
+  }
+}
+
+// _HookedSession.run.
+StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::string>& fetches,
+                                                      const TensorMap& feeds, const RunOptions& options,
+                                                      RunMetadata* run_metadata) {
+  Coordinator* c = coord.load(std::memory_order_acquire);
+  if (session == nullptr || c == nullptr) {
+    return absl::FailedPreconditionError("Attempted to use a closed MonitoredSession.");
+  }
+  // B27.
+  if (hook_stop.load(std::memory_order_acquire) || c->should_stop()) {
+    return absl::FailedPreconditionError("Run called even after should_stop requested.");
+  }
+
+  // B28: one context for every hook of this run.
+  const SessionRunArgs original{fetches, feeds, options};
+  SessionRunContext ctx(&original, session.get());
+
+  // B29-B33.
+  std::vector<std::vector<std::string>> hook_fetches(hooks.size());
+  TensorMap hook_feeds;
+  RunOptions merged_options = options;
+  for (std::size_t i = 0; i < hooks.size(); ++i) {
+    StatusOr<SessionRunArgs> request =
+        InvokeUserCode(Where(i, "before_run"), [&] { return hooks[i]->before_run(ctx); });
+    if (!request.ok()) return request.status();
+    hook_fetches[i] = std::move(request->fetches);
+    if (!request->feeds.empty()) {
+      FOREMAN_RETURN_IF_ERROR(CheckFeedsDisjoint(hook_feeds, request->feeds, "Same tensor is fed by two hooks."));
+      for (auto& [name, value] : request->feeds) hook_feeds.emplace(name, std::move(value));
+    }
+    MergeRunOptions(request->options, &merged_options);
+  }
+  TensorMap merged_feeds;
+  const TensorMap* run_feeds = &feeds;
+  if (!hook_feeds.empty()) {
+    FOREMAN_RETURN_IF_ERROR(
+        CheckFeedsDisjoint(feeds, hook_feeds, "Same tensor is fed by a SessionRunHook and user."));
+    merged_feeds = feeds;
+    merged_feeds.insert(hook_feeds.begin(), hook_feeds.end());
+    run_feeds = &merged_feeds;
+  }
+
+  std::set<std::string> all(fetches.begin(), fetches.end());
+  for (const auto& f : hook_fetches) all.insert(f.begin(), f.end());
+  RunMetadata local_metadata;
+  RunMetadata* metadata = run_metadata != nullptr ? run_metadata : &local_metadata;
+  StatusOr<TensorMap> results = session->Run(std::vector<std::string>(all.begin(), all.end()), *run_feeds,
+                                             merged_options, metadata);
+  // B34 / B40: no after_run for a failed run.
+  if (!results.ok()) return results.status();
+
+  auto pick = [&](const std::vector<std::string>& names) -> StatusOr<TensorMap> {
+    TensorMap out;
+    for (const auto& name : names) {
+      auto it = results->find(name);
+      if (it == results->end()) {
+        return absl::InternalError(absl::StrCat("the session did not return fetch '", name, "'"));
+      }
+      out.emplace(name, it->second);
+    }
+    return out;
+  };
+
+  // B31, B34-B36.
+  for (std::size_t i = 0; i < hooks.size(); ++i) {
+    TensorMap own;
+    SessionRunValues values;
+    if (!hook_fetches[i].empty()) {
+      FOREMAN_ASSIGN_OR_RETURN(own, pick(hook_fetches[i]));
+      values.results = &own;
+    }
+    values.options = &merged_options;
+    values.run_metadata = metadata;
+    FOREMAN_RETURN_IF_ERROR(
+        InvokeUserCode(Where(i, "after_run"), [&] { return hooks[i]->after_run(ctx, values); }));
+  }
+  if (ctx.stop_requested()) hook_stop.store(true, std::memory_order_release);
+  return pick(fetches);
+}
+
+// B38-B43, B52-B53, decisions 3-4.
+Status MonitoredSession::Impl::Close() {
+  if (close_status.has_value()) return *close_status;  // decision 4
+  closed.store(true, std::memory_order_release);
+  PollBackgroundError();
+
+  // B38-B39: end() only when training did not end with an error. B42: an
+  // end() that fails skips the later ones (TF's loop) but not the closing.
+  if (!run_failed && session != nullptr) {
+    for (std::size_t i = 0; i < hooks.size(); ++i) {
+      Status s = InvokeUserCode(Where(i, "end"), [&] { return hooks[i]->end(session.get()); });
+      if (!s.ok()) {
+        RecordError(s);
+        break;
+      }
+    }
+  }
+
+  // Keep the raw session for the services' last words; close it last.
+  std::unique_ptr<Session> raw = std::move(session);
+  RecordError(TeardownSession(/*recovering=*/false));
+  if (runtime) RecordError(runtime->Shutdown(runtime_options.shutdown_timeout));
+  if (raw != nullptr) {
+    Status s = raw->Close();
+    if (!s.ok()) FOREMAN_LOG_WARN("An error occurred while closing the session: {}", s.ToString());
+  }
+  // B22.
+  if (!graph_was_finalized) graph->Unfinalize();
+  close_status = first_error;
+  return *close_status;
+}
+
+// -- MonitoredSession -------------------------------------------------------------
+
+MonitoredSession::MonitoredSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+MonitoredSession::~MonitoredSession() {
+  if (impl_ == nullptr || impl_->close_status.has_value()) return;
+  Status s = close();
+  if (!s.ok()) FOREMAN_LOG_WARN("MonitoredSession closed by its destructor: {}", s.ToString());
+}
+
+namespace {
+
+Status CheckGraphMatches(const std::shared_ptr<Graph>& graph, const std::shared_ptr<Scaffold>& scaffold,
+                         const char* what) {
+  if (graph != nullptr && scaffold != nullptr && scaffold->graph() != graph) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": `graph` is not the graph of the ", "scaffold/session creator; give one of them"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<MonitoredSession>> MonitoredSession::Create(MonitoredSessionOptions options) {
+  auto impl = std::make_unique<Impl>();
+  if (options.session_creator != nullptr) {
+    FOREMAN_RETURN_IF_ERROR(CheckGraphMatches(options.graph, options.session_creator->scaffold(), "MonitoredSession"));
+    impl->creator = std::move(options.session_creator);
+  } else if (options.graph != nullptr) {
+    // B18: a ChiefSessionCreator that never restores.
+    impl->creator = std::make_shared<ChiefSessionCreator>(std::make_shared<Scaffold>(std::move(options.graph)));
+  } else {
+    return absl::InvalidArgumentError("MonitoredSession needs a session_creator or a graph");
+  }
+  impl->hooks = std::move(options.hooks);
+  impl->stop_grace_period = absl::Seconds(options.stop_grace_period_secs);
+  impl->recovery = options.recovery;
+  impl->runtime_options = options.runtime;
+  impl->recoverable = true;
+  FOREMAN_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<MonitoredSession>(new MonitoredSession(std::move(impl)));
+}
+
+StatusOr<TensorMap> MonitoredSession::run(const std::vector<std::string>& fetches, const TensorMap& feeds,
+                                          const RunOptions& options, RunMetadata* run_metadata) {
+  Impl& m = *impl_;
+  if (m.closed.load(std::memory_order_acquire)) {
+    return absl::FailedPreconditionError("Attempted to use a closed MonitoredSession.");
+  }
+  if (should_stop()) return absl::FailedPreconditionError("Run called even after should_stop requested.");
+  TensorMap out;
+  Status s = m.RunRecoverably([&]() -> Status {
+    // Hooks may add to the caller's metadata; a retried run starts afresh.
+    if (run_metadata != nullptr) run_metadata->step_stats.clear();
+    StatusOr<TensorMap> r = m.HookedRun(fetches, feeds, options, run_metadata);
+    if (!r.ok()) return r.status();
+    out = std::move(r).value();
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+Status MonitoredSession::run_step_fn(const StepCallable& step_fn) {
+  Impl& m = *impl_;
+  if (m.closed.load(std::memory_order_acquire)) {
+    return absl::FailedPreconditionError("Attempted to use a closed MonitoredSession.");
+  }
+  if (should_stop()) return absl::FailedPreconditionError("Run called even after should_stop requested.");
+  if (!step_fn) return absl::InvalidArgumentError("run_step_fn: step_fn is empty");
+  bool stop_requested = false;
+  // B45: a preemption error anywhere inside re-runs the whole function.
+  Status s = m.RunRecoverably([&]() -> Status {
+    MonitoredStepContext ctx(this, m.session.get());
+    Status r = InvokeUserCode("step function of run_step_fn", [&] { return step_fn(ctx); });
+    stop_requested = ctx.stop_requested();
+    return r;
+  });
+  // B44: request_stop() is TF's StopIteration: a clean stop.
+  if (s.ok() && stop_requested) m.ended.store(true, std::memory_order_release);
+  return s;
+}
+
+bool MonitoredSession::should_stop() const { return impl_->ShouldStop(); }
+
+Status MonitoredSession::close() { return impl_->Close(); }
+
+int64_t MonitoredSession::recoveries() const { return impl_->recoveries.load(std::memory_order_relaxed); }
+int64_t MonitoredSession::steps_lost() const { return impl_->steps_lost.load(std::memory_order_relaxed); }
+
+Coordinator* MonitoredSession::coordinator() const { return impl_->coord.load(std::memory_order_acquire); }
+
+StatusOr<TensorMap> MonitoredStepContext::run_with_hooks(const std::vector<std::string>& fetches,
+                                                         const TensorMap& feeds, const RunOptions& options) {
+  // TF: the step context's run_with_hooks is the coordinated session's run:
+  // hooks, no recovery (the whole step function is retried instead, B45).
+  return owner_->impl_->HookedRun(fetches, feeds, options, nullptr);
+}
+
+// -- SingularMonitoredSession ------------------------------------------------------
+
+StatusOr<std::unique_ptr<SingularMonitoredSession>> SingularMonitoredSession::Create(
+    SingularMonitoredSessionOptions options) {
+  FOREMAN_RETURN_IF_ERROR(CheckGraphMatches(options.graph, options.scaffold, "SingularMonitoredSession"));
+  std::shared_ptr<Scaffold> scaffold = options.scaffold;
+  if (scaffold == nullptr) {
+    if (options.graph == nullptr) {
+      return absl::InvalidArgumentError("SingularMonitoredSession needs a graph or a scaffold");
+    }
+    scaffold = std::make_shared<Scaffold>(options.graph);
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->creator = std::make_shared<ChiefSessionCreator>(scaffold, options.master, options.config,
+                                                        options.checkpoint_dir,
+                                                        options.checkpoint_filename_with_path);
+  impl->hooks = std::move(options.hooks);
+  impl->stop_grace_period = absl::Seconds(options.stop_grace_period_secs);
+  impl->runtime_options = options.runtime;
+  impl->recoverable = false;  // B23
+  FOREMAN_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<SingularMonitoredSession>(new SingularMonitoredSession(std::move(impl)));
+}
+
+Session* SingularMonitoredSession::raw_session() const { return impl_->session.get(); }
+
+Status SingularMonitoredSession::stop_error() const {
+  Coordinator* c = impl_->last_coord.load(std::memory_order_acquire);
+  return c != nullptr ? c->status() : absl::OkStatus();
+}
+
+// -- MonitoredTrainingSession ---------------------------------------------------------
+
+namespace {
+
+template <class T>
+std::optional<T> Resolve(const Defaultable<T>& d) {
+  if (d.kind == Defaultable<T>::Kind::kValue) return d.value;
+  return std::nullopt;
+}
+
+// B7: enabled only when set and > 0.
+template <class T>
+bool Enabled(const std::optional<T>& v) {
+  return v.has_value() && *v > 0;
+}
+
+template <class A, class B>
+Status CheckAtMostOne(const char* name_a, const std::optional<A>& a, const char* name_b,
+                      const std::optional<B>& b) {
+  if (!a.has_value() || !b.has_value()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "MonitoredTrainingSession: both ", name_a, " (", *a, ") and ", name_b, " (", *b,
+      ") are set; give at most one of them (TF: \"Can not provide both every_secs and every_steps.\")"));
+}
+
+}  // namespace
+
+StatusOr<MonitoredTrainingSessionPlan> PlanMonitoredTrainingSession(const MonitoredTrainingSessionOptions& options) {
+  if (options.graph == nullptr && options.scaffold == nullptr) {
+    return absl::InvalidArgumentError("MonitoredTrainingSession needs a graph or a scaffold");
+  }
+  FOREMAN_RETURN_IF_ERROR(CheckGraphMatches(options.graph, options.scaffold, "MonitoredTrainingSession"));
+  if (options.recovery_wait_secs < 0 || std::isnan(options.recovery_wait_secs)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MonitoredTrainingSession: recovery_wait_secs must be >= 0, got ", options.recovery_wait_secs));
+  }
+  MonitoredTrainingSessionPlan plan;
+
+  // B1-B3.
+  const auto& sum_steps = options.save_summaries_steps;
+  const auto& sum_secs = options.save_summaries_secs;
+  if (sum_steps.use_default() && sum_secs.use_default()) {
+    plan.save_summaries_steps = 100;
+    plan.save_summaries_secs = std::nullopt;
+  } else {
+    plan.save_summaries_steps = Resolve(sum_steps);
+    plan.save_summaries_secs = Resolve(sum_secs);
+  }
+  // B4-B5.
+  const auto& ckpt_steps = options.save_checkpoint_steps;
+  const auto& ckpt_secs = options.save_checkpoint_secs;
+  if (ckpt_steps.use_default() && ckpt_secs.use_default()) {
+    plan.save_checkpoint_steps = std::nullopt;
+    plan.save_checkpoint_secs = 600;
+  } else {
+    plan.save_checkpoint_steps = Resolve(ckpt_steps);
+    plan.save_checkpoint_secs = Resolve(ckpt_secs);
+  }
+  // B8 / decision 1: TF's timer refuses both (its docstring is wrong).
+  FOREMAN_RETURN_IF_ERROR(CheckAtMostOne("save_checkpoint_secs", plan.save_checkpoint_secs, "save_checkpoint_steps",
+                                         plan.save_checkpoint_steps));
+  FOREMAN_RETURN_IF_ERROR(CheckAtMostOne("save_summaries_secs", plan.save_summaries_secs, "save_summaries_steps",
+                                         plan.save_summaries_steps));
+
+  // B9-B13.
+  plan.summary_dir = options.summary_dir.empty() ? options.checkpoint_dir : options.summary_dir;
+  if (options.is_chief) {
+    if (!plan.summary_dir.empty()) {
+      plan.step_counter_hook = Enabled(options.log_step_count_steps);
+      plan.summary_saver_hook = Enabled(plan.save_summaries_steps) || Enabled(plan.save_summaries_secs);
+    }
+    if (!options.checkpoint_dir.empty()) {
+      plan.checkpoint_saver_hook = Enabled(plan.save_checkpoint_steps) || Enabled(plan.save_checkpoint_secs);
+    }
+  }
+  return plan;
+}
+
+StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTrainingSessionOptions options) {
+  FOREMAN_ASSIGN_OR_RETURN(MonitoredTrainingSessionPlan plan, PlanMonitoredTrainingSession(options));
+  // B15: one scaffold for the creator and the default hooks.
+  std::shared_ptr<Scaffold> scaffold =
+      options.scaffold != nullptr ? options.scaffold : std::make_shared<Scaffold>(options.graph);
+  SessionConfig config = options.config;
+  if (config.env == nullptr) config.env = Env::Default();
+  if (config.clock == nullptr) config.clock = Clock::Real();
+
+  MonitoredSessionOptions ms;
+  ms.stop_grace_period_secs = options.stop_grace_period_secs;  // B16
+  ms.recovery = options.recovery;
+  ms.runtime = options.runtime;
+
+  if (!options.is_chief) {
+    // B13, B16: wait for the chief; only the caller's hooks; no restore.
+    ms.session_creator = std::make_shared<WorkerSessionCreator>(
+        scaffold, options.master, config, absl::Seconds(options.max_wait_secs),
+        absl::Seconds(options.recovery_wait_secs));
+    ms.hooks = std::move(options.hooks);
+    return MonitoredSession::Create(std::move(ms));
+  }
+
+  // B14: restores from checkpoint_dir whether or not a saver hook exists.
+  ms.session_creator =
+      std::make_shared<ChiefSessionCreator>(scaffold, options.master, config, options.checkpoint_dir);
+
+  if (plan.summary_saver_hook || plan.checkpoint_saver_hook) {
+    // TF's hooks read scaffold.saver / summary_op lazily; ours take them at
+    // construction, so the scaffold is finalized now. The graph goes back to
+    // the caller's hooks for their begin() (B21) when it was not finalized
+    // before; the session creation finalizes it (B19).
+    const std::shared_ptr<Graph>& graph = scaffold->graph();
+    const bool was_finalized = graph == nullptr || graph->finalized();
+    FOREMAN_RETURN_IF_ERROR(scaffold->finalize(config));
+    if (!was_finalized) graph->Unfinalize();
+  }
+
+  // B12: chief_only_hooks, StepCounterHook, SummarySaverHook,
+  // CheckpointSaverHook, hooks.
+  HookList hooks = std::move(options.chief_only_hooks);
+  if (plan.step_counter_hook) {
+    StepCounterHookOptions o;
+    o.every_n_steps = options.log_step_count_steps;  // B10
+    o.every_n_secs = std::nullopt;
+    o.output_dir = plan.summary_dir;
+    o.clock = config.clock;
+    FOREMAN_ASSIGN_OR_RETURN(auto hook, StepCounterHook::Create(std::move(o)));
+    hooks.push_back(std::move(hook));
+  }
+  if (plan.summary_saver_hook) {
+    SummarySaverHookOptions o;
+    o.save_steps = plan.save_summaries_steps;
+    o.save_secs = plan.save_summaries_secs;
+    o.output_dir = plan.summary_dir;
+    o.summary_op = scaffold->summary_op();
+    o.clock = config.clock;
+    FOREMAN_ASSIGN_OR_RETURN(auto hook, SummarySaverHook::Create(std::move(o)));
+    hooks.push_back(std::move(hook));
+  }
+  if (plan.checkpoint_saver_hook) {
+    CheckpointSaverHookOptions o;  // B11
+    o.checkpoint_dir = options.checkpoint_dir;
+    o.save_secs = plan.save_checkpoint_secs;
+    o.save_steps = plan.save_checkpoint_steps;
+    o.saver = scaffold->saver();
+    o.checkpoint_basename = "model.ckpt";
+    o.listeners = std::move(options.checkpoint_listeners);
+    o.clock = config.clock;
+    o.env = config.env;
+    FOREMAN_ASSIGN_OR_RETURN(auto hook, CheckpointSaverHook::Create(std::move(o)));
+    hooks.push_back(std::move(hook));
+  }
+  if (!plan.checkpoint_saver_hook && !options.checkpoint_listeners.empty()) {
+    FOREMAN_LOG_WARN(
+        "MonitoredTrainingSession: checkpoint_listeners are ignored: no CheckpointSaverHook (checkpoint_dir "
+        "empty or checkpoints disabled).");
+  }
+  for (auto& hook : options.hooks) hooks.push_back(std::move(hook));
+  ms.hooks = std::move(hooks);
+  return MonitoredSession::Create(std::move(ms));
+}
+
+}  // namespace foreman

@@ -1,2 +1,494 @@
-// TODO(issue 4): tests arrive with the implementation
+// Tests for the supervision tree (actors/, design.md §1) and the Runtime
+// facade (src/runtime/runtime.hpp): spawning and ordered, bounded shutdown;
+// failures of any child reaching the coordinator as a Status; the service
+// actors' protocols (summary_writer, checkpoint_saver, step_counter).
+//
+// Every wait is bounded. Real-time waits only wait for actors to do real
+// work; nothing here sleeps.
 #include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "actors/session_supervisor.hpp"
+#include "foreman/checkpoint.hpp"
+#include "foreman/coordinator.hpp"
+#include "foreman/event_reader.hpp"
+#include "foreman/mem_env.hpp"
+#include "foreman/summary.hpp"
+#include "runtime/runtime.hpp"
+#include "support/gated_env.hpp"
+#include "support/log_capture.hpp"
+#include "support/test_util.hpp"
+
+namespace foreman {
+namespace {
+
+using internal::Runtime;
+using testing::CapturedLog;
+using testing::GatedEnv;
+
+constexpr absl::Duration kWait = absl::Seconds(20);
+
+std::string Msg(const Status& s) { return std::string(s.message()); }
+
+/// An actor system the test owns, as an application embedding Foreman would.
+struct TestSystem {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  TestSystem() {
+    cfg.set("scheduler.max-threads", size_t{2});
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+  /// Waits (real time, bounded) until no actor of the system runs.
+  bool AllDone(absl::Duration timeout = kWait) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (sys->registry().running() != 0) {
+      if (absl::Now() > deadline) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  }
+};
+
+SessionConfig Config(Env* env, Clock* clock = Clock::Real()) {
+  SessionConfig config;
+  config.env = env;
+  config.clock = clock;
+  return config;
+}
+
+std::unique_ptr<Runtime> MakeRuntime(caf::actor_system* sys, const SessionConfig& config) {
+  auto runtime = Runtime::Create(sys, config);
+  REQUIRE_MESSAGE(runtime.ok(), runtime.status().ToString());
+  return *std::move(runtime);
+}
+
+std::map<std::string, Tensor> Snapshot(int64_t step, float w) {
+  std::map<std::string, Tensor> vars;
+  vars.emplace("global_step", Tensor::Scalar<int64_t>(step));
+  vars.emplace("w", Tensor::Scalar<float>(w));
+  return vars;
+}
+
+std::shared_ptr<Saver> MakeSaver(Env* env, int max_to_keep = 5) {
+  SaverOptions options;
+  options.env = env;
+  options.max_to_keep = max_to_keep;
+  auto saver = Saver::Create(options);
+  REQUIRE(saver.ok());
+  return std::shared_ptr<Saver>(*std::move(saver));
+}
+
+/// Every event of every event file in `dir`, in file order.
+std::vector<Event> ReadEvents(Env* env, const std::string& dir) {
+  auto files = ListEventFiles(env, dir);
+  REQUIRE_MESSAGE(files.ok(), files.status().ToString());
+  std::vector<Event> all;
+  for (const std::string& f : *files) {
+    auto events = ReadEventFile(env, f);
+    REQUIRE_MESSAGE(events.ok(), events.status().ToString());
+    all.insert(all.end(), events->begin(), events->end());
+  }
+  return all;
+}
+
+/// Redirects fd 2 into a file while it lives: what CAF (or anyone) printed.
+class CapturedStderr {
+ public:
+  CapturedStderr() : dir_("stderr") {
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    const int fd = ::open((dir_ / "err").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  ~CapturedStderr() { Restore(); }
+  std::string Restore() {
+    if (saved_ >= 0) {
+      std::fflush(stderr);
+      ::dup2(saved_, 2);
+      ::close(saved_);
+      saved_ = -1;
+    }
+    std::ifstream in(dir_ / "err");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  testing::TempDir dir_;
+  int saved_ = -1;
+};
+
+// -- lifecycle ------------------------------------------------------------------------
+
+TEST_CASE("Runtime owns an actor system when given none; Shutdown stops it and is idempotent") {
+  MemEnv env;
+  SessionConfig config = Config(&env);
+  config.actor_threads = 3;
+  auto runtime = MakeRuntime(nullptr, config);
+  auto writer = runtime->SummaryWriter("/logs");
+  REQUIRE(writer.ok());
+  CHECK(runtime->Shutdown(kWait).ok());
+  CHECK(runtime->Shutdown(kWait).ok());  // The first result again.
+  runtime.reset();                       // ~actor_system did not hang.
+}
+
+TEST_CASE("Runtime rejects a negative actor_threads") {
+  MemEnv env;
+  SessionConfig config = Config(&env);
+  config.actor_threads = -1;
+  auto runtime = Runtime::Create(nullptr, config);
+  REQUIRE_FALSE(runtime.ok());
+  CHECK(runtime.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("Runtime in a caller's actor system leaves no actor running after Shutdown") {
+  TestSystem ts;
+  MemEnv env;
+  auto runtime = MakeRuntime(ts.sys.get(), Config(&env));
+  REQUIRE(runtime->SummaryWriter("/logs").ok());
+  REQUIRE(runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt").ok());
+  REQUIRE(runtime->StepCounter("/logs", "global_step/sec").ok());
+  // supervisor, coordinator, 2 writers (/logs, /ckpt), saver, counter.
+  CHECK(ts.sys->registry().running() == 6);
+  CHECK(runtime->Shutdown(kWait).ok());
+  CHECK(ts.AllDone());
+  runtime.reset();
+  ts.sys.reset();  // Would hang if a handle had survived.
+}
+
+TEST_CASE("service objects held past Shutdown keep no actor alive and fail without blocking") {
+  MemEnv env;
+  std::shared_ptr<internal::SummaryWriterService> writer;
+  std::shared_ptr<internal::CheckpointService> saver;
+  std::shared_ptr<internal::StepCounterService> counter;
+  {
+    auto runtime = MakeRuntime(nullptr, Config(&env));
+    writer = *runtime->SummaryWriter("/logs");
+    saver = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+    counter = *runtime->StepCounter("", "global_step/sec");
+    CHECK(runtime->Shutdown(kWait).ok());
+    // New services are refused once shut down.
+    auto late = runtime->SummaryWriter("/other");
+    CHECK(late.status().code() == absl::StatusCode::kFailedPrecondition);
+  }  // The owned actor system is destroyed here, with the services still held.
+  writer->AddSummary(ScalarSummary("x", 1), 1);  // Dropped.
+  counter->Record(5, 1.0);                       // Dropped.
+  CHECK(writer->Flush(kWait).code() == absl::StatusCode::kUnavailable);
+  auto ticket = saver->StartSave(Snapshot(1, 1), 1);
+  CHECK(ticket->Wait(kWait).code() == absl::StatusCode::kUnavailable);
+}
+
+// -- failures reach the coordinator -----------------------------------------------------
+
+TEST_CASE("a failing summary_writer's Status reaches the coordinator; the first error sticks across sessions") {
+  MemEnv env;
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  Coordinator coord(std::vector<absl::StatusCode>{});
+  runtime->SetCoordinator(&coord);
+  auto writer = *runtime->SummaryWriter("/logs");
+  writer->AddSummary("\xff\xff not a Summary", 3);  // EventFileWriter: INVALID_ARGUMENT.
+  REQUIRE(coord.wait_for_stop(kWait));
+  CHECK(coord.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(runtime->error().code() == absl::StatusCode::kInvalidArgument);
+  // Flush answers with the writer's first error.
+  CHECK(writer->Flush(kWait).code() == absl::StatusCode::kInvalidArgument);
+
+  // A later session's coordinator is stopped with it at once.
+  runtime->SetCoordinator(nullptr);
+  Coordinator next(std::vector<absl::StatusCode>{});
+  runtime->SetCoordinator(&next);
+  CHECK(next.should_stop());
+  CHECK(next.status().code() == absl::StatusCode::kInvalidArgument);
+  runtime->SetCoordinator(nullptr);
+  // Shutdown returns the first service error.
+  CHECK(runtime->Shutdown(kWait).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a child that throws: its Status reaches the coordinator, its open tickets fail, CAF prints nothing") {
+  MemEnv mem;
+  GatedEnv env(&mem);
+  CapturedStderr err;
+  {
+    auto runtime = MakeRuntime(nullptr, Config(&env));
+    Coordinator coord(std::vector<absl::StatusCode>{});
+    runtime->SetCoordinator(&coord);
+    auto saver = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+    env.Throw(".data-");  // Saver::Save throws inside the checkpoint_saver's handler.
+    auto first = saver->StartSave(Snapshot(1, 1), 1);
+    auto second = saver->StartSave(Snapshot(2, 2), 2);  // Queued behind it.
+    Status s1 = first->Wait(kWait);
+    Status s2 = second->Wait(kWait);
+    CHECK(s1.code() == absl::StatusCode::kInternal);
+    CHECK_MESSAGE(absl::StrContains(Msg(s1), "injected exception"), s1.ToString());
+    CHECK(s2.code() == absl::StatusCode::kInternal);  // The actor's exit status, not a hang.
+    REQUIRE(coord.wait_for_stop(kWait));
+    CHECK(coord.status().code() == absl::StatusCode::kInternal);
+    CHECK_MESSAGE(absl::StrContains(Msg(coord.status()), "checkpoint_saver(/ckpt)"), coord.status().ToString());
+    runtime->SetCoordinator(nullptr);
+    CHECK(runtime->Shutdown(kWait).code() == absl::StatusCode::kInternal);
+  }
+  const std::string printed = err.Restore();
+  CHECK_MESSAGE(!absl::StrContains(printed, "***"), printed);
+  CHECK_MESSAGE(!absl::StrContains(printed, "unhandled"), printed);
+}
+
+// Pure protocol: the supervisor and a child of the test's own making.
+TEST_CASE("session_supervisor: a child that exits with an error is reported; shutdown stops every child") {
+  TestSystem ts;
+  auto cell = std::make_shared<internal::FailureCell>();
+  Coordinator coord(std::vector<absl::StatusCode>{});
+  cell->SetCoordinator(&coord);
+  {
+    caf::actor supervisor = internal::SpawnSessionSupervisor(*ts.sys, cell);
+    auto spawn = [&](std::string name, std::function<caf::behavior(caf::event_based_actor*)> fn) {
+      auto reply = std::make_shared<internal::SpawnReply>();
+      internal::ChildSpec spec{std::move(name), [fn](caf::local_actor* parent, const caf::actor&) {
+                                 return parent->spawn(fn);
+                               }};
+      caf::anon_send(supervisor, internal::spawn_atom::value, spec, reply);
+      REQUIRE(reply->done->Wait(kWait, "spawn").ok());
+      return reply->actor;
+    };
+    using fail_atom = caf::atom_constant<caf::atom("fail")>;
+    caf::actor quitter = spawn("quitter", [](caf::event_based_actor* self) -> caf::behavior {
+      return {[=](fail_atom) { self->quit(internal::StatusToError(absl::DataLossError("bad bytes"))); }};
+    });
+    caf::actor idle = spawn("idle", [](caf::event_based_actor*) -> caf::behavior {
+      return {[](int) {}};
+    });
+    CHECK(ts.sys->registry().running() == 4);  // supervisor, coordinator, quitter, idle
+    caf::anon_send(quitter, fail_atom::value);
+    REQUIRE(coord.wait_for_stop(kWait));
+    CHECK(coord.status() == absl::DataLossError("bad bytes"));
+    CHECK(cell->error() == absl::DataLossError("bad bytes"));
+    // Ordered shutdown: the supervisor stops the rest and then itself.
+    caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
+    quitter = nullptr;
+    idle = nullptr;
+    supervisor = nullptr;
+  }
+  CHECK(ts.AllDone());
+  cell->SetCoordinator(nullptr);
+}
+
+TEST_CASE("session_supervisor: a child killed from outside is reported as INTERNAL naming it") {
+  TestSystem ts;
+  auto cell = std::make_shared<internal::FailureCell>();
+  {
+    caf::actor supervisor = internal::SpawnSessionSupervisor(*ts.sys, cell);
+    auto reply = std::make_shared<internal::SpawnReply>();
+    internal::ChildSpec spec{"victim", [](caf::local_actor* parent, const caf::actor&) {
+                               return parent->spawn([]() -> caf::behavior { return {[](int) {}}; });
+                             }};
+    caf::anon_send(supervisor, internal::spawn_atom::value, spec, reply);
+    REQUIRE(reply->done->Wait(kWait, "spawn").ok());
+    caf::anon_send_exit(reply->actor, caf::exit_reason::kill);
+    reply->actor = nullptr;
+    const absl::Time deadline = absl::Now() + kWait;
+    while (cell->error().ok() && absl::Now() < deadline) std::this_thread::yield();
+    CHECK(cell->error().code() == absl::StatusCode::kInternal);
+    CHECK_MESSAGE(absl::StrContains(Msg(cell->error()), "victim stopped"), cell->error().ToString());
+    caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
+  }
+  CHECK(ts.AllDone());
+}
+
+// -- summary_writer -------------------------------------------------------------------------
+
+TEST_CASE("B151 summary_writer: one writer and one event file per logdir; events in order; Flush writes them") {
+  MemEnv env;
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  auto a = *runtime->SummaryWriter("/logs");
+  auto b = *runtime->SummaryWriter("/logs/");
+  CHECK(a.get() == b.get());
+  CHECK(a->logdir() == "/logs");
+  a->AddSessionLog(SessionLogStatus::kStart, 7);
+  a->AddSummary(ScalarSummary("loss", 0.5f), 7);
+  b->AddSummary(ScalarSummary("loss", 0.25f), 8);
+  REQUIRE(a->Flush(kWait).ok());
+  std::vector<Event> events = ReadEvents(&env, "/logs");
+  REQUIRE(events.size() == 4);
+  CHECK(events[0].kind == Event::Kind::kFileVersion);
+  CHECK(events[1].session_status == SessionLogStatus::kStart);
+  CHECK(events[1].step == 7);
+  CHECK(events[2].values.at(0).scalar == doctest::Approx(0.5));
+  CHECK(events[3].step == 8);
+  CHECK(events[3].values.at(0).scalar == doctest::Approx(0.25));
+  CHECK(runtime->Shutdown(kWait).ok());
+  CHECK(ListEventFiles(&env, "/logs")->size() == 1);
+}
+
+TEST_CASE("summary_writer: Shutdown flushes and closes; an event file that cannot be created is an error at once") {
+  MemEnv mem;
+  GatedEnv env(&mem);
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  auto writer = *runtime->SummaryWriter("/logs");
+  for (int i = 0; i < 3; ++i) writer->AddSummary(ScalarSummary("x", static_cast<float>(i)), i);
+  env.Fail("tfevents", absl::PermissionDeniedError("no events for you"));
+  auto other = runtime->SummaryWriter("/other");
+  CHECK(other.status().code() == absl::StatusCode::kPermissionDenied);
+  CHECK(runtime->Shutdown(kWait).ok());
+  std::vector<Event> events = ReadEvents(&mem, "/logs");
+  CHECK(events.size() == 4);  // file_version + 3, written by the close.
+}
+
+// -- checkpoint_saver -----------------------------------------------------------------------
+
+TEST_CASE("B106 checkpoint_saver: saves off the caller's thread; CHECKPOINT event without the step suffix") {
+  MemEnv env;
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  auto saver_obj = MakeSaver(&env);
+  auto saver = *runtime->CheckpointSaver("/ckpt", saver_obj, "model.ckpt");
+  CHECK(saver->directory() == "/ckpt");
+  CHECK(saver->saver() == saver_obj);
+  // The same directory again: the same actor; with another saver: refused.
+  CHECK(runtime->CheckpointSaver("/ckpt", saver_obj, "model.ckpt")->get() == saver.get());
+  CHECK(runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt").status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+
+  auto t0 = saver->StartSave(Snapshot(0, 1), 0);
+  auto t5 = saver->StartSave(Snapshot(5, 2), 5);
+  REQUIRE(t0->Wait(kWait).ok());
+  REQUIRE(t5->Wait(kWait).ok());
+  CHECK(t5->prefix == "/ckpt/model.ckpt-5");
+  CHECK(*ListCheckpointPrefixes(&env, "/ckpt") == std::vector<std::string>{"/ckpt/model.ckpt-0", "/ckpt/model.ckpt-5"});
+  auto state = ReadCheckpointState(&env, "/ckpt");
+  REQUIRE(state.ok());
+  REQUIRE(state->has_value());
+  CHECK(ResolveCheckpointPath("/ckpt", (*state)->model_checkpoint_path) == "/ckpt/model.ckpt-5");
+  CHECK(runtime->WaitForPendingSaves(kWait).ok());
+
+  // The directory is locked while the saver lives.
+  CHECK(LockCheckpointDirectory(&env, "/ckpt").status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(runtime->Shutdown(kWait).ok());
+  CHECK(LockCheckpointDirectory(&env, "/ckpt").ok());
+
+  std::vector<Event> events = ReadEvents(&env, "/ckpt");
+  std::vector<int64_t> steps;
+  for (const Event& e : events) {
+    if (e.kind != Event::Kind::kSessionLog) continue;
+    CHECK(e.session_status == SessionLogStatus::kCheckpoint);
+    CHECK(e.checkpoint_path == "/ckpt/model.ckpt");
+    steps.push_back(e.step);
+  }
+  CHECK(steps == std::vector<int64_t>{0, 5});
+}
+
+TEST_CASE("checkpoint_saver: another owner of the directory's lock is FAILED_PRECONDITION at creation") {
+  MemEnv env;
+  auto lock = LockCheckpointDirectory(&env, "/ckpt");
+  REQUIRE(lock.ok());
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  auto saver = runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+  CHECK(saver.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(runtime->Shutdown(kWait).ok());
+}
+
+TEST_CASE("checkpoint_saver: a failed save completes its ticket with the error and reaches the coordinator") {
+  MemEnv mem;
+  GatedEnv env(&mem);
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  Coordinator coord(std::vector<absl::StatusCode>{});
+  runtime->SetCoordinator(&coord);
+  auto saver = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+  env.Fail(".data-", absl::ResourceExhaustedError("disk full"));
+  auto ticket = saver->StartSave(Snapshot(3, 1), 3);
+  Status s = ticket->Wait(kWait);
+  CHECK(s.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_MESSAGE(absl::StrContains(Msg(s), "step 3"), s.ToString());
+  REQUIRE(coord.wait_for_stop(kWait));
+  CHECK(coord.status().code() == absl::StatusCode::kResourceExhausted);
+  runtime->SetCoordinator(nullptr);
+  CHECK(runtime->Shutdown(kWait).code() == absl::StatusCode::kResourceExhausted);
+  // No CHECKPOINT event for a save that failed.
+  for (const Event& e : ReadEvents(&mem, "/ckpt")) CHECK(e.kind != Event::Kind::kSessionLog);
+}
+
+TEST_CASE("WaitForPendingSaves and Shutdown are bounded while a save hangs, and finish once it completes") {
+  TestSystem ts;
+  MemEnv mem;
+  GatedEnv env(&mem);
+  {
+    auto runtime = MakeRuntime(ts.sys.get(), Config(&env));
+    auto saver = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+    env.Hold(".data-");
+    auto ticket = saver->StartSave(Snapshot(4, 1), 4);
+    REQUIRE(env.WaitUntilHeld(1, kWait));
+    CHECK_FALSE(ticket->IsDone());
+    Status wait = runtime->WaitForPendingSaves(absl::Milliseconds(50));
+    CHECK(wait.code() == absl::StatusCode::kDeadlineExceeded);
+    CHECK_MESSAGE(absl::StrContains(Msg(wait), "step 4"), wait.ToString());
+    Status down = runtime->Shutdown(absl::Milliseconds(100));
+    CHECK(down.code() == absl::StatusCode::kDeadlineExceeded);
+    CHECK_MESSAGE(absl::StrContains(Msg(down), "checkpoint_saver(/ckpt)"), down.ToString());
+    env.Release();
+    CHECK(ticket->Wait(kWait).ok());
+  }
+  CHECK(ts.AllDone());  // The saver finished its save and then stopped.
+  CHECK(*ListCheckpointPrefixes(&mem, "/ckpt") == std::vector<std::string>{"/ckpt/model.ckpt-4"});
+}
+
+TEST_CASE("Shutdown waits for a pending save before closing the event files (its CHECKPOINT event is written)") {
+  MemEnv mem;
+  GatedEnv env(&mem);
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  auto saver = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+  env.Hold(".data-");
+  auto ticket = saver->StartSave(Snapshot(9, 1), 9);
+  REQUIRE(env.WaitUntilHeld(1, kWait));
+  std::thread releaser([&] { env.Release(); });
+  CHECK(runtime->Shutdown(kWait).ok());
+  releaser.join();
+  CHECK(ticket->IsDone());
+  bool found = false;
+  for (const Event& e : ReadEvents(&mem, "/ckpt")) {
+    if (e.kind == Event::Kind::kSessionLog && e.step == 9) found = true;
+  }
+  CHECK(found);
+}
+
+// -- step_counter ---------------------------------------------------------------------------------
+
+TEST_CASE("B110 step_counter: logs 'global_step/sec: <v>' and writes the summary at the step") {
+  MemEnv env;
+  CapturedLog log;
+  {
+    auto runtime = MakeRuntime(nullptr, Config(&env));
+    auto counter = *runtime->StepCounter("/logs", "global_step/sec");
+    auto log_only = *runtime->StepCounter("", "global_step/sec");
+    counter->Record(101, 12.5);
+    log_only->Record(7, 3.0);
+    CHECK(runtime->Shutdown(kWait).ok());
+  }
+  const std::string text = log.text();
+  CHECK_MESSAGE(absl::StrContains(text, "global_step/sec: 12.5"), text);
+  CHECK_MESSAGE(absl::StrContains(text, "global_step/sec: 3"), text);
+  std::vector<Event> events = ReadEvents(&env, "/logs");
+  REQUIRE(events.size() == 2);
+  CHECK(events[1].step == 101);
+  REQUIRE(events[1].values.size() == 1);
+  CHECK(events[1].values[0].tag == "global_step/sec");
+  CHECK(events[1].values[0].kind == SummaryValue::Kind::kScalar);
+  CHECK(events[1].values[0].scalar == doctest::Approx(12.5));
+}
+
+}  // namespace
+}  // namespace foreman

@@ -1,2 +1,712 @@
-// TODO(issue 4): tests arrive with the implementation
+// MonitoredTrainingSession: TF's USE_DEFAULT rules and the hooks it adds
+// (B1-B17, decision 1), and the cross-cutting scenarios with real creators,
+// hooks, service actors and checkpoints (B163-B167; bug log H-07, H-09,
+// H-26, H-29).
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "foreman/checkpoint.hpp"
+#include "foreman/clock.hpp"
+#include "foreman/event_reader.hpp"
+#include "foreman/monitored_session.hpp"
+#include "foreman/summary.hpp"
+#include "support/log_capture.hpp"
+#include "support/test_util.hpp"
+
+namespace foreman {
+namespace {
+
+using testing::CapturedLog;
+using testing::TempDir;
+
+constexpr auto kWait = std::chrono::seconds(20);
+
+// What the step does, and how often the model was initialized.
+struct Model {
+  std::function<Status(int64_t step)> on_train;  // before a train_op update; non-OK fails the step
+  std::atomic<int> w_initialized{0};             // calls of w's initializer (the init op ran)
+  std::atomic<int> train_calls{0};
+};
+
+// global_step, "w" (+1 per train_op), and one summary op "summaries" (TF:
+// a graph with one scalar summary).
+std::shared_ptr<Graph> MakeGraph(const std::shared_ptr<Model>& model, bool global_step = true) {
+  auto graph = std::make_shared<Graph>();
+  if (global_step) REQUIRE(graph->CreateGlobalStep().ok());
+  REQUIRE(graph
+              ->AddVariable("w",
+                            [model]() -> StatusOr<Tensor> {
+                              ++model->w_initialized;
+                              return Tensor::Scalar<float>(0.f);
+                            })
+              .ok());
+  REQUIRE(graph->AddSummaryOp("summaries").ok());
+  REQUIRE(graph
+              ->SetStep([model](StepContext& ctx) -> Status {
+                if (ctx.requested("train_op")) {
+                  FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(ctx.variables()));
+                  ++model->train_calls;
+                  if (model->on_train) FOREMAN_RETURN_IF_ERROR(model->on_train(step));
+                  FOREMAN_ASSIGN_OR_RETURN(Tensor * w, ctx.variables().Get("w"));
+                  FOREMAN_ASSIGN_OR_RETURN(float wv, w->scalar<float>());
+                  *w = Tensor::Scalar<float>(wv + 1.f);
+                  FOREMAN_ASSIGN_OR_RETURN(int64_t next, IncrementGlobalStep(ctx.variables()));
+                  ctx.Set("train_op", Tensor::Scalar<int64_t>(next));
+                }
+                if (ctx.requested("summaries")) {
+                  ctx.Set("summaries", Tensor::Scalar<std::string>(ScalarSummary("loss", 0.5f)));
+                }
+                return absl::OkStatus();
+              })
+              .ok());
+  return graph;
+}
+
+int64_t Int(const Tensor& t) { return t.scalar<int64_t>().value(); }
+
+class CallLog {
+ public:
+  void Add(std::string call) {
+    std::lock_guard<std::mutex> l(mu_);
+    calls_.push_back(std::move(call));
+  }
+  std::vector<std::string> calls() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return calls_;
+  }
+  int Count(const std::string& call) const {
+    std::lock_guard<std::mutex> l(mu_);
+    return static_cast<int>(std::count(calls_.begin(), calls_.end(), call));
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> calls_;
+};
+
+class RecordingHook : public SessionRunHook {
+ public:
+  RecordingHook(std::string name, std::shared_ptr<CallLog> log) : name_(std::move(name)), log_(std::move(log)) {}
+  std::string name() const override { return name_; }
+  Status begin() override {
+    log_->Add(name_ + ".begin");
+    return absl::OkStatus();
+  }
+  Status after_create_session(Session* session, Coordinator* coord) override {
+    log_->Add(name_ + ".after_create_session");
+    sessions.push_back(session);
+    coords.push_back(coord);
+    return absl::OkStatus();
+  }
+  StatusOr<SessionRunArgs> before_run(SessionRunContext&) override {
+    log_->Add(name_ + ".before_run");
+    return SessionRunArgs{};
+  }
+  Status after_run(SessionRunContext&, const SessionRunValues&) override {
+    log_->Add(name_ + ".after_run");
+    return absl::OkStatus();
+  }
+  Status end(Session*) override {
+    log_->Add(name_ + ".end");
+    return absl::OkStatus();
+  }
+  std::vector<Session*> sessions;
+  std::vector<Coordinator*> coords;
+
+ private:
+  std::string name_;
+  std::shared_ptr<CallLog> log_;
+};
+
+class RecordingListener : public CheckpointSaverListener {
+ public:
+  explicit RecordingListener(std::shared_ptr<CallLog> log) : log_(std::move(log)) {}
+  Status begin() override {
+    log_->Add("listener.begin");
+    return absl::OkStatus();
+  }
+
+ private:
+  std::shared_ptr<CallLog> log_;
+};
+
+// The base names of the checkpoints in `dir`, oldest first.
+std::vector<std::string> Checkpoints(const std::string& dir) {
+  auto prefixes = ListCheckpointPrefixes(Env::Default(), dir);
+  REQUIRE_MESSAGE(prefixes.ok(), prefixes.status().ToString());
+  std::vector<std::string> out;
+  for (const auto& p : *prefixes) out.push_back(p.substr(p.find_last_of('/') + 1));
+  return out;
+}
+
+// Every event of every event file in `dir`, in file order.
+std::vector<Event> Events(const std::string& dir) {
+  std::vector<Event> out;
+  auto files = ListEventFiles(Env::Default(), dir);
+  if (!files.ok()) return out;
+  for (const auto& f : *files) {
+    auto events = ReadEventFile(Env::Default(), f);
+    REQUIRE_MESSAGE(events.ok(), events.status().ToString());
+    out.insert(out.end(), events->begin(), events->end());
+  }
+  return out;
+}
+
+std::vector<int64_t> SessionLogSteps(const std::vector<Event>& events, SessionLogStatus status) {
+  std::vector<int64_t> steps;
+  for (const Event& e : events) {
+    if (e.kind == Event::Kind::kSessionLog && e.session_status == status) steps.push_back(e.step);
+  }
+  return steps;
+}
+
+std::vector<int64_t> SummarySteps(const std::vector<Event>& events, const std::string& tag) {
+  std::vector<int64_t> steps;
+  for (const Event& e : events) {
+    if (e.kind != Event::Kind::kSummary) continue;
+    for (const SummaryValue& v : e.values) {
+      if (v.tag == tag) steps.push_back(e.step);
+    }
+  }
+  return steps;
+}
+
+// Writes a checkpoint of step `step` (global_step and w) into `dir`.
+void WriteCheckpoint(const std::string& dir, int64_t step) {
+  auto saver = Saver::Create({});
+  REQUIRE(saver.ok());
+  std::map<std::string, Tensor> tensors{{"global_step", Tensor::Scalar<int64_t>(step)},
+                                        {"w", Tensor::Scalar<float>(static_cast<float>(step))}};
+  REQUIRE((*saver)->Save(tensors, dir + "/model.ckpt", step).ok());
+}
+
+// A chief's options with a manual clock (no timer fires by itself).
+MonitoredTrainingSessionOptions ChiefOptions(std::shared_ptr<Graph> graph, const std::string& checkpoint_dir,
+                                             ManualClock* clock) {
+  MonitoredTrainingSessionOptions o;
+  o.graph = std::move(graph);
+  o.checkpoint_dir = checkpoint_dir;
+  o.config.clock = clock;
+  o.stop_grace_period_secs = 0;
+  o.recovery.initial_backoff = absl::ZeroDuration();
+  return o;
+}
+
+std::unique_ptr<MonitoredSession> Open(MonitoredTrainingSessionOptions o) {
+  auto sess = MonitoredTrainingSession(std::move(o));
+  REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
+  return std::move(sess).value();
+}
+
+MonitoredTrainingSessionPlan Plan(const MonitoredTrainingSessionOptions& o) {
+  auto plan = PlanMonitoredTrainingSession(o);
+  REQUIRE_MESSAGE(plan.ok(), plan.status().ToString());
+  return *plan;
+}
+
+MonitoredTrainingSessionOptions PlanOptions(const std::string& checkpoint_dir = "/ckpt") {
+  MonitoredTrainingSessionOptions o;
+  o.graph = std::make_shared<Graph>();
+  o.checkpoint_dir = checkpoint_dir;
+  return o;
+}
+
+// -- §1 arguments and defaults (B1-B17) ------------------------------------------------
+
+TEST_CASE("B1 summaries default to every 100 steps when neither frequency is given") {
+  auto plan = Plan(PlanOptions());
+  CHECK(plan.save_summaries_steps == std::optional<int64_t>(100));
+  CHECK_FALSE(plan.save_summaries_secs.has_value());
+  CHECK(plan.summary_saver_hook);
+}
+
+TEST_CASE("B2 only save_summaries_secs given (a value or None): steps becomes None") {
+  auto o = PlanOptions();
+  o.save_summaries_secs = 30.0;
+  auto plan = Plan(o);
+  CHECK_FALSE(plan.save_summaries_steps.has_value());
+  CHECK(plan.save_summaries_secs == std::optional<double>(30.0));
+  CHECK(plan.summary_saver_hook);
+
+  o.save_summaries_secs = Defaultable<double>::None();
+  plan = Plan(o);
+  CHECK_FALSE(plan.save_summaries_steps.has_value());
+  CHECK_FALSE(plan.save_summaries_secs.has_value());
+  CHECK_FALSE(plan.summary_saver_hook);
+}
+
+TEST_CASE("B3 only save_summaries_steps given: secs becomes None") {
+  auto o = PlanOptions();
+  o.save_summaries_steps = int64_t{7};
+  auto plan = Plan(o);
+  CHECK(plan.save_summaries_steps == std::optional<int64_t>(7));
+  CHECK_FALSE(plan.save_summaries_secs.has_value());
+}
+
+TEST_CASE("B4 checkpoints default to every 600 seconds") {
+  auto plan = Plan(PlanOptions());
+  CHECK(plan.save_checkpoint_secs == std::optional<double>(600));
+  CHECK_FALSE(plan.save_checkpoint_steps.has_value());
+  CHECK(plan.checkpoint_saver_hook);
+}
+
+TEST_CASE("B5 only one checkpoint frequency given: the other becomes None") {
+  auto o = PlanOptions();
+  o.save_checkpoint_steps = int64_t{10};
+  auto plan = Plan(o);
+  CHECK(plan.save_checkpoint_steps == std::optional<int64_t>(10));
+  CHECK_FALSE(plan.save_checkpoint_secs.has_value());
+
+  auto p = PlanOptions();
+  p.save_checkpoint_secs = 60.0;
+  plan = Plan(p);
+  CHECK(plan.save_checkpoint_secs == std::optional<double>(60));
+  CHECK_FALSE(plan.save_checkpoint_steps.has_value());
+}
+
+TEST_CASE("B6 save_checkpoint_secs=None with steps left at default: no CheckpointSaverHook") {
+  auto o = PlanOptions();
+  o.save_checkpoint_secs = Defaultable<double>::None();
+  auto plan = Plan(o);
+  CHECK_FALSE(plan.save_checkpoint_secs.has_value());
+  CHECK_FALSE(plan.save_checkpoint_steps.has_value());
+  CHECK_FALSE(plan.checkpoint_saver_hook);
+}
+
+TEST_CASE("B7 a frequency of 0 or below disables its hook") {
+  auto o = PlanOptions();
+  o.save_checkpoint_steps = int64_t{0};
+  o.save_summaries_secs = -1.0;
+  auto plan = Plan(o);
+  CHECK_FALSE(plan.checkpoint_saver_hook);
+  CHECK_FALSE(plan.summary_saver_hook);
+
+  auto p = PlanOptions();
+  p.save_checkpoint_secs = -5.0;
+  p.save_summaries_steps = int64_t{0};
+  plan = Plan(p);
+  CHECK_FALSE(plan.checkpoint_saver_hook);
+  CHECK_FALSE(plan.summary_saver_hook);
+}
+
+TEST_CASE("B8 decision 1: both frequencies of a pair set is INVALID_ARGUMENT naming both") {
+  SUBCASE("checkpoints, including secs=0 with steps=100") {
+    for (double secs : {600.0, 0.0}) {
+      auto o = PlanOptions();
+      o.save_checkpoint_secs = secs;
+      o.save_checkpoint_steps = int64_t{100};
+      auto plan = PlanMonitoredTrainingSession(o);
+      CHECK(absl::IsInvalidArgument(plan.status()));
+      CHECK(plan.status().message().find("save_checkpoint_secs") != std::string::npos);
+      CHECK(plan.status().message().find("save_checkpoint_steps") != std::string::npos);
+      CHECK(MonitoredTrainingSession(o).status() == plan.status());
+    }
+  }
+  SUBCASE("summaries") {
+    auto o = PlanOptions();
+    o.save_summaries_secs = 10.0;
+    o.save_summaries_steps = int64_t{100};
+    auto plan = PlanMonitoredTrainingSession(o);
+    CHECK(absl::IsInvalidArgument(plan.status()));
+    CHECK(plan.status().message().find("save_summaries_secs") != std::string::npos);
+    CHECK(plan.status().message().find("save_summaries_steps") != std::string::npos);
+  }
+}
+
+TEST_CASE("B9 summary_dir defaults to checkpoint_dir; without either there are no summary hooks") {
+  auto plan = Plan(PlanOptions("/ckpt"));
+  CHECK(plan.summary_dir == "/ckpt");
+  CHECK(plan.step_counter_hook);
+  CHECK(plan.summary_saver_hook);
+
+  plan = Plan(PlanOptions(""));
+  CHECK(plan.summary_dir.empty());
+  CHECK_FALSE(plan.step_counter_hook);
+  CHECK_FALSE(plan.summary_saver_hook);
+  CHECK_FALSE(plan.checkpoint_saver_hook);
+
+  auto o = PlanOptions("");
+  o.summary_dir = "/summaries";
+  plan = Plan(o);
+  CHECK(plan.summary_dir == "/summaries");
+  CHECK(plan.step_counter_hook);
+  CHECK(plan.summary_saver_hook);
+  CHECK_FALSE(plan.checkpoint_saver_hook);
+}
+
+TEST_CASE("B10 StepCounterHook only with log_step_count_steps > 0") {
+  auto o = PlanOptions();
+  o.log_step_count_steps = std::nullopt;
+  CHECK_FALSE(Plan(o).step_counter_hook);
+  o.log_step_count_steps = 0;
+  CHECK_FALSE(Plan(o).step_counter_hook);
+  o.log_step_count_steps = 50;
+  CHECK(Plan(o).step_counter_hook);
+}
+
+TEST_CASE("B11 CheckpointSaverHook only with checkpoint_dir and an enabled frequency") {
+  auto o = PlanOptions("");
+  o.save_checkpoint_steps = int64_t{10};
+  CHECK_FALSE(Plan(o).checkpoint_saver_hook);
+  o.checkpoint_dir = "/ckpt";
+  CHECK(Plan(o).checkpoint_saver_hook);
+}
+
+TEST_CASE("B12 chief hook order: chief_only_hooks, the default hooks, then hooks") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto log = std::make_shared<CallLog>();
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.chief_only_hooks = {std::make_shared<RecordingHook>("chief", log)};
+  o.hooks = {std::make_shared<RecordingHook>("user", log)};
+  o.checkpoint_listeners = {std::make_shared<RecordingListener>(log)};  // its begin() is CheckpointSaverHook's
+  auto sess = Open(o);
+  std::vector<std::string> begins;
+  for (const auto& c : log->calls()) {
+    if (c.find("begin") != std::string::npos) begins.push_back(c);
+  }
+  CHECK(begins == std::vector<std::string>{"chief.begin", "listener.begin", "user.begin"});
+  REQUIRE(sess->run({"train_op"}).ok());
+  CHECK(sess->close().ok());
+}
+
+TEST_CASE("B13 a worker waits for the chief's values, runs only `hooks`, never restores or saves") {
+  TempDir chief_dir;
+  TempDir worker_dir;
+  const std::string target = "inproc://mts_b13";
+  ResetInprocTarget(target);
+  WriteCheckpoint(worker_dir.path(), 7);  // must not be restored
+  auto model = std::make_shared<Model>();
+  auto graph = MakeGraph(model);
+  auto log = std::make_shared<CallLog>();
+
+  MonitoredTrainingSessionOptions c;
+  c.graph = graph;
+  c.master = target;
+  c.checkpoint_dir = chief_dir.path();
+  c.stop_grace_period_secs = 0;
+  auto chief = Open(c);
+  for (int i = 0; i < 3; ++i) REQUIRE(chief->run({"train_op"}).ok());
+
+  MonitoredTrainingSessionOptions w;
+  w.graph = graph;
+  w.master = target;
+  w.is_chief = false;
+  w.checkpoint_dir = worker_dir.path();
+  w.chief_only_hooks = {std::make_shared<RecordingHook>("chief_only", log)};
+  w.hooks = {std::make_shared<RecordingHook>("user", log)};
+  w.stop_grace_period_secs = 0;
+  CHECK_FALSE(Plan(w).checkpoint_saver_hook);
+  CHECK_FALSE(Plan(w).summary_saver_hook);
+  CHECK_FALSE(Plan(w).step_counter_hook);
+  auto worker = Open(w);
+  auto out = worker->run({"global_step", "train_op"});
+  REQUIRE(out.ok());
+  CHECK(Int(out->at("global_step")) == 3);  // the chief's values, not the checkpoint's 7
+  CHECK(log->Count("chief_only.begin") == 0);
+  CHECK(log->Count("user.before_run") == 1);
+  CHECK(worker->close().ok());
+  CHECK(Checkpoints(worker_dir.path()) == std::vector<std::string>{"model.ckpt-7"});
+  CHECK(Events(worker_dir.path()).empty());
+  CHECK(chief->close().ok());
+  ResetInprocTarget(target);
+}
+
+TEST_CASE("B14 the chief restores from checkpoint_dir even without a CheckpointSaverHook") {
+  TempDir dir;
+  ManualClock clock;
+  WriteCheckpoint(dir.path(), 7);
+  auto model = std::make_shared<Model>();
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.save_checkpoint_secs = Defaultable<double>::None();
+  CHECK_FALSE(Plan(o).checkpoint_saver_hook);
+  auto sess = Open(o);
+  auto out = sess->run({"global_step", "train_op"});
+  REQUIRE(out.ok());
+  CHECK(Int(out->at("global_step")) == 7);
+  CHECK(model->w_initialized == 0);
+  CHECK(sess->close().ok());
+  CHECK(Checkpoints(dir.path()) == std::vector<std::string>{"model.ckpt-7"});
+}
+
+TEST_CASE("B15 the scaffold (and its saver) is shared by the creator and the default hooks") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto graph = MakeGraph(model);
+  SaverOptions so;
+  so.max_to_keep = 1;
+  so.clock = &clock;
+  auto saver = Saver::Create(so);
+  REQUIRE(saver.ok());
+  ScaffoldOptions sc;
+  sc.saver = std::shared_ptr<Saver>(std::move(saver).value());
+  auto scaffold = std::make_shared<Scaffold>(graph, sc);
+  auto o = ChiefOptions(nullptr, dir.path(), &clock);
+  o.scaffold = scaffold;
+  o.save_checkpoint_steps = int64_t{1};
+  auto sess = Open(o);
+  for (int i = 0; i < 3; ++i) REQUIRE(sess->run({"train_op"}).ok());
+  CHECK(sess->close().ok());
+  CHECK(Checkpoints(dir.path()) == std::vector<std::string>{"model.ckpt-3"});  // max_to_keep 1
+}
+
+TEST_CASE("B16 max_wait_secs is ignored by the chief; stop_grace_period_secs bounds close()'s join") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.max_wait_secs = 0;
+  o.stop_grace_period_secs = 5;
+  auto sess = Open(o);
+  REQUIRE(sess->run({"train_op"}).ok());
+
+  struct Straggler : RunnerInterface {
+    std::shared_ptr<std::atomic<bool>> running = std::make_shared<std::atomic<bool>>(true);
+    Status Join() override { return absl::OkStatus(); }
+    bool IsRunning() const override { return running->load(); }
+    std::string name() const override { return "straggler"; }
+  };
+  auto straggler = std::make_unique<Straggler>();
+  auto running = straggler->running;
+  REQUIRE(sess->coordinator()->register_runner(std::move(straggler)).ok());
+  const absl::Duration start = clock.MonotonicNow();
+  const int others = clock.waiters();  // service actors' timers, if any
+  auto closed = std::async(std::launch::async, [&] { return sess->close(); });
+  while (closed.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready &&
+         clock.MonotonicNow() - start < absl::Seconds(30)) {
+    if (clock.BlockUntilWaiters(others + 1, absl::Seconds(1))) clock.Advance(absl::Milliseconds(100));
+  }
+  REQUIRE(closed.wait_for(kWait) == std::future_status::ready);
+  CHECK(closed.get().ok());
+  const absl::Duration waited = clock.MonotonicNow() - start;
+  CHECK(waited >= absl::Seconds(5));
+  CHECK(waited < absl::Seconds(6));
+  running->store(false);
+}
+
+// B17 (distribute-coordinator worker contexts) is not emulated: Foreman has
+// no distribute coordinator, so there is nothing to test.
+
+// -- §16 cross-cutting scenarios ----------------------------------------------------------
+
+TEST_CASE("B163 fresh chief with defaults, 5 runs: checkpoints 0 and 5, START and the summary at 1, no global_step/sec") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto sess = Open(ChiefOptions(MakeGraph(model), dir.path(), &clock));
+  for (int i = 0; i < 5; ++i) REQUIRE(sess->run({"train_op"}).ok());
+  CHECK(sess->close().ok());
+
+  CHECK(Checkpoints(dir.path()) == std::vector<std::string>{"model.ckpt-0", "model.ckpt-5"});
+  auto state = ReadCheckpointState(Env::Default(), dir.path());
+  REQUIRE(state.ok());
+  REQUIRE(state->has_value());
+  CHECK(ResolveCheckpointPath(dir.path(), (*state)->model_checkpoint_path) == dir / "model.ckpt-5");
+  CHECK((*state)->all_model_checkpoint_paths.size() == 2);
+
+  auto files = ListEventFiles(Env::Default(), dir.path());
+  REQUIRE(files.ok());
+  CHECK(files->size() == 1);
+  auto events = Events(dir.path());
+  REQUIRE(!events.empty());
+  CHECK(events[0].kind == Event::Kind::kFileVersion);
+  CHECK(events[0].file_version == "brain.Event:2");
+  CHECK(SessionLogSteps(events, SessionLogStatus::kStart) == std::vector<int64_t>{1});
+  CHECK(SummarySteps(events, "loss") == std::vector<int64_t>{1});
+  CHECK(SessionLogSteps(events, SessionLogStatus::kCheckpoint) == std::vector<int64_t>{0, 5});
+  CHECK(SummarySteps(events, "global_step/sec").empty());
+}
+
+TEST_CASE("B164 restart on the same directory: restored, re-saved at the restored step, no init, retention continues") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  {
+    auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+    o.save_checkpoint_steps = int64_t{1};
+    auto sess = Open(o);
+    for (int i = 0; i < 5; ++i) REQUIRE(sess->run({"train_op"}).ok());
+    CHECK(sess->close().ok());
+  }
+  CHECK(model->w_initialized == 1);
+  CHECK(Checkpoints(dir.path()) ==
+        std::vector<std::string>{"model.ckpt-1", "model.ckpt-2", "model.ckpt-3", "model.ckpt-4", "model.ckpt-5"});
+  const std::size_t events_before = Events(dir.path()).size();
+
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.save_checkpoint_steps = int64_t{1};
+  auto sess = Open(o);
+  auto out = sess->run({"global_step", "train_op"});
+  REQUIRE(out.ok());
+  CHECK(Int(out->at("global_step")) == 5);
+  CHECK(model->w_initialized == 1);  // restored: the init op did not run
+  for (int i = 0; i < 2; ++i) REQUIRE(sess->run({"train_op"}).ok());
+  CHECK(sess->close().ok());
+  auto events = Events(dir.path());
+  std::vector<Event> second(events.begin() + static_cast<std::ptrdiff_t>(events_before), events.end());
+  auto saves = SessionLogSteps(second, SessionLogStatus::kCheckpoint);
+  REQUIRE(!saves.empty());
+  CHECK(saves.front() == 5);  // after_create_session re-saved the restored step
+  // 1, 2, 3 were deleted by the restarted saver: the retention list continued.
+  CHECK(Checkpoints(dir.path()) ==
+        std::vector<std::string>{"model.ckpt-4", "model.ckpt-5", "model.ckpt-6", "model.ckpt-7", "model.ckpt-8"});
+}
+
+TEST_CASE("B165 a worker with no chief polls every recovery_wait_secs and fails with DEADLINE_EXCEEDED") {
+  CapturedLog captured;
+  const std::string target = "inproc://mts_b165";
+  ResetInprocTarget(target);
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  MonitoredTrainingSessionOptions o;
+  o.graph = MakeGraph(model);
+  o.master = target;
+  o.is_chief = false;
+  o.max_wait_secs = 90;
+  o.recovery_wait_secs = 30;
+  o.config.clock = &clock;
+  auto created = std::async(std::launch::async, [&] { return MonitoredTrainingSession(o); });
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(clock.BlockUntilWaiters(1, absl::Seconds(20)));
+    clock.Advance(absl::Seconds(30));
+  }
+  REQUIRE(created.wait_for(kWait) == std::future_status::ready);
+  auto sess = created.get();
+  CHECK(absl::IsDeadlineExceeded(sess.status()));
+  CHECK(sess.status().message().find("Session was not ready after waiting 90 secs.") != std::string::npos);
+  CHECK(clock.MonotonicNow() == absl::Seconds(90));
+  CHECK(captured.text().find("Waiting for model to be ready") != std::string::npos);
+  ResetInprocTarget(target);
+}
+
+TEST_CASE("B167 H-07 UNAVAILABLE at step 15 with save_checkpoint_steps=10: restored to 10, re-saved, re-run to 11") {
+  CapturedLog captured;
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto log = std::make_shared<CallLog>();
+  auto hook = std::make_shared<RecordingHook>("user", log);
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.save_checkpoint_steps = int64_t{10};
+  o.log_step_count_steps = 5;  // the StepCounterHook lives through the recovery
+  o.hooks = {hook};
+  auto sess = Open(o);
+  bool injected = false;
+  model->on_train = [&](int64_t step) -> Status {
+    if (step == 15 && !injected) {
+      injected = true;
+      return absl::UnavailableError("OS Error");
+    }
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < 15; ++i) REQUIRE(sess->run({"train_op"}).ok());
+  auto out = sess->run({"train_op"});
+  REQUIRE_MESSAGE(out.ok(), out.status().ToString());
+  CHECK(Int(out->at("train_op")) == 11);  // the failed run, re-executed on the restored step
+  CHECK(sess->recoveries() == 1);
+  CHECK(sess->steps_lost() == 5);
+  CHECK(log->Count("user.begin") == 1);
+  CHECK(log->Count("user.after_create_session") == 2);
+  CHECK(captured.text().find("OS Error") != std::string::npos);
+  CHECK(captured.text().find("global_step 15 before the error, 10 restored; 5 steps lost") != std::string::npos);
+  CHECK(sess->close().ok());
+  auto saves = SessionLogSteps(Events(dir.path()), SessionLogStatus::kCheckpoint);
+  CHECK(saves == std::vector<int64_t>{0, 10, 10, 11});  // 10 again at re-creation, 11 at end()
+}
+
+TEST_CASE("H-09 OUT_OF_RANGE on run 7 saves the final checkpoint at step 6; INVALID_ARGUMENT does not") {
+  for (bool clean : {true, false}) {
+    CAPTURE(clean);
+    TempDir dir;
+    ManualClock clock;
+    auto model = std::make_shared<Model>();
+    auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+    o.save_checkpoint_steps = int64_t{100};
+    const Status error = clean ? absl::OutOfRangeError("End of sequence") : absl::InvalidArgumentError("bad");
+    model->on_train = [error](int64_t step) { return step == 6 ? error : absl::OkStatus(); };
+    auto sess = Open(o);
+    Status last;
+    while (!sess->should_stop()) last = sess->run({"train_op"}).status();
+    CHECK(last == error);
+    if (clean) {
+      CHECK(sess->close().ok());
+      CHECK(Checkpoints(dir.path()) == std::vector<std::string>{"model.ckpt-0", "model.ckpt-6"});
+    } else {
+      CHECK(sess->close() == error);
+      CHECK(Checkpoints(dir.path()) == std::vector<std::string>{"model.ckpt-0"});
+    }
+  }
+}
+
+TEST_CASE("H-26 a saving hook without checkpoint_dir does not restore; checkpoint_dir does") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  // Runs 1 and 2 save through their own hook; run 3 leaves it to MTS.
+  auto run = [&](const std::string& checkpoint_dir) -> int64_t {
+    auto o = ChiefOptions(MakeGraph(model), checkpoint_dir, &clock);
+    if (checkpoint_dir.empty()) {
+      CheckpointSaverHookOptions ho;
+      ho.checkpoint_dir = dir.path();
+      ho.save_steps = 1;
+      ho.clock = &clock;
+      auto hook = CheckpointSaverHook::Create(ho);
+      REQUIRE(hook.ok());
+      o.hooks = {*hook};
+    }
+    auto sess = Open(o);
+    auto out = sess->run({"global_step", "train_op"});
+    REQUIRE(out.ok());
+    for (int i = 0; i < 2; ++i) REQUIRE(sess->run({"train_op"}).ok());
+    CHECK(sess->close().ok());
+    return Int(out->at("global_step"));
+  };
+  CHECK(run("") == 0);
+  CHECK(!Checkpoints(dir.path()).empty());
+  CHECK(model->w_initialized == 1);
+  CHECK(run("") == 0);  // from scratch again
+  CHECK(model->w_initialized == 2);
+  CHECK(run(dir.path()) == 3);  // resumed
+  CHECK(model->w_initialized == 2);
+}
+
+// TF fails in begin(); Foreman's hooks see the graph only through the session
+// (begin() has no argument), so the check comes in after_create_session: still
+// before any step, and nothing is saved.
+TEST_CASE("H-29 no usable global step: MonitoredTrainingSession fails at creation naming the hook, before any step") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  // Foreman cannot hold two global steps (TF's ambiguous collection).
+  auto two = std::make_shared<Graph>();
+  REQUIRE(two->CreateGlobalStep().ok());
+  CHECK(absl::IsAlreadyExists(two->CreateGlobalStep()));
+
+  auto graph = MakeGraph(model, /*global_step=*/false);
+  auto o = ChiefOptions(graph, dir.path(), &clock);
+  o.log_step_count_steps = std::nullopt;
+  o.save_summaries_steps = Defaultable<int64_t>::None();
+  auto sess = MonitoredTrainingSession(o);
+  CHECK(absl::IsFailedPrecondition(sess.status()));
+  CHECK(sess.status().message().find("Global step should be created to use CheckpointSaverHook.") !=
+        std::string::npos);
+  CHECK(model->train_calls == 0);
+  CHECK_FALSE(graph->finalized());  // B22 on the failed creation too
+  CHECK(Checkpoints(dir.path()).empty());
+}
+
+}  // namespace
+}  // namespace foreman

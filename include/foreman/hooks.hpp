@@ -110,15 +110,19 @@ class SecondOrStepTimer {
  public:
   /// B95: exactly one of every_secs / every_steps; INVALID_ARGUMENT "Can not
   /// provide both every_secs and every_steps." / "Either every_secs or
-  /// every_steps should be provided.".
+  /// every_steps should be provided.". Seconds are measured on `clock`'s
+  /// monotonic time line (TF: time.time()); a null clock means Clock::Real().
   static StatusOr<SecondOrStepTimer> Create(std::optional<double> every_secs, std::optional<int64_t> every_steps,
                                             Clock* clock = Clock::Real());
-  /// B96.
+  /// B96: true when never triggered; false for the last triggered step; true
+  /// when every_secs have passed since the last trigger, or `step` is
+  /// every_steps past the last triggered step.
   bool should_trigger_for_step(int64_t step) const;
-  /// B97: (elapsed seconds, elapsed steps) since the last trigger; nullopt on
-  /// the first.
+  /// B97: records a trigger at `step` now and returns (elapsed seconds,
+  /// elapsed steps) since the previous one; nullopt on the first.
   std::optional<std::pair<double, int64_t>> update_last_triggered_step(int64_t step);
   std::optional<int64_t> last_triggered_step() const { return last_step_; }
+  /// B97: forgets the last trigger (the next step triggers).
   void reset();
 
  private:
@@ -138,21 +142,28 @@ class StopAtStepHook : public SessionRunHook {
   static StatusOr<std::shared_ptr<StopAtStepHook>> Create(std::optional<int64_t> num_steps,
                                                           std::optional<int64_t> last_step);
   std::string name() const override { return "StopAtStepHook"; }
-  /// FAILED_PRECONDITION "Global step should be created to use StopAtStepHook."
-  Status begin() override;
-  /// B99: last_step = first session's global_step + num_steps (once).
-  /// Decision 9: when the session starts at or past last_step, stops before
-  /// the first step (the MonitoredSession's should_stop() is true at once).
+  /// B98: FAILED_PRECONDITION "Global step should be created to use
+  /// StopAtStepHook." when the session's graph has no global_step. (TF checks
+  /// in begin(); a Foreman hook first sees the graph here, still before any
+  /// step runs.)
+  /// B99: last_step = first session's global_step + num_steps (once; a
+  /// recovered session does not recompute it).
+  /// Decision 9: when the session's global_step is already >= last_step,
+  /// calls coord->request_stop(), so training stops before the first step
+  /// (TF runs one more step, B101).
   Status after_create_session(Session* session, Coordinator* coord) override;
+  /// B100: fetches the built-in "global_step" (the pre-step value, B126).
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  /// B100: when stale + 1 >= last_step, re-reads the real step
+  /// (Session::GlobalStep()) and requests stop when it is >= last_step.
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
+  /// Known from construction (last_step) or the first after_create_session.
   std::optional<int64_t> last_step() const { return last_step_; }
 
  private:
   StopAtStepHook(std::optional<int64_t> num_steps, std::optional<int64_t> last_step);
   std::optional<int64_t> num_steps_;
   std::optional<int64_t> last_step_;
-  Coordinator* coord_ = nullptr;
 };
 
 // -- CheckpointSaverHook (B102-B108, decision 11) ---------------------------------
@@ -164,8 +175,9 @@ class CheckpointSaverListener {
   virtual Status begin() { return absl::OkStatus(); }
   /// Before the variables are copied for the save of `global_step`.
   virtual Status before_save(Session* /*session*/, int64_t /*global_step*/) { return absl::OkStatus(); }
-  /// At the first step boundary after the save of `global_step` is durable
-  /// (decision 11); true requests a stop (B104), which takes effect then.
+  /// Once the save of `global_step` is durable, at the step boundary that
+  /// started it (see CheckpointSaverHook); true requests a stop (B104), which
+  /// takes effect before the next step.
   virtual StatusOr<bool> after_save(Session* /*session*/, int64_t /*global_step*/) { return false; }
   virtual Status end(Session* /*session*/, int64_t /*global_step*/) { return absl::OkStatus(); }
 };
@@ -176,7 +188,7 @@ struct CheckpointSaverHookOptions {
   std::optional<double> save_secs;
   std::optional<int64_t> save_steps;
   /// B102: explicit saver > scaffold's saver (set by MonitoredTrainingSession)
-  /// > a default Saver (max_to_keep 5) built on config's env/clock.
+  /// > a default Saver (max_to_keep 5) built on this `env` and `clock`.
   std::shared_ptr<Saver> saver;
   std::string checkpoint_basename = "model.ckpt";
   std::vector<std::shared_ptr<CheckpointSaverListener>> listeners;
@@ -184,31 +196,59 @@ struct CheckpointSaverHookOptions {
   int64_t steps_per_run = 1;
   Clock* clock = Clock::Real();
   Env* env = Env::Default();
+  /// How long the training thread waits for a save still being written
+  /// (a save due while one is in flight, the final save in end(), a save
+  /// with listeners) before it fails with DEADLINE_EXCEEDED. Real time: the
+  /// save is real work, not Clock time. Must be > 0.
+  absl::Duration save_timeout = absl::Hours(1);
 };
 
-/// Saves at after_create_session (B103), on the schedule (B104), and at end()
-/// when the last step was not saved (B105); writes a SessionLog CHECKPOINT
-/// at each saved step into checkpoint_dir's event file (B106). Asynchronous
-/// (decision 11): the training thread only copies the variables; the
-/// checkpoint_saver actor writes them. A save due while one is in flight waits
-/// for it. The final save in end() completes before end() returns. Holds the
-/// checkpoint directory's lock (LockCheckpointDirectory) from begin() to
-/// end() / destruction.
+/// Saves at after_create_session (B103, after every session creation), on
+/// the schedule (B104), and at end() when the last step was not saved
+/// (B105); the session's checkpoint_saver actor writes a SessionLog
+/// CHECKPOINT at each saved step into checkpoint_dir's event file (B106).
+///
+/// Asynchronous (decision 11): at a due step the training thread only runs
+/// the listeners' before_save and copies the variables (Session::Snapshot);
+/// the checkpoint_saver actor writes them. At most one save is in flight: a
+/// save that falls due while the previous one is still being written waits
+/// for it (waited_saves() counts those), so the checkpoint steps are exactly
+/// TF's. A save's outcome is taken up at the first step boundary (before_run
+/// or after_run) after it completed: a failed save then ends training with
+/// its Status (it also reaches the coordinator at once). The final save in
+/// end() completes before end() returns.
+///
+/// Listeners: after_save must run before the next step for a stop it
+/// requests to stop training at the saved step (B104, B108, H-12: TF's
+/// schedule, and no second save in end()). So with listeners the training
+/// thread waits at the boundary that started the save until it is durable,
+/// then calls after_save there; without listeners it never waits for a save
+/// except as above.
+///
+/// From begin(), the session's checkpoint_saver actor holds the checkpoint
+/// directory's lock (LockCheckpointDirectory) until the session's services
+/// shut down (the MonitoredSession's close()).
 class CheckpointSaverHook : public SessionRunHook {
  public:
   /// INVALID_ARGUMENT for a bad schedule (B102), empty checkpoint_dir,
-  /// steps_per_run < 1.
+  /// steps_per_run < 1, save_timeout <= 0, a null listener; a default
+  /// Saver's errors.
   static StatusOr<std::shared_ptr<CheckpointSaverHook>> Create(CheckpointSaverHookOptions options);
   ~CheckpointSaverHook() override;
   std::string name() const override { return "CheckpointSaverHook"; }
   void AttachServices(internal::Services* services) override;
+  /// FAILED_PRECONDITION without services; starts (or finds) the
+  /// checkpoint_saver of checkpoint_dir (its lock errors); listeners' begin().
   Status begin() override;
+  /// FAILED_PRECONDITION "Global step should be created to use
+  /// CheckpointSaverHook." when the session's graph has none (B102: TF checks
+  /// in begin(), before a graph is at hand here); then the B103 save.
   Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   Status end(Session* session) override;
 
-  /// Steps saved so far, in order (tests and benchmarks).
+  /// Steps whose saves completed, in order (tests and benchmarks).
   std::vector<int64_t> saved_steps() const;
   /// Saves that had to wait for the one in flight (decision 11).
   int64_t waited_saves() const;
@@ -223,7 +263,8 @@ class CheckpointSaverHook : public SessionRunHook {
 // -- StepCounterHook (B109-B111) ----------------------------------------------
 
 struct StepCounterHookOptions {
-  /// B109: exactly one of every_n_steps / every_n_secs.
+  /// B109: exactly one of every_n_steps / every_n_secs (INVALID_ARGUMENT
+  /// "exactly one of every_n_steps and every_n_secs should be provided.").
   std::optional<int64_t> every_n_steps = 100;
   std::optional<double> every_n_secs;
   /// Event files go to this directory's summary writer; empty = log only.
@@ -234,14 +275,22 @@ struct StepCounterHookOptions {
 /// Measures global_step/sec on the training thread; when its timer fires it
 /// sends the value to the step_counter actor, which logs
 /// "global_step/sec: <v>" and writes the `global_step/sec` summary (B110).
-/// Warns (first 5 times) when the stale global step did not change (B111).
+/// The first trigger only primes the timer (values at 101, 201, ... with the
+/// defaults). Warns (first 5 times) when the stale global step did not
+/// change (B111). A trigger with no Clock time elapsed records nothing (TF
+/// would divide by zero).
 class StepCounterHook : public SessionRunHook {
  public:
   static StatusOr<std::shared_ptr<StepCounterHook>> Create(StepCounterHookOptions options);
   ~StepCounterHook() override;
   std::string name() const override { return "StepCounterHook"; }
   void AttachServices(internal::Services* services) override;
+  /// FAILED_PRECONDITION without services (AttachServices).
   Status begin() override;
+  /// FAILED_PRECONDITION "Global step should be created to use
+  /// StepCounterHook." when the session's graph has none (B109: TF checks
+  /// in begin(), before a graph is at hand here).
+  Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   struct Impl;
@@ -257,22 +306,39 @@ struct SummarySaverHookOptions {
   /// Exactly one of save_steps / save_secs (B95).
   std::optional<int64_t> save_steps;
   std::optional<double> save_secs;
-  /// Where events go; empty means the hook does nothing (B112).
+  /// Where events go; empty means the hook does nothing (B112; it does not
+  /// even fetch the summaries, which TF would on every run).
   std::string output_dir;
   /// The fetch that returns a serialized Summary (a kString scalar), or
-  /// several whose Summaries are merged (TF: summary_op, a tensor or list).
-  /// B112: required (the MonitoredTrainingSession passes the scaffold's).
+  /// several whose Summaries are merged into one event (TF: summary_op, a
+  /// tensor or list). The MonitoredTrainingSession passes the scaffold's,
+  /// which is empty when the graph has no summaries: then nothing is fetched
+  /// and only the START session log is written (TF: a scaffold whose
+  /// summary_op is None).
   std::vector<std::string> summary_op;
   Clock* clock = Clock::Real();
+  /// How long end() waits for the writer to flush (real time). Must be > 0.
+  absl::Duration flush_timeout = absl::Minutes(5);
 };
 
+/// Requests the summary on the first run and whenever the timer fires for
+/// the predicted next step (B113); writes SessionLog START at the post-run
+/// global step after the first run (B114) and the summaries at the post-run
+/// global step (B115: 1, 101, 201, ... with save_steps=100); end() flushes
+/// (B116). The writes go to output_dir's summary_writer actor.
 class SummarySaverHook : public SessionRunHook {
  public:
+  /// INVALID_ARGUMENT for a bad schedule (B95), an empty summary_op name,
+  /// flush_timeout <= 0.
   static StatusOr<std::shared_ptr<SummarySaverHook>> Create(SummarySaverHookOptions options);
   ~SummarySaverHook() override;
   std::string name() const override { return "SummarySaverHook"; }
   void AttachServices(internal::Services* services) override;
+  /// FAILED_PRECONDITION without services when output_dir is set.
   Status begin() override;
+  /// FAILED_PRECONDITION "Global step should be created to use
+  /// SummarySaverHook." when the session's graph has none.
+  Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   /// B116: flushes the writer (waits for the summary_writer actor).
@@ -295,10 +361,23 @@ struct LoggingTensorHookOptions {
   std::optional<int64_t> every_n_iter;
   std::optional<double> every_n_secs;
   bool at_end = false;
-  /// Replaces the default "tag = value, ..." line.
+  /// Replaces the default "tag = value, ..." line (called with the logged
+  /// tensors; its exceptions become the callback's Status).
   std::function<std::string(const TensorMap&)> formatter;
   Clock* clock = Clock::Real();
 };
+
+/// A tensor as numpy's str() prints it, which is how TF's LoggingTensorHook
+/// shows values (with np.set_printoptions(suppress=True)):
+///   scalars   Python repr of the number: "0.5", "1.0", "1e-05", "1e+16",
+///             "nan", "-inf", "42"; strings as Python bytes: "b'abc'"
+///   arrays    "[1.  2.5 3. ]", "[ 1 10]", "[[1 2]\n [3 4]]", "[b'a' b'bc']":
+///             floats with at most 8 fractional digits, padded to a common
+///             width (scientific, "[1.0e+08 2.5e+09]", when the largest
+///             magnitude is >= 1e8); over 1000 elements, 3 edge items per
+///             dimension and "..."; lines wrapped at numpy's 75 columns.
+/// (Checked against numpy 1.24 for float32/float64 vectors and scalars.)
+std::string FormatTensorForLog(const Tensor& tensor);
 
 class LoggingTensorHook : public SessionRunHook {
  public:
@@ -313,10 +392,11 @@ class LoggingTensorHook : public SessionRunHook {
   int64_t iteration() const { return iter_count_; }
 
  private:
-  explicit LoggingTensorHook(LoggingTensorHookOptions options, SecondOrStepTimer timer);
-  std::string Format(const TensorMap& values, std::optional<double> elapsed_secs) const;
+  /// `timer` is nullopt for at_end alone (TF's NeverTriggerTimer).
+  LoggingTensorHook(LoggingTensorHookOptions options, std::optional<SecondOrStepTimer> timer);
+  Status LogTensors(const TensorMap& values);
   LoggingTensorHookOptions options_;
-  SecondOrStepTimer timer_;
+  std::optional<SecondOrStepTimer> timer_;
   int64_t iter_count_ = 0;
   bool should_trigger_ = false;
 };
@@ -325,7 +405,8 @@ class LoggingTensorHook : public SessionRunHook {
 
 class NanTensorHook : public SessionRunHook {
  public:
-  /// `loss_tensor`: the fetch name of the loss (a float or double scalar).
+  /// `loss_tensor`: the fetch name of the loss, a float32 or float64 tensor
+  /// of one element (INVALID_ARGUMENT from after_run otherwise).
   NanTensorHook(std::string loss_tensor, bool fail_on_nan_loss = true)
       : loss_tensor_(std::move(loss_tensor)), fail_on_nan_loss_(fail_on_nan_loss) {}
   std::string name() const override { return "NanTensorHook"; }
@@ -351,6 +432,14 @@ class GlobalStepWaiterHook : public SessionRunHook {
                        std::optional<absl::Duration> max_wait = std::nullopt)
       : wait_until_step_(wait_until_step), clock_(clock), poll_interval_(poll_interval), max_wait_(max_wait) {}
   std::string name() const override { return "GlobalStepWaiterHook"; }
+  Status begin() override;
+  /// FAILED_PRECONDITION "Global step should be created to use
+  /// GlobalStepWaiterHook." when the graph has none (TF: in begin()).
+  Status after_create_session(Session* session, Coordinator* coord) override;
+  /// B120: on the first call only, polls Session::GlobalStep() every
+  /// poll_interval of the clock until it is >= wait_until_step; logs
+  /// "Waiting for global step N before starting training." and, every 1000
+  /// steps of progress, the current step. DEADLINE_EXCEEDED past max_wait.
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
 
  private:
@@ -368,8 +457,9 @@ class FinalOpsHook : public SessionRunHook {
   explicit FinalOpsHook(std::vector<std::string> final_ops, TensorMap final_ops_feed_dict = {})
       : final_ops_(std::move(final_ops)), feeds_(std::move(final_ops_feed_dict)) {}
   std::string name() const override { return "FinalOpsHook"; }
-  /// Runs final_ops on the raw session; OUT_OF_RANGE there is logged with a
-  /// warning and returned.
+  /// Runs final_ops (none: nothing) on the raw session with the feeds and
+  /// keeps the values; OUT_OF_RANGE there is logged with TF's warning and
+  /// returned.
   Status end(Session* session) override;
   const TensorMap& final_ops_values() const { return values_; }
 
@@ -385,6 +475,7 @@ class FeedFnHook : public SessionRunHook {
  public:
   explicit FeedFnHook(std::function<TensorMap()> feed_fn) : feed_fn_(std::move(feed_fn)) {}
   std::string name() const override { return "FeedFnHook"; }
+  /// B122: no fetches, feeds = feed_fn() (its exceptions become the Status).
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
 
  private:
@@ -403,14 +494,25 @@ struct ProfilerHookOptions {
   Env* env = Env::Default();
 };
 
-/// When its timer fires (never on the first run) asks for kFullTrace and
-/// writes <output_dir>/timeline-<step>.json, a Chrome trace-event file
-/// (chrome://tracing and Perfetto load it) of that run.
+/// B123: fetches the stale global step every run; the first run only primes
+/// the timer. When the timer fires for the predicted step it asks for
+/// kFullTrace, re-reads the real step and writes
+/// <output_dir>/timeline-<step>.json through options.env, a Chrome
+/// trace-event file (chrome://tracing and Perfetto load it) of that run's
+/// RunMetadata. Differences from TF: no run-metadata event (tag step_<step>)
+/// goes to a summary writer (hooks here call no service), and show_dataflow /
+/// show_memory are accepted and ignored (Foreman has no op graph or
+/// allocator stats to show).
 class ProfilerHook : public SessionRunHook {
  public:
+  /// INVALID_ARGUMENT for a bad schedule (B95).
   static StatusOr<std::shared_ptr<ProfilerHook>> Create(ProfilerHookOptions options);
   std::string name() const override { return "ProfilerHook"; }
+  /// Resets the schedule and creates output_dir.
   Status begin() override;
+  /// FAILED_PRECONDITION "Global step should be created to use
+  /// ProfilerHook." when the graph has none (TF: in begin()).
+  Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
 
@@ -419,10 +521,18 @@ class ProfilerHook : public SessionRunHook {
   ProfilerHookOptions options_;
   SecondOrStepTimer timer_;
   bool request_summary_ = false;
-  int64_t next_step_ = -1;
+  std::optional<int64_t> next_step_;
 };
 
-/// Renders `metadata` as Chrome trace-event JSON ({"traceEvents": [...]}).
+/// Renders `metadata` as Chrome trace-event JSON:
+///   {"traceEvents":[
+///     {"name":"process_name","ph":"M","pid":0,"args":{"name":"Foreman step <step>"}},
+///     {"name":"thread_name","ph":"M","pid":0,"tid":<t>,"args":{"name":"thread <t>"}}, ...
+///     {"name":..,"cat":..,"ph":"X","ts":..,"dur":..,"pid":0,"tid":<t>}, ...]}
+/// one "X" event per span in step_stats order; thread ids are renumbered
+/// 0, 1, ... in order of first appearance (a hashed std::thread::id does not
+/// survive a JavaScript number). Names are JSON-escaped; ts and dur are
+/// microseconds.
 std::string ChromeTraceJson(const RunMetadata& metadata, int64_t step);
 
 }  // namespace foreman

@@ -75,6 +75,9 @@ struct RuntimeOptions {
   /// config.actor_threads scheduler threads. Never a hidden second system
   /// when one is given. Not owned; must outlive the session.
   caf::actor_system* actor_system = nullptr;
+  /// Bound (real time) on shutting the service actors down at close() and
+  /// on waiting for pending saves before a recovery restores.
+  absl::Duration shutdown_timeout = absl::Seconds(60);
 };
 
 struct MonitoredSessionOptions {
@@ -140,11 +143,15 @@ class MonitoredSession {
   Status run_step_fn(const StepCallable& step_fn);
 
   /// B37: the hooks asked to stop, the coordinator was asked (a service
-  /// failed, or a clean stop), or the session is closed. Never blocks.
+  /// failed, or a clean stop), a run() / run_step_fn() ended training (a
+  /// clean stop or an error), or the session is closed. Never blocks. In a
+  /// MonitoredSession a preemption error reported to the coordinator does not
+  /// count: the next run() recovers from it (B50).
   bool should_stop() const;
 
   /// B38-B43, B52, decisions 3-4: after a clean stop (or none) calls every
-  /// hook's end() (final checkpoint, summary flush); then stops the
+  /// hook's end() (final checkpoint, summary flush; as in TF, a failing end()
+  /// skips the later hooks' end() but not the rest of close); then stops the
   /// coordinator and joins it with stop_grace_period_secs, shuts the service
   /// actors down (bounded) and closes the raw session. Returns OK after a
   /// clean stop, else the first error (a step's, a hook's, a service's). A

@@ -1,1 +1,472 @@
-// TODO(issue 4): stub until implemented
+// The stock hooks whose work is I/O: CheckpointSaverHook (B102-B108,
+// decision 11), StepCounterHook (B109-B111), SummarySaverHook (B112-B116).
+// (TF: basic_session_run_hooks.py.) They decide *when* on the training
+// thread, with TF's exact schedules (decision 6), and hand the work to the
+// session's service actors through internal::Services (design.md §2).
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "foreman/hooks.hpp"
+#include "foreman/summary.hpp"
+#include "foreman/variable_store.hpp"
+#include "log.hpp"
+#include "runtime/services.hpp"
+
+namespace foreman {
+
+namespace {
+
+Status NoServices(const std::string& hook) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(hook, " needs a MonitoredSession or Supervisor (no services attached)"));
+}
+
+Status NeedGlobalStep(Session* session, const std::string& hook) {
+  if (session == nullptr || session->graph() == nullptr || !session->graph()->has_global_step()) {
+    return absl::FailedPreconditionError(absl::StrCat("Global step should be created to use ", hook, "."));
+  }
+  return absl::OkStatus();
+}
+
+/// The global step value in a fetched tensor (int64 or int32 scalar, B124).
+StatusOr<int64_t> StepValue(const Tensor& t, const std::string& hook) {
+  if (t.dtype() == DataType::kInt64) {
+    auto v = t.scalar<int64_t>();
+    if (v.ok()) return *v;
+  } else if (t.dtype() == DataType::kInt32) {
+    auto v = t.scalar<int32_t>();
+    if (v.ok()) return static_cast<int64_t>(*v);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(hook, ": the '", kGlobalStepName,
+                                                 "' fetch is not an int32/int64 scalar"));
+}
+
+/// The stale (pre-run) global step this hook fetched (B100, B126).
+StatusOr<int64_t> StaleStep(const SessionRunValues& values, const std::string& hook) {
+  if (values.results == nullptr) {
+    return absl::InternalError(absl::StrCat(hook, ": no results for its '", kGlobalStepName, "' fetch"));
+  }
+  auto it = values.results->find(kGlobalStepName);
+  if (it == values.results->end()) {
+    return absl::InternalError(absl::StrCat(hook, ": no result for its '", kGlobalStepName, "' fetch"));
+  }
+  return StepValue(it->second, hook);
+}
+
+/// The real global step after the run (TF re-runs the global step tensor).
+StatusOr<int64_t> RealStep(Session* session, const std::string& hook) {
+  StatusOr<int64_t> step = session->GlobalStep();
+  if (!step.ok()) return Annotate(step.status(), absl::StrCat(hook, ": reading ", kGlobalStepName));
+  return step;
+}
+
+std::string Demangle(const char* name) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string out = status == 0 && demangled != nullptr ? demangled : name;
+  std::free(demangled);
+  return out;
+}
+
+}  // namespace
+
+// -- CheckpointSaverHook ----------------------------------------------------------------
+
+struct CheckpointSaverHook::Impl {
+  Impl(CheckpointSaverHookOptions o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {}
+
+  CheckpointSaverHookOptions options;
+  SecondOrStepTimer timer;
+  std::string save_path;  // "<dir>/<basename>"
+  internal::Services* services = nullptr;
+  std::shared_ptr<internal::CheckpointService> service;
+  Coordinator* coord = nullptr;
+
+  // The save in flight: its after_save has not run yet.
+  std::shared_ptr<internal::SaveTicket> in_flight;
+
+  mutable std::mutex mu;  // for the accessors below (read from other threads)
+  std::vector<int64_t> saved_steps;  // guarded by mu
+  int64_t waited_saves = 0;          // guarded by mu
+
+  /// Takes up a completed save: its error ends training; otherwise the
+  /// listeners' after_save. Sets *stop when one asks for it.
+  Status Finish(Session* session, bool* stop) {
+    std::shared_ptr<internal::SaveTicket> ticket = std::move(in_flight);
+    in_flight = nullptr;
+    Status s = ticket->Wait(absl::ZeroDuration());
+    if (!s.ok()) return s;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      saved_steps.push_back(ticket->step);
+    }
+    if (options.listeners.empty()) return absl::OkStatus();
+    FOREMAN_LOG_INFO("Calling checkpoint listeners after saving checkpoint {}...", ticket->step);
+    for (const auto& listener : options.listeners) {
+      FOREMAN_ASSIGN_OR_RETURN(bool wants_stop,
+                               InvokeUserCode("CheckpointSaverListener::after_save",
+                                              [&] { return listener->after_save(session, ticket->step); }));
+      if (wants_stop) {
+        FOREMAN_LOG_INFO("A CheckpointSaverListener requested that training be stopped. listener: {}",
+                         Demangle(typeid(*listener).name()));
+        *stop = true;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  /// Waits (bounded) for the save in flight, then Finish()es it.
+  Status WaitAndFinish(Session* session, bool* stop) {
+    if (in_flight == nullptr) return absl::OkStatus();
+    Status s = in_flight->Wait(options.save_timeout);
+    if (s.code() == absl::StatusCode::kDeadlineExceeded && !in_flight->IsDone()) return s;
+    return Finish(session, stop);
+  }
+
+  /// Finish()es the save in flight if it has completed (a step boundary).
+  Status PollInFlight(Session* session, bool* stop) {
+    if (in_flight == nullptr || !in_flight->IsDone()) return absl::OkStatus();
+    return Finish(session, stop);
+  }
+
+  /// One save of `step` (B106): waits for the one in flight (decision 11),
+  /// before_save, copy, hand to the actor. With listeners, also waits for it
+  /// and runs after_save (see the class comment).
+  Status Save(Session* session, int64_t step, bool* stop) {
+    if (in_flight != nullptr) {
+      if (!in_flight->IsDone()) {
+        std::lock_guard<std::mutex> l(mu);
+        ++waited_saves;
+      }
+      FOREMAN_RETURN_IF_ERROR(WaitAndFinish(session, stop));
+    }
+    if (!options.listeners.empty()) {
+      FOREMAN_LOG_INFO("Calling checkpoint listeners before saving checkpoint {}...", step);
+    }
+    for (const auto& listener : options.listeners) {
+      FOREMAN_RETURN_IF_ERROR(InvokeUserCode("CheckpointSaverListener::before_save",
+                                             [&] { return listener->before_save(session, step); }));
+    }
+    FOREMAN_LOG_INFO("Saving checkpoints for {} into {}.", step, save_path);
+    in_flight = service->StartSave(session->Snapshot(), step);
+    if (!options.listeners.empty()) return WaitAndFinish(session, stop);
+    return absl::OkStatus();
+  }
+};
+
+StatusOr<std::shared_ptr<CheckpointSaverHook>> CheckpointSaverHook::Create(CheckpointSaverHookOptions options) {
+  FOREMAN_ASSIGN_OR_RETURN(SecondOrStepTimer timer,
+                           SecondOrStepTimer::Create(options.save_secs, options.save_steps, options.clock));
+  if (options.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("CheckpointSaverHook: checkpoint_dir must not be empty");
+  }
+  if (options.checkpoint_basename.empty()) {
+    return absl::InvalidArgumentError("CheckpointSaverHook: checkpoint_basename must not be empty");
+  }
+  if (options.steps_per_run < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CheckpointSaverHook: steps_per_run must be >= 1, got ", options.steps_per_run));
+  }
+  if (options.save_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("CheckpointSaverHook: save_timeout must be > 0");
+  }
+  for (const auto& listener : options.listeners) {
+    if (listener == nullptr) return absl::InvalidArgumentError("CheckpointSaverHook: a listener is null");
+  }
+  if (options.env == nullptr || options.clock == nullptr) {
+    return absl::InvalidArgumentError("CheckpointSaverHook: env and clock must not be null");
+  }
+  if (options.saver == nullptr) {
+    SaverOptions saver_options;  // B92: max_to_keep 5
+    saver_options.env = options.env;
+    saver_options.clock = options.clock;
+    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<Saver> saver, Saver::Create(saver_options));
+    options.saver = std::move(saver);
+  }
+  while (options.checkpoint_dir.size() > 1 && options.checkpoint_dir.back() == '/') {
+    options.checkpoint_dir.pop_back();
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(timer));
+  impl->save_path = JoinPath(impl->options.checkpoint_dir, impl->options.checkpoint_basename);
+  return std::shared_ptr<CheckpointSaverHook>(new CheckpointSaverHook(std::move(impl)));
+}
+
+CheckpointSaverHook::CheckpointSaverHook(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CheckpointSaverHook::~CheckpointSaverHook() = default;
+
+void CheckpointSaverHook::AttachServices(internal::Services* services) { impl_->services = services; }
+
+Status CheckpointSaverHook::begin() {
+  Impl& m = *impl_;
+  if (m.services == nullptr) return NoServices(name());
+  FOREMAN_ASSIGN_OR_RETURN(m.service, m.services->CheckpointSaver(m.options.checkpoint_dir, m.options.saver,
+                                                                  m.options.checkpoint_basename));
+  for (const auto& listener : m.options.listeners) {
+    FOREMAN_RETURN_IF_ERROR(InvokeUserCode("CheckpointSaverListener::begin", [&] { return listener->begin(); }));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckpointSaverHook::after_create_session(Session* session, Coordinator* coord) {
+  Impl& m = *impl_;
+  FOREMAN_RETURN_IF_ERROR(NeedGlobalStep(session, name()));
+  if (m.service == nullptr) return absl::FailedPreconditionError("CheckpointSaverHook: begin() was not called");
+  m.coord = coord;
+  // B103: the state at the current step, on every session creation.
+  FOREMAN_ASSIGN_OR_RETURN(int64_t step, RealStep(session, name()));
+  bool stop = false;
+  FOREMAN_RETURN_IF_ERROR(m.Save(session, step, &stop));
+  m.timer.update_last_triggered_step(step);
+  // TF ignores a stop asked for here; Foreman honours it (before the first
+  // step of this session).
+  if (stop && coord != nullptr) coord->request_stop().IgnoreError();
+  return absl::OkStatus();
+}
+
+StatusOr<SessionRunArgs> CheckpointSaverHook::before_run(SessionRunContext& ctx) {
+  bool stop = false;
+  FOREMAN_RETURN_IF_ERROR(impl_->PollInFlight(ctx.session(), &stop));
+  if (stop) ctx.request_stop();
+  SessionRunArgs args;
+  args.fetches = {kGlobalStepName};
+  return args;
+}
+
+Status CheckpointSaverHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
+  Impl& m = *impl_;
+  bool stop = false;
+  FOREMAN_RETURN_IF_ERROR(m.PollInFlight(ctx.session(), &stop));
+  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, name()));
+  // B104.
+  if (m.timer.should_trigger_for_step(stale + m.options.steps_per_run)) {
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, RealStep(ctx.session(), name()));
+    if (m.timer.should_trigger_for_step(step)) {
+      m.timer.update_last_triggered_step(step);
+      FOREMAN_RETURN_IF_ERROR(m.Save(ctx.session(), step, &stop));
+    }
+  }
+  if (stop) ctx.request_stop();
+  return absl::OkStatus();
+}
+
+Status CheckpointSaverHook::end(Session* session) {
+  Impl& m = *impl_;
+  bool stop = false;  // Too late to matter.
+  FOREMAN_ASSIGN_OR_RETURN(int64_t last_step, RealStep(session, name()));
+  // B105: no second save of a step just saved. The final save (like any
+  // other) first waits for the one in flight; then it is waited for.
+  if (!m.timer.last_triggered_step().has_value() || last_step != *m.timer.last_triggered_step()) {
+    m.timer.update_last_triggered_step(last_step);
+    FOREMAN_RETURN_IF_ERROR(m.Save(session, last_step, &stop));
+  }
+  FOREMAN_RETURN_IF_ERROR(m.WaitAndFinish(session, &stop));
+  for (const auto& listener : m.options.listeners) {
+    FOREMAN_RETURN_IF_ERROR(
+        InvokeUserCode("CheckpointSaverListener::end", [&] { return listener->end(session, last_step); }));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> CheckpointSaverHook::saved_steps() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->saved_steps;
+}
+
+int64_t CheckpointSaverHook::waited_saves() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->waited_saves;
+}
+
+// -- StepCounterHook --------------------------------------------------------------------
+
+namespace {
+// B110: "<global step op name>/sec".
+constexpr char kStepsPerSecTag[] = "global_step/sec";
+// B111: TF's logging.log_first_n(..., 5, ...).
+constexpr int kStaleStepWarnings = 5;
+}  // namespace
+
+struct StepCounterHook::Impl {
+  Impl(StepCounterHookOptions o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {}
+  StepCounterHookOptions options;
+  SecondOrStepTimer timer;
+  int64_t steps_per_run = 1;
+  internal::Services* services = nullptr;
+  std::shared_ptr<internal::StepCounterService> counter;
+  std::optional<int64_t> last_global_step;  // the previous run's stale step
+  int warnings = 0;
+};
+
+StatusOr<std::shared_ptr<StepCounterHook>> StepCounterHook::Create(StepCounterHookOptions options) {
+  // B109, TF's message.
+  if (options.every_n_steps.has_value() == options.every_n_secs.has_value()) {
+    return absl::InvalidArgumentError("exactly one of every_n_steps and every_n_secs should be provided.");
+  }
+  FOREMAN_ASSIGN_OR_RETURN(SecondOrStepTimer timer, SecondOrStepTimer::Create(options.every_n_secs,
+                                                                              options.every_n_steps, options.clock));
+  return std::shared_ptr<StepCounterHook>(
+      new StepCounterHook(std::make_unique<Impl>(std::move(options), std::move(timer))));
+}
+
+StepCounterHook::StepCounterHook(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StepCounterHook::~StepCounterHook() = default;
+
+void StepCounterHook::AttachServices(internal::Services* services) { impl_->services = services; }
+
+Status StepCounterHook::begin() {
+  Impl& m = *impl_;
+  if (m.services == nullptr) return NoServices(name());
+  FOREMAN_ASSIGN_OR_RETURN(m.counter, m.services->StepCounter(m.options.output_dir, kStepsPerSecTag));
+  return absl::OkStatus();
+}
+
+Status StepCounterHook::after_create_session(Session* session, Coordinator* /*coord*/) {
+  return NeedGlobalStep(session, name());
+}
+
+StatusOr<SessionRunArgs> StepCounterHook::before_run(SessionRunContext& /*ctx*/) {
+  SessionRunArgs args;
+  args.fetches = {kGlobalStepName};
+  return args;
+}
+
+Status StepCounterHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
+  Impl& m = *impl_;
+  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, name()));
+  if (m.timer.should_trigger_for_step(stale + m.steps_per_run)) {
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, RealStep(ctx.session(), name()));
+    if (m.timer.should_trigger_for_step(step)) {
+      // B110: the first trigger only primes the timer.
+      auto elapsed = m.timer.update_last_triggered_step(step);
+      if (elapsed.has_value()) {
+        const auto [elapsed_secs, elapsed_steps] = *elapsed;
+        if (elapsed_secs > 0) {
+          if (m.counter != nullptr) m.counter->Record(step, static_cast<double>(elapsed_steps) / elapsed_secs);
+        } else {
+          FOREMAN_LOG_DEBUG("StepCounterHook: no time elapsed over {} steps; no global_step/sec at step {}",
+                            elapsed_steps, step);
+        }
+      }
+    }
+  }
+  // B111: compares stale steps, not the timer's (TF's comment: the timer may
+  // hold another value).
+  if (m.last_global_step.has_value() && stale == *m.last_global_step && m.warnings < kStaleStepWarnings) {
+    ++m.warnings;
+    FOREMAN_LOG_WARN(
+        "It seems that global step (tf.train.get_global_step) has not been increased. Current value (could be "
+        "stable): {} vs previous value: {}. You could increase the global step by passing "
+        "tf.train.get_global_step() to Optimizer.apply_gradients or Optimizer.minimize.",
+        stale, *m.last_global_step);
+  }
+  m.last_global_step = stale;
+  return absl::OkStatus();
+}
+
+// -- SummarySaverHook ---------------------------------------------------------------------
+
+struct SummarySaverHook::Impl {
+  Impl(SummarySaverHookOptions o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {}
+  SummarySaverHookOptions options;
+  SecondOrStepTimer timer;
+  internal::Services* services = nullptr;
+  std::shared_ptr<internal::SummaryWriterService> writer;  // null: no output_dir (B112)
+  std::optional<int64_t> next_step;  // B113: the predicted next global step
+  bool request_summary = false;
+};
+
+StatusOr<std::shared_ptr<SummarySaverHook>> SummarySaverHook::Create(SummarySaverHookOptions options) {
+  FOREMAN_ASSIGN_OR_RETURN(SecondOrStepTimer timer,
+                           SecondOrStepTimer::Create(options.save_secs, options.save_steps, options.clock));
+  for (const std::string& op : options.summary_op) {
+    if (op.empty()) return absl::InvalidArgumentError("SummarySaverHook: a summary_op fetch name is empty");
+  }
+  if (options.flush_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("SummarySaverHook: flush_timeout must be > 0");
+  }
+  return std::shared_ptr<SummarySaverHook>(
+      new SummarySaverHook(std::make_unique<Impl>(std::move(options), std::move(timer))));
+}
+
+SummarySaverHook::SummarySaverHook(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SummarySaverHook::~SummarySaverHook() = default;
+
+void SummarySaverHook::AttachServices(internal::Services* services) { impl_->services = services; }
+
+Status SummarySaverHook::begin() {
+  Impl& m = *impl_;
+  m.next_step.reset();
+  if (m.options.output_dir.empty()) return absl::OkStatus();  // B112: no writer, nothing to do.
+  if (m.services == nullptr) return NoServices(name());
+  FOREMAN_ASSIGN_OR_RETURN(m.writer, m.services->SummaryWriter(m.options.output_dir));
+  return absl::OkStatus();
+}
+
+Status SummarySaverHook::after_create_session(Session* session, Coordinator* /*coord*/) {
+  return NeedGlobalStep(session, name());
+}
+
+StatusOr<SessionRunArgs> SummarySaverHook::before_run(SessionRunContext& /*ctx*/) {
+  Impl& m = *impl_;
+  if (m.writer == nullptr) return SessionRunArgs{};  // B112 (TF would still fetch the summary)
+  // B113.
+  m.request_summary = !m.next_step.has_value() || m.timer.should_trigger_for_step(*m.next_step);
+  SessionRunArgs args;
+  args.fetches = {kGlobalStepName};
+  if (m.request_summary) {
+    args.fetches.insert(args.fetches.end(), m.options.summary_op.begin(), m.options.summary_op.end());
+  }
+  return args;
+}
+
+Status SummarySaverHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
+  Impl& m = *impl_;
+  if (m.writer == nullptr) return absl::OkStatus();  // B112
+  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, name()));
+  int64_t global_step = stale + 1;
+  if (!m.next_step.has_value() || m.request_summary) {
+    FOREMAN_ASSIGN_OR_RETURN(global_step, RealStep(ctx.session(), name()));
+  }
+  // B114: START at the post-run real step after the first run.
+  if (!m.next_step.has_value()) m.writer->AddSessionLog(SessionLogStatus::kStart, global_step);
+  if (m.request_summary) {
+    m.timer.update_last_triggered_step(global_step);
+    if (!m.options.summary_op.empty()) {
+      std::vector<std::string> summaries;
+      for (const std::string& op : m.options.summary_op) {
+        auto it = values.results->find(op);
+        if (it == values.results->end()) {
+          return absl::InternalError(absl::StrCat("SummarySaverHook: no result for summary_op '", op, "'"));
+        }
+        StatusOr<std::string> serialized = it->second.scalar<std::string>();
+        if (!serialized.ok()) {
+          return Annotate(serialized.status(),
+                          absl::StrCat("SummarySaverHook: summary_op '", op, "' must be a serialized Summary"));
+        }
+        summaries.push_back(*std::move(serialized));
+      }
+      // B115: at the post-run real step.
+      m.writer->AddSummary(summaries.size() == 1 ? std::move(summaries[0]) : MergeSummaries(summaries),
+                           global_step);
+    }
+  }
+  m.next_step = global_step + 1;
+  return absl::OkStatus();
+}
+
+Status SummarySaverHook::end(Session* /*session*/) {
+  Impl& m = *impl_;
+  if (m.writer == nullptr) return absl::OkStatus();
+  return m.writer->Flush(m.options.flush_timeout);  // B116
+}
+
+}  // namespace foreman

@@ -32,11 +32,21 @@ class Runtime : public Services {
   /// system the Runtime owns (config.actor_threads scheduler threads).
   static StatusOr<std::unique_ptr<Runtime>> Create(caf::actor_system* system, const SessionConfig& config);
 
-  /// Stops the tree in order: waits for pending saves, flushes and closes
-  /// every summary writer, stops every actor and waits until they are gone;
+  /// Stops the tree in order: waits for pending saves and for the step
+  /// counters' last records, flushes and closes every summary writer, stops
+  /// every actor (the coordinator last) and waits until they are gone;
   /// bounded by `timeout` (real time; DEADLINE_EXCEEDED naming what did not
-  /// stop). Returns the first service error (error()) if any. Idempotent.
-  /// The destructor calls it (errors logged).
+  /// stop). Returns the first service error (error()) if any. Idempotent:
+  /// later calls return the first result. The destructor calls it when
+  /// nobody did (errors logged).
+  ///
+  /// Afterwards every service object, including those hooks still hold, has
+  /// dropped its actor handle (no handle may outlive the actor system):
+  /// their sends are dropped, Flush() and StartSave() return UNAVAILABLE,
+  /// and new services are FAILED_PRECONDITION. When an actor did not stop in
+  /// time (a save stuck in the file system), an owned actor system is
+  /// leaked rather than destroyed, since ~actor_system would wait for it
+  /// forever; a caller's system then waits in its own destructor.
   virtual Status Shutdown(absl::Duration timeout) = 0;
 };
 

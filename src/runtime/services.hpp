@@ -70,7 +70,9 @@ class CheckpointService {
   /// Sends `snapshot` to be saved as "<dir>/<basename>-<step>" with `saver`
   /// and, once durable, a SessionLog CHECKPOINT at `step` into the dir's
   /// summary writer (B106). Never blocks. The caller waits for a previous
-  /// ticket before starting the next one (one save in flight).
+  /// ticket before starting the next one (one save in flight). A failed save
+  /// completes the ticket with its error and is also reported (error()).
+  /// When the actor is gone, the ticket comes back completed with an error.
   virtual std::shared_ptr<SaveTicket> StartSave(std::map<std::string, Tensor> snapshot, int64_t step) = 0;
   virtual const std::string& directory() const = 0;
   virtual const std::shared_ptr<Saver>& saver() const = 0;
@@ -91,16 +93,25 @@ class Services {
   /// errors are returned here).
   virtual StatusOr<std::shared_ptr<SummaryWriterService>> SummaryWriter(const std::string& logdir) = 0;
   /// Spawns (or returns) the checkpoint_saver for `dir`; takes the directory
-  /// lock (FAILED_PRECONDITION naming the holder when another process has it).
+  /// lock (FAILED_PRECONDITION naming the holder when another process has it)
+  /// and holds it until Shutdown. The same `dir` again returns the same
+  /// service when `saver` and `basename` are the same, else
+  /// FAILED_PRECONDITION (one writer per directory). Also creates `dir`'s
+  /// summary writer (for the CHECKPOINT events, B106).
   virtual StatusOr<std::shared_ptr<CheckpointService>> CheckpointSaver(const std::string& dir,
                                                                        std::shared_ptr<Saver> saver,
                                                                        const std::string& basename) = 0;
+  /// Spawns (or returns) the step_counter for (`output_dir`, `tag`); an
+  /// empty output_dir logs only.
   virtual StatusOr<std::shared_ptr<StepCounterService>> StepCounter(const std::string& output_dir,
                                                                     const std::string& tag) = 0;
   /// The coordinator of the current session (B19: a new one per created
   /// session; nullptr between sessions). A service failure is recorded here
   /// (first error wins, sticky across sessions, see error()) and passed to
-  /// that coordinator's request_stop(), which the loop reads.
+  /// that coordinator's request_stop(), which the loop reads; a coordinator
+  /// set after a failure is stopped with it at once. Returns only when no
+  /// report uses the previous coordinator any more (it may then be
+  /// destroyed).
   virtual void SetCoordinator(Coordinator* coord) = 0;
   /// The first error any service reported (OK when none).
   virtual Status error() = 0;

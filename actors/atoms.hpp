@@ -1,0 +1,264 @@
+// What every actor of the supervision tree shares: atoms, the Status <->
+// caf::error bridge, quiet handlers, Completion (an actor's answer to a plain
+// thread) and ChildLink (a plain thread's handle on an actor). Internal to
+// actors/ (the only translation units that include CAF, design.md §1).
+//
+// Messages between actors and from the runtime are fire-and-forget `send`s;
+// a plain thread that needs an answer (a flush, a spawned child, a close)
+// passes a Completion in the message and waits on it with a real-time
+// timeout (the actor's progress is real work, not Clock time). No actor ever
+// blocks on another one, and nothing uses scoped_actor: a plain thread never
+// receives CAF messages.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "foreman/status.hpp"
+#include "runtime/services.hpp"
+
+namespace foreman::internal {
+
+// -- atoms (at most 10 characters in CAF 0.17) --------------------------------
+
+using add_atom = caf::add_atom;          // summary_writer: a Summary
+using flush_atom = caf::flush_atom;      // summary_writer: flush
+using close_atom = caf::close_atom;      // summary_writer: flush and close
+using spawn_atom = caf::spawn_atom;      // session_supervisor: spawn a child
+using session_log_atom = caf::atom_constant<caf::atom("sesslog")>;  // summary_writer
+using report_atom = caf::atom_constant<caf::atom("report")>;        // coordinator
+using save_atom = caf::atom_constant<caf::atom("save")>;            // checkpoint_saver
+using record_atom = caf::atom_constant<caf::atom("record")>;        // step_counter
+
+/// A one-shot answer from an actor to a plain thread: the actor calls
+/// Complete(), the thread Wait()s with a real-time timeout. The first
+/// Complete() wins (a ChildLink also completes it with an error when the
+/// actor dies first).
+class Completion {
+ public:
+  void Complete(Status s) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (done_) return;
+      done_ = true;
+      status_ = std::move(s);
+    }
+    cv_.notify_all();
+  }
+  bool IsDone() {
+    std::lock_guard<std::mutex> l(mu_);
+    return done_;
+  }
+  /// The completed status; DEADLINE_EXCEEDED "<what> did not complete within
+  /// <timeout>" when `timeout` (real time) passes first.
+  Status Wait(absl::Duration timeout, const std::string& what) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool done = cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return done_; });
+    if (!done) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, " did not complete within ", absl::FormatDuration(timeout)));
+    }
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  Status status_;      // guarded by mu_
+};
+
+// -- Status <-> caf::error ----------------------------------------------------
+
+/// The error category of Foreman's Statuses inside CAF (exit reasons).
+constexpr caf::atom_value kForemanErrorCategory = caf::atom("foreman");
+
+/// An exit reason carrying `s` (code and message); none for OK.
+inline caf::error StatusToError(const Status& s) {
+  if (s.ok()) return caf::error{};
+  return caf::error{static_cast<uint8_t>(s.code()), kForemanErrorCategory,
+                    caf::make_message(std::string(s.message()))};
+}
+
+/// The Status an actor's exit reason stands for: OK for a normal exit; the
+/// Status StatusToError() packed; otherwise INTERNAL "<who> stopped: <reason>".
+inline Status ErrorToStatus(const caf::error& e, const std::string& who) {
+  if (!e) return absl::OkStatus();
+  if (e.category() == kForemanErrorCategory) {
+    std::string message;
+    if (e.context().match_elements<std::string>()) message = e.context().get_as<std::string>(0);
+    return Status(static_cast<absl::StatusCode>(e.code()), message);
+  }
+  return absl::InternalError(absl::StrCat(who, " stopped: ", caf::to_string(e)));
+}
+
+/// CAF prints unexpected messages and uncaught exceptions on stderr by
+/// default; Foreman's actors drop the former and turn the latter into a
+/// Status exit reason (the supervisor reports it to the coordinator).
+inline void MakeQuiet(caf::scheduled_actor* self, std::string name) {
+  self->set_default_handler(caf::drop);
+  self->set_exception_handler([name](caf::scheduled_actor*, std::exception_ptr& ep) -> caf::error {
+    return StatusToError(StatusFromException(ep, name));
+  });
+}
+
+// -- ChildLink ----------------------------------------------------------------
+
+/// A plain thread's handle on one actor of the tree (a service facade's, the
+/// Runtime's). Runtime::Shutdown() detaches every link, so that no handle
+/// outlives the actor system (caf-0.17.md §8: a leaked handle hangs
+/// ~actor_system) even when a hook keeps its service object longer. When
+/// the actor exits, every tracked Completion and SaveTicket still open is
+/// completed with UNAVAILABLE naming the actor, so no caller waits for an
+/// answer that cannot come.
+class ChildLink {
+ public:
+  explicit ChildLink(std::string name) : name_(std::move(name)) {}
+  ChildLink(const ChildLink&) = delete;
+  ChildLink& operator=(const ChildLink&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  /// Holds `actor` and watches its exit. Call once.
+  static void Attach(const std::shared_ptr<ChildLink>& link, caf::actor actor) {
+    {
+      std::lock_guard<std::mutex> l(link->mu_);
+      link->handle_ = actor;
+    }
+    std::weak_ptr<ChildLink> weak = link;
+    // Runs at once when the actor is already gone.
+    actor->attach_functor([weak](const caf::error& reason) {
+      if (auto strong = weak.lock()) strong->OnExit(reason);
+    });
+  }
+
+  /// Sends `xs` to the actor, fire-and-forget; false when it is gone or the
+  /// link was detached.
+  template <class... Ts>
+  bool Send(Ts&&... xs) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!alive_ || !handle_) return false;
+    caf::anon_send(handle_, std::forward<Ts>(xs)...);
+    return true;
+  }
+
+  /// Asks the actor to quit with `reason`; false when it is gone.
+  bool SendExit(caf::exit_reason reason) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!alive_ || !handle_) return false;
+    caf::anon_send_exit(handle_, reason);
+    return true;
+  }
+
+  /// Completes `c` (UNAVAILABLE) if the actor exits before answering; when it
+  /// is gone already, completes it now and returns false.
+  bool Track(const std::shared_ptr<Completion>& c) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!alive_ || !handle_) {
+      c->Complete(GoneLocked());
+      return false;
+    }
+    Prune();
+    completions_.push_back(c);
+    return true;
+  }
+  bool Track(const std::shared_ptr<SaveTicket>& t) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!alive_ || !handle_) {
+      t->Complete(GoneLocked(), "", absl::ZeroDuration());
+      return false;
+    }
+    Prune();
+    tickets_.push_back(t);
+    return true;
+  }
+
+  /// A copy of the handle (for a sibling's spawn arguments); null when gone.
+  caf::actor handle() {
+    std::lock_guard<std::mutex> l(mu_);
+    return alive_ ? handle_ : caf::actor{};
+  }
+  /// Drops the handle; later Send()s return false.
+  void Detach() {
+    std::lock_guard<std::mutex> l(mu_);
+    handle_ = nullptr;
+  }
+  bool alive() {
+    std::lock_guard<std::mutex> l(mu_);
+    return alive_;
+  }
+  /// Waits (real time) until the actor has exited; false on timeout.
+  bool WaitExited(absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return !alive_; });
+  }
+  /// Why the actor exited (OK: a normal exit or still running).
+  Status exit_status() {
+    std::lock_guard<std::mutex> l(mu_);
+    return exit_status_;
+  }
+
+ private:
+  void OnExit(const caf::error& reason) {
+    std::vector<std::weak_ptr<Completion>> completions;
+    std::vector<std::weak_ptr<SaveTicket>> tickets;
+    Status gone;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      alive_ = false;
+      handle_ = nullptr;
+      if (reason != caf::exit_reason::user_shutdown) exit_status_ = ErrorToStatus(reason, name_);
+      completions.swap(completions_);
+      tickets.swap(tickets_);
+      gone = GoneLocked();
+    }
+    cv_.notify_all();
+    for (auto& weak : completions) {
+      if (auto c = weak.lock()) c->Complete(gone);
+    }
+    for (auto& weak : tickets) {
+      if (auto t = weak.lock()) t->Complete(gone, "", absl::ZeroDuration());
+    }
+  }
+  Status GoneLocked() const {
+    if (!exit_status_.ok()) return Annotate(exit_status_, absl::StrCat(name_, " stopped"));
+    return absl::UnavailableError(absl::StrCat(name_, " is not running"));
+  }
+  void Prune() {
+    auto gone_c = [](const std::weak_ptr<Completion>& w) {
+      auto c = w.lock();
+      return !c || c->IsDone();
+    };
+    completions_.erase(std::remove_if(completions_.begin(), completions_.end(), gone_c), completions_.end());
+    auto gone_t = [](const std::weak_ptr<SaveTicket>& w) {
+      auto t = w.lock();
+      return !t || t->IsDone();
+    };
+    tickets_.erase(std::remove_if(tickets_.begin(), tickets_.end(), gone_t), tickets_.end());
+  }
+
+  const std::string name_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  caf::actor handle_;   // guarded by mu_
+  bool alive_ = true;   // guarded by mu_
+  Status exit_status_;  // guarded by mu_
+  std::vector<std::weak_ptr<Completion>> completions_;  // guarded by mu_
+  std::vector<std::weak_ptr<SaveTicket>> tickets_;      // guarded by mu_
+};
+
+}  // namespace foreman::internal
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(absl::Status)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<foreman::internal::Completion>)

@@ -1,0 +1,81 @@
+// checkpoint_saver actor: one per checkpoint directory (design.md §5,
+// decision 11). It holds the directory's lock (LockCheckpointDirectory)
+// while it lives and writes checkpoints off the training thread. Spawned
+// detached: Saver::Save writes and fsyncs files.
+//
+// Protocol:
+//   (save_atom, std::shared_ptr<SaveRequest> request)            no reply
+//       Saver::Save(request->snapshot, "<dir>/<basename>", ticket->step),
+//       then, on success, a SessionLog CHECKPOINT at that step with
+//       checkpoint_path "<dir>/<basename>" (B106: without the step suffix)
+//       to the summary_writer of <dir>, and only then completes the ticket
+//       (so whoever saw the ticket done also finds the event queued before
+//       any later flush). Requests are handled in order, one at a time.
+// Errors: a failed save completes its ticket with the error and is sent to
+// the coordinator as (report_atom, "checkpoint_saver(<dir>)", status). When
+// the actor dies with saves queued, the runtime completes their tickets with
+// an error (ChildLink).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "atoms.hpp"
+#include "foreman/checkpoint.hpp"
+#include "foreman/clock.hpp"
+#include "foreman/env.hpp"
+#include "foreman/tensor.hpp"
+#include "runtime/services.hpp"
+
+namespace foreman::internal {
+
+/// One save as a message: the variables copied at the step boundary and
+/// the ticket the training thread waits on.
+struct SaveRequest {
+  std::map<std::string, Tensor> snapshot;
+  std::shared_ptr<SaveTicket> ticket;
+};
+
+struct CheckpointSaverArgs {
+  std::string directory;
+  std::string basename;
+  std::shared_ptr<Saver> saver;
+  std::shared_ptr<FileLock> lock;
+  caf::actor summary_writer;  // of `directory`; may be null (no event)
+  caf::actor coordinator;
+  Clock* clock = nullptr;     // measures SaveTicket::write_time
+};
+
+/// Spawns the saver (detached) as a child of `parent`.
+caf::actor SpawnCheckpointSaver(caf::local_actor* parent, CheckpointSaverArgs args);
+
+/// The service facade the training thread uses (services.hpp).
+class CheckpointHandle : public CheckpointService {
+ public:
+  CheckpointHandle(std::string directory, std::string basename, std::shared_ptr<Saver> saver,
+                   std::shared_ptr<ChildLink> link);
+  std::shared_ptr<SaveTicket> StartSave(std::map<std::string, Tensor> snapshot, int64_t step) override;
+  const std::string& directory() const override { return directory_; }
+  const std::shared_ptr<Saver>& saver() const override { return saver_; }
+  const std::string& basename() const { return basename_; }
+
+  /// The newest ticket handed out (null before the first save): saves run
+  /// in order, so it is done when every earlier one is.
+  std::shared_ptr<SaveTicket> last_ticket();
+  const std::shared_ptr<ChildLink>& link() const { return link_; }
+
+ private:
+  std::string directory_;
+  std::string basename_;
+  std::shared_ptr<Saver> saver_;
+  std::shared_ptr<ChildLink> link_;
+  std::mutex mu_;
+  std::shared_ptr<SaveTicket> last_;  // guarded by mu_
+};
+
+}  // namespace foreman::internal
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<foreman::internal::SaveRequest>)

@@ -1,0 +1,120 @@
+// GatedEnv: an Env that forwards to another one, except that creating a
+// writable file whose path contains a chosen substring can be held until the
+// test releases it, fail with a chosen Status, or throw. For tests of
+// asynchronous writers (checkpoint_saver, summary_writer): "the save is
+// in flight" becomes a state the test controls instead of a race.
+//
+//   GatedEnv env(&mem_env);
+//   env.Hold(".data-");                       // every bundle data file waits
+//   ... start a save ...
+//   REQUIRE(env.WaitUntilHeld(1, absl::Seconds(10)));
+//   env.Release();
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "foreman/env.hpp"
+
+namespace foreman::testing {
+
+class GatedEnv : public Env {
+ public:
+  explicit GatedEnv(Env* base) : base_(base) {}
+  ~GatedEnv() override { Release(); }
+
+  /// From now on, NewWritableFile of a path containing `substring` blocks
+  /// until Release() (or 30 s of real time, so that a broken test fails
+  /// instead of hanging).
+  void Hold(std::string substring) {
+    std::lock_guard<std::mutex> l(mu_);
+    hold_ = std::move(substring);
+    released_ = false;
+  }
+  /// Lets every held and future call through.
+  void Release() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      released_ = true;
+      hold_.clear();
+    }
+    cv_.notify_all();
+  }
+  /// Waits (real time) until `n` calls are held right now.
+  bool WaitUntilHeld(int n, absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return held_ >= n; });
+  }
+  /// Calls held so far (in total).
+  int times_held() {
+    std::lock_guard<std::mutex> l(mu_);
+    return times_held_;
+  }
+  /// NewWritableFile of a path containing `substring` returns `status`.
+  void Fail(std::string substring, Status status) {
+    std::lock_guard<std::mutex> l(mu_);
+    fail_ = std::move(substring);
+    fail_status_ = std::move(status);
+  }
+  /// NewWritableFile of a path containing `substring` throws std::runtime_error.
+  void Throw(std::string substring) {
+    std::lock_guard<std::mutex> l(mu_);
+    throw_ = std::move(substring);
+  }
+
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!throw_.empty() && path.find(throw_) != std::string::npos) {
+        throw std::runtime_error("GatedEnv: injected exception creating " + path);
+      }
+      if (!fail_.empty() && path.find(fail_) != std::string::npos) return fail_status_;
+      if (!hold_.empty() && path.find(hold_) != std::string::npos) {
+        ++held_;
+        ++times_held_;
+        cv_.notify_all();
+        cv_.wait_for(lock, std::chrono::seconds(30), [this] { return released_; });
+        --held_;
+      }
+    }
+    return base_->NewWritableFile(path);
+  }
+
+  StatusOr<std::string> ReadFileToString(const std::string& path) override { return base_->ReadFileToString(path); }
+  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    return base_->NewRandomAccessFile(path);
+  }
+  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override {
+    return base_->NewAppendableFile(path);
+  }
+  Status RenameFile(const std::string& from, const std::string& to) override { return base_->RenameFile(from, to); }
+  Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
+  Status FileExists(const std::string& path) override { return base_->FileExists(path); }
+  StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
+  StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override { return base_->GetChildren(dir); }
+  StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
+  Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
+  Status RecursivelyCreateDir(const std::string& dir) override { return base_->RecursivelyCreateDir(dir); }
+  Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }
+  Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+  StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override { return base_->LockFile(path); }
+
+ private:
+  Env* base_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string hold_;         // guarded by mu_
+  bool released_ = false;    // guarded by mu_
+  int held_ = 0;             // guarded by mu_
+  int times_held_ = 0;       // guarded by mu_
+  std::string fail_;         // guarded by mu_
+  Status fail_status_;       // guarded by mu_
+  std::string throw_;        // guarded by mu_
+};
+
+}  // namespace foreman::testing
