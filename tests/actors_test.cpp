@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -148,6 +149,30 @@ TEST_CASE("Runtime owns an actor system when given none; Shutdown stops it and i
   CHECK(runtime->Shutdown(kWait).ok());
   CHECK(runtime->Shutdown(kWait).ok());  // The first result again.
   runtime.reset();                       // ~actor_system did not hang.
+}
+
+// CAF 0.17 keeps a reference to the system in the thread-local storage of
+// the thread that constructs it or spawns from outside an actor, and
+// ~actor_system waits for every such reference: a MonitoredSession closed on
+// another thread than the one that created it would hang forever.
+TEST_CASE("a Runtime created on one thread shuts down and is destroyed on another") {
+  MemEnv env;
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  REQUIRE(runtime->SummaryWriter("/logs").ok());
+  REQUIRE(runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt").ok());
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  std::thread closer([&runtime, done] {
+    Status s = runtime->Shutdown(kWait);
+    runtime.reset();  // ~actor_system
+    done->set_value(s);
+  });
+  if (result.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    closer.detach();  // Stuck in ~actor_system: let the test binary fail, not hang.
+    FAIL("~actor_system hung on the closing thread");
+  }
+  closer.join();
+  CHECK(result.get().ok());
 }
 
 TEST_CASE("Runtime rejects a negative actor_threads") {
