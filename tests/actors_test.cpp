@@ -283,20 +283,22 @@ TEST_CASE("session_supervisor: a child that exits with an error is reported; shu
   cell->SetCoordinator(&coord);
   {
     caf::actor supervisor = internal::SpawnSessionSupervisor(*ts.sys, cell);
-    auto spawn = [&](std::string name, std::function<caf::behavior(caf::event_based_actor*)> fn) {
+    // Children take a (dummy) argument: CAF 0.17's spawn of a function with
+    // none dereferences a null shared_ptr<tuple<>> (UBSan reports it).
+    auto spawn = [&](std::string name, std::function<caf::behavior(caf::event_based_actor*, int)> fn) {
       auto reply = std::make_shared<internal::SpawnReply>();
       internal::ChildSpec spec{std::move(name), [fn](caf::local_actor* parent, const caf::actor&) {
-                                 return parent->spawn(fn);
+                                 return parent->spawn(fn, 0);
                                }};
       caf::anon_send(supervisor, internal::spawn_atom::value, spec, reply);
       REQUIRE(reply->done->Wait(kWait, "spawn").ok());
       return reply->actor;
     };
     using fail_atom = caf::atom_constant<caf::atom("fail")>;
-    caf::actor quitter = spawn("quitter", [](caf::event_based_actor* self) -> caf::behavior {
+    caf::actor quitter = spawn("quitter", [](caf::event_based_actor* self, int) -> caf::behavior {
       return {[=](fail_atom) { self->quit(internal::StatusToError(absl::DataLossError("bad bytes"))); }};
     });
-    caf::actor idle = spawn("idle", [](caf::event_based_actor*) -> caf::behavior {
+    caf::actor idle = spawn("idle", [](caf::event_based_actor*, int) -> caf::behavior {
       return {[](int) {}};
     });
     CHECK(ts.sys->registry().running() == 4);  // supervisor, coordinator, quitter, idle
@@ -321,7 +323,7 @@ TEST_CASE("session_supervisor: a child killed from outside is reported as INTERN
     caf::actor supervisor = internal::SpawnSessionSupervisor(*ts.sys, cell);
     auto reply = std::make_shared<internal::SpawnReply>();
     internal::ChildSpec spec{"victim", [](caf::local_actor* parent, const caf::actor&) {
-                               return parent->spawn([]() -> caf::behavior { return {[](int) {}}; });
+                               return parent->spawn([](int) -> caf::behavior { return {[](int) {}}; }, 0);
                              }};
     caf::anon_send(supervisor, internal::spawn_atom::value, spec, reply);
     REQUIRE(reply->done->Wait(kWait, "spawn").ok());
