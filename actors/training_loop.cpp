@@ -1,1 +1,157 @@
-// TODO(issue 4): training_loop actor (stub until implemented)
+// training_job / training_loop actors and the Status <-> caf::error mapping
+// (see training_loop.hpp for the protocol).
+#include "actors/training_loop.hpp"
+
+#include <caf/all.hpp>
+
+#include <memory>
+#include <utility>
+
+#include "log.hpp"
+
+namespace foreman {
+namespace {
+
+const caf::atom_value kForemanCategory = caf::atom("foreman");
+
+// Reads the shared flags at every step boundary and publishes progress; the
+// loop never waits for a message.
+class JobControlHook : public SessionRunHook {
+ public:
+  explicit JobControlHook(std::shared_ptr<internal::TrainingJobShared> shared) : shared_(std::move(shared)) {}
+  std::string name() const override { return "TrainingJobControlHook"; }
+  Status after_create_session(Session* session, Coordinator* /*coord*/) override {
+    StatusOr<int64_t> step = session->GlobalStep();
+    if (step.ok()) shared_->global_step.store(*step);
+    return absl::OkStatus();
+  }
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override {
+    if (shared_->stop_requested.load() || shared_->abort_requested.load()) ctx.request_stop();
+    return SessionRunArgs{};
+  }
+  Status after_run(SessionRunContext& ctx, const SessionRunValues& /*values*/) override {
+    StatusOr<int64_t> step = ctx.session()->GlobalStep();
+    if (step.ok()) shared_->global_step.store(*step);
+    shared_->local_steps.fetch_add(1);
+    if (shared_->stop_requested.load() || shared_->abort_requested.load()) ctx.request_stop();
+    return absl::OkStatus();
+  }
+
+ private:
+  std::shared_ptr<internal::TrainingJobShared> shared_;
+};
+
+Status RunTrainingLoop(caf::actor_system& system, const std::shared_ptr<internal::TrainingJobShared>& shared) {
+  MonitoredTrainingSessionOptions options = shared->job.options;
+  options.runtime.actor_system = &system;
+  options.hooks.push_back(std::make_shared<JobControlHook>(shared));
+  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<MonitoredSession> session, MonitoredTrainingSession(std::move(options)));
+  while (!session->should_stop()) {
+    StatusOr<TensorMap> results = session->run(shared->job.fetches, shared->job.feeds);
+    if (!results.ok()) break;  // close() returns the error (or OK after OUT_OF_RANGE)
+    if (shared->job.on_results) {
+      Status s = InvokeUserCode("TrainingJob::on_results", [&] { return shared->job.on_results(*results); });
+      if (!s.ok()) {
+        // Ends training as a hook error would: close() reports it.
+        session->coordinator()->request_stop(s).IgnoreError();
+        break;
+      }
+    }
+  }
+  if (shared->abort_requested.load()) {
+    session->coordinator()->request_stop(absl::CancelledError("training job was shut down")).IgnoreError();
+  }
+  return session->close();
+}
+
+void training_loop(caf::blocking_actor* self, std::shared_ptr<internal::TrainingJobShared> shared) {
+  Status status = RunTrainingLoop(self->system(), shared);
+  if (!status.ok()) {
+    std::lock_guard<std::mutex> lock(shared->mu);
+    if (shared->error.empty()) shared->error = status.ToString();
+  }
+  FOREMAN_LOG_DEBUG("training_loop finished: {}", status.ToString());
+  self->fail_state(ExitReasonFromStatus(status));
+}
+
+struct JobState {
+  std::shared_ptr<internal::TrainingJobShared> shared;
+  caf::actor loop;
+  bool started = false;
+  caf::error exit_reason;  // set when the job was asked to exit before the loop ended
+  static const char* name;
+};
+const char* JobState::name = "foreman.training_job";
+
+caf::behavior training_job(caf::stateful_actor<JobState>* self, std::shared_ptr<internal::TrainingJobShared> shared) {
+  self->state.shared = shared;
+  // However the job ends (even exit_reason::kill, which cannot be trapped),
+  // the loop sees the abort flag at its next step boundary.
+  self->attach_functor([shared](const caf::error&) { shared->abort_requested.store(true); });
+  self->set_default_handler(caf::drop);
+  auto start = [self] {
+    if (self->state.started) return;
+    self->state.started = true;
+    self->state.loop = self->spawn<caf::monitored>(training_loop, self->state.shared);
+  };
+  self->set_down_handler([self](caf::down_msg& dm) {
+    if (dm.source != self->state.loop) return;
+    self->state.loop = nullptr;
+    self->quit(self->state.exit_reason ? self->state.exit_reason : dm.reason);
+  });
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    self->state.shared->abort_requested.store(true);
+    if (!self->state.loop) {
+      self->quit(em.reason);
+      return;
+    }
+    self->state.exit_reason = em.reason;  // quit once the loop is down
+  });
+  if (shared->job.start_immediately) start();
+  return {
+      [start](start_atom) { start(); },
+      [self](stop_atom) { self->state.shared->stop_requested.store(true); },
+      [self](status_atom) {
+        const auto& s = self->state.shared;
+        std::string state = !self->state.started ? "idle"
+                             : (s->stop_requested.load() || s->abort_requested.load()) ? "stopping"
+                                                                                        : "running";
+        std::string error;
+        {
+          std::lock_guard<std::mutex> lock(s->mu);
+          error = s->error;
+        }
+        return caf::make_message(std::move(state), s->global_step.load(), s->local_steps.load(), std::move(error));
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor SpawnTrainingJob(caf::actor_system& system, TrainingJob job) {
+  auto shared = std::make_shared<internal::TrainingJobShared>();
+  shared->job = std::move(job);
+  return system.spawn(training_job, std::move(shared));
+}
+
+caf::error ExitReasonFromStatus(const Status& status) {
+  if (status.ok()) return caf::error{};
+  return caf::error(static_cast<uint8_t>(status.code()), kForemanCategory,
+                    caf::make_message(std::string(status.message())));
+}
+
+Status StatusFromExitReason(const caf::error& reason) {
+  if (!reason) return absl::OkStatus();
+  if (reason.category() == kForemanCategory) {
+    std::string message;
+    if (reason.context().match_elements<std::string>()) message = reason.context().get_as<std::string>(0);
+    return Status(static_cast<absl::StatusCode>(reason.code()), message);
+  }
+  if (reason == caf::exit_reason::normal) return absl::OkStatus();
+  if (reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::kill) {
+    return absl::CancelledError("training job stopped by " + caf::to_string(reason));
+  }
+  return absl::UnknownError("training job exited with " + caf::to_string(reason));
+}
+
+}  // namespace foreman

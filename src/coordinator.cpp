@@ -65,7 +65,7 @@ Coordinator::~Coordinator() {
     std::lock_guard<std::mutex> l(state_->mu);
     has_runners = !state_->runners.empty();
   }
-  state_->RequestStop(absl::OkStatus());
+  state_->RequestStop(absl::OkStatus()).IgnoreError();
   if (has_runners) join(absl::Seconds(120), /*ignore_live_threads=*/true).IgnoreError();
 }
 

@@ -73,11 +73,12 @@ const char* Described(bool given) { return given ? "given" : "None"; }
 // -- the default saver shared by the Scaffolds of one graph (B91) -------------
 
 /// TF's SAVERS collection: the first Scaffold of a graph that needs a
-/// default saver creates it; later ones in the same graph share it.
+/// default saver creates it; later ones in the same graph share it (with its
+/// retention list) for as long as the graph lives.
 struct DefaultSavers {
   struct Entry {
     std::weak_ptr<Graph> graph;
-    std::weak_ptr<Saver> saver;
+    std::shared_ptr<Saver> saver;
   };
   std::mutex mu;
   std::map<const Graph*, Entry> by_graph;  // guarded by mu
@@ -95,9 +96,7 @@ struct DefaultSavers {
       it = it->second.graph.expired() ? by_graph.erase(it) : std::next(it);
     }
     auto it = by_graph.find(graph.get());
-    if (it != by_graph.end()) {
-      if (std::shared_ptr<Saver> saver = it->second.saver.lock()) return saver;
-    }
+    if (it != by_graph.end()) return it->second.saver;
     SaverOptions options;  // B92: max_to_keep 5
     options.env = config.env;
     options.clock = config.clock;

@@ -323,7 +323,9 @@ TEST_CASE("B20 begin() once per MonitoredSession, after_create_session once per 
   Fixture f;
   auto a = f.Hook("a");
   auto sess = f.Create({a});
-  f.script->on_train = [](int64_t step) { return step == 1 ? absl::AbortedError("preempted") : absl::OkStatus(); };
+  f.script->on_train = [&](int64_t) {
+    return f.script->train_calls == 2 ? absl::AbortedError("preempted") : absl::OkStatus();
+  };
   for (int i = 0; i < 3; ++i) REQUIRE(sess->run({"train_op"}).ok());
   CHECK(sess->recoveries() == 1);
   CHECK(f.log->Count("a.begin") == 1);

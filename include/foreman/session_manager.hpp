@@ -67,7 +67,9 @@ class Scaffold {
   explicit Scaffold(std::shared_ptr<Graph> graph, ScaffoldOptions options = {});
 
   /// B91-B93: fills missing pieces with the defaults (the saver on `config`'s
-  /// env and clock), finalizes the graph. Idempotent.
+  /// env and clock), finalizes the graph. Idempotent. The default saver is
+  /// shared by every Scaffold of the same graph while the graph lives (TF's
+  /// SAVERS collection); given pieces are never shared (B94).
   Status finalize(const SessionConfig& config = {});
   bool finalized() const { return finalized_; }
 
@@ -109,7 +111,10 @@ struct PrepareSessionOptions {
   std::string checkpoint_dir;
   std::string checkpoint_filename_with_path;
   bool wait_for_checkpoint = false;
+  /// Measured on config.clock.
   absl::Duration max_wait = absl::Seconds(7200);
+  /// config.env is where checkpoints are found and read (the saver's env
+  /// too); config.clock times the waits.
   SessionConfig config;
   TensorMap init_feed_dict;
   /// Called as init_fn(session); the Scaffold wraps its own (B94).

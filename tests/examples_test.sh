@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Runs the two example programs (tools/examples) and checks what they print
+# and the checkpoint and event files they leave, reading the files back with
+# `foreman inspect` / `foreman events`.
+# Usage: examples_test.sh FOREMAN SYNC_TRAINING ACTOR_TRAINING
+set -u
+foreman=$1
+sync_training=$2
+actor_training=$3
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+has() { grep -Eq -- "$1" <<<"$2"; }
+count() { grep -Ec -- "$1" <<<"$2"; }
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/examples_test.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+# -- synchronous API -------------------------------------------------------------
+dir=$tmp/sync
+out=$(timeout 120 "$sync_training" "$dir" 200 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "sync_training exited $rc: $out"
+has '^runs: 200$' "$out" || fail "sync_training did not run 200 steps: $out"
+loss=$(sed -n 's/^final loss: //p' <<<"$out")
+[[ -n $loss ]] && awk -v l="$loss" 'BEGIN { exit !(l < 0.001) }' || fail "loss did not converge: '$loss'"
+state=$(cat "$dir/checkpoint" 2>/dev/null)
+has '^model_checkpoint_path: "model.ckpt-200"$' "$state" || fail "state file: $state"
+# Saves at 0 (after_create_session, B103) and every 50 steps (B104); the end
+# does not save 200 twice (B105).
+for step in 0 50 100 150 200; do
+  [[ -f $dir/model.ckpt-$step.index ]] || fail "model.ckpt-$step missing: $(ls "$dir")"
+done
+[[ $(grep -c '^all_model_checkpoint_paths' <<<"$state") -eq 5 ]] || fail "state file should list 5: $state"
+ckpt=$("$foreman" inspect "$dir" --values 2>&1) || fail "inspect: $ckpt"
+has '^global_step +int64 +\[\]$' "$ckpt" || fail "inspect: $ckpt"
+has '^linear/w +float32 +\[\]$' "$ckpt" || fail "inspect: $ckpt"
+events=$("$foreman" events "$dir" 2>&1) || fail "events: $events"
+# Summaries at steps 1, 26, ..., 176 (B115: every 25 from a fresh start).
+[[ $(count 'scalar  loss = ' "$events") -eq 8 ]] || fail "expected 8 loss summaries: $events"
+has '^step 1 .* scalar  loss = ' "$events" || fail "no loss summary at step 1: $events"
+has '^step 1 .* session_log  START' "$events" || fail "no START at step 1: $events"
+has '^step 200 .* session_log  CHECKPOINT' "$events" || fail "no CHECKPOINT at 200: $events"
+has '^step 101 .* scalar  global_step/sec = ' "$events" || fail "no global_step/sec at 101: $events"
+
+# Again on the same directory: restored at 200 = last_step, so no training
+# (spec decision 9), and nothing lost.
+out=$(timeout 120 "$sync_training" "$dir" 200 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "second sync_training exited $rc: $out"
+has '^runs: 0$' "$out" || fail "a finished run trained again: $out"
+has 'Restoring parameters from .*model.ckpt-200' "$out" || fail "no restore log line: $out"
+# Raising the last step continues from 200.
+out=$(timeout 120 "$sync_training" "$dir" 230 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "third sync_training exited $rc: $out"
+has '^runs: 30$' "$out" || fail "resume did not run 30 steps: $out"
+[[ -f $dir/model.ckpt-230.index ]] || fail "no model.ckpt-230 after resuming: $(ls "$dir")"
+# The retention list continued across restarts (B84, H-21): 230 was the 6th,
+# so the oldest (0) is gone and 50 is kept.
+[[ -f $dir/model.ckpt-0.index ]] && fail "model.ckpt-0 kept beyond max_to_keep 5: $(ls "$dir")"
+[[ -f $dir/model.ckpt-50.index ]] || fail "model.ckpt-50 deleted too early: $(ls "$dir")"
+
+# -- actor API -------------------------------------------------------------------
+dir=$tmp/actor
+out=$(timeout 120 "$actor_training" "$dir" 300 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "actor_training exited $rc: $out"
+has '^job state: (running|stopping|idle) \(global_step -?[0-9]+\)$' "$out" || fail "no status reply: $out"
+has '^training job finished: OK$' "$out" || fail "outcome: $out"
+has '^model_checkpoint_path: "model.ckpt-300"$' "$(cat "$dir/checkpoint" 2>/dev/null)" || fail "actor state file"
+[[ -f $dir/model.ckpt-300.index && -f $dir/model.ckpt-100.index ]] || fail "actor checkpoints: $(ls "$dir")"
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "examples OK"
