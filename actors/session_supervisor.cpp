@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -149,19 +150,31 @@ class RuntimeImpl : public Runtime {
   }
 
   Status Start(caf::actor_system* system) {
-    return InvokeUserCode("starting the session's actors", [&] {
-      if (system == nullptr) {
-        own_config_ = std::make_unique<caf::actor_system_config>();
-        const int threads = config_.actor_threads > 0 ? config_.actor_threads : 2;
-        own_config_->set("scheduler.max-threads", static_cast<size_t>(threads));
-        own_system_ = std::make_unique<caf::actor_system>(*own_config_);
-        system = own_system_.get();
-      }
-      system_ = system;
-      auto supervisor = std::make_shared<ChildLink>("session_supervisor");
-      ChildLink::Attach(supervisor, SpawnSessionSupervisor(*system_, cell_));
-      supervisor_ = std::move(supervisor);
-    });
+    // CAF 0.17 leaves a reference to the system's logger in the thread-local
+    // storage of the thread that constructs the system or spawns an actor
+    // from outside any actor, and ~actor_system waits until every such
+    // reference is gone: it hangs forever while that thread lives (e.g. a
+    // close() on another thread than Create(); found by
+    // monitored_training_session_test B16). So both happen on a thread that
+    // ends at once, and the system can be destroyed on any thread.
+    Status status;
+    std::thread([&] {
+      status = InvokeUserCode("starting the session's actors", [&] {
+        if (system == nullptr) {
+          own_config_ = std::make_unique<caf::actor_system_config>();
+          const int threads = config_.actor_threads > 0 ? config_.actor_threads : 2;
+          own_config_->set("scheduler.max-threads", static_cast<size_t>(threads));
+          own_system_ = std::make_unique<caf::actor_system>(*own_config_);
+          system = own_system_.get();
+        }
+        system_ = system;
+        auto supervisor = std::make_shared<ChildLink>("session_supervisor");
+        ChildLink::Attach(supervisor, SpawnSessionSupervisor(*system_, cell_));
+        supervisor_ = std::move(supervisor);
+        caf::logger::set_current_actor_system(nullptr);
+      });
+    }).join();
+    return status;
   }
 
   // -- Services --

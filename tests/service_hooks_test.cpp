@@ -349,6 +349,32 @@ TEST_CASE("B102 CheckpointSaverHook: exactly one of save_secs / save_steps; a ch
   CHECK(CheckpointSaverHook::Create(o).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("B102 CheckpointSaverHook uses the saver it is given, else a default one keeping 5") {
+  MemEnv env;
+  {
+    Harness h(&env);
+    SaverOptions so;
+    so.env = &env;
+    so.max_to_keep = 1;
+    auto options = CheckpointOptions(h, 1);
+    options.saver = std::shared_ptr<Saver>(*Saver::Create(so));
+    h.hooks.push_back(MakeCheckpointHook(options));
+    REQUIRE(h.Begin().ok());
+    h.RunSteps(3);
+    REQUIRE(h.End().ok());
+    CHECK(CheckpointSteps(&env, "/ckpt") == Steps{3});
+  }
+  MemEnv env2;
+  Harness h(&env2);
+  auto options = CheckpointOptions(h, 1);
+  options.checkpoint_dir = "/ckpt2";
+  h.hooks.push_back(MakeCheckpointHook(options));
+  REQUIRE(h.Begin().ok());
+  h.RunSteps(7);
+  REQUIRE(h.End().ok());
+  CHECK(CheckpointSteps(&env2, "/ckpt2") == Steps{3, 4, 5, 6, 7});
+}
+
 TEST_CASE("B109 StepCounterHook: exactly one of every_n_steps / every_n_secs") {
   StepCounterHookOptions o;
   o.every_n_secs = 5;  // every_n_steps keeps its default 100
