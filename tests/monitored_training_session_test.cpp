@@ -586,6 +586,31 @@ TEST_CASE("B165 a worker with no chief polls every recovery_wait_secs and fails 
   ResetInprocTarget(target);
 }
 
+TEST_CASE("B26 H-01 MonitoredTrainingSession exposes the worker's readiness poll interval (recovery_wait_secs)") {
+  CapturedLog captured;
+  const std::string target = "inproc://mts_b26";
+  ResetInprocTarget(target);
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  MonitoredTrainingSessionOptions o;
+  o.graph = MakeGraph(model);
+  o.master = target;
+  o.is_chief = false;
+  o.max_wait_secs = 10;
+  o.recovery_wait_secs = 5;  // TF: fixed at 30 s
+  o.config.clock = &clock;
+  auto created = std::async(std::launch::async, [&] { return MonitoredTrainingSession(o); });
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(clock.BlockUntilWaiters(1, absl::Seconds(20)));
+    clock.Advance(absl::Seconds(5));
+  }
+  REQUIRE(created.wait_for(kWait) == std::future_status::ready);
+  auto sess = created.get();
+  CHECK(absl::IsDeadlineExceeded(sess.status()));
+  CHECK(clock.MonotonicNow() == absl::Seconds(10));
+  ResetInprocTarget(target);
+}
+
 TEST_CASE("B167 H-07 UNAVAILABLE at step 15 with save_checkpoint_steps=10: restored to 10, re-saved, re-run to 11") {
   CapturedLog captured;
   TempDir dir;
