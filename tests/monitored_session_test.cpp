@@ -804,13 +804,19 @@ TEST_CASE("B45 a preemption error inside step_fn re-runs the whole function on a
 TEST_CASE("H-14 only run() calls hooks: run_step_fn's raw session does not") {
   Fixture f;
   auto counting = f.Hook("counting");
-  auto sess = f.Create({counting});
+  LoggingTensorHookOptions lo;
+  lo.tensors = {"loss"};
+  lo.every_n_iter = 100;
+  auto logging = LoggingTensorHook::Create(lo);
+  REQUIRE(logging.ok());
+  auto sess = f.Create({counting, *logging});
   for (int i = 0; i < 3; ++i) REQUIRE(sess->run({"loss"}).ok());
   for (int i = 0; i < 2; ++i) {
     REQUIRE(sess->run_step_fn([](MonitoredStepContext& ctx) { return ctx.session()->Run({"loss"}).status(); }).ok());
   }
   CHECK(f.log->Count("counting.before_run") == 3);
   CHECK(f.log->Count("counting.after_run") == 3);
+  CHECK((*logging)->iteration() == 3);  // auxiliary runs count as iterations (#11971)
   CHECK(sess->close().ok());
 }
 

@@ -132,8 +132,12 @@ class MonitoredSession {
   ///                       (should_stop() is then true; close() returns OK)
   ///   INVALID_ARGUMENT    "Same tensor is fed by two hooks. Conflict(s): ..."
   ///                       / "Same tensor is fed by a SessionRunHook and user. ..." (B32)
-  ///   any other error of the step or a hook: training ends with it; close()
-  ///   returns it too.
+  ///   any other error of the step or a hook: training ends with it (later
+  ///   run() calls are FAILED_PRECONDITION, should_stop() is true); close()
+  ///   returns it too (or an earlier error a service reported).
+  /// ABORTED / UNAVAILABLE are recovered from (decision 2, MonitoredSession
+  /// only): each recovery is logged as a WARNING with the steps it lost;
+  /// once max_recoveries within the window are spent the error is returned.
   StatusOr<TensorMap> run(const std::vector<std::string>& fetches, const TensorMap& feeds = {},
                           const RunOptions& options = {}, RunMetadata* run_metadata = nullptr);
 
@@ -266,7 +270,12 @@ StatusOr<MonitoredTrainingSessionPlan> PlanMonitoredTrainingSession(const Monito
 /// B1-B16: builds the hook list (chief: chief_only_hooks, StepCounterHook,
 /// SummarySaverHook, CheckpointSaverHook, hooks; worker: hooks only) and a
 /// MonitoredSession with a ChiefSessionCreator (restoring from
-/// checkpoint_dir) or a WorkerSessionCreator (max_wait_secs).
+/// checkpoint_dir) or a WorkerSessionCreator (max_wait_secs,
+/// recovery_wait_secs). The default hooks use the config's clock and env and
+/// the scaffold's saver and summary_op; so that they can be built, the
+/// scaffold is finalized first (when a summary or checkpoint hook is added)
+/// and the graph, if it was not finalized, is handed back unfinalized for the
+/// hooks' begin() (B21).
 StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTrainingSessionOptions options);
 
 }  // namespace foreman
