@@ -112,7 +112,7 @@ TEST_CASE("B156 a non-chief Supervisor writes no summaries and no checkpoints") 
         absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_CASE("B157-B158 the chief's services start at once: START, a checkpoint at step 0, a summary") {
+TEST_CASE("B157-B159 the chief's services start at once; stop() writes STOP and no final checkpoint") {
   ManualClock clock;
   TempDir dir;
   std::atomic<int> summary_runs{0};
