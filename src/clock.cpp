@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <set>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -176,6 +177,18 @@ struct ManualClock::Impl {
   int waiters = 0;
   /// Registered waiters, in registration order. Guarded by mu.
   std::vector<Waiter*> awaiters;
+  /// Deadlines of the threads in SleepFor(). Guarded by mu.
+  std::multiset<absl::Duration> sleepers;
+
+  /// Threads blocked for a deadline that has not come yet: a thread an
+  /// Advance() has already released but that has not run yet is not counted.
+  /// REQUIRES: mu held.
+  int Pending() const {
+    if (shutting_down) return 0;
+    int n = static_cast<int>(std::distance(sleepers.upper_bound(monotonic), sleepers.end()));
+    for (const Waiter* w : awaiters) n += !w->picked && w->deadline > monotonic;
+    return n;
+  }
   /// Set by the destructor: every wait ends at once. Guarded by mu.
   bool shutting_down = false;
 };
@@ -225,8 +238,10 @@ void ManualClock::SleepFor(absl::Duration d) {
   std::unique_lock<std::mutex> l(s.mu);
   const absl::Duration deadline = s.monotonic + d;
   ++s.waiters;
+  auto sleeper = s.sleepers.insert(deadline);
   s.changed.notify_all();
   s.changed.wait(l, [&s, deadline] { return s.shutting_down || s.monotonic >= deadline; });
+  s.sleepers.erase(sleeper);
   --s.waiters;
   // Notified under the mutex: once it is released, the destructor may free
   // `s` (this is the thread's last use of the clock).
@@ -317,7 +332,7 @@ int ManualClock::waiters() const {
 bool ManualClock::BlockUntilWaiters(int n, absl::Duration real_timeout) {
   Impl& s = *impl_;
   std::unique_lock<std::mutex> l(s.mu);
-  const auto enough = [&s, n] { return s.waiters >= n; };
+  const auto enough = [&s, n] { return s.Pending() >= n; };
   const absl::Duration timeout =
       std::clamp(real_timeout, absl::ZeroDuration(), kMaxChronoWait);
   return s.changed.wait_until(l, std::chrono::steady_clock::now() + ToSteadyDuration(timeout),

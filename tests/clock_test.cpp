@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -557,6 +558,45 @@ TEST_CASE("Real WaitUntil returns true when another thread sets the condition") 
     CHECK(result);
     CHECK(held);
   }
+}
+
+}  // namespace
+}  // namespace foreman
+
+namespace foreman {
+namespace {
+
+// The pattern tests use to drive a polling thread: wait until it sleeps, then
+// advance. A thread already released by an Advance() but not yet running must
+// not count, or the loop advances twice for one wait and the thread sees time
+// jump by more than one interval.
+TEST_CASE("BlockUntilWaiters does not count a sleeper that Advance already released") {
+  ManualClock clock;
+  constexpr int kRounds = 200;
+  std::vector<absl::Duration> woke_at;
+  std::atomic<bool> done{false};
+  std::thread poller([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      clock.SleepFor(absl::Seconds(1));
+      woke_at.push_back(clock.MonotonicNow());
+    }
+    done = true;
+  });
+  bool all_waited = true;
+  for (int i = 0; i < kRounds && all_waited; ++i) {
+    all_waited = clock.BlockUntilWaiters(1, absl::Seconds(20));
+    clock.Advance(absl::Seconds(1));
+  }
+  // Without the rule the poller needs more Advance() calls than it got: give
+  // them (bounded) so the test fails instead of hanging.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!done && std::chrono::steady_clock::now() < give_up) {
+    if (clock.BlockUntilWaiters(1, absl::Milliseconds(10))) clock.Advance(absl::Seconds(1));
+  }
+  poller.join();
+  CHECK(all_waited);
+  REQUIRE(woke_at.size() == static_cast<std::size_t>(kRounds));
+  for (int i = 0; i < kRounds; ++i) CHECK(woke_at[i] == absl::Seconds(i + 1));
 }
 
 }  // namespace

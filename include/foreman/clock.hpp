@@ -105,8 +105,12 @@ class ManualClock : public Clock {
   /// Threads blocked in SleepFor() or WaitUntil() right now.
   int waiters() const;
   /// Blocks (in real time) until at least `n` threads are blocked in this
-  /// clock, or `real_timeout` passes; returns whether they are. Lets a test
-  /// advance time only once the code under test is waiting.
+  /// clock for a deadline still in the future, or `real_timeout` passes;
+  /// returns whether they are. Lets a test advance time only once the code
+  /// under test is waiting. A thread that an Advance() has released but that
+  /// has not run yet is not counted (waiters() still counts it), so
+  /// "BlockUntilWaiters(1); Advance(d);" in a loop never advances twice for
+  /// one wait.
   bool BlockUntilWaiters(int n, absl::Duration real_timeout);
 
  private:
