@@ -34,7 +34,11 @@ caf::behavior checkpoint_saver(caf::stateful_actor<checkpoint_saver_state>* self
         const absl::Duration took = st.args.clock->MonotonicNow() - start;
         if (!prefix.ok()) {
           Status s = Annotate(prefix.status(), absl::StrCat("saving the checkpoint of step ", ticket.step));
-          self->send(st.args.coordinator, report_atom::value, st.source, s);
+          if (st.args.cell != nullptr) {
+            st.args.cell->Report(st.source, s);
+          } else {
+            self->send(st.args.coordinator, report_atom::value, st.source, s);
+          }
           ticket.Complete(std::move(s), "", took);
           return;
         }

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "atoms.hpp"
+#include "coordinator.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/clock.hpp"
 #include "foreman/env.hpp"
@@ -46,6 +47,11 @@ struct CheckpointSaverArgs {
   std::shared_ptr<FileLock> lock;
   caf::actor summary_writer;  // of `directory`; may be null (no event)
   caf::actor coordinator;
+  /// When set, a failed save is recorded here (Report) before its ticket is
+  /// completed, so that whoever sees the failed ticket also sees the
+  /// runtime's error() (a service failure is never taken for a preemption
+  /// the session could recover from). Else it is sent to `coordinator`.
+  std::shared_ptr<FailureCell> cell;
   Clock* clock = nullptr;     // measures SaveTicket::write_time
 };
 

@@ -208,6 +208,7 @@ class RuntimeImpl : public Runtime {
     args.lock = std::move(lock);
     args.summary_writer = writer->link()->handle();
     args.clock = config_.clock;
+    args.cell = cell_;
     const std::string name = absl::StrCat("checkpoint_saver(", dir, ")");
     FOREMAN_ASSIGN_OR_RETURN(
         auto link, SpawnChildLocked(name, [args](caf::local_actor* parent, const caf::actor& coordinator) mutable {

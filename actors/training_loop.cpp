@@ -26,18 +26,23 @@ class JobControlHook : public SessionRunHook {
     return absl::OkStatus();
   }
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override {
-    if (shared_->stop_requested.load() || shared_->abort_requested.load()) ctx.request_stop();
+    // A shut-down job is not a clean stop: an error ends the run, so close()
+    // calls no end() (no final checkpoint; actor_api.hpp).
+    if (shared_->abort_requested.load()) return Aborted();
+    if (shared_->stop_requested.load()) ctx.request_stop();
     return SessionRunArgs{};
   }
   Status after_run(SessionRunContext& ctx, const SessionRunValues& /*values*/) override {
     StatusOr<int64_t> step = ctx.session()->GlobalStep();
     if (step.ok()) shared_->global_step.store(*step);
     shared_->local_steps.fetch_add(1);
-    if (shared_->stop_requested.load() || shared_->abort_requested.load()) ctx.request_stop();
+    if (shared_->abort_requested.load()) return Aborted();
+    if (shared_->stop_requested.load()) ctx.request_stop();
     return absl::OkStatus();
   }
 
  private:
+  static Status Aborted() { return absl::CancelledError("training job was shut down"); }
   std::shared_ptr<internal::TrainingJobShared> shared_;
 };
 
@@ -53,12 +58,12 @@ Status RunTrainingLoop(caf::actor_system& system, const std::shared_ptr<internal
       Status s = InvokeUserCode("TrainingJob::on_results", [&] { return shared->job.on_results(*results); });
       if (!s.ok()) {
         // Ends training as a hook error would: close() reports it.
-        session->coordinator()->request_stop(s).IgnoreError();
+        if (session->coordinator() != nullptr) session->coordinator()->request_stop(s).IgnoreError();
         break;
       }
     }
   }
-  if (shared->abort_requested.load()) {
+  if (shared->abort_requested.load() && session->coordinator() != nullptr) {
     session->coordinator()->request_stop(absl::CancelledError("training job was shut down")).IgnoreError();
   }
   return session->close();

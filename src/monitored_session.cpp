@@ -276,7 +276,9 @@ Status MonitoredSession::Impl::EnsureSession() {
   while (session == nullptr || coord.load(std::memory_order_acquire) == nullptr) {
     Status s = CreateSession();
     if (s.ok()) return s;
-    if (!recoverable || !IsPreemption(s)) return s;
+    // A service's failure (a save that could not be written) is local: a new
+    // session would not cure it, whatever its code.
+    if (!RecoverableCoordinatorError(s)) return s;
     FOREMAN_RETURN_IF_ERROR(BeginRecovery(s));
   }
   return absl::OkStatus();
@@ -406,7 +408,9 @@ Status MonitoredSession::Impl::RunRecoverably(const std::function<Status()>& att
         if (IsPreemption(cs) && (runtime == nullptr || runtime->error().ok())) s = cs;
       }
     }
-    if (!recoverable || !IsPreemption(s)) return EndWith(s);
+    // A service's failure (e.g. a save that could not be written, whatever
+    // its code) is local: a new session would not cure it (B50's rule).
+    if (!RecoverableCoordinatorError(s)) return EndWith(s);
     Status r = BeginRecovery(s);
     if (!r.ok()) return EndWith(r);
   }
