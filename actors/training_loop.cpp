@@ -15,7 +15,9 @@ namespace {
 const caf::atom_value kForemanCategory = caf::atom("foreman");
 
 // Reads the shared flags at every step boundary and publishes progress; the
-// loop never waits for a message.
+// loop never waits for a message. It also asks for the job's fetches and
+// hands them to on_results in after_run, so an on_results error ends training
+// exactly as a hook error does (no end(), B39).
 class JobControlHook : public SessionRunHook {
  public:
   explicit JobControlHook(std::shared_ptr<internal::TrainingJobShared> shared) : shared_(std::move(shared)) {}
@@ -30,13 +32,21 @@ class JobControlHook : public SessionRunHook {
     // calls no end() (no final checkpoint; actor_api.hpp).
     if (shared_->abort_requested.load()) return Aborted();
     if (shared_->stop_requested.load()) ctx.request_stop();
-    return SessionRunArgs{};
+    SessionRunArgs args;
+    args.fetches = shared_->job.fetches;
+    return args;
   }
-  Status after_run(SessionRunContext& ctx, const SessionRunValues& /*values*/) override {
+  Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override {
     StatusOr<int64_t> step = ctx.session()->GlobalStep();
     if (step.ok()) shared_->global_step.store(*step);
     shared_->local_steps.fetch_add(1);
     if (shared_->abort_requested.load()) return Aborted();
+    if (shared_->job.on_results) {
+      static const TensorMap kNoResults;
+      const TensorMap& results = values.results != nullptr ? *values.results : kNoResults;
+      FOREMAN_RETURN_IF_ERROR(
+          InvokeUserCode("TrainingJob::on_results", [&] { return shared_->job.on_results(results); }));
+    }
     if (shared_->stop_requested.load()) ctx.request_stop();
     return absl::OkStatus();
   }
@@ -51,17 +61,9 @@ Status RunTrainingLoop(caf::actor_system& system, const std::shared_ptr<internal
   options.runtime.actor_system = &system;
   options.hooks.push_back(std::make_shared<JobControlHook>(shared));
   FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<MonitoredSession> session, MonitoredTrainingSession(std::move(options)));
+  // The job's fetches travel through JobControlHook (see there).
   while (!session->should_stop()) {
-    StatusOr<TensorMap> results = session->run(shared->job.fetches, shared->job.feeds);
-    if (!results.ok()) break;  // close() returns the error (or OK after OUT_OF_RANGE)
-    if (shared->job.on_results) {
-      Status s = InvokeUserCode("TrainingJob::on_results", [&] { return shared->job.on_results(*results); });
-      if (!s.ok()) {
-        // Ends training as a hook error would: close() reports it.
-        if (session->coordinator() != nullptr) session->coordinator()->request_stop(s).IgnoreError();
-        break;
-      }
-    }
+    if (!session->run({}, shared->job.feeds).ok()) break;  // close() returns the error (or OK after OUT_OF_RANGE)
   }
   if (shared->abort_requested.load() && session->coordinator() != nullptr) {
     session->coordinator()->request_stop(absl::CancelledError("training job was shut down")).IgnoreError();

@@ -142,7 +142,12 @@ StatusOr<std::unique_ptr<Session>> Supervisor::prepare_or_wait_for_session(const
   return session;
 }
 
-Status Supervisor::start_standard_services(Session* session) {
+Status Supervisor::start_standard_services(Session* session) { return StartServices(session, nullptr); }
+
+// `keep_alive` (may be null) owns `session`: managed_session passes it so a
+// service thread that outlives stop()'s grace period (detached as a
+// straggler) still finds its session alive.
+Status Supervisor::StartServices(Session* session, std::shared_ptr<Session> keep_alive) {
   if (!impl_->options.is_chief) {
     return absl::FailedPreconditionError("start_standard_services: only the chief runs the standard services");
   }
@@ -165,7 +170,7 @@ Status Supervisor::start_standard_services(Session* session) {
 
   if (Enabled(o.save_summaries_secs) && !impl_->summary_op.empty()) {
     std::vector<std::string> summary_op = impl_->summary_op;
-    auto target = [session, writer, summary_op, has_step]() -> Status {
+    auto target = [session, keep_alive, writer, summary_op, has_step]() -> Status {
       FOREMAN_ASSIGN_OR_RETURN(TensorMap out, session->Run(summary_op));
       std::vector<std::string> parts;
       for (const std::string& fetch : summary_op) {
@@ -193,7 +198,7 @@ Status Supervisor::start_standard_services(Session* session) {
       int logged = 0;
     };
     auto counter = std::make_shared<Counter>();
-    auto target = [session, writer, counter, clock]() -> Status {
+    auto target = [session, keep_alive, writer, counter, clock]() -> Status {
       FOREMAN_ASSIGN_OR_RETURN(int64_t step, session->GlobalStep());
       const absl::Duration now = clock->MonotonicNow();
       // A firing that catches up a missed interval (LooperThread keeps TF's
@@ -219,7 +224,7 @@ Status Supervisor::start_standard_services(Session* session) {
   if (Enabled(o.save_model_secs) && impl_->saver != nullptr && has_step) {
     FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<internal::CheckpointService> checkpointer,
                              impl_->runtime->CheckpointSaver(o.logdir, impl_->saver, o.checkpoint_basename));
-    auto target = [session, checkpointer]() -> Status {
+    auto target = [session, keep_alive, checkpointer]() -> Status {
       FOREMAN_ASSIGN_OR_RETURN(int64_t step, session->GlobalStep());
       // Snapshot() holds the values' mutex: the copy happens between steps.
       std::shared_ptr<internal::SaveTicket> ticket = checkpointer->StartSave(session->Snapshot(), step);
@@ -253,9 +258,15 @@ Status Supervisor::stop(bool close_summary_writer, bool ignore_live_threads) {
 Status Supervisor::managed_session(const std::string& master, std::optional<SessionConfig> config,
                                    const std::function<Status(Session&)>& block, bool start_standard_services,
                                    bool close_summary_writer) {
-  StatusOr<std::unique_ptr<Session>> session =
-      prepare_or_wait_for_session(master, std::move(config), /*wait_for_checkpoint=*/false, absl::Seconds(7200),
-                                  start_standard_services);
+  StatusOr<std::shared_ptr<Session>> session = [&]() -> StatusOr<std::shared_ptr<Session>> {
+    FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<Session> created,
+                             prepare_or_wait_for_session(master, std::move(config), /*wait_for_checkpoint=*/false,
+                                                         absl::Seconds(7200), /*start_standard_services=*/false));
+    if (start_standard_services && impl_->options.is_chief) {
+      FOREMAN_RETURN_IF_ERROR(StartServices(created.get(), created));
+    }
+    return created;
+  }();
   if (!session.ok()) {
     // TF: the exception raised inside the `with` goes to request_stop, then
     // stop() re-raises it.

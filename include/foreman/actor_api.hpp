@@ -62,7 +62,8 @@ struct TrainingJob {
   std::vector<std::string> fetches = {"train_op"};
   TensorMap feeds;
   /// Called on the training thread after each successful run with its
-  /// results; an error (or exception) ends training with it.
+  /// results (in an internal hook's after_run); an error (or exception) ends
+  /// training with it as a hook error does: no end(), no final checkpoint.
   std::function<Status(const TensorMap& results)> on_results;
   /// Start without waiting for start_atom.
   bool start_immediately = false;

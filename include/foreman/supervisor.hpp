@@ -93,7 +93,8 @@ class Supervisor {
                                                                  bool start_standard_services = true);
 
   /// B158: starts the chief's services for `session` (idempotent per
-  /// session). FAILED_PRECONDITION for a worker.
+  /// session). FAILED_PRECONDITION for a worker. `session` must outlive
+  /// stop() (managed_session takes care of that for its own session).
   Status start_standard_services(Session* session);
 
   /// B159: request_stop, join (stop_grace_secs), then — even when join
@@ -143,6 +144,7 @@ class Supervisor {
  private:
   struct Impl;
   explicit Supervisor(std::unique_ptr<Impl> impl);
+  Status StartServices(Session* session, std::shared_ptr<Session> keep_alive);
   std::unique_ptr<Impl> impl_;
 };
 
