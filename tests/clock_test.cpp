@@ -23,47 +23,13 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "foreman/logging.hpp"
+#include "support/test_util.hpp"
 
 namespace foreman {
 namespace {
 
-/// Bound on every real-time wait for another thread; generous, since it is
-/// only reached when a test fails.
-constexpr absl::Duration kRealTimeout = absl::Seconds(10);
-
-/// Runs `fn` on a new thread; joins it on destruction.
-class Background {
- public:
-  explicit Background(std::function<void()> fn)
-      : thread_([this, fn = std::move(fn)] {
-          fn();
-          std::lock_guard<std::mutex> l(mu_);
-          done_ = true;
-          cv_.notify_all();
-        }) {}
-  ~Background() { thread_.join(); }
-
-  Background(const Background&) = delete;
-  Background& operator=(const Background&) = delete;
-
-  /// Whether `fn` has returned, waiting for it at most `timeout` (real time).
-  bool WaitDone(absl::Duration timeout) {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, absl::ToChronoMilliseconds(timeout), [this] { return done_; });
-  }
-  /// Whether `fn` has returned, without waiting.
-  bool Done() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return done_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_
-  // Last: starts once the members above exist.
-  std::thread thread_;
-};
+using testing::Background;
+using testing::kRealTimeout;
 
 /// A flag that a thread waits for with WaitUntil.
 struct Flag {

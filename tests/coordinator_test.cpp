@@ -24,44 +24,14 @@
 
 #include "absl/time/time.h"
 #include "foreman/clock.hpp"
+#include "support/test_util.hpp"
 #include "support/log_capture.hpp"
 
 namespace foreman {
 namespace {
 
-/// Bound on every real-time wait for another thread; reached only when a
-/// test fails.
-constexpr absl::Duration kRealTimeout = absl::Seconds(10);
-
-/// Runs `fn` on a new thread; joins it on destruction.
-class Background {
- public:
-  explicit Background(std::function<void()> fn)
-      : thread_([this, fn = std::move(fn)] {
-          fn();
-          std::lock_guard<std::mutex> l(mu_);
-          done_ = true;
-          cv_.notify_all();
-        }) {}
-  ~Background() { thread_.join(); }
-  Background(const Background&) = delete;
-  Background& operator=(const Background&) = delete;
-
-  bool WaitDone(absl::Duration timeout = kRealTimeout) {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, absl::ToChronoMilliseconds(timeout), [this] { return done_; });
-  }
-  bool Done() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return done_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_
-  std::thread thread_;  // last: starts once the members above exist
-};
+using testing::Background;
+using testing::kRealTimeout;
 
 /// A one-shot event another thread waits for in real time.
 class Latch {

@@ -38,16 +38,16 @@
 #include "foreman/mem_env.hpp"
 #include "foreman/session.hpp"
 #include "foreman/variable_store.hpp"
+#include "support/test_util.hpp"
 #include "support/log_capture.hpp"
 
 namespace foreman {
 namespace {
 
-using testing::CapturedLog;
+using testing::Background;
+using testing::kRealTimeout;
 
-/// Bound on every real-time wait for another thread; only reached when a
-/// test fails.
-constexpr absl::Duration kRealTimeout = absl::Seconds(10);
+using testing::CapturedLog;
 
 // -- a small graph ------------------------------------------------------------------
 
@@ -225,36 +225,6 @@ class RecordingHook : public SessionRunHook {
     return absl::OkStatus();
   }
   std::vector<int> trace_levels;
-};
-
-/// Runs `fn` on a new thread; joins it on destruction.
-class Background {
- public:
-  explicit Background(std::function<void()> fn)
-      : thread_([this, fn = std::move(fn)] {
-          fn();
-          std::lock_guard<std::mutex> l(mu_);
-          done_ = true;
-          cv_.notify_all();
-        }) {}
-  ~Background() { thread_.join(); }
-  Background(const Background&) = delete;
-  Background& operator=(const Background&) = delete;
-
-  bool WaitDone(absl::Duration timeout) {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, absl::ToChronoMilliseconds(timeout), [this] { return done_; });
-  }
-  bool Done() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return done_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
 };
 
 /// Advances `clock` by `step` each time a thread sleeps in it, until `done()`

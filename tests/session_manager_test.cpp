@@ -28,54 +28,19 @@
 #include "foreman/checkpoint.hpp"
 #include "foreman/clock.hpp"
 #include "foreman/mem_env.hpp"
+#include "support/test_util.hpp"
 #include "support/log_capture.hpp"
 
 namespace foreman {
 namespace {
 
-using testing::CapturedLog;
+using testing::Background;
+using testing::kRealTimeout;
 
-constexpr absl::Duration kRealTimeout = absl::Seconds(10);
+using testing::CapturedLog;
 
 std::string Msg(const Status& s) { return std::string(s.message()); }
 bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-/// Runs `fn` on a new thread; joins it on destruction. When `fn` sleeps in
-/// `clock`, the destructor first moves the clock on until `fn` returns, so a
-/// failed check does not leave the test hanging.
-class Background {
- public:
-  explicit Background(std::function<void()> fn, ManualClock* clock = nullptr)
-      : clock_(clock), thread_([this, fn = std::move(fn)] {
-          fn();
-          std::lock_guard<std::mutex> l(mu_);
-          done_ = true;
-          cv_.notify_all();
-        }) {}
-  ~Background() {
-    for (int i = 0; clock_ != nullptr && i < 100000 && !WaitDone(absl::Milliseconds(1)); ++i) {
-      clock_->Advance(absl::Hours(1));
-    }
-    thread_.join();
-  }
-  Background(const Background&) = delete;
-  Background& operator=(const Background&) = delete;
-  bool WaitDone(absl::Duration timeout = kRealTimeout) {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, absl::ToChronoMilliseconds(timeout), [this] { return done_; });
-  }
-  bool Done() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return done_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  ManualClock* const clock_;
-  std::thread thread_;
-};
 
 /// Counts calls; a test waits for a count.
 class Counter {

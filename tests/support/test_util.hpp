@@ -3,13 +3,21 @@
 
 #include <stdlib.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <system_error>
+#include <thread>
 
 #include <doctest/doctest.h>
+
+#include "absl/time/time.h"
+#include "foreman/clock.hpp"
 
 namespace foreman::testing {
 
@@ -63,5 +71,49 @@ inline bool HugeAllocationsFail() {
   int mode = 0;
   return !(f >> mode) || mode != 1;
 }
+
+/// Bound on every real-time wait for another thread; generous, since it is
+/// only reached when a test fails.
+inline constexpr absl::Duration kRealTimeout = absl::Seconds(10);
+
+/// Runs `fn` on a new thread; joins it on destruction. When `fn` sleeps in
+/// `clock`, the destructor first moves the clock on until `fn` returns, so a
+/// failed check does not leave the test hanging.
+class Background {
+ public:
+  explicit Background(std::function<void()> fn, ManualClock* clock = nullptr)
+      : clock_(clock), thread_([this, fn = std::move(fn)] {
+          fn();
+          std::lock_guard<std::mutex> l(mu_);
+          done_ = true;
+          cv_.notify_all();
+        }) {}
+  ~Background() {
+    for (int i = 0; clock_ != nullptr && i < 100000 && !WaitDone(absl::Milliseconds(1)); ++i) {
+      clock_->Advance(absl::Hours(1));
+    }
+    thread_.join();
+  }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+
+  /// Whether `fn` has returned, waiting for it at most `timeout` (real time).
+  bool WaitDone(absl::Duration timeout = kRealTimeout) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, absl::ToChronoMilliseconds(timeout), [this] { return done_; });
+  }
+  /// Whether `fn` has returned, without waiting.
+  bool Done() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return done_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  ManualClock* const clock_;
+  std::thread thread_;  // last: starts once the members above exist
+};
 
 }  // namespace foreman::testing
