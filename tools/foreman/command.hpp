@@ -27,4 +27,10 @@ void AddEventsCommand(CLI::App& app, int* exit_code);
 /// inspect_checkpoint): names, dtypes, shapes; optionally values and stats.
 void AddInspectCommand(CLI::App& app, int* exit_code);
 
+/// `foreman train`: trains an MLP on Fashion-MNIST under a
+/// MonitoredTrainingSession (checkpoints, summaries, resume, signals).
+/// Exit codes: 0 done or stopped by a signal after the final checkpoint,
+/// 1 training failed, 2 bad flags/data/incompatible directory, 130 second signal.
+void AddTrainCommand(CLI::App& app, int* exit_code);
+
 }  // namespace foreman::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   foreman::cli::AddDevicesCommand(app, &exit_code);
   foreman::cli::AddEventsCommand(app, &exit_code);
   foreman::cli::AddInspectCommand(app, &exit_code);
+  foreman::cli::AddTrainCommand(app, &exit_code);
 
   try {
     app.parse(argc, argv);

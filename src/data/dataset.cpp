@@ -1,0 +1,1 @@
+// TODO(issue 5): stub

@@ -1,0 +1,2 @@
+// TODO(issue 5): stub
+#include <doctest/doctest.h>
