@@ -197,7 +197,7 @@ Status ValidateFlags(const TrainFlags& f) {
   if (f.prefetch_batches < 1 || f.prefetch_batches > 1024) {
     return Usage(absl::StrCat("--prefetch-batches must be in [1, 1024], got ", f.prefetch_batches));
   }
-  return OkStatus();
+  return absl::OkStatus();
 }
 
 // -- signals ----------------------------------------------------------------------
@@ -295,12 +295,12 @@ class SignalStopHook : public SessionRunHook {
   explicit SignalStopHook(const SignalWatcher* watcher) : watcher_(watcher) {}
   std::string name() const override { return "SignalStopHook"; }
   Status after_create_session(Session*, Coordinator* coord) override {
-    if (watcher_->stop_requested()) coord->request_stop();
-    return OkStatus();
+    if (watcher_->stop_requested()) coord->request_stop().IgnoreError();
+    return absl::OkStatus();
   }
   Status after_run(SessionRunContext& ctx, const SessionRunValues&) override {
     if (watcher_->stop_requested()) ctx.request_stop();
-    return OkStatus();
+    return absl::OkStatus();
   }
 
  private:
@@ -341,7 +341,7 @@ class ProgressHook : public SessionRunHook {
     step_ = step;
     start_ = std::chrono::steady_clock::now();
     rate_start_step_ = step;
-    return OkStatus();
+    return absl::OkStatus();
   }
   StatusOr<SessionRunArgs> before_run(SessionRunContext&) override {
     SessionRunArgs args;
@@ -349,11 +349,11 @@ class ProgressHook : public SessionRunHook {
     return args;
   }
   Status after_run(SessionRunContext&, const SessionRunValues& values) override {
-    if (values.results == nullptr) return OkStatus();
+    if (values.results == nullptr) return absl::OkStatus();
     auto loss = values.results->find("loss");
     auto acc = values.results->find("accuracy");
     auto step = values.results->find(kGlobalStepName);
-    if (loss == values.results->end() || step == values.results->end()) return OkStatus();
+    if (loss == values.results->end() || step == values.results->end()) return absl::OkStatus();
     step_ = step->second.data<int64_t>()[0] + 1;
     loss_ = loss->second.data<float>()[0];
     if (acc != values.results->end()) accuracy_ = acc->second.data<float>()[0];
@@ -370,12 +370,12 @@ class ProgressHook : public SessionRunHook {
       std::fprintf(stderr, "step %lld%s: loss %.4f, batch accuracy %.4f, %.1f steps/s, ETA %s\n",
                    static_cast<long long>(step_), TotalSuffix().c_str(), loss_, accuracy_, rate_, Eta().c_str());
     }
-    return OkStatus();
+    return absl::OkStatus();
   }
   Status end(Session*) override {
     PrintEval();
     if (tty_ && drew_) std::fprintf(stderr, "\n");
-    return OkStatus();
+    return absl::OkStatus();
   }
 
   int64_t steps_trained() const { return step_ - start_step_.value_or(step_); }
@@ -445,30 +445,18 @@ Status WriteInt64(VariableStore& vars, const std::string& name, int64_t value) {
   FOREMAN_ASSIGN_OR_RETURN(Tensor * t, vars.Get(name));
   FOREMAN_RETURN_IF_ERROR(t->CheckType<int64_t>());
   t->data<int64_t>()[0] = value;
-  return OkStatus();
+  return absl::OkStatus();
 }
 
 // Fetches the step answers:
 //   train_op          one batch: forward, backward, optimizer update, global_step += 1
 //   loss, accuracy    of that batch, before the update (float32 scalars)
 //   summaries         loss, accuracy, learning_rate, weight histograms
-//   eval_accuracy, eval_loss, eval_summaries   the whole test set (no update)
+//   eval_accuracy, eval_loss, eval_summaries   the whole test set, with the
+//                     weights after this run's update (no update of its own)
 // OUT_OF_RANGE (end of the last epoch) ends training cleanly.
 Status Step(Model& m, StepContext& ctx) {
   VariableStore& vars = ctx.variables();
-  if (ctx.requested("eval_accuracy") || ctx.requested("eval_loss") || ctx.requested("eval_summaries")) {
-    auto span = ctx.Trace("evaluate");
-    FOREMAN_ASSIGN_OR_RETURN(nn::StepResult r, m.mlp->Evaluate(vars, m.test.features, m.test.labels, ctx.device()));
-    FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(vars));
-    ctx.Set("eval_accuracy", Tensor::Scalar<float>(r.accuracy));
-    ctx.Set("eval_loss", Tensor::Scalar<float>(r.loss));
-    ctx.Set("eval_summaries", Tensor::Scalar<std::string>(MergeSummaries(
-                                  {ScalarSummary("accuracy", r.accuracy), ScalarSummary("loss", r.loss)})));
-    std::lock_guard<std::mutex> lock(m.eval->mu);
-    m.eval->step = step;
-    m.eval->accuracy = r.accuracy;
-    m.eval->loss = r.loss;
-  }
   std::vector<std::string> summaries;
   if (ctx.requested("train_op")) {
     FOREMAN_ASSIGN_OR_RETURN(int64_t epoch, ReadInt64(vars, kEpochVariable));
@@ -491,6 +479,20 @@ Status Step(Model& m, StepContext& ctx) {
     ctx.Set("accuracy", Tensor::Scalar<float>(r.accuracy));
     summaries = {ScalarSummary("loss", r.loss), ScalarSummary("accuracy", r.accuracy)};
   }
+  // After the update: the summary is written at the post-run global_step.
+  if (ctx.requested("eval_accuracy") || ctx.requested("eval_loss") || ctx.requested("eval_summaries")) {
+    auto span = ctx.Trace("evaluate");
+    FOREMAN_ASSIGN_OR_RETURN(nn::StepResult r, m.mlp->Evaluate(vars, m.test.features, m.test.labels, ctx.device()));
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(vars));
+    ctx.Set("eval_accuracy", Tensor::Scalar<float>(r.accuracy));
+    ctx.Set("eval_loss", Tensor::Scalar<float>(r.loss));
+    ctx.Set("eval_summaries", Tensor::Scalar<std::string>(MergeSummaries(
+                                  {ScalarSummary("accuracy", r.accuracy), ScalarSummary("loss", r.loss)})));
+    std::lock_guard<std::mutex> lock(m.eval->mu);
+    m.eval->step = step;
+    m.eval->accuracy = r.accuracy;
+    m.eval->loss = r.loss;
+  }
   if (ctx.requested("summaries")) {
     summaries.push_back(ScalarSummary("learning_rate", m.optimizer.learning_rate));
     for (const std::string& name : m.histogram_variables) {
@@ -500,7 +502,7 @@ Status Step(Model& m, StepContext& ctx) {
     }
     ctx.Set("summaries", Tensor::Scalar<std::string>(MergeSummaries(summaries)));
   }
-  return OkStatus();
+  return absl::OkStatus();
 }
 
 // -- the command ---------------------------------------------------------------------
@@ -545,11 +547,11 @@ Status MergeStoredSettings(const Settings& stored, const CLI::App& cmd, TrainFla
   }
   auto adopt_int = [&](const char* key, const char* flag, int64_t* value) -> Status {
     auto s = get(key);
-    if (!s || given(flag)) return OkStatus();
+    if (!s || given(flag)) return absl::OkStatus();
     if (!absl::SimpleAtoi(*s, value)) {
       return absl::InvalidArgumentError(absl::StrCat(SettingsPath(dir), ": ", key, " '", *s, "' is not a number"));
     }
-    return OkStatus();
+    return absl::OkStatus();
   };
   FOREMAN_RETURN_IF_ERROR(adopt_int("batch_size", "--batch-size", &f.batch_size));
   FOREMAN_RETURN_IF_ERROR(adopt_int("epochs", "--epochs", &f.epochs));
@@ -565,7 +567,7 @@ Status MergeStoredSettings(const Settings& stored, const CLI::App& cmd, TrainFla
     }
     f.learning_rate = v;
   }
-  return OkStatus();
+  return absl::OkStatus();
 }
 
 int RunTrain(const CLI::App& cmd, TrainFlags f) {
@@ -606,6 +608,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   mts.log_step_count_steps = f.log_step_count_steps;
   mts.stop_grace_period_secs = f.stop_grace_period_secs;
   mts.config.intra_op_parallelism_threads = f.threads;
+  mts.graph = std::make_shared<Graph>();  // the real one comes below; the plan checks only the schedules
   if (auto plan = PlanMonitoredTrainingSession(mts); !plan.ok()) return Fail(kExitUsage, "bad flags", plan.status());
 
   // 2. The directory is ours (a second `foreman train` on it is refused).
