@@ -809,6 +809,8 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--prefetch-batches", f.prefetch_batches, "Batches the input pipeline prepares ahead")
       ->capture_default_str();
+  // A flag given twice takes its last value (a script's defaults, then the user's).
+  for (CLI::Option* option : cmd->get_options()) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->callback([cmd, flags, exit_code] { *exit_code = RunTrain(*cmd, *flags); });
 }
 
