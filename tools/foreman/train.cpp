@@ -48,6 +48,7 @@
 #include "foreman/graph.hpp"
 #include "foreman/hooks.hpp"
 #include "foreman/input_pipeline.hpp"
+#include "foreman/logging.hpp"
 #include "foreman/monitored_session.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/session.hpp"
@@ -74,7 +75,7 @@ struct TrainFlags {
   int64_t log_step_count_steps = 100;
   double stop_grace_period_secs = 120;
   int64_t max_steps = 0;
-  int64_t epochs = 10;
+  int64_t epochs = 15;
   int64_t batch_size = 128;
   std::optional<double> learning_rate;
   std::string optimizer = "adam";
@@ -161,13 +162,13 @@ StatusOr<std::vector<int64_t>> ParseHidden(const std::string& text) {
   return dims;
 }
 
-float DefaultLearningRate(nn::OptimizerKind kind) {
+double DefaultLearningRate(nn::OptimizerKind kind) {
   switch (kind) {
-    case nn::OptimizerKind::kSgd: return 0.1f;
-    case nn::OptimizerKind::kMomentum: return 0.01f;
-    case nn::OptimizerKind::kAdam: return 0.001f;
+    case nn::OptimizerKind::kSgd: return 0.1;
+    case nn::OptimizerKind::kMomentum: return 0.01;
+    case nn::OptimizerKind::kAdam: return 0.001;
   }
-  return 0.001f;
+  return 0.001;
 }
 
 Status Usage(const std::string& message) { return absl::InvalidArgumentError(message); }
@@ -595,8 +596,8 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   if (!kind.ok()) return Fail(kExitUsage, "bad flags", Usage(absl::StrCat("--optimizer: ", kind.status().message())));
   config.spec.hidden = *hidden;
   config.optimizer.kind = *kind;
-  config.optimizer.learning_rate =
-      f.learning_rate ? static_cast<float>(*f.learning_rate) : DefaultLearningRate(*kind);
+  const double learning_rate = f.learning_rate ? *f.learning_rate : DefaultLearningRate(*kind);
+  config.optimizer.learning_rate = static_cast<float>(learning_rate);
   if (f.threads == 0) f.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   MonitoredTrainingSessionOptions mts;
@@ -707,10 +708,18 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     s["epochs"] = std::to_string(f.epochs);
     s["max_steps"] = std::to_string(f.max_steps);
     s["threads"] = std::to_string(f.threads);
-    s["learning_rate"] = FormatDouble(config.optimizer.learning_rate);
+    s["learning_rate"] = FormatDouble(learning_rate);
     Status made = env->RecursivelyCreateDir(dir);
     if (made.ok()) made = WriteSettings(env, dir, s);
     if (!made.ok()) return Fail(kExitUsage, "cannot write to the checkpoint directory", made);
+  }
+  // The whole log goes to <dir>/train.log; on a terminal the progress bar
+  // owns stderr, so only warnings and errors are printed there.
+  {
+    LogOptions log;
+    log.file_path = dir + "/train.log";
+    log.stderr_level = tty ? LogLevel::kWarning : LogLevel::kInfo;
+    if (Status s = ConfigureLogging(log); !s.ok()) return Fail(kExitUsage, "cannot write the log", s);
   }
 
   std::fprintf(stderr,
