@@ -366,6 +366,9 @@ TEST_CASE("Dataset::Create rejects bad options and data") {
   LabeledImages floats = Synthetic(4);
   floats.images = Tensor(DataType::kFloat, TensorShape({4, 2, 3}));
   CHECK(absl::IsInvalidArgument(Dataset::Create(std::move(floats), o).status()));
+  LabeledImages no_pixels = Synthetic(4);
+  no_pixels.images = Tensor(DataType::kUInt8, TensorShape({4, 0, 3}));
+  CHECK(absl::IsInvalidArgument(Dataset::Create(std::move(no_pixels), o).status()));
   CHECK(Dataset::Create(Synthetic(4), o).ok());
 }
 
