@@ -119,7 +119,10 @@ Status CheckLogFile(const std::string& path) {
 
 StatusOr<std::vector<std::shared_ptr<spdlog::sinks::sink>>> MakeSinks(const LogOptions& options) {
   std::vector<std::shared_ptr<spdlog::sinks::sink>> sinks;
-  if (options.to_stderr) sinks.push_back(MakeStderrSink());
+  if (options.to_stderr) {
+    sinks.push_back(MakeStderrSink());
+    sinks.back()->set_level(ToSpdlog(options.stderr_level));
+  }
   if (!options.file_path.empty()) {
     FOREMAN_RETURN_IF_ERROR(CheckLogFile(options.file_path));
     try {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -113,6 +114,41 @@ TEST_CASE("A log file gets the messages at or above the level, and none below") 
   REQUIRE(lines.size() == 2);
   CHECK_MESSAGE(MessageOf(lines[0], 'W') == "warn A 4", lines[0]);
   CHECK_MESSAGE(MessageOf(lines[1], 'E') == "error A 5", lines[1]);
+}
+
+TEST_CASE("stderr_level keeps lower messages off stderr while the file gets them all") {
+  RestoreLogging restore;
+  TempDir dir;
+  const std::string path = (dir / "foreman.log");
+  const std::string err_path = (dir / "stderr.txt");
+  LogOptions o;
+  o.level = LogLevel::kInfo;
+  o.stderr_level = LogLevel::kWarning;
+  o.file_path = path;
+  // stderr goes to a file for the duration of the test.
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  REQUIRE(saved >= 0);
+  std::FILE* err = std::fopen(err_path.c_str(), "w");
+  REQUIRE(err != nullptr);
+  REQUIRE(::dup2(::fileno(err), 2) >= 0);
+  const Status s = ConfigureLogging(o);
+  LogOneOfEach("S");
+  (void)ConfigureLogging(FileOnly(path, LogLevel::kInfo));  // flushes and drops the stderr sink
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::fclose(err);
+  REQUIRE_MESSAGE(s.ok(), s.ToString());
+
+  const std::string on_stderr = ReadFile(err_path);
+  CHECK_FALSE(Contains(on_stderr, "info S 3"));
+  CHECK(Contains(on_stderr, "warn S 4"));
+  CHECK(Contains(on_stderr, "error S 5"));
+  const std::string in_file = ReadFile(path);
+  CHECK(Contains(in_file, "info S 3"));
+  CHECK(Contains(in_file, "warn S 4"));
+  CHECK_FALSE(Contains(in_file, "debug S 2"));
 }
 
 TEST_CASE("Level trace lets every message through and level off none") {

@@ -21,6 +21,10 @@ struct LogOptions {
   LogLevel level = LogLevel::kInfo;
   /// Write to stderr.
   bool to_stderr = true;
+  /// stderr gets only messages at or above both `level` and this one (for
+  /// example kWarning while a progress bar owns the terminal and the file
+  /// gets everything at `level`).
+  LogLevel stderr_level = LogLevel::kTrace;
   /// When non-empty, also append to this file (created if missing; its
   /// directory must exist).
   std::string file_path;
