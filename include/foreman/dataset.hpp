@@ -123,7 +123,8 @@ struct DatasetOptions {
 class Dataset {
  public:
   /// Takes `data` (moved in). INVALID_ARGUMENT for batch_size < 1, epochs < 0,
-  /// no examples or more than 2^31 - 1, images not uint8 [N, rows, cols],
+  /// no examples or more than 2^31 - 1, images not uint8 [N, rows, cols]
+  /// with rows, cols >= 1,
   /// labels not uint8 [N].
   static StatusOr<std::shared_ptr<const Dataset>> Create(LabeledImages data, DatasetOptions options);
 

@@ -76,6 +76,10 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::Create(LabeledImages data, Dat
   }
   const int64_t n = data.images.shape().dim(0);
   if (n == 0) return absl::InvalidArgumentError("Dataset: no examples");
+  if (data.images.shape().dim(1) == 0 || data.images.shape().dim(2) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Dataset: images of shape ", data.images.shape().ToString(), " have no pixels"));
+  }
   if (n > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("Dataset: ", n, " examples, more than 2^31 - 1"));
   }

@@ -24,7 +24,8 @@ constexpr int64_t kMaxElements = int64_t{1} << 62;
 std::string HexBytes(absl::string_view bytes) {
   std::string out;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    absl::StrAppendFormat(&out, i == 0 ? "%02x" : " %02x", static_cast<unsigned char>(bytes[i]));
+    if (i > 0) out.push_back(' ');
+    absl::StrAppendFormat(&out, "%02x", static_cast<unsigned char>(bytes[i]));
   }
   return out;
 }

@@ -15,18 +15,18 @@ if [[ ! -f $dir/build.ninja ]]; then
   CC=clang CXX=clang++ meson setup "$dir" -Dfuzz=true -Dtests=false -Dcuda=disabled \
     -Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 fi
-ninja -C "$dir" tests/fuzz/record_fuzzer tests/fuzz/checkpoint_fuzzer tests/fuzz/make_corpus >/dev/null
+ninja -C "$dir" tests/fuzz/record_fuzzer tests/fuzz/checkpoint_fuzzer tests/fuzz/idx_fuzzer tests/fuzz/make_corpus >/dev/null
 
 work=$dir/fuzz-work
 rm -rf "$work/seeds"
-mkdir -p "$work/seeds" "$work/corpus/record" "$work/corpus/checkpoint" "$work/artifacts"
+mkdir -p "$work/seeds" "$work/corpus/record" "$work/corpus/checkpoint" "$work/corpus/idx" "$work/artifacts"
 "$dir/tests/fuzz/make_corpus" "$work/seeds" tests/testdata
 
 # One JSON line per target, in meson's testlog format, for summarize_tests.py.
 results=$work/fuzzlog.json
 : >"$results"
 status=0
-for target in record checkpoint; do
+for target in record checkpoint idx; do
   log=$work/$target.log
   set +e
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
