@@ -637,6 +637,28 @@ TEST_CASE("TrainStep applies AdamOptimizer's update and advances beta1_power, be
   CheckTwoSteps(adam);
 }
 
+TEST_CASE("set_learning_rate changes the rate of the following steps, and rejects what Create rejects") {
+  Pool pool(1);
+  const MlpSpec spec{4, {5}, 3};
+  const Batch b = RandomBatch(6, 4, 3, 4);
+  auto expected_vars = NewStore(spec, Sgd(0.1f), 21);
+  auto expected = NewMlp(spec, Sgd(0.1f));
+  REQUIRE(expected->TrainStep(*expected_vars, b.features, b.labels, pool.device).ok());
+
+  auto vars = NewStore(spec, Sgd(0.3f), 21);
+  auto mlp = NewMlp(spec, Sgd(0.3f));
+  REQUIRE(mlp->set_learning_rate(0.1f).ok());
+  CHECK(mlp->optimizer().learning_rate == 0.1f);
+  CHECK(absl::IsInvalidArgument(mlp->set_learning_rate(0.0f)));
+  CHECK(absl::IsInvalidArgument(mlp->set_learning_rate(std::nanf(""))));
+  CHECK(mlp->optimizer().learning_rate == 0.1f);
+  REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.device).ok());
+  for (const char* name : {"dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"}) {
+    CAPTURE(name);
+    CHECK(Var(*vars, name).Equals(Var(*expected_vars, name)));
+  }
+}
+
 // -- determinism -------------------------------------------------------------------
 
 TEST_CASE("Same seed and thread count give bitwise-equal variables after N steps") {

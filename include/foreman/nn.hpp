@@ -153,6 +153,10 @@ class Mlp {
 
   const MlpSpec& spec() const;
   const OptimizerOptions& optimizer() const;
+  /// The learning rate of the following steps (TF: a learning-rate tensor,
+  /// such as tf.train.exponential_decay's, read by each apply op).
+  /// INVALID_ARGUMENT unless > 0 and finite; the rate is unchanged then.
+  Status set_learning_rate(float learning_rate);
 
  private:
   struct Impl;

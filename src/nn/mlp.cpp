@@ -351,6 +351,14 @@ Mlp::~Mlp() = default;
 const MlpSpec& Mlp::spec() const { return impl_->spec; }
 const OptimizerOptions& Mlp::optimizer() const { return impl_->optimizer; }
 
+Status Mlp::set_learning_rate(float learning_rate) {
+  OptimizerOptions changed = impl_->optimizer;
+  changed.learning_rate = learning_rate;
+  FOREMAN_RETURN_IF_ERROR(ValidateOptimizerOptions(changed));
+  impl_->optimizer = changed;
+  return absl::OkStatus();
+}
+
 StatusOr<std::unique_ptr<Mlp>> Mlp::Create(MlpSpec spec, OptimizerOptions optimizer) {
   FOREMAN_RETURN_IF_ERROR(ValidateMlpSpec(spec));
   FOREMAN_RETURN_IF_ERROR(ValidateOptimizerOptions(optimizer));

@@ -78,6 +78,8 @@ struct TrainFlags {
   int64_t epochs = 15;
   int64_t batch_size = 128;
   std::optional<double> learning_rate;
+  int64_t learning_rate_decay_steps = 1000;
+  double learning_rate_decay_rate = 0.8;
   std::string optimizer = "adam";
   std::string hidden = "256";
   uint64_t seed = 0;
@@ -184,6 +186,13 @@ Status ValidateFlags(const TrainFlags& f) {
   }
   if (f.learning_rate && !(*f.learning_rate > 0 && std::isfinite(*f.learning_rate))) {
     return Usage(absl::StrCat("--learning-rate must be a positive number, got ", *f.learning_rate));
+  }
+  if (f.learning_rate_decay_steps < 0) {
+    return Usage(absl::StrCat("--learning-rate-decay-steps must be >= 0 (0: a constant rate), got ",
+                              f.learning_rate_decay_steps));
+  }
+  if (!(f.learning_rate_decay_rate > 0 && f.learning_rate_decay_rate <= 1)) {
+    return Usage(absl::StrCat("--learning-rate-decay-rate must be in (0, 1], got ", f.learning_rate_decay_rate));
   }
   if (f.threads < 0) return Usage(absl::StrCat("--threads must be >= 0 (0: one per CPU), got ", f.threads));
   if (f.eval_every_steps < 0) {
@@ -429,6 +438,12 @@ class ProgressHook : public SessionRunHook {
 struct Model {
   nn::MlpSpec spec;
   nn::OptimizerOptions optimizer;
+  // TF's tf.train.exponential_decay (staircase=False):
+  //   learning_rate * decay_rate ^ (global_step / decay_steps)
+  double learning_rate = 0.001;
+  int64_t decay_steps = 0;  // 0: constant
+  double decay_rate = 1.0;
+  float current_learning_rate = 0;
   std::unique_ptr<nn::Mlp> mlp;
   std::unique_ptr<data::InputPipeline> pipeline;
   data::Batch test;  // the whole test set, in file order
@@ -467,6 +482,13 @@ Status Step(Model& m, StepContext& ctx) {
       auto span = ctx.Trace("input");
       FOREMAN_ASSIGN_OR_RETURN(batch, m.pipeline->Next(data::DatasetPosition{epoch, index}, m.batch_timeout));
     }
+    FOREMAN_ASSIGN_OR_RETURN(int64_t global_step, GetGlobalStep(vars));
+    double lr = m.learning_rate;
+    if (m.decay_steps > 0) {
+      lr *= std::pow(m.decay_rate, static_cast<double>(global_step) / static_cast<double>(m.decay_steps));
+    }
+    m.current_learning_rate = static_cast<float>(lr);
+    FOREMAN_RETURN_IF_ERROR(m.mlp->set_learning_rate(m.current_learning_rate));
     nn::StepResult r;
     {
       auto span = ctx.Trace("train");
@@ -495,7 +517,7 @@ Status Step(Model& m, StepContext& ctx) {
     m.eval->loss = r.loss;
   }
   if (ctx.requested("summaries")) {
-    summaries.push_back(ScalarSummary("learning_rate", m.optimizer.learning_rate));
+    summaries.push_back(ScalarSummary("learning_rate", m.current_learning_rate));
     for (const std::string& name : m.histogram_variables) {
       FOREMAN_ASSIGN_OR_RETURN(const Tensor* t, static_cast<const VariableStore&>(vars).Get(name));
       FOREMAN_ASSIGN_OR_RETURN(std::string h, HistogramSummary(name, *t));
@@ -557,17 +579,26 @@ Status MergeStoredSettings(const Settings& stored, const CLI::App& cmd, TrainFla
   FOREMAN_RETURN_IF_ERROR(adopt_int("batch_size", "--batch-size", &f.batch_size));
   FOREMAN_RETURN_IF_ERROR(adopt_int("epochs", "--epochs", &f.epochs));
   FOREMAN_RETURN_IF_ERROR(adopt_int("max_steps", "--max-steps", &f.max_steps));
+  FOREMAN_RETURN_IF_ERROR(
+      adopt_int("learning_rate_decay_steps", "--learning-rate-decay-steps", &f.learning_rate_decay_steps));
   int64_t threads = f.threads;
   FOREMAN_RETURN_IF_ERROR(adopt_int("threads", "--threads", &threads));
   f.threads = static_cast<int>(threads);
-  if (auto lr = get("learning_rate"); lr && !given("--learning-rate")) {
-    double v = 0;
-    if (!absl::SimpleAtod(*lr, &v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(SettingsPath(dir), ": learning_rate '", *lr, "' is not a number"));
+  auto adopt_double = [&](const char* key, const char* flag, double* value) -> Status {
+    auto s = get(key);
+    if (!s || given(flag)) return absl::OkStatus();
+    if (!absl::SimpleAtod(*s, value)) {
+      return absl::InvalidArgumentError(absl::StrCat(SettingsPath(dir), ": ", key, " '", *s, "' is not a number"));
     }
+    return absl::OkStatus();
+  };
+  if (get("learning_rate") && !given("--learning-rate")) {
+    double v = 0;
+    FOREMAN_RETURN_IF_ERROR(adopt_double("learning_rate", "--learning-rate", &v));
     f.learning_rate = v;
   }
+  FOREMAN_RETURN_IF_ERROR(
+      adopt_double("learning_rate_decay_rate", "--learning-rate-decay-rate", &f.learning_rate_decay_rate));
   return absl::OkStatus();
 }
 
@@ -645,6 +676,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   auto model = std::make_shared<Model>();
   model->spec = config.spec;
   model->optimizer = config.optimizer;
+  model->learning_rate = learning_rate;
+  model->current_learning_rate = config.optimizer.learning_rate;
+  model->decay_steps = f.learning_rate_decay_steps;
+  model->decay_rate = f.learning_rate_decay_rate;
   model->eval = std::make_shared<EvalRecord>();
   auto mlp = nn::Mlp::Create(config.spec, config.optimizer);
   if (!mlp.ok()) return Fail(kExitUsage, "bad model", mlp.status());
@@ -709,6 +744,8 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     s["max_steps"] = std::to_string(f.max_steps);
     s["threads"] = std::to_string(f.threads);
     s["learning_rate"] = FormatDouble(learning_rate);
+    s["learning_rate_decay_steps"] = std::to_string(f.learning_rate_decay_steps);
+    s["learning_rate_decay_rate"] = FormatDouble(f.learning_rate_decay_rate);
     Status made = env->RecursivelyCreateDir(dir);
     if (made.ok()) made = WriteSettings(env, dir, s);
     if (!made.ok()) return Fail(kExitUsage, "cannot write to the checkpoint directory", made);
@@ -765,6 +802,11 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     std::printf("nothing to train: the restored run already reached its end (--max-steps %lld, --epochs %lld)\n",
                 static_cast<long long>(f.max_steps), static_cast<long long>(f.epochs));
   }
+  const data::InputPipeline::Stats pipeline_stats = model->pipeline->stats();
+  if (pipeline_stats.batches > 0) {
+    std::printf("input pipeline: %lld batches, the step waited for %lld of them\n",
+                static_cast<long long>(pipeline_stats.batches), static_cast<long long>(pipeline_stats.waits));
+  }
   std::printf("checkpoints: %s (latest: %s)\n", dir.c_str(), latest_text.c_str());
   std::printf("events: %s (training), %s/eval (test set)\n", dir.c_str(), dir.c_str());
   if (watcher.stop_requested()) {
@@ -806,6 +848,11 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--batch-size", f.batch_size, "Examples per step")->capture_default_str();
   cmd->add_option("--learning-rate", f.learning_rate,
                   "Default: 0.001 for adam, 0.01 for momentum (0.9), 0.1 for sgd");
+  cmd->add_option("--learning-rate-decay-steps", f.learning_rate_decay_steps,
+                  "TF's exponential_decay: the rate is multiplied by --learning-rate-decay-rate every this many "
+                  "steps, continuously (0: a constant rate)")
+      ->capture_default_str();
+  cmd->add_option("--learning-rate-decay-rate", f.learning_rate_decay_rate, "In (0, 1]")->capture_default_str();
   cmd->add_option("--optimizer", f.optimizer, "sgd | momentum | adam")->capture_default_str();
   cmd->add_option("--hidden", f.hidden, "Hidden layer sizes, comma-separated ('none': softmax regression)")
       ->capture_default_str();
