@@ -56,7 +56,7 @@ check_usage() {
   [[ $rc -eq 2 ]] || fail "train $* exited $rc, expected 2: $out"
   has "$pattern" "$out" || fail "train $*: message should match '$pattern': $out"
 }
-check_usage '--batch-size must be >= 1' --batch-size 0
+check_usage '--batch-size must be in \[1, 1048576\], got 0' --batch-size 0
 check_usage '--optimizer.*sgd.*momentum.*adam|--optimizer.*adam' --optimizer rmsprop
 check_usage '--hidden' --hidden 0
 check_usage '--hidden' --hidden 12,x
@@ -65,6 +65,17 @@ check_usage 'would train forever' --epochs 0 --max-steps 0
 check_usage 'save_checkpoint_secs.*save_checkpoint_steps|save_checkpoint_steps.*save_checkpoint_secs' \
   --save-checkpoint-secs 10 --save-checkpoint-steps 10
 check_usage 'no-such-flag' --no-such-flag
+# The job always checkpoints: TF's "0 disables" would make a signal's final
+# checkpoint a lie.
+check_usage '--save-checkpoint-secs must be a positive number' --save-checkpoint-secs 0
+check_usage '--save-checkpoint-steps must be >= 1' --save-checkpoint-steps -5
+check_usage '--seed must be >= 0' --seed -1
+check_usage '--stop-grace-period-secs must be a positive number' --stop-grace-period-secs inf
+check_usage 'would take [0-9.]+ GiB' --hidden 1048576,1048576
+touch "$tmp/afile"
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/afile" "${small[@]}" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "a file as --checkpoint-dir exited $rc: $out"
+has 'cannot use the checkpoint directory' "$out" || fail "a file as --checkpoint-dir: unclear message: $out"
 [[ -e $tmp/never/checkpoint ]] && fail "a refused run wrote a checkpoint"
 
 # -- 2. bad data: exit 2, naming the file ------------------------------------------
@@ -82,6 +93,7 @@ head -c 100000 "$data/train-images-idx3-ubyte.gz" >"$tmp/bad/train-images-idx3-u
 out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/d0" --data-dir "$tmp/bad" "${small[@]}" 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "truncated data exited $rc: $out"
 has 'train-images-idx3-ubyte.gz' "$out" || fail "truncated data: the file is not named: $out"
+[[ -e $tmp/d0/train_settings.txt ]] && fail "a run refused for its data wrote train_settings.txt"
 
 # -- 3. a short run, and what it leaves -----------------------------------------------
 d=$tmp/run
@@ -105,6 +117,13 @@ out=$("${run[@]}" --max-steps 50 2>&1); rc=$?
 has "Restoring parameters from $d/model.ckpt-30" "$out" || fail "resume did not restore model.ckpt-30: $out"
 has '^trained 20 steps in ' "$out" || fail "resume should train 20 steps: $out"
 "$py" -B "$tools/check_train_run.py" "$d" --step 50 --hidden 32 --batch-size 64 || fail "check_train_run after resume"
+settings=$(cat "$d/train_settings.txt")
+for kv in 'max_steps = 50' 'save_checkpoint_steps = 10' 'save_summaries_steps = 5' "data_dir = $data" 'threads = 1'; do
+  has "^$kv\$" "$settings" || fail "train_settings.txt lacks '$kv': $settings"
+done
+# The same layer sizes written differently are the same model.
+out=$(timeout 120 "$foreman" train --checkpoint-dir "$d" --hidden ' 32' 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "--hidden ' 32' on a --hidden 32 run exited $rc: $out"
 # The stored settings (--max-steps 50 now) make the bare command a no-op.
 out=$(timeout 120 "$foreman" train --checkpoint-dir "$d" 2>&1); rc=$?
 [[ $rc -eq 0 ]] || fail "decision 9 run exited $rc: $out"
@@ -123,6 +142,20 @@ printf 'model_checkpoint_path: "model.ckpt-5"\n' >"$tmp/foreign/checkpoint"
 out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/foreign" "${small[@]}" 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "foreign checkpoints exited $rc: $out"
 has 'did not write' "$out" || fail "foreign checkpoints: unclear message: $out"
+# Checkpoints without their settings file (deleted), or with one edited to
+# another model: refused before training, naming the checkpoint.
+mkdir -p "$tmp/nosettings"
+cp "$d"/model.ckpt-50.* "$tmp/nosettings/"
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/nosettings" "${small[@]}" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "checkpoints without settings exited $rc: $out"
+has 'did not write' "$out" || fail "checkpoints without settings: unclear message: $out"
+cp -r "$d" "$tmp/edited"
+sed -i 's/^hidden = 32$/hidden = 64/' "$tmp/edited/train_settings.txt"
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/edited" --max-steps 60 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "an edited settings file exited $rc: $out"
+has "model.ckpt-50 holds 'dense/kernel' as float32 \\[784,32\\], this model needs float32 \\[784,64\\]" "$out" \
+  || fail "an edited settings file: unclear message: $out"
+has '^hidden = 64$' "$(cat "$tmp/edited/train_settings.txt")" || fail "a refused resume rewrote train_settings.txt"
 printf 'hidden = 32\n' >"$tmp/foreign/train_settings.txt"
 out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/foreign" "${small[@]}" 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "a settings file without optimizer exited $rc: $out"
@@ -134,9 +167,12 @@ d=$tmp/busy
   --save-checkpoint-steps 50 >"$tmp/busy.out" 2>&1 &
 busy=$!; pids+=("$busy")
 wait_for "$d/model.ckpt-50.index" "$busy" || fail "the background run saved no model.ckpt-50: $(cat "$tmp/busy.out")"
-out=$(timeout 60 "$foreman" train --checkpoint-dir "$d" 2>&1); rc=$?
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$d" --hidden 64 --max-steps 100 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "a second train on a busy directory exited $rc: $out"
 has 'checkpoint directory in use' "$out" || fail "busy directory: unclear message: $out"
+settings=$(cat "$d/train_settings.txt")
+has '^hidden = 32$' "$settings" && has '^max_steps = 1000000$' "$settings" \
+  || fail "a refused second train changed the running job's settings: $settings"
 
 # -- 6. SIGTERM: stop at a step boundary, final checkpoint, exit 0 -----------------------
 kill -TERM "$busy"
@@ -168,7 +204,28 @@ has 'second signal' "$(cat "$tmp/twice.out")" || fail "a second signal: no messa
 # What was saved before is intact.
 "$foreman" inspect "$d" >/dev/null 2>&1 || fail "a second signal left no readable checkpoint"
 
-# -- 8. a NaN loss fails the run: exit 1, one line ----------------------------------------------
+# -- 8. a signal while the data loads: taken at once (the read below never ends) --------
+mkdir -p "$tmp/stuck"
+cp "$data"/t10k-*.gz "$data"/train-labels-idx1-ubyte.gz "$tmp/stuck/"
+mkfifo "$tmp/stuck/train-images-idx3-ubyte.gz"
+"$foreman" train --checkpoint-dir "$tmp/stuckrun" --data-dir "$tmp/stuck" "${small[@]}" \
+  --stop-grace-period-secs 1 >"$tmp/stuck.out" 2>&1 &
+stuck=$!; pids+=("$stuck")
+# Signals are safe to send once the job blocks them (SigBlk bit 15: SIGTERM).
+for ((i = 0; i < 1200; i++)); do
+  blk=$(sed -n 's/^SigBlk:\t//p' "/proc/$stuck/status" 2>/dev/null)
+  [[ -n $blk ]] && (( (16#$blk >> 14) & 1 )) && break
+  sleep 0.05
+done
+kill -TERM "$stuck"
+wait_exit "$stuck"; rc=$exit_rc
+out=$(cat "$tmp/stuck.out")
+[[ $rc == 1 ]] || fail "a signal while loading: exited $rc, expected 1 after the grace period: $out"
+has 'SIGTERM received' "$out" || fail "a signal while loading was not taken: $out"
+has 'not saved within --stop-grace-period-secs=1' "$out" || fail "a signal while loading: no grace message: $out"
+[[ -e $tmp/stuckrun/train_settings.txt ]] && fail "a run stopped while loading wrote its settings"
+
+# -- 9. a NaN loss fails the run: exit 1, one line ----------------------------------------------
 out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/nan" "${small[@]}" --optimizer sgd \
       --learning-rate 1e30 --max-steps 200 2>&1); rc=$?
 [[ $rc -eq 1 ]] || fail "NaN loss exited $rc, expected 1: $out"

@@ -16,6 +16,7 @@
 // and resumed therefore ends with the same weights as an uninterrupted one
 // (same seed and --threads).
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -42,6 +43,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "command.hpp"
+#include "train_settings.hpp"
+#include "foreman/bundle.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/dataset.hpp"
 #include "foreman/env.hpp"
@@ -58,157 +61,9 @@
 namespace foreman::cli {
 namespace {
 
-constexpr char kSettingsFile[] = "train_settings.txt";
 constexpr char kEpochVariable[] = "input_pipeline/epoch";
 constexpr char kIndexVariable[] = "input_pipeline/index";
 constexpr int kExitSecondSignal = 130;
-
-// -- settings -----------------------------------------------------------------
-
-struct TrainFlags {
-  std::string checkpoint_dir = "foreman-train";
-  std::string data_dir = data::kFashionMnistDir;
-  std::optional<double> save_checkpoint_secs;
-  std::optional<int64_t> save_checkpoint_steps;
-  std::optional<int64_t> save_summaries_steps;
-  std::optional<double> save_summaries_secs;
-  int64_t log_step_count_steps = 100;
-  double stop_grace_period_secs = 120;
-  int64_t max_steps = 0;
-  int64_t epochs = 15;
-  int64_t batch_size = 128;
-  std::optional<double> learning_rate;
-  int64_t learning_rate_decay_steps = 1000;
-  double learning_rate_decay_rate = 0.8;
-  std::string optimizer = "adam";
-  std::string hidden = "256";
-  uint64_t seed = 0;
-  int threads = 0;
-  int64_t eval_every_steps = 500;
-  int64_t prefetch_batches = 4;
-};
-
-// A run's stored settings: key = value lines. The model-defining ones must
-// not change on resume; the others may (the new value is used and stored).
-using Settings = std::map<std::string, std::string>;
-const std::vector<std::string>& ModelDefiningKeys() {
-  static const std::vector<std::string> keys = {"hidden", "optimizer", "seed"};
-  return keys;
-}
-
-std::string SettingsPath(const std::string& dir) { return dir + "/" + kSettingsFile; }
-
-StatusOr<std::optional<Settings>> ReadSettings(Env* env, const std::string& dir) {
-  const std::string path = SettingsPath(dir);
-  if (!env->FileExists(path).ok()) return std::optional<Settings>();
-  FOREMAN_ASSIGN_OR_RETURN(std::string text, env->ReadFileToString(path));
-  Settings settings;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line[0] == '#') continue;
-    std::vector<std::string> kv = absl::StrSplit(line, absl::MaxSplits('=', 1));
-    if (kv.size() != 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", line_number, ": expected 'key = value', found '", line, "'"));
-    }
-    settings[std::string(absl::StripAsciiWhitespace(kv[0]))] = std::string(absl::StripAsciiWhitespace(kv[1]));
-  }
-  for (const std::string& key : ModelDefiningKeys()) {
-    if (settings.count(key) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": missing '", key, "'"));
-    }
-  }
-  return std::optional<Settings>(std::move(settings));
-}
-
-Status WriteSettings(Env* env, const std::string& dir, const Settings& settings) {
-  std::string text =
-      "# foreman train: the settings of the run in this directory (read when it resumes).\n"
-      "# hidden, optimizer and seed define the model and its data order: they cannot change.\n";
-  for (const auto& [key, value] : settings) absl::StrAppend(&text, key, " = ", value, "\n");
-  // Written as the checkpoints are: a temporary file, synced, then renamed.
-  const std::string path = SettingsPath(dir);
-  const std::string tmp = path + ".tmp";
-  FOREMAN_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp));
-  FOREMAN_RETURN_IF_ERROR(file->Append(text));
-  FOREMAN_RETURN_IF_ERROR(file->Sync());
-  FOREMAN_RETURN_IF_ERROR(file->Close());
-  FOREMAN_RETURN_IF_ERROR(env->RenameFile(tmp, path));
-  return env->SyncDir(dir);
-}
-
-std::string FormatDouble(double v) { return absl::StrFormat("%.17g", v); }
-
-// -- validated configuration ----------------------------------------------------
-
-struct TrainConfig {
-  TrainFlags flags;
-  nn::MlpSpec spec;
-  nn::OptimizerOptions optimizer;
-  Settings settings;  // what is stored in the directory
-};
-
-StatusOr<std::vector<int64_t>> ParseHidden(const std::string& text) {
-  std::vector<int64_t> dims;
-  if (text.empty() || text == "none") return dims;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int64_t d = 0;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &d) || d < 1 || d > (1 << 20)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--hidden: '", text, "' is not a comma-separated list of layer sizes in [1, 1048576] (or 'none')"));
-    }
-    dims.push_back(d);
-  }
-  return dims;
-}
-
-double DefaultLearningRate(nn::OptimizerKind kind) {
-  switch (kind) {
-    case nn::OptimizerKind::kSgd: return 0.1;
-    case nn::OptimizerKind::kMomentum: return 0.01;
-    case nn::OptimizerKind::kAdam: return 0.001;
-  }
-  return 0.001;
-}
-
-Status Usage(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-// Checks the flags on their own (INVALID_ARGUMENT naming the flag).
-Status ValidateFlags(const TrainFlags& f) {
-  if (f.checkpoint_dir.empty()) return Usage("--checkpoint-dir must not be empty");
-  if (f.batch_size < 1) return Usage(absl::StrCat("--batch-size must be >= 1, got ", f.batch_size));
-  if (f.epochs < 0) return Usage(absl::StrCat("--epochs must be >= 0 (0: no limit), got ", f.epochs));
-  if (f.max_steps < 0) return Usage(absl::StrCat("--max-steps must be >= 0 (0: no limit), got ", f.max_steps));
-  if (f.epochs == 0 && f.max_steps == 0) {
-    return Usage("--epochs 0 and --max-steps 0 would train forever: set one of them");
-  }
-  if (f.learning_rate && !(*f.learning_rate > 0 && std::isfinite(*f.learning_rate))) {
-    return Usage(absl::StrCat("--learning-rate must be a positive number, got ", *f.learning_rate));
-  }
-  if (f.learning_rate_decay_steps < 0) {
-    return Usage(absl::StrCat("--learning-rate-decay-steps must be >= 0 (0: a constant rate), got ",
-                              f.learning_rate_decay_steps));
-  }
-  if (!(f.learning_rate_decay_rate > 0 && f.learning_rate_decay_rate <= 1)) {
-    return Usage(absl::StrCat("--learning-rate-decay-rate must be in (0, 1], got ", f.learning_rate_decay_rate));
-  }
-  if (f.threads < 0) return Usage(absl::StrCat("--threads must be >= 0 (0: one per CPU), got ", f.threads));
-  if (f.eval_every_steps < 0) {
-    return Usage(absl::StrCat("--eval-every-steps must be >= 0 (0: only at the end), got ", f.eval_every_steps));
-  }
-  if (f.log_step_count_steps < 0) {
-    return Usage(absl::StrCat("--log-step-count-steps must be >= 0, got ", f.log_step_count_steps));
-  }
-  if (!(f.stop_grace_period_secs > 0)) {
-    return Usage(absl::StrCat("--stop-grace-period-secs must be > 0, got ", f.stop_grace_period_secs));
-  }
-  if (f.prefetch_batches < 1 || f.prefetch_batches > 1024) {
-    return Usage(absl::StrCat("--prefetch-batches must be in [1, 1024], got ", f.prefetch_batches));
-  }
-  return absl::OkStatus();
-}
 
 // -- signals ----------------------------------------------------------------------
 
@@ -216,17 +71,20 @@ const char* SignalName(int sig) {
   switch (sig) {
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
     default: return "a signal";
   }
 }
 
-// SIGINT / SIGTERM are blocked in every thread and taken by one watcher
-// thread with sigwait (no async-signal-safety concerns): the first asks
-// training to stop at the next step boundary, a second exits at once (130),
-// and a stop that takes longer than the grace period exits 1.
+// SIGINT, SIGTERM and SIGHUP are blocked in every thread and taken by one
+// watcher thread with sigwait (so no async-signal-safety concerns). The first
+// asks training to stop at the next step boundary; a second exits at once
+// (130); a stop whose final checkpoint is not saved within the grace period
+// exits 1. Once the final checkpoint is saved the grace timer is off (the
+// final test-set evaluation may take what it takes).
 class SignalWatcher {
  public:
-  // Must run before any other thread exists, so that they all inherit the mask.
+  // Before any other thread exists, so that they all inherit the mask.
   static void BlockSignals() {
     sigset_t set = Set();
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
@@ -240,8 +98,16 @@ class SignalWatcher {
     pthread_kill(thread_.native_handle(), SIGUSR1);
     thread_.join();
   }
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+
   bool stop_requested() const { return signal_.load() != 0; }
   int signal_number() const { return signal_.load(); }
+  // The final checkpoint is durable: the grace period no longer applies.
+  void FinalCheckpointSaved() {
+    saved_.store(true);
+    pthread_kill(thread_.native_handle(), SIGUSR1);
+  }
 
  private:
   static sigset_t Set() {
@@ -249,7 +115,8 @@ class SignalWatcher {
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);  // wakes the watcher (FinalCheckpointSaved, the destructor)
     return set;
   }
 
@@ -267,26 +134,30 @@ class SignalWatcher {
       std::fflush(stderr);
       break;
     }
-    if (done_.load()) return;
-    // Second phase: a second signal, or the grace period running out.
+    // A second signal, or the grace period running out before the final
+    // checkpoint is saved.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_secs_);
     while (!done_.load()) {
       const auto left = deadline - std::chrono::steady_clock::now();
-      if (left <= std::chrono::steady_clock::duration::zero()) {
+      if (!saved_.load() && left <= std::chrono::steady_clock::duration::zero()) {
         std::fprintf(stderr,
-                     "foreman train: did not stop within --stop-grace-period-secs=%g; exiting without a final "
-                     "checkpoint\n",
+                     "foreman train: the final checkpoint was not saved within --stop-grace-period-secs=%g; "
+                     "exiting (the checkpoints saved before are intact)\n",
                      grace_secs_);
         std::fflush(stderr);
         _exit(kExitFailed);
       }
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-      timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-      sig = sigtimedwait(&set, nullptr, &ts);
+      if (saved_.load()) {
+        if (sigwait(&set, &sig) != 0) return;
+      } else {
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+        timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+        sig = sigtimedwait(&set, nullptr, &ts);
+      }
       if (done_.load()) return;
-      if (sig == SIGINT || sig == SIGTERM) {
-        std::fprintf(stderr, "foreman train: second signal (%s): exiting now, without a final checkpoint\n",
-                     SignalName(sig));
+      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+        std::fprintf(stderr, "foreman train: second signal (%s): exiting now, %s\n", SignalName(sig),
+                     saved_.load() ? "after the final checkpoint" : "without a final checkpoint");
         std::fflush(stderr);
         _exit(kExitSecondSignal);
       }
@@ -295,14 +166,17 @@ class SignalWatcher {
 
   const double grace_secs_;
   std::atomic<bool> done_{false};
+  std::atomic<bool> saved_{false};
   std::atomic<int> signal_{0};
   std::thread thread_;
 };
 
-// Requests a stop after the run during which a signal arrived.
+// Requests a stop after the run during which a signal arrived. As the first
+// of the job's hooks, its end() runs right after the CheckpointSaverHook's,
+// which has waited for the final checkpoint.
 class SignalStopHook : public SessionRunHook {
  public:
-  explicit SignalStopHook(const SignalWatcher* watcher) : watcher_(watcher) {}
+  explicit SignalStopHook(SignalWatcher* watcher) : watcher_(watcher) {}
   std::string name() const override { return "SignalStopHook"; }
   Status after_create_session(Session*, Coordinator* coord) override {
     if (watcher_->stop_requested()) coord->request_stop().IgnoreError();
@@ -312,9 +186,13 @@ class SignalStopHook : public SessionRunHook {
     if (watcher_->stop_requested()) ctx.request_stop();
     return absl::OkStatus();
   }
+  Status end(Session*) override {
+    watcher_->FinalCheckpointSaved();
+    return absl::OkStatus();
+  }
 
  private:
-  const SignalWatcher* watcher_;
+  SignalWatcher* watcher_;
 };
 
 // -- progress -----------------------------------------------------------------------
@@ -444,6 +322,7 @@ struct Model {
   int64_t decay_steps = 0;  // 0: constant
   double decay_rate = 1.0;
   float current_learning_rate = 0;
+  int64_t examples = 0;  // trained on by this process
   std::unique_ptr<nn::Mlp> mlp;
   std::unique_ptr<data::InputPipeline> pipeline;
   data::Batch test;  // the whole test set, in file order
@@ -494,6 +373,7 @@ Status Step(Model& m, StepContext& ctx) {
       auto span = ctx.Trace("train");
       FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, batch.features, batch.labels, ctx.device()));
     }
+    m.examples += batch.labels.num_elements();
     FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kEpochVariable, batch.next.epoch));
     FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kIndexVariable, batch.next.index));
     FOREMAN_RETURN_IF_ERROR(IncrementGlobalStep(vars).status());
@@ -530,106 +410,139 @@ Status Step(Model& m, StepContext& ctx) {
 
 // -- the command ---------------------------------------------------------------------
 
-struct Outcome {
-  int exit_code = kExitOk;
-};
-
 int Fail(int code, const std::string& what, const Status& s) {
   std::fprintf(stderr, "foreman train: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
   return code;
 }
 
-// Merges the flags with the directory's stored settings: flags not given on
-// the command line take the stored values; a model-defining flag given with
-// a different value is an error (exit 2).
-Status MergeStoredSettings(const Settings& stored, const CLI::App& cmd, TrainFlags& f, const std::string& dir) {
-  auto given = [&](const std::string& flag) { return cmd.count(flag) > 0; };
-  auto get = [&](const std::string& key) -> std::optional<std::string> {
-    auto it = stored.find(key);
-    if (it == stored.end()) return std::nullopt;
-    return it->second;
-  };
-  struct Fixed {
-    const char* key;
-    const char* flag;
-    std::string* value;
-  };
-  std::string seed_text = std::to_string(f.seed);
-  for (Fixed fixed : {Fixed{"hidden", "--hidden", &f.hidden}, Fixed{"optimizer", "--optimizer", &f.optimizer},
-                      Fixed{"seed", "--seed", &seed_text}}) {
-    const std::string stored_value = *get(fixed.key);
-    if (given(fixed.flag) && *fixed.value != stored_value) {
+// CPUs this process may run on (taskset, cgroups' cpusets), as TF counts them.
+int UsableCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Bytes of the model's variables: weights and biases, and the optimizer's slots.
+double ModelBytes(const nn::MlpSpec& spec, nn::OptimizerKind kind) {
+  double params = 0;
+  int64_t in = spec.input_dim;
+  for (int64_t out : spec.hidden) {
+    params += static_cast<double>(in + 1) * static_cast<double>(out);
+    in = out;
+  }
+  params += static_cast<double>(in + 1) * static_cast<double>(spec.num_classes);
+  const int copies = kind == nn::OptimizerKind::kAdam ? 3 : kind == nn::OptimizerKind::kMomentum ? 2 : 1;
+  return params * copies * sizeof(float);
+}
+
+// A directory without a settings file may still hold checkpoints (a settings
+// file deleted, another program's run): foreman train did not write them.
+StatusOr<bool> HoldsCheckpoints(Env* env, const std::string& dir) {
+  if (env->FileExists(dir + "/checkpoint").ok()) return true;
+  auto children = env->GetChildren(dir);
+  if (!children.ok()) return absl::IsNotFound(children.status()) ? StatusOr<bool>(false) : children.status();
+  for (const std::string& name : *children) {
+    if (absl::StartsWith(name, "model.ckpt-")) return true;
+  }
+  return false;
+}
+
+// The checkpoint a resumed run will restore must hold this model's variables
+// with these dtypes and shapes (a hand-edited or replaced settings file would
+// otherwise fail in the middle of training). FAILED_PRECONDITION naming the
+// checkpoint, the variable and both shapes. A checkpoint that cannot be read
+// is left to the restore, which falls back to an older one (decision 7).
+Status CheckCheckpointMatches(Env* env, const std::string& dir, const Graph& graph) {
+  auto latest = LatestCheckpoint(env, dir);
+  if (!latest.ok() || !latest->has_value()) return absl::OkStatus();
+  auto reader = BundleReader::Open(env, **latest);
+  if (!reader.ok()) return absl::OkStatus();
+  for (const VariableDef& def : graph.variables()) {
+    if (def.local) continue;
+    auto initial = def.initializer();
+    if (!initial.ok()) return initial.status();
+    auto entry = (*reader)->GetEntry(def.name);
+    if (!entry.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(**latest, " has no variable '", def.name,
+                                                        "' of this model: it holds another run; use another "
+                                                        "--checkpoint-dir"));
+    }
+    if (entry->dtype != initial->dtype() || entry->shape != initial->shape()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          dir, " holds a run with ", fixed.flag, " ", stored_value, " (", SettingsPath(dir), "), not ", *fixed.value,
-          ": use another --checkpoint-dir, or the same ", fixed.flag, " to resume it"));
+          **latest, " holds '", def.name, "' as ", DataTypeName(entry->dtype), " ", entry->shape.ToString(),
+          ", this model needs ", DataTypeName(initial->dtype()), " ", initial->shape().ToString(), " (",
+          kTrainSettingsFile, " does not describe these checkpoints); use another --checkpoint-dir"));
     }
-    *fixed.value = stored_value;
   }
-  if (!absl::SimpleAtoi(seed_text, &f.seed)) {
-    return absl::InvalidArgumentError(absl::StrCat(SettingsPath(dir), ": seed '", seed_text, "' is not a number"));
-  }
-  auto adopt_int = [&](const char* key, const char* flag, int64_t* value) -> Status {
-    auto s = get(key);
-    if (!s || given(flag)) return absl::OkStatus();
-    if (!absl::SimpleAtoi(*s, value)) {
-      return absl::InvalidArgumentError(absl::StrCat(SettingsPath(dir), ": ", key, " '", *s, "' is not a number"));
-    }
-    return absl::OkStatus();
-  };
-  FOREMAN_RETURN_IF_ERROR(adopt_int("batch_size", "--batch-size", &f.batch_size));
-  FOREMAN_RETURN_IF_ERROR(adopt_int("epochs", "--epochs", &f.epochs));
-  FOREMAN_RETURN_IF_ERROR(adopt_int("max_steps", "--max-steps", &f.max_steps));
-  FOREMAN_RETURN_IF_ERROR(
-      adopt_int("learning_rate_decay_steps", "--learning-rate-decay-steps", &f.learning_rate_decay_steps));
-  int64_t threads = f.threads;
-  FOREMAN_RETURN_IF_ERROR(adopt_int("threads", "--threads", &threads));
-  f.threads = static_cast<int>(threads);
-  auto adopt_double = [&](const char* key, const char* flag, double* value) -> Status {
-    auto s = get(key);
-    if (!s || given(flag)) return absl::OkStatus();
-    if (!absl::SimpleAtod(*s, value)) {
-      return absl::InvalidArgumentError(absl::StrCat(SettingsPath(dir), ": ", key, " '", *s, "' is not a number"));
-    }
-    return absl::OkStatus();
-  };
-  if (get("learning_rate") && !given("--learning-rate")) {
-    double v = 0;
-    FOREMAN_RETURN_IF_ERROR(adopt_double("learning_rate", "--learning-rate", &v));
-    f.learning_rate = v;
-  }
-  FOREMAN_RETURN_IF_ERROR(
-      adopt_double("learning_rate_decay_rate", "--learning-rate-decay-rate", &f.learning_rate_decay_rate));
   return absl::OkStatus();
+}
+
+std::string Architecture(const nn::MlpSpec& spec) {
+  std::vector<int64_t> dims = {spec.input_dim};
+  dims.insert(dims.end(), spec.hidden.begin(), spec.hidden.end());
+  dims.push_back(spec.num_classes);
+  return absl::StrJoin(dims, "-");
 }
 
 int RunTrain(const CLI::App& cmd, TrainFlags f) {
   SignalWatcher::BlockSignals();
+  // From here on a signal is taken by the watcher, also while the data loads.
+  SignalWatcher watcher(f.stop_grace_period_secs);
   Env* env = Env::Default();
   const std::string& dir = f.checkpoint_dir;
+  auto stopped_early = [&] {
+    std::printf("stopped by %s before training started; nothing was changed in %s\n",
+                SignalName(watcher.signal_number()), dir.c_str());
+    return kExitOk;
+  };
 
-  // 1. Flags, and the directory's stored settings.
-  if (Status s = ValidateFlags(f); !s.ok()) return Fail(kExitUsage, "bad flags", s);
-  auto stored = ReadSettings(env, dir);
-  if (!stored.ok()) return Fail(kExitUsage, "cannot resume", stored.status());
-  if (stored->has_value()) {
-    if (Status s = MergeStoredSettings(**stored, cmd, f, dir); !s.ok()) return Fail(kExitUsage, "cannot resume", s);
-    if (Status s = ValidateFlags(f); !s.ok()) return Fail(kExitUsage, "bad stored settings", s);
-  } else if (env->FileExists(dir + "/checkpoint").ok()) {
-    return Fail(kExitUsage, "cannot resume",
-                absl::FailedPreconditionError(absl::StrCat(
-                    dir, " holds checkpoints that foreman train did not write (no ", kSettingsFile,
-                    "): use another --checkpoint-dir")));
+  // 1. Flags; the directory is ours until the session's checkpoint saver
+  //    takes it over (a second `foreman train` is refused before it reads or
+  //    writes anything).
+  if (Status s = ValidateTrainFlags(f); !s.ok()) return Fail(kExitUsage, "bad flags", s);
+  auto lock = LockCheckpointDirectory(env, dir);
+  if (!lock.ok()) {
+    return Fail(kExitUsage,
+                absl::StrContains(lock.status().message(), "in use") ? "checkpoint directory in use"
+                                                                     : "cannot use the checkpoint directory",
+                lock.status());
   }
-  TrainConfig config;
-  auto hidden = ParseHidden(f.hidden);
-  if (!hidden.ok()) return Fail(kExitUsage, "bad flags", hidden.status());
-  auto kind = nn::ParseOptimizerKind(f.optimizer);
-  if (!kind.ok()) return Fail(kExitUsage, "bad flags", Usage(absl::StrCat("--optimizer: ", kind.status().message())));
-  config.spec.hidden = *hidden;
-  config.optimizer.kind = *kind;
-  const double learning_rate = f.learning_rate ? *f.learning_rate : DefaultLearningRate(*kind);
-  config.optimizer.learning_rate = static_cast<float>(learning_rate);
-  if (f.threads == 0) f.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  // 2. The directory's stored settings.
+  auto stored = ReadTrainSettings(env, dir);
+  if (!stored.ok()) return Fail(kExitUsage, "cannot resume", stored.status());
+  const bool resuming = stored->has_value();
+  if (resuming) {
+    std::vector<std::string> notes;
+    if (Status s = ResolveTrainFlags(**stored, cmd, dir, f, &notes); !s.ok()) return Fail(kExitUsage, "cannot resume", s);
+    if (Status s = ValidateTrainFlags(f); !s.ok()) {
+      return Fail(kExitUsage, absl::StrCat("bad settings (flags and ", dir, "/", kTrainSettingsFile, ")"), s);
+    }
+    for (const std::string& note : notes) std::fprintf(stderr, "foreman train: note: %s\n", note.c_str());
+  } else {
+    auto foreign = HoldsCheckpoints(env, dir);
+    if (!foreign.ok()) return Fail(kExitUsage, "cannot use the checkpoint directory", foreign.status());
+    if (*foreign) {
+      return Fail(kExitUsage, "cannot resume",
+                  absl::FailedPreconditionError(absl::StrCat(dir, " holds checkpoints that foreman train did not "
+                                                             "write (no ", kTrainSettingsFile,
+                                                             "): use another --checkpoint-dir")));
+    }
+  }
+  if (f.threads == 0) f.threads = UsableCpus();
+  nn::MlpSpec spec;
+  spec.hidden = *ParseHidden(f.hidden);
+  nn::OptimizerOptions optimizer;
+  optimizer.kind = *nn::ParseOptimizerKind(f.optimizer);
+  const double learning_rate = f.learning_rate ? *f.learning_rate : DefaultLearningRate(optimizer.kind);
+  optimizer.learning_rate = static_cast<float>(learning_rate);
+  constexpr double kMaxModelBytes = 16.0 * (1 << 30);
+  if (ModelBytes(spec, optimizer.kind) > kMaxModelBytes) {
+    return Fail(kExitUsage, "bad flags",
+                absl::InvalidArgumentError(absl::StrFormat("--hidden %s: the model and its optimizer slots would take %.1f GiB (at most "
+                                      "16 GiB)",
+                                      f.hidden, ModelBytes(spec, optimizer.kind) / (1 << 30))));
+  }
 
   MonitoredTrainingSessionOptions mts;
   mts.checkpoint_dir = dir;
@@ -639,75 +552,59 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   if (f.save_summaries_secs) mts.save_summaries_secs = *f.save_summaries_secs;
   mts.log_step_count_steps = f.log_step_count_steps;
   mts.stop_grace_period_secs = f.stop_grace_period_secs;
-  mts.config.intra_op_parallelism_threads = f.threads;
+  mts.config.intra_op_parallelism_threads = static_cast<int>(f.threads);
   mts.graph = std::make_shared<Graph>();  // the real one comes below; the plan checks only the schedules
   if (auto plan = PlanMonitoredTrainingSession(mts); !plan.ok()) return Fail(kExitUsage, "bad flags", plan.status());
-
-  // 2. The directory is ours (a second `foreman train` on it is refused).
-  //    The lock is taken again by the session's checkpoint saver below.
-  {
-    auto lock = LockCheckpointDirectory(env, dir);
-    if (!lock.ok()) return Fail(kExitUsage, "checkpoint directory in use", lock.status());
-  }
 
   // 3. Data.
   auto mnist = data::LoadFashionMnist(env, f.data_dir);
   if (!mnist.ok()) return Fail(kExitUsage, "cannot load the data", mnist.status());
+  if (watcher.stop_requested()) return stopped_early();
   data::DatasetOptions train_options;
   train_options.batch_size = f.batch_size;
   train_options.epochs = f.epochs;
   train_options.shuffle = true;
-  train_options.seed = f.seed;
+  train_options.seed = static_cast<uint64_t>(f.seed);
   const int64_t test_examples = mnist->test.labels.num_elements();
   auto train_set = data::Dataset::Create(std::move(mnist->train), train_options);
-  if (!train_set.ok()) return Fail(kExitUsage, "bad training data", train_set.status());
+  if (!train_set.ok()) return Fail(kExitUsage, absl::StrCat("bad training data in ", f.data_dir), train_set.status());
   data::DatasetOptions test_options;
   test_options.shuffle = false;
   auto test_set = data::Dataset::Create(std::move(mnist->test), test_options);
-  if (!test_set.ok()) return Fail(kExitUsage, "bad test data", test_set.status());
-  config.spec.input_dim = (*train_set)->feature_dim();
-  if ((*test_set)->feature_dim() != config.spec.input_dim) {
-    return Fail(kExitUsage, "bad data",
-                absl::InvalidArgumentError(absl::StrCat("training images have ", config.spec.input_dim,
-                                                        " pixels, test images ", (*test_set)->feature_dim())));
-  }
+  if (!test_set.ok()) return Fail(kExitUsage, absl::StrCat("bad test data in ", f.data_dir), test_set.status());
+  spec.input_dim = (*train_set)->feature_dim();
 
   // 4. The model.
   auto model = std::make_shared<Model>();
-  model->spec = config.spec;
-  model->optimizer = config.optimizer;
+  model->spec = spec;
+  model->optimizer = optimizer;
   model->learning_rate = learning_rate;
-  model->current_learning_rate = config.optimizer.learning_rate;
+  model->current_learning_rate = optimizer.learning_rate;
   model->decay_steps = f.learning_rate_decay_steps;
   model->decay_rate = f.learning_rate_decay_rate;
   model->eval = std::make_shared<EvalRecord>();
-  auto mlp = nn::Mlp::Create(config.spec, config.optimizer);
+  auto mlp = nn::Mlp::Create(spec, optimizer);
   if (!mlp.ok()) return Fail(kExitUsage, "bad model", mlp.status());
   model->mlp = std::move(*mlp);
   auto test = (*test_set)->Slice(0, test_examples);
   if (!test.ok()) return Fail(kExitFailed, "test data", test.status());
   model->test = std::move(*test);
-  data::InputPipelineOptions pipeline_options;
-  pipeline_options.prefetch_batches = static_cast<int>(f.prefetch_batches);
-  auto pipeline = data::InputPipeline::Create(*train_set, pipeline_options);
-  if (!pipeline.ok()) return Fail(kExitFailed, "input pipeline", pipeline.status());
-  model->pipeline = std::move(*pipeline);
-  for (const std::string& name : nn::MlpVariableNames(config.spec, config.optimizer)) {
+  for (const std::string& name : nn::MlpVariableNames(spec, optimizer)) {
     if (absl::EndsWith(name, "/kernel") || absl::EndsWith(name, "/bias")) model->histogram_variables.push_back(name);
   }
-
   auto graph = std::make_shared<Graph>();
   Status built = graph->CreateGlobalStep();
-  if (built.ok()) built = nn::AddMlpVariables(*graph, config.spec, config.optimizer, f.seed);
+  if (built.ok()) built = nn::AddMlpVariables(*graph, spec, optimizer, static_cast<uint64_t>(f.seed));
   if (built.ok()) built = graph->AddVariable(kEpochVariable, Tensor::Scalar<int64_t>(0), /*trainable=*/false);
   if (built.ok()) built = graph->AddVariable(kIndexVariable, Tensor::Scalar<int64_t>(0), /*trainable=*/false);
   if (built.ok()) built = graph->AddSummaryOp("summaries");
   if (built.ok()) built = graph->SetStep([model](StepContext& ctx) { return Step(*model, ctx); });
   if (!built.ok()) return Fail(kExitFailed, "building the model", built);
+  if (resuming) {
+    if (Status s = CheckCheckpointMatches(env, dir, *graph); !s.ok()) return Fail(kExitUsage, "cannot resume", s);
+  }
 
-  // 5. Hooks. The signal watcher starts only now: the threads above (the
-  //    pipeline's) and below inherit the blocked mask either way.
-  SignalWatcher watcher(f.stop_grace_period_secs);
+  // 5. Hooks, after the default ones (step counter, summaries, checkpoints).
   const int64_t steps_by_epochs = f.epochs > 0 ? f.epochs * (*train_set)->batches_per_epoch() : 0;
   int64_t total_steps = steps_by_epochs;
   if (f.max_steps > 0) total_steps = total_steps > 0 ? std::min(total_steps, f.max_steps) : f.max_steps;
@@ -733,41 +630,35 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   mts.hooks.push_back(final_eval);
   mts.graph = graph;
 
-  // 6. The settings go into the directory before the first checkpoint.
-  {
-    Settings& s = config.settings;
-    s["hidden"] = config.spec.hidden.empty() ? "none" : absl::StrJoin(config.spec.hidden, ",");
-    s["optimizer"] = nn::OptimizerKindName(config.optimizer.kind);
-    s["seed"] = std::to_string(f.seed);
-    s["batch_size"] = std::to_string(f.batch_size);
-    s["epochs"] = std::to_string(f.epochs);
-    s["max_steps"] = std::to_string(f.max_steps);
-    s["threads"] = std::to_string(f.threads);
-    s["learning_rate"] = FormatDouble(learning_rate);
-    s["learning_rate_decay_steps"] = std::to_string(f.learning_rate_decay_steps);
-    s["learning_rate_decay_rate"] = FormatDouble(f.learning_rate_decay_rate);
-    Status made = env->RecursivelyCreateDir(dir);
-    if (made.ok()) made = WriteSettings(env, dir, s);
-    if (!made.ok()) return Fail(kExitUsage, "cannot write to the checkpoint directory", made);
+  // 6. The settings go into the directory before the first checkpoint; the
+  //    whole log into <dir>/train.log (on a terminal the progress bar owns
+  //    stderr, so only warnings and errors are printed there).
+  if (watcher.stop_requested()) return stopped_early();
+  if (Status s = WriteTrainSettings(env, dir, TrainSettings(f)); !s.ok()) {
+    return Fail(kExitUsage, "cannot write to the checkpoint directory", s);
   }
-  // The whole log goes to <dir>/train.log; on a terminal the progress bar
-  // owns stderr, so only warnings and errors are printed there.
   {
     LogOptions log;
     log.file_path = dir + "/train.log";
     log.stderr_level = tty ? LogLevel::kWarning : LogLevel::kInfo;
     if (Status s = ConfigureLogging(log); !s.ok()) return Fail(kExitUsage, "cannot write the log", s);
   }
-
   std::fprintf(stderr,
-               "foreman train: MLP 784-%s-10, %s (learning rate %g), batch %lld, %s, seed %llu, %d threads; "
+               "foreman train: MLP %s, %s (learning rate %g), batch %lld, %s, seed %lld, %lld threads; "
                "checkpoints in %s\n",
-               config.settings["hidden"].c_str(), config.settings["optimizer"].c_str(),
-               config.optimizer.learning_rate, static_cast<long long>(f.batch_size),
+               Architecture(spec).c_str(), nn::OptimizerKindName(optimizer.kind).c_str(), learning_rate,
+               static_cast<long long>(f.batch_size),
                total_steps > 0 ? absl::StrCat(total_steps, " steps").c_str() : "until stopped",
-               static_cast<unsigned long long>(f.seed), f.threads, dir.c_str());
+               static_cast<long long>(f.seed), static_cast<long long>(f.threads), dir.c_str());
 
-  // 7. Train.
+  // 7. Train. The input pipeline starts now (its actor inherits the blocked
+  //    signals); the session's checkpoint saver takes the directory's lock.
+  data::InputPipelineOptions pipeline_options;
+  pipeline_options.prefetch_batches = static_cast<int>(f.prefetch_batches);
+  auto pipeline = data::InputPipeline::Create(*train_set, pipeline_options);
+  if (!pipeline.ok()) return Fail(kExitFailed, "input pipeline", pipeline.status());
+  model->pipeline = std::move(*pipeline);
+  lock->reset();
   const auto started = std::chrono::steady_clock::now();
   auto session = MonitoredTrainingSession(std::move(mts));
   if (!session.ok()) {
@@ -797,8 +688,8 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   if (progress->steps_trained() > 0) {
     std::printf("trained %lld steps in %.1f s (%.1f steps/s, %.0f examples/s)\n",
                 static_cast<long long>(progress->steps_trained()), wall, progress->steps_per_sec(),
-                progress->steps_per_sec() * static_cast<double>(f.batch_size));
-  } else {
+                wall > 0 ? static_cast<double>(model->examples) / wall : 0.0);
+  } else if (!watcher.stop_requested()) {
     std::printf("nothing to train: the restored run already reached its end (--max-steps %lld, --epochs %lld)\n",
                 static_cast<long long>(f.max_steps), static_cast<long long>(f.epochs));
   }
@@ -812,7 +703,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   if (watcher.stop_requested()) {
     std::printf("stopped by %s after its final checkpoint\n", SignalName(watcher.signal_number()));
   }
-  std::fflush(stdout);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "foreman train: cannot write the report to stdout: %s\n", std::strerror(errno));
+    return kExitFailed;
+  }
   return kExitOk;
 }
 
@@ -823,51 +717,19 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "train",
       "Train an MLP on Fashion-MNIST under a MonitoredTrainingSession: checkpoints, TensorBoard summaries, "
-      "resume from --checkpoint-dir, graceful stop on SIGINT/SIGTERM.\n"
+      "resume from --checkpoint-dir (flags not given take the run's stored values), graceful stop on "
+      "SIGINT/SIGTERM/SIGHUP.\n"
       "Exit codes: 0 done (or stopped by a signal after the final checkpoint), 1 training failed, "
       "2 bad flags/data or an incompatible or busy --checkpoint-dir, 130 a second signal.");
-  TrainFlags& f = *flags;
-  // MonitoredTrainingSession's arguments (TF's names and defaults).
-  cmd->add_option("--checkpoint-dir", f.checkpoint_dir, "Checkpoints, events and the run's settings")
-      ->capture_default_str();
-  cmd->add_option("--save-checkpoint-secs", f.save_checkpoint_secs,
-                  "Save every N seconds (TF default 600 when neither this nor --save-checkpoint-steps is set)");
-  cmd->add_option("--save-checkpoint-steps", f.save_checkpoint_steps, "Save every N global steps");
-  cmd->add_option("--save-summaries-steps", f.save_summaries_steps,
-                  "Write summaries every N global steps (TF default 100)");
-  cmd->add_option("--save-summaries-secs", f.save_summaries_secs, "Write summaries every N seconds");
-  cmd->add_option("--log-step-count-steps", f.log_step_count_steps,
-                  "global_step/sec every N steps; also the interval of plain progress lines (0: no step counter)")
-      ->capture_default_str();
-  cmd->add_option("--stop-grace-period-secs", f.stop_grace_period_secs,
-                  "After a signal, how long the final checkpoint may take")
-      ->capture_default_str();
-  // The job's own.
-  cmd->add_option("--max-steps", f.max_steps, "Stop at this global_step (0: no limit)")->capture_default_str();
-  cmd->add_option("--epochs", f.epochs, "Passes over the training data (0: no limit)")->capture_default_str();
-  cmd->add_option("--batch-size", f.batch_size, "Examples per step")->capture_default_str();
-  cmd->add_option("--learning-rate", f.learning_rate,
-                  "Default: 0.001 for adam, 0.01 for momentum (0.9), 0.1 for sgd");
-  cmd->add_option("--learning-rate-decay-steps", f.learning_rate_decay_steps,
-                  "TF's exponential_decay: the rate is multiplied by --learning-rate-decay-rate every this many "
-                  "steps, continuously (0: a constant rate)")
-      ->capture_default_str();
-  cmd->add_option("--learning-rate-decay-rate", f.learning_rate_decay_rate, "In (0, 1]")->capture_default_str();
-  cmd->add_option("--optimizer", f.optimizer, "sgd | momentum | adam")->capture_default_str();
-  cmd->add_option("--hidden", f.hidden, "Hidden layer sizes, comma-separated ('none': softmax regression)")
-      ->capture_default_str();
-  cmd->add_option("--seed", f.seed, "Initial weights and data order")->capture_default_str();
-  cmd->add_option("--threads", f.threads, "Intra-op threads (0: one per CPU)")->capture_default_str();
-  cmd->add_option("--data-dir", f.data_dir, "Fashion-MNIST's gzip IDX files (Debian: dataset-fashion-mnist)")
-      ->capture_default_str();
-  cmd->add_option("--eval-every-steps", f.eval_every_steps,
-                  "Test-set accuracy every N global steps into <checkpoint-dir>/eval (0: only at the end)")
-      ->capture_default_str();
-  cmd->add_option("--prefetch-batches", f.prefetch_batches, "Batches the input pipeline prepares ahead")
-      ->capture_default_str();
-  // A flag given twice takes its last value (a script's defaults, then the user's).
-  for (CLI::Option* option : cmd->get_options()) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->callback([cmd, flags, exit_code] { *exit_code = RunTrain(*cmd, *flags); });
+  AddTrainFlags(*cmd, *flags);
+  cmd->callback([cmd, flags, exit_code] {
+    try {
+      *exit_code = RunTrain(*cmd, *flags);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "foreman train: out of memory (try a smaller --hidden or --batch-size)\n");
+      *exit_code = kExitFailed;
+    }
+  });
 }
 
 }  // namespace foreman::cli

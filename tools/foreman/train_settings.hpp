@@ -1,0 +1,84 @@
+// `foreman train`'s flags, their checks, and the run's settings file
+// (<checkpoint-dir>/train_settings.txt), which lets the same command resume a
+// run: flags not given on the command line take the stored values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "foreman/dataset.hpp"
+#include "foreman/env.hpp"
+#include "foreman/nn.hpp"
+#include "foreman/status.hpp"
+
+namespace foreman::cli {
+
+inline constexpr char kTrainSettingsFile[] = "train_settings.txt";
+
+struct TrainFlags {
+  std::string checkpoint_dir = "foreman-train";
+  std::string data_dir = data::kFashionMnistDir;
+  // MonitoredTrainingSession's schedules: unset means TF's default.
+  std::optional<double> save_checkpoint_secs;
+  std::optional<int64_t> save_checkpoint_steps;
+  std::optional<int64_t> save_summaries_steps;
+  std::optional<double> save_summaries_secs;
+  int64_t log_step_count_steps = 100;
+  double stop_grace_period_secs = 120;
+  int64_t max_steps = 0;
+  int64_t epochs = 15;
+  int64_t batch_size = 128;
+  std::optional<double> learning_rate;  // unset: the optimizer's default
+  int64_t learning_rate_decay_steps = 1000;
+  double learning_rate_decay_rate = 0.8;
+  std::string optimizer = "adam";
+  std::string hidden = "256";
+  int64_t seed = 0;
+  int64_t threads = 0;  // 0: one per CPU this process may run on
+  int64_t eval_every_steps = 500;
+  int64_t prefetch_batches = 4;
+};
+
+/// Registers every flag of `foreman train` on `cmd`, bound to `flags`.
+void AddTrainFlags(CLI::App& cmd, TrainFlags& flags);
+
+/// Checks the flags on their own. INVALID_ARGUMENT naming the flag and value.
+Status ValidateTrainFlags(const TrainFlags& flags);
+
+/// "256,128" -> {256, 128}; "none" or "" -> {} (softmax regression).
+/// INVALID_ARGUMENT naming the text.
+StatusOr<std::vector<int64_t>> ParseHidden(const std::string& text);
+
+/// The learning rate of `--optimizer` when --learning-rate is not given.
+double DefaultLearningRate(nn::OptimizerKind kind);
+
+/// The settings of the run stored in `dir`, key -> value; nullopt when the
+/// file does not exist. INVALID_ARGUMENT naming the file and line for a
+/// malformed line or a missing model-defining key.
+StatusOr<std::optional<std::map<std::string, std::string>>> ReadTrainSettings(Env* env, const std::string& dir);
+
+/// Resolves the flags against the stored settings of a resumed run: a flag
+/// not given on the command line takes the stored value (schedules in pairs:
+/// giving either of --save-checkpoint-secs / --save-checkpoint-steps drops
+/// both stored ones, and the same for the summary pair). --hidden,
+/// --optimizer and --seed define the model and its data order: a given value
+/// that differs from the stored one is FAILED_PRECONDITION naming the flag,
+/// both values and the file. A stored value that does not parse is
+/// INVALID_ARGUMENT naming the file and key. `notes` gets one line per given
+/// flag whose value replaces a different stored one.
+Status ResolveTrainFlags(const std::map<std::string, std::string>& stored, const CLI::App& cmd,
+                         const std::string& dir, TrainFlags& flags, std::vector<std::string>* notes);
+
+/// The settings to store for `flags` (after resolution; `threads` resolved).
+std::map<std::string, std::string> TrainSettings(const TrainFlags& flags);
+
+/// Writes the settings file like a checkpoint: a temporary file, synced,
+/// renamed, the directory synced. The temporary file is removed on failure.
+Status WriteTrainSettings(Env* env, const std::string& dir, const std::map<std::string, std::string>& settings);
+
+}  // namespace foreman::cli
