@@ -57,7 +57,8 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
 
     n = x_all.shape[0]
-    batches_per_epoch = n // args.batch  # drop the remainder, as Foreman's batches of 128
+    # As foreman::data::Dataset: the last batch of an epoch holds the rest.
+    batches_per_epoch = (n + args.batch - 1) // args.batch
     generator = torch.Generator().manual_seed(args.seed)
     order = torch.randperm(n, generator=generator)
     index = 0
@@ -75,16 +76,18 @@ def main():
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        return loss
+        return loss, len(idx)
 
     for _ in range(args.warmup):
         step()
+    samples = 0
     start = time.perf_counter()
     for _ in range(args.steps):
-        loss = step()
+        loss, rows = step()
+        samples += rows
     took = time.perf_counter() - start
     print("loss %.4f" % float(loss))
-    print("RUN train.torch.t%d.samples_per_s %.6g samples/s" % (args.threads, args.steps * args.batch / took), flush=True)
+    print("RUN train.torch.t%d.samples_per_s %.6g samples/s" % (args.threads, samples / took), flush=True)
 
 
 if __name__ == "__main__":
