@@ -40,6 +40,9 @@ using session_log_atom = caf::atom_constant<caf::atom("sesslog")>;  // summary_w
 using report_atom = caf::atom_constant<caf::atom("report")>;        // coordinator
 using save_atom = caf::atom_constant<caf::atom("save")>;            // checkpoint_saver
 using record_atom = caf::atom_constant<caf::atom("record")>;        // step_counter
+using seek_atom = caf::atom_constant<caf::atom("seek")>;            // input_pipeline: restart at a position
+using credit_atom = caf::atom_constant<caf::atom("credit")>;        // input_pipeline: room for more batches
+using produce_atom = caf::atom_constant<caf::atom("produce")>;      // input_pipeline: decode one batch (to self)
 
 /// A one-shot answer from an actor to a plain thread: the actor calls
 /// Complete(), the thread Wait()s with a real-time timeout. The first

@@ -1,1 +1,272 @@
-// TODO(issue 5): stub
+// InputPipeline (include/foreman/input_pipeline.hpp): the producer actor and
+// the consumer's prefetch buffer.
+//
+// Protocol (fire-and-forget, from the consumer thread to the producer):
+//   (seek_atom, uint64 generation, int64 epoch, int64 index, int64 count)
+//       start generation `generation` at {epoch, index} with `count` credits
+//   (credit_atom, uint64 generation, int64 count)
+//       `count` more batches of that generation (ignored for an old one)
+//   (produce_atom)  the producer to itself: decode one batch
+// The producer decodes one batch per message, so a seek or an exit waits for
+// one batch at most, and pushes each into the PrefetchBuffer, which drops
+// batches of an old generation. A failed GetBatch (OUT_OF_RANGE at the end)
+// is pushed too, and ends the generation: GetBatch is deterministic, so
+// there is nothing after it to decode.
+#include "foreman/input_pipeline.hpp"
+
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "atoms.hpp"
+#include "log.hpp"
+
+namespace foreman::data {
+
+namespace {
+
+using internal::ChildLink;
+using internal::credit_atom;
+using internal::produce_atom;
+using internal::seek_atom;
+
+// How long the destructor waits for the producer to finish its batch.
+constexpr absl::Duration kStopTimeout = absl::Seconds(30);
+constexpr char kProducerName[] = "input_pipeline";
+
+/// What the producer has decoded and the consumer not yet taken.
+struct PrefetchBuffer {
+  struct Item {
+    DatasetPosition position;
+    StatusOr<Batch> result;
+  };
+
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t generation = 0;   // guarded by mu; the consumer's latest seek
+  std::deque<Item> items;    // guarded by mu; of `generation`, in order
+  bool producer_gone = false;  // guarded by mu
+  Status producer_status;      // guarded by mu; why it is gone
+
+  uint64_t current_generation() {
+    std::lock_guard<std::mutex> l(mu);
+    return generation;
+  }
+  void Push(uint64_t gen, DatasetPosition position, StatusOr<Batch> result) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (gen != generation) return;  // The consumer has re-seeked since.
+      items.push_back(Item{position, std::move(result)});
+    }
+    cv.notify_all();
+  }
+  void ProducerGone(Status why) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      producer_gone = true;
+      producer_status = std::move(why);
+    }
+    cv.notify_all();
+  }
+};
+
+struct ProducerArgs {
+  std::shared_ptr<const Dataset> dataset;
+  std::shared_ptr<PrefetchBuffer> buffer;
+  std::function<void(const DatasetPosition&)> before_batch;
+};
+
+struct producer_state {
+  ProducerArgs args;
+  uint64_t generation = 0;
+  DatasetPosition next;     // of the next batch to decode
+  int64_t credits = 0;      // batches still wanted in this generation
+  bool ended = false;       // GetBatch failed: nothing more in this generation
+  bool scheduled = false;   // a produce_atom is in the mailbox
+  static const char* name;
+};
+const char* producer_state::name = "input_pipeline";
+
+void Schedule(caf::stateful_actor<producer_state>* self) {
+  auto& st = self->state;
+  if (st.scheduled || st.ended || st.credits <= 0) return;
+  st.scheduled = true;
+  self->send(self, produce_atom::value);
+}
+
+caf::behavior producer(caf::stateful_actor<producer_state>* self, ProducerArgs args) {
+  self->state.args = std::move(args);
+  internal::MakeQuiet(self, kProducerName);
+  return {
+      [=](seek_atom, uint64_t generation, int64_t epoch, int64_t index, int64_t count) {
+        auto& st = self->state;
+        st.generation = generation;
+        st.next = DatasetPosition{epoch, index};
+        st.credits = count;
+        st.ended = false;
+        Schedule(self);
+      },
+      [=](credit_atom, uint64_t generation, int64_t count) {
+        auto& st = self->state;
+        if (generation != st.generation) return;
+        st.credits += count;
+        Schedule(self);
+      },
+      [=](produce_atom) {
+        auto& st = self->state;
+        st.scheduled = false;
+        if (st.ended || st.credits <= 0) return;
+        // A seek for a newer generation is already on its way: skip the work.
+        if (st.args.buffer->current_generation() != st.generation) return;
+        const DatasetPosition position = st.next;
+        StatusOr<Batch> batch = InvokeUserCode("input pipeline producer", [&]() -> StatusOr<Batch> {
+          if (st.args.before_batch) st.args.before_batch(position);
+          return st.args.dataset->GetBatch(position);
+        });
+        --st.credits;
+        if (batch.ok()) {
+          st.next = batch->next;
+        } else {
+          st.ended = true;
+        }
+        st.args.buffer->Push(st.generation, position, std::move(batch));
+        Schedule(self);
+      },
+  };
+}
+
+}  // namespace
+
+struct InputPipeline::Impl {
+  std::shared_ptr<const Dataset> dataset;
+  InputPipelineOptions options;
+  std::shared_ptr<PrefetchBuffer> buffer = std::make_shared<PrefetchBuffer>();
+  // Declared before the link: destroyed after it.
+  std::unique_ptr<caf::actor_system_config> own_config;
+  std::unique_ptr<caf::actor_system> own_system;
+  std::shared_ptr<ChildLink> producer = std::make_shared<ChildLink>(kProducerName);
+
+  // The consumer's side, guarded by buffer->mu (stats() reads them from any
+  // thread; Next() runs on one thread at a time).
+  bool seeked = false;
+  DatasetPosition expected;  // position of the batch at the buffer's head
+  Stats stats;
+
+  ~Impl() {
+    // SendExit is false when the actor is gone or was never started.
+    if (producer->SendExit(caf::exit_reason::user_shutdown) && !producer->WaitExited(kStopTimeout)) {
+      FOREMAN_LOG_ERROR("The input pipeline's producer is still decoding after {}",
+                        absl::FormatDuration(kStopTimeout));
+      if (own_system != nullptr) {
+        // ~actor_system would wait for it forever: leave it behind.
+        FOREMAN_LOG_ERROR("Leaking the input pipeline's actor system so that the process can go on");
+        (void)own_system.release();
+        (void)own_config.release();
+      }
+    }
+    producer->Detach();
+    own_system.reset();
+    own_config.reset();
+  }
+};
+
+InputPipeline::InputPipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+InputPipeline::~InputPipeline() = default;
+
+StatusOr<std::unique_ptr<InputPipeline>> InputPipeline::Create(std::shared_ptr<const Dataset> dataset,
+                                                               InputPipelineOptions options) {
+  if (dataset == nullptr) return absl::InvalidArgumentError("InputPipeline: no dataset");
+  if (options.clock == nullptr) return absl::InvalidArgumentError("InputPipeline: no clock");
+  if (options.prefetch_batches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InputPipeline: prefetch_batches must be >= 1, got ", options.prefetch_batches));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->dataset = dataset;
+  impl->options = options;
+  ProducerArgs args{std::move(dataset), impl->buffer, std::move(options.before_batch)};
+  impl->options.before_batch = nullptr;
+  // CAF 0.17 keeps the system's logger in the thread-local storage of a
+  // thread that constructs a system or spawns from outside an actor, and
+  // ~actor_system waits for it (actors/README.md): do both on a thread that
+  // ends at once, so the pipeline can be destroyed on any thread.
+  Status status;
+  std::thread([&] {
+    status = InvokeUserCode("starting the input pipeline", [&] {
+      caf::actor_system* system = impl->options.actor_system;
+      if (system == nullptr) {
+        impl->own_config = std::make_unique<caf::actor_system_config>();
+        impl->own_config->set("scheduler.max-threads", size_t{1});
+        impl->own_system = std::make_unique<caf::actor_system>(*impl->own_config);
+        system = impl->own_system.get();
+      }
+      caf::actor actor = system->spawn<caf::detached>(producer, std::move(args));
+      std::weak_ptr<PrefetchBuffer> weak = impl->buffer;
+      actor->attach_functor([weak](const caf::error& reason) {
+        if (auto buffer = weak.lock()) {
+          buffer->ProducerGone(internal::ErrorToStatus(reason, kProducerName));
+        }
+      });
+      ChildLink::Attach(impl->producer, std::move(actor));
+      caf::logger::set_current_actor_system(nullptr);
+    });
+  }).join();
+  if (!status.ok()) return status;  // ~Impl: nothing runs, or the actor stops.
+  return std::unique_ptr<InputPipeline>(new InputPipeline(std::move(impl)));
+}
+
+StatusOr<Batch> InputPipeline::Next(const DatasetPosition& position, absl::Duration timeout) {
+  Impl& im = *impl_;
+  PrefetchBuffer& buf = *im.buffer;
+  Clock* clock = im.options.clock;
+  const absl::Duration deadline = clock->MonotonicNow() + timeout;
+  std::unique_lock<std::mutex> lock(buf.mu);
+  if (!im.seeked || position != im.expected) {
+    // The first call, or a restore moved the position: what is buffered is
+    // for another place.
+    const uint64_t generation = ++buf.generation;
+    buf.items.clear();
+    im.seeked = true;
+    im.expected = position;
+    ++im.stats.seeks;
+    lock.unlock();
+    im.producer->Send(seek_atom::value, generation, position.epoch, position.index,
+                      static_cast<int64_t>(im.options.prefetch_batches));
+    lock.lock();
+  }
+  if (buf.items.empty() && !buf.producer_gone) ++im.stats.waits;
+  const bool ready = clock->WaitUntil(lock, buf.cv, deadline,
+                                      [&buf] { return !buf.items.empty() || buf.producer_gone; });
+  if (!ready) {
+    return absl::DeadlineExceededError(absl::StrCat("input pipeline: no batch for ", position.ToString(),
+                                                    " within ", absl::FormatDuration(timeout)));
+  }
+  if (buf.items.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("input pipeline: the producer stopped: ", buf.producer_status.ToString()));
+  }
+  PrefetchBuffer::Item& head = buf.items.front();
+  if (head.position != position) {
+    return absl::InternalError(absl::StrCat("input pipeline: the buffered batch is at ", head.position.ToString(),
+                                            ", not at ", position.ToString()));
+  }
+  // An error stays at the head: asking again gives it again, as GetBatch would.
+  if (!head.result.ok()) return head.result.status();
+  Batch batch = *std::move(head.result);
+  buf.items.pop_front();
+  im.expected = batch.next;
+  ++im.stats.batches;
+  const uint64_t generation = buf.generation;
+  lock.unlock();
+  im.producer->Send(credit_atom::value, generation, int64_t{1});
+  return batch;
+}
+
+InputPipeline::Stats InputPipeline::stats() const {
+  std::lock_guard<std::mutex> l(impl_->buffer->mu);
+  return impl_->stats;
+}
+
+}  // namespace foreman::data

@@ -1,2 +1,163 @@
-// TODO(issue 5): stub
+// A multilayer perceptron and TF1's optimizers, for `foreman train`.
+// (TF: tf.layers.dense with ReLU, tf.losses.sparse_softmax_cross_entropy,
+// tf.train.GradientDescentOptimizer / MomentumOptimizer / AdamOptimizer.)
+//
+// The model's state lives in a VariableStore under TF1's variable names, so a
+// Foreman checkpoint of an MLP has the keys a TF1 program of the same model
+// writes. An Mlp holds only scratch memory (its workspace): any store holding
+// the variables AddMlpVariables declared can be trained by it.
+//
+//   nn::MlpSpec spec{784, {256}, 10};
+//   nn::OptimizerOptions adam;                                  // TF1's defaults
+//   FOREMAN_RETURN_IF_ERROR(nn::AddMlpVariables(*graph, spec, adam, /*seed=*/42));
+//   FOREMAN_ASSIGN_OR_RETURN(auto mlp, nn::Mlp::Create(spec, adam));
+//   graph->SetStep([&](StepContext& ctx) -> Status {
+//     FOREMAN_ASSIGN_OR_RETURN(nn::StepResult r,
+//         mlp->TrainStep(ctx.variables(), features, labels, ctx.device()));
+//     ...IncrementGlobalStep(ctx.variables())...
+//   });
+//
+// Numerics are float32 throughout. For a given seed and thread count
+// (Eigen::ThreadPoolDevice::numThreads()) a run is bitwise reproducible; a
+// different thread count may change the rounding of the matrix products.
 #pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "foreman/graph.hpp"
+#include "foreman/status.hpp"
+#include "foreman/tensor.hpp"
+#include "foreman/variable_store.hpp"
+
+namespace Eigen {
+struct ThreadPoolDevice;
+}
+
+namespace foreman::nn {
+
+/// The layers: input_dim -> hidden[0] -> ... -> hidden[n-1] -> num_classes.
+/// Hidden layers are dense + ReLU; the last layer is dense, giving logits.
+struct MlpSpec {
+  int64_t input_dim = 784;
+  std::vector<int64_t> hidden;   // empty = softmax regression
+  int64_t num_classes = 10;
+};
+
+enum class OptimizerKind { kSgd, kMomentum, kAdam };
+
+/// "sgd" | "momentum" | "adam"; INVALID_ARGUMENT "unknown optimizer 'x'
+/// (choices: sgd, momentum, adam)" otherwise.
+StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
+/// The name ParseOptimizerKind accepts.
+std::string OptimizerKindName(OptimizerKind kind);
+
+/// TF1: GradientDescentOptimizer(learning_rate), MomentumOptimizer(
+/// learning_rate, momentum, use_nesterov), AdamOptimizer(learning_rate,
+/// beta1, beta2, epsilon), with their defaults (momentum has no TF default;
+/// 0.9 is the usual choice). Fields of other kinds are ignored.
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kAdam;
+  float learning_rate = 0.001f;
+  float momentum = 0.9f;
+  bool use_nesterov = false;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+};
+
+/// INVALID_ARGUMENT naming the field: learning_rate <= 0 or not finite,
+/// momentum < 0 (kMomentum), beta1/beta2 outside [0, 1) or epsilon <= 0 (kAdam).
+Status ValidateOptimizerOptions(const OptimizerOptions& optimizer);
+
+/// INVALID_ARGUMENT naming the field for a dim < 1.
+Status ValidateMlpSpec(const MlpSpec& spec);
+
+/// Variable names of TF1's tf.layers.dense: layer 0 is "dense", layer i > 0
+/// "dense_<i>"; "<layer>/kernel" float32 [in, out] (glorot_uniform, TF's
+/// default kernel initializer) and "<layer>/bias" float32 [out], zeros.
+/// Optimizer variables under TF1's names: MomentumOptimizer's slot
+/// "<var>/Momentum"; AdamOptimizer's slots "<var>/Adam" (m) and
+/// "<var>/Adam_1" (v) and its non-slot float32 scalars "beta1_power" and
+/// "beta2_power" (initially beta1 and beta2, multiplied by them after each
+/// update); GradientDescentOptimizer none. Slots are float32 zeros shaped as
+/// their variable. Only kernels and biases are trainable.
+///
+/// Every variable AddMlpVariables declares, sorted bytewise (the order of a
+/// checkpoint's keys).
+std::vector<std::string> MlpVariableNames(const MlpSpec& spec, const OptimizerOptions& optimizer);
+
+/// Declares the variables above on `graph` (Graph::AddVariable). Kernels are
+/// drawn from U[-limit, limit), limit = sqrt(6 / (in + out)) (TF's
+/// glorot_uniform), by a portable generator (splitmix64, 24-bit floats) keyed
+/// by `seed` and the layer: the same seed gives bitwise the same initial
+/// weights with every compiler and standard library; layers draw from
+/// independent streams. Errors: INVALID_ARGUMENT for a bad spec or optimizer
+/// (Validate* above); Graph's ALREADY_EXISTS for a name already declared,
+/// FAILED_PRECONDITION when the graph is finalized (nothing is declared then;
+/// after ALREADY_EXISTS the variables before the clash stay declared).
+Status AddMlpVariables(Graph& graph, const MlpSpec& spec, const OptimizerOptions& optimizer, uint64_t seed);
+
+/// The initial kernel of dense layer `layer` (0-based, input layer first),
+/// float32 [fan_in, fan_out]: what AddMlpVariables's initializer returns.
+/// INVALID_ARGUMENT for dims < 1.
+StatusOr<Tensor> GlorotUniformKernel(int64_t fan_in, int64_t fan_out, uint64_t seed, int layer);
+
+struct StepResult {
+  float loss = 0;       // mean softmax cross-entropy over the rows, before the update
+  float accuracy = 0;   // fraction of rows whose argmax (first maximum) == label
+};
+
+/// Trains and evaluates an MLP on variables in a VariableStore. Holds the
+/// workspace (grown to the largest batch seen, then reused: no allocation
+/// per step). Not thread-safe: one per training thread.
+class Mlp {
+ public:
+  /// INVALID_ARGUMENT for a bad spec or optimizer (ValidateMlpSpec,
+  /// ValidateOptimizerOptions).
+  static StatusOr<std::unique_ptr<Mlp>> Create(MlpSpec spec, OptimizerOptions optimizer);
+  ~Mlp();
+  Mlp(const Mlp&) = delete;
+  Mlp& operator=(const Mlp&) = delete;
+
+  /// One step of training, in place on `vars`: forward, backward (TF's
+  /// sparse_softmax_cross_entropy_with_logits, log-sum-exp shifted, mean over
+  /// the batch), then one update of the optimizer:
+  ///   SGD      var -= lr * g                               (apply_gradient_descent)
+  ///   Momentum accum = accum * momentum + g; var -= lr * accum;
+  ///            nesterov: var -= g * lr + accum * momentum * lr   (apply_momentum)
+  ///   Adam     lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power);
+  ///            m += (g - m) * (1 - beta1); v += (g² - v) * (1 - beta2);
+  ///            var -= m * lr_t / (sqrt(v) + epsilon);      (apply_adam)
+  ///            then beta1_power *= beta1, beta2_power *= beta2 (AdamOptimizer._finish)
+  /// `features` float32 [B, input_dim], B >= 1; `labels` int32 or int64 [B]
+  /// in [0, num_classes). Does not touch global_step. A NaN or Inf loss is
+  /// returned as a value (NanTensorHook decides), the update still applied.
+  /// Errors (nothing is updated):
+  ///   NOT_FOUND         a variable of MlpVariableNames is missing (named)
+  ///   INVALID_ARGUMENT  a variable with the wrong dtype or shape (named);
+  ///                     features or labels with the wrong dtype or shape;
+  ///                     "labels[i] = v is out of range [0, C)"
+  StatusOr<StepResult> TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                 const Eigen::ThreadPoolDevice& device);
+
+  /// Loss and accuracy over all N rows of `features`, no update, computed in
+  /// chunks of at most kEvalChunkRows rows (bounded memory). Only kernels and
+  /// biases are read. Errors as TrainStep.
+  StatusOr<StepResult> Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                const Eigen::ThreadPoolDevice& device);
+
+  static constexpr int64_t kEvalChunkRows = 1024;
+
+  const MlpSpec& spec() const;
+  const OptimizerOptions& optimizer() const;
+
+ private:
+  struct Impl;
+  explicit Mlp(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace foreman::nn

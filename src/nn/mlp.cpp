@@ -1,1 +1,485 @@
-// TODO(issue 5): stub
+// The MLP: TF1 variable naming, glorot_uniform initialization, and a fused
+// forward / backward / update step on Eigen's thread pool.
+//
+// Layout: every matrix is row-major with the batch as rows. The matrix
+// products are Eigen Tensor contractions evaluated on the caller's
+// ThreadPoolDevice straight into the workspace; bias + ReLU (forward) and the
+// ReLU mask (backward) run as contraction output kernels, on each output
+// block while it is in cache (TF's fused MatMul+BiasAdd+Relu does the same).
+// Eigen's parallel contraction gives every output block to one thread and
+// adds partial sums in a fixed order, so for a fixed thread count a step is
+// bitwise reproducible.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#define EIGEN_USE_THREADS
+#include <unsupported/Eigen/CXX11/Tensor>
+
+#include "absl/strings/str_cat.h"
+#include "foreman/nn.hpp"
+#include "nn/optimizer.hpp"
+
+namespace foreman::nn {
+
+namespace {
+
+using Index = Eigen::Index;
+using Matrix = Eigen::TensorMap<Eigen::Tensor<float, 2, Eigen::RowMajor, Index>>;
+using ConstMatrix = Eigen::TensorMap<Eigen::Tensor<const float, 2, Eigen::RowMajor, Index>>;
+using ContractDims = Eigen::array<Eigen::IndexPair<Index>, 1>;
+
+// a [n, k] x b [k, m]
+const ContractDims kMatMul = {Eigen::IndexPair<Index>(1, 0)};
+// a [k, n]^T x b [k, m]
+const ContractDims kTransposeAMatMul = {Eigen::IndexPair<Index>(0, 0)};
+// a [n, k] x b [m, k]^T
+const ContractDims kMatMulTransposeB = {Eigen::IndexPair<Index>(1, 1)};
+
+// Row-major operands reach the output kernel swapped (params.swapped_arguments):
+// the block's rows are our columns (starting at i) and its columns our rows
+// (starting at j).
+template <class Scalar, class I>
+using OutputMapper = Eigen::internal::blas_data_mapper<Scalar, I, Eigen::ColMajor>;
+
+/// out = out + bias, then ReLU for hidden layers.
+struct BiasActivationKernel {
+  const float* bias;
+  bool relu;
+
+  template <class I, class Scalar>
+  EIGEN_ALWAYS_INLINE void operator()(const OutputMapper<Scalar, I>& output, const Eigen::TensorContractionParams& params,
+                                      I i, I /*j*/, I num_rows, I num_cols) const {
+    eigen_assert(params.swapped_arguments);
+    EIGEN_UNUSED_VARIABLE(params);
+    Eigen::Map<const Eigen::ArrayXf> b(bias + i, num_rows);
+    for (I col = 0; col < num_cols; ++col) {
+      Eigen::Map<Eigen::ArrayXf> out(&output(0, col), num_rows);
+      if (relu) {
+        out = (out + b).cwiseMax(0.0f);
+      } else {
+        out += b;
+      }
+    }
+  }
+};
+
+/// out = out * (activation > 0): ReluGrad with the layer's outputs, which are
+/// > 0 exactly where its inputs are.
+struct ReluGradKernel {
+  const float* activation;   // [rows, ld], row-major
+  Index ld;
+
+  template <class I, class Scalar>
+  EIGEN_ALWAYS_INLINE void operator()(const OutputMapper<Scalar, I>& output, const Eigen::TensorContractionParams& params,
+                                      I i, I j, I num_rows, I num_cols) const {
+    eigen_assert(params.swapped_arguments);
+    EIGEN_UNUSED_VARIABLE(params);
+    for (I col = 0; col < num_cols; ++col) {
+      Eigen::Map<Eigen::ArrayXf> out(&output(0, col), num_rows);
+      Eigen::Map<const Eigen::ArrayXf> act(activation + (j + col) * ld + i, num_rows);
+      out = (act > 0.0f).select(out, 0.0f);
+    }
+  }
+};
+
+std::string LayerName(std::size_t layer) {
+  return layer == 0 ? std::string("dense") : absl::StrCat("dense_", layer);
+}
+
+// splitmix64 (Steele, Lea, Flood 2014): portable, and its finalizer is a
+// bijection, so distinct (seed, layer) keys start distinct streams.
+uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t state) : state_(state) {}
+  uint64_t Next() { return Mix64(state_ += 0x9e3779b97f4a7c15ULL); }
+
+ private:
+  uint64_t state_;
+};
+
+struct Layer {
+  int64_t in = 0;
+  int64_t out = 0;
+  std::string kernel;
+  std::string bias;
+  std::vector<std::string> kernel_slots;   // per SlotSuffixes
+  std::vector<std::string> bias_slots;
+};
+
+std::vector<Layer> MakeLayers(const MlpSpec& spec, OptimizerKind kind) {
+  std::vector<int64_t> dims = {spec.input_dim};
+  dims.insert(dims.end(), spec.hidden.begin(), spec.hidden.end());
+  dims.push_back(spec.num_classes);
+  const std::vector<std::string> suffixes = internal::SlotSuffixes(kind);
+  std::vector<Layer> layers(dims.size() - 1);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    Layer& layer = layers[l];
+    layer.in = dims[l];
+    layer.out = dims[l + 1];
+    layer.kernel = LayerName(l) + "/kernel";
+    layer.bias = LayerName(l) + "/bias";
+    for (const std::string& s : suffixes) {
+      layer.kernel_slots.push_back(layer.kernel + "/" + s);
+      layer.bias_slots.push_back(layer.bias + "/" + s);
+    }
+  }
+  return layers;
+}
+
+/// The variable `name` as float32 of `shape`, or NOT_FOUND / INVALID_ARGUMENT
+/// naming it.
+template <class Store>
+auto GetFloat(Store& vars, const std::string& name, const TensorShape& shape)
+    -> StatusOr<decltype(&*vars.Get(name).value())> {
+  FOREMAN_ASSIGN_OR_RETURN(auto* t, vars.Get(name));
+  Status s = t->CheckDataType(DataType::kFloat);
+  if (s.ok()) s = t->CheckShape(shape);
+  if (!s.ok()) return Annotate(s, absl::StrCat("variable '", name, "'"));
+  return t;
+}
+
+/// Checks features [B, input_dim] float32 (B >= 1) and labels [B] int32/int64
+/// in [0, num_classes).
+Status CheckBatch(const MlpSpec& spec, const Tensor& features, const Tensor& labels) {
+  FOREMAN_RETURN_IF_ERROR(Annotate(features.CheckDataType(DataType::kFloat), "features"));
+  if (features.shape().rank() != 2 || features.shape().dim(1) != spec.input_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("features: expected shape [batch,", spec.input_dim, "], got ",
+                                                   features.shape().ToString()));
+  }
+  const int64_t rows = features.shape().dim(0);
+  if (rows < 1) return absl::InvalidArgumentError("features: empty batch (0 rows)");
+  if (labels.dtype() != DataType::kInt32 && labels.dtype() != DataType::kInt64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("labels: expected dtype int32 or int64, got ", DataTypeName(labels.dtype())));
+  }
+  FOREMAN_RETURN_IF_ERROR(Annotate(labels.CheckShape(TensorShape{rows}), "labels"));
+  auto check = [&](const auto* data) -> Status {
+    for (int64_t r = 0; r < rows; ++r) {
+      if (data[r] < 0 || data[r] >= spec.num_classes) {
+        return absl::InvalidArgumentError(absl::StrCat("labels[", r, "] = ", data[r],
+                                                       " is outside the valid range of [0, ", spec.num_classes, ")"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  return labels.dtype() == DataType::kInt32 ? check(labels.data<int32_t>()) : check(labels.data<int64_t>());
+}
+
+int64_t LabelAt(const Tensor& labels, int64_t row) {
+  return labels.dtype() == DataType::kInt32 ? labels.data<int32_t>()[row] : labels.data<int64_t>()[row];
+}
+
+/// A float buffer that only grows (no allocation once it is large enough).
+class Buffer {
+ public:
+  float* Reserve(int64_t n) {
+    if (static_cast<std::size_t>(n) > data_.size()) data_.resize(static_cast<std::size_t>(n));
+    return data_.data();
+  }
+  float* data() { return data_.data(); }
+
+ private:
+  std::vector<float> data_;
+};
+
+}  // namespace
+
+Status ValidateMlpSpec(const MlpSpec& spec) {
+  if (spec.input_dim < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("MlpSpec: input_dim must be >= 1, got ", spec.input_dim));
+  }
+  for (std::size_t i = 0; i < spec.hidden.size(); ++i) {
+    if (spec.hidden[i] < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("MlpSpec: hidden[", i, "] must be >= 1, got ", spec.hidden[i]));
+    }
+  }
+  if (spec.num_classes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("MlpSpec: num_classes must be >= 1, got ", spec.num_classes));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> MlpVariableNames(const MlpSpec& spec, const OptimizerOptions& optimizer) {
+  std::vector<std::string> names;
+  for (const Layer& layer : MakeLayers(spec, optimizer.kind)) {
+    names.push_back(layer.kernel);
+    names.push_back(layer.bias);
+    names.insert(names.end(), layer.kernel_slots.begin(), layer.kernel_slots.end());
+    names.insert(names.end(), layer.bias_slots.begin(), layer.bias_slots.end());
+  }
+  if (optimizer.kind == OptimizerKind::kAdam) {
+    names.push_back(internal::kBeta1PowerName);
+    names.push_back(internal::kBeta2PowerName);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+StatusOr<Tensor> GlorotUniformKernel(int64_t fan_in, int64_t fan_out, uint64_t seed, int layer) {
+  if (fan_in < 1 || fan_out < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GlorotUniformKernel: dims must be >= 1, got [", fan_in, ",", fan_out, "]"));
+  }
+  FOREMAN_ASSIGN_OR_RETURN(Tensor kernel, Tensor::Create(DataType::kFloat, TensorShape{fan_in, fan_out}));
+  // sqrt is correctly rounded (IEEE 754), so the limit is the same everywhere.
+  const float limit = static_cast<float>(std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)));
+  SplitMix64 rng(Mix64(seed ^ Mix64(static_cast<uint64_t>(layer) + 1)));
+  float* w = kernel.data<float>();
+  for (int64_t i = 0; i < kernel.num_elements(); ++i) {
+    // 24 random bits -> u in [-1, 1), exactly representable; one rounding
+    // (a single multiply) gives w in [-limit, limit).
+    const int32_t bits = static_cast<int32_t>(rng.Next() >> 40) - (1 << 23);
+    const float u = static_cast<float>(bits) * (1.0f / static_cast<float>(1 << 23));
+    w[i] = u * limit;
+  }
+  return kernel;
+}
+
+Status AddMlpVariables(Graph& graph, const MlpSpec& spec, const OptimizerOptions& optimizer, uint64_t seed) {
+  FOREMAN_RETURN_IF_ERROR(ValidateMlpSpec(spec));
+  FOREMAN_RETURN_IF_ERROR(ValidateOptimizerOptions(optimizer));
+  if (graph.finalized()) return absl::FailedPreconditionError("Graph is finalized and cannot be modified.");
+  const std::vector<Layer> layers = MakeLayers(spec, optimizer.kind);
+  // TF1's creation order: the layers' variables, then the optimizer's.
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const Layer& layer = layers[l];
+    const int64_t in = layer.in, out = layer.out;
+    const int index = static_cast<int>(l);
+    FOREMAN_RETURN_IF_ERROR(graph.AddVariable(
+        layer.kernel, Initializer([in, out, seed, index]() { return GlorotUniformKernel(in, out, seed, index); })));
+    FOREMAN_RETURN_IF_ERROR(graph.AddVariable(layer.bias, Tensor(DataType::kFloat, TensorShape{out})));
+  }
+  if (optimizer.kind == OptimizerKind::kAdam) {
+    FOREMAN_RETURN_IF_ERROR(
+        graph.AddVariable(internal::kBeta1PowerName, Tensor::Scalar<float>(optimizer.beta1), /*trainable=*/false));
+    FOREMAN_RETURN_IF_ERROR(
+        graph.AddVariable(internal::kBeta2PowerName, Tensor::Scalar<float>(optimizer.beta2), /*trainable=*/false));
+  }
+  for (const Layer& layer : layers) {
+    for (const std::string& slot : layer.kernel_slots) {
+      FOREMAN_RETURN_IF_ERROR(
+          graph.AddVariable(slot, Tensor(DataType::kFloat, TensorShape{layer.in, layer.out}), /*trainable=*/false));
+    }
+    for (const std::string& slot : layer.bias_slots) {
+      FOREMAN_RETURN_IF_ERROR(graph.AddVariable(slot, Tensor(DataType::kFloat, TensorShape{layer.out}), /*trainable=*/false));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// -- Mlp ---------------------------------------------------------------------------
+
+struct Mlp::Impl {
+  MlpSpec spec;
+  OptimizerOptions optimizer;
+  std::vector<Layer> layers;
+
+  // Workspace, per layer: outputs (post-ReLU, or logits for the last layer)
+  // and loss gradients w.r.t. the pre-activations, [rows, out]; the
+  // gradients of kernel and bias.
+  std::vector<Buffer> outputs;
+  std::vector<Buffer> deltas;
+  std::vector<Buffer> kernel_grads;
+  std::vector<Buffer> bias_grads;
+
+  // The variables of one layer, resolved for one step.
+  struct LayerVars {
+    float* kernel = nullptr;
+    float* bias = nullptr;
+    float* kernel_slots[2] = {nullptr, nullptr};
+    float* bias_slots[2] = {nullptr, nullptr};
+  };
+
+  /// Forward pass of `rows` rows of `x`: fills outputs[l] for every layer.
+  void Forward(const float* x, int64_t rows, const std::vector<const float*>& kernels,
+               const std::vector<const float*>& biases, const Eigen::ThreadPoolDevice& device) {
+    const float* in = x;
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const Layer& layer = layers[l];
+      float* out = outputs[l].Reserve(rows * layer.out);
+      ConstMatrix a(in, rows, layer.in);
+      ConstMatrix w(kernels[l], layer.in, layer.out);
+      Matrix z(out, rows, layer.out);
+      const bool hidden = l + 1 < layers.size();
+      z.device(device) = a.contract(w, kMatMul, BiasActivationKernel{biases[l], hidden});
+      in = out;
+    }
+  }
+
+  /// Softmax cross-entropy of the logits (TF's SparseXentEigenImpl, in float),
+  /// summed over the rows, and the count of correct argmaxes. With `delta`,
+  /// also writes d(mean loss)/d(logits) = (softmax - onehot) * (1 / batch).
+  void Loss(const float* logits, const Tensor& labels, int64_t label_offset, int64_t rows, float* delta,
+            float inv_batch, double* loss_sum, int64_t* correct) const {
+    const int64_t classes = spec.num_classes;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* z = logits + r * classes;
+      const int64_t label = LabelAt(labels, label_offset + r);
+      float max = z[0];
+      int64_t argmax = 0;
+      for (int64_t c = 1; c < classes; ++c) {
+        if (z[c] > max) {
+          max = z[c];
+          argmax = c;
+        }
+      }
+      float sum = 0;
+      for (int64_t c = 0; c < classes; ++c) sum += std::exp(z[c] - max);
+      *loss_sum += static_cast<double>(std::log(sum) - (z[label] - max));
+      *correct += argmax == label ? 1 : 0;
+      if (delta != nullptr) {
+        float* d = delta + r * classes;
+        for (int64_t c = 0; c < classes; ++c) {
+          d[c] = (std::exp(z[c] - max) / sum - (c == label ? 1.0f : 0.0f)) * inv_batch;
+        }
+      }
+    }
+  }
+};
+
+Mlp::Mlp(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Mlp::~Mlp() = default;
+
+const MlpSpec& Mlp::spec() const { return impl_->spec; }
+const OptimizerOptions& Mlp::optimizer() const { return impl_->optimizer; }
+
+StatusOr<std::unique_ptr<Mlp>> Mlp::Create(MlpSpec spec, OptimizerOptions optimizer) {
+  FOREMAN_RETURN_IF_ERROR(ValidateMlpSpec(spec));
+  FOREMAN_RETURN_IF_ERROR(ValidateOptimizerOptions(optimizer));
+  auto impl = std::make_unique<Impl>();
+  impl->layers = MakeLayers(spec, optimizer.kind);
+  impl->spec = std::move(spec);
+  impl->optimizer = optimizer;
+  const std::size_t n = impl->layers.size();
+  impl->outputs.resize(n);
+  impl->deltas.resize(n);
+  impl->kernel_grads.resize(n);
+  impl->bias_grads.resize(n);
+  return std::unique_ptr<Mlp>(new Mlp(std::move(impl)));
+}
+
+StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                    const Eigen::ThreadPoolDevice& device) {
+  Impl& m = *impl_;
+  FOREMAN_RETURN_IF_ERROR(CheckBatch(m.spec, features, labels));
+  const OptimizerOptions& opt = m.optimizer;
+  const std::size_t num_layers = m.layers.size();
+
+  // Resolve and check every variable before touching any.
+  std::vector<Impl::LayerVars> lv(num_layers);
+  std::vector<const float*> kernels(num_layers), biases(num_layers);
+  for (std::size_t l = 0; l < num_layers; ++l) {
+    const Layer& layer = m.layers[l];
+    const TensorShape kshape{layer.in, layer.out}, bshape{layer.out};
+    FOREMAN_ASSIGN_OR_RETURN(Tensor* k, GetFloat(vars, layer.kernel, kshape));
+    FOREMAN_ASSIGN_OR_RETURN(Tensor* b, GetFloat(vars, layer.bias, bshape));
+    lv[l].kernel = k->data<float>();
+    lv[l].bias = b->data<float>();
+    kernels[l] = lv[l].kernel;
+    biases[l] = lv[l].bias;
+    for (std::size_t s = 0; s < layer.kernel_slots.size(); ++s) {
+      FOREMAN_ASSIGN_OR_RETURN(Tensor* ks, GetFloat(vars, layer.kernel_slots[s], kshape));
+      FOREMAN_ASSIGN_OR_RETURN(Tensor* bs, GetFloat(vars, layer.bias_slots[s], bshape));
+      lv[l].kernel_slots[s] = ks->data<float>();
+      lv[l].bias_slots[s] = bs->data<float>();
+    }
+  }
+  float lr = opt.learning_rate;
+  float* beta1_power = nullptr;
+  float* beta2_power = nullptr;
+  if (opt.kind == OptimizerKind::kAdam) {
+    FOREMAN_ASSIGN_OR_RETURN(Tensor* b1, GetFloat(vars, internal::kBeta1PowerName, TensorShape{}));
+    FOREMAN_ASSIGN_OR_RETURN(Tensor* b2, GetFloat(vars, internal::kBeta2PowerName, TensorShape{}));
+    beta1_power = b1->data<float>();
+    beta2_power = b2->data<float>();
+    lr = internal::AdamStepSize(opt.learning_rate, *beta1_power, *beta2_power);
+  }
+
+  const int64_t rows = features.shape().dim(0);
+  const float* x = features.data<float>();
+  m.Forward(x, rows, kernels, biases, device);
+
+  const std::size_t last = num_layers - 1;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  m.Loss(m.outputs[last].data(), labels, 0, rows, m.deltas[last].Reserve(rows * m.spec.num_classes),
+         1.0f / static_cast<float>(rows), &loss_sum, &correct);
+
+  // Backward, top layer first. A layer's kernel is updated as soon as the
+  // gradient below it has been computed (it is not read again), so its
+  // update runs while its gradient is still warm in cache.
+  for (std::size_t l = num_layers; l-- > 0;) {
+    const Layer& layer = m.layers[l];
+    const float* in = l == 0 ? x : m.outputs[l - 1].data();
+    const float* delta = m.deltas[l].data();
+
+    float* kgrad = m.kernel_grads[l].Reserve(layer.in * layer.out);
+    Matrix(kgrad, layer.in, layer.out).device(device) =
+        ConstMatrix(in, rows, layer.in).contract(ConstMatrix(delta, rows, layer.out), kTransposeAMatMul);
+
+    float* bgrad = m.bias_grads[l].Reserve(layer.out);
+    Eigen::Map<Eigen::ArrayXf> db(bgrad, layer.out);
+    db.setZero();
+    for (int64_t r = 0; r < rows; ++r) db += Eigen::Map<const Eigen::ArrayXf>(delta + r * layer.out, layer.out);
+
+    if (l > 0) {
+      const Layer& below = m.layers[l - 1];
+      float* delta_below = m.deltas[l - 1].Reserve(rows * below.out);
+      Matrix(delta_below, rows, below.out).device(device) =
+          ConstMatrix(delta, rows, layer.out)
+              .contract(ConstMatrix(lv[l].kernel, layer.in, layer.out), kMatMulTransposeB,
+                        ReluGradKernel{m.outputs[l - 1].data(), below.out});
+    }
+
+    internal::ApplyDense(opt, lr, lv[l].kernel, kgrad, lv[l].kernel_slots[0], lv[l].kernel_slots[1],
+                         layer.in * layer.out, device);
+    internal::ApplyDense(opt, lr, lv[l].bias, bgrad, lv[l].bias_slots[0], lv[l].bias_slots[1], layer.out, device);
+  }
+  if (opt.kind == OptimizerKind::kAdam) {
+    // AdamOptimizer._finish: beta*_power.assign(beta*_power * beta*).
+    *beta1_power = *beta1_power * opt.beta1;
+    *beta2_power = *beta2_power * opt.beta2;
+  }
+
+  StepResult result;
+  result.loss = static_cast<float>(loss_sum / static_cast<double>(rows));
+  result.accuracy = static_cast<float>(static_cast<double>(correct) / static_cast<double>(rows));
+  return result;
+}
+
+StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                   const Eigen::ThreadPoolDevice& device) {
+  Impl& m = *impl_;
+  FOREMAN_RETURN_IF_ERROR(CheckBatch(m.spec, features, labels));
+  const std::size_t num_layers = m.layers.size();
+  std::vector<const float*> kernels(num_layers), biases(num_layers);
+  for (std::size_t l = 0; l < num_layers; ++l) {
+    const Layer& layer = m.layers[l];
+    FOREMAN_ASSIGN_OR_RETURN(const Tensor* k, GetFloat(vars, layer.kernel, TensorShape{layer.in, layer.out}));
+    FOREMAN_ASSIGN_OR_RETURN(const Tensor* b, GetFloat(vars, layer.bias, TensorShape{layer.out}));
+    kernels[l] = k->data<float>();
+    biases[l] = b->data<float>();
+  }
+  const int64_t rows = features.shape().dim(0);
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < rows; begin += kEvalChunkRows) {
+    const int64_t n = std::min(kEvalChunkRows, rows - begin);
+    m.Forward(features.data<float>() + begin * m.spec.input_dim, n, kernels, biases, device);
+    m.Loss(m.outputs[num_layers - 1].data(), labels, begin, n, nullptr, 0, &loss_sum, &correct);
+  }
+  StepResult result;
+  result.loss = static_cast<float>(loss_sum / static_cast<double>(rows));
+  result.accuracy = static_cast<float>(static_cast<double>(correct) / static_cast<double>(rows));
+  return result;
+}
+
+}  // namespace foreman::nn

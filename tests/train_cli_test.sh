@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# `foreman train` as a user meets it: bad flags and bad data (exit 2, naming
+# what and where), a short run and what it leaves, resume and spec decision 9,
+# an incompatible or busy --checkpoint-dir (exit 2), SIGTERM (final
+# checkpoint, exit 0), a second signal (exit 130), a NaN loss (exit 1).
+# Trains small models on the real Fashion-MNIST (Debian: dataset-fashion-mnist).
+#
+#   train_cli_test.sh FOREMAN TOOLS_TESTING_DIR
+set -u
+foreman=$1
+tools=$2
+data=/usr/share/datasets/fashion-mnist
+py=/usr/bin/python3
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+has() { grep -Eq -- "$1" <<<"$2"; }
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/train_cli_test.XXXXXX")
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+if [[ ! -f $data/train-images-idx3-ubyte.gz ]]; then
+  echo "FAIL: $data is missing: install Debian's dataset-fashion-mnist (tools/scripts/install-deps.sh)"
+  exit 1
+fi
+
+# Small and fast: the point is the job's behaviour, not its accuracy.
+small=(--hidden 32 --batch-size 64 --threads 1 --eval-every-steps 0 --log-step-count-steps 10)
+
+# Waits (bounded) until a file exists; 0 when it does.
+wait_for() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    [[ -e $1 ]] && return 0
+    if [[ -n ${2:-} ]] && ! kill -0 "$2" 2>/dev/null; then [[ -e $1 ]]; return; fi
+    sleep 0.05
+  done
+  return 1
+}
+# Waits (bounded) for a background process; prints its exit status.
+wait_exit() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    if ! kill -0 "$1" 2>/dev/null; then wait "$1"; echo $?; return; fi
+    sleep 0.05
+  done
+  kill -9 "$1"; wait "$1"; echo "timeout"
+}
+
+# -- 1. bad flags: exit 2, the message names the flag -----------------------------
+check_usage() {
+  local pattern=$1; shift
+  local out rc
+  out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/never" "$@" 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || fail "train $* exited $rc, expected 2: $out"
+  has "$pattern" "$out" || fail "train $*: message should match '$pattern': $out"
+}
+check_usage '--batch-size must be >= 1' --batch-size 0
+check_usage '--optimizer.*sgd.*momentum.*adam|--optimizer.*adam' --optimizer rmsprop
+check_usage '--hidden' --hidden 0
+check_usage '--hidden' --hidden 12,x
+check_usage '--learning-rate must be a positive number' --learning-rate -1
+check_usage 'would train forever' --epochs 0 --max-steps 0
+check_usage 'save_checkpoint_secs.*save_checkpoint_steps|save_checkpoint_steps.*save_checkpoint_secs' \
+  --save-checkpoint-secs 10 --save-checkpoint-steps 10
+check_usage 'no-such-flag' --no-such-flag
+[[ -e $tmp/never/checkpoint ]] && fail "a refused run wrote a checkpoint"
+
+# -- 2. bad data: exit 2, naming the file ------------------------------------------
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/d0" --data-dir "$tmp/nodata" "${small[@]}" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "missing data exited $rc: $out"
+has "$tmp/nodata/train-images-idx3-ubyte.gz" "$out" || fail "missing data: the file is not named: $out"
+mkdir -p "$tmp/bad"
+cp "$data"/*.gz "$tmp/bad/"
+printf 'not an idx file at all' | gzip >"$tmp/bad/t10k-labels-idx1-ubyte.gz"
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/d0" --data-dir "$tmp/bad" "${small[@]}" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "bad magic exited $rc: $out"
+has 't10k-labels-idx1-ubyte.gz.*magic|magic.*t10k-labels-idx1-ubyte.gz' "$out" || fail "bad magic not named: $out"
+cp "$data/t10k-labels-idx1-ubyte.gz" "$tmp/bad/"
+head -c 100000 "$data/train-images-idx3-ubyte.gz" >"$tmp/bad/train-images-idx3-ubyte.gz"
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/d0" --data-dir "$tmp/bad" "${small[@]}" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "truncated data exited $rc: $out"
+has 'train-images-idx3-ubyte.gz' "$out" || fail "truncated data: the file is not named: $out"
+
+# -- 3. a short run, and what it leaves -----------------------------------------------
+d=$tmp/run
+run=(timeout 120 "$foreman" train --checkpoint-dir "$d" "${small[@]}" --save-checkpoint-steps 10
+     --save-summaries-steps 5)
+out=$("${run[@]}" --max-steps 30 --eval-every-steps 10 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "short run exited $rc: $out"
+has '^test accuracy: 0\.[0-9]{4} ' "$out" || fail "no test accuracy line: $out"
+has '^trained 30 steps in ' "$out" || fail "no 'trained 30 steps' line: $out"
+has "^checkpoints: $d \(latest: $d/model.ckpt-30\)" "$out" || fail "no checkpoints line: $out"
+has '^step 10/30: loss [0-9.]+, batch accuracy' "$out" || fail "no plain progress line off a terminal: $out"
+has 'eval at step (0|10): test accuracy' "$out" || fail "no eval line: $out"
+for step in 0 10 20 30; do [[ -f $d/model.ckpt-$step.index ]] || fail "no model.ckpt-$step: $(ls "$d")"; done
+has '^hidden = 32$' "$(cat "$d/train_settings.txt" 2>/dev/null)" || fail "train_settings.txt: $(cat "$d/train_settings.txt")"
+"$py" -B "$tools/check_train_run.py" "$d" --step 30 --hidden 32 --batch-size 64 --eval \
+  --checkpoint-steps 0,10,20,30 || fail "check_train_run on the short run"
+
+# -- 4. resume, and spec decision 9 ------------------------------------------------------
+out=$("${run[@]}" --max-steps 50 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "resume exited $rc: $out"
+has "Restoring parameters from $d/model.ckpt-30" "$out" || fail "resume did not restore model.ckpt-30: $out"
+has '^trained 20 steps in ' "$out" || fail "resume should train 20 steps: $out"
+"$py" -B "$tools/check_train_run.py" "$d" --step 50 --hidden 32 --batch-size 64 || fail "check_train_run after resume"
+# The stored settings (--max-steps 50 now) make the bare command a no-op.
+out=$(timeout 120 "$foreman" train --checkpoint-dir "$d" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "decision 9 run exited $rc: $out"
+has '^nothing to train' "$out" || fail "a finished run trained again: $out"
+has '^test accuracy: ' "$out" || fail "decision 9 run did not report the test accuracy: $out"
+[[ -f $d/model.ckpt-51.index ]] && fail "decision 9 run trained a step"
+
+# -- 5. incompatible or busy directories: exit 2 ----------------------------------------
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$d" --hidden 64 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "changed --hidden exited $rc: $out"
+has "holds a run with --hidden 32.*not 64" "$out" || fail "changed --hidden: unclear message: $out"
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$d" --optimizer sgd 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "changed --optimizer exited $rc: $out"
+mkdir -p "$tmp/foreign"
+printf 'model_checkpoint_path: "model.ckpt-5"\n' >"$tmp/foreign/checkpoint"
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/foreign" "${small[@]}" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "foreign checkpoints exited $rc: $out"
+has 'did not write' "$out" || fail "foreign checkpoints: unclear message: $out"
+printf 'hidden = 32\n' >"$tmp/foreign/train_settings.txt"
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/foreign" "${small[@]}" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "a settings file without optimizer exited $rc: $out"
+has "train_settings.txt: missing 'optimizer'" "$out" || fail "bad settings file not named: $out"
+
+# A long run in the background holds the directory.
+d=$tmp/busy
+"$foreman" train --checkpoint-dir "$d" "${small[@]}" --max-steps 1000000 --epochs 0 \
+  --save-checkpoint-steps 50 >"$tmp/busy.out" 2>&1 &
+busy=$!; pids+=("$busy")
+wait_for "$d/model.ckpt-50.index" "$busy" || fail "the background run saved no model.ckpt-50: $(cat "$tmp/busy.out")"
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$d" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "a second train on a busy directory exited $rc: $out"
+has 'checkpoint directory in use' "$out" || fail "busy directory: unclear message: $out"
+
+# -- 6. SIGTERM: stop at a step boundary, final checkpoint, exit 0 -----------------------
+kill -TERM "$busy"
+rc=$(wait_exit "$busy")
+out=$(cat "$tmp/busy.out")
+[[ $rc == 0 ]] || fail "SIGTERM: exited $rc, expected 0: $out"
+has 'SIGTERM received: stopping at the next step boundary' "$out" || fail "SIGTERM: no stop message: $out"
+has '^stopped by SIGTERM after its final checkpoint' "$out" || fail "SIGTERM: no final message: $out"
+latest=$(sed -n 's/^model_checkpoint_path: "\(.*\)"$/\1/p' "$d/checkpoint")
+step=${latest##*-}
+[[ $step =~ ^[0-9]+$ && $step -gt 50 ]] || fail "SIGTERM: the final checkpoint is '$latest'"
+has "^checkpoints: $d \(latest: $d/model.ckpt-$step\)" "$out" || fail "SIGTERM: final checkpoint not reported: $out"
+if [[ $step =~ ^[0-9]+$ ]]; then
+  "$py" -B "$tools/check_train_run.py" "$d" --step "$step" --hidden 32 --batch-size 64 \
+    || fail "check_train_run after SIGTERM"
+fi
+
+# -- 7. a second signal exits at once with 130 ----------------------------------------------
+d=$tmp/twice
+"$foreman" train --checkpoint-dir "$d" "${small[@]}" --max-steps 1000000 --epochs 0 \
+  --save-checkpoint-steps 50 >"$tmp/twice.out" 2>&1 &
+twice=$!; pids+=("$twice")
+wait_for "$d/model.ckpt-50.index" "$twice" || fail "the second background run saved no model.ckpt-50"
+# Two different signals: standard signals of one kind do not queue.
+kill -TERM "$twice"; kill -INT "$twice"
+rc=$(wait_exit "$twice")
+[[ $rc == 130 ]] || fail "a second signal: exited $rc, expected 130: $(cat "$tmp/twice.out")"
+has 'second signal' "$(cat "$tmp/twice.out")" || fail "a second signal: no message: $(cat "$tmp/twice.out")"
+# What was saved before is intact.
+"$foreman" inspect "$d" >/dev/null 2>&1 || fail "a second signal left no readable checkpoint"
+
+# -- 8. a NaN loss fails the run: exit 1, one line ----------------------------------------------
+out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/nan" "${small[@]}" --optimizer sgd \
+      --learning-rate 1e30 --max-steps 200 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "NaN loss exited $rc, expected 1: $out"
+has '^foreman train: training failed: NaN loss during training' "$out" || fail "NaN loss: no one-line error: $out"
+
+if ((failures > 0)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "train_cli_test: OK"
