@@ -2,7 +2,7 @@
 # Runs every benchmark of issue 6 and prints the table (docs/benchmarks.md).
 #
 # Usage: tools/bench/run.sh [--quick] [--max-state-mb N] [--reps N] [--no-install]
-#                           [--build-dir DIR] [--out DIR] [--data DIR]
+#                           [--build-dir DIR] [--out DIR] [--data DIR] [--parts 1,2,3,4,5]
 #   --quick          fewer and shorter runs (a few minutes), states of 10 and 100 MB
 #   --max-state-mb   largest checkpoint state (default 1000: states of 10, 100, 1000 MB;
 #                    1000 needs about 4 GB of memory and 6 GB of disk)
@@ -14,6 +14,7 @@
 #   --out            where the raw results and table.md go (default a new
 #                    directory under ${TMPDIR:-/tmp})
 #   --data           Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
+#   --parts          which of the issue's parts to run (default all: 1,2,3,4,5)
 #
 # Installs what only the benchmarks need (python3-torch, libopenblas0-pthread),
 # as root or via sudo; CI and the README's set-up do not. PyTorch runs on
@@ -30,6 +31,7 @@ install=1
 build_dir=build-release
 out=
 data=/usr/share/datasets/fashion-mnist
+parts=1,2,3,4,5
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
@@ -39,7 +41,8 @@ while (($#)); do
     --build-dir) build_dir=$2; shift ;;
     --out) out=$2; shift ;;
     --data) data=$2; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --parts) parts=$2; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -57,6 +60,7 @@ done
 sizes_csv=$(IFS=,; echo "${sizes[*]:-}")
 
 log() { echo "run.sh: $*" >&2; }
+part() { [[ ,$parts, == *,$1,* ]]; }
 
 # -- the peers' packages ------------------------------------------------------------
 python=/usr/bin/python3
@@ -119,15 +123,19 @@ log "results in $out"
 # -- 2, 4: Google Benchmark programs ---------------------------------------------------------
 gb_args=(--benchmark_repetitions="$reps" --benchmark_enable_random_interleaving=true
          --benchmark_min_time="$gb_min_time")
-log "2. runtime overhead"
-TMPDIR=$scratch "$bin/overhead_bench" "${gb_args[@]}" --benchmark_out="$out/overhead.json" \
-  --benchmark_out_format=json >"$out/overhead.txt" 2>"$out/overhead.log"
-log "4. summaries"
-TMPDIR=$scratch "$bin/summary_bench" "${gb_args[@]}" --benchmark_out="$out/summary.json" \
-  --benchmark_out_format=json >"$out/summary.txt" 2>"$out/summary.log"
+if part 2; then
+  log "2. runtime overhead"
+  TMPDIR=$scratch "$bin/overhead_bench" "${gb_args[@]}" --benchmark_out="$out/overhead.json" \
+    --benchmark_out_format=json >"$out/overhead.txt" 2>"$out/overhead.log"
+fi
+if part 4; then
+  log "4. summaries"
+  TMPDIR=$scratch "$bin/summary_bench" "${gb_args[@]}" --benchmark_out="$out/summary.json" \
+    --benchmark_out_format=json >"$out/summary.txt" 2>"$out/summary.log"
+fi
 
 # -- 3: checkpoints ---------------------------------------------------------------------------
-if [[ -n $sizes_csv ]]; then
+if part 3 && [[ -n $sizes_csv ]]; then
   log "3. checkpoints: states of ${sizes_csv//,/, } MB"
   torch_args=()
   ((have_torch)) && torch_args=(--torch "$python $root/tools/bench/checkpoint_torch.py")
@@ -136,22 +144,29 @@ if [[ -n $sizes_csv ]]; then
 fi
 
 # -- 1: training throughput, Foreman and PyTorch alternating ------------------------------------
-log "1. training throughput ($reps runs per figure, $train_steps steps each)"
+part 1 && log "1. training throughput ($reps runs per figure, $train_steps steps each)"
 for ((i = 0; i < reps; ++i)); do
+  part 1 || break
   for t in 1 2; do
     "$bin/train_bench" --data "$data" --threads "$t" --steps "$train_steps" --warmup "$train_warmup" \
       2>>"$out/train.log" | grep '^RUN' >>"$runs"
     if ((have_torch)); then
-      OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$python" "$root/tools/bench/train_torch.py" --data "$data" \
+      # Passive OpenMP waits: GNU OpenMP's default spinning, with OpenBLAS's
+      # own threads beside it, slows PyTorch at 2 threads down ~3-10x on a
+      # shared machine (measured: 2.1k vs 7.2k samples/s); Foreman's Eigen
+      # pool needs no such setting.
+      OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$python" "$root/tools/bench/train_torch.py" --data "$data" \
         --threads "$t" --steps "$train_steps" --warmup "$train_warmup" 2>>"$out/train.log" | grep '^RUN' >>"$runs"
     fi
   done
 done
 
 # -- 5: recovery --------------------------------------------------------------------------------
-log "5. recovery"
-"$bin/recovery_bench" --data "$data" --reps "$recovery_reps" --dir "$scratch" \
-  2>"$out/recovery.log" | grep '^RUN' >>"$runs"
+if part 5; then
+  log "5. recovery"
+  "$bin/recovery_bench" --data "$data" --reps "$recovery_reps" --dir "$scratch" \
+    2>"$out/recovery.log" | grep '^RUN' >>"$runs"
+fi
 
 "$python" "$root/tools/bench/report.py" "$out" | tee "$out/table.md"
 log "raw results and table.md in $out"
