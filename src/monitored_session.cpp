@@ -26,7 +26,6 @@
 #include <cmath>
 #include <deque>
 #include <random>
-#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -91,6 +90,10 @@ struct MonitoredSession::Impl {
   std::shared_ptr<SessionCreator> creator;
   HookList hooks;
   std::vector<std::string> hook_names;  // "hook <Name>::" prefixes, by index
+  // Where(i, "before_run") / Where(i, "after_run"), built once: every run
+  // names them.
+  std::vector<std::string> before_run_where;
+  std::vector<std::string> after_run_where;
   absl::Duration stop_grace_period;
   RecoveryOptions recovery;
   RuntimeOptions runtime_options;
@@ -122,6 +125,18 @@ struct MonitoredSession::Impl {
   bool recovery_pending = false;            // a new session is due to log the loss
   std::optional<int64_t> step_before_error;  // global_step when the pending recovery began
 
+  // HookedRun's working storage, kept between runs so that a steady loop
+  // reuses it instead of allocating every step. A run nested in a hook's
+  // callback (user code may call run() there) uses its own.
+  struct RunScratch {
+    SessionRunArgs original_args;                        // what the context shows (B28)
+    std::vector<std::vector<std::string>> hook_fetches;  // by hook
+    std::vector<std::string> all_fetches;                // caller's and hooks', sorted, unique
+    std::vector<TensorMap> hook_results;                 // each hook's own results (B31)
+  };
+  RunScratch scratch;
+  bool scratch_in_use = false;
+
   ~Impl();
 
   Status Start();
@@ -131,7 +146,8 @@ struct MonitoredSession::Impl {
   Status BeginRecovery(const Status& cause);
   absl::Duration Backoff(int k);
   Status TeardownSession(bool recovering);
-  Status RunRecoverably(const std::function<Status()>& attempt);
+  template <class Attempt>
+  Status RunRecoverably(const Attempt& attempt);
   Status EndWith(const Status& s);
   StatusOr<TensorMap> HookedRun(const std::vector<std::string>& fetches, const TensorMap& feeds,
                                 const RunOptions& options, RunMetadata* run_metadata);
@@ -188,6 +204,8 @@ Status MonitoredSession::Impl::Start() {
   for (std::size_t i = 0; i < hooks.size(); ++i) {
     if (!hooks[i]) return absl::InvalidArgumentError(absl::StrCat("MonitoredSession: hooks[", i, "] is null"));
     hook_names.push_back(HookName(hooks[i]));
+    before_run_where.push_back(Where(i, "before_run"));
+    after_run_where.push_back(Where(i, "after_run"));
   }
 
   StatusOr<std::unique_ptr<internal::Runtime>> rt = internal::Runtime::Create(runtime_options.actor_system, config);
@@ -382,7 +400,8 @@ Status MonitoredSession::Impl::EndWith(const Status& s) {
 }
 
 // _RecoverableSession.run / run_step_fn.
-Status MonitoredSession::Impl::RunRecoverably(const std::function<Status()>& attempt) {
+template <class Attempt>
+Status MonitoredSession::Impl::RunRecoverably(const Attempt& attempt) {
   for (;;) {
     Status s = EnsureSession();
     if (!s.ok()) return EndWith(s);
@@ -429,19 +448,33 @@ StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::str
     return absl::FailedPreconditionError("Run called even after should_stop requested.");
   }
 
-  // B28: one context for every hook of this run.
-  const SessionRunArgs original{fetches, feeds, options};
-  SessionRunContext ctx(&original, session.get());
+  RunScratch nested;
+  RunScratch& sc = scratch_in_use ? nested : scratch;
+  struct Release {
+    bool* flag;
+    ~Release() {
+      if (flag != nullptr) *flag = false;
+    }
+  } release{&sc == &scratch ? &scratch_in_use : nullptr};
+  scratch_in_use = true;
+  sc.hook_fetches.resize(hooks.size());
+  sc.hook_results.resize(hooks.size());
+
+  // B28: one context for every hook of this run. (Assigning into the kept
+  // args reuses their storage when a loop repeats its fetches.)
+  sc.original_args.fetches = fetches;
+  sc.original_args.feeds = feeds;
+  sc.original_args.options = options;
+  SessionRunContext ctx(&sc.original_args, session.get());
 
   // B29-B33.
-  std::vector<std::vector<std::string>> hook_fetches(hooks.size());
   TensorMap hook_feeds;
   RunOptions merged_options = options;
   for (std::size_t i = 0; i < hooks.size(); ++i) {
     StatusOr<SessionRunArgs> request =
-        InvokeUserCode(Where(i, "before_run"), [&] { return hooks[i]->before_run(ctx); });
+        InvokeUserCode(before_run_where[i], [&] { return hooks[i]->before_run(ctx); });
     if (!request.ok()) return request.status();
-    hook_fetches[i] = std::move(request->fetches);
+    sc.hook_fetches[i] = std::move(request->fetches);
     if (!request->feeds.empty()) {
       FOREMAN_RETURN_IF_ERROR(CheckFeedsDisjoint(hook_feeds, request->feeds, "Same tensor is fed by two hooks."));
       for (auto& [name, value] : request->feeds) hook_feeds.emplace(name, std::move(value));
@@ -458,42 +491,69 @@ StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::str
     run_feeds = &merged_feeds;
   }
 
-  std::set<std::string> all(fetches.begin(), fetches.end());
-  for (const auto& f : hook_fetches) all.insert(f.begin(), f.end());
+  // Sorted and unique, as Session::Run wants them (it then needs no copy).
+  // Duplicates are dropped first: hooks mostly ask for the same few names.
+  sc.all_fetches.clear();
+  auto add = [&](const std::vector<std::string>& names) {
+    for (const auto& name : names) {
+      if (std::find(sc.all_fetches.begin(), sc.all_fetches.end(), name) == sc.all_fetches.end()) {
+        sc.all_fetches.push_back(name);
+      }
+    }
+  };
+  add(fetches);
+  for (const auto& f : sc.hook_fetches) add(f);
+  std::sort(sc.all_fetches.begin(), sc.all_fetches.end());
   RunMetadata local_metadata;
   RunMetadata* metadata = run_metadata != nullptr ? run_metadata : &local_metadata;
-  StatusOr<TensorMap> results = session->Run(std::vector<std::string>(all.begin(), all.end()), *run_feeds,
-                                             merged_options, metadata);
+  StatusOr<TensorMap> results = session->Run(sc.all_fetches, *run_feeds, merged_options, metadata);
   // B34 / B40: no after_run for a failed run.
   if (!results.ok()) return results.status();
 
-  auto pick = [&](const std::vector<std::string>& names) -> StatusOr<TensorMap> {
-    TensorMap out;
+  auto missing = [](const std::string& name) {
+    return absl::InternalError(absl::StrCat("the session did not return fetch '", name, "'"));
+  };
+  // A hook's own results. A hook that asks for the same single fetch as in
+  // the previous run gets its map back with the value assigned in place.
+  auto pick_for_hook = [&](const std::vector<std::string>& names, TensorMap& own) -> Status {
+    if (names.size() == 1 && own.size() == 1 && own.begin()->first == names[0]) {
+      auto it = results->find(names[0]);
+      if (it == results->end()) return missing(names[0]);
+      own.begin()->second = it->second;
+      return absl::OkStatus();
+    }
+    own.clear();
     for (const auto& name : names) {
       auto it = results->find(name);
-      if (it == results->end()) {
-        return absl::InternalError(absl::StrCat("the session did not return fetch '", name, "'"));
-      }
-      out.emplace(name, it->second);
+      if (it == results->end()) return missing(name);
+      own.emplace(name, it->second);
     }
-    return out;
+    return absl::OkStatus();
   };
 
   // B31, B34-B36.
   for (std::size_t i = 0; i < hooks.size(); ++i) {
-    TensorMap own;
     SessionRunValues values;
-    if (!hook_fetches[i].empty()) {
-      FOREMAN_ASSIGN_OR_RETURN(own, pick(hook_fetches[i]));
-      values.results = &own;
+    if (!sc.hook_fetches[i].empty()) {
+      FOREMAN_RETURN_IF_ERROR(pick_for_hook(sc.hook_fetches[i], sc.hook_results[i]));
+      values.results = &sc.hook_results[i];
     }
     values.options = &merged_options;
     values.run_metadata = metadata;
     FOREMAN_RETURN_IF_ERROR(
-        InvokeUserCode(Where(i, "after_run"), [&] { return hooks[i]->after_run(ctx, values); }));
+        InvokeUserCode(after_run_where[i], [&] { return hooks[i]->after_run(ctx, values); }));
   }
   if (ctx.stop_requested()) hook_stop.store(true, std::memory_order_release);
-  return pick(fetches);
+  // The caller's fetches: the results are not needed any more, so their
+  // nodes move over (a name listed twice is returned once, as before).
+  TensorMap out;
+  for (const auto& name : fetches) {
+    if (out.count(name) != 0) continue;
+    auto it = results->find(name);
+    if (it == results->end()) return missing(name);
+    out.insert(results->extract(it));
+  }
+  return out;
 }
 
 // B38-B43, B52-B53, decisions 3-4.

@@ -185,9 +185,18 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
   if (impl_->closed.load(std::memory_order_acquire)) {
     return absl::FailedPreconditionError("Attempted to use a closed Session.");
   }
-  std::vector<std::string> requested(fetches);
-  std::sort(requested.begin(), requested.end());
-  requested.erase(std::unique(requested.begin(), requested.end()), requested.end());
+  // The step sees the fetch names sorted and unique; a caller that passes
+  // them so (MonitoredSession does) saves the copy.
+  std::vector<std::string> sorted_copy;
+  const std::vector<std::string>* requested_names = &fetches;
+  if (!std::is_sorted(fetches.begin(), fetches.end()) ||
+      std::adjacent_find(fetches.begin(), fetches.end()) != fetches.end()) {
+    sorted_copy = fetches;
+    std::sort(sorted_copy.begin(), sorted_copy.end());
+    sorted_copy.erase(std::unique(sorted_copy.begin(), sorted_copy.end()), sorted_copy.end());
+    requested_names = &sorted_copy;
+  }
+  const std::vector<std::string>& requested = *requested_names;
 
   Clock* clock = impl_->config.clock;
   RunMetadata* trace = options.trace_level > RunOptions::kNoTrace ? metadata : nullptr;
@@ -216,13 +225,16 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
     return absl::DeadlineExceededError(
         absl::StrCat("the step ran longer than RunOptions.timeout_in_ms = ", options.timeout_in_ms));
   }
+  // Every result was requested (StepContext::Set drops the others): move
+  // the nodes over rather than copying the tensors.
   TensorMap out;
   for (const std::string& fetch : fetches) {
+    if (out.count(fetch) != 0) continue;  // listed twice
     auto it = results.find(fetch);
     if (it == results.end()) {
       return absl::NotFoundError("fetch '" + fetch + "' was requested but the step function did not produce it");
     }
-    out.emplace(fetch, it->second);
+    out.insert(results.extract(it));
   }
   return out;
 }

@@ -38,7 +38,8 @@ Status NeedGlobalStep(Session* session, const std::string& hook) {
 }
 
 /// The global step value in a fetched tensor (int64 or int32 scalar, B124).
-StatusOr<int64_t> StepValue(const Tensor& t, const std::string& hook) {
+/// The hook's name() is asked only for an error message: it runs every step.
+StatusOr<int64_t> StepValue(const Tensor& t, const SessionRunHook& hook) {
   if (t.dtype() == DataType::kInt64) {
     auto v = t.scalar<int64_t>();
     if (v.ok()) return *v;
@@ -46,18 +47,18 @@ StatusOr<int64_t> StepValue(const Tensor& t, const std::string& hook) {
     auto v = t.scalar<int32_t>();
     if (v.ok()) return static_cast<int64_t>(*v);
   }
-  return absl::InvalidArgumentError(absl::StrCat(hook, ": the '", kGlobalStepName,
+  return absl::InvalidArgumentError(absl::StrCat(hook.name(), ": the '", kGlobalStepName,
                                                  "' fetch is not an int32/int64 scalar"));
 }
 
 /// The stale (pre-run) global step this hook fetched (B100, B126).
-StatusOr<int64_t> StaleStep(const SessionRunValues& values, const std::string& hook) {
+StatusOr<int64_t> StaleStep(const SessionRunValues& values, const SessionRunHook& hook) {
   if (values.results == nullptr) {
-    return absl::InternalError(absl::StrCat(hook, ": no results for its '", kGlobalStepName, "' fetch"));
+    return absl::InternalError(absl::StrCat(hook.name(), ": no results for its '", kGlobalStepName, "' fetch"));
   }
   auto it = values.results->find(kGlobalStepName);
   if (it == values.results->end()) {
-    return absl::InternalError(absl::StrCat(hook, ": no result for its '", kGlobalStepName, "' fetch"));
+    return absl::InternalError(absl::StrCat(hook.name(), ": no result for its '", kGlobalStepName, "' fetch"));
   }
   return StepValue(it->second, hook);
 }
@@ -245,7 +246,7 @@ Status CheckpointSaverHook::after_run(SessionRunContext& ctx, const SessionRunVa
   Impl& m = *impl_;
   bool stop = false;
   FOREMAN_RETURN_IF_ERROR(m.PollInFlight(ctx.session(), &stop));
-  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, name()));
+  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, *this));
   // B104.
   if (m.timer.should_trigger_for_step(stale + m.options.steps_per_run)) {
     FOREMAN_ASSIGN_OR_RETURN(int64_t step, RealStep(ctx.session(), name()));
@@ -341,7 +342,7 @@ StatusOr<SessionRunArgs> StepCounterHook::before_run(SessionRunContext& /*ctx*/)
 
 Status StepCounterHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
   Impl& m = *impl_;
-  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, name()));
+  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, *this));
   if (m.timer.should_trigger_for_step(stale + m.steps_per_run)) {
     FOREMAN_ASSIGN_OR_RETURN(int64_t step, RealStep(ctx.session(), name()));
     if (m.timer.should_trigger_for_step(step)) {
@@ -431,7 +432,7 @@ StatusOr<SessionRunArgs> SummarySaverHook::before_run(SessionRunContext& /*ctx*/
 Status SummarySaverHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
   Impl& m = *impl_;
   if (m.writer == nullptr) return absl::OkStatus();  // B112
-  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, name()));
+  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, *this));
   int64_t global_step = stale + 1;
   if (!m.next_step.has_value() || m.request_summary) {
     FOREMAN_ASSIGN_OR_RETURN(global_step, RealStep(ctx.session(), name()));

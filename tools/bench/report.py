@@ -1,0 +1,258 @@
+#!/usr/bin/python3
+"""Builds run.sh's table (issue 6) from the results directory it fills:
+
+  overhead.json, summary.json   Google Benchmark output (--benchmark_out)
+  runs.txt                      "RUN <name> <value> <unit>" lines, one per run,
+                                in the order run (pairs of alternating runs
+                                share an index), and "RESULT <name> median=..
+                                min=.. max=.. n=.. unit=.." lines of programs
+                                that summarise their own runs
+  machine.txt                   "key: value" lines written by run.sh
+
+Every figure is the median of its runs with [min, max]; a ratio is computed
+per pair of runs of the same invocation (run i of A over run i of B) and
+summarised the same way, except where noted.
+
+    report.py RESULTS_DIR  > table.md
+"""
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def stats(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return (statistics.median(values), min(values), max(values), len(values))
+
+
+def fmt_num(v):
+    if v is None:
+        return "–"
+    a = abs(v)
+    if a >= 1e6:
+        return "%.3g M" % (v / 1e6)
+    if a >= 1e4:
+        return "%.0f" % v
+    if a >= 100:
+        return "%.0f" % v
+    if a >= 1:
+        return "%.3g" % v
+    if a >= 1e-3:
+        return "%.3g m" % (v * 1e3)
+    if a >= 1e-6:
+        return "%.3g µ" % (v * 1e6)
+    return "%.3g n" % (v * 1e9)
+
+
+def fmt(s, unit=""):
+    """median [min–max] unit"""
+    if s is None:
+        return "not run"
+    med, lo, hi, n = s
+    u = (" " + unit) if unit else ""
+    return "%s%s [%s–%s]" % (fmt_num(med), u, fmt_num(lo), fmt_num(hi))
+
+
+def fmt_ratio(s):
+    if s is None:
+        return "–"
+    med, lo, hi, n = s
+    return "%.2f× [%.2f–%.2f]" % (med, lo, hi)
+
+
+def pair_ratio(a, b):
+    if not a or not b:
+        return None
+    n = min(len(a), len(b))
+    return stats([a[i] / b[i] for i in range(n) if b[i]])
+
+
+class Results:
+    def __init__(self, root):
+        self.root = root
+        self.runs = {}      # name -> [values]
+        self.summary = {}   # name -> (median, min, max, n)
+        self.gbench = {}    # benchmark name -> [real_time ns per repetition]
+        self.gcpu = {}      # benchmark name -> [cpu_time ns of the benchmark's thread per repetition]
+        self.gcounters = {}  # (benchmark, counter) -> [values]
+        self.machine = {}
+        path = os.path.join(root, "runs.txt")
+        if os.path.exists(path):
+            for line in open(path):
+                parts = line.split()
+                if len(parts) >= 3 and parts[0] == "RUN":
+                    self.runs.setdefault(parts[1], []).append(float(parts[2]))
+                elif len(parts) >= 2 and parts[0] == "RESULT":
+                    kv = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+                    self.summary[parts[1]] = (float(kv["median"]), float(kv["min"]), float(kv["max"]),
+                                              int(kv.get("n", "0")))
+        for name in ("overhead.json", "summary.json"):
+            path = os.path.join(root, name)
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                data = json.load(f)
+            for b in data.get("benchmarks", []):
+                if b.get("run_type") != "iteration" or b.get("error_occurred"):
+                    continue
+                base = b["run_name"] if "run_name" in b else b["name"]
+                base = re.sub(r"/real_time$", "", base)
+                scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
+                self.gbench.setdefault(base, []).append(b["real_time"] * scale)
+                self.gcpu.setdefault(base, []).append(b["cpu_time"] * scale)
+                for key in ("items_per_second", "bytes_per_second"):
+                    if key in b:
+                        self.gcounters.setdefault((base, key), []).append(b[key])
+        path = os.path.join(root, "machine.txt")
+        if os.path.exists(path):
+            for line in open(path):
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    self.machine[k.strip()] = v.strip()
+
+    def run(self, name):
+        return stats(self.runs.get(name, []))
+
+
+def peak_flops(machine):
+    """FP32 FLOP/s of one core, from the CPU's flags, family and clock (see docs/benchmarks.md)."""
+    flags = machine.get("flags", "").split()
+    vendor = machine.get("vendor", "")
+    family = int(machine.get("family", "0") or 0)
+    mhz = float(machine.get("mhz", "0") or 0)
+    if "avx512f" in flags:
+        if vendor == "AuthenticAMD" and family == 25:
+            per_cycle, why = 32, "AVX-512 on Zen 4 (two 256-bit FMA pipes): 2 x 8 lanes x 2"
+        else:
+            per_cycle, why = 64, "AVX-512 with two 512-bit FMA pipes: 2 x 16 lanes x 2"
+    elif "avx2" in flags and "fma" in flags:
+        per_cycle, why = 32, "AVX2 + FMA, two 256-bit FMA pipes: 2 x 8 lanes x 2"
+    elif "avx" in flags:
+        per_cycle, why = 16, "AVX, one 256-bit add + one mul: 8 + 8"
+    else:
+        per_cycle, why = 8, "SSE: 4 + 4"
+    return per_cycle * mhz * 1e6, per_cycle, why
+
+
+# FLOPs of one training step of the 784-256-10 MLP at batch 128: forward 2x,
+# backward 4x the multiply-adds of the two dense layers.
+BATCH = 128
+STEP_FLOPS = 6 * BATCH * (784 * 256 + 256 * 10)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.stderr.write("usage: report.py RESULTS_DIR\n")
+        return 2
+    r = Results(sys.argv[1])
+    m = r.machine
+    out = []
+    w = out.append
+    core_peak, per_cycle, why = peak_flops(m)
+
+    w("Machine: %s, %s cores, %s MHz; %s; load average before the run: %s." %
+      (m.get("model", "?"), m.get("cores", "?"), m.get("mhz", "?"), m.get("kernel", "?"), m.get("load", "?")))
+    w("Peer: %s; BLAS: %s. Build: %s." % (m.get("torch", "not installed"), m.get("blas", "?"), m.get("build", "?")))
+    w("Peak FP32: %s FLOP/cycle per core (%s) x %s MHz = %.1f GFLOP/s per thread." %
+      (per_cycle, why, m.get("mhz", "?"), core_peak / 1e9))
+    w("Figures: median [min–max] over the runs of this invocation; ratios per pair of alternating runs.")
+    w("")
+    w("| # | Figure | Foreman | Peer / baseline | Ratio | Goal | Met |")
+    w("|---|---|---|---|---|---|---|")
+
+    def row(num, figure, ours, peer, ratio, goal, met):
+        w("| %s | %s | %s | %s | %s | %s | %s |" % (num, figure, ours, peer, ratio, goal, met))
+
+    def verdict(s, ok):
+        if s is None:
+            return "–"
+        return "yes" if ok(s[0]) else "**no**"
+
+    # 1. Training throughput.
+    for t in (1, 2):
+        ours = r.runs.get("train.foreman.t%d.samples_per_s" % t, [])
+        theirs = r.runs.get("train.torch.t%d.samples_per_s" % t, [])
+        ratio = pair_ratio(ours, theirs)
+        row("1", "MLP 784-256-10 training, batch 128, %d thread%s (samples/s)" % (t, "s" if t > 1 else ""),
+            fmt(stats(ours)), ("PyTorch " + fmt(stats(theirs))) if theirs else "PyTorch not run",
+            fmt_ratio(ratio), "≥ 1.3× PyTorch", verdict(ratio, lambda v: v >= 1.3))
+        peak = core_peak * t
+        def frac(values):
+            if not peak:
+                return "peak unknown" if values else None
+            s = stats([v / BATCH * STEP_FLOPS / peak * 100 for v in values]) if values else None
+            return None if s is None else "%.1f%% [%.1f–%.1f]" % s[:3]
+        row("1", "  fraction of peak FP32 FLOP/s (%d thread%s)" % (t, "s" if t > 1 else ""),
+            frac(ours) or "not run", frac(theirs) or "–", "", "", "")
+
+    # 2. Runtime overhead.
+    bare = r.gbench.get("BM_BareStep", [])
+    mts = r.gbench.get("BM_MonitoredTrainingSession", [])
+    overhead = stats([mts[i] - bare[i] for i in range(min(len(bare), len(mts)))]) if bare and mts else None
+    for name, label in (("BM_SessionRun", "raw Session::Run"),
+                        ("BM_MonitoredSessionNoHooks", "MonitoredSession, no hooks"),
+                        ("BM_MonitoredTrainingSession", "MonitoredTrainingSession, default hooks")):
+        s = stats(r.gbench.get(name, []))
+        row("2", "step time, %s (ns/step)" % label, fmt(s), "bare loop " + fmt(stats(bare)),
+            fmt_ratio(pair_ratio(r.gbench.get(name, []), bare)), "", "")
+    row("2", "runtime overhead per step: MonitoredTrainingSession − bare loop (ns)", fmt(overhead), "", "",
+        "≤ 1000 ns", verdict(overhead, lambda v: v <= 1000))
+    bare_cpu = r.gcpu.get("BM_BareStep", [])
+    mts_cpu = r.gcpu.get("BM_MonitoredTrainingSession", [])
+    if bare_cpu and mts_cpu:
+        cpu = stats([mts_cpu[i] - bare_cpu[i] for i in range(min(len(bare_cpu), len(mts_cpu)))])
+        row("2", "  the same in CPU time of the training thread (ns)", fmt(cpu), "", "", "≤ 1000 ns",
+            verdict(cpu, lambda v: v <= 1000))
+
+    # 3. Checkpoints.
+    sizes = sorted({int(k.split(".")[1][:-2]) for k in r.summary if k.startswith("ckpt.")})
+    for mb in sizes:
+        p = "ckpt.%dMB." % mb
+        stall = r.summary.get(p + "stall_s")
+        fresh = r.summary.get(p + "memcpy_fresh_s")
+        warm = r.summary.get(p + "memcpy_warm_s")
+        # The goal's baseline is the copy itself (buffers already touched);
+        # the copy into fresh pages shows what page faults add.
+        ratio = stall[0] / warm[0] if stall and warm and stall[3] else None
+        row("3", "%d MB: training-loop stall per save (s)" % mb, fmt(stall) if stall and stall[3] else "no save",
+            "memcpy " + fmt(warm) + "; into fresh pages " + fmt(fresh),
+            ("%.2f× (medians)" % ratio) if ratio else "–", "≤ 1.2× memcpy",
+            "–" if ratio is None else ("yes" if ratio <= 1.2 else "**no**"))
+        wr = r.summary.get(p + "write_vs_dd")
+        row("3", "%d MB: background write (MB/s)" % mb, fmt(r.summary.get(p + "write_MBps")),
+            "dd conv=fdatasync " + fmt(r.summary.get(p + "dd_MBps")), fmt_ratio(wr), "≥ 0.8× dd",
+            verdict(wr, lambda v: v >= 0.8))
+        torch = r.summary.get(p + "torch_save_MBps")
+        row("3", "%d MB: write time (s)" % mb, fmt(r.summary.get(p + "write_s")),
+            ("torch.save + fsync " + fmt(r.summary.get(p + "torch_save_s")) + ", " + fmt(torch, "MB/s"))
+            if torch else "torch.save not run",
+            fmt_ratio(r.summary.get(p + "write_vs_torch")), "", "")
+        waited = r.summary.get(p + "waited_saves")
+        if waited:
+            row("3", "%d MB: due saves that waited for the one in flight" % mb,
+                "%d of %d" % (waited[0], waited[3]), "", "", "", "")
+
+    # 4. Summaries.
+    for key, unit, label in (("items_per_second", "events/s", "scalar events"), ("bytes_per_second", "B/s", "bytes")):
+        actor = r.gcounters.get(("BM_SummaryWriterActor/1000", key), [])
+        direct = r.gcounters.get(("BM_EventFileWriterDirect/1000", key), [])
+        row("4", "summaries through the summary_writer actor (%s)" % unit, fmt(stats(actor)),
+            "EventFileWriter on the caller's thread " + fmt(stats(direct)), fmt_ratio(pair_ratio(actor, direct)),
+            "", "")
+
+    # 5. Recovery.
+    for name, label in (("recovery.default_backoff_s", "default back-off (100 ms × jitter)"),
+                        ("recovery.no_backoff_s", "back-off 0")):
+        s = r.run(name)
+        row("5", "ABORTED → next successful step, MLP, %s (s)" % label, fmt(s),
+            "one training step " + fmt(r.run("recovery.step_s")), "", "", "")
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
