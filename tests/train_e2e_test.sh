@@ -39,8 +39,11 @@ has "^trained $steps steps" "$out" || fail "the reference run did not train $ste
 d=$tmp/killed
 "$foreman" train --checkpoint-dir "$d" "${cmd[@]}" >"$tmp/first.out" 2>&1 &
 victim=$!
+# The state file is the commit point of a save (its files are renamed first).
+committed() { sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\)"$/\1/p' "$d/checkpoint" 2>/dev/null; }
 for ((i = 0; i < 6000; i++)); do
-  [[ -f $d/model.ckpt-$((2 * every)).index ]] && break
+  step=$(committed)
+  [[ -n $step && $step -ge $((2 * every)) ]] && break
   kill -0 "$victim" 2>/dev/null || break
   sleep 0.02
 done
