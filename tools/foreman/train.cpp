@@ -1,7 +1,9 @@
 // `foreman train`: the main job. Trains an MLP on Fashion-MNIST under a
 // MonitoredTrainingSession (checkpoints, summaries, step counting, recovery),
 // with an input-pipeline actor prefetching batches, resume from the
-// checkpoint directory, and graceful stop on SIGINT / SIGTERM.
+// checkpoint directory, and graceful stop on SIGINT / SIGTERM / SIGHUP.
+// docs/train.md is the user's guide; train_settings.{hpp,cpp} hold the flags
+// and the settings file.
 //
 // What a run leaves in --checkpoint-dir:
 //   checkpoint, model.ckpt-<step>.{index,data-00000-of-00001}   TF V2 checkpoints
@@ -9,6 +11,7 @@
 //                                global_step/sec, SessionLog START/CHECKPOINT
 //   eval/events.out.tfevents.*   test-set loss and accuracy (TF Estimator's layout)
 //   train_settings.txt           the settings of the run, for resuming it
+//   train.log                    the log
 //
 // Resume: the data position (input_pipeline/epoch, input_pipeline/index) and
 // the optimizer's slots are variables, so they are checkpointed with the
