@@ -4,18 +4,39 @@
 
 #include <algorithm>
 #include <memory>
-#include <sstream>
+#include <mutex>
 #include <string>
 
-#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/sinks/base_sink.h>
 
 #include "log.hpp"
 
 namespace foreman::testing {
 
+/// A sink whose text a test may read while other threads log: base_sink
+/// writes under its mutex, and text() reads under the same one.
+class StringSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::string text() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return text_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t formatted;
+    formatter_->format(msg, formatted);
+    text_.append(formatted.data(), formatted.size());
+  }
+  void flush_() override {}
+
+ private:
+  std::string text_;
+};
+
 class CapturedLog {
  public:
-  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
+  CapturedLog() : sink_(std::make_shared<StringSink>()) {
     internal::Logger().sinks().push_back(sink_);
   }
   ~CapturedLog() {
@@ -25,11 +46,11 @@ class CapturedLog {
   CapturedLog(const CapturedLog&) = delete;
   CapturedLog& operator=(const CapturedLog&) = delete;
 
-  std::string text() const { return out_.str(); }
+  /// Everything logged so far; safe while other threads log.
+  std::string text() const { return sink_->text(); }
 
  private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::sink> sink_;
+  std::shared_ptr<StringSink> sink_;
 };
 
 }  // namespace foreman::testing
