@@ -101,14 +101,11 @@ void BM_SessionRun(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-void BM_MonitoredSessionNoHooks(benchmark::State& state) {
-  foreman::MonitoredSessionOptions options;
-  options.session_creator = std::make_shared<foreman::ChiefSessionCreator>(
-      std::make_shared<foreman::Scaffold>(IncrementGraph()), "", OneThread());
-  auto session = foreman::MonitoredSession::Create(std::move(options));
-  if (!session.ok()) return Fail(state, session.status());
+// The timed loop of the monitored sessions: one run() per iteration, then close().
+template <class Monitored>
+void RunAndClose(benchmark::State& state, Monitored& session) {
   for (auto _ : state) {
-    auto out = (*session)->run(kFetches);
+    auto out = session.run(kFetches);
     if (!out.ok()) {
       Fail(state, out.status());
       break;
@@ -116,8 +113,17 @@ void BM_MonitoredSessionNoHooks(benchmark::State& state) {
     benchmark::DoNotOptimize(*out);
   }
   state.SetItemsProcessed(state.iterations());
-  Status closed = (*session)->close();
+  Status closed = session.close();
   if (!closed.ok()) Fail(state, closed);
+}
+
+void BM_MonitoredSessionNoHooks(benchmark::State& state) {
+  foreman::MonitoredSessionOptions options;
+  options.session_creator = std::make_shared<foreman::ChiefSessionCreator>(
+      std::make_shared<foreman::Scaffold>(IncrementGraph()), "", OneThread());
+  auto session = foreman::MonitoredSession::Create(std::move(options));
+  if (!session.ok()) return Fail(state, session.status());
+  RunAndClose(state, **session);
 }
 
 void BM_MonitoredTrainingSession(benchmark::State& state) {
@@ -128,17 +134,7 @@ void BM_MonitoredTrainingSession(benchmark::State& state) {
   options.config = OneThread();
   auto session = foreman::MonitoredTrainingSession(std::move(options));
   if (!session.ok()) return Fail(state, session.status());
-  for (auto _ : state) {
-    auto out = (*session)->run(kFetches);
-    if (!out.ok()) {
-      Fail(state, out.status());
-      break;
-    }
-    benchmark::DoNotOptimize(*out);
-  }
-  state.SetItemsProcessed(state.iterations());
-  Status closed = (*session)->close();
-  if (!closed.ok()) Fail(state, closed);
+  RunAndClose(state, **session);
 }
 
 double Min(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
