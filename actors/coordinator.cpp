@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman::internal {
 

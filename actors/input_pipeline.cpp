@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "atoms.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman::data {
 

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint_saver.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 #include "runtime/runtime.hpp"
 #include "step_counter.hpp"
 #include "summary_writer.hpp"

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "foreman/summary.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman::internal {
 

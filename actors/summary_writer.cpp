@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman::internal {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <utility>
 
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 namespace {

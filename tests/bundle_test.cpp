@@ -20,7 +20,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "bundle/leveldb_env.hpp"
+#include "formats/bundle/leveldb_env.hpp"
 #include "foreman/crc32c.hpp"
 #include "foreman/mem_env.hpp"
 #include "support/test_util.hpp"

@@ -27,7 +27,7 @@
 #include "foreman/mem_env.hpp"
 #include "foreman/summary.hpp"
 #include "support/test_util.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 #include "support/log_capture.hpp"
 #include "summary.pb.h"
 

@@ -1,4 +1,4 @@
-// Tests for the stock hooks of src/hooks/basic_hooks.cpp (spec §9: B95-B101,
+// Tests for the stock hooks of src/runtime/hooks/basic_hooks.cpp (spec §9: B95-B101,
 // B117-B123; decision 9).
 //
 // The hooks are driven directly, in the order a MonitoredSession calls them

@@ -23,7 +23,7 @@
 
 #include <doctest/doctest.h>
 
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 namespace {

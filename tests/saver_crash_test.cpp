@@ -12,7 +12,7 @@
 #include "foreman/bundle.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/mem_env.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 namespace {

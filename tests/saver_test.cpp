@@ -17,7 +17,7 @@
 #include "foreman/bundle.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/mem_env.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 #include "support/log_capture.hpp"
 
 namespace foreman {

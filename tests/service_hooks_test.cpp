@@ -1,4 +1,4 @@
-// Tests for the hooks whose work goes to service actors (src/hooks/
+// Tests for the hooks whose work goes to service actors (src/runtime/hooks/
 // service_hooks.cpp): CheckpointSaverHook (B102-B108, decision 11, H-12,
 // H-23), StepCounterHook (B109-B111), SummarySaverHook (B112-B116, H-32).
 //

@@ -1,5 +1,5 @@
 // CUDA device discovery. Built with nvcc when meson's `cuda` feature finds it
-// (src/cuda/device.cu); otherwise the same functions exist and say CUDA
+// (src/compute/cuda_device.cu); otherwise the same functions exist and say CUDA
 // support was not built. Never aborts when there is no GPU or driver.
 //
 //   auto n = foreman::cuda::DeviceCount();   // StatusOr<int>

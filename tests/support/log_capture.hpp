@@ -9,7 +9,7 @@
 
 #include <spdlog/sinks/base_sink.h>
 
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman::testing {
 

@@ -20,7 +20,7 @@
 #include <utility>
 
 #include "absl/strings/str_join.h"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 

@@ -18,7 +18,7 @@
 #include "foreman/hooks.hpp"
 #include "foreman/summary.hpp"
 #include "foreman/variable_store.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 #include "runtime/services.hpp"
 
 namespace foreman {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint_state.pb.h"
 #include "foreman/bundle.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 

@@ -23,7 +23,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "foreman/summary.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 #include "runtime/runtime.hpp"
 
 namespace foreman {

@@ -1,4 +1,4 @@
-#include "bundle/leveldb_env.hpp"
+#include "formats/bundle/leveldb_env.hpp"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

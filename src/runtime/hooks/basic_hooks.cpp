@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "foreman/hooks.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 

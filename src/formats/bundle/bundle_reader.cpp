@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "bundle/bundle_format.hpp"
-#include "bundle/leveldb_env.hpp"
+#include "formats/bundle/bundle_format.hpp"
+#include "formats/bundle/leveldb_env.hpp"
 #include "tensor_bundle.pb.h"
 
 namespace foreman {

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "foreman/record.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 #include "summary.pb.h"
 
 namespace foreman {

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "foreman/bundle.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 

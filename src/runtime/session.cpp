@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "foreman/cuda.hpp"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 namespace {

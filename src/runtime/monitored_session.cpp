@@ -30,7 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "log.hpp"
+#include "platform/log.hpp"
 #include "runtime/runtime.hpp"
 
 namespace foreman {

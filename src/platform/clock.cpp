@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "log.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 
