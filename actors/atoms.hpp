@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,15 +95,21 @@ inline caf::error StatusToError(const Status& s) {
                     caf::make_message(std::string(s.message()))};
 }
 
+/// The Status that StatusToError() packed into `e`: OK for no error,
+/// std::nullopt when `e` is not in Foreman's category. The one way back from
+/// a caf::error (ErrorToStatus and the actor API's StatusFromExitReason use it).
+inline std::optional<Status> StatusFromForemanError(const caf::error& e) {
+  if (!e) return absl::OkStatus();
+  if (e.category() != kForemanErrorCategory) return std::nullopt;
+  std::string message;
+  if (e.context().match_elements<std::string>()) message = e.context().get_as<std::string>(0);
+  return Status(static_cast<absl::StatusCode>(e.code()), message);
+}
+
 /// The Status an actor's exit reason stands for: OK for a normal exit; the
 /// Status StatusToError() packed; otherwise INTERNAL "<who> stopped: <reason>".
 inline Status ErrorToStatus(const caf::error& e, const std::string& who) {
-  if (!e) return absl::OkStatus();
-  if (e.category() == kForemanErrorCategory) {
-    std::string message;
-    if (e.context().match_elements<std::string>()) message = e.context().get_as<std::string>(0);
-    return Status(static_cast<absl::StatusCode>(e.code()), message);
-  }
+  if (std::optional<Status> s = StatusFromForemanError(e)) return *std::move(s);
   return absl::InternalError(absl::StrCat(who, " stopped: ", caf::to_string(e)));
 }
 

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "actor_system.hpp"
 #include "atoms.hpp"
 #include "platform/log.hpp"
 
@@ -142,9 +143,8 @@ struct InputPipeline::Impl {
   std::shared_ptr<const Dataset> dataset;
   InputPipelineOptions options;
   std::shared_ptr<PrefetchBuffer> buffer = std::make_shared<PrefetchBuffer>();
-  // Declared before the link: destroyed after it.
-  std::unique_ptr<caf::actor_system_config> own_config;
-  std::unique_ptr<caf::actor_system> own_system;
+  // Declared before the link: released after it.
+  internal::ActorSystemRef process_system;
   std::shared_ptr<ChildLink> producer = std::make_shared<ChildLink>(kProducerName);
 
   // The consumer's side, guarded by buffer->mu (stats() reads them from any
@@ -158,16 +158,14 @@ struct InputPipeline::Impl {
     if (producer->SendExit(caf::exit_reason::user_shutdown) && !producer->WaitExited(kStopTimeout)) {
       FOREMAN_LOG_ERROR("The input pipeline's producer is still decoding after {}",
                         absl::FormatDuration(kStopTimeout));
-      if (own_system != nullptr) {
-        // ~actor_system would wait for it forever: leave it behind.
-        FOREMAN_LOG_ERROR("Leaking the input pipeline's actor system so that the process can go on");
-        (void)own_system.release();
-        (void)own_config.release();
+      if (process_system != nullptr) {
+        // ~actor_system would wait for it forever: keep it.
+        FOREMAN_LOG_ERROR("Keeping the actor system alive so that the process can go on");
+        internal::LeakActorSystem(process_system);
       }
     }
     producer->Detach();
-    own_system.reset();
-    own_config.reset();
+    process_system.reset();
   }
 };
 
@@ -188,31 +186,26 @@ StatusOr<std::unique_ptr<InputPipeline>> InputPipeline::Create(std::shared_ptr<c
   impl->options = options;
   ProducerArgs args{std::move(dataset), impl->buffer, std::move(options.before_batch)};
   impl->options.before_batch = nullptr;
-  // CAF 0.17 keeps the system's logger in the thread-local storage of a
-  // thread that constructs a system or spawns from outside an actor, and
-  // ~actor_system waits for it (actors/README.md): do both on a thread that
-  // ends at once, so the pipeline can be destroyed on any thread.
-  Status status;
-  std::thread([&] {
-    status = InvokeUserCode("starting the input pipeline", [&] {
-      caf::actor_system* system = impl->options.actor_system;
-      if (system == nullptr) {
-        impl->own_config = std::make_unique<caf::actor_system_config>();
-        impl->own_config->set("scheduler.max-threads", size_t{1});
-        impl->own_system = std::make_unique<caf::actor_system>(*impl->own_config);
-        system = impl->own_system.get();
+  caf::actor_system* system = impl->options.actor_system;
+  if (system == nullptr) {
+    // The process's one actor system, shared with the sessions' services.
+    auto process_system = internal::AcquireProcessActorSystem(0);
+    if (!process_system.ok()) return process_system.status();
+    impl->process_system = *std::move(process_system);
+    system = impl->process_system.get();
+  }
+  // Spawned from a thread that ends at once (actors/actor_system.hpp).
+  Status status = internal::RunOnShortLivedThread([&] {
+    caf::actor actor = system->spawn<caf::detached>(producer, std::move(args));
+    std::weak_ptr<PrefetchBuffer> weak = impl->buffer;
+    actor->attach_functor([weak](const caf::error& reason) {
+      if (auto buffer = weak.lock()) {
+        buffer->ProducerGone(internal::ErrorToStatus(reason, kProducerName));
       }
-      caf::actor actor = system->spawn<caf::detached>(producer, std::move(args));
-      std::weak_ptr<PrefetchBuffer> weak = impl->buffer;
-      actor->attach_functor([weak](const caf::error& reason) {
-        if (auto buffer = weak.lock()) {
-          buffer->ProducerGone(internal::ErrorToStatus(reason, kProducerName));
-        }
-      });
-      ChildLink::Attach(impl->producer, std::move(actor));
-      caf::logger::set_current_actor_system(nullptr);
     });
-  }).join();
+    ChildLink::Attach(impl->producer, std::move(actor));
+    return absl::OkStatus();
+  });
   if (!status.ok()) return status;  // ~Impl: nothing runs, or the actor stops.
   return std::unique_ptr<InputPipeline>(new InputPipeline(std::move(impl)));
 }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "actor_system.hpp"
 #include "checkpoint_saver.hpp"
 #include "platform/log.hpp"
 #include "runtime/runtime.hpp"
@@ -138,7 +139,8 @@ std::string StripTrailingSlashes(std::string dir) {
 
 class RuntimeImpl : public Runtime {
  public:
-  explicit RuntimeImpl(const SessionConfig& config) : config_(config), cell_(std::make_shared<FailureCell>()) {}
+  RuntimeImpl(const RuntimeOptions& options, const SessionConfig& config)
+      : options_(options), config_(config), cell_(std::make_shared<FailureCell>()) {}
 
   ~RuntimeImpl() override {
     {
@@ -149,32 +151,20 @@ class RuntimeImpl : public Runtime {
     if (!s.ok()) FOREMAN_LOG_ERROR("Shutting down the session's actors: {}", s.ToString());
   }
 
-  Status Start(caf::actor_system* system) {
-    // CAF 0.17 leaves a reference to the system's logger in the thread-local
-    // storage of the thread that constructs the system or spawns an actor
-    // from outside any actor, and ~actor_system waits until every such
-    // reference is gone: it hangs forever while that thread lives (e.g. a
-    // close() on another thread than Create(); found by
-    // monitored_training_session_test B16). So both happen on a thread that
-    // ends at once, and the system can be destroyed on any thread.
-    Status status;
-    std::thread([&] {
-      status = InvokeUserCode("starting the session's actors", [&] {
-        if (system == nullptr) {
-          own_config_ = std::make_unique<caf::actor_system_config>();
-          const int threads = config_.actor_threads > 0 ? config_.actor_threads : 2;
-          own_config_->set("scheduler.max-threads", static_cast<size_t>(threads));
-          own_system_ = std::make_unique<caf::actor_system>(*own_config_);
-          system = own_system_.get();
-        }
-        system_ = system;
-        auto supervisor = std::make_shared<ChildLink>("session_supervisor");
-        ChildLink::Attach(supervisor, SpawnSessionSupervisor(*system_, cell_));
-        supervisor_ = std::move(supervisor);
-        caf::logger::set_current_actor_system(nullptr);
-      });
-    }).join();
-    return status;
+  Status Start() {
+    caf::actor_system* system = options_.actor_system;
+    if (system == nullptr) {
+      FOREMAN_ASSIGN_OR_RETURN(process_system_, AcquireProcessActorSystem(config_.actor_threads));
+      system = process_system_.get();
+    }
+    system_ = system;
+    // Spawned from a thread that ends at once (actor_system.hpp).
+    return RunOnShortLivedThread([&] {
+      auto supervisor = std::make_shared<ChildLink>("session_supervisor");
+      ChildLink::Attach(supervisor, SpawnSessionSupervisor(*system_, cell_));
+      supervisor_ = std::move(supervisor);
+      return absl::OkStatus();
+    });
   }
 
   // -- Services --
@@ -199,7 +189,13 @@ class RuntimeImpl : public Runtime {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint directory ", dir, " already has a checkpoint saver in this session (one writer per directory)"));
     }
-    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<FileLock> lock, LockCheckpointDirectory(config_.env, dir));
+    std::shared_ptr<FileLock> lock;
+    if (options_.held_lock != nullptr && !options_.held_lock_directory.empty() &&
+        StripTrailingSlashes(options_.held_lock_directory) == dir) {
+      lock = options_.held_lock;  // the caller's: the directory stays locked throughout
+    } else {
+      FOREMAN_ASSIGN_OR_RETURN(lock, LockCheckpointDirectory(config_.env, dir));
+    }
     FOREMAN_ASSIGN_OR_RETURN(auto writer, SummaryWriterLocked(dir));
     CheckpointSaverArgs args;
     args.directory = dir;
@@ -318,15 +314,13 @@ class RuntimeImpl : public Runtime {
           absl::StrCat("shutting down the session's actors: still running after ", absl::FormatDuration(timeout),
                        ": ", absl::StrJoin(running, ", ")));
       status = s;
-      if (own_system_ != nullptr) {
-        // ~actor_system would wait for them forever: leave it behind.
-        FOREMAN_LOG_ERROR("{}; leaking the actor system so that the process can go on", s.ToString());
-        (void)own_system_.release();
-        (void)own_config_.release();
+      if (process_system_ != nullptr) {
+        // ~actor_system would wait for them forever: keep it.
+        FOREMAN_LOG_ERROR("{}; keeping the actor system alive so that the process can go on", s.ToString());
+        LeakActorSystem(process_system_);
       }
     }
-    own_system_.reset();
-    own_config_.reset();
+    process_system_.reset();
 
     Status first_error = cell_->error();
     shutdown_status_ = first_error.ok() ? status : first_error;
@@ -388,11 +382,11 @@ class RuntimeImpl : public Runtime {
     return status;
   }
 
+  const RuntimeOptions options_;
   SessionConfig config_;
   std::shared_ptr<FailureCell> cell_;
-  // Declared before the handles: destroyed after them.
-  std::unique_ptr<caf::actor_system_config> own_config_;
-  std::unique_ptr<caf::actor_system> own_system_;
+  // Declared before the handles: released after them.
+  ActorSystemRef process_system_;
   caf::actor_system* system_ = nullptr;
   std::shared_ptr<ChildLink> supervisor_;
 
@@ -409,15 +403,15 @@ class RuntimeImpl : public Runtime {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Runtime>> Runtime::Create(caf::actor_system* system, const SessionConfig& config) {
+StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options, const SessionConfig& config) {
   if (config.actor_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("actor_threads must be >= 0, got ", config.actor_threads));
   }
   if (config.env == nullptr || config.clock == nullptr) {
     return absl::InvalidArgumentError("Runtime::Create: the session config needs an env and a clock");
   }
-  auto runtime = std::make_unique<RuntimeImpl>(config);
-  FOREMAN_RETURN_IF_ERROR(runtime->Start(system));
+  auto runtime = std::make_unique<RuntimeImpl>(options, config);
+  FOREMAN_RETURN_IF_ERROR(runtime->Start());
   return std::unique_ptr<Runtime>(std::move(runtime));
 }
 

@@ -7,31 +7,27 @@
 #include <memory>
 #include <utility>
 
+#include "actors/actor_system.hpp"
+#include "actors/atoms.hpp"
 #include "platform/log.hpp"
 
 namespace foreman {
 namespace {
 
-const caf::atom_value kForemanCategory = caf::atom("foreman");
-
-// Reads the shared flags at every step boundary and publishes progress; the
-// loop never waits for a message. It also asks for the job's fetches and
-// hands them to on_results in after_run, so an on_results error ends training
-// exactly as a hook error does (no end(), B39).
-class JobControlHook : public SessionRunHook {
+// Publishes progress and hands the job's fetches to on_results in after_run,
+// so an on_results error ends training exactly as a hook error does (no
+// end()). Stops do not pass through here: stop_atom and the job's exit call
+// MonitoredSession::request_stop() directly (TrainingJobShared::RequestStop).
+class JobProgressHook : public SessionRunHook {
  public:
-  explicit JobControlHook(std::shared_ptr<internal::TrainingJobShared> shared) : shared_(std::move(shared)) {}
-  std::string name() const override { return "TrainingJobControlHook"; }
+  explicit JobProgressHook(std::shared_ptr<internal::TrainingJobShared> shared) : shared_(std::move(shared)) {}
+  std::string name() const override { return "TrainingJobProgressHook"; }
   Status after_create_session(Session* session, Coordinator* /*coord*/) override {
     StatusOr<int64_t> step = session->GlobalStep();
     if (step.ok()) shared_->global_step.store(*step);
     return absl::OkStatus();
   }
-  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override {
-    // A shut-down job is not a clean stop: an error ends the run, so close()
-    // calls no end() (no final checkpoint; actor_api.hpp).
-    if (shared_->abort_requested.load()) return Aborted();
-    if (shared_->stop_requested.load()) ctx.request_stop();
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& /*ctx*/) override {
     SessionRunArgs args;
     args.fetches = shared_->job.fetches;
     return args;
@@ -40,33 +36,36 @@ class JobControlHook : public SessionRunHook {
     StatusOr<int64_t> step = ctx.session()->GlobalStep();
     if (step.ok()) shared_->global_step.store(*step);
     shared_->local_steps.fetch_add(1);
-    if (shared_->abort_requested.load()) return Aborted();
     if (shared_->job.on_results) {
       static const TensorMap kNoResults;
       const TensorMap& results = values.results != nullptr ? *values.results : kNoResults;
       FOREMAN_RETURN_IF_ERROR(
           InvokeUserCode("TrainingJob::on_results", [&] { return shared_->job.on_results(results); }));
     }
-    if (shared_->stop_requested.load()) ctx.request_stop();
     return absl::OkStatus();
   }
 
  private:
-  static Status Aborted() { return absl::CancelledError("training job was shut down"); }
   std::shared_ptr<internal::TrainingJobShared> shared_;
 };
 
 Status RunTrainingLoop(caf::actor_system& system, const std::shared_ptr<internal::TrainingJobShared>& shared) {
   MonitoredTrainingSessionOptions options = shared->job.options;
   options.runtime.actor_system = &system;
-  options.hooks.push_back(std::make_shared<JobControlHook>(shared));
-  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<MonitoredSession> session, MonitoredTrainingSession(std::move(options)));
-  // The job's fetches travel through JobControlHook (see there).
-  while (!session->should_stop()) {
-    if (!session->run({}, shared->job.feeds).ok()) break;  // close() returns the error (or OK after OUT_OF_RANGE)
+  // The job's stop request, made before the session so that a stop_atom
+  // sent at any moment (before start_atom too) reaches it: then no step runs.
+  if (options.runtime.stop == nullptr) {
+    StopRequestOptions stop_options;
+    stop_options.grace_period = absl::Seconds(options.stop_grace_period_secs);
+    if (options.config.clock != nullptr) stop_options.clock = options.config.clock;
+    options.runtime.stop = std::make_shared<StopRequest>(std::move(stop_options));
   }
-  if (shared->abort_requested.load() && session->coordinator() != nullptr) {
-    session->coordinator()->request_stop(absl::CancelledError("training job was shut down")).IgnoreError();
+  shared->AttachStop(options.runtime.stop);
+  options.hooks.push_back(std::make_shared<JobProgressHook>(shared));
+  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<MonitoredSession> session, MonitoredTrainingSession(std::move(options)));
+  // The job's fetches travel through JobProgressHook (see there).
+  while (!session->should_stop()) {
+    if (!session->run({}, shared->job.feeds).ok()) break;  // close() returns the error (or OK after a clean end)
   }
   return session->close();
 }
@@ -93,8 +92,8 @@ const char* JobState::name = "foreman.training_job";
 caf::behavior training_job(caf::stateful_actor<JobState>* self, std::shared_ptr<internal::TrainingJobShared> shared) {
   self->state.shared = shared;
   // However the job ends (even exit_reason::kill, which cannot be trapped),
-  // the loop sees the abort flag at its next step boundary.
-  self->attach_functor([shared](const caf::error&) { shared->abort_requested.store(true); });
+  // the loop stops at its next step boundary with CANCELLED (no end()).
+  self->attach_functor([shared](const caf::error&) { shared->Abort(); });
   self->set_default_handler(caf::drop);
   auto start = [self] {
     if (self->state.started) return;
@@ -107,7 +106,7 @@ caf::behavior training_job(caf::stateful_actor<JobState>* self, std::shared_ptr<
     self->quit(self->state.exit_reason ? self->state.exit_reason : dm.reason);
   });
   self->set_exit_handler([self](caf::exit_msg& em) {
-    self->state.shared->abort_requested.store(true);
+    self->state.shared->Abort();
     if (!self->state.loop) {
       self->quit(em.reason);
       return;
@@ -117,7 +116,7 @@ caf::behavior training_job(caf::stateful_actor<JobState>* self, std::shared_ptr<
   if (shared->job.start_immediately) start();
   return {
       [start](start_atom) { start(); },
-      [self](stop_atom) { self->state.shared->stop_requested.store(true); },
+      [self](stop_atom) { self->state.shared->RequestStop(absl::OkStatus()); },
       [self](status_atom) {
         const auto& s = self->state.shared;
         std::string state = !self->state.started ? "idle"
@@ -141,24 +140,17 @@ caf::actor SpawnTrainingJob(caf::actor_system& system, TrainingJob job) {
   return system.spawn(training_job, std::move(shared));
 }
 
-caf::error ExitReasonFromStatus(const Status& status) {
-  if (status.ok()) return caf::error{};
-  return caf::error(static_cast<uint8_t>(status.code()), kForemanCategory,
-                    caf::make_message(std::string(status.message())));
-}
+caf::error ExitReasonFromStatus(const Status& status) { return internal::StatusToError(status); }
 
 Status StatusFromExitReason(const caf::error& reason) {
-  if (!reason) return absl::OkStatus();
-  if (reason.category() == kForemanCategory) {
-    std::string message;
-    if (reason.context().match_elements<std::string>()) message = reason.context().get_as<std::string>(0);
-    return Status(static_cast<absl::StatusCode>(reason.code()), message);
-  }
+  if (std::optional<Status> s = internal::StatusFromForemanError(reason)) return *std::move(s);
   if (reason == caf::exit_reason::normal) return absl::OkStatus();
   if (reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::kill) {
     return absl::CancelledError("training job stopped by " + caf::to_string(reason));
   }
   return absl::UnknownError("training job exited with " + caf::to_string(reason));
 }
+
+void ConfigureActorSystem(caf::actor_system_config& config) { internal::ConfigureActorSystemConfig(config); }
 
 }  // namespace foreman

@@ -14,30 +14,65 @@
 //   exit_msg (user_shutdown, ...)     -> abort flag; quits with that reason
 //                                        once the loop is down
 //
-// training_loop takes no messages: it runs until the session should stop,
-// polling the shared abort/stop flags at every step boundary (design.md §2:
-// no message on an ordinary step), and exits with ExitReasonFromStatus(the
-// session's final Status).
+// training_loop takes no messages: it runs until the session should stop
+// and exits with ExitReasonFromStatus(the session's final Status). A stop
+// (stop_atom: clean; the job exiting: CANCELLED) goes straight to the run's
+// StopRequest, which the session obeys at the next step boundary — also
+// before the session exists, so a stop_atom sent before start_atom means no
+// step runs.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "foreman/actor_api.hpp"
+#include "foreman/stop.hpp"
 
 namespace foreman::internal {
 
 /// State shared between training_job, training_loop and the loop's hook.
 struct TrainingJobShared {
   TrainingJob job;
-  std::atomic<bool> stop_requested{false};  // stop_atom: clean stop
+  std::atomic<bool> stop_requested{false};   // stop_atom: clean stop
   std::atomic<bool> abort_requested{false};  // the job is exiting: CANCELLED
   std::atomic<int64_t> global_step{-1};
   std::atomic<int64_t> local_steps{0};
   std::mutex mu;
   std::string error;  // guarded by mu: the first error, rendered
+  std::shared_ptr<StopRequest> stop;  // guarded by mu: the run's, once the loop made it
+  Status pending_stop;                // guarded by mu: a stop asked before that
+
+  /// A stop (OK: clean) from the job actor, at any moment. Thread-safe.
+  void RequestStop(const Status& status) {
+    std::shared_ptr<StopRequest> target;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!stop_requested.exchange(true)) pending_stop = status;
+      target = stop;
+    }
+    if (target != nullptr) target->request_stop(status);
+  }
+  /// The job is exiting: training stops with CANCELLED (no end(), so no
+  /// final checkpoint: not a clean stop).
+  void Abort() {
+    abort_requested.store(true);
+    RequestStop(absl::CancelledError("training job was shut down"));
+  }
+  /// The loop's StopRequest: a stop asked before it existed is passed on.
+  void AttachStop(std::shared_ptr<StopRequest> request) {
+    bool pending = false;
+    Status status;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = request;
+      pending = stop_requested.load();
+      status = pending_stop;
+    }
+    if (pending) request->request_stop(status);
+  }
 };
 
 }  // namespace foreman::internal

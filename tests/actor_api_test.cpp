@@ -64,6 +64,7 @@ struct Fixture {
   std::unique_ptr<caf::actor_system> system;
   Fixture() {
     cfg.set("scheduler.max-threads", 2);
+    ConfigureActorSystem(cfg);
     system = std::make_unique<caf::actor_system>(cfg);
   }
   ~Fixture() {
@@ -120,6 +121,39 @@ TEST_CASE("Status and exit reasons map both ways, code and message kept") {
         absl::StatusCode::kCancelled);
   CHECK(StatusFromExitReason(caf::make_error(caf::exit_reason::kill)).code() == absl::StatusCode::kCancelled);
   CHECK(StatusFromExitReason(caf::make_error(caf::sec::runtime_error)).code() == absl::StatusCode::kUnknown);
+}
+
+TEST_CASE("system.render prints a Foreman exit reason as its Status code and message") {
+  Fixture fx;
+  CHECK(fx.system->render(ExitReasonFromStatus(absl::DataLossError("bad bytes in model.ckpt-5"))) ==
+        "DATA_LOSS: bad bytes in model.ckpt-5");
+  CHECK(fx.system->render(ExitReasonFromStatus(absl::CancelledError(""))) == "CANCELLED");
+}
+
+TEST_CASE("stop_atom before start_atom: the job runs no step and exits normally after its final checkpoint") {
+  TempDir dir;
+  Model model;
+  Fixture fx;
+  std::atomic<int> results{0};
+  {
+    caf::scoped_actor self{*fx.system};
+    TrainingJob job = Job(model, dir.path(), /*last_step=*/1000);
+    job.on_results = [&](const TensorMap&) {
+      ++results;
+      return absl::OkStatus();
+    };
+    caf::actor handle = SpawnTrainingJob(*fx.system, std::move(job));
+    self->monitor(handle);
+    self->send(handle, stop_atom::value);
+    self->send(handle, start_atom::value);
+    Status outcome = AwaitDown(self, handle);
+    CHECK_MESSAGE(outcome.ok(), outcome.ToString());
+  }
+  CHECK(results == 0);
+  auto latest = LatestCheckpoint(Env::Default(), dir.path());
+  REQUIRE(latest.ok());
+  REQUIRE(latest->has_value());
+  CHECK(**latest == dir.path() + "/model.ckpt-0");
 }
 
 TEST_CASE("A job waits for start, trains to its last step and exits normally, in the caller's system") {

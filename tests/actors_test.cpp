@@ -10,8 +10,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <map>
@@ -24,9 +26,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "actors/actor_system.hpp"
 #include "actors/session_supervisor.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/coordinator.hpp"
+#include "foreman/dataset.hpp"
+#include "foreman/input_pipeline.hpp"
 #include "foreman/event_reader.hpp"
 #include "foreman/mem_env.hpp"
 #include "foreman/summary.hpp"
@@ -38,6 +43,7 @@
 namespace foreman {
 namespace {
 
+using internal::ActorSystemsCreated;
 using internal::Runtime;
 using testing::CapturedLog;
 using testing::GatedEnv;
@@ -173,6 +179,59 @@ TEST_CASE("a Runtime created on one thread shuts down and is destroyed on anothe
   }
   closer.join();
   CHECK(result.get().ok());
+}
+
+// The names of this process's threads that CAF started (actor_system.hpp
+// names them "fm-caf<serial>").
+std::vector<std::string> CafThreadNames() {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(entry.path() / "comm");
+    std::string name;
+    std::getline(in, name);
+    if (absl::StartsWith(name, "fm-caf")) names.push_back(name);
+  }
+  return names;
+}
+
+TEST_CASE("one actor system per process: runtimes and input pipelines share it, and it goes with its last user") {
+  MemEnv env;
+  const int64_t before = ActorSystemsCreated();
+  const std::string ours = absl::StrCat("fm-caf", before + 1);
+  // A system an earlier test had to keep alive (a wedged actor) is not ours.
+  const std::vector<std::string> kept = CafThreadNames();
+  auto count_ours = [&] {
+    const std::vector<std::string> names = CafThreadNames();
+    return std::count(names.begin(), names.end(), ours);
+  };
+  {
+    auto a = MakeRuntime(nullptr, Config(&env));
+    auto b = MakeRuntime(nullptr, Config(&env));
+    REQUIRE(a->SummaryWriter("/a").ok());
+    REQUIRE(b->SummaryWriter("/b").ok());
+    data::LabeledImages images;
+    images.images = Tensor(DataType::kUInt8, TensorShape({8, 2, 2}));
+    images.labels = Tensor(DataType::kUInt8, TensorShape({8}));
+    data::DatasetOptions options;
+    options.batch_size = 4;
+    auto dataset = data::Dataset::Create(std::move(images), options);
+    REQUIRE(dataset.ok());
+    auto pipeline = data::InputPipeline::Create(*dataset, {});
+    REQUIRE(pipeline.ok());
+    auto batch = (*pipeline)->Next(data::DatasetPosition{}, absl::Seconds(20));
+    CHECK(batch.ok());
+    CHECK(ActorSystemsCreated() == before + 1);
+    // Every thread CAF started since belongs to that one system.
+    CHECK(count_ours() > 0);
+    CHECK(CafThreadNames().size() == kept.size() + static_cast<std::size_t>(count_ours()));
+    CHECK(a->Shutdown(kWait).ok());
+    CHECK(b->Shutdown(kWait).ok());
+  }
+  // The last user is gone, and so is the system with its threads.
+  CHECK(count_ours() == 0);
+  auto c = MakeRuntime(nullptr, Config(&env));
+  CHECK(ActorSystemsCreated() == before + 2);
+  CHECK(c->Shutdown(kWait).ok());
 }
 
 TEST_CASE("Runtime rejects a negative actor_threads") {

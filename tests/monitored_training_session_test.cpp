@@ -20,6 +20,7 @@
 #include "foreman/clock.hpp"
 #include "foreman/event_reader.hpp"
 #include "foreman/monitored_session.hpp"
+#include "foreman/stop.hpp"
 #include "foreman/summary.hpp"
 #include "support/log_capture.hpp"
 #include "support/test_util.hpp"
@@ -725,6 +726,107 @@ TEST_CASE("H-29 no usable global step: MonitoredTrainingSession fails at creatio
   CHECK(model->train_calls == 0);
   CHECK_FALSE(graph->finalized());  // B22 on the failed creation too
   CHECK(Checkpoints(dir.path()).empty());
+}
+
+
+// -- MonitoredSession::request_stop: one home for a stop ----------------------------
+
+TEST_CASE("request_stop from another thread during a recovery ends the run cleanly with a final checkpoint") {
+  CapturedLog captured;
+  TempDir dir;
+  ManualClock clock;  // never advanced: the 10 s back-off ends only by the stop
+  auto model = std::make_shared<Model>();
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.save_checkpoint_steps = int64_t{4};
+  o.recovery.initial_backoff = absl::Seconds(10);
+  std::atomic<bool> failed{false};
+  model->on_train = [&](int64_t step) -> Status {
+    if (step == 6 && !failed.exchange(true)) return absl::UnavailableError("ps task lost");
+    return absl::OkStatus();
+  };
+  auto sess = Open(o);
+  Status last_run;
+  auto training = std::async(std::launch::async, [&] {
+    while (!sess->should_stop()) {
+      auto r = sess->run({"train_op"});
+      if (!r.ok()) {
+        last_run = r.status();
+        break;
+      }
+    }
+    return sess->close();
+  });
+  // The error has happened and the recovery began (it counts itself first).
+  for (int i = 0; i < 2000 && !(failed && sess->recoveries() == 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(sess->recoveries() == 1);
+  sess->request_stop();  // another thread, mid-recovery
+  REQUIRE_MESSAGE(training.wait_for(kWait) == std::future_status::ready, "the stop did not end the recovery");
+  Status closed = training.get();
+  CHECK_MESSAGE(closed.ok(), closed.ToString());
+  CHECK(absl::IsCancelled(last_run));  // the interrupted run: a clean end, no step
+  CHECK(model->train_calls == 7);      // steps 0-5, then the failed one; none after the stop
+  CHECK(sess->steps_lost() == 2);      // 6 before the error, 4 restored
+  auto latest = LatestCheckpoint(Env::Default(), dir.path());
+  REQUIRE(latest.ok());
+  REQUIRE(latest->has_value());
+  CHECK(**latest == dir.path() + "/model.ckpt-4");
+  // Saved at 0 and 4, at 4 again when the new session was created, and the
+  // final checkpoint of end() is that same step (nothing newer to save).
+  CHECK(SessionLogSteps(Events(dir.path()), SessionLogStatus::kCheckpoint) == std::vector<int64_t>{0, 4, 4});
+  CHECK(sess->stop_request()->completed());
+}
+
+TEST_CASE("request_stop before the first run: no step runs, close() saves and returns OK") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto sess = Open(ChiefOptions(MakeGraph(model), dir.path(), &clock));
+  sess->request_stop();
+  CHECK(sess->should_stop());
+  int runs = 0;
+  while (!sess->should_stop()) {
+    ++runs;
+    if (!sess->run({"train_op"}).ok()) break;
+  }
+  CHECK(runs == 0);
+  CHECK(sess->close().ok());
+  CHECK(model->train_calls == 0);
+  CHECK(SessionLogSteps(Events(dir.path()), SessionLogStatus::kCheckpoint) == std::vector<int64_t>{0});
+}
+
+TEST_CASE("a StopRequest given in RuntimeOptions and stopped before the session exists: no step runs") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  StopRequestOptions stop_options;
+  stop_options.clock = &clock;
+  o.runtime.stop = std::make_shared<StopRequest>(stop_options);
+  o.runtime.stop->request_stop();
+  auto sess = Open(o);
+  CHECK(sess->should_stop());
+  CHECK(sess->stop_request() == o.runtime.stop);
+  CHECK(sess->close().ok());
+  CHECK(model->train_calls == 0);
+  CHECK(o.runtime.stop->completed());
+}
+
+TEST_CASE("request_stop with an error is an abort: no end(), no final checkpoint, close() returns it") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.save_checkpoint_steps = int64_t{100};
+  auto sess = Open(o);
+  for (int i = 0; i < 3; ++i) REQUIRE(sess->run({"train_op"}).ok());
+  sess->request_stop(absl::InternalError("operator abort"));
+  CHECK(sess->should_stop());
+  Status closed = sess->close();
+  CHECK(absl::IsInternal(closed));
+  CHECK(closed.message() == "operator abort");
+  CHECK(SessionLogSteps(Events(dir.path()), SessionLogStatus::kCheckpoint) == std::vector<int64_t>{0});
 }
 
 }  // namespace

@@ -173,6 +173,32 @@ has 'checkpoint directory in use' "$out" || fail "busy directory: unclear messag
 settings=$(cat "$d/train_settings.txt")
 has '^hidden = 32$' "$settings" && has '^max_steps = 1000000$' "$settings" \
   || fail "a refused second train changed the running job's settings: $settings"
+# One actor system per process: the input pipeline's producer and the
+# session's services share one CAF scheduler, so every thread CAF started in
+# the running job carries the same system name (fm-caf<N>).
+caf_names=$(cat /proc/"$busy"/task/*/comm 2>/dev/null | grep '^fm-caf' | sort -u)
+[[ -n $caf_names ]] || fail "the running job has no CAF thread named fm-caf*: $(cat /proc/"$busy"/task/*/comm | sort | uniq -c)"
+(( $(printf '%s\n' "$caf_names" | grep -c .) == 1 )) \
+  || fail "the running job has threads of more than one actor system: $caf_names"
+
+# The directory stays locked from the first check to the end of the run: a
+# second job tries to take it at the moment the lock used to be released
+# (the job pauses there when FOREMAN_TEST_PAUSE_BEFORE_SESSION is set).
+d2=$tmp/window
+touch "$tmp/window.pause"
+FOREMAN_TEST_PAUSE_BEFORE_SESSION=$tmp/window.pause "$foreman" train --checkpoint-dir "$d2" "${small[@]}" \
+  --max-steps 20 >"$tmp/window.out" 2>&1 &
+window=$!; pids+=("$window")
+if wait_for "$tmp/window.pause.paused" "$window"; then
+  out=$(timeout 60 "$foreman" train --checkpoint-dir "$d2" "${small[@]}" --max-steps 20 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || fail "a second train at the old lock-release point exited $rc: $out"
+  has 'checkpoint directory in use' "$out" || fail "lock window: unclear message: $out"
+else
+  fail "the job never reached the pause before its session: $(cat "$tmp/window.out")"
+fi
+rm -f "$tmp/window.pause"
+wait_exit "$window"; rc=$exit_rc
+[[ $rc == 0 ]] || fail "the paused job exited $rc after the pause: $(cat "$tmp/window.out")"
 
 # -- 6. SIGTERM: stop at a step boundary, final checkpoint, exit 0 -----------------------
 kill -TERM "$busy"

@@ -1,7 +1,9 @@
 // Training inside a CAF application: spawn a training job into *your*
-// caf::actor_system (design.md §4, API b). Foreman never starts a hidden
-// second actor system for it: the job's actors, the training loop and the
-// service actors of its MonitoredTrainingSession all live in `system`.
+// caf::actor_system. Foreman never starts a hidden second actor system for
+// it: the job's actors, the training loop and the service actors of its
+// MonitoredTrainingSession all live in `system`. Call
+// ConfigureActorSystem(cfg) on the system's config before building it, so
+// that system.render(err) prints a Foreman Status' code and message.
 //
 // This header is for actor applications and includes CAF's; the rest of
 // Foreman's public headers do not.
@@ -11,8 +13,11 @@
 //   start_atom                 begin training (no-op when already started);
 //                              a job spawned with start_immediately needs none
 //   stop_atom                  request a clean stop at the next step boundary
-//                              (TF: request_stop()); the final checkpoint is
-//                              still written
+//                              (MonitoredSession::request_stop()); the final
+//                              checkpoint is still written. Safe at any
+//                              moment: sent before start_atom, no step runs;
+//                              during a recovery, the run ends once the new
+//                              session is restored
 //   status_atom  -> (std::string state, int64_t global_step,
 //                    int64_t local_steps, std::string error)
 //                              state: "idle", "running", "stopping";
@@ -41,6 +46,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 
@@ -73,6 +79,11 @@ struct TrainingJob {
 /// detached actor on start). Never fails: a job whose session cannot be
 /// created exits with that error.
 caf::actor SpawnTrainingJob(caf::actor_system& system, TrainingJob job);
+
+/// Registers Foreman's error category (code and message of a Status) in
+/// `config`, so that system.render(err) prints it. Call before the
+/// caf::actor_system is built from `config`; safe to call twice.
+void ConfigureActorSystem(caf::actor_system_config& config);
 
 /// The caf::error a job exits with for `status` (none for OK).
 caf::error ExitReasonFromStatus(const Status& status);

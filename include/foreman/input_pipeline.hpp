@@ -42,7 +42,9 @@ struct InputPipelineOptions {
   /// feature_dim * 4 bytes.
   int prefetch_batches = 4;
   /// The caller's actor system (not owned; it must outlive the pipeline), or
-  /// nullptr: the pipeline owns a small one (one scheduler thread).
+  /// nullptr: the producer lives in the process's one actor system, the one
+  /// the sessions' services use (created on first use, gone when its last
+  /// user is).
   caf::actor_system* actor_system = nullptr;
   /// Measures Next()'s timeout. Not owned.
   Clock* clock = Clock::Real();
@@ -60,8 +62,8 @@ class InputPipeline {
                                                          InputPipelineOptions options);
 
   /// Stops the producer and waits for it (real time, bounded: a batch or
-  /// less); no actor or thread outlives the pipeline, and an owned actor
-  /// system is destroyed here.
+  /// less); no actor or thread outlives the pipeline, and the pipeline's reference on
+  /// the process's actor system is released here.
   ~InputPipeline();
   InputPipeline(const InputPipeline&) = delete;
   InputPipeline& operator=(const InputPipeline&) = delete;

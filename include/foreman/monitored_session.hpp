@@ -46,6 +46,7 @@
 #include "foreman/session.hpp"
 #include "foreman/session_manager.hpp"
 #include "foreman/status.hpp"
+#include "foreman/stop.hpp"
 
 namespace caf {
 class actor_system;
@@ -69,15 +70,32 @@ struct RecoveryOptions {
   bool unbounded = false;
 };
 
-/// Where a MonitoredSession's service actors live (design.md §4).
+/// Where a MonitoredSession's service actors live, and what outlives one
+/// session: the stop request and a checkpoint-directory lock the caller holds.
 struct RuntimeOptions {
-  /// The caller's actor system, or nullptr: Foreman then owns one with
-  /// config.actor_threads scheduler threads. Never a hidden second system
-  /// when one is given. Not owned; must outlive the session.
+  /// The caller's actor system, or nullptr: the actors then live in the
+  /// process's one actor system, which Foreman creates on first use
+  /// (config.actor_threads scheduler threads when it creates it) and shares
+  /// with every other session and input pipeline of the process. Never a
+  /// hidden second system when one is given. Not owned; must outlive the
+  /// session.
   caf::actor_system* actor_system = nullptr;
   /// Bound (real time) on shutting the service actors down at close() and
   /// on waiting for pending saves before a recovery restores.
   absl::Duration shutdown_timeout = absl::Seconds(60);
+  /// The run's stop request (see foreman/stop.hpp): a caller that must be
+  /// able to stop the run before the session exists (a signal handler that
+  /// starts with the process) creates it and passes it here. nullptr: the
+  /// session makes its own, with stop_grace_period_secs as its grace period.
+  std::shared_ptr<StopRequest> stop;
+  /// A lock the caller already holds on `held_lock_directory`
+  /// (LockCheckpointDirectory). The checkpoint saver of that directory uses
+  /// it instead of locking the directory again, so that the directory is
+  /// never unlocked between the caller's own checks and the end of the run.
+  /// The session keeps a reference until close(); the caller's reference
+  /// keeps the lock after that.
+  std::shared_ptr<FileLock> held_lock;
+  std::string held_lock_directory;
 };
 
 struct MonitoredSessionOptions {
@@ -161,6 +179,30 @@ class MonitoredSession {
   /// clean stop, else the first error (a step's, a hook's, a service's). A
   /// second close() returns the first one's status and calls no hook.
   Status close();
+
+  /// Asks the run to stop, from any thread, at any moment: before the first
+  /// run() (then no step runs), during a step (it ends at the step's
+  /// boundary), during a recovery (the new session is still created and
+  /// restored, then the run() in progress returns CANCELLED "stop requested
+  /// ...: no step ran" without running a step — a clean end, not an error),
+  /// or after close() (ignored). It holds for every session this object
+  /// creates afterwards, and the current coordinator is stopped with it.
+  ///   OK (a clean stop): should_stop() becomes true; close() calls every
+  ///     hook's end(), so the CheckpointSaverHook writes the final checkpoint,
+  ///     and returns OK.
+  ///   an error: an abort: training ends with it as with a failed step —
+  ///     close() calls no end() (no final checkpoint) and returns it.
+  /// The first request wins. It starts the stop grace period
+  /// (stop_grace_period_secs, or the grace period of the RuntimeOptions::stop
+  /// the caller passed): close() completes the stop once every end() has run;
+  /// until then the same deadline bounds the coordinator's join. Non-blocking
+  /// and thread-safe (TF: Coordinator.request_stop, but surviving the
+  /// re-creation of the coordinator that a recovery does).
+  void request_stop(const Status& status = absl::OkStatus());
+
+  /// The stop request this session obeys (RuntimeOptions::stop, or its own).
+  /// Never null; shared, so it may outlive the session.
+  const std::shared_ptr<StopRequest>& stop_request() const;
 
   /// Recoveries so far (decision 2) and the global steps they lost.
   int64_t recoveries() const;

@@ -24,7 +24,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <random>
 #include <utility>
 
@@ -110,6 +112,16 @@ struct MonitoredSession::Impl {
   std::unique_ptr<internal::Runtime> runtime;
   std::unique_ptr<Session> session;  // null between sessions and after close
 
+  // The one home of a stop (stop.hpp): RuntimeOptions::stop or our own. Its
+  // listener forwards a request to the current coordinator and wakes a
+  // recovery's back-off; coord_mu orders that against CreateSession's
+  // installing a new coordinator, so no request is missed.
+  std::shared_ptr<StopRequest> stop;
+  int64_t stop_listener = 0;
+  std::mutex coord_mu;
+  std::condition_variable backoff_cv;  // with coord_mu: a stop ends the back-off
+  bool stopped_before_step = false;   // HookedRun returned StoppedBeforeStep()
+
   std::atomic<bool> hook_stop{false};  // B35: the _HookedSession's flag
   std::atomic<bool> ended{false};      // a run ended training (clean or not)
   std::atomic<bool> closed{false};
@@ -140,6 +152,10 @@ struct MonitoredSession::Impl {
   ~Impl();
 
   Status Start();
+  void ListenForStop();
+  void StopListening();
+  Status StoppedBeforeStep();
+  absl::Duration RemainingGrace() const;
   void Abort();
   Status CreateSession();
   Status EnsureSession();
@@ -168,11 +184,37 @@ struct MonitoredSession::Impl {
   }
 };
 
-MonitoredSession::Impl::~Impl() = default;
+MonitoredSession::Impl::~Impl() { StopListening(); }
+
+void MonitoredSession::Impl::ListenForStop() {
+  stop_listener = stop->Listen([this](const Status& s) {
+    std::lock_guard<std::mutex> l(coord_mu);
+    if (Coordinator* c = coord.load(std::memory_order_acquire); c != nullptr) c->request_stop(s).IgnoreError();
+    backoff_cv.notify_all();
+  });
+}
+
+void MonitoredSession::Impl::StopListening() {
+  if (stop != nullptr && stop_listener != 0) stop->Unlisten(stop_listener);
+  stop_listener = 0;
+}
+
+// A run() that a request_stop() reached before its step: a clean end.
+Status MonitoredSession::Impl::StoppedBeforeStep() {
+  stopped_before_step = true;
+  return absl::CancelledError("MonitoredSession: stop requested (request_stop) before the step: no step ran");
+}
+
+// The coordinator's join gets what is left of the stop grace period.
+absl::Duration MonitoredSession::Impl::RemainingGrace() const {
+  std::optional<absl::Duration> deadline = stop->grace_deadline();
+  if (!deadline.has_value()) return stop_grace_period;
+  return std::max(absl::ZeroDuration(), std::min(stop_grace_period, *deadline - clock->MonotonicNow()));
+}
 
 bool MonitoredSession::Impl::ShouldStop() const {
   if (closed.load(std::memory_order_acquire) || ended.load(std::memory_order_acquire) ||
-      hook_stop.load(std::memory_order_acquire)) {
+      hook_stop.load(std::memory_order_acquire) || stop->stop_requested()) {
     return true;
   }
   Coordinator* c = coord.load(std::memory_order_acquire);
@@ -184,6 +226,10 @@ bool MonitoredSession::Impl::ShouldStop() const {
 
 void MonitoredSession::Impl::PollBackgroundError() {
   if (!first_error.ok()) return;
+  if (stop->stop_requested()) {
+    RecordError(stop->status());
+    if (!first_error.ok()) return;
+  }
   if (Coordinator* c = coord.load(std::memory_order_acquire); c != nullptr) {
     Status s = c->status();
     if (!s.ok()) {
@@ -208,7 +254,14 @@ Status MonitoredSession::Impl::Start() {
     after_run_where.push_back(Where(i, "after_run"));
   }
 
-  StatusOr<std::unique_ptr<internal::Runtime>> rt = internal::Runtime::Create(runtime_options.actor_system, config);
+  if (stop == nullptr) {
+    StopRequestOptions stop_options;
+    stop_options.grace_period = stop_grace_period;
+    stop_options.clock = clock;
+    stop = std::make_shared<StopRequest>(std::move(stop_options));
+  }
+  ListenForStop();
+  StatusOr<std::unique_ptr<internal::Runtime>> rt = internal::Runtime::Create(runtime_options, config);
   if (!rt.ok()) return rt.status();
   runtime = std::move(rt).value();
   for (std::size_t i = 0; i < hooks.size(); ++i) {
@@ -238,6 +291,8 @@ Status MonitoredSession::Impl::Start() {
 // Create() failed: decision 3, nothing started may outlive the failure.
 void MonitoredSession::Impl::Abort() {
   closed.store(true, std::memory_order_release);
+  StopListening();
+  if (stop != nullptr) stop->Complete();
   Status t = TeardownSession(/*recovering=*/false);
   if (!t.ok()) FOREMAN_LOG_WARN("MonitoredSession: while giving up creation: {}", t.ToString());
   if (runtime) {
@@ -260,8 +315,13 @@ Status MonitoredSession::Impl::CreateSession() {
   coordinators.push_back(std::make_unique<Coordinator>(std::vector<absl::StatusCode>{}, clock));
   Coordinator* c = coordinators.back().get();
   runtime->SetCoordinator(c);
-  coord.store(c, std::memory_order_release);
-  last_coord.store(c, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> l(coord_mu);
+    coord.store(c, std::memory_order_release);
+    last_coord.store(c, std::memory_order_release);
+  }
+  // A stop requested before (or between sessions) holds for this one too.
+  if (stop->stop_requested()) c->request_stop(stop->status()).IgnoreError();
   // TF builds a new _HookedSession per created session: its flag starts clear.
   hook_stop.store(false, std::memory_order_release);
 
@@ -353,7 +413,10 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause) {
     const absl::Duration wait = Backoff(k);
     if (wait > absl::ZeroDuration()) {
       FOREMAN_LOG_INFO("Recovery: waiting {} before creating a new session.", FormatSeconds(wait));
-      clock->SleepFor(wait);
+      // A request_stop() ends the wait; the new session is still created,
+      // so that close() can run end() (and save) on a restored one.
+      std::unique_lock<std::mutex> l(coord_mu);
+      clock->WaitUntil(l, backoff_cv, clock->MonotonicNow() + wait, [this] { return stop->stop_requested(); });
     }
   }
   return absl::OkStatus();
@@ -364,11 +427,15 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause) {
 // (a preemption error is the recovery's business, not an error here).
 Status MonitoredSession::Impl::TeardownSession(bool recovering) {
   Status result;
-  Coordinator* c = coord.exchange(nullptr, std::memory_order_acq_rel);
+  Coordinator* c = nullptr;
+  {
+    std::lock_guard<std::mutex> l(coord_mu);
+    c = coord.exchange(nullptr, std::memory_order_acq_rel);
+  }
   if (runtime) runtime->SetCoordinator(nullptr);
   if (c != nullptr) {
     c->request_stop().IgnoreError();  // OK unless join() already ran
-    Status j = c->join(stop_grace_period, /*ignore_live_threads=*/true);
+    Status j = c->join(RemainingGrace(), /*ignore_live_threads=*/true);
     if (!j.ok() && !(recovering && IsPreemption(j))) result = j;
   }
   if (session != nullptr) {
@@ -405,6 +472,12 @@ Status MonitoredSession::Impl::RunRecoverably(const Attempt& attempt) {
   for (;;) {
     Status s = EnsureSession();
     if (!s.ok()) return EndWith(s);
+    // request_stop() before this run's step (e.g. during a recovery): a clean
+    // end without a step.
+    if (stop->stop_requested()) {
+      ended.store(true, std::memory_order_release);
+      return StoppedBeforeStep();
+    }
     if (recoverable) {
       // B50: a preemption a thread reported recovers before this run.
       Coordinator* c = coord.load(std::memory_order_acquire);
@@ -417,8 +490,13 @@ Status MonitoredSession::Impl::RunRecoverably(const Attempt& attempt) {
         }
       }
     }
+    stopped_before_step = false;
     s = attempt();
     if (s.ok()) return s;
+    if (stopped_before_step) {
+      ended.store(true, std::memory_order_release);
+      return s;
+    }
     if (!IsPreemption(s)) {
       // B51: a preemption a thread reported is the root cause.
       Coordinator* c = coord.load(std::memory_order_acquire);
@@ -443,6 +521,7 @@ StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::str
   if (session == nullptr || c == nullptr) {
     return absl::FailedPreconditionError("Attempted to use a closed MonitoredSession.");
   }
+  if (stop->stop_requested()) return StoppedBeforeStep();
   // B27.
   if (hook_stop.load(std::memory_order_acquire) || c->should_stop()) {
     return absl::FailedPreconditionError("Run called even after should_stop requested.");
@@ -562,6 +641,8 @@ Status MonitoredSession::Impl::Close() {
   closed.store(true, std::memory_order_release);
   PollBackgroundError();
 
+  // request_stop(error) is an abort: like a failed run, no end().
+  if (!stop->status().ok()) run_failed = true;
   // B38-B39: end() only when training did not end with an error. B42: an
   // end() that fails skips the later ones (TF's loop) but not the closing.
   if (!run_failed && session != nullptr) {
@@ -574,6 +655,9 @@ Status MonitoredSession::Impl::Close() {
     }
   }
 
+  // The final checkpoint is durable (or was never due): the stop is done.
+  stop->Complete();
+
   // Keep the raw session for the services' last words; close it last.
   std::unique_ptr<Session> raw = std::move(session);
   RecordError(TeardownSession(/*recovering=*/false));
@@ -584,6 +668,7 @@ Status MonitoredSession::Impl::Close() {
   }
   // B22.
   if (!graph_was_finalized) graph->Unfinalize();
+  StopListening();
   close_status = first_error;
   return *close_status;
 }
@@ -626,6 +711,7 @@ StatusOr<std::unique_ptr<MonitoredSession>> MonitoredSession::Create(MonitoredSe
   impl->stop_grace_period = absl::Seconds(options.stop_grace_period_secs);
   impl->recovery = options.recovery;
   impl->runtime_options = options.runtime;
+  impl->stop = options.runtime.stop;
   impl->recoverable = true;
   FOREMAN_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<MonitoredSession>(new MonitoredSession(std::move(impl)));
@@ -673,6 +759,13 @@ Status MonitoredSession::run_step_fn(const StepCallable& step_fn) {
 
 bool MonitoredSession::should_stop() const { return impl_->ShouldStop(); }
 
+void MonitoredSession::request_stop(const Status& status) {
+  if (impl_->closed.load(std::memory_order_acquire)) return;
+  impl_->stop->request_stop(status);
+}
+
+const std::shared_ptr<StopRequest>& MonitoredSession::stop_request() const { return impl_->stop; }
+
 Status MonitoredSession::close() { return impl_->Close(); }
 
 int64_t MonitoredSession::recoveries() const { return impl_->recoveries.load(std::memory_order_relaxed); }
@@ -706,6 +799,7 @@ StatusOr<std::unique_ptr<SingularMonitoredSession>> SingularMonitoredSession::Cr
   impl->hooks = std::move(options.hooks);
   impl->stop_grace_period = absl::Seconds(options.stop_grace_period_secs);
   impl->runtime_options = options.runtime;
+  impl->stop = options.runtime.stop;
   impl->recoverable = false;  // B23
   FOREMAN_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<SingularMonitoredSession>(new SingularMonitoredSession(std::move(impl)));

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "absl/time/time.h"
+#include "foreman/monitored_session.hpp"
 #include "foreman/session.hpp"
 #include "foreman/status.hpp"
 #include "runtime/services.hpp"
@@ -28,9 +29,18 @@ namespace foreman::internal {
 
 class Runtime : public Services {
  public:
-  /// Spawns the tree into `system`, or, when it is nullptr, into an actor
-  /// system the Runtime owns (config.actor_threads scheduler threads).
-  static StatusOr<std::unique_ptr<Runtime>> Create(caf::actor_system* system, const SessionConfig& config);
+  /// Spawns the tree into options.actor_system, or, when it is nullptr, into
+  /// the process's actor system (actors/actor_system.hpp; created with
+  /// config.actor_threads scheduler threads when no one holds it). A
+  /// checkpoint saver for options.held_lock_directory uses options.held_lock
+  /// instead of locking the directory again.
+  static StatusOr<std::unique_ptr<Runtime>> Create(const RuntimeOptions& options, const SessionConfig& config);
+  /// The same with only an actor system (nullptr: the process's).
+  static StatusOr<std::unique_ptr<Runtime>> Create(caf::actor_system* system, const SessionConfig& config) {
+    RuntimeOptions options;
+    options.actor_system = system;
+    return Create(options, config);
+  }
 
   /// Stops the tree in order: waits for pending saves and for the step
   /// counters' last records, flushes and closes every summary writer, stops
@@ -45,7 +55,7 @@ class Runtime : public Services {
   /// their sends are dropped, Flush() and StartSave() return UNAVAILABLE,
   /// and new services are FAILED_PRECONDITION. When an actor did not stop in
   /// time (a save stuck in the file system), an owned actor system is
-  /// leaked rather than destroyed, since ~actor_system would wait for it
+  /// kept alive (never destroyed), since ~actor_system would wait for it
   /// forever; a caller's system then waits in its own destructor.
   virtual Status Shutdown(absl::Duration timeout) = 0;
 };

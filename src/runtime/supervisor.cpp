@@ -35,7 +35,7 @@ struct Supervisor::Impl {
 
   Status EnsureRuntime(const SessionConfig& config) {
     if (runtime != nullptr) return absl::OkStatus();
-    FOREMAN_ASSIGN_OR_RETURN(runtime, internal::Runtime::Create(options.runtime.actor_system, config));
+    FOREMAN_ASSIGN_OR_RETURN(runtime, internal::Runtime::Create(options.runtime, config));
     runtime->SetCoordinator(coord.get());
     if (!options.logdir.empty()) {
       FOREMAN_ASSIGN_OR_RETURN(writer, runtime->SummaryWriter(options.logdir));

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -58,6 +59,7 @@
 #include "foreman/monitored_session.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/session.hpp"
+#include "foreman/stop.hpp"
 #include "foreman/summary.hpp"
 #include "foreman/variable_store.hpp"
 
@@ -81,10 +83,10 @@ const char* SignalName(int sig) {
 
 // SIGINT, SIGTERM and SIGHUP are blocked in every thread and taken by one
 // watcher thread with sigwait (so no async-signal-safety concerns). The first
-// asks training to stop at the next step boundary; a second exits at once
-// (130); a stop whose final checkpoint is not saved within the grace period
-// exits 1. Once the final checkpoint is saved the grace timer is off (the
-// final test-set evaluation may take what it takes).
+// goes to the run's StopRequest, which the session obeys at the next step
+// boundary (or, before the session exists, RunTrain sees at its next check);
+// the StopRequest also enforces --stop-grace-period-secs (see
+// GraceExpired). A second signal exits at once (130).
 class SignalWatcher {
  public:
   // Before any other thread exists, so that they all inherit the mask.
@@ -93,7 +95,7 @@ class SignalWatcher {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
   }
 
-  explicit SignalWatcher(double grace_secs) : grace_secs_(grace_secs) {
+  explicit SignalWatcher(std::shared_ptr<StopRequest> stop) : stop_(std::move(stop)) {
     thread_ = std::thread([this] { Watch(); });
   }
   ~SignalWatcher() {
@@ -104,13 +106,8 @@ class SignalWatcher {
   SignalWatcher(const SignalWatcher&) = delete;
   SignalWatcher& operator=(const SignalWatcher&) = delete;
 
-  bool stop_requested() const { return signal_.load() != 0; }
+  bool signalled() const { return signal_.load() != 0; }
   int signal_number() const { return signal_.load(); }
-  // The final checkpoint is durable: the grace period no longer applies.
-  void FinalCheckpointSaved() {
-    saved_.store(true);
-    pthread_kill(thread_.native_handle(), SIGUSR1);
-  }
 
  private:
   static sigset_t Set() {
@@ -119,86 +116,65 @@ class SignalWatcher {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGUSR1);  // wakes the watcher (FinalCheckpointSaved, the destructor)
+    sigaddset(&set, SIGUSR1);  // wakes the watcher (the destructor)
     return set;
   }
 
   void Watch() {
     const sigset_t set = Set();
     int sig = 0;
+    bool first = true;
     while (!done_.load()) {
       if (sigwait(&set, &sig) != 0 || done_.load()) return;
       if (sig == SIGUSR1) continue;
-      signal_.store(sig);
-      std::fprintf(stderr,
-                   "\nforeman train: %s received: stopping at the next step boundary and saving a final "
-                   "checkpoint (a second signal exits at once)\n",
-                   SignalName(sig));
-      std::fflush(stderr);
-      break;
-    }
-    // A second signal, or the grace period running out before the final
-    // checkpoint is saved.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_secs_);
-    while (!done_.load()) {
-      const auto left = deadline - std::chrono::steady_clock::now();
-      if (!saved_.load() && left <= std::chrono::steady_clock::duration::zero()) {
+      if (first) {
+        first = false;
+        signal_.store(sig);
         std::fprintf(stderr,
-                     "foreman train: the final checkpoint was not saved within --stop-grace-period-secs=%g; "
-                     "exiting (the checkpoints saved before are intact)\n",
-                     grace_secs_);
+                     "\nforeman train: %s received: stopping at the next step boundary and saving a final "
+                     "checkpoint (a second signal exits at once)\n",
+                     SignalName(sig));
         std::fflush(stderr);
-        _exit(kExitFailed);
+        stop_->request_stop();
+        continue;
       }
-      if (saved_.load()) {
-        if (sigwait(&set, &sig) != 0) return;
-      } else {
-        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-        timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-        sig = sigtimedwait(&set, nullptr, &ts);
-      }
-      if (done_.load()) return;
-      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
-        std::fprintf(stderr, "foreman train: second signal (%s): exiting now, %s\n", SignalName(sig),
-                     saved_.load() ? "after the final checkpoint" : "without a final checkpoint");
-        std::fflush(stderr);
-        _exit(kExitSecondSignal);
-      }
+      std::fprintf(stderr, "foreman train: second signal (%s): exiting now, %s\n", SignalName(sig),
+                   stop_->completed() ? "after the final checkpoint" : "without a final checkpoint");
+      std::fflush(stderr);
+      _exit(kExitSecondSignal);
     }
   }
 
-  const double grace_secs_;
+  const std::shared_ptr<StopRequest> stop_;
   std::atomic<bool> done_{false};
-  std::atomic<bool> saved_{false};
   std::atomic<int> signal_{0};
   std::thread thread_;
 };
 
-// Requests a stop after the run during which a signal arrived. As the first
-// of the job's hooks, its end() runs right after the CheckpointSaverHook's,
-// which has waited for the final checkpoint.
-class SignalStopHook : public SessionRunHook {
- public:
-  explicit SignalStopHook(SignalWatcher* watcher) : watcher_(watcher) {}
-  std::string name() const override { return "SignalStopHook"; }
-  Status after_create_session(Session*, Coordinator* coord) override {
-    if (watcher_->stop_requested()) coord->request_stop().IgnoreError();
-    return absl::OkStatus();
-  }
-  Status after_run(SessionRunContext& ctx, const SessionRunValues&) override {
-    if (watcher_->stop_requested()) ctx.request_stop();
-    return absl::OkStatus();
-  }
-  Status end(Session*) override {
-    watcher_->FinalCheckpointSaved();
-    return absl::OkStatus();
-  }
+// The run's stop grace period ran out before the final checkpoint was saved
+// (on the StopRequest's watchdog thread): a process cannot interrupt a save
+// stuck in the file system, so it exits; the checkpoints saved before are
+// intact (the commit protocol never leaves a half-written one listed).
+void GraceExpired(absl::Duration grace) {
+  std::fprintf(stderr,
+               "foreman train: the final checkpoint was not saved within --stop-grace-period-secs=%g; "
+               "exiting (the checkpoints saved before are intact)\n",
+               absl::ToDoubleSeconds(grace));
+  std::fflush(stderr);
+  _exit(kExitFailed);
+}
 
- private:
-  SignalWatcher* watcher_;
-};
-
-// -- progress -----------------------------------------------------------------------
+// A test-only pause where `foreman train` used to release the directory lock
+// before the session took it again: with FOREMAN_TEST_PAUSE_BEFORE_SESSION=P
+// the job creates P.paused and waits (at most 60 s) until P is removed, so a
+// test can try to take the lock from another process at that moment.
+void TestPauseBeforeSession() {
+  const char* path = std::getenv("FOREMAN_TEST_PAUSE_BEFORE_SESSION");
+  if (path == nullptr || *path == '\0') return;
+  const std::string paused = absl::StrCat(path, ".paused");
+  if (FILE* f = std::fopen(paused.c_str(), "w")) std::fclose(f);
+  for (int i = 0; i < 1200 && access(path, F_OK) == 0; ++i) usleep(50 * 1000);
+}
 
 std::string FormatDuration(double secs) {
   if (!std::isfinite(secs) || secs < 0) return "?";
@@ -487,35 +463,56 @@ std::string Architecture(const nn::MlpSpec& spec) {
   return absl::StrJoin(dims, "-");
 }
 
-int RunTrain(const CLI::App& cmd, TrainFlags f) {
-  SignalWatcher::BlockSignals();
-  // From here on a signal is taken by the watcher, also while the data loads.
-  SignalWatcher watcher(f.stop_grace_period_secs);
-  Env* env = Env::Default();
-  const std::string& dir = f.checkpoint_dir;
-  auto stopped_early = [&] {
-    std::printf("stopped by %s before training started; nothing was changed in %s\n",
-                SignalName(watcher.signal_number()), dir.c_str());
-    return kExitOk;
-  };
+// -- the job, step by step ------------------------------------------------------------
+//
+// RunTrain runs these in order; each returns the exit code when the job ends
+// there (std::nullopt: go on).
 
-  // 1. Flags; the directory is ours until the session's checkpoint saver
-  //    takes it over (a second `foreman train` is refused before it reads or
-  //    writes anything).
+using ExitCode = std::optional<int>;
+
+// What the steps build, in their order.
+struct TrainJob {
+  TrainFlags f;
+  Env* env = Env::Default();
+  std::shared_ptr<StopRequest> stop;
+  std::shared_ptr<FileLock> lock;  // held from the first check to the end of the run
+  bool resuming = false;
+  nn::MlpSpec spec;
+  nn::OptimizerOptions optimizer;
+  double learning_rate = 0;
+  std::shared_ptr<const data::Dataset> train_set;
+  std::shared_ptr<const data::Dataset> test_set;
+  int64_t test_examples = 0;
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Graph> graph;
+  int64_t total_steps = 0;
+  bool tty = false;
+  std::shared_ptr<ProgressHook> progress;
+  std::shared_ptr<FinalOpsHook> final_eval;
+  MonitoredTrainingSessionOptions mts;
+};
+
+// 1-2. Flags, the directory's lock (a second `foreman train` is refused
+//      before it reads or writes anything, and the lock is held until the
+//      run ends), and the directory's stored settings.
+ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
+  TrainFlags& f = job.f;
+  const std::string& dir = f.checkpoint_dir;
   if (Status s = ValidateTrainFlags(f); !s.ok()) return Fail(kExitUsage, "bad flags", s);
-  auto lock = LockCheckpointDirectory(env, dir);
+  auto lock = LockCheckpointDirectory(job.env, dir);
   if (!lock.ok()) {
+    // The lock's contract: FAILED_PRECONDITION means another holder.
     return Fail(kExitUsage,
-                absl::StrContains(lock.status().message(), "in use") ? "checkpoint directory in use"
-                                                                     : "cannot use the checkpoint directory",
+                absl::IsFailedPrecondition(lock.status()) ? "checkpoint directory in use"
+                                                          : "cannot use the checkpoint directory",
                 lock.status());
   }
+  job.lock = std::move(*lock);
 
-  // 2. The directory's stored settings.
-  auto stored = ReadTrainSettings(env, dir);
+  auto stored = ReadTrainSettings(job.env, dir);
   if (!stored.ok()) return Fail(kExitUsage, "cannot resume", stored.status());
-  const bool resuming = stored->has_value();
-  if (resuming) {
+  job.resuming = stored->has_value();
+  if (job.resuming) {
     std::vector<std::string> notes;
     if (Status s = ResolveTrainFlags(**stored, cmd, dir, f, &notes); !s.ok()) return Fail(kExitUsage, "cannot resume", s);
     if (Status s = ValidateTrainFlags(f); !s.ok()) {
@@ -523,7 +520,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     }
     for (const std::string& note : notes) std::fprintf(stderr, "foreman train: note: %s\n", note.c_str());
   } else {
-    auto foreign = HoldsCheckpoints(env, dir);
+    auto foreign = HoldsCheckpoints(job.env, dir);
     if (!foreign.ok()) return Fail(kExitUsage, "cannot use the checkpoint directory", foreign.status());
     if (*foreign) {
       return Fail(kExitUsage, "cannot resume",
@@ -532,23 +529,27 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
                                                              "): use another --checkpoint-dir")));
     }
   }
-  if (f.threads == 0) f.threads = UsableCpus();
-  nn::MlpSpec spec;
-  spec.hidden = *ParseHidden(f.hidden);
-  nn::OptimizerOptions optimizer;
-  optimizer.kind = *nn::ParseOptimizerKind(f.optimizer);
-  const double learning_rate = f.learning_rate ? *f.learning_rate : DefaultLearningRate(optimizer.kind);
-  optimizer.learning_rate = static_cast<float>(learning_rate);
-  constexpr double kMaxModelBytes = 16.0 * (1 << 30);
-  if (ModelBytes(spec, optimizer.kind) > kMaxModelBytes) {
-    return Fail(kExitUsage, "bad flags",
-                absl::InvalidArgumentError(absl::StrFormat("--hidden %s: the model and its optimizer slots would take %.1f GiB (at most "
-                                      "16 GiB)",
-                                      f.hidden, ModelBytes(spec, optimizer.kind) / (1 << 30))));
-  }
+  return std::nullopt;
+}
 
-  MonitoredTrainingSessionOptions mts;
-  mts.checkpoint_dir = dir;
+// 3. The model's shape and the session's schedules, checked before the data
+//    loads.
+ExitCode PlanModel(TrainJob& job) {
+  TrainFlags& f = job.f;
+  if (f.threads == 0) f.threads = UsableCpus();
+  job.spec.hidden = *ParseHidden(f.hidden);
+  job.optimizer.kind = *nn::ParseOptimizerKind(f.optimizer);
+  job.learning_rate = f.learning_rate ? *f.learning_rate : DefaultLearningRate(job.optimizer.kind);
+  job.optimizer.learning_rate = static_cast<float>(job.learning_rate);
+  constexpr double kMaxModelBytes = 16.0 * (1 << 30);
+  if (ModelBytes(job.spec, job.optimizer.kind) > kMaxModelBytes) {
+    return Fail(kExitUsage, "bad flags",
+                absl::InvalidArgumentError(absl::StrFormat(
+                    "--hidden %s: the model and its optimizer slots would take %.1f GiB (at most 16 GiB)", f.hidden,
+                    ModelBytes(job.spec, job.optimizer.kind) / (1 << 30))));
+  }
+  MonitoredTrainingSessionOptions& mts = job.mts;
+  mts.checkpoint_dir = f.checkpoint_dir;
   if (f.save_checkpoint_secs) mts.save_checkpoint_secs = *f.save_checkpoint_secs;
   if (f.save_checkpoint_steps) mts.save_checkpoint_steps = *f.save_checkpoint_steps;
   if (f.save_summaries_steps) mts.save_summaries_steps = *f.save_summaries_steps;
@@ -558,64 +559,83 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   mts.config.intra_op_parallelism_threads = static_cast<int>(f.threads);
   mts.graph = std::make_shared<Graph>();  // the real one comes below; the plan checks only the schedules
   if (auto plan = PlanMonitoredTrainingSession(mts); !plan.ok()) return Fail(kExitUsage, "bad flags", plan.status());
+  return std::nullopt;
+}
 
-  // 3. Data.
-  auto mnist = data::LoadFashionMnist(env, f.data_dir);
+// 4. The data.
+ExitCode LoadData(TrainJob& job) {
+  const TrainFlags& f = job.f;
+  auto mnist = data::LoadFashionMnist(job.env, f.data_dir);
   if (!mnist.ok()) return Fail(kExitUsage, "cannot load the data", mnist.status());
-  if (watcher.stop_requested()) return stopped_early();
   data::DatasetOptions train_options;
   train_options.batch_size = f.batch_size;
   train_options.epochs = f.epochs;
   train_options.shuffle = true;
   train_options.seed = static_cast<uint64_t>(f.seed);
-  const int64_t test_examples = mnist->test.labels.num_elements();
+  job.test_examples = mnist->test.labels.num_elements();
   auto train_set = data::Dataset::Create(std::move(mnist->train), train_options);
   if (!train_set.ok()) return Fail(kExitUsage, absl::StrCat("bad training data in ", f.data_dir), train_set.status());
   data::DatasetOptions test_options;
   test_options.shuffle = false;
   auto test_set = data::Dataset::Create(std::move(mnist->test), test_options);
   if (!test_set.ok()) return Fail(kExitUsage, absl::StrCat("bad test data in ", f.data_dir), test_set.status());
-  spec.input_dim = (*train_set)->feature_dim();
+  job.train_set = *std::move(train_set);
+  job.test_set = *std::move(test_set);
+  job.spec.input_dim = job.train_set->feature_dim();
+  return std::nullopt;
+}
 
-  // 4. The model.
+// 5. The model and its graph; a resumed run's checkpoint must fit it.
+ExitCode BuildModel(TrainJob& job) {
+  const TrainFlags& f = job.f;
   auto model = std::make_shared<Model>();
-  model->spec = spec;
-  model->optimizer = optimizer;
-  model->learning_rate = learning_rate;
-  model->current_learning_rate = optimizer.learning_rate;
+  model->spec = job.spec;
+  model->optimizer = job.optimizer;
+  model->learning_rate = job.learning_rate;
+  model->current_learning_rate = job.optimizer.learning_rate;
   model->decay_steps = f.learning_rate_decay_steps;
   model->decay_rate = f.learning_rate_decay_rate;
   model->eval = std::make_shared<EvalRecord>();
-  auto mlp = nn::Mlp::Create(spec, optimizer);
+  auto mlp = nn::Mlp::Create(job.spec, job.optimizer);
   if (!mlp.ok()) return Fail(kExitUsage, "bad model", mlp.status());
   model->mlp = std::move(*mlp);
-  auto test = (*test_set)->Slice(0, test_examples);
+  auto test = job.test_set->Slice(0, job.test_examples);
   if (!test.ok()) return Fail(kExitFailed, "test data", test.status());
   model->test = std::move(*test);
-  for (const std::string& name : nn::MlpVariableNames(spec, optimizer)) {
+  for (const std::string& name : nn::MlpVariableNames(job.spec, job.optimizer)) {
     if (absl::EndsWith(name, "/kernel") || absl::EndsWith(name, "/bias")) model->histogram_variables.push_back(name);
   }
   auto graph = std::make_shared<Graph>();
   Status built = graph->CreateGlobalStep();
-  if (built.ok()) built = nn::AddMlpVariables(*graph, spec, optimizer, static_cast<uint64_t>(f.seed));
+  if (built.ok()) built = nn::AddMlpVariables(*graph, job.spec, job.optimizer, static_cast<uint64_t>(f.seed));
   if (built.ok()) built = graph->AddVariable(kEpochVariable, Tensor::Scalar<int64_t>(0), /*trainable=*/false);
   if (built.ok()) built = graph->AddVariable(kIndexVariable, Tensor::Scalar<int64_t>(0), /*trainable=*/false);
   if (built.ok()) built = graph->AddSummaryOp("summaries");
   if (built.ok()) built = graph->SetStep([model](StepContext& ctx) { return Step(*model, ctx); });
   if (!built.ok()) return Fail(kExitFailed, "building the model", built);
-  if (resuming) {
-    if (Status s = CheckCheckpointMatches(env, dir, *graph); !s.ok()) return Fail(kExitUsage, "cannot resume", s);
+  if (job.resuming) {
+    if (Status s = CheckCheckpointMatches(job.env, f.checkpoint_dir, *graph); !s.ok()) {
+      return Fail(kExitUsage, "cannot resume", s);
+    }
   }
+  job.model = std::move(model);
+  job.graph = std::move(graph);
+  return std::nullopt;
+}
 
-  // 5. Hooks, after the default ones (step counter, summaries, checkpoints).
-  const int64_t steps_by_epochs = f.epochs > 0 ? f.epochs * (*train_set)->batches_per_epoch() : 0;
-  int64_t total_steps = steps_by_epochs;
-  if (f.max_steps > 0) total_steps = total_steps > 0 ? std::min(total_steps, f.max_steps) : f.max_steps;
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  auto progress = std::make_shared<ProgressHook>(total_steps, f.log_step_count_steps > 0 ? f.log_step_count_steps : 100,
-                                                 tty, model->eval);
-  auto final_eval = std::make_shared<FinalOpsHook>(std::vector<std::string>{"eval_accuracy", "eval_loss"});
-  mts.hooks = {std::make_shared<SignalStopHook>(&watcher), std::make_shared<NanTensorHook>("loss"), progress};
+// 6. Hooks, after the default ones (step counter, summaries, checkpoints);
+//    the run's stop request and the held lock go to the session.
+ExitCode AddHooks(TrainJob& job) {
+  const TrainFlags& f = job.f;
+  const int64_t steps_by_epochs = f.epochs > 0 ? f.epochs * job.train_set->batches_per_epoch() : 0;
+  job.total_steps = steps_by_epochs;
+  if (f.max_steps > 0) job.total_steps = job.total_steps > 0 ? std::min(job.total_steps, f.max_steps) : f.max_steps;
+  job.tty = isatty(STDERR_FILENO) != 0;
+  job.progress = std::make_shared<ProgressHook>(
+      job.total_steps, f.log_step_count_steps > 0 ? f.log_step_count_steps : 100, job.tty, job.model->eval);
+  job.final_eval = std::make_shared<FinalOpsHook>(std::vector<std::string>{"eval_accuracy", "eval_loss"});
+  MonitoredTrainingSessionOptions& mts = job.mts;
+  mts.hooks = {std::make_shared<NanTensorHook>("loss"), job.progress};
   if (f.max_steps > 0) {
     auto stop = StopAtStepHook::Create(std::nullopt, f.max_steps);
     if (!stop.ok()) return Fail(kExitUsage, "bad flags", stop.status());
@@ -624,46 +644,121 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   if (f.eval_every_steps > 0) {
     SummarySaverHookOptions eval_options;
     eval_options.save_steps = f.eval_every_steps;
-    eval_options.output_dir = dir + "/eval";
+    eval_options.output_dir = f.checkpoint_dir + "/eval";
     eval_options.summary_op = {"eval_summaries"};
     auto eval_hook = SummarySaverHook::Create(eval_options);
     if (!eval_hook.ok()) return Fail(kExitUsage, "bad flags", eval_hook.status());
     mts.hooks.push_back(*eval_hook);
   }
-  mts.hooks.push_back(final_eval);
-  mts.graph = graph;
+  mts.hooks.push_back(job.final_eval);
+  mts.graph = job.graph;
+  mts.runtime.stop = job.stop;
+  mts.runtime.held_lock = job.lock;
+  mts.runtime.held_lock_directory = f.checkpoint_dir;
+  return std::nullopt;
+}
 
-  // 6. The settings go into the directory before the first checkpoint; the
-  //    whole log into <dir>/train.log (on a terminal the progress bar owns
-  //    stderr, so only warnings and errors are printed there).
-  if (watcher.stop_requested()) return stopped_early();
-  if (Status s = WriteTrainSettings(env, dir, TrainSettings(f)); !s.ok()) {
+// 7. The settings go into the directory before the first checkpoint; the
+//    whole log into <dir>/train.log (on a terminal the progress bar owns
+//    stderr, so only warnings and errors are printed there).
+ExitCode WriteRunFiles(TrainJob& job) {
+  const TrainFlags& f = job.f;
+  const std::string& dir = f.checkpoint_dir;
+  if (Status s = WriteTrainSettings(job.env, dir, TrainSettings(f)); !s.ok()) {
     return Fail(kExitUsage, "cannot write to the checkpoint directory", s);
   }
-  {
-    LogOptions log;
-    log.file_path = dir + "/train.log";
-    log.stderr_level = tty ? LogLevel::kWarning : LogLevel::kInfo;
-    if (Status s = ConfigureLogging(log); !s.ok()) return Fail(kExitUsage, "cannot write the log", s);
-  }
+  LogOptions log;
+  log.file_path = dir + "/train.log";
+  log.stderr_level = job.tty ? LogLevel::kWarning : LogLevel::kInfo;
+  if (Status s = ConfigureLogging(log); !s.ok()) return Fail(kExitUsage, "cannot write the log", s);
   std::fprintf(stderr,
                "foreman train: MLP %s, %s (learning rate %g), batch %lld, %s, seed %lld, %lld threads; "
                "checkpoints in %s\n",
-               Architecture(spec).c_str(), nn::OptimizerKindName(optimizer.kind).c_str(), learning_rate,
+               Architecture(job.spec).c_str(), nn::OptimizerKindName(job.optimizer.kind).c_str(), job.learning_rate,
                static_cast<long long>(f.batch_size),
-               total_steps > 0 ? absl::StrCat(total_steps, " steps").c_str() : "until stopped",
+               job.total_steps > 0 ? absl::StrCat(job.total_steps, " steps").c_str() : "until stopped",
                static_cast<long long>(f.seed), static_cast<long long>(f.threads), dir.c_str());
+  return std::nullopt;
+}
 
-  // 7. Train. The input pipeline starts now (its actor inherits the blocked
-  //    signals); the session's checkpoint saver takes the directory's lock.
+// 9. The report on stdout.
+int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
+  const TrainFlags& f = job.f;
+  const std::string& dir = f.checkpoint_dir;
+  auto latest = LatestCheckpoint(job.env, dir);
+  const std::string latest_text = latest.ok() && latest->has_value() ? **latest : "(none)";
+  const TensorMap& final_values = job.final_eval->final_ops_values();
+  auto acc = final_values.find("eval_accuracy");
+  auto loss = final_values.find("eval_loss");
+  if (acc != final_values.end() && loss != final_values.end()) {
+    std::printf("test accuracy: %.4f (test loss %.4f, %lld examples)\n", acc->second.data<float>()[0],
+                loss->second.data<float>()[0], static_cast<long long>(job.test_examples));
+  }
+  if (job.progress->steps_trained() > 0) {
+    std::printf("trained %lld steps in %.1f s (%.1f steps/s, %.0f examples/s)\n",
+                static_cast<long long>(job.progress->steps_trained()), wall, job.progress->steps_per_sec(),
+                wall > 0 ? static_cast<double>(job.model->examples) / wall : 0.0);
+  } else if (!watcher.signalled()) {
+    std::printf("nothing to train: the restored run already reached its end (--max-steps %lld, --epochs %lld)\n",
+                static_cast<long long>(f.max_steps), static_cast<long long>(f.epochs));
+  }
+  const data::InputPipeline::Stats pipeline_stats = job.model->pipeline->stats();
+  if (pipeline_stats.batches > 0) {
+    std::printf("input pipeline: %lld batches, the step waited for %lld of them\n",
+                static_cast<long long>(pipeline_stats.batches), static_cast<long long>(pipeline_stats.waits));
+  }
+  std::printf("checkpoints: %s (latest: %s)\n", dir.c_str(), latest_text.c_str());
+  std::printf("events: %s (training), %s/eval (test set)\n", dir.c_str(), dir.c_str());
+  if (watcher.signalled()) {
+    std::printf("stopped by %s after its final checkpoint\n", SignalName(watcher.signal_number()));
+  }
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "foreman train: cannot write the report to stdout: %s\n", std::strerror(errno));
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+int RunTrain(const CLI::App& cmd, TrainFlags f) {
+  SignalWatcher::BlockSignals();
+  TrainJob job;
+  job.f = std::move(f);
+  // The run's one stop: signals (from now on, also while the data loads)
+  // and the session both use it; it also enforces the grace period.
+  StopRequestOptions stop_options;
+  stop_options.grace_period = absl::Seconds(job.f.stop_grace_period_secs);
+  stop_options.on_grace_expired = GraceExpired;
+  job.stop = std::make_shared<StopRequest>(std::move(stop_options));
+  SignalWatcher watcher(job.stop);
+  auto stopped_early = [&]() -> ExitCode {
+    if (!job.stop->stop_requested()) return std::nullopt;
+    std::printf("stopped by %s before training started; nothing was changed in %s\n",
+                SignalName(watcher.signal_number()), job.f.checkpoint_dir.c_str());
+    job.stop->Complete();
+    return kExitOk;
+  };
+
+  if (ExitCode code = OpenDirectory(cmd, job)) return *code;
+  if (ExitCode code = PlanModel(job)) return *code;
+  if (ExitCode code = LoadData(job)) return *code;
+  if (ExitCode code = stopped_early()) return *code;
+  if (ExitCode code = BuildModel(job)) return *code;
+  if (ExitCode code = AddHooks(job)) return *code;
+  if (ExitCode code = stopped_early()) return *code;
+  if (ExitCode code = WriteRunFiles(job)) return *code;
+
+  // 8. Train. The input pipeline starts now (its actor inherits the blocked
+  //    signals) in the process's actor system, which the session's services
+  //    share; the directory stays locked (the session's checkpoint saver
+  //    uses the lock taken in step 1).
   data::InputPipelineOptions pipeline_options;
-  pipeline_options.prefetch_batches = static_cast<int>(f.prefetch_batches);
-  auto pipeline = data::InputPipeline::Create(*train_set, pipeline_options);
+  pipeline_options.prefetch_batches = static_cast<int>(job.f.prefetch_batches);
+  auto pipeline = data::InputPipeline::Create(job.train_set, pipeline_options);
   if (!pipeline.ok()) return Fail(kExitFailed, "input pipeline", pipeline.status());
-  model->pipeline = std::move(*pipeline);
-  lock->reset();
+  job.model->pipeline = std::move(*pipeline);
+  TestPauseBeforeSession();
   const auto started = std::chrono::steady_clock::now();
-  auto session = MonitoredTrainingSession(std::move(mts));
+  auto session = MonitoredTrainingSession(std::move(job.mts));
   if (!session.ok()) {
     const auto code = session.status().code();
     const bool bad_input = code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
@@ -672,45 +767,12 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   }
   const std::vector<std::string> fetches = {"train_op"};
   while (!(*session)->should_stop()) {
-    if (!(*session)->run(fetches).ok()) break;  // close() returns the error
+    if (!(*session)->run(fetches).ok()) break;  // close() returns the error (OK after a clean stop)
   }
   const Status closed = (*session)->close();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!closed.ok()) return Fail(kExitFailed, "training failed", closed);
-
-  // 8. Report.
-  auto latest = LatestCheckpoint(env, dir);
-  const std::string latest_text = latest.ok() && latest->has_value() ? **latest : "(none)";
-  const TensorMap& final_values = final_eval->final_ops_values();
-  auto acc = final_values.find("eval_accuracy");
-  auto loss = final_values.find("eval_loss");
-  if (acc != final_values.end() && loss != final_values.end()) {
-    std::printf("test accuracy: %.4f (test loss %.4f, %lld examples)\n", acc->second.data<float>()[0],
-                loss->second.data<float>()[0], static_cast<long long>(test_examples));
-  }
-  if (progress->steps_trained() > 0) {
-    std::printf("trained %lld steps in %.1f s (%.1f steps/s, %.0f examples/s)\n",
-                static_cast<long long>(progress->steps_trained()), wall, progress->steps_per_sec(),
-                wall > 0 ? static_cast<double>(model->examples) / wall : 0.0);
-  } else if (!watcher.stop_requested()) {
-    std::printf("nothing to train: the restored run already reached its end (--max-steps %lld, --epochs %lld)\n",
-                static_cast<long long>(f.max_steps), static_cast<long long>(f.epochs));
-  }
-  const data::InputPipeline::Stats pipeline_stats = model->pipeline->stats();
-  if (pipeline_stats.batches > 0) {
-    std::printf("input pipeline: %lld batches, the step waited for %lld of them\n",
-                static_cast<long long>(pipeline_stats.batches), static_cast<long long>(pipeline_stats.waits));
-  }
-  std::printf("checkpoints: %s (latest: %s)\n", dir.c_str(), latest_text.c_str());
-  std::printf("events: %s (training), %s/eval (test set)\n", dir.c_str(), dir.c_str());
-  if (watcher.stop_requested()) {
-    std::printf("stopped by %s after its final checkpoint\n", SignalName(watcher.signal_number()));
-  }
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    std::fprintf(stderr, "foreman train: cannot write the report to stdout: %s\n", std::strerror(errno));
-    return kExitFailed;
-  }
-  return kExitOk;
+  return Report(job, watcher, wall);
 }
 
 }  // namespace

@@ -1,0 +1,101 @@
+// StopRequest: the one place a training run's stop is asked for, from any
+// thread, at any moment — before the session exists, during a step, between
+// two sessions while a recovery re-creates one, or while close() runs.
+//
+//   auto stop = std::make_shared<foreman::StopRequest>(options);
+//   mts_options.runtime.stop = stop;           // the session obeys it
+//   ... on another thread (a signal watcher, an RPC, an actor):
+//   stop->request_stop();                      // clean: final checkpoint
+//
+// MonitoredSession::request_stop() forwards here (a session given no
+// StopRequest makes its own). What a stop does to the session is documented
+// at MonitoredSession::request_stop(); this object only records it, tells
+// its listeners, and enforces the stop grace period: from the first
+// request, the owner has `grace_period` (on `clock`) to call Complete()
+// (MonitoredSession does once close() has run every hook's end(), i.e. the
+// final checkpoint is durable). If it does not, on_grace_expired runs once,
+// on the StopRequest's own watchdog thread (TF: Coordinator.join's
+// stop_grace_period_secs, which bounds the same wait).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "absl/time/time.h"
+#include "foreman/clock.hpp"
+#include "foreman/status.hpp"
+
+namespace foreman {
+
+struct StopRequestOptions {
+  /// How long after the first request_stop() the stop may take to complete
+  /// (TF's stop_grace_period_secs). Must be >= 0.
+  absl::Duration grace_period = absl::Seconds(120);
+  /// Measures the grace period. Not owned; must outlive the StopRequest.
+  Clock* clock = Clock::Real();
+  /// Runs once, on the watchdog thread, when the grace period ends before
+  /// Complete(); it gets the grace period. Empty: an error is logged.
+  /// A process-level owner (the `foreman train` CLI) exits here; a library
+  /// caller may log, alert, or ignore it.
+  std::function<void(absl::Duration grace_period)> on_grace_expired;
+};
+
+class StopRequest {
+ public:
+  explicit StopRequest(StopRequestOptions options = {});
+  /// Stops and joins the watchdog (it does not run on_grace_expired then).
+  ~StopRequest();
+  StopRequest(const StopRequest&) = delete;
+  StopRequest& operator=(const StopRequest&) = delete;
+
+  /// Requests a stop: OK is a clean stop, anything else a stop with that
+  /// error. The first request wins (its status is kept; later ones are
+  /// ignored). Starts the grace period. Thread-safe; never blocks on the
+  /// training thread (listeners run on the caller's thread, see Listen).
+  void request_stop(const Status& status = absl::OkStatus());
+  /// Whether a stop was requested. Lock-free.
+  bool stop_requested() const { return requested_.load(std::memory_order_acquire); }
+  /// The first request's status (OK when none or a clean stop).
+  Status status() const;
+
+  /// The stop has done its work (the final checkpoint is durable): the grace
+  /// period no longer applies. Idempotent; also fine before any request.
+  void Complete();
+  /// Whether Complete() was called.
+  bool completed() const;
+  /// The end of the grace period on options.clock's monotonic time, once a
+  /// stop was requested and not yet completed.
+  std::optional<absl::Duration> grace_deadline() const;
+
+  /// Calls `fn(status)` on every request_stop() from now on — at once (on
+  /// this thread) when a stop was already requested. Returns an id for
+  /// Unlisten(). `fn` runs under the StopRequest's lock: it must be quick and
+  /// must not call back into this object. Thread-safe.
+  int64_t Listen(std::function<void(const Status&)> fn);
+  /// Removes a listener; when it returns, the listener is not running and
+  /// will not run again.
+  void Unlisten(int64_t id);
+
+ private:
+  void Watch(absl::Duration deadline);
+
+  const StopRequestOptions options_;
+  std::atomic<bool> requested_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // Complete() and the destructor wake the watchdog
+  Status status_;               // guarded by mu_
+  bool completed_ = false;      // guarded by mu_
+  bool shutting_down_ = false;  // guarded by mu_
+  std::optional<absl::Duration> deadline_;                      // guarded by mu_
+  int64_t next_listener_ = 1;                                   // guarded by mu_
+  std::map<int64_t, std::function<void(const Status&)>> listeners_;  // guarded by mu_
+  std::thread watchdog_;        // started by the first request_stop()
+};
+
+}  // namespace foreman

@@ -1,0 +1,93 @@
+// StopRequest (include/foreman/stop.hpp).
+#include "foreman/stop.hpp"
+
+#include <algorithm>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "platform/log.hpp"
+
+namespace foreman {
+
+StopRequest::StopRequest(StopRequestOptions options) : options_(std::move(options)) {}
+
+StopRequest::~StopRequest() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    shutting_down_ = true;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void StopRequest::request_stop(const Status& status) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (requested_.load(std::memory_order_relaxed)) return;
+  status_ = status;
+  requested_.store(true, std::memory_order_release);
+  for (auto& [id, fn] : listeners_) fn(status_);
+  if (completed_ || shutting_down_) return;
+  Clock* clock = options_.clock != nullptr ? options_.clock : Clock::Real();
+  deadline_ = clock->MonotonicNow() + std::max(options_.grace_period, absl::ZeroDuration());
+  try {
+    watchdog_ = std::thread(&StopRequest::Watch, this, *deadline_);
+  } catch (const std::system_error& e) {
+    FOREMAN_LOG_ERROR("StopRequest: cannot start the grace-period watchdog: {}", e.what());
+  }
+}
+
+Status StopRequest::status() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return status_;
+}
+
+void StopRequest::Complete() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    completed_ = true;
+    deadline_.reset();
+  }
+  cv_.notify_all();
+}
+
+bool StopRequest::completed() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return completed_;
+}
+
+std::optional<absl::Duration> StopRequest::grace_deadline() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return deadline_;
+}
+
+int64_t StopRequest::Listen(std::function<void(const Status&)> fn) {
+  std::lock_guard<std::mutex> l(mu_);
+  const int64_t id = next_listener_++;
+  if (requested_.load(std::memory_order_relaxed)) fn(status_);
+  listeners_.emplace(id, std::move(fn));
+  return id;
+}
+
+void StopRequest::Unlisten(int64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  listeners_.erase(id);
+}
+
+void StopRequest::Watch(absl::Duration deadline) {
+  Clock* clock = options_.clock != nullptr ? options_.clock : Clock::Real();
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    const bool done = clock->WaitUntil(l, cv_, deadline, [this] { return completed_ || shutting_down_; });
+    if (done) return;
+  }
+  if (options_.on_grace_expired) {
+    options_.on_grace_expired(options_.grace_period);
+  } else {
+    FOREMAN_LOG_ERROR("The stop requested {} ago has not completed (stop grace period); the final checkpoint "
+                      "may be missing",
+                      absl::FormatDuration(options_.grace_period));
+  }
+}
+
+}  // namespace foreman
