@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "atoms.hpp"
+#include "messages.hpp"
 #include "platform/log.hpp"
 
 namespace foreman::internal {
@@ -77,6 +79,62 @@ Status RunOnShortLivedThread(const std::function<Status()>& fn) {
 
 void ConfigureActorSystemConfig(caf::actor_system_config& config) {
   config.add_error_category(kForemanErrorCategory, RenderForemanError);
+  // The messages that may cross a node (messages.hpp).
+  config.add_message_type<StatusMessage>("foreman.StatusMessage");
+  config.add_message_type<TensorMessage>("foreman.TensorMessage");
+  config.add_message_type<VariablesMessage>("foreman.VariablesMessage");
+  config.add_message_type<GradientsMessage>("foreman.GradientsMessage");
+  config.add_message_type<StepResultMessage>("foreman.StepResultMessage");
+}
+
+// -- messages.hpp ---------------------------------------------------------------
+
+StatusMessage ToMessage(const Status& status) {
+  return StatusMessage{static_cast<int32_t>(status.code()), std::string(status.message())};
+}
+
+Status FromMessage(const StatusMessage& message) {
+  if (message.code == 0) return absl::OkStatus();
+  const bool known = message.code > 0 && message.code <= static_cast<int32_t>(absl::StatusCode::kUnauthenticated);
+  if (!known) return absl::UnknownError(absl::StrCat("status code ", message.code, ": ", message.message));
+  return Status(static_cast<absl::StatusCode>(message.code), message.message);
+}
+
+StatusOr<TensorMessage> ToMessage(const std::string& name, const Tensor& tensor) {
+  const std::size_t element = DataTypeSize(tensor.dtype());
+  if (element == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' of dtype ", DataTypeName(tensor.dtype()),
+                                                   " cannot travel as a raw buffer"));
+  }
+  TensorMessage m;
+  m.name = name;
+  m.dtype = static_cast<int32_t>(tensor.dtype());
+  m.shape = tensor.shape().dims();
+  m.bytes.assign(tensor.raw_data(), tensor.TotalBytes());
+  return m;
+}
+
+StatusOr<Tensor> FromMessage(const TensorMessage& message) {
+  const auto dtype = static_cast<DataType>(message.dtype);
+  const std::size_t element = IsSupportedDataType(message.dtype) ? DataTypeSize(dtype) : 0;
+  if (element == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", message.name, "': dtype ", message.dtype, " is not a numeric dtype"));
+  }
+  uint64_t elements = 1;
+  for (int64_t d : message.shape) {
+    if (d < 0 || (d > 0 && elements > (uint64_t{1} << 62) / static_cast<uint64_t>(d))) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", message.name, "': bad dimension ", d));
+    }
+    elements *= static_cast<uint64_t>(d);
+  }
+  if (elements > message.bytes.size() / element || elements * element != message.bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", message.name, "': ", message.bytes.size(),
+                                                   " bytes for ", elements, " elements of ", element, " bytes"));
+  }
+  FOREMAN_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(dtype, TensorShape(message.shape)));
+  if (!message.bytes.empty()) std::memcpy(t.raw_data(), message.bytes.data(), message.bytes.size());
+  return t;
 }
 
 StatusOr<ActorSystemRef> AcquireProcessActorSystem(int scheduler_threads) {

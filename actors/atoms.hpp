@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "foreman/status.hpp"
+#include "messages.hpp"
 #include "runtime/services.hpp"
 
 namespace foreman::internal {
@@ -270,5 +271,4 @@ class ChildLink {
 
 }  // namespace foreman::internal
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(absl::Status)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<foreman::internal::Completion>)

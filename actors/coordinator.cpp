@@ -39,8 +39,8 @@ caf::behavior coordinator(caf::stateful_actor<coordinator_state>* self, std::sha
   MakeQuiet(self, "coordinator");
   self->state.cell = std::move(cell);
   return {
-      [=](report_atom, const std::string& source, const Status& status) {
-        self->state.cell->Report(source, status);
+      [=](report_atom, const std::string& source, const StatusMessage& status) {
+        self->state.cell->Report(source, FromMessage(status));
       },
   };
 }

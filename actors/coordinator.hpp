@@ -1,7 +1,7 @@
 // coordinator actor: where the tree's failures arrive (design.md §1).
 //
 // Protocol (fire-and-forget; no replies):
-//   (report_atom, std::string source, foreman::Status status)
+//   (report_atom, std::string source, StatusMessage status)
 //       A service (`source`, e.g. "summary_writer(/logs)") failed. The first
 //       non-OK status is kept (sticky across sessions: FailureCell::error())
 //       and passed to the current session's foreman::Coordinator with
@@ -20,6 +20,7 @@
 #include <string>
 
 #include "atoms.hpp"
+#include "messages.hpp"
 #include "foreman/coordinator.hpp"
 #include "foreman/status.hpp"
 

@@ -76,7 +76,7 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
     if (!expected) {
       Status s = ErrorToStatus(dm.reason, name);
       if (st.coordinator && !st.shutting_down) {
-        self->send(st.coordinator, report_atom::value, name, s);
+        self->send(st.coordinator, report_atom::value, name, ToMessage(s));
       } else {
         st.cell->Report(name, s);
       }

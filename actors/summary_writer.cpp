@@ -25,7 +25,7 @@ void Check(caf::stateful_actor<summary_writer_state>* self, const Status& s) {
   if (s.ok()) return;
   if (st.first_error.ok()) {
     st.first_error = s;
-    self->send(st.coordinator, report_atom::value, st.source, s);
+    self->send(st.coordinator, report_atom::value, st.source, ToMessage(s));
   } else {
     FOREMAN_LOG_ERROR("{}: {}", st.source, s.ToString());
   }

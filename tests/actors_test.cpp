@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "actors/actor_system.hpp"
+#include "actors/messages.hpp"
 #include "actors/session_supervisor.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/coordinator.hpp"
@@ -232,6 +233,60 @@ TEST_CASE("one actor system per process: runtimes and input pipelines share it, 
   auto c = MakeRuntime(nullptr, Config(&env));
   CHECK(ActorSystemsCreated() == before + 2);
   CHECK(c->Shutdown(kWait).ok());
+}
+
+// The messages that will cross a node go through CAF's serialisation intact,
+// and a peer's bad bytes never become a tensor.
+template <class T>
+T RoundTrip(const T& in) {
+  caf::actor_system_config cfg;
+  internal::ConfigureActorSystemConfig(cfg);
+  std::vector<char> buf;
+  {
+    caf::binary_serializer sink(static_cast<caf::execution_unit*>(nullptr), buf);
+    T copy = in;
+    REQUIRE_FALSE(sink(copy));
+  }
+  T out;
+  caf::binary_deserializer source(static_cast<caf::execution_unit*>(nullptr), buf);
+  REQUIRE_FALSE(source(out));
+  return out;
+}
+
+TEST_CASE("typed messages: Status and tensors round-trip through CAF's serialisation; bad peers are refused") {
+  internal::StatusMessage s = RoundTrip(internal::ToMessage(absl::AbortedError("ps 0 restarted")));
+  CHECK(internal::FromMessage(s) == absl::AbortedError("ps 0 restarted"));
+  CHECK(internal::FromMessage(internal::StatusMessage{99, "?"}).code() == absl::StatusCode::kUnknown);
+
+  Tensor w(DataType::kFloat, TensorShape({2, 3}));
+  for (int i = 0; i < 6; ++i) w.data<float>()[i] = 0.5f * static_cast<float>(i) - 1.f;
+  internal::GradientsMessage g;
+  g.step = 41;
+  g.worker = 2;
+  g.tensors.push_back(internal::ToMessage("dense/kernel", w).value());
+  g.tensors.push_back(internal::ToMessage("global_step", Tensor::Scalar<int64_t>(7)).value());
+  internal::GradientsMessage back = RoundTrip(g);
+  CHECK(back.step == 41);
+  CHECK(back.worker == 2);
+  REQUIRE(back.tensors.size() == 2);
+  CHECK(back.tensors[0].bytes.size() == 6 * sizeof(float));
+  auto restored = internal::FromMessage(back.tensors[0]);
+  REQUIRE(restored.ok());
+  CHECK(restored->Equals(w));
+  CHECK(internal::FromMessage(back.tensors[1])->scalar<int64_t>().value() == 7);
+
+  CHECK(absl::IsInvalidArgument(internal::ToMessage("s", Tensor::Scalar<std::string>("x")).status()));
+  internal::TensorMessage bad = g.tensors[0];
+  bad.bytes.pop_back();
+  CHECK(absl::IsInvalidArgument(internal::FromMessage(bad).status()));
+  bad = g.tensors[0];
+  bad.shape = {-1, 3};
+  CHECK(absl::IsInvalidArgument(internal::FromMessage(bad).status()));
+  bad.shape = {int64_t{1} << 40, int64_t{1} << 40};
+  CHECK(absl::IsInvalidArgument(internal::FromMessage(bad).status()));
+  bad = g.tensors[0];
+  bad.dtype = 42;
+  CHECK(absl::IsInvalidArgument(internal::FromMessage(bad).status()));
 }
 
 TEST_CASE("Runtime rejects a negative actor_threads") {

@@ -167,6 +167,12 @@ struct MonitoredSession::Impl {
   Status EndWith(const Status& s);
   StatusOr<TensorMap> HookedRun(const std::vector<std::string>& fetches, const TensorMap& feeds,
                                 const RunOptions& options, RunMetadata* run_metadata);
+  Status BeforeRun(SessionRunContext& ctx, RunScratch& sc, const TensorMap& feeds, TensorMap* merged_feeds,
+                   const TensorMap** run_feeds, RunOptions* merged_options);
+  static void MergeFetches(const std::vector<std::string>& fetches, RunScratch& sc);
+  Status AfterRun(SessionRunContext& ctx, RunScratch& sc, const TensorMap& results, RunOptions& merged_options,
+                  RunMetadata* metadata);
+  static Status MissingFetch(const std::string& name);
   Status Close();
   void RecordError(const Status& s) {
     if (first_error.ok() && !s.ok()) first_error = s;
@@ -513,7 +519,8 @@ Status MonitoredSession::Impl::RunRecoverably(const Attempt& attempt) {
   }
 }
 
-// _HookedSession.run.
+// _HookedSession.run: BeforeRun, the step, AfterRun, and the caller's
+// fetches out of the results.
 StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::string>& fetches,
                                                       const TensorMap& feeds, const RunOptions& options,
                                                       RunMetadata* run_metadata) {
@@ -546,9 +553,42 @@ StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::str
   sc.original_args.options = options;
   SessionRunContext ctx(&sc.original_args, session.get());
 
-  // B29-B33.
-  TensorMap hook_feeds;
+  TensorMap merged_feeds;
+  const TensorMap* run_feeds = &feeds;
   RunOptions merged_options = options;
+  FOREMAN_RETURN_IF_ERROR(BeforeRun(ctx, sc, feeds, &merged_feeds, &run_feeds, &merged_options));
+  MergeFetches(fetches, sc);
+
+  RunMetadata local_metadata;
+  RunMetadata* metadata = run_metadata != nullptr ? run_metadata : &local_metadata;
+  StatusOr<TensorMap> results = session->Run(sc.all_fetches, *run_feeds, merged_options, metadata);
+  // B34 / B40: no after_run for a failed run.
+  if (!results.ok()) return results.status();
+
+  FOREMAN_RETURN_IF_ERROR(AfterRun(ctx, sc, *results, merged_options, metadata));
+  if (ctx.stop_requested()) hook_stop.store(true, std::memory_order_release);
+  // The caller's fetches: the results are not needed any more, so their
+  // nodes move over (a name listed twice is returned once, as before).
+  TensorMap out;
+  for (const auto& name : fetches) {
+    if (out.count(name) != 0) continue;
+    auto it = results->find(name);
+    if (it == results->end()) return MissingFetch(name);
+    out.insert(results->extract(it));
+  }
+  return out;
+}
+
+Status MonitoredSession::Impl::MissingFetch(const std::string& name) {
+  return absl::InternalError(absl::StrCat("the session did not return fetch '", name, "'"));
+}
+
+// B29-B33: every hook's before_run, in order; their feeds (disjoint from each
+// other's and the caller's) and options merged into the run's.
+Status MonitoredSession::Impl::BeforeRun(SessionRunContext& ctx, RunScratch& sc, const TensorMap& feeds,
+                                         TensorMap* merged_feeds, const TensorMap** run_feeds,
+                                         RunOptions* merged_options) {
+  TensorMap hook_feeds;
   for (std::size_t i = 0; i < hooks.size(); ++i) {
     StatusOr<SessionRunArgs> request =
         InvokeUserCode(before_run_where[i], [&] { return hooks[i]->before_run(ctx); });
@@ -558,20 +598,22 @@ StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::str
       FOREMAN_RETURN_IF_ERROR(CheckFeedsDisjoint(hook_feeds, request->feeds, "Same tensor is fed by two hooks."));
       for (auto& [name, value] : request->feeds) hook_feeds.emplace(name, std::move(value));
     }
-    MergeRunOptions(request->options, &merged_options);
+    MergeRunOptions(request->options, merged_options);
   }
-  TensorMap merged_feeds;
-  const TensorMap* run_feeds = &feeds;
   if (!hook_feeds.empty()) {
     FOREMAN_RETURN_IF_ERROR(
         CheckFeedsDisjoint(feeds, hook_feeds, "Same tensor is fed by a SessionRunHook and user."));
-    merged_feeds = feeds;
-    merged_feeds.insert(hook_feeds.begin(), hook_feeds.end());
-    run_feeds = &merged_feeds;
+    *merged_feeds = feeds;
+    merged_feeds->insert(hook_feeds.begin(), hook_feeds.end());
+    *run_feeds = merged_feeds;
   }
+  return absl::OkStatus();
+}
 
-  // Sorted and unique, as Session::Run wants them (it then needs no copy).
-  // Duplicates are dropped first: hooks mostly ask for the same few names.
+// The caller's and the hooks' fetches, sorted and unique, as Session::Run
+// wants them (it then needs no copy). Duplicates are dropped first: hooks
+// mostly ask for the same few names.
+void MonitoredSession::Impl::MergeFetches(const std::vector<std::string>& fetches, RunScratch& sc) {
   sc.all_fetches.clear();
   auto add = [&](const std::vector<std::string>& names) {
     for (const auto& name : names) {
@@ -583,34 +625,28 @@ StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::str
   add(fetches);
   for (const auto& f : sc.hook_fetches) add(f);
   std::sort(sc.all_fetches.begin(), sc.all_fetches.end());
-  RunMetadata local_metadata;
-  RunMetadata* metadata = run_metadata != nullptr ? run_metadata : &local_metadata;
-  StatusOr<TensorMap> results = session->Run(sc.all_fetches, *run_feeds, merged_options, metadata);
-  // B34 / B40: no after_run for a failed run.
-  if (!results.ok()) return results.status();
+}
 
-  auto missing = [](const std::string& name) {
-    return absl::InternalError(absl::StrCat("the session did not return fetch '", name, "'"));
-  };
-  // A hook's own results. A hook that asks for the same single fetch as in
-  // the previous run gets its map back with the value assigned in place.
+// B31, B34-B36: every hook's after_run with its own results. A hook that
+// asks for the same single fetch as in the previous run gets its map back
+// with the value assigned in place.
+Status MonitoredSession::Impl::AfterRun(SessionRunContext& ctx, RunScratch& sc, const TensorMap& results,
+                                        RunOptions& merged_options, RunMetadata* metadata) {
   auto pick_for_hook = [&](const std::vector<std::string>& names, TensorMap& own) -> Status {
     if (names.size() == 1 && own.size() == 1 && own.begin()->first == names[0]) {
-      auto it = results->find(names[0]);
-      if (it == results->end()) return missing(names[0]);
+      auto it = results.find(names[0]);
+      if (it == results.end()) return MissingFetch(names[0]);
       own.begin()->second = it->second;
       return absl::OkStatus();
     }
     own.clear();
     for (const auto& name : names) {
-      auto it = results->find(name);
-      if (it == results->end()) return missing(name);
+      auto it = results.find(name);
+      if (it == results.end()) return MissingFetch(name);
       own.emplace(name, it->second);
     }
     return absl::OkStatus();
   };
-
-  // B31, B34-B36.
   for (std::size_t i = 0; i < hooks.size(); ++i) {
     SessionRunValues values;
     if (!sc.hook_fetches[i].empty()) {
@@ -622,17 +658,7 @@ StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::str
     FOREMAN_RETURN_IF_ERROR(
         InvokeUserCode(after_run_where[i], [&] { return hooks[i]->after_run(ctx, values); }));
   }
-  if (ctx.stop_requested()) hook_stop.store(true, std::memory_order_release);
-  // The caller's fetches: the results are not needed any more, so their
-  // nodes move over (a name listed twice is returned once, as before).
-  TensorMap out;
-  for (const auto& name : fetches) {
-    if (out.count(name) != 0) continue;
-    auto it = results->find(name);
-    if (it == results->end()) return missing(name);
-    out.insert(results->extract(it));
-  }
-  return out;
+  return absl::OkStatus();
 }
 
 // B38-B43, B52-B53, decisions 3-4.

@@ -1,0 +1,95 @@
+// The messages that will cross a node (a cluster's links between a chief,
+// its workers and the parameter servers): plain data with a CAF inspect(),
+// registered in every system Foreman builds (ConfigureActorSystemConfig), so
+// that CAF can serialise them. No closures, no pointers, no absl types.
+//
+// Tensors travel as raw byte buffers (a std::string, which CAF writes as a
+// length and the bytes), never as std::vector<float>, which CAF serialises
+// element by element. The bytes are the tensor's host layout (row-major,
+// little-endian on every platform Foreman builds for).
+//
+// The local control messages of the supervision tree (a spawn request with
+// its factory, a save ticket, a waiter's Completion) carry closures and
+// shared pointers on purpose: they never leave their process, and their
+// headers mark them CAF_ALLOW_UNSAFE_MESSAGE_TYPE.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/meta/type_name.hpp>
+
+#include "foreman/status.hpp"
+#include "foreman/tensor.hpp"
+
+namespace foreman::internal {
+
+/// A Status: its code (absl::StatusCode's value) and message. Stop requests
+/// and service failures travel as this.
+struct StatusMessage {
+  int32_t code = 0;
+  std::string message;
+};
+
+/// One named tensor of a numeric dtype: variables, gradients, step results.
+struct TensorMessage {
+  std::string name;
+  int32_t dtype = 0;             // foreman::DataType's value
+  std::vector<int64_t> shape;    // dimensions, outermost first
+  std::string bytes;             // num_elements * element size bytes
+};
+
+/// Values of variables at one global step (a ps shard's answer to a read).
+struct VariablesMessage {
+  int64_t global_step = 0;
+  std::vector<TensorMessage> tensors;
+};
+
+/// A worker's gradients, computed at `step` (the global step it read).
+struct GradientsMessage {
+  int64_t step = 0;
+  int32_t worker = 0;
+  std::vector<TensorMessage> tensors;
+};
+
+/// What one training step reports: the global step after it and its status.
+struct StepResultMessage {
+  int64_t global_step = 0;
+  StatusMessage status;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StatusMessage& x) {
+  return f(caf::meta::type_name("foreman.StatusMessage"), x.code, x.message);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TensorMessage& x) {
+  return f(caf::meta::type_name("foreman.TensorMessage"), x.name, x.dtype, x.shape, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, VariablesMessage& x) {
+  return f(caf::meta::type_name("foreman.VariablesMessage"), x.global_step, x.tensors);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, GradientsMessage& x) {
+  return f(caf::meta::type_name("foreman.GradientsMessage"), x.step, x.worker, x.tensors);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepResultMessage& x) {
+  return f(caf::meta::type_name("foreman.StepResultMessage"), x.global_step, x.status);
+}
+
+StatusMessage ToMessage(const Status& status);
+/// The Status back; an unknown code becomes UNKNOWN (a peer's bad input
+/// never becomes a code Foreman treats specially).
+Status FromMessage(const StatusMessage& message);
+
+/// INVALID_ARGUMENT for a string tensor (not a raw buffer).
+StatusOr<TensorMessage> ToMessage(const std::string& name, const Tensor& tensor);
+/// INVALID_ARGUMENT naming the tensor when the dtype is unknown, a dimension
+/// is negative, or the byte count does not match the shape (a peer's bad
+/// input never reaches a tensor).
+StatusOr<Tensor> FromMessage(const TensorMessage& message);
+
+}  // namespace foreman::internal
