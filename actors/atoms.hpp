@@ -127,7 +127,10 @@ inline void MakeQuiet(caf::scheduled_actor* self, std::string name) {
 // -- ChildLink ----------------------------------------------------------------
 
 /// A plain thread's handle on one actor of the tree (a service facade's, the
-/// Runtime's). Runtime::Shutdown() detaches every link, so that no handle
+/// Runtime's): the service's stable address. Callers (hooks, through their
+/// service objects) hold the link, never the actor, so when a supervisor
+/// replaces the actor with a new incarnation (Rebind) they reach the new one
+/// without noticing. Runtime::Shutdown() detaches every link, so that no handle
 /// outlives the actor system (caf-0.17.md §8: a leaked handle hangs
 /// ~actor_system) even when a hook keeps its service object longer. When
 /// the actor exits, every tracked Completion and SaveTicket still open is
@@ -141,17 +144,19 @@ class ChildLink {
 
   const std::string& name() const { return name_; }
 
-  /// Holds `actor` and watches its exit. Call once.
-  static void Attach(const std::shared_ptr<ChildLink>& link, caf::actor actor) {
+  /// Holds `actor` and watches its exit. Call once; Rebind() for a restart.
+  static void Attach(const std::shared_ptr<ChildLink>& link, caf::actor actor) { Bind(link, std::move(actor)); }
+
+  /// Points the link at `actor`, a new incarnation of the same service (a
+  /// restart): later Send()s reach it, and the old incarnation's exit, even
+  /// one reported late, no longer counts. Requests tracked before were
+  /// completed (UNAVAILABLE) when the old one exited. No-op after Detach().
+  static void Rebind(const std::shared_ptr<ChildLink>& link, caf::actor actor) {
     {
       std::lock_guard<std::mutex> l(link->mu_);
-      link->handle_ = actor;
+      if (link->detached_) return;
     }
-    std::weak_ptr<ChildLink> weak = link;
-    // Runs at once when the actor is already gone.
-    actor->attach_functor([weak](const caf::error& reason) {
-      if (auto strong = weak.lock()) strong->OnExit(reason);
-    });
+    Bind(link, std::move(actor));
   }
 
   /// Sends `xs` to the actor, fire-and-forget; false when it is gone or the
@@ -200,10 +205,16 @@ class ChildLink {
     std::lock_guard<std::mutex> l(mu_);
     return alive_ ? handle_ : caf::actor{};
   }
-  /// Drops the handle; later Send()s return false.
+  /// Drops the handle for good; later Send()s return false.
   void Detach() {
     std::lock_guard<std::mutex> l(mu_);
     handle_ = nullptr;
+    detached_ = true;
+  }
+  /// How many actors this link has been bound to (1 after Attach).
+  int incarnation() {
+    std::lock_guard<std::mutex> l(mu_);
+    return incarnation_;
   }
   bool alive() {
     std::lock_guard<std::mutex> l(mu_);
@@ -221,12 +232,29 @@ class ChildLink {
   }
 
  private:
-  void OnExit(const caf::error& reason) {
+  static void Bind(const std::shared_ptr<ChildLink>& link, caf::actor actor) {
+    int incarnation = 0;
+    {
+      std::lock_guard<std::mutex> l(link->mu_);
+      link->handle_ = actor;
+      link->alive_ = true;
+      link->exit_status_ = absl::OkStatus();
+      incarnation = ++link->incarnation_;
+    }
+    std::weak_ptr<ChildLink> weak = link;
+    // Runs at once when the actor is already gone.
+    actor->attach_functor([weak, incarnation](const caf::error& reason) {
+      if (auto strong = weak.lock()) strong->OnExit(incarnation, reason);
+    });
+  }
+
+  void OnExit(int incarnation, const caf::error& reason) {
     std::vector<std::weak_ptr<Completion>> completions;
     std::vector<std::weak_ptr<SaveTicket>> tickets;
     Status gone;
     {
       std::lock_guard<std::mutex> l(mu_);
+      if (incarnation != incarnation_) return;  // an earlier incarnation
       alive_ = false;
       handle_ = nullptr;
       if (reason != caf::exit_reason::user_shutdown) exit_status_ = ErrorToStatus(reason, name_);
@@ -264,6 +292,8 @@ class ChildLink {
   std::condition_variable cv_;
   caf::actor handle_;   // guarded by mu_
   bool alive_ = true;   // guarded by mu_
+  bool detached_ = false;  // guarded by mu_
+  int incarnation_ = 0;    // guarded by mu_
   Status exit_status_;  // guarded by mu_
   std::vector<std::weak_ptr<Completion>> completions_;  // guarded by mu_
   std::vector<std::weak_ptr<SaveTicket>> tickets_;      // guarded by mu_

@@ -430,6 +430,51 @@ TEST_CASE("session_supervisor: a child that exits with an error is reported; shu
   cell->SetCoordinator(nullptr);
 }
 
+// A service's address is its ChildLink: a restarted incarnation is reached
+// through the same link, and the old one's exit no longer counts.
+TEST_CASE("ChildLink is a stable address: after Rebind, sends reach the new incarnation") {
+  TestSystem ts;
+  {
+    // An actor that completes the Completion it is sent with its own tag.
+    auto make = [&](std::string tag) {
+      return ts.sys->spawn(
+          [](caf::event_based_actor*, std::string name) -> caf::behavior {
+            return {[name](const std::shared_ptr<internal::Completion>& c) {
+              c->Complete(absl::InternalError(name));
+            }};
+          },
+          std::move(tag));
+    };
+    auto link = std::make_shared<internal::ChildLink>("service");
+    internal::ChildLink::Attach(link, make("first"));
+    auto ask = [&] {
+      auto c = std::make_shared<internal::Completion>();
+      link->Track(c);
+      if (!link->Send(c)) return Status(absl::UnavailableError("not sent"));
+      return c->Wait(kWait, "answer");
+    };
+    CHECK(ask().message() == "first");
+    caf::actor old = link->handle();
+    caf::anon_send_exit(old, caf::exit_reason::kill);
+    const absl::Time deadline = absl::Now() + kWait;
+    while (link->alive() && absl::Now() < deadline) std::this_thread::yield();
+    CHECK_FALSE(link->alive());
+    internal::ChildLink::Rebind(link, make("second"));
+    old = nullptr;
+    CHECK(link->alive());
+    CHECK(link->incarnation() == 2);
+    CHECK(ask().message() == "second");
+    link->SendExit(caf::exit_reason::user_shutdown);
+    CHECK(link->WaitExited(kWait));
+    link->Detach();
+    caf::actor third = make("third");
+    internal::ChildLink::Rebind(link, third);  // after Detach: ignored
+    CHECK_FALSE(link->alive());
+    caf::anon_send_exit(third, caf::exit_reason::kill);
+  }
+  CHECK(ts.AllDone());
+}
+
 TEST_CASE("session_supervisor: a child killed from outside is reported as INTERNAL naming it") {
   TestSystem ts;
   auto cell = std::make_shared<internal::FailureCell>();
