@@ -17,7 +17,8 @@ python=/usr/bin/python3
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 has() { grep -Eq -- "$1" <<<"$2"; }
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/bench_smoke_test.XXXXXX")
+mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/bench_smoke_test.XXXXXX") || { echo "cannot create a temporary directory under ${TEST_TMPDIR:-/tmp}" >&2; exit 1; }
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/results" "$tmp/scratch"
 runs=$tmp/results/runs.txt

@@ -8,7 +8,8 @@ foreman=$1
 writer=$2
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/inspect_cli_test.XXXXXX")
+mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/inspect_cli_test.XXXXXX") || { echo "cannot create a temporary directory under ${TEST_TMPDIR:-/tmp}" >&2; exit 1; }
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp"
 dir=$tmp/ckpt

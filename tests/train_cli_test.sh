@@ -14,7 +14,8 @@ py=/usr/bin/python3
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 has() { grep -Eq -- "$1" <<<"$2"; }
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/train_cli_test.XXXXXX")
+mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/train_cli_test.XXXXXX") || { echo "cannot create a temporary directory under ${TEST_TMPDIR:-/tmp}" >&2; exit 1; }
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT

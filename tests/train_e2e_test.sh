@@ -15,7 +15,8 @@ py=/usr/bin/python3
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 has() { grep -Eq -- "$1" <<<"$2"; }
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/train_e2e_test.XXXXXX")
+mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/train_e2e_test.XXXXXX") || { echo "cannot create a temporary directory under ${TEST_TMPDIR:-/tmp}" >&2; exit 1; }
 victim=
 cleanup() { [[ -n $victim ]] && kill -9 "$victim" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
