@@ -15,7 +15,9 @@
 //                    one set of values (a chief and its workers in tests, the
 //                    in-process analogue of a TF server); steps of sessions
 //                    sharing values are serialised by one mutex.
-//   anything else    UNIMPLEMENTED (tcp:// arrives with clusters).
+//   anything else    UNIMPLEMENTED, listing the registered forms. Targets are
+//                    resolved through one registry of schemes, so tcp:// and
+//                    tls:// (clusters) are added without changing Session.
 //
 // Thread-safety: Run(), WithVariables(), Snapshot() and GlobalStep() may be
 // called from any thread; each holds the values' mutex while it runs.
@@ -148,7 +150,7 @@ class Session {
  public:
   /// Finalizes `graph` (B19) and creates a session on `target` (see above).
   ///   INVALID_ARGUMENT    null graph, graph without a step function, bad config
-  ///   UNIMPLEMENTED       a target other than "" / "inproc://NAME"
+  ///   UNIMPLEMENTED       a target of no registered scheme ("" / "inproc://NAME")
   ///   FAILED_PRECONDITION / UNAVAILABLE  the device (SessionConfig::device)
   static StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<Graph> graph, const std::string& target = "",
                                                    const SessionConfig& config = {});

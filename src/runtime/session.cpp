@@ -20,42 +20,10 @@
 #include "absl/strings/str_join.h"
 #include "foreman/cuda.hpp"
 #include "platform/log.hpp"
+#include "runtime/session_target.hpp"
 
 namespace foreman {
 namespace {
-
-constexpr char kInprocPrefix[] = "inproc://";
-
-// The values of one set of sessions: a local session's own, or an inproc://
-// target's shared ones.
-struct Values {
-  std::mutex mu;
-  VariableStore vars;  // guarded by mu
-};
-
-// inproc:// targets live like a TF server: until ResetInprocTarget().
-std::mutex& InprocMutex() {
-  static std::mutex* mu = new std::mutex;
-  return *mu;
-}
-std::map<std::string, std::shared_ptr<Values>>& InprocTargets() {
-  static auto* targets = new std::map<std::string, std::shared_ptr<Values>>;
-  return *targets;
-}
-
-StatusOr<std::shared_ptr<Values>> ValuesForTarget(const std::string& target) {
-  if (target.empty()) return std::make_shared<Values>();
-  if (absl::StartsWith(target, kInprocPrefix)) {
-    const std::string name = target.substr(sizeof(kInprocPrefix) - 1);
-    if (name.empty()) return absl::InvalidArgumentError("inproc target '" + target + "' has no name");
-    std::lock_guard<std::mutex> lock(InprocMutex());
-    auto& values = InprocTargets()[name];
-    if (!values) values = std::make_shared<Values>();
-    return values;
-  }
-  return absl::UnimplementedError("session target '" + target +
-                                  "' is not supported: use \"\" (local) or \"inproc://NAME\"");
-}
 
 // "", "/cpu:0", "/device:CPU:0" -> CPU; "/gpu:N", "/device:GPU:N" -> GPU N.
 Status CheckDevice(const std::string& device) {
@@ -140,7 +108,7 @@ struct Session::Impl {
   std::shared_ptr<Graph> graph;
   std::string target;
   SessionConfig config;
-  std::shared_ptr<Values> values;
+  std::shared_ptr<internal::SessionValues> values;
   std::unique_ptr<Eigen::ThreadPool> pool;
   std::unique_ptr<Eigen::ThreadPoolDevice> device;
   std::atomic<bool> closed{false};
@@ -162,7 +130,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
     return absl::InvalidArgumentError("SessionConfig: env and clock must not be null");
   }
   FOREMAN_RETURN_IF_ERROR(CheckDevice(config.device));
-  FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<Values> values, ValuesForTarget(target));
+  FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<internal::SessionValues> values, internal::ResolveSessionTarget(target));
   graph->Finalize();  // B19 / B93: creating a session finalizes the graph
 
   auto impl = std::make_unique<Impl>();
@@ -281,11 +249,5 @@ bool Session::closed() const { return impl_->closed.load(std::memory_order_acqui
 const std::shared_ptr<Graph>& Session::graph() const { return impl_->graph; }
 const std::string& Session::target() const { return impl_->target; }
 const SessionConfig& Session::config() const { return impl_->config; }
-
-bool ResetInprocTarget(const std::string& target) {
-  if (!absl::StartsWith(target, kInprocPrefix)) return false;
-  std::lock_guard<std::mutex> lock(InprocMutex());
-  return InprocTargets().erase(target.substr(sizeof(kInprocPrefix) - 1)) > 0;
-}
 
 }  // namespace foreman
