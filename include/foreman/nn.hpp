@@ -13,13 +13,16 @@
 //   FOREMAN_ASSIGN_OR_RETURN(auto mlp, nn::Mlp::Create(spec, adam));
 //   graph->SetStep([&](StepContext& ctx) -> Status {
 //     FOREMAN_ASSIGN_OR_RETURN(nn::StepResult r,
-//         mlp->TrainStep(ctx.variables(), features, labels, ctx.device()));
+//         mlp->TrainStep(ctx.variables(), features, labels, ctx.compute()));
 //     ...IncrementGlobalStep(ctx.variables())...
 //   });
 //
-// Numerics are float32 throughout. For a given seed and thread count
-// (Eigen::ThreadPoolDevice::numThreads()) a run is bitwise reproducible; a
-// different thread count may change the rounding of the matrix products.
+// The step runs through a compute::Device (compute.hpp): the session's
+// (StepContext::compute()), or a CPU device around a caller's Eigen
+// ThreadPoolDevice (the overloads taking one). Numerics are float32
+// throughout. For a given seed, device and thread count a run is bitwise
+// reproducible; a different thread count may change the rounding of the
+// matrix products.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "foreman/compute.hpp"
 #include "foreman/graph.hpp"
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
@@ -140,12 +144,23 @@ class Mlp {
   ///   INVALID_ARGUMENT  a variable with the wrong dtype or shape (named);
   ///                     features or labels with the wrong dtype or shape;
   ///                     "labels[i] = v is out of range [0, C)"
+  ///   UNIMPLEMENTED     a device whose memory is not host memory (the CUDA
+  ///                     training step is not built yet)
+  ///   the device's own errors (compute.hpp)
+  /// The workspace and the variables are host memory; the device's
+  /// operations run on the Tensors in place.
+  StatusOr<StepResult> TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                 compute::Device& device);
+  /// The same on a CPU device running on `device` (not owned).
   StatusOr<StepResult> TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
                                  const Eigen::ThreadPoolDevice& device);
 
   /// Loss and accuracy over all N rows of `features`, no update, computed in
   /// chunks of at most kEvalChunkRows rows (bounded memory). Only kernels and
   /// biases are read. Errors as TrainStep.
+  StatusOr<StepResult> Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                compute::Device& device);
+  /// The same on a CPU device running on `device` (not owned).
   StatusOr<StepResult> Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                 const Eigen::ThreadPoolDevice& device);
 

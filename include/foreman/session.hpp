@@ -15,7 +15,9 @@
 //                    one set of values (a chief and its workers in tests, the
 //                    in-process analogue of a TF server); steps of sessions
 //                    sharing values are serialised by one mutex.
-//   anything else    UNIMPLEMENTED (tcp:// arrives with clusters).
+//   anything else    UNIMPLEMENTED, listing the registered forms. Targets are
+//                    resolved through one registry of schemes, so tcp:// and
+//                    tls:// (clusters) are added without changing Session.
 //
 // Thread-safety: Run(), WithVariables(), Snapshot() and GlobalStep() may be
 // called from any thread; each holds the values' mutex while it runs.
@@ -30,6 +32,7 @@
 
 #include "absl/time/time.h"
 #include "foreman/clock.hpp"
+#include "foreman/compute.hpp"
 #include "foreman/env.hpp"
 #include "foreman/graph.hpp"
 #include "foreman/status.hpp"
@@ -75,15 +78,23 @@ struct RunMetadata {
 /// TF's ConfigProto, the parts Foreman uses. Passed through unchanged from
 /// MonitoredTrainingSession / Supervisor to every session.
 struct SessionConfig {
-  /// Threads of the Eigen thread pool a step may use (StepContext::device());
-  /// 0 = one per hardware thread. (TF: intra_op_parallelism_threads.)
+  /// Threads of the Eigen thread pool a step may use (StepContext::
+  /// eigen_device(), and the CPU compute device); 0 = one per hardware
+  /// thread. (TF: intra_op_parallelism_threads.)
   int intra_op_parallelism_threads = 0;
   /// CAF scheduler threads when Foreman owns the actor system
   /// (scheduler.max-threads); 0 = 2. Ignored for a caller's actor system.
   int actor_threads = 0;
-  /// "" or "/cpu:0": CPU. "/gpu:N": CUDA device N; session creation fails
-  /// with FAILED_PRECONDITION when Foreman was built without CUDA or the
-  /// device does not exist (UNAVAILABLE when the driver reports no device).
+  /// The session's compute device (StepContext::compute()): "", "/cpu:0" or
+  /// "/device:CPU:0" is the CPU; "/gpu:N" or "/device:GPU:N" is CUDA device
+  /// N. Checked by Session::Create, never UNAVAILABLE or ABORTED (a device
+  /// error is not a reason to recover):
+  ///   INVALID_ARGUMENT     not a device name ("/tpu:0", "/gpu:x", "gpu:0")
+  ///   FAILED_PRECONDITION  no such device, naming it: a build without CUDA,
+  ///                        no driver, fewer CUDA devices, "/cpu:1"
+  ///   UNIMPLEMENTED        the GPU exists but the CUDA training step is not
+  ///                        built yet
+  ///   RESOURCE_EXHAUSTED   out of device memory
   std::string device;
   /// Seams (design.md §6): every file operation and timing decision of the
   /// session and of everything built from this config. Not owned; must
@@ -109,7 +120,13 @@ class StepContext {
   /// requested are dropped.
   void Set(const std::string& fetch, Tensor value);
 
-  /// The Eigen device of the session's intra-op pool (never null).
+  /// The session's compute device (SessionConfig.device), owned by the
+  /// session: what nn::Mlp runs on. Not thread-safe (one step at a time).
+  compute::Device& compute() const;
+  /// The CPU Eigen device of the session's intra-op pool, for a step's own
+  /// Eigen code, whatever SessionConfig.device is (never null).
+  const Eigen::ThreadPoolDevice& eigen_device() const { return *device_; }
+  [[deprecated("use eigen_device() (or compute() for the session's compute device)")]]
   const Eigen::ThreadPoolDevice& device() const { return *device_; }
   int intra_op_threads() const;
 
@@ -131,8 +148,15 @@ class StepContext {
   bool tracing() const { return metadata_ != nullptr; }
 
   /// For Session's implementation and tests that call a StepFn directly.
+  /// `compute` (not owned) is what compute() returns; null means a CPU
+  /// device on `device`, made by the first compute() call.
+  StepContext(VariableStore* variables, const std::vector<std::string>* requested, const TensorMap* feeds,
+              TensorMap* results, const Eigen::ThreadPoolDevice* device, compute::Device* compute,
+              RunMetadata* metadata, Clock* clock);
+  /// Same, with compute = null.
   StepContext(VariableStore* variables, const std::vector<std::string>* requested, const TensorMap* feeds,
               TensorMap* results, const Eigen::ThreadPoolDevice* device, RunMetadata* metadata, Clock* clock);
+  ~StepContext();
 
  private:
   VariableStore* variables_;
@@ -140,6 +164,8 @@ class StepContext {
   const TensorMap* feeds_;
   TensorMap* results_;
   const Eigen::ThreadPoolDevice* device_;
+  mutable std::unique_ptr<compute::Device> owned_compute_;  // the second constructor's
+  mutable compute::Device* compute_;
   RunMetadata* metadata_;  // null unless tracing
   Clock* clock_;
 };
@@ -148,8 +174,9 @@ class Session {
  public:
   /// Finalizes `graph` (B19) and creates a session on `target` (see above).
   ///   INVALID_ARGUMENT    null graph, graph without a step function, bad config
-  ///   UNIMPLEMENTED       a target other than "" / "inproc://NAME"
-  ///   FAILED_PRECONDITION / UNAVAILABLE  the device (SessionConfig::device)
+  ///   UNIMPLEMENTED       a target of no registered scheme ("" / "inproc://NAME")
+  ///   INVALID_ARGUMENT / FAILED_PRECONDITION / UNIMPLEMENTED /
+  ///   RESOURCE_EXHAUSTED  the device (SessionConfig::device, above)
   static StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<Graph> graph, const std::string& target = "",
                                                    const SessionConfig& config = {});
   ~Session();

@@ -1,88 +1,25 @@
 // The MLP: TF1 variable naming, glorot_uniform initialization, and a fused
-// forward / backward / update step on Eigen's thread pool.
+// forward / backward / update step on a compute::Device (compute.hpp).
 //
 // Layout: every matrix is row-major with the batch as rows. The matrix
-// products are Eigen Tensor contractions evaluated on the caller's
-// ThreadPoolDevice straight into the workspace; bias + ReLU (forward) and the
-// ReLU mask (backward) run as contraction output kernels, on each output
-// block while it is in cache (TF's fused MatMul+BiasAdd+Relu does the same).
-// Eigen's parallel contraction gives every output block to one thread and
-// adds partial sums in a fixed order, so for a fixed thread count a step is
-// bitwise reproducible.
+// products are the device's GEMMs straight into the workspace; bias + ReLU
+// (forward) and the ReLU mask (backward) are their epilogues, run on each
+// output block while it is in cache on the CPU device (TF's fused
+// MatMul+BiasAdd+Relu does the same). For a fixed device and thread count a
+// step is bitwise reproducible.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
 
-#define EIGEN_USE_THREADS
-#include <unsupported/Eigen/CXX11/Tensor>
-
 #include "absl/strings/str_cat.h"
+#include "compute/cpu_device.hpp"
 #include "foreman/nn.hpp"
 #include "nn/optimizer.hpp"
 
 namespace foreman::nn {
 
 namespace {
-
-using Index = Eigen::Index;
-using Matrix = Eigen::TensorMap<Eigen::Tensor<float, 2, Eigen::RowMajor, Index>>;
-using ConstMatrix = Eigen::TensorMap<Eigen::Tensor<const float, 2, Eigen::RowMajor, Index>>;
-using ContractDims = Eigen::array<Eigen::IndexPair<Index>, 1>;
-
-// a [n, k] x b [k, m]
-const ContractDims kMatMul = {Eigen::IndexPair<Index>(1, 0)};
-// a [k, n]^T x b [k, m]
-const ContractDims kTransposeAMatMul = {Eigen::IndexPair<Index>(0, 0)};
-// a [n, k] x b [m, k]^T
-const ContractDims kMatMulTransposeB = {Eigen::IndexPair<Index>(1, 1)};
-
-// Row-major operands reach the output kernel swapped (params.swapped_arguments):
-// the block's rows are our columns (starting at i) and its columns our rows
-// (starting at j).
-template <class Scalar, class I>
-using OutputMapper = Eigen::internal::blas_data_mapper<Scalar, I, Eigen::ColMajor>;
-
-/// out = out + bias, then ReLU for hidden layers.
-struct BiasActivationKernel {
-  const float* bias;
-  bool relu;
-
-  template <class I, class Scalar>
-  EIGEN_ALWAYS_INLINE void operator()(const OutputMapper<Scalar, I>& output, const Eigen::TensorContractionParams& params,
-                                      I i, I /*j*/, I num_rows, I num_cols) const {
-    eigen_assert(params.swapped_arguments);
-    EIGEN_UNUSED_VARIABLE(params);
-    Eigen::Map<const Eigen::ArrayXf> b(bias + i, num_rows);
-    for (I col = 0; col < num_cols; ++col) {
-      Eigen::Map<Eigen::ArrayXf> out(&output(0, col), num_rows);
-      if (relu) {
-        out = (out + b).cwiseMax(0.0f);
-      } else {
-        out += b;
-      }
-    }
-  }
-};
-
-/// out = out * (activation > 0): ReluGrad with the layer's outputs, which are
-/// > 0 exactly where its inputs are.
-struct ReluGradKernel {
-  const float* activation;   // [rows, ld], row-major
-  Index ld;
-
-  template <class I, class Scalar>
-  EIGEN_ALWAYS_INLINE void operator()(const OutputMapper<Scalar, I>& output, const Eigen::TensorContractionParams& params,
-                                      I i, I j, I num_rows, I num_cols) const {
-    eigen_assert(params.swapped_arguments);
-    EIGEN_UNUSED_VARIABLE(params);
-    for (I col = 0; col < num_cols; ++col) {
-      Eigen::Map<Eigen::ArrayXf> out(&output(0, col), num_rows);
-      Eigen::Map<const Eigen::ArrayXf> act(activation + (j + col) * ld + i, num_rows);
-      out = (act > 0.0f).select(out, 0.0f);
-    }
-  }
-};
 
 std::string LayerName(std::size_t layer) {
   return layer == 0 ? std::string("dense") : absl::StrCat("dense_", layer);
@@ -173,8 +110,30 @@ Status CheckBatch(const MlpSpec& spec, const Tensor& features, const Tensor& lab
   return labels.dtype() == DataType::kInt32 ? check(labels.data<int32_t>()) : check(labels.data<int64_t>());
 }
 
-int64_t LabelAt(const Tensor& labels, int64_t row) {
-  return labels.dtype() == DataType::kInt32 ? labels.data<int32_t>()[row] : labels.data<int64_t>()[row];
+/// The softmax cross-entropy operands for `rows` rows of `logits` and of
+/// `labels` from row `label_offset`.
+compute::SoftmaxXentArgs XentArgs(const float* logits, const Tensor& labels, int64_t label_offset, int64_t rows,
+                                  int64_t classes) {
+  compute::SoftmaxXentArgs args;
+  args.logits = logits;
+  args.rows = rows;
+  args.classes = classes;
+  if (labels.dtype() == DataType::kInt32) {
+    args.label_type = compute::LabelType::kInt32;
+    args.labels = labels.data<int32_t>() + label_offset;
+  } else {
+    args.label_type = compute::LabelType::kInt64;
+    args.labels = labels.data<int64_t>() + label_offset;
+  }
+  return args;
+}
+
+/// The MLP keeps its workspace and reads its variables in host memory.
+Status CheckHostMemory(const compute::Device& device) {
+  if (device.host_memory()) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("nn::Mlp on device ", device.name(),
+                                               ": the MLP step for a device without host memory (CUDA) is not "
+                                               "built yet"));
 }
 
 /// A float buffer that only grows (no allocation once it is large enough).
@@ -299,49 +258,25 @@ struct Mlp::Impl {
   };
 
   /// Forward pass of `rows` rows of `x`: fills outputs[l] for every layer.
-  void Forward(const float* x, int64_t rows, const std::vector<const float*>& kernels,
-               const std::vector<const float*>& biases, const Eigen::ThreadPoolDevice& device) {
+  Status Forward(const float* x, int64_t rows, const std::vector<const float*>& kernels,
+                 const std::vector<const float*>& biases, compute::Device& device) {
     const float* in = x;
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const Layer& layer = layers[l];
       float* out = outputs[l].Reserve(rows * layer.out);
-      ConstMatrix a(in, rows, layer.in);
-      ConstMatrix w(kernels[l], layer.in, layer.out);
-      Matrix z(out, rows, layer.out);
-      const bool hidden = l + 1 < layers.size();
-      z.device(device) = a.contract(w, kMatMul, BiasActivationKernel{biases[l], hidden});
+      compute::GemmArgs g;  // z [rows, out] = a [rows, in] . w [in, out] + bias, ReLU but for the logits
+      g.a = in;
+      g.b = kernels[l];
+      g.c = out;
+      g.m = rows;
+      g.k = layer.in;
+      g.n = layer.out;
+      g.epilogue = l + 1 < layers.size() ? compute::Epilogue::kBiasRelu : compute::Epilogue::kBias;
+      g.bias = biases[l];
+      FOREMAN_RETURN_IF_ERROR(device.Gemm(g));
       in = out;
     }
-  }
-
-  /// Softmax cross-entropy of the logits (TF's SparseXentEigenImpl, in float),
-  /// summed over the rows, and the count of correct argmaxes. With `delta`,
-  /// also writes d(mean loss)/d(logits) = (softmax - onehot) * (1 / batch).
-  void Loss(const float* logits, const Tensor& labels, int64_t label_offset, int64_t rows, float* delta,
-            float inv_batch, double* loss_sum, int64_t* correct) const {
-    const int64_t classes = spec.num_classes;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* z = logits + r * classes;
-      const int64_t label = LabelAt(labels, label_offset + r);
-      float max = z[0];
-      int64_t argmax = 0;
-      for (int64_t c = 1; c < classes; ++c) {
-        if (z[c] > max) {
-          max = z[c];
-          argmax = c;
-        }
-      }
-      float sum = 0;
-      for (int64_t c = 0; c < classes; ++c) sum += std::exp(z[c] - max);
-      *loss_sum += static_cast<double>(std::log(sum) - (z[label] - max));
-      *correct += argmax == label ? 1 : 0;
-      if (delta != nullptr) {
-        float* d = delta + r * classes;
-        for (int64_t c = 0; c < classes; ++c) {
-          d[c] = (std::exp(z[c] - max) / sum - (c == label ? 1.0f : 0.0f)) * inv_batch;
-        }
-      }
-    }
+    return absl::OkStatus();
   }
 };
 
@@ -376,7 +311,14 @@ StatusOr<std::unique_ptr<Mlp>> Mlp::Create(MlpSpec spec, OptimizerOptions optimi
 
 StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
                                     const Eigen::ThreadPoolDevice& device) {
+  compute::CpuDevice cpu(&device);
+  return TrainStep(vars, features, labels, cpu);
+}
+
+StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                    compute::Device& device) {
   Impl& m = *impl_;
+  FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device));
   FOREMAN_RETURN_IF_ERROR(CheckBatch(m.spec, features, labels));
   const OptimizerOptions& opt = m.optimizer;
   const std::size_t num_layers = m.layers.size();
@@ -413,13 +355,16 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features,
 
   const int64_t rows = features.shape().dim(0);
   const float* x = features.data<float>();
-  m.Forward(x, rows, kernels, biases, device);
+  FOREMAN_RETURN_IF_ERROR(m.Forward(x, rows, kernels, biases, device));
 
+  // Softmax cross-entropy (TF's SparseXentEigenImpl, in float): the loss
+  // summed over the rows, the correct argmaxes, and d(mean loss)/d(logits).
   const std::size_t last = num_layers - 1;
-  double loss_sum = 0;
-  int64_t correct = 0;
-  m.Loss(m.outputs[last].data(), labels, 0, rows, m.deltas[last].Reserve(rows * m.spec.num_classes),
-         1.0f / static_cast<float>(rows), &loss_sum, &correct);
+  const compute::SoftmaxXentArgs xent = XentArgs(m.outputs[last].data(), labels, 0, rows, m.spec.num_classes);
+  compute::SoftmaxXentStats stats;
+  FOREMAN_RETURN_IF_ERROR(device.SoftmaxXentForward(xent, &stats));
+  FOREMAN_RETURN_IF_ERROR(device.SoftmaxXentBackward(xent, 1.0f / static_cast<float>(rows),
+                                                     m.deltas[last].Reserve(rows * m.spec.num_classes)));
 
   // Backward, top layer first. A layer's kernel is updated as soon as the
   // gradient below it has been computed (it is not read again), so its
@@ -429,27 +374,42 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features,
     const float* in = l == 0 ? x : m.outputs[l - 1].data();
     const float* delta = m.deltas[l].data();
 
+    // kernel gradient [in, out] = in [rows, in]^T . delta [rows, out]
     float* kgrad = m.kernel_grads[l].Reserve(layer.in * layer.out);
-    Matrix(kgrad, layer.in, layer.out).device(device) =
-        ConstMatrix(in, rows, layer.in).contract(ConstMatrix(delta, rows, layer.out), kTransposeAMatMul);
+    compute::GemmArgs kg;
+    kg.a = in;
+    kg.b = delta;
+    kg.c = kgrad;
+    kg.m = layer.in;
+    kg.k = rows;
+    kg.n = layer.out;
+    kg.transpose_a = true;
+    FOREMAN_RETURN_IF_ERROR(device.Gemm(kg));
 
     float* bgrad = m.bias_grads[l].Reserve(layer.out);
-    Eigen::Map<Eigen::ArrayXf> db(bgrad, layer.out);
-    db.setZero();
-    for (int64_t r = 0; r < rows; ++r) db += Eigen::Map<const Eigen::ArrayXf>(delta + r * layer.out, layer.out);
+    FOREMAN_RETURN_IF_ERROR(device.ColumnSums(delta, rows, layer.out, bgrad));
 
     if (l > 0) {
+      // delta below [rows, below.out] = delta [rows, out] . kernel [in, out]^T,
+      // masked where the ReLU below was off (below.out == in).
       const Layer& below = m.layers[l - 1];
-      float* delta_below = m.deltas[l - 1].Reserve(rows * below.out);
-      Matrix(delta_below, rows, below.out).device(device) =
-          ConstMatrix(delta, rows, layer.out)
-              .contract(ConstMatrix(lv[l].kernel, layer.in, layer.out), kMatMulTransposeB,
-                        ReluGradKernel{m.outputs[l - 1].data(), below.out});
+      compute::GemmArgs db;
+      db.a = delta;
+      db.b = lv[l].kernel;
+      db.c = m.deltas[l - 1].Reserve(rows * below.out);
+      db.m = rows;
+      db.k = layer.out;
+      db.n = below.out;
+      db.transpose_b = true;
+      db.epilogue = compute::Epilogue::kReluGradMask;
+      db.relu_output = m.outputs[l - 1].data();
+      FOREMAN_RETURN_IF_ERROR(device.Gemm(db));
     }
 
-    internal::ApplyDense(opt, lr, lv[l].kernel, kgrad, lv[l].kernel_slots[0], lv[l].kernel_slots[1],
-                         layer.in * layer.out, device);
-    internal::ApplyDense(opt, lr, lv[l].bias, bgrad, lv[l].bias_slots[0], lv[l].bias_slots[1], layer.out, device);
+    FOREMAN_RETURN_IF_ERROR(internal::ApplyDense(opt, lr, lv[l].kernel, kgrad, lv[l].kernel_slots[0],
+                                                 lv[l].kernel_slots[1], layer.in * layer.out, device));
+    FOREMAN_RETURN_IF_ERROR(internal::ApplyDense(opt, lr, lv[l].bias, bgrad, lv[l].bias_slots[0],
+                                                 lv[l].bias_slots[1], layer.out, device));
   }
   if (opt.kind == OptimizerKind::kAdam) {
     // AdamOptimizer._finish: beta*_power.assign(beta*_power * beta*).
@@ -458,14 +418,21 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features,
   }
 
   StepResult result;
-  result.loss = static_cast<float>(loss_sum / static_cast<double>(rows));
-  result.accuracy = static_cast<float>(static_cast<double>(correct) / static_cast<double>(rows));
+  result.loss = static_cast<float>(stats.loss_sum / static_cast<double>(rows));
+  result.accuracy = static_cast<float>(static_cast<double>(stats.correct) / static_cast<double>(rows));
   return result;
 }
 
 StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                    const Eigen::ThreadPoolDevice& device) {
+  compute::CpuDevice cpu(&device);
+  return Evaluate(vars, features, labels, cpu);
+}
+
+StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                   compute::Device& device) {
   Impl& m = *impl_;
+  FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device));
   FOREMAN_RETURN_IF_ERROR(CheckBatch(m.spec, features, labels));
   const std::size_t num_layers = m.layers.size();
   std::vector<const float*> kernels(num_layers), biases(num_layers);
@@ -477,16 +444,16 @@ StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& feat
     biases[l] = b->data<float>();
   }
   const int64_t rows = features.shape().dim(0);
-  double loss_sum = 0;
-  int64_t correct = 0;
+  compute::SoftmaxXentStats stats;
   for (int64_t begin = 0; begin < rows; begin += kEvalChunkRows) {
     const int64_t n = std::min(kEvalChunkRows, rows - begin);
-    m.Forward(features.data<float>() + begin * m.spec.input_dim, n, kernels, biases, device);
-    m.Loss(m.outputs[num_layers - 1].data(), labels, begin, n, nullptr, 0, &loss_sum, &correct);
+    FOREMAN_RETURN_IF_ERROR(m.Forward(features.data<float>() + begin * m.spec.input_dim, n, kernels, biases, device));
+    FOREMAN_RETURN_IF_ERROR(device.SoftmaxXentForward(
+        XentArgs(m.outputs[num_layers - 1].data(), labels, begin, n, m.spec.num_classes), &stats));
   }
   StepResult result;
-  result.loss = static_cast<float>(loss_sum / static_cast<double>(rows));
-  result.accuracy = static_cast<float>(static_cast<double>(correct) / static_cast<double>(rows));
+  result.loss = static_cast<float>(stats.loss_sum / static_cast<double>(rows));
+  result.accuracy = static_cast<float>(static_cast<double>(stats.correct) / static_cast<double>(rows));
   return result;
 }
 

@@ -1,15 +1,13 @@
-// TF1's optimizers: option checks, slot names and the dense update kernels
-// (training_ops.cc ApplyGradientDescent, ApplyMomentum, ApplyAdam), with
-// TF's operation order so the float results round as TF's do.
+// TF1's optimizers: option checks, slot names, and the dense updates
+// (training_ops.cc ApplyGradientDescent, ApplyMomentum, ApplyAdam) on a
+// compute::Device (the CPU kernels are in compute/cpu_device.cpp).
 #include "nn/optimizer.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#define EIGEN_USE_THREADS
-#include <unsupported/Eigen/CXX11/Tensor>
-
 #include "absl/strings/str_cat.h"
+#include "compute/cpu_device.hpp"
 
 namespace foreman::nn {
 
@@ -71,60 +69,27 @@ float AdamStepSize(float learning_rate, float beta1_power, float beta2_power) {
   return learning_rate * std::sqrt(1.0f - beta2_power) / (1.0f - beta1_power);
 }
 
-namespace {
-
-using Array = Eigen::Map<Eigen::ArrayXf>;
-using ConstArray = Eigen::Map<const Eigen::ArrayXf>;
-
-// Within one shard, the elements go in chunks that stay in L1 between the
-// statements of a kernel (TF's ApplyAdamNonCuda does the same).
-constexpr Eigen::Index kChunk = 1024;
-
-void ApplyShard(const OptimizerOptions& o, float lr, float* var_p, const float* grad_p, float* s0_p, float* s1_p,
-                Eigen::Index first, Eigen::Index last) {
-  for (Eigen::Index begin = first; begin < last; begin += kChunk) {
-    const Eigen::Index len = std::min(kChunk, last - begin);
-    Array var(var_p + begin, len);
-    ConstArray grad(grad_p + begin, len);
-    switch (o.kind) {
-      case OptimizerKind::kSgd:
-        var -= grad * lr;
-        break;
-      case OptimizerKind::kMomentum: {
-        Array accum(s0_p + begin, len);
-        accum = accum * o.momentum + grad;
-        if (o.use_nesterov) {
-          var -= grad * lr + accum * o.momentum * lr;
-        } else {
-          var -= accum * lr;
-        }
-        break;
-      }
-      case OptimizerKind::kAdam: {
-        Array m(s0_p + begin, len);
-        Array v(s1_p + begin, len);
-        m += (grad - m) * (1.0f - o.beta1);
-        v += (grad.square() - v) * (1.0f - o.beta2);
-        var -= (m * lr) / (v.sqrt() + o.epsilon);
-        break;
-      }
-    }
+Status ApplyDense(const OptimizerOptions& optimizer, float lr, float* var, const float* grad, float* slot0,
+                  float* slot1, int64_t n, compute::Device& device) {
+  switch (optimizer.kind) {
+    case OptimizerKind::kSgd:
+      return device.ApplyGradientDescent(var, grad, n, lr);
+    case OptimizerKind::kMomentum:
+      return device.ApplyMomentum(var, slot0, grad, n,
+                                  compute::MomentumParams{lr, optimizer.momentum, optimizer.use_nesterov});
+    case OptimizerKind::kAdam:
+      return device.ApplyAdam(var, slot0, slot1, grad, n,
+                              compute::AdamParams{lr, optimizer.beta1, optimizer.beta2, optimizer.epsilon});
   }
+  return absl::InvalidArgumentError(absl::StrCat("invalid optimizer kind ", static_cast<int>(optimizer.kind)));
 }
-
-}  // namespace
 
 void ApplyDense(const OptimizerOptions& optimizer, float lr, float* var, const float* grad, float* slot0,
                 float* slot1, int64_t n, const Eigen::ThreadPoolDevice& device) {
-  if (n <= 0) return;
-  // Bytes in and out and cycles per element, for Eigen's sharding decision
-  // (small variables run inline on the calling thread).
-  const int slots = static_cast<int>(SlotSuffixes(optimizer.kind).size());
-  const Eigen::TensorOpCost cost(sizeof(float) * (2 + slots), sizeof(float) * (1 + slots),
-                                 optimizer.kind == OptimizerKind::kAdam ? 30 : 4);
-  device.parallelFor(static_cast<Eigen::Index>(n), cost, [&](Eigen::Index first, Eigen::Index last) {
-    ApplyShard(optimizer, lr, var, grad, slot0, slot1, first, last);
-  });
+  compute::CpuDevice cpu(&device);
+  // The CPU device fails only for bad arguments, which callers of this form
+  // (tests) do not pass.
+  ApplyDense(optimizer, lr, var, grad, slot0, slot1, n, cpu).IgnoreError();
 }
 
 }  // namespace internal

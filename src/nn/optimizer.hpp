@@ -26,6 +26,10 @@ float AdamStepSize(float learning_rate, float beta1_power, float beta2_power);
 ///   kMomentum slot0 = accum (apply_momentum)            (slot1 unused)
 ///   kAdam     slot0 = m, slot1 = v, lr = the step size (AdamStepSize)
 /// Elementwise, so the result does not depend on how `device` splits it.
+/// Runs the device's ApplyGradientDescent / ApplyMomentum / ApplyAdam; the
+/// second form on a CPU device around `device`.
+Status ApplyDense(const OptimizerOptions& optimizer, float lr, float* var, const float* grad, float* slot0,
+                  float* slot1, int64_t n, compute::Device& device);
 void ApplyDense(const OptimizerOptions& optimizer, float lr, float* var, const float* grad, float* slot0,
                 float* slot1, int64_t n, const Eigen::ThreadPoolDevice& device);
 

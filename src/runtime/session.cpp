@@ -18,69 +18,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "foreman/cuda.hpp"
+#include "compute/cpu_device.hpp"
+#include "compute/device_factory.hpp"
 #include "platform/log.hpp"
+#include "runtime/session_target.hpp"
 
 namespace foreman {
 namespace {
-
-constexpr char kInprocPrefix[] = "inproc://";
-
-// The values of one set of sessions: a local session's own, or an inproc://
-// target's shared ones.
-struct Values {
-  std::mutex mu;
-  VariableStore vars;  // guarded by mu
-};
-
-// inproc:// targets live like a TF server: until ResetInprocTarget().
-std::mutex& InprocMutex() {
-  static std::mutex* mu = new std::mutex;
-  return *mu;
-}
-std::map<std::string, std::shared_ptr<Values>>& InprocTargets() {
-  static auto* targets = new std::map<std::string, std::shared_ptr<Values>>;
-  return *targets;
-}
-
-StatusOr<std::shared_ptr<Values>> ValuesForTarget(const std::string& target) {
-  if (target.empty()) return std::make_shared<Values>();
-  if (absl::StartsWith(target, kInprocPrefix)) {
-    const std::string name = target.substr(sizeof(kInprocPrefix) - 1);
-    if (name.empty()) return absl::InvalidArgumentError("inproc target '" + target + "' has no name");
-    std::lock_guard<std::mutex> lock(InprocMutex());
-    auto& values = InprocTargets()[name];
-    if (!values) values = std::make_shared<Values>();
-    return values;
-  }
-  return absl::UnimplementedError("session target '" + target +
-                                  "' is not supported: use \"\" (local) or \"inproc://NAME\"");
-}
-
-// "", "/cpu:0", "/device:CPU:0" -> CPU; "/gpu:N", "/device:GPU:N" -> GPU N.
-Status CheckDevice(const std::string& device) {
-  std::string d = device;
-  if (absl::StartsWith(d, "/device:")) d = "/" + d.substr(8);
-  std::string lower = d;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (lower.empty() || lower == "/cpu:0" || lower == "/cpu") return absl::OkStatus();
-  int index = 0;
-  if (!absl::StartsWith(lower, "/gpu:") || !absl::SimpleAtoi(lower.substr(5), &index) || index < 0) {
-    return absl::InvalidArgumentError("SessionConfig.device '" + device +
-                                      "' is not a device name (use \"\", \"/cpu:0\" or \"/gpu:N\")");
-  }
-  if (!cuda::BuiltWithCuda()) {
-    return absl::FailedPreconditionError("SessionConfig.device '" + device +
-                                         "' needs CUDA, but Foreman was built without it");
-  }
-  StatusOr<int> count = cuda::DeviceCount();
-  if (!count.ok()) return Annotate(count.status(), "SessionConfig.device '" + device + "'");
-  if (index >= *count) {
-    return absl::FailedPreconditionError(absl::StrCat("SessionConfig.device '", device, "': only ", *count,
-                                                      " CUDA device(s) present"));
-  }
-  return absl::OkStatus();
-}
 
 int64_t ThreadId() { return static_cast<int64_t>(::syscall(SYS_gettid)); }
 
@@ -92,14 +36,30 @@ int64_t MicrosNow(Clock* clock) { return absl::ToInt64Microseconds(clock->Monoto
 
 StepContext::StepContext(VariableStore* variables, const std::vector<std::string>* requested,
                          const TensorMap* feeds, TensorMap* results, const Eigen::ThreadPoolDevice* device,
-                         RunMetadata* metadata, Clock* clock)
+                         compute::Device* compute, RunMetadata* metadata, Clock* clock)
     : variables_(variables),
       requested_(requested),
       feeds_(feeds),
       results_(results),
       device_(device),
+      compute_(compute),
       metadata_(metadata),
       clock_(clock) {}
+
+StepContext::StepContext(VariableStore* variables, const std::vector<std::string>* requested,
+                         const TensorMap* feeds, TensorMap* results, const Eigen::ThreadPoolDevice* device,
+                         RunMetadata* metadata, Clock* clock)
+    : StepContext(variables, requested, feeds, results, device, nullptr, metadata, clock) {}
+
+StepContext::~StepContext() = default;
+
+compute::Device& StepContext::compute() const {
+  if (compute_ == nullptr) {
+    owned_compute_ = std::make_unique<compute::CpuDevice>(device_);
+    compute_ = owned_compute_.get();
+  }
+  return *compute_;
+}
 
 bool StepContext::requested(const std::string& fetch) const {
   return std::binary_search(requested_->begin(), requested_->end(), fetch);
@@ -140,9 +100,10 @@ struct Session::Impl {
   std::shared_ptr<Graph> graph;
   std::string target;
   SessionConfig config;
-  std::shared_ptr<Values> values;
-  std::unique_ptr<Eigen::ThreadPool> pool;
-  std::unique_ptr<Eigen::ThreadPoolDevice> device;
+  std::shared_ptr<internal::SessionValues> values;
+  std::unique_ptr<compute::Device> device;   // SessionConfig.device
+  std::unique_ptr<compute::CpuDevice> host;  // the intra-op pool when `device` is not the CPU
+  compute::CpuDevice* cpu = nullptr;         // device or host: StepContext::eigen_device()
   std::atomic<bool> closed{false};
 };
 
@@ -161,8 +122,10 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
   if (config.env == nullptr || config.clock == nullptr) {
     return absl::InvalidArgumentError("SessionConfig: env and clock must not be null");
   }
-  FOREMAN_RETURN_IF_ERROR(CheckDevice(config.device));
-  FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<Values> values, ValuesForTarget(target));
+  int threads = config.intra_op_parallelism_threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<compute::Device> device, compute::CreateDevice(config.device, threads));
+  FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<internal::SessionValues> values, internal::ResolveSessionTarget(target));
   graph->Finalize();  // B19 / B93: creating a session finalizes the graph
 
   auto impl = std::make_unique<Impl>();
@@ -170,10 +133,12 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
   impl->target = target;
   impl->config = config;
   impl->values = std::move(values);
-  int threads = config.intra_op_parallelism_threads;
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  impl->pool = std::make_unique<Eigen::ThreadPool>(threads);
-  impl->device = std::make_unique<Eigen::ThreadPoolDevice>(impl->pool.get(), threads);
+  impl->device = std::move(device);
+  impl->cpu = dynamic_cast<compute::CpuDevice*>(impl->device.get());
+  if (impl->cpu == nullptr) {
+    impl->host = std::make_unique<compute::CpuDevice>(threads);
+    impl->cpu = impl->host.get();
+  }
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -211,7 +176,8 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
       StatusOr<int64_t> step = GetGlobalStep(vars);
       if (step.ok()) results[kGlobalStepName] = Tensor::Scalar<int64_t>(*step);
     }
-    StepContext ctx(&vars, &requested, &feeds, &results, impl_->device.get(), trace, clock);
+    StepContext ctx(&vars, &requested, &feeds, &results, &impl_->cpu->eigen_device(), impl_->device.get(), trace,
+                    clock);
     const int64_t start_us = absl::ToInt64Microseconds(started);
     status = InvokeUserCode("step function", [&] { return impl_->graph->step()(ctx); });
     if (trace != nullptr) {
@@ -281,11 +247,5 @@ bool Session::closed() const { return impl_->closed.load(std::memory_order_acqui
 const std::shared_ptr<Graph>& Session::graph() const { return impl_->graph; }
 const std::string& Session::target() const { return impl_->target; }
 const SessionConfig& Session::config() const { return impl_->config; }
-
-bool ResetInprocTarget(const std::string& target) {
-  if (!absl::StartsWith(target, kInprocPrefix)) return false;
-  std::lock_guard<std::mutex> lock(InprocMutex());
-  return InprocTargets().erase(target.substr(sizeof(kInprocPrefix) - 1)) > 0;
-}
 
 }  // namespace foreman

@@ -76,7 +76,7 @@ inline std::shared_ptr<foreman::Graph> MlpGraph(const std::shared_ptr<MlpModel>&
       }
       FOREMAN_ASSIGN_OR_RETURN(foreman::data::Batch batch, model->train->GetBatch(model->position));
       FOREMAN_ASSIGN_OR_RETURN(foreman::nn::StepResult r,
-                               model->mlp->TrainStep(vars, batch.features, batch.labels, ctx.device()));
+                               model->mlp->TrainStep(vars, batch.features, batch.labels, ctx.compute()));
       model->position = batch.next;
       model->samples += batch.labels.num_elements();
       FOREMAN_RETURN_IF_ERROR(foreman::IncrementGlobalStep(vars).status());

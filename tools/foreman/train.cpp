@@ -350,7 +350,7 @@ Status Step(Model& m, StepContext& ctx) {
     nn::StepResult r;
     {
       auto span = ctx.Trace("train");
-      FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, batch.features, batch.labels, ctx.device()));
+      FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, batch.features, batch.labels, ctx.compute()));
     }
     m.examples += batch.labels.num_elements();
     FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kEpochVariable, batch.next.epoch));
@@ -364,7 +364,7 @@ Status Step(Model& m, StepContext& ctx) {
   // After the update: the summary is written at the post-run global_step.
   if (ctx.requested("eval_accuracy") || ctx.requested("eval_loss") || ctx.requested("eval_summaries")) {
     auto span = ctx.Trace("evaluate");
-    FOREMAN_ASSIGN_OR_RETURN(nn::StepResult r, m.mlp->Evaluate(vars, m.test.features, m.test.labels, ctx.device()));
+    FOREMAN_ASSIGN_OR_RETURN(nn::StepResult r, m.mlp->Evaluate(vars, m.test.features, m.test.labels, ctx.compute()));
     FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(vars));
     ctx.Set("eval_accuracy", Tensor::Scalar<float>(r.accuracy));
     ctx.Set("eval_loss", Tensor::Scalar<float>(r.loss));

@@ -1,0 +1,179 @@
+// The compute-device seam (design.md §7a): the operations one training step
+// of the MLP (nn.hpp) needs, at that level — a GEMM with a bias / ReLU
+// epilogue, the bias gradient, softmax cross-entropy forward and backward,
+// TF1's optimizer updates, copies between host and device memory — so that
+// each device (the CPU's Eigen code, CUDA) implements them without knowing
+// the model.
+//
+// A Session owns one Device, chosen by SessionConfig.device at
+// Session::Create (StepContext::compute()); nn::Mlp runs through it.
+//
+//   compute::Device& dev = ctx.compute();                // "/cpu:0"
+//   compute::GemmArgs g;                                 // C[m,n] = A[m,k]·B[k,n] + bias, ReLU
+//   g.a = x; g.b = w; g.c = h; g.m = rows; g.k = in; g.n = out;
+//   g.epilogue = compute::Epilogue::kBiasRelu; g.bias = b;
+//   FOREMAN_RETURN_IF_ERROR(dev.Gemm(g));
+//
+// Conventions for every operation:
+//   - Data are float32 (labels int32 or int64), matrices row-major and dense
+//     (the row stride is the number of columns); shapes and counts are in
+//     elements, byte counts in bytes.
+//   - Pointers are device memory of this Device: from Allocate(), or, when
+//     host_memory() is true (the CPU device), any host memory — a Tensor's
+//     data<float>() is used in place, without a copy. Nothing is owned.
+//   - Outputs must not overlap inputs unless an operation says otherwise
+//     (the optimizer updates work in place on var and their slots).
+//   - Operations run in the order they are called; each may return before
+//     its work is done on a device that queues work, but the copies to the
+//     host and every operation that returns a host value complete first.
+//     The CPU device finishes every operation before it returns.
+//   - Errors: INVALID_ARGUMENT for a negative size, a null pointer where data
+//     is needed or a missing epilogue operand (nothing is written then);
+//     RESOURCE_EXHAUSTED when device memory runs out; a device's own failure
+//     is INTERNAL naming the device — never UNAVAILABLE or ABORTED, which
+//     would start a session's recovery.
+//   - Thread-safety: a Device may be used by one thread at a time (a
+//     session's steps are serialised); its operations may use its own
+//     threads inside (the CPU device's intra-op pool).
+//
+// Bitwise reproducibility: for a given device and thread count the results
+// are a function of the inputs; different thread counts may round GEMMs
+// differently (they sum in other orders). The elementwise operations do not
+// depend on the thread count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "foreman/status.hpp"
+
+namespace foreman::compute {
+
+/// What a GEMM does to each output element after the product.
+enum class Epilogue {
+  kNone,          // C = op(A)·op(B)
+  kBias,          // C = op(A)·op(B) + bias (bias [n], broadcast over rows)
+  kBiasRelu,      // C = max(op(A)·op(B) + bias, 0)  (TF's fused MatMul+BiasAdd+Relu)
+  kReluGradMask,  // C = op(A)·op(B) where relu_output > 0, else 0 (ReluGrad
+                  // given the ReLU's output [m, n], which is > 0 exactly where
+                  // its input is)
+};
+
+/// C = op(A)·op(B) with an epilogue. op(A) is [m, k]: A is stored [m, k], or
+/// [k, m] when transpose_a. op(B) is [k, n]: B is stored [k, n], or [n, k]
+/// when transpose_b. C is [m, n] and is overwritten (not accumulated into).
+/// k = 0 gives the epilogue of zeros. All row-major float32, device memory.
+struct GemmArgs {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* c = nullptr;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  bool transpose_a = false;
+  bool transpose_b = false;
+  Epilogue epilogue = Epilogue::kNone;
+  const float* bias = nullptr;         // [n], for kBias and kBiasRelu
+  const float* relu_output = nullptr;  // [m, n], for kReluGradMask; may not be c
+};
+
+/// Labels of a softmax cross-entropy: one class index per row.
+enum class LabelType { kInt32, kInt64 };
+
+/// TF's sparse_softmax_cross_entropy_with_logits over `rows` rows of
+/// `logits` [rows, classes] with `labels` [rows] (LabelType; each in
+/// [0, classes) — the caller checks, the device does not). Device memory.
+struct SoftmaxXentArgs {
+  const float* logits = nullptr;
+  const void* labels = nullptr;
+  LabelType label_type = LabelType::kInt32;
+  int64_t rows = 0;
+  int64_t classes = 0;
+};
+
+/// What the forward pass accumulates on the host.
+struct SoftmaxXentStats {
+  /// Sum over the rows of log(sum_c exp(z_c - max z)) - (z_label - max z),
+  /// each row's loss computed in float (TF's shifted log-sum-exp) and summed
+  /// in double. The mean loss is loss_sum / rows.
+  double loss_sum = 0;
+  /// Rows whose argmax (the first maximum) equals the label.
+  int64_t correct = 0;
+};
+
+/// TF1's optimizer hyper-parameters, as its apply_* kernels take them.
+struct MomentumParams {
+  float learning_rate = 0;
+  float momentum = 0;
+  bool use_nesterov = false;
+};
+struct AdamParams {
+  /// The step size lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power),
+  /// computed in float by the caller (the beta powers are host scalars).
+  float step_size = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+};
+
+/// One compute device. Obtained from the session (StepContext::compute());
+/// the session owns it and it lives as long as the session.
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  /// The canonical name: "/cpu:0", "/gpu:N".
+  virtual const std::string& name() const = 0;
+
+  /// True when device memory is host memory (the CPU device): host pointers,
+  /// such as a Tensor's data, may be passed to every operation as they are.
+  virtual bool host_memory() const = 0;
+
+  /// `bytes` of device memory, aligned to at least 64 bytes, uninitialized;
+  /// release it with Deallocate on this Device. bytes = 0 gives a valid
+  /// pointer too. RESOURCE_EXHAUSTED naming the device and the size when
+  /// memory runs out; INVALID_ARGUMENT for bytes < 0.
+  virtual StatusOr<void*> Allocate(int64_t bytes) = 0;
+  /// Frees what Allocate returned (null is ignored).
+  virtual void Deallocate(void* ptr) = 0;
+
+  /// Copies `bytes` from host memory to device memory (the restore of a
+  /// checkpoint, a batch of features) and from device memory to host memory
+  /// (the checkpoint snapshot). The host buffer may be reused on return.
+  virtual Status CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) = 0;
+  virtual Status CopyToHost(void* host_dst, const void* device_src, int64_t bytes) = 0;
+
+  /// C = op(A)·op(B) with an epilogue (GemmArgs).
+  virtual Status Gemm(const GemmArgs& args) = 0;
+
+  /// The bias gradient: column sums of `delta` [rows, cols] into `out`
+  /// [cols] (overwritten), summed over the rows in order.
+  virtual Status ColumnSums(const float* delta, int64_t rows, int64_t cols, float* out) = 0;
+
+  /// The forward pass: adds the rows' losses (in row order, to loss_sum) and
+  /// correct argmaxes to `*stats` (host memory, not null), so that batches
+  /// taken in chunks sum as one.
+  virtual Status SoftmaxXentForward(const SoftmaxXentArgs& args, SoftmaxXentStats* stats) = 0;
+  /// The backward pass: grad [rows, classes] = (softmax(logits) -
+  /// onehot(labels)) * scale; scale = 1 / batch gives the gradient of the
+  /// mean loss.
+  virtual Status SoftmaxXentBackward(const SoftmaxXentArgs& args, float scale, float* grad) = 0;
+
+  /// TF1's dense updates of `n` elements of `var` with gradient `grad`, in
+  /// place (training_ops.cc, their operation order):
+  ///   ApplyGradientDescent  var -= grad * lr
+  ///   ApplyMomentum         accum = accum * momentum + grad;
+  ///                         var -= accum * lr, or with Nesterov
+  ///                         var -= grad * lr + accum * momentum * lr
+  ///   ApplyAdam             m += (grad - m) * (1 - beta1);
+  ///                         v += (grad² - v) * (1 - beta2);
+  ///                         var -= m * step_size / (sqrt(v) + epsilon)
+  virtual Status ApplyGradientDescent(float* var, const float* grad, int64_t n, float learning_rate) = 0;
+  virtual Status ApplyMomentum(float* var, float* accum, const float* grad, int64_t n,
+                               const MomentumParams& params) = 0;
+  virtual Status ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n,
+                           const AdamParams& params) = 0;
+};
+
+}  // namespace foreman::compute
