@@ -173,8 +173,18 @@ class Saver {
 
 /// Takes <dir>/.foreman.lock (creating `dir` if missing), for whoever owns the
 /// directory for writing: the runtime's checkpoint saver does; a program that
-/// uses Saver directly should hold it while saving (Saver does not lock). FAILED_PRECONDITION
-/// "checkpoint directory <dir> is in use by process <pid>" when held.
+/// uses Saver directly should hold it while saving (Saver does not lock).
+/// The lock is released when the returned object is destroyed, or when the
+/// process dies. Thread-safe.
+///   FAILED_PRECONDITION  only when the lock is held (by another process, or by
+///                        another lock object in this one): "checkpoint
+///                        directory <dir> is in use by process <pid>"
+///   INVALID_ARGUMENT     `dir` is empty, `dir` or one of its ancestors is not a
+///                        directory, or <dir>/.foreman.lock is a directory
+///   NOT_FOUND, PERMISSION_DENIED, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE
+///                        `dir` cannot be created or the lock file cannot be
+///                        opened or written: the Env's code, message
+///                        "cannot create|lock the checkpoint directory <dir>: <why>"
 StatusOr<std::unique_ptr<FileLock>> LockCheckpointDirectory(Env* env, const std::string& dir);
 
 }  // namespace foreman
