@@ -16,6 +16,7 @@
 #include "checkpoint_state.pb.h"
 #include "foreman/bundle.hpp"
 #include "platform/log.hpp"
+#include "platform/path.hpp"
 
 namespace foreman {
 
@@ -34,8 +35,7 @@ class ParseErrors : public google::protobuf::io::ErrorCollector {
 
 /// `path` relative to `dir` when it lies under it (decision 8), else as given.
 std::string RelativeTo(const std::string& dir, const std::string& path) {
-  std::string d = dir;
-  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const std::string d = internal::NormalizeDirectory(dir);
   if (d == "/") return IsAbsolutePath(path) ? path.substr(1) : path;
   if (!d.empty() && absl::StartsWith(path, d + "/")) return path.substr(d.size() + 1);
   return path;
