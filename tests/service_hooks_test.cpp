@@ -310,7 +310,7 @@ TEST_CASE("service hooks need the session's services: FAILED_PRECONDITION withou
   CHECK(Msg(s) == "SummarySaverHook needs a MonitoredSession or Supervisor (no services attached)");
 }
 
-TEST_CASE("B102 B109 B112 service hooks need a global step") {
+TEST_CASE("B102 B109 B112 B124 service hooks need a global step: FAILED_PRECONDITION, TF's message") {
   MemEnv env;
   Harness h(&env, /*with_global_step=*/false);
   h.hooks.push_back(MakeCheckpointHook(CheckpointOptions(h, 10)));
@@ -320,6 +320,7 @@ TEST_CASE("B102 B109 B112 service hooks need a global step") {
 
   h.hooks = {*StepCounterHook::Create({})};
   s = h.Begin();
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
   CHECK(Msg(s) == "Global step should be created to use StepCounterHook.");
 
   SummarySaverHookOptions so;
@@ -328,6 +329,7 @@ TEST_CASE("B102 B109 B112 service hooks need a global step") {
   so.summary_op = {"summaries"};
   h.hooks = {*SummarySaverHook::Create(so)};
   s = h.Begin();
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
   CHECK(Msg(s) == "Global step should be created to use SummarySaverHook.");
 }
 

@@ -16,46 +16,9 @@
 #include "absl/strings/str_join.h"
 #include "foreman/hooks.hpp"
 #include "platform/log.hpp"
+#include "runtime/hooks/global_step.hpp"
 
 namespace foreman {
-
-namespace {
-
-/// B124: the message every hook that needs a global step gives.
-Status RequireGlobalStep(Session* session, const std::string& hook) {
-  if (session == nullptr || session->graph() == nullptr || !session->graph()->has_global_step()) {
-    return absl::FailedPreconditionError(absl::StrCat("Global step should be created to use ", hook, "."));
-  }
-  return absl::OkStatus();
-}
-
-/// The stale global step (B126) a run answered for the built-in
-/// "global_step" fetch (int64, or int32 for graphs that declared one so).
-StatusOr<int64_t> StaleGlobalStep(const SessionRunValues& values, const std::string& hook) {
-  const TensorMap* results = values.results;
-  auto it = results == nullptr ? TensorMap::const_iterator() : results->find("global_step");
-  if (results == nullptr || it == results->end()) {
-    return absl::InternalError(absl::StrCat(hook, ": the run returned no value for the \"global_step\" fetch."));
-  }
-  const Tensor& t = it->second;
-  if (t.dtype() == DataType::kInt32) {
-    StatusOr<int32_t> v = t.scalar<int32_t>();
-    if (v.ok()) return static_cast<int64_t>(*v);
-    return Annotate(v.status(), absl::StrCat(hook, ": global_step"));
-  }
-  StatusOr<int64_t> v = t.scalar<int64_t>();
-  if (!v.ok()) return Annotate(v.status(), absl::StrCat(hook, ": global_step"));
-  return *v;
-}
-
-/// The real global step (the extra read of B126).
-StatusOr<int64_t> RealGlobalStep(Session* session, const std::string& hook) {
-  StatusOr<int64_t> step = session->GlobalStep();
-  if (!step.ok()) return Annotate(step.status(), absl::StrCat(hook, ": reading global_step"));
-  return step;
-}
-
-}  // namespace
 
 // -- SecondOrStepTimer ------------------------------------------------------------
 
@@ -118,8 +81,8 @@ StopAtStepHook::StopAtStepHook(std::optional<int64_t> num_steps, std::optional<i
     : num_steps_(num_steps), last_step_(last_step) {}
 
 Status StopAtStepHook::after_create_session(Session* session, Coordinator* coord) {
-  FOREMAN_RETURN_IF_ERROR(RequireGlobalStep(session, name()));
-  FOREMAN_ASSIGN_OR_RETURN(const int64_t step, RealGlobalStep(session, name()));
+  FOREMAN_RETURN_IF_ERROR(internal::RequireGlobalStep(session, *this));
+  FOREMAN_ASSIGN_OR_RETURN(const int64_t step, internal::RealGlobalStep(session, *this));
   if (!last_step_.has_value()) last_step_ = step + *num_steps_;  // B99: once
   if (step >= *last_step_) {
     // Decision 9: TF would train one more step here (B101).
@@ -141,10 +104,10 @@ Status StopAtStepHook::after_run(SessionRunContext& ctx, const SessionRunValues&
   if (!last_step_.has_value()) {
     return absl::FailedPreconditionError("StopAtStepHook: after_run before after_create_session.");
   }
-  FOREMAN_ASSIGN_OR_RETURN(const int64_t stale, StaleGlobalStep(values, name()));
+  FOREMAN_ASSIGN_OR_RETURN(const int64_t stale, internal::StaleGlobalStep(values, *this));
   // B100: only a run that may have reached last_step pays for the extra read.
   if (stale + 1 >= *last_step_) {
-    FOREMAN_ASSIGN_OR_RETURN(const int64_t step, RealGlobalStep(ctx.session(), name()));
+    FOREMAN_ASSIGN_OR_RETURN(const int64_t step, internal::RealGlobalStep(ctx.session(), *this));
     if (step >= *last_step_) ctx.request_stop();
   }
   return absl::OkStatus();
@@ -665,7 +628,7 @@ Status GlobalStepWaiterHook::begin() {
 }
 
 Status GlobalStepWaiterHook::after_create_session(Session* session, Coordinator* /*coord*/) {
-  return RequireGlobalStep(session, name());
+  return internal::RequireGlobalStep(session, *this);
 }
 
 StatusOr<SessionRunArgs> GlobalStepWaiterHook::before_run(SessionRunContext& ctx) {
@@ -678,7 +641,7 @@ StatusOr<SessionRunArgs> GlobalStepWaiterHook::before_run(SessionRunContext& ctx
   const absl::Duration start = clock_->MonotonicNow();
   int64_t last_logged_step = 0;
   while (true) {
-    FOREMAN_ASSIGN_OR_RETURN(const int64_t current_step, RealGlobalStep(ctx.session(), name()));
+    FOREMAN_ASSIGN_OR_RETURN(const int64_t current_step, internal::RealGlobalStep(ctx.session(), *this));
     if (current_step >= wait_until_step_) {
       worker_is_started_ = true;
       return SessionRunArgs{};
@@ -759,7 +722,7 @@ Status ProfilerHook::begin() {
 }
 
 Status ProfilerHook::after_create_session(Session* session, Coordinator* /*coord*/) {
-  return RequireGlobalStep(session, name());
+  return internal::RequireGlobalStep(session, *this);
 }
 
 StatusOr<SessionRunArgs> ProfilerHook::before_run(SessionRunContext& /*ctx*/) {
@@ -771,13 +734,13 @@ StatusOr<SessionRunArgs> ProfilerHook::before_run(SessionRunContext& /*ctx*/) {
 }
 
 Status ProfilerHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
-  FOREMAN_ASSIGN_OR_RETURN(const int64_t stale_global_step, StaleGlobalStep(values, name()));
+  FOREMAN_ASSIGN_OR_RETURN(const int64_t stale_global_step, internal::StaleGlobalStep(values, *this));
   // The first run only primes the timer: nothing is traced until N steps or
   // seconds have passed.
   if (!next_step_.has_value()) timer_.update_last_triggered_step(stale_global_step);
   int64_t global_step = stale_global_step + 1;
   if (request_summary_) {
-    FOREMAN_ASSIGN_OR_RETURN(global_step, RealGlobalStep(ctx.session(), name()));
+    FOREMAN_ASSIGN_OR_RETURN(global_step, internal::RealGlobalStep(ctx.session(), *this));
     timer_.update_last_triggered_step(global_step);
     const std::string path = JoinPath(options_.output_dir, absl::StrCat("timeline-", global_step, ".json"));
     FOREMAN_LOG_INFO("Saving timeline for {} into '{}'.", global_step, path);
