@@ -32,6 +32,7 @@
 #include "foreman/summary.hpp"
 #include "foreman/variable_store.hpp"
 #include "runtime/runtime.hpp"
+#include "support/events.hpp"
 #include "support/gated_env.hpp"
 #include "support/log_capture.hpp"
 
@@ -41,6 +42,7 @@ namespace {
 using internal::Runtime;
 using testing::CapturedLog;
 using testing::GatedEnv;
+using testing::SessionLogSteps;
 using Steps = std::vector<int64_t>;
 
 constexpr absl::Duration kWait = absl::Seconds(20);
@@ -226,14 +228,6 @@ std::vector<Event> ReadEvents(Env* env, const std::string& dir, bool writing = f
   auto events = ReadEventFile(env, files->front(), /*allow_truncated_tail=*/writing);
   REQUIRE_MESSAGE(events.ok(), events.status().ToString());
   return *events;
-}
-
-Steps SessionLogSteps(const std::vector<Event>& events, SessionLogStatus status) {
-  Steps steps;
-  for (const Event& e : events) {
-    if (e.kind == Event::Kind::kSessionLog && e.session_status == status) steps.push_back(e.step);
-  }
-  return steps;
 }
 
 /// (step, value) of every summary value tagged `tag`.
