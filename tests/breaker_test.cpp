@@ -27,74 +27,26 @@
 #include "foreman/monitored_session.hpp"
 #include "foreman/summary.hpp"
 #include "foreman/supervisor.hpp"
+#include "support/call_log.hpp"
 #include "support/gated_env.hpp"
 #include "support/log_capture.hpp"
 #include "support/test_util.hpp"
+#include "support/training_graph.hpp"
 
 namespace foreman {
 namespace {
 
+using testing::CallLog;
 using testing::CapturedLog;
+using testing::Checkpoints;
 using testing::GatedEnv;
+using testing::Int;
+using testing::MakeGraph;
+using testing::Model;
+using testing::Open;
 using testing::TempDir;
 
 constexpr auto kWait = std::chrono::seconds(20);
-
-struct Model {
-  std::function<Status(int64_t step)> on_train;
-  std::atomic<int> w_initialized{0};
-  std::atomic<int> train_calls{0};
-};
-
-std::shared_ptr<Graph> MakeGraph(const std::shared_ptr<Model>& model, bool global_step = true) {
-  auto graph = std::make_shared<Graph>();
-  if (global_step) REQUIRE(graph->CreateGlobalStep().ok());
-  REQUIRE(graph
-              ->AddVariable("w",
-                            [model]() -> StatusOr<Tensor> {
-                              ++model->w_initialized;
-                              return Tensor::Scalar<float>(0.f);
-                            })
-              .ok());
-  REQUIRE(graph->AddSummaryOp("summaries").ok());
-  REQUIRE(graph
-              ->SetStep([model](StepContext& ctx) -> Status {
-                if (ctx.requested("train_op")) {
-                  FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(ctx.variables()));
-                  ++model->train_calls;
-                  if (model->on_train) FOREMAN_RETURN_IF_ERROR(model->on_train(step));
-                  FOREMAN_ASSIGN_OR_RETURN(Tensor * w, ctx.variables().Get("w"));
-                  FOREMAN_ASSIGN_OR_RETURN(float wv, w->scalar<float>());
-                  *w = Tensor::Scalar<float>(wv + 1.f);
-                  FOREMAN_ASSIGN_OR_RETURN(int64_t next, IncrementGlobalStep(ctx.variables()));
-                  ctx.Set("train_op", Tensor::Scalar<int64_t>(next));
-                }
-                if (ctx.requested("summaries")) {
-                  ctx.Set("summaries", Tensor::Scalar<std::string>(ScalarSummary("loss", 0.5f)));
-                }
-                return absl::OkStatus();
-              })
-              .ok());
-  return graph;
-}
-
-int64_t Int(const Tensor& t) { return t.scalar<int64_t>().value(); }
-
-class CallLog {
- public:
-  void Add(std::string call) {
-    std::lock_guard<std::mutex> l(mu_);
-    calls_.push_back(std::move(call));
-  }
-  int Count(const std::string& call) const {
-    std::lock_guard<std::mutex> l(mu_);
-    return static_cast<int>(std::count(calls_.begin(), calls_.end(), call));
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> calls_;
-};
 
 // A hook whose callbacks log, and fail (status or exception) where told.
 class ScriptedHook : public SessionRunHook {
@@ -132,14 +84,6 @@ class ScriptedHook : public SessionRunHook {
   std::map<std::string, int> counts_;
 };
 
-std::vector<std::string> Checkpoints(const std::string& dir, Env* env = Env::Default()) {
-  auto prefixes = ListCheckpointPrefixes(env, dir);
-  REQUIRE_MESSAGE(prefixes.ok(), prefixes.status().ToString());
-  std::vector<std::string> out;
-  for (const auto& p : *prefixes) out.push_back(p.substr(p.find_last_of('/') + 1));
-  return out;
-}
-
 MonitoredTrainingSessionOptions ChiefOptions(std::shared_ptr<Graph> graph, const std::string& checkpoint_dir,
                                              ManualClock* clock) {
   MonitoredTrainingSessionOptions o;
@@ -150,12 +94,6 @@ MonitoredTrainingSessionOptions ChiefOptions(std::shared_ptr<Graph> graph, const
   o.recovery.initial_backoff = absl::ZeroDuration();
   o.runtime.shutdown_timeout = absl::Seconds(20);
   return o;
-}
-
-std::unique_ptr<MonitoredSession> Open(MonitoredTrainingSessionOptions o) {
-  auto sess = MonitoredTrainingSession(std::move(o));
-  REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
-  return std::move(sess).value();
 }
 
 // Runs `f` on another thread; fails the test (instead of hanging) past kWait.

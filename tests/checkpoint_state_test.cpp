@@ -196,6 +196,45 @@ TEST_CASE("LockCheckpointDirectory: a second lock is FAILED_PRECONDITION naming 
   CHECK(LockCheckpointDirectory(&env, "/new/ckpt").ok());
 }
 
+TEST_CASE("LockCheckpointDirectory: every failure but a held lock has another code than FAILED_PRECONDITION") {
+  MemEnv env;
+  REQUIRE(WriteStringToFile(&env, "/file", "x").ok());
+  REQUIRE(env.RecursivelyCreateDir("/ckpt/.foreman.lock").ok());
+  const auto code = [&env](const std::string& dir) { return LockCheckpointDirectory(&env, dir).status().code(); };
+  CHECK(code("") == absl::StatusCode::kInvalidArgument);
+  CHECK(code("/file") == absl::StatusCode::kInvalidArgument);       // not a directory
+  CHECK(code("/file/sub") == absl::StatusCode::kInvalidArgument);   // an ancestor is not one
+  CHECK(code("/ckpt") == absl::StatusCode::kInvalidArgument);       // the lock file is a directory
+  CHECK(Msg(LockCheckpointDirectory(&env, "/file").status()) ==
+        "cannot create the checkpoint directory /file: /file is not a directory");
+  env.SetCrashAfterOperations(0);                                    // I/O fails: the Env's code
+  auto failed = LockCheckpointDirectory(&env, "/other");
+  CHECK(failed.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(absl::StartsWith(Msg(failed.status()), "cannot create the checkpoint directory /other: "));
+}
+
+TEST_CASE("LockCheckpointDirectory on the POSIX Env: not a directory, no permission") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string base = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                                        "/checkpoint_state_test_lock_errors.", static_cast<int64_t>(getpid()));
+  Env* env = Env::Default();
+  REQUIRE(env->RecursivelyCreateDir(base).ok());
+  REQUIRE(WriteStringToFile(env, base + "/file", "x").ok());
+  CHECK(LockCheckpointDirectory(env, base + "/file").status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(LockCheckpointDirectory(env, base + "/file/sub").status().code() == absl::StatusCode::kInvalidArgument);
+  if (geteuid() != 0) {   // root may write anywhere
+    REQUIRE(env->RecursivelyCreateDir(base + "/ro").ok());
+    std::filesystem::permissions(base + "/ro", std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    auto denied = LockCheckpointDirectory(env, base + "/ro/ckpt");
+    CHECK(denied.status().code() == absl::StatusCode::kPermissionDenied);
+    CHECK(absl::StartsWith(Msg(denied.status()),
+                           absl::StrCat("cannot create the checkpoint directory ", base, "/ro/ckpt: ")));
+    std::filesystem::permissions(base + "/ro", std::filesystem::perms::owner_all);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(base, ec);
+}
+
 TEST_CASE("LockCheckpointDirectory on the POSIX Env names this process as the holder") {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",

@@ -480,6 +480,43 @@ TEST_CASE("B98 StopAtStepHook refuses a graph without a global step before any s
   CHECK(s.message() == "Global step should be created to use StopAtStepHook.");
 }
 
+TEST_CASE("B124 a global step the run did not answer, or not as an integer scalar, is FAILED_PRECONDITION") {
+  // TF's hooks raise RuntimeError ("Global step should be created to use ...")
+  // for a missing global step; RuntimeError maps to FAILED_PRECONDITION, and so
+  // does every other way the stock hooks find no usable global step.
+  auto hook = *StopAtStepHook::Create(5, std::nullopt);
+  HookDriver driver({hook});
+  REQUIRE(driver.BeginAndCreate().ok());
+  SessionRunArgs original;
+  SessionRunContext ctx(&original, &driver.session());
+  SessionRunValues values;   // no results at all
+  Status s = hook->after_run(ctx, values);
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK(s.message() == "StopAtStepHook: the run returned no value for the \"global_step\" fetch");
+  TensorMap results = {{"global_step", Tensor::Scalar<double>(3.0)}};
+  values.results = &results;
+  s = hook->after_run(ctx, values);
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK(s.message() == "StopAtStepHook: the \"global_step\" fetch is float64[], not an int32/int64 scalar");
+  results = {{"global_step", Tensor::Scalar<int32_t>(1)}};   // an int32 global step is one
+  CHECK(hook->after_run(ctx, values).ok());
+}
+
+TEST_CASE("B124 a global_step variable that is gone when a hook re-reads it is FAILED_PRECONDITION") {
+  auto hook = *StopAtStepHook::Create(/*num_steps=*/1, std::nullopt);
+  HookDriver driver({hook});
+  REQUIRE(driver.BeginAndCreate().ok());
+  REQUIRE(driver.session().WithVariables([](VariableStore& vars) { return vars.Delete("global_step"); }).ok());
+  SessionRunArgs original;
+  SessionRunContext ctx(&original, &driver.session());
+  TensorMap results = {{"global_step", Tensor::Scalar<int64_t>(0)}};   // stale 0: last_step 1 is due
+  SessionRunValues values;
+  values.results = &results;
+  const Status s = hook->after_run(ctx, values);
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK(absl::StartsWith(s.message(), "StopAtStepHook: reading global_step: "));
+}
+
 TEST_CASE("B99 StopAtStepHook computes last_step from the first session's step, once") {
   auto hook = *StopAtStepHook::Create(/*num_steps=*/3, std::nullopt);
   HookDriver driver({hook});
@@ -1148,6 +1185,7 @@ TEST_CASE("B123 ProfilerHook options and global step") {
   HookDriver driver({hook}, std::make_shared<Model>(), /*with_global_step=*/false);
   REQUIRE(driver.Begin().ok());
   const Status s = driver.CreateSession();
+  CHECK(absl::IsFailedPrecondition(s));
   CHECK(s.message() == "Global step should be created to use ProfilerHook.");
 }
 

@@ -25,47 +25,20 @@
 
 #include "foreman/clock.hpp"
 #include "runtime/services.hpp"
+#include "support/call_log.hpp"
 #include "support/log_capture.hpp"
+#include "support/recording_hook.hpp"
 #include "support/test_util.hpp"
 
 namespace foreman {
 namespace {
 
+using testing::CallLog;
 using testing::CapturedLog;
+using testing::RecordingHook;
 using testing::TempDir;
 
 constexpr auto kWait = std::chrono::seconds(20);  // bound on every wait for another thread
-
-// Every fake's calls, in order ("a.begin", "creator.create_session", ...).
-class CallLog {
- public:
-  void Add(std::string call) {
-    std::lock_guard<std::mutex> l(mu_);
-    calls_.push_back(std::move(call));
-  }
-  std::vector<std::string> calls() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return calls_;
-  }
-  int Count(const std::string& call) const {
-    std::lock_guard<std::mutex> l(mu_);
-    return static_cast<int>(std::count(calls_.begin(), calls_.end(), call));
-  }
-  // The calls whose name ends with `suffix` (".before_run"), in order.
-  std::vector<std::string> Ending(const std::string& suffix) const {
-    std::vector<std::string> out;
-    for (const auto& c : calls()) {
-      if (c.size() >= suffix.size() && c.compare(c.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        out.push_back(c);
-      }
-    }
-    return out;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> calls_;
-};
 
 // What the step does; set by a test before the run it affects.
 struct StepScript {
@@ -176,68 +149,6 @@ class FakeCreator : public SessionCreator {
   std::shared_ptr<CallLog> log_;
   SessionConfig config_;
   std::string target_;
-};
-
-// Logs "<name>.<callback>" and records what it saw; each callback's result
-// can be replaced.
-class RecordingHook : public SessionRunHook {
- public:
-  RecordingHook(std::string name, std::shared_ptr<CallLog> log) : name_(std::move(name)), log_(std::move(log)) {}
-  std::string name() const override { return name_; }
-
-  void AttachServices(internal::Services* services) override { this->services = services; }
-  Status begin() override {
-    log_->Add(name_ + ".begin");
-    return on_begin ? on_begin() : absl::OkStatus();
-  }
-  Status after_create_session(Session* session, Coordinator* coord) override {
-    log_->Add(name_ + ".after_create_session");
-    sessions.push_back(session);
-    coords.push_back(coord);
-    return on_create ? on_create(session, coord) : absl::OkStatus();
-  }
-  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override {
-    log_->Add(name_ + ".before_run");
-    before_contexts.push_back(&ctx);
-    if (on_before) return on_before(ctx);
-    return args;
-  }
-  Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override {
-    log_->Add(name_ + ".after_run");
-    after_contexts.push_back(&ctx);
-    results.push_back(values.results != nullptr ? std::optional<TensorMap>(*values.results) : std::nullopt);
-    options.push_back(*values.options);
-    metadata.push_back(values.run_metadata);
-    if (request_stop_in_after_run) ctx.request_stop();
-    return on_after ? on_after(ctx, values) : absl::OkStatus();
-  }
-  Status end(Session* session) override {
-    log_->Add(name_ + ".end");
-    end_sessions.push_back(session);
-    return on_end ? on_end(session) : absl::OkStatus();
-  }
-
-  SessionRunArgs args;  // what before_run returns unless on_before is set
-  bool request_stop_in_after_run = false;
-  std::function<Status()> on_begin;
-  std::function<Status(Session*, Coordinator*)> on_create;
-  std::function<StatusOr<SessionRunArgs>(SessionRunContext&)> on_before;
-  std::function<Status(SessionRunContext&, const SessionRunValues&)> on_after;
-  std::function<Status(Session*)> on_end;
-
-  internal::Services* services = nullptr;
-  std::vector<Session*> sessions;
-  std::vector<Coordinator*> coords;
-  std::vector<SessionRunContext*> before_contexts;
-  std::vector<SessionRunContext*> after_contexts;
-  std::vector<std::optional<TensorMap>> results;
-  std::vector<RunOptions> options;
-  std::vector<const RunMetadata*> metadata;
-  std::vector<Session*> end_sessions;
-
- private:
-  std::string name_;
-  std::shared_ptr<CallLog> log_;
 };
 
 struct Fixture {

@@ -22,113 +22,30 @@
 #include "foreman/monitored_session.hpp"
 #include "foreman/stop.hpp"
 #include "foreman/summary.hpp"
+#include "support/call_log.hpp"
+#include "support/events.hpp"
 #include "support/log_capture.hpp"
+#include "support/recording_hook.hpp"
 #include "support/test_util.hpp"
+#include "support/training_graph.hpp"
 
 namespace foreman {
 namespace {
 
+using testing::CallLog;
 using testing::CapturedLog;
+using testing::Checkpoints;
+using testing::Events;
+using testing::Int;
+using testing::MakeGraph;
+using testing::Model;
+using testing::Open;
+using testing::RecordingHook;
+using testing::SessionLogSteps;
+using testing::SummarySteps;
 using testing::TempDir;
 
 constexpr auto kWait = std::chrono::seconds(20);
-
-// What the step does, and how often the model was initialized.
-struct Model {
-  std::function<Status(int64_t step)> on_train;  // before a train_op update; non-OK fails the step
-  std::atomic<int> w_initialized{0};             // calls of w's initializer (the init op ran)
-  std::atomic<int> train_calls{0};
-};
-
-// global_step, "w" (+1 per train_op), and one summary op "summaries" (TF:
-// a graph with one scalar summary).
-std::shared_ptr<Graph> MakeGraph(const std::shared_ptr<Model>& model, bool global_step = true) {
-  auto graph = std::make_shared<Graph>();
-  if (global_step) REQUIRE(graph->CreateGlobalStep().ok());
-  REQUIRE(graph
-              ->AddVariable("w",
-                            [model]() -> StatusOr<Tensor> {
-                              ++model->w_initialized;
-                              return Tensor::Scalar<float>(0.f);
-                            })
-              .ok());
-  REQUIRE(graph->AddSummaryOp("summaries").ok());
-  REQUIRE(graph
-              ->SetStep([model](StepContext& ctx) -> Status {
-                if (ctx.requested("train_op")) {
-                  FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(ctx.variables()));
-                  ++model->train_calls;
-                  if (model->on_train) FOREMAN_RETURN_IF_ERROR(model->on_train(step));
-                  FOREMAN_ASSIGN_OR_RETURN(Tensor * w, ctx.variables().Get("w"));
-                  FOREMAN_ASSIGN_OR_RETURN(float wv, w->scalar<float>());
-                  *w = Tensor::Scalar<float>(wv + 1.f);
-                  FOREMAN_ASSIGN_OR_RETURN(int64_t next, IncrementGlobalStep(ctx.variables()));
-                  ctx.Set("train_op", Tensor::Scalar<int64_t>(next));
-                }
-                if (ctx.requested("summaries")) {
-                  ctx.Set("summaries", Tensor::Scalar<std::string>(ScalarSummary("loss", 0.5f)));
-                }
-                return absl::OkStatus();
-              })
-              .ok());
-  return graph;
-}
-
-int64_t Int(const Tensor& t) { return t.scalar<int64_t>().value(); }
-
-class CallLog {
- public:
-  void Add(std::string call) {
-    std::lock_guard<std::mutex> l(mu_);
-    calls_.push_back(std::move(call));
-  }
-  std::vector<std::string> calls() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return calls_;
-  }
-  int Count(const std::string& call) const {
-    std::lock_guard<std::mutex> l(mu_);
-    return static_cast<int>(std::count(calls_.begin(), calls_.end(), call));
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> calls_;
-};
-
-class RecordingHook : public SessionRunHook {
- public:
-  RecordingHook(std::string name, std::shared_ptr<CallLog> log) : name_(std::move(name)), log_(std::move(log)) {}
-  std::string name() const override { return name_; }
-  Status begin() override {
-    log_->Add(name_ + ".begin");
-    return absl::OkStatus();
-  }
-  Status after_create_session(Session* session, Coordinator* coord) override {
-    log_->Add(name_ + ".after_create_session");
-    sessions.push_back(session);
-    coords.push_back(coord);
-    return absl::OkStatus();
-  }
-  StatusOr<SessionRunArgs> before_run(SessionRunContext&) override {
-    log_->Add(name_ + ".before_run");
-    return SessionRunArgs{};
-  }
-  Status after_run(SessionRunContext&, const SessionRunValues&) override {
-    log_->Add(name_ + ".after_run");
-    return absl::OkStatus();
-  }
-  Status end(Session*) override {
-    log_->Add(name_ + ".end");
-    return absl::OkStatus();
-  }
-  std::vector<Session*> sessions;
-  std::vector<Coordinator*> coords;
-
- private:
-  std::string name_;
-  std::shared_ptr<CallLog> log_;
-};
 
 class RecordingListener : public CheckpointSaverListener {
  public:
@@ -141,47 +58,6 @@ class RecordingListener : public CheckpointSaverListener {
  private:
   std::shared_ptr<CallLog> log_;
 };
-
-// The base names of the checkpoints in `dir`, oldest first.
-std::vector<std::string> Checkpoints(const std::string& dir) {
-  auto prefixes = ListCheckpointPrefixes(Env::Default(), dir);
-  REQUIRE_MESSAGE(prefixes.ok(), prefixes.status().ToString());
-  std::vector<std::string> out;
-  for (const auto& p : *prefixes) out.push_back(p.substr(p.find_last_of('/') + 1));
-  return out;
-}
-
-// Every event of every event file in `dir`, in file order.
-std::vector<Event> Events(const std::string& dir) {
-  std::vector<Event> out;
-  auto files = ListEventFiles(Env::Default(), dir);
-  if (!files.ok()) return out;
-  for (const auto& f : *files) {
-    auto events = ReadEventFile(Env::Default(), f);
-    REQUIRE_MESSAGE(events.ok(), events.status().ToString());
-    out.insert(out.end(), events->begin(), events->end());
-  }
-  return out;
-}
-
-std::vector<int64_t> SessionLogSteps(const std::vector<Event>& events, SessionLogStatus status) {
-  std::vector<int64_t> steps;
-  for (const Event& e : events) {
-    if (e.kind == Event::Kind::kSessionLog && e.session_status == status) steps.push_back(e.step);
-  }
-  return steps;
-}
-
-std::vector<int64_t> SummarySteps(const std::vector<Event>& events, const std::string& tag) {
-  std::vector<int64_t> steps;
-  for (const Event& e : events) {
-    if (e.kind != Event::Kind::kSummary) continue;
-    for (const SummaryValue& v : e.values) {
-      if (v.tag == tag) steps.push_back(e.step);
-    }
-  }
-  return steps;
-}
 
 // Writes a checkpoint of step `step` (global_step and w) into `dir`.
 void WriteCheckpoint(const std::string& dir, int64_t step) {
@@ -202,12 +78,6 @@ MonitoredTrainingSessionOptions ChiefOptions(std::shared_ptr<Graph> graph, const
   o.stop_grace_period_secs = 0;
   o.recovery.initial_backoff = absl::ZeroDuration();
   return o;
-}
-
-std::unique_ptr<MonitoredSession> Open(MonitoredTrainingSessionOptions o) {
-  auto sess = MonitoredTrainingSession(std::move(o));
-  REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
-  return std::move(sess).value();
 }
 
 MonitoredTrainingSessionPlan Plan(const MonitoredTrainingSessionOptions& o) {

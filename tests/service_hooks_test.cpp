@@ -32,6 +32,7 @@
 #include "foreman/summary.hpp"
 #include "foreman/variable_store.hpp"
 #include "runtime/runtime.hpp"
+#include "support/events.hpp"
 #include "support/gated_env.hpp"
 #include "support/log_capture.hpp"
 
@@ -41,6 +42,7 @@ namespace {
 using internal::Runtime;
 using testing::CapturedLog;
 using testing::GatedEnv;
+using testing::SessionLogSteps;
 using Steps = std::vector<int64_t>;
 
 constexpr absl::Duration kWait = absl::Seconds(20);
@@ -228,14 +230,6 @@ std::vector<Event> ReadEvents(Env* env, const std::string& dir, bool writing = f
   return *events;
 }
 
-Steps SessionLogSteps(const std::vector<Event>& events, SessionLogStatus status) {
-  Steps steps;
-  for (const Event& e : events) {
-    if (e.kind == Event::Kind::kSessionLog && e.session_status == status) steps.push_back(e.step);
-  }
-  return steps;
-}
-
 /// (step, value) of every summary value tagged `tag`.
 std::vector<std::pair<int64_t, double>> Scalars(const std::vector<Event>& events, const std::string& tag) {
   std::vector<std::pair<int64_t, double>> out;
@@ -310,7 +304,7 @@ TEST_CASE("service hooks need the session's services: FAILED_PRECONDITION withou
   CHECK(Msg(s) == "SummarySaverHook needs a MonitoredSession or Supervisor (no services attached)");
 }
 
-TEST_CASE("B102 B109 B112 service hooks need a global step") {
+TEST_CASE("B102 B109 B112 B124 service hooks need a global step: FAILED_PRECONDITION, TF's message") {
   MemEnv env;
   Harness h(&env, /*with_global_step=*/false);
   h.hooks.push_back(MakeCheckpointHook(CheckpointOptions(h, 10)));
@@ -320,6 +314,7 @@ TEST_CASE("B102 B109 B112 service hooks need a global step") {
 
   h.hooks = {*StepCounterHook::Create({})};
   s = h.Begin();
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
   CHECK(Msg(s) == "Global step should be created to use StepCounterHook.");
 
   SummarySaverHookOptions so;
@@ -328,6 +323,7 @@ TEST_CASE("B102 B109 B112 service hooks need a global step") {
   so.summary_op = {"summaries"};
   h.hooks = {*SummarySaverHook::Create(so)};
   s = h.Begin();
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
   CHECK(Msg(s) == "Global step should be created to use SummarySaverHook.");
 }
 

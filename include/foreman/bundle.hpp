@@ -114,8 +114,8 @@ class BundleReader {
   /// NOT_FOUND / DATA_LOSS / RESOURCE_EXHAUSTED as Lookup().
   Status Verify(const std::string& name) const;
 
-  /// Verify() of every entry: OK when the whole bundle verifies (decision 7
-  /// uses this to pick a checkpoint to restore).
+  /// Verify() of every entry: OK when the whole bundle verifies
+  /// (LatestCheckpoint uses this to pick a checkpoint to restore).
   Status VerifyAll() const;
 
   const std::string& prefix() const;

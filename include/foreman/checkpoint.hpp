@@ -1,7 +1,8 @@
 // Saving and restoring a VariableStore as TensorFlow V2 checkpoints, with
 // TF's naming, its `checkpoint` state file and its retention rules.
-// (TF: tf.compat.v1.train.Saver, checkpoint_management; spec §11-§12 and
-// decisions 7, 8 of §17.)
+// (TF: tf.compat.v1.train.Saver, checkpoint_management. Two departures: state
+// file paths are written relative to the directory, and a missing, corrupt or
+// dangling state file falls back to the newest checkpoint that verifies.)
 //
 // A checkpoint directory:
 //   checkpoint                          CheckpointState, protobuf text format;
@@ -27,7 +28,7 @@
 //   - otherwise the bundle is rewritten as above, and a crash between the two
 //     renames of step 1 (data, then index) can leave the new data file next to
 //     the old index: the previous contents of *that same prefix* may be lost.
-//     Other checkpoints are untouched; LatestCheckpoint (decision 7) then falls
+//     Other checkpoints are untouched; LatestCheckpoint then falls
 //     back to the newest other checkpoint that verifies, or reports DATA_LOSS
 //     when none does — never a silent fresh start.
 //
@@ -52,7 +53,7 @@
 
 namespace foreman {
 
-// -- the `checkpoint` state file (B136-B140) ------------------------------------
+// -- the `checkpoint` state file -----------------------------------------------------
 
 inline constexpr char kCheckpointStateFilename[] = "checkpoint";
 
@@ -64,28 +65,30 @@ struct CheckpointState {
 };
 
 /// Reads <dir>/<latest_filename>. Paths come back as written (relative or
-/// absolute, B139 joins relative ones with `dir` — use ResolveCheckpointPath).
-///   std::nullopt       no state file (B139)
-///   DATA_LOSS          the file does not parse (Foreman's decision 7: TF warns
+/// absolute; as in TF, relative ones are relative to `dir` — use
+/// ResolveCheckpointPath).
+///   std::nullopt       no state file (as TF's None)
+///   DATA_LOSS          the file does not parse (unlike TF, which warns
 ///                      and treats it as absent; we report it so callers fall
 ///                      back to scanning, see LatestCheckpoint)
 ///   INVALID_ARGUMENT   empty model_checkpoint_path, or timestamps whose count
-///                      differs from the paths' (B137)
+///                      differs from the paths' (TF: ValueError)
 StatusOr<std::optional<CheckpointState>> ReadCheckpointState(Env* env, const std::string& dir,
                                                              const std::string& latest_filename = "checkpoint");
 
 /// Writes the state atomically (WriteFileAtomic). Paths under `dir` are
-/// written relative to it (decision 8); others as given. The latest path is
-/// appended to all_model_checkpoint_paths if missing (B136).
+/// written relative to it, so a moved directory still restores; others as
+/// given. The latest path is appended to all_model_checkpoint_paths if
+/// missing (as TF).
 Status WriteCheckpointState(Env* env, const std::string& dir, const CheckpointState& state,
                             const std::string& latest_filename = "checkpoint");
 
 /// A state-file path made usable: relative paths are joined with `dir`,
-/// absolute ones are kept (decision 8).
+/// absolute ones (TF writes those) are kept.
 std::string ResolveCheckpointPath(const std::string& dir, const std::string& path);
 
-/// B140 plus decision 7: the prefix to restore from `dir`, or std::nullopt when
-/// the directory holds no checkpoint at all.
+/// TF's latest_checkpoint, made safe: the prefix to restore from `dir`, or
+/// std::nullopt when the directory holds no checkpoint at all.
 ///   - The state file's latest path when its index and data exist and verify.
 ///   - Otherwise (state file missing, unparsable, dangling or corrupt) the
 ///     newest bundle in the directory (by global step in its name, then by
@@ -99,16 +102,17 @@ StatusOr<std::optional<std::string>> LatestCheckpoint(Env* env, const std::strin
 /// Every bundle prefix in `dir` (names ending in ".index"), oldest step first.
 StatusOr<std::vector<std::string>> ListCheckpointPrefixes(Env* env, const std::string& dir);
 
-// -- Saver (B127-B135) ------------------------------------------------------------
+// -- Saver -------------------------------------------------------------------------
 
 struct SaverOptions {
-  /// Checkpoints kept by the retention list; 0 keeps all (B131: the state file
-  /// then lists only the latest).
+  /// Checkpoints kept by the retention list; 0 keeps all (as TF, the state
+  /// file then lists only the latest).
   int max_to_keep = 5;
-  /// B132: a checkpoint leaving the retention window is kept forever when it
-  /// was saved after the next keep time. 10000 h = effectively off.
+  /// As TF: a checkpoint leaving the retention window is kept forever when it
+  /// was saved after the next keep time (Saver creation + N h, advancing by
+  /// N h per kept checkpoint). 10000 h = effectively off.
   double keep_checkpoint_every_n_hours = 10000.0;
-  /// B127: "-%08d" step suffix instead of "-%d".
+  /// "-%08d" step suffix instead of "-%d".
   bool pad_step_number = false;
   Env* env = Env::Default();
   Clock* clock = Clock::Real();
@@ -121,14 +125,14 @@ class Saver {
 
   /// Saves `tensors` (name -> value) as the bundle "<save_path>-<global_step>"
   /// (or "<save_path>" without a step), updates the state file named
-  /// `latest_filename` in save_path's directory, and applies retention (B130,
-  /// B133: at most one deletion per save, failures logged and ignored).
+  /// `latest_filename` in save_path's directory, and applies retention (as
+  /// TF: at most one deletion per save, failures logged and ignored).
   /// Returns the prefix. An existing bundle at the prefix holding exactly
   /// `tensors` is kept, not rewritten (see the commit protocol above).
   /// Takes no lock: see LockCheckpointDirectory.
   ///   INVALID_ARGUMENT  latest_filename with a '/', or a save path equal to the
-  ///                     state file (B129, B135)
-  ///   NOT_FOUND         "Parent directory of <save_path> doesn't exist, can't save." (B129)
+  ///                     state file (TF: ValueError / RuntimeError)
+  ///   NOT_FOUND         "Parent directory of <save_path> doesn't exist, can't save." (TF's message)
   ///   Env errors naming the file.
   StatusOr<std::string> Save(const std::map<std::string, Tensor>& tensors, const std::string& save_path,
                              std::optional<int64_t> global_step,
@@ -138,7 +142,7 @@ class Saver {
                              std::optional<int64_t> global_step,
                              const std::string& latest_filename = "checkpoint");
 
-  /// Restores every variable of `vars` from bundle `prefix` (B134).
+  /// Restores every variable of `vars` from bundle `prefix` (TF: Saver.restore).
   ///   INVALID_ARGUMENT  "The passed save_path is not a valid checkpoint: <prefix>"
   ///   NOT_FOUND         a variable missing from the checkpoint (names both)
   ///   INVALID_ARGUMENT  dtype or shape mismatch (names the variable, expected, actual)
@@ -152,8 +156,9 @@ class Saver {
   Status Restore(const std::string& prefix, VariableStore* vars,
                  const std::map<std::string, std::string>& name_map) const;
 
-  /// B84: seeds the retention list with `paths` (from a state file), dropping
-  /// those whose files are gone, so max_to_keep continues across restarts.
+  /// TF's recover_last_checkpoints: seeds the retention list with `paths`
+  /// (from a state file), dropping those whose files are gone, so
+  /// max_to_keep continues across restarts.
   /// Paths are resolved against `dir`.
   void RecoverLastCheckpoints(const std::string& dir, const std::vector<std::string>& paths);
 
@@ -173,8 +178,18 @@ class Saver {
 
 /// Takes <dir>/.foreman.lock (creating `dir` if missing), for whoever owns the
 /// directory for writing: the runtime's checkpoint saver does; a program that
-/// uses Saver directly should hold it while saving (Saver does not lock). FAILED_PRECONDITION
-/// "checkpoint directory <dir> is in use by process <pid>" when held.
+/// uses Saver directly should hold it while saving (Saver does not lock).
+/// The lock is released when the returned object is destroyed, or when the
+/// process dies. Thread-safe.
+///   FAILED_PRECONDITION  only when the lock is held (by another process, or by
+///                        another lock object in this one): "checkpoint
+///                        directory <dir> is in use by process <pid>"
+///   INVALID_ARGUMENT     `dir` is empty, `dir` or one of its ancestors is not a
+///                        directory, or <dir>/.foreman.lock is a directory
+///   NOT_FOUND, PERMISSION_DENIED, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE
+///                        `dir` cannot be created or the lock file cannot be
+///                        opened or written: the Env's code, message
+///                        "cannot create|lock the checkpoint directory <dir>: <why>"
 StatusOr<std::unique_ptr<FileLock>> LockCheckpointDirectory(Env* env, const std::string& dir);
 
 }  // namespace foreman

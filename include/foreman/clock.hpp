@@ -1,4 +1,4 @@
-// Clock: Foreman's one time source (design.md §6). Every timing decision
+// Clock: Foreman's one time source. Every timing decision
 // (SecondOrStepTimer, save/summary/flush intervals, grace periods, back-off,
 // worker polls) asks a Clock, so tests drive time with a ManualClock and
 // never sleep.

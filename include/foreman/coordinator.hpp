@@ -1,6 +1,6 @@
 // Coordinator: a stop flag, the first error, and joining threads with a grace
-// period. (TF: tf.compat.v1.train.Coordinator (Python, B55-B68) and
-// tensorflow::Coordinator (C++, B69-B77); spec decisions 5 and 10.)
+// period. (TF: tf.compat.v1.train.Coordinator (Python) and
+// tensorflow::Coordinator (C++).)
 //
 // One behaviour per method, Python's. Where TF's C++ Coordinator differs it
 // is said at the method. Errors are Status values, never exceptions:
@@ -10,8 +10,8 @@
 //   ... coord.request_stop(status) from any thread ...
 //   foreman::Status s = coord.join(/*stop_grace_period=*/absl::Seconds(120));
 //
-// should_stop() is one atomic load (the training loop reads it every step,
-// design.md §2). All methods are thread-safe. Waiting uses the Clock.
+// should_stop() is one atomic load (the training loop reads it every
+// step). All methods are thread-safe. Waiting uses the Clock.
 #pragma once
 
 #include <atomic>
@@ -32,75 +32,75 @@
 namespace foreman {
 
 /// A thread (or anything that runs on its own) the coordinator joins.
-/// (TF C++: RunnerInterface, B77.)
+/// (TF C++: RunnerInterface.)
 class RunnerInterface {
  public:
   virtual ~RunnerInterface() = default;
   /// Blocks until the runner has finished; returns its final status.
   virtual Status Join() = 0;
   virtual bool IsRunning() const = 0;
-  /// Shown in the straggler message (B63).
+  /// Shown in the straggler message (see Coordinator::join).
   virtual std::string name() const = 0;
 };
 
 class Coordinator {
  public:
-  /// B55 / decision 5: std::nullopt means {OUT_OF_RANGE}; an explicit empty
-  /// list means no clean-stop codes (what a MonitoredSession uses, B54).
-  /// (TF C++ treats an empty vector as {OUT_OF_RANGE}, B69; Foreman follows
-  /// Python.)
+  /// std::nullopt means {OUT_OF_RANGE}; an explicit empty list means no
+  /// clean-stop codes (what a MonitoredSession uses), as Python's
+  /// clean_stop_exception_types. (TF C++ treats an empty vector as
+  /// {OUT_OF_RANGE}; Foreman follows Python.)
   explicit Coordinator(std::optional<std::vector<absl::StatusCode>> clean_stop_codes = std::nullopt,
                        Clock* clock = Clock::Real());
-  /// Requests stop and joins the registered runners, ignoring errors (B76).
+  /// Requests stop and joins the registered runners, ignoring errors (as TF C++).
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
-  /// B56-B59: sets the stop flag. The first non-OK `status` is recorded when
+  /// Sets the stop flag. The first non-OK `status` is recorded when
   /// stop was not yet requested and none is recorded; a status whose code is
   /// a clean-stop code is recorded as OK (a clean stop); later ones are
-  /// dropped (B58). After join() completed, a non-OK `status` is returned to
-  /// the caller instead of being recorded (B59); otherwise returns OK.
-  /// (TF C++ RequestStop() returns FAILED_PRECONDITION on a second call, B71;
+  /// dropped. After join() completed, a non-OK `status` is returned to
+  /// the caller instead of being recorded (Python raises it); otherwise returns OK.
+  /// (TF C++ RequestStop() returns FAILED_PRECONDITION on a second call;
   /// Foreman's is idempotent, as Python's.)
   Status request_stop(const Status& status = absl::OkStatus());
 
-  /// B56: true once stop is requested. Lock-free.
+  /// True once stop is requested. Lock-free.
   bool should_stop() const { return state_->stop.load(std::memory_order_acquire); }
 
-  /// B64: clears the flag, the recorded status and `joined`.
+  /// Clears the flag, the recorded status and `joined`.
   void clear_stop();
 
-  /// B65: the recorded status (OK when none). Does not clear it. (TF:
-  /// raise_requested_exception; TF C++ GetStatus, B74.)
+  /// The recorded status (OK when none). Does not clear it. (TF:
+  /// raise_requested_exception; TF C++ GetStatus.)
   Status status() const;
 
-  /// B66: waits until stop is requested or `timeout` passes (std::nullopt:
+  /// Waits until stop is requested or `timeout` passes (std::nullopt:
   /// no timeout); returns should_stop().
   bool wait_for_stop(std::optional<absl::Duration> timeout = std::nullopt);
 
-  /// B67: runs `fn`; an error it returns or an exception it throws is passed
+  /// Runs `fn`; an error it returns or an exception it throws is passed
   /// to request_stop() and *not* returned (the caller's thread goes on).
   /// Returns whether `fn` succeeded.
   bool stop_on_exception(const std::function<Status()>& fn);
 
-  /// B68 / B70: adds a runner to join. FAILED_PRECONDITION "The coordinator
+  /// Adds a runner to join. FAILED_PRECONDITION "The coordinator
   /// has been stopped." when stop was requested (TF C++ behaviour; Python
   /// accepts it); INVALID_ARGUMENT for a null runner. The runner must already
   /// be running (the coordinator starts nothing). A runner registered while
   /// join() runs is left for the next join() (or the destructor).
   Status register_runner(std::unique_ptr<RunnerInterface> runner);
 
-  /// B61-B63: waits until every registered runner has finished *or* stop was
-  /// requested (polling every second of the clock, B61; a LooperThread that
+  /// Waits until every registered runner has finished *or* stop was
+  /// requested (polling every second of the clock, as TF; a LooperThread that
   /// ends wakes it at once); then, once stop is requested, up to
-  /// `stop_grace_period` for the runners to finish (B62: polls starting at
+  /// `stop_grace_period` for the runners to finish (polls starting at
   /// 1 ms, doubling, of the clock). Then `joined` becomes true and the
-  /// runners are dropped (B63), and:
+  /// runners are dropped, and:
   ///   the recorded status, when non-OK (it takes precedence);
   ///   else each finished runner's non-OK Join() status that is not a
   ///     clean-stop code is fed to request_stop first, so the first wins
-  ///     (and one that fails after stop was requested is dropped, B58);
+  ///     (and one that fails after stop was requested is dropped);
   ///   else, runners still running: DEADLINE_EXCEEDED "Coordinator stopped
   ///     with threads still running: <names>" (names separated by spaces)
   ///     — or, with ignore_live_threads, OK after logging that line as a
@@ -111,7 +111,7 @@ class Coordinator {
   /// coordinator and ends when its target returns (it never touches the
   /// clock or the coordinator object again). A runner of another kind must
   /// likewise not block in its destructor.
-  /// (TF C++ Join() refuses to run before RequestStop, B73; Foreman waits as
+  /// (TF C++ Join() refuses to run before RequestStop; Foreman waits as
   /// Python does.)
   Status join(absl::Duration stop_grace_period = absl::Seconds(120), bool ignore_live_threads = false);
   bool joined() const;
@@ -153,7 +153,7 @@ class Coordinator {
 /// `interval` of the clock starting at once, until the coordinator stops;
 /// an error from `target` (or an exception) is reported to the coordinator
 /// and ends the loop. Registered with the coordinator, which joins it. (TF:
-/// LooperThread, B68.)
+/// LooperThread.)
 class LooperThread : public RunnerInterface {
  public:
   /// Starts the thread and registers it with `coord`; errors as

@@ -1,6 +1,6 @@
-// CUDA device discovery. Built with nvcc when meson's `cuda` feature finds it
-// (src/compute/cuda_device.cu); otherwise the same functions exist and say CUDA
-// support was not built. Never aborts when there is no GPU or driver.
+// CUDA device discovery. Built with nvcc when meson's `cuda` feature finds
+// it; otherwise the same functions exist and say CUDA support was not
+// built. Never aborts when there is no GPU or driver.
 //
 //   auto n = foreman::cuda::DeviceCount();   // StatusOr<int>
 //   if (!n.ok()) LOG(...) << n.status();     // UNAVAILABLE: driver's message

@@ -1,5 +1,6 @@
 // Event files for TensorBoard. (TF: tf.compat.v1.summary.FileWriter /
-// EventFileWriter; C++ tensorflow::EventsWriter; spec §14, B145-B154.)
+// EventFileWriter; C++ tensorflow::EventsWriter: the same file names,
+// records and flushing rules.)
 //
 // File: <logdir>/events.out.tfevents.<10-digit seconds>.<hostname><suffix>,
 // TFRecord-framed serialized Event protos. The first record is
@@ -16,12 +17,12 @@
 //
 // This writer is synchronous (the summary_writer actor wraps it): events are
 // queued in memory and written and flushed by the first Add* after Create
-// (B148: the first event flushes at once), then when max_queue events are
+// (as TF: the first event flushes at once), then when max_queue events are
 // pending or when flush_secs have passed since the last flush that wrote
 // events (checked by every Add* and by FlushIfDue(), on the Clock), and on
 // Flush() and Close().
 //
-// B152: if the event file disappears while open, the next write of queued
+// As TF: if the event file disappears while open, the next write of queued
 // events notices, logs an error naming it, and moves on to a new file (named
 // as above, but always later than the lost one, even in the same second; with
 // its own file_version record): the queued events go there, those already in
@@ -44,7 +45,7 @@
 
 namespace foreman {
 
-/// TF's SessionLog.SessionStatus numbers (B153).
+/// TF's SessionLog.SessionStatus numbers (event.proto).
 enum class SessionLogStatus : int { kUnspecified = 0, kStart = 1, kStop = 2, kCheckpoint = 3 };
 
 struct EventFileWriterOptions {
@@ -62,8 +63,8 @@ struct EventFileWriterOptions {
 
 class EventFileWriter {
  public:
-  /// Creates `logdir` if missing (B145), opens a new event file and writes and
-  /// flushes the file_version record (B146). INVALID_ARGUMENT for bad options;
+  /// Creates `logdir` if missing, opens a new event file and writes and
+  /// flushes the file_version record. INVALID_ARGUMENT for bad options;
   /// Env errors naming the path.
   static StatusOr<std::unique_ptr<EventFileWriter>> Create(const std::string& logdir,
                                                            EventFileWriterOptions options = {});
@@ -74,14 +75,14 @@ class EventFileWriter {
 
   /// Queues an Event{wall_time=now, step, summary}. `serialized_summary` is a
   /// serialized Summary (see summary.hpp); INVALID_ARGUMENT if it does not
-  /// parse. B150: summary metadata is kept only on the first value seen for
-  /// each tag in this file. After Close(): FAILED_PRECONDITION.
+  /// parse. As TF: summary metadata is kept only on the first value seen
+  /// for each tag in this file. After Close(): FAILED_PRECONDITION.
   Status AddSummary(absl::string_view serialized_summary, int64_t step);
 
   /// Queues an Event{wall_time=now, session_log{status, checkpoint_path, msg}},
-  /// with `step` when given (B154: START carries the restored step, STOP none).
-  /// INVALID_ARGUMENT for START or CHECKPOINT (B106: written at the step
-  /// saved) without a step.
+  /// with `step` when given (TF's sessions: START carries the restored step,
+  /// STOP none). INVALID_ARGUMENT for START or CHECKPOINT (written at the
+  /// step saved) without a step.
   Status AddSessionLog(SessionLogStatus status, std::optional<int64_t> step,
                        const std::string& checkpoint_path = "", const std::string& msg = "");
 
@@ -93,12 +94,13 @@ class EventFileWriter {
   /// event written since Create, or flush_secs passed since the last flush
   /// that wrote events); otherwise does nothing.
   Status FlushIfDue();
-  /// Writes every queued event and flushes the file (B149).
+  /// Writes every queued event and flushes the file.
   Status Flush();
   /// Flush() then close the file; later calls return the first Close()'s status.
   Status Close();
 
-  /// Full path of the current event file (a new one after B152).
+  /// Full path of the current event file (a new one after the old one
+  /// disappeared, see above).
   const std::string& path() const;
   /// Events written to the current file so far, the file_version record
   /// included.

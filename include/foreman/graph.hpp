@@ -1,6 +1,6 @@
 // Graph: what a model is made of, before any session holds values for it.
 // (TF: tf.Graph with its GLOBAL_VARIABLES / LOCAL_VARIABLES / GLOBAL_STEP
-// collections, and the ops a session.run() can fetch; design.md §3.)
+// collections, and the ops a session.run() can fetch.)
 //
 // Foreman has no op graph. A Graph declares the model's variables (name,
 // initial value, trainable) and holds the step function, which computes
@@ -18,8 +18,9 @@
 //   });
 //
 // A graph is built on one thread; Finalize() (called by every session
-// creation, B19/B93) makes it read-only, after which it may be shared by any
-// number of sessions and threads. Share it by std::shared_ptr.
+// creation, as TF's sessions finalize theirs) makes it read-only, after which
+// it may be shared by any number of sessions and threads. Share it by
+// std::shared_ptr.
 #pragma once
 
 #include <atomic>
@@ -66,7 +67,7 @@ class Graph {
   ///   INVALID_ARGUMENT  malformed name (VariableStore::ValidateName) or a
   ///                     kInvalid tensor
   ///   ALREADY_EXISTS    the name is declared
-  ///   FAILED_PRECONDITION "Graph is finalized and cannot be modified." (B21)
+  ///   FAILED_PRECONDITION "Graph is finalized and cannot be modified." (TF's message)
   Status AddVariable(const std::string& name, Tensor initial_value, bool trainable = true);
   /// Same, with an initializer run when a session initializes it (e.g. a
   /// seeded random draw).
@@ -74,11 +75,12 @@ class Graph {
   /// Declares a local variable (VariableDef::local); errors as AddVariable.
   Status AddLocalVariable(const std::string& name, Tensor initial_value);
 
-  /// B125: declares `global_step`, an int64 scalar, non-trainable, initial 0.
+  /// Declares `global_step`, an int64 scalar, non-trainable, initial 0 (TF:
+  /// create_global_step).
   /// ALREADY_EXISTS "global_step already exists."; FAILED_PRECONDITION when
   /// finalized.
   Status CreateGlobalStep();
-  /// B124: whether a global variable named `global_step` is declared (its
+  /// Whether a global variable named `global_step` is declared (its
   /// dtype is checked when read: GetGlobalStep).
   bool has_global_step() const;
 
@@ -88,8 +90,8 @@ class Graph {
 
   /// TF's SUMMARIES collection: a fetch name the step answers with a
   /// serialized Summary (a kString scalar). The default Scaffold's summary_op
-  /// merges them (B92); none means no summary op. FAILED_PRECONDITION when
-  /// finalized; duplicates are ignored.
+  /// merges them (TF: merge_all); none means no summary op.
+  /// FAILED_PRECONDITION when finalized; duplicates are ignored.
   Status AddSummaryOp(const std::string& fetch);
   const std::vector<std::string>& summary_ops() const { return summary_ops_; }
 
@@ -103,7 +105,7 @@ class Graph {
   /// Makes the graph read-only (idempotent). Thread-safe.
   void Finalize();
   bool finalized() const;
-  /// B22: undoes Finalize(); a MonitoredSession calls it at close() when the
+  /// Undoes Finalize(); a MonitoredSession calls it at close() when the
   /// graph was not finalized before the session was created.
   void Unfinalize();
 

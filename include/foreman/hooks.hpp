@@ -1,8 +1,8 @@
 // SessionRunHook: code that runs around every step of a MonitoredSession,
 // and the stock hooks. (TF: tf.compat.v1.train.SessionRunHook,
-// basic_session_run_hooks.py; spec §3 and §9, B28-B45, B95-B123.)
+// basic_session_run_hooks.py, with TF's call order, schedules and messages.)
 //
-// Call order per MonitoredSession (B19-B20, B29-B40):
+// Call order per MonitoredSession (TF's):
 //   begin()                                    once, before the first session
 //   after_create_session(session, coord)       after every session creation
 //   before_run(ctx) -> SessionRunArgs          every run(), in list order
@@ -12,14 +12,16 @@
 // All callbacks run on the training thread. A hook returns a Status (or
 // throws; the exception becomes a Status naming the hook and the callback):
 // a non-OK status ends training with that error, exactly as TF's exceptions
-// do (B36: later hooks' after_run are skipped for that step). A hook that
-// wants training to end cleanly calls ctx.request_stop() (B35).
+// do (later hooks' after_run are skipped for that step). A hook that wants
+// training to end cleanly calls ctx.request_stop(), which takes effect after
+// the current run.
 //
 // A hook asks for extra fetches and feeds in before_run; Foreman merges them
-// with the caller's (B30, B32) and hands each hook exactly its own results.
+// with the caller's (two hooks feeding one tensor, or a hook and the caller,
+// is an error, as in TF) and hands each hook exactly its own results.
 // Stock hooks whose work is I/O (checkpoints, summaries, step counting) only
-// decide *when* on the training thread and send the work to a service actor
-// (design.md §2); they need a MonitoredSession (or a Supervisor), which
+// decide *when* on the training thread and send the work to a service actor,
+// fire-and-forget; they need a MonitoredSession (or a Supervisor), which
 // attaches those services before begin().
 #pragma once
 
@@ -46,14 +48,14 @@ class Services;  // the runtime's service actors, as hooks see them
 }
 
 /// What a hook adds to a run (TF: SessionRunArgs). Empty fetches means "no
-/// fetches" (TF's None: the hook then gets results == nullptr, B31).
+/// fetches" (TF's None: the hook then gets results == nullptr).
 struct SessionRunArgs {
   std::vector<std::string> fetches;
   TensorMap feeds;
   RunOptions options;
 };
 
-/// One run() as hooks see it (TF: SessionRunContext, B28): the same object is
+/// One run() as hooks see it (TF: SessionRunContext): the same object is
 /// passed to every hook's before_run and after_run of that run.
 class SessionRunContext {
  public:
@@ -61,9 +63,11 @@ class SessionRunContext {
       : original_args_(original_args), session_(session) {}
   /// The caller's fetches and feeds.
   const SessionRunArgs& original_args() const { return *original_args_; }
-  /// The raw session (no hooks); a hook may Run() it (B126's extra read).
+  /// The raw session (no hooks); a hook may Run() it (e.g. to read the real
+  /// global step after the run, as TF's hooks do).
   Session* session() const { return session_; }
-  /// B35: asks the session to stop after this run; never interrupts it.
+  /// Asks the session to stop after this run; never interrupts it (TF:
+  /// SessionRunContext.request_stop).
   void request_stop() { stop_requested_ = true; }
   bool stop_requested() const { return stop_requested_; }
 
@@ -75,11 +79,11 @@ class SessionRunContext {
 
 /// What a hook gets after a run (TF: SessionRunValues).
 struct SessionRunValues {
-  /// This hook's fetches, or nullptr when it asked for none (B31).
+  /// This hook's fetches, or nullptr when it asked for none.
   const TensorMap* results = nullptr;
-  /// The merged options the run used (B33).
+  /// The merged options the run used (the caller's and every hook's).
   const RunOptions* options = nullptr;
-  /// Shared by all hooks of the run (B33); filled when tracing was on.
+  /// Shared by all hooks of the run; filled when tracing was on.
   const RunMetadata* run_metadata = nullptr;
 };
 
@@ -104,25 +108,25 @@ class SessionRunHook {
 
 using HookList = std::vector<std::shared_ptr<SessionRunHook>>;
 
-// -- SecondOrStepTimer (B95-B97) -------------------------------------------------
+// -- SecondOrStepTimer ------------------------------------------------------------
 
 class SecondOrStepTimer {
  public:
-  /// B95: exactly one of every_secs / every_steps; INVALID_ARGUMENT "Can not
+  /// Exactly one of every_secs / every_steps; INVALID_ARGUMENT "Can not
   /// provide both every_secs and every_steps." / "Either every_secs or
   /// every_steps should be provided.". Seconds are measured on `clock`'s
   /// monotonic time line (TF: time.time()); a null clock means Clock::Real().
   static StatusOr<SecondOrStepTimer> Create(std::optional<double> every_secs, std::optional<int64_t> every_steps,
                                             Clock* clock = Clock::Real());
-  /// B96: true when never triggered; false for the last triggered step; true
+  /// True when never triggered; false for the last triggered step; true
   /// when every_secs have passed since the last trigger, or `step` is
   /// every_steps past the last triggered step.
   bool should_trigger_for_step(int64_t step) const;
-  /// B97: records a trigger at `step` now and returns (elapsed seconds,
+  /// Records a trigger at `step` now and returns (elapsed seconds,
   /// elapsed steps) since the previous one; nullopt on the first.
   std::optional<std::pair<double, int64_t>> update_last_triggered_step(int64_t step);
   std::optional<int64_t> last_triggered_step() const { return last_step_; }
-  /// B97: forgets the last trigger (the next step triggers).
+  /// Forgets the last trigger (the next step triggers).
   void reset();
 
  private:
@@ -134,27 +138,28 @@ class SecondOrStepTimer {
   absl::Duration last_time_;
 };
 
-// -- StopAtStepHook (B98-B101, decision 9) ----------------------------------------
+// -- StopAtStepHook -----------------------------------------------------------------
 
 class StopAtStepHook : public SessionRunHook {
  public:
-  /// B98: exactly one of num_steps / last_step (INVALID_ARGUMENT).
+  /// Exactly one of num_steps / last_step (INVALID_ARGUMENT, TF's messages).
   static StatusOr<std::shared_ptr<StopAtStepHook>> Create(std::optional<int64_t> num_steps,
                                                           std::optional<int64_t> last_step);
   std::string name() const override { return "StopAtStepHook"; }
-  /// B98: FAILED_PRECONDITION "Global step should be created to use
+  /// FAILED_PRECONDITION "Global step should be created to use
   /// StopAtStepHook." when the session's graph has no global_step. (TF checks
   /// in begin(); a Foreman hook first sees the graph here, still before any
   /// step runs.)
-  /// B99: last_step = first session's global_step + num_steps (once; a
+  /// last_step = first session's global_step + num_steps (once; a
   /// recovered session does not recompute it).
-  /// Decision 9: when the session's global_step is already >= last_step,
-  /// calls coord->request_stop(), so training stops before the first step
-  /// (TF runs one more step, B101).
+  /// Unlike TF: when the session's global_step is already >= last_step
+  /// (a finished run resumed), calls coord->request_stop(), so training
+  /// stops before the first step (TF runs one more step).
   Status after_create_session(Session* session, Coordinator* coord) override;
-  /// B100: fetches the built-in "global_step" (the pre-step value, B126).
+  /// Fetches the built-in "global_step" (the value before the step, as
+  /// TF's global step read).
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
-  /// B100: when stale + 1 >= last_step, re-reads the real step
+  /// When stale + 1 >= last_step, re-reads the real step
   /// (Session::GlobalStep()) and requests stop when it is >= last_step.
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   /// Known from construction (last_step) or the first after_create_session.
@@ -166,9 +171,10 @@ class StopAtStepHook : public SessionRunHook {
   std::optional<int64_t> last_step_;
 };
 
-// -- CheckpointSaverHook (B102-B108, decision 11) ---------------------------------
+// -- CheckpointSaverHook -------------------------------------------------------------
 
-/// TF: CheckpointSaverListener (B108). Callbacks run on the training thread.
+/// TF: CheckpointSaverListener. Callbacks run on the training thread, only
+/// for saves the hook makes (including its first and its final save).
 class CheckpointSaverListener {
  public:
   virtual ~CheckpointSaverListener() = default;
@@ -176,7 +182,7 @@ class CheckpointSaverListener {
   /// Before the variables are copied for the save of `global_step`.
   virtual Status before_save(Session* /*session*/, int64_t /*global_step*/) { return absl::OkStatus(); }
   /// Once the save of `global_step` is durable, at the step boundary that
-  /// started it (see CheckpointSaverHook); true requests a stop (B104), which
+  /// started it (see CheckpointSaverHook); true requests a stop, which
   /// takes effect before the next step.
   virtual StatusOr<bool> after_save(Session* /*session*/, int64_t /*global_step*/) { return false; }
   virtual Status end(Session* /*session*/, int64_t /*global_step*/) { return absl::OkStatus(); }
@@ -184,15 +190,15 @@ class CheckpointSaverListener {
 
 struct CheckpointSaverHookOptions {
   std::string checkpoint_dir;
-  /// B102: exactly one of save_secs / save_steps.
+  /// Exactly one of save_secs / save_steps.
   std::optional<double> save_secs;
   std::optional<int64_t> save_steps;
-  /// B102: explicit saver > scaffold's saver (set by MonitoredTrainingSession)
+  /// As TF: explicit saver > scaffold's saver (set by MonitoredTrainingSession)
   /// > a default Saver (max_to_keep 5) built on this `env` and `clock`.
   std::shared_ptr<Saver> saver;
   std::string checkpoint_basename = "model.ckpt";
   std::vector<std::shared_ptr<CheckpointSaverListener>> listeners;
-  /// TF's steps_per_run (B104).
+  /// TF's steps_per_run: the schedule checks stale step + steps_per_run.
   int64_t steps_per_run = 1;
   Clock* clock = Clock::Real();
   Env* env = Env::Default();
@@ -203,12 +209,13 @@ struct CheckpointSaverHookOptions {
   absl::Duration save_timeout = absl::Hours(1);
 };
 
-/// Saves at after_create_session (B103, after every session creation), on
-/// the schedule (B104), and at end() when the last step was not saved
-/// (B105); the session's checkpoint_saver actor writes a SessionLog
-/// CHECKPOINT at each saved step into checkpoint_dir's event file (B106).
+/// Saves as TF's CheckpointSaverHook: at after_create_session (after every
+/// session creation, recoveries included), on the schedule, and at end()
+/// when the last step was not saved; the session's checkpoint_saver actor
+/// writes a SessionLog CHECKPOINT (path "<dir>/<basename>", no step suffix)
+/// at each saved step into checkpoint_dir's event file.
 ///
-/// Asynchronous (decision 11): at a due step the training thread only runs
+/// Asynchronous (unlike TF): at a due step the training thread only runs
 /// the listeners' before_save and copies the variables (Session::Snapshot);
 /// the checkpoint_saver actor writes them. At most one save is in flight: a
 /// save that falls due while the previous one is still being written waits
@@ -219,8 +226,8 @@ struct CheckpointSaverHookOptions {
 /// end() completes before end() returns.
 ///
 /// Listeners: after_save must run before the next step for a stop it
-/// requests to stop training at the saved step (B104, B108, H-12: TF's
-/// schedule, and no second save in end()). So with listeners the training
+/// requests to stop training at the saved step (TF's schedule, and no
+/// second save in end()). So with listeners the training
 /// thread waits at the boundary that started the save until it is durable,
 /// then calls after_save there; without listeners it never waits for a save
 /// except as above.
@@ -230,7 +237,7 @@ struct CheckpointSaverHookOptions {
 /// shut down (the MonitoredSession's close()).
 class CheckpointSaverHook : public SessionRunHook {
  public:
-  /// INVALID_ARGUMENT for a bad schedule (B102), empty checkpoint_dir,
+  /// INVALID_ARGUMENT for a bad schedule, empty checkpoint_dir,
   /// steps_per_run < 1, save_timeout <= 0, a null listener; a default
   /// Saver's errors.
   static StatusOr<std::shared_ptr<CheckpointSaverHook>> Create(CheckpointSaverHookOptions options);
@@ -241,8 +248,9 @@ class CheckpointSaverHook : public SessionRunHook {
   /// checkpoint_saver of checkpoint_dir (its lock errors); listeners' begin().
   Status begin() override;
   /// FAILED_PRECONDITION "Global step should be created to use
-  /// CheckpointSaverHook." when the session's graph has none (B102: TF checks
-  /// in begin(), before a graph is at hand here); then the B103 save.
+  /// CheckpointSaverHook." when the session's graph has none (TF checks in
+  /// begin(), before a graph is at hand here); then the save at the
+  /// session's current step.
   Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
@@ -250,7 +258,7 @@ class CheckpointSaverHook : public SessionRunHook {
 
   /// Steps whose saves completed, in order (tests and benchmarks).
   std::vector<int64_t> saved_steps() const;
-  /// Saves that had to wait for the one in flight (decision 11).
+  /// Saves that had to wait for the one in flight.
   int64_t waited_saves() const;
 
   struct Impl;
@@ -260,10 +268,10 @@ class CheckpointSaverHook : public SessionRunHook {
   std::unique_ptr<Impl> impl_;
 };
 
-// -- StepCounterHook (B109-B111) ----------------------------------------------
+// -- StepCounterHook -------------------------------------------------------------
 
 struct StepCounterHookOptions {
-  /// B109: exactly one of every_n_steps / every_n_secs (INVALID_ARGUMENT
+  /// Exactly one of every_n_steps / every_n_secs (INVALID_ARGUMENT
   /// "exactly one of every_n_steps and every_n_secs should be provided.").
   std::optional<int64_t> every_n_steps = 100;
   std::optional<double> every_n_secs;
@@ -274,10 +282,10 @@ struct StepCounterHookOptions {
 
 /// Measures global_step/sec on the training thread; when its timer fires it
 /// sends the value to the step_counter actor, which logs
-/// "global_step/sec: <v>" and writes the `global_step/sec` summary (B110).
+/// "global_step/sec: <v>" and writes the `global_step/sec` summary (TF's tag).
 /// The first trigger only primes the timer (values at 101, 201, ... with the
 /// defaults). Warns (first 5 times) when the stale global step did not
-/// change (B111). A trigger with no Clock time elapsed records nothing (TF
+/// change (TF's warning). A trigger with no Clock time elapsed records nothing (TF
 /// would divide by zero).
 class StepCounterHook : public SessionRunHook {
  public:
@@ -288,7 +296,7 @@ class StepCounterHook : public SessionRunHook {
   /// FAILED_PRECONDITION without services (AttachServices).
   Status begin() override;
   /// FAILED_PRECONDITION "Global step should be created to use
-  /// StepCounterHook." when the session's graph has none (B109: TF checks
+  /// StepCounterHook." when the session's graph has none (TF checks
   /// in begin(), before a graph is at hand here).
   Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
@@ -300,13 +308,13 @@ class StepCounterHook : public SessionRunHook {
   std::unique_ptr<Impl> impl_;
 };
 
-// -- SummarySaverHook (B112-B116) ---------------------------------------------
+// -- SummarySaverHook ------------------------------------------------------------
 
 struct SummarySaverHookOptions {
-  /// Exactly one of save_steps / save_secs (B95).
+  /// Exactly one of save_steps / save_secs (see SecondOrStepTimer).
   std::optional<int64_t> save_steps;
   std::optional<double> save_secs;
-  /// Where events go; empty means the hook does nothing (B112; it does not
+  /// Where events go; empty means the hook does nothing (as TF; it does not
   /// even fetch the summaries, which TF would on every run).
   std::string output_dir;
   /// The fetch that returns a serialized Summary (a kString scalar), or
@@ -322,13 +330,13 @@ struct SummarySaverHookOptions {
 };
 
 /// Requests the summary on the first run and whenever the timer fires for
-/// the predicted next step (B113); writes SessionLog START at the post-run
-/// global step after the first run (B114) and the summaries at the post-run
-/// global step (B115: 1, 101, 201, ... with save_steps=100); end() flushes
-/// (B116). The writes go to output_dir's summary_writer actor.
+/// the predicted next step; writes SessionLog START at the post-run global
+/// step after the first run and the summaries at the post-run global step
+/// (TF's schedule: 1, 101, 201, ... with save_steps=100); end() flushes.
+/// The writes go to output_dir's summary_writer actor.
 class SummarySaverHook : public SessionRunHook {
  public:
-  /// INVALID_ARGUMENT for a bad schedule (B95), an empty summary_op name,
+  /// INVALID_ARGUMENT for a bad schedule, an empty summary_op name,
   /// flush_timeout <= 0.
   static StatusOr<std::shared_ptr<SummarySaverHook>> Create(SummarySaverHookOptions options);
   ~SummarySaverHook() override;
@@ -341,7 +349,8 @@ class SummarySaverHook : public SessionRunHook {
   Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
-  /// B116: flushes the writer (waits for the summary_writer actor).
+  /// Flushes the writer (waits for the summary_writer actor). Like TF, not
+  /// called after an error, so nothing is flushed then.
   Status end(Session* session) override;
   struct Impl;
 
@@ -350,14 +359,15 @@ class SummarySaverHook : public SessionRunHook {
   std::unique_ptr<Impl> impl_;
 };
 
-// -- LoggingTensorHook (B117-B118) --------------------------------------------
+// -- LoggingTensorHook --------------------------------------------------------
 
 struct LoggingTensorHookOptions {
   /// Fetch names to log. With `sorted_tags` the line lists them sorted (TF's
   /// dict); otherwise in the given order (TF's list).
   std::vector<std::string> tensors;
   bool sorted_tags = false;
-  /// B117: at_end alone, or exactly one of every_n_iter (> 0) / every_n_secs.
+  /// at_end alone, or exactly one of every_n_iter (> 0) / every_n_secs (TF's
+  /// rule; INVALID_ARGUMENT otherwise).
   std::optional<int64_t> every_n_iter;
   std::optional<double> every_n_secs;
   bool at_end = false;
@@ -386,9 +396,10 @@ class LoggingTensorHook : public SessionRunHook {
   Status begin() override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
-  /// B118: with at_end, runs the tensors once more and logs them.
+  /// With at_end, runs the tensors once more and logs them (as TF: side
+  /// effects of that run, such as consuming input, happen).
   Status end(Session* session) override;
-  /// Local iterations seen (B117: not the global step).
+  /// Local iterations seen (as TF: not the global step).
   int64_t iteration() const { return iter_count_; }
 
  private:
@@ -401,7 +412,7 @@ class LoggingTensorHook : public SessionRunHook {
   bool should_trigger_ = false;
 };
 
-// -- NanTensorHook (B119) --------------------------------------------------------
+// -- NanTensorHook ---------------------------------------------------------------
 
 class NanTensorHook : public SessionRunHook {
  public:
@@ -421,7 +432,7 @@ class NanTensorHook : public SessionRunHook {
   bool fail_on_nan_loss_;
 };
 
-// -- GlobalStepWaiterHook (B120) ---------------------------------------------------
+// -- GlobalStepWaiterHook ----------------------------------------------------------
 
 class GlobalStepWaiterHook : public SessionRunHook {
  public:
@@ -436,7 +447,7 @@ class GlobalStepWaiterHook : public SessionRunHook {
   /// FAILED_PRECONDITION "Global step should be created to use
   /// GlobalStepWaiterHook." when the graph has none (TF: in begin()).
   Status after_create_session(Session* session, Coordinator* coord) override;
-  /// B120: on the first call only, polls Session::GlobalStep() every
+  /// On the first call only, polls Session::GlobalStep() every
   /// poll_interval of the clock until it is >= wait_until_step; logs
   /// "Waiting for global step N before starting training." and, every 1000
   /// steps of progress, the current step. DEADLINE_EXCEEDED past max_wait.
@@ -450,7 +461,7 @@ class GlobalStepWaiterHook : public SessionRunHook {
   bool worker_is_started_ = false;
 };
 
-// -- FinalOpsHook (B121) -----------------------------------------------------------
+// -- FinalOpsHook ------------------------------------------------------------------
 
 class FinalOpsHook : public SessionRunHook {
  public:
@@ -469,20 +480,20 @@ class FinalOpsHook : public SessionRunHook {
   TensorMap values_;
 };
 
-// -- FeedFnHook (B122) -------------------------------------------------------------
+// -- FeedFnHook --------------------------------------------------------------------
 
 class FeedFnHook : public SessionRunHook {
  public:
   explicit FeedFnHook(std::function<TensorMap()> feed_fn) : feed_fn_(std::move(feed_fn)) {}
   std::string name() const override { return "FeedFnHook"; }
-  /// B122: no fetches, feeds = feed_fn() (its exceptions become the Status).
+  /// No fetches, feeds = feed_fn() (its exceptions become the Status).
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
 
  private:
   std::function<TensorMap()> feed_fn_;
 };
 
-// -- ProfilerHook (B123) -----------------------------------------------------------
+// -- ProfilerHook ------------------------------------------------------------------
 
 struct ProfilerHookOptions {
   std::optional<int64_t> save_steps;
@@ -494,7 +505,7 @@ struct ProfilerHookOptions {
   Env* env = Env::Default();
 };
 
-/// B123: fetches the stale global step every run; the first run only primes
+/// Fetches the stale global step every run; the first run only primes
 /// the timer. When the timer fires for the predicted step it asks for
 /// kFullTrace, re-reads the real step and writes
 /// <output_dir>/timeline-<step>.json through options.env, a Chrome
@@ -505,7 +516,7 @@ struct ProfilerHookOptions {
 /// allocator stats to show).
 class ProfilerHook : public SessionRunHook {
  public:
-  /// INVALID_ARGUMENT for a bad schedule (B95).
+  /// INVALID_ARGUMENT for a bad schedule (see SecondOrStepTimer).
   static StatusOr<std::shared_ptr<ProfilerHook>> Create(ProfilerHookOptions options);
   std::string name() const override { return "ProfilerHook"; }
   /// Resets the schedule and creates output_dir.

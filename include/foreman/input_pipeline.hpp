@@ -1,5 +1,5 @@
-// InputPipeline: batches decoded ahead by an actor (design.md §1 "input
-// pipeline actors"), so that the training loop never waits on decoding.
+// InputPipeline: batches decoded ahead by an actor, so that the training
+// loop never waits on decoding (TF: a tf.data prefetching input pipeline).
 //
 // A producer actor (detached: decoding is blocking CPU work, kept off CAF's
 // shared scheduler) runs Dataset::GetBatch for the positions after the one
@@ -86,7 +86,7 @@ class InputPipeline {
   };
   Stats stats() const;
 
-  struct Impl;  // actors/input_pipeline.cpp
+  struct Impl;  // the producer actor's side
 
  private:
   explicit InputPipeline(std::unique_ptr<Impl> impl);

@@ -74,8 +74,7 @@ class MemEnv : public Env {
   Status SyncDir(const std::string& dir) override;
   StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
 
-  /// Shared state; public only so that the file objects in mem_env.cpp can
-  /// name it.
+  /// Shared state; public only so that MemEnv's file objects can name it.
   struct State;
 
  private:

@@ -1,7 +1,7 @@
 // MonitoredSession, SingularMonitoredSession and MonitoredTrainingSession:
 // a training loop wrapped in hooks, a coordinator and recovery.
-// (TF: tf.compat.v1.train.MonitoredSession & co.; spec §0-§4, B1-B54;
-// decisions 1-4, 9, 11, 12; design.md §1-§4.)
+// (TF: tf.compat.v1.train.MonitoredSession & co., with TF's call order,
+// defaults and messages; where Foreman departs from TF, the comment says so.)
 //
 //   foreman::MonitoredTrainingSessionOptions opts;
 //   opts.graph = graph;                        // variables + step function
@@ -17,13 +17,15 @@
 //                                              // hook's request_stop), else
 //                                              // the first error
 //
-// The wrapper stack (spec §0) is one object here, with the same behaviour:
+// TF's wrapper stack (_RecoverableSession, _CoordinatedSession,
+// _HookedSession) is one object here, with the same behaviour:
 //   recovery     (MonitoredSession only) ABORTED / UNAVAILABLE from run(),
 //                after_create_session or the step: close, re-create via the
-//                creator (after_create_session again, B47), restore the latest
-//                checkpoint, re-run the same call; bounded (decision 2).
-//   coordination a fresh Coordinator per created session (B19), with no
-//                clean-stop codes (B54); services report to it.
+//                creator (after_create_session again), restore the latest
+//                checkpoint, re-run the same call; bounded (unlike TF, see
+//                RecoveryOptions).
+//   coordination a fresh Coordinator per created session, with no
+//                clean-stop codes; services report to it.
 //   hooks        before_run / after_run with merged fetches and feeds.
 //
 // Every hook callback and the step run on the thread that calls run() (the
@@ -54,7 +56,8 @@ class actor_system;
 
 namespace foreman {
 
-/// Decision 2: bounded recovery with exponential back-off and jitter.
+/// Bounded recovery with exponential back-off and jitter (TF retries
+/// forever, at once).
 struct RecoveryOptions {
   /// At most this many recoveries within `window`; the next preemption error
   /// is returned (ABORTED / UNAVAILABLE) and training stops.
@@ -66,7 +69,7 @@ struct RecoveryOptions {
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(30);
   uint64_t seed = 0;
-  /// TF's behaviour for parity tests (B48): recover forever, no back-off.
+  /// TF's behaviour, for parity tests: recover forever, no back-off.
   bool unbounded = false;
 };
 
@@ -99,7 +102,7 @@ struct RuntimeOptions {
 };
 
 struct MonitoredSessionOptions {
-  /// B18: default ChiefSessionCreator over a default Scaffold of `graph`
+  /// As TF, the default is a ChiefSessionCreator over a default Scaffold of `graph`
   /// (no checkpoint_dir: never restores). One of the two is required.
   std::shared_ptr<SessionCreator> session_creator;
   std::shared_ptr<Graph> graph;
@@ -109,7 +112,7 @@ struct MonitoredSessionOptions {
   RuntimeOptions runtime;
 };
 
-/// What run_step_fn's function gets (TF: MonitoredSession.StepContext, B44).
+/// What run_step_fn's function gets (TF: MonitoredSession.StepContext).
 class MonitoredStepContext {
  public:
   /// The raw session: runs without hooks.
@@ -117,7 +120,7 @@ class MonitoredStepContext {
   /// Runs with hooks, like MonitoredSession::run.
   StatusOr<TensorMap> run_with_hooks(const std::vector<std::string>& fetches, const TensorMap& feeds = {},
                                      const RunOptions& options = {});
-  /// B44: ends training cleanly after this step (TF raises StopIteration).
+  /// Ends training cleanly after this step (TF raises StopIteration).
   void request_stop() { stop_requested_ = true; }
   bool stop_requested() const { return stop_requested_; }
 
@@ -133,51 +136,53 @@ using StepCallable = std::function<Status(MonitoredStepContext& ctx)>;
 
 class MonitoredSession {
  public:
-  /// B19: hooks' begin() in order, session creation (creator), a fresh
+  /// As TF: hooks' begin() in order, session creation (creator), a fresh
   /// Coordinator, hooks' after_create_session() in order. On error every
   /// actor and thread started is shut down and the error is returned
-  /// (a preemption error during creation is retried as decision 2 says).
+  /// (a preemption error during creation is retried as RecoveryOptions say).
   static StatusOr<std::unique_ptr<MonitoredSession>> Create(MonitoredSessionOptions options);
   /// Closes if not closed (errors logged).
   virtual ~MonitoredSession();
   MonitoredSession(const MonitoredSession&) = delete;
   MonitoredSession& operator=(const MonitoredSession&) = delete;
 
-  /// B27-B36, B47, B51: one hooked run; returns the caller's fetches.
-  ///   FAILED_PRECONDITION "Run called even after should_stop requested." (B27)
+  /// One hooked run (TF's order); returns the caller's fetches.
+  ///   FAILED_PRECONDITION "Run called even after should_stop requested." (TF's message)
   ///   FAILED_PRECONDITION after close()
   ///   OUT_OF_RANGE        the step's end of input: training ends cleanly
   ///                       (should_stop() is then true; close() returns OK)
   ///   INVALID_ARGUMENT    "Same tensor is fed by two hooks. Conflict(s): ..."
-  ///                       / "Same tensor is fed by a SessionRunHook and user. ..." (B32)
+  ///                       / "Same tensor is fed by a SessionRunHook and user. ..."
+  ///                       (TF's messages)
   ///   any other error of the step or a hook: training ends with it (later
   ///   run() calls are FAILED_PRECONDITION, should_stop() is true); close()
   ///   returns it too (or an earlier error a service reported).
-  /// ABORTED / UNAVAILABLE are recovered from (decision 2, MonitoredSession
+  /// ABORTED / UNAVAILABLE are recovered from (see RecoveryOptions; MonitoredSession
   /// only): each recovery is logged as a WARNING with the steps it lost;
   /// once max_recoveries within the window are spent the error is returned.
   StatusOr<TensorMap> run(const std::vector<std::string>& fetches, const TensorMap& feeds = {},
                           const RunOptions& options = {}, RunMetadata* run_metadata = nullptr);
 
-  /// B44-B45: runs `step_fn` with a MonitoredStepContext; a preemption error
+  /// TF's run_step_fn: runs `step_fn` with a MonitoredStepContext; a preemption error
   /// inside re-runs the whole function on a new session (MonitoredSession).
   /// ctx.request_stop() is a clean stop.
   Status run_step_fn(const StepCallable& step_fn);
 
-  /// B37: the hooks asked to stop, the coordinator was asked (a service
+  /// True when the hooks asked to stop, the coordinator was asked (a service
   /// failed, or a clean stop), a run() / run_step_fn() ended training (a
   /// clean stop or an error), or the session is closed. Never blocks. In a
   /// MonitoredSession a preemption error reported to the coordinator does not
-  /// count: the next run() recovers from it (B50).
+  /// count: the next run() recovers from it (as TF).
   bool should_stop() const;
 
-  /// B38-B43, B52, decisions 3-4: after a clean stop (or none) calls every
+  /// After a clean stop (or none) calls every
   /// hook's end() (final checkpoint, summary flush; as in TF, a failing end()
   /// skips the later hooks' end() but not the rest of close); then stops the
   /// coordinator and joins it with stop_grace_period_secs, shuts the service
   /// actors down (bounded) and closes the raw session. Returns OK after a
-  /// clean stop, else the first error (a step's, a hook's, a service's). A
-  /// second close() returns the first one's status and calls no hook.
+  /// clean stop, else the first error (a step's, a hook's, a service's). As
+  /// TF, no end() after an error. Unlike TF (which raises), a second close()
+  /// returns the first one's status and calls no hook.
   Status close();
 
   /// Asks the run to stop, from any thread, at any moment: before the first
@@ -204,11 +209,11 @@ class MonitoredSession {
   /// Never null; shared, so it may outlive the session.
   const std::shared_ptr<StopRequest>& stop_request() const;
 
-  /// Recoveries so far (decision 2) and the global steps they lost.
+  /// Recoveries so far and the global steps they lost.
   int64_t recoveries() const;
   int64_t steps_lost() const;
 
-  /// The current coordinator (B19: a new one per created session).
+  /// The current coordinator (a new one per created session, as TF).
   Coordinator* coordinator() const;
 
  protected:
@@ -231,14 +236,14 @@ struct SingularMonitoredSessionOptions {
   RuntimeOptions runtime;
 };
 
-/// B23: always chief, no recovery (ABORTED / UNAVAILABLE are returned), and
+/// As TF: always chief, no recovery (ABORTED / UNAVAILABLE are returned), and
 /// should_stop() reports the coordinator's error through stop_error().
 class SingularMonitoredSession : public MonitoredSession {
  public:
   static StatusOr<std::unique_ptr<SingularMonitoredSession>> Create(SingularMonitoredSessionOptions options);
-  /// B23: the raw session (nullptr after close).
+  /// The raw session (nullptr after close).
   Session* raw_session() const;
-  /// B37: TF's SingularMonitoredSession.should_stop() re-raises the error
+  /// TF's SingularMonitoredSession.should_stop() re-raises the error
   /// the coordinator recorded; here should_stop() returns true and this
   /// returns that error.
   Status stop_error() const;
@@ -247,7 +252,7 @@ class SingularMonitoredSession : public MonitoredSession {
   using MonitoredSession::MonitoredSession;
 };
 
-// -- MonitoredTrainingSession (B1-B17) ------------------------------------------
+// -- MonitoredTrainingSession ------------------------------------------------------
 
 /// TF's USE_DEFAULT (distinct from "explicitly off").
 template <class T>
@@ -279,13 +284,13 @@ struct MonitoredTrainingSessionOptions {
   Defaultable<double> save_summaries_secs;
   SessionConfig config;
   double stop_grace_period_secs = 120;
-  /// 0 or None (std::nullopt) disables the StepCounterHook (B10).
+  /// 0 or None (std::nullopt) disables the StepCounterHook (as TF).
   std::optional<int64_t> log_step_count_steps = 100;
   double max_wait_secs = 7200;
   Defaultable<int64_t> save_checkpoint_steps;
   std::string summary_dir;
   // Foreman extensions.
-  /// Worker readiness poll interval (TF fixed it at 30 s, H-01).
+  /// Worker readiness poll interval (TF fixed it at 30 s).
   double recovery_wait_secs = 30;
   /// Checkpoint listeners for the default CheckpointSaverHook.
   std::vector<std::shared_ptr<CheckpointSaverListener>> checkpoint_listeners;
@@ -293,10 +298,10 @@ struct MonitoredTrainingSessionOptions {
   RuntimeOptions runtime;
 };
 
-/// The effective schedules after TF's USE_DEFAULT rules (B1-B8), and which
-/// default hooks MonitoredTrainingSession adds (B9-B12). Exposed for tests
-/// and tools. INVALID_ARGUMENT when both frequencies of a pair are set
-/// (decision 1), naming both options.
+/// The effective schedules after TF's USE_DEFAULT rules, and which default
+/// hooks MonitoredTrainingSession adds (TF's). Exposed for tests and tools.
+/// INVALID_ARGUMENT when both frequencies of a pair are set (TF's code raises
+/// too; its docstring says otherwise), naming both options.
 struct MonitoredTrainingSessionPlan {
   std::optional<int64_t> save_summaries_steps;
   std::optional<double> save_summaries_secs;
@@ -309,7 +314,7 @@ struct MonitoredTrainingSessionPlan {
 };
 StatusOr<MonitoredTrainingSessionPlan> PlanMonitoredTrainingSession(const MonitoredTrainingSessionOptions& options);
 
-/// B1-B16: builds the hook list (chief: chief_only_hooks, StepCounterHook,
+/// As TF: builds the hook list (chief: chief_only_hooks, StepCounterHook,
 /// SummarySaverHook, CheckpointSaverHook, hooks; worker: hooks only) and a
 /// MonitoredSession with a ChiefSessionCreator (restoring from
 /// checkpoint_dir) or a WorkerSessionCreator (max_wait_secs,
@@ -317,7 +322,7 @@ StatusOr<MonitoredTrainingSessionPlan> PlanMonitoredTrainingSession(const Monito
 /// the scaffold's saver and summary_op; so that they can be built, the
 /// scaffold is finalized first (when a summary or checkpoint hook is added)
 /// and the graph, if it was not finalized, is handed back unfinalized for the
-/// hooks' begin() (B21).
+/// hooks' begin() (which may still add to it, as TF's hooks add ops).
 StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTrainingSessionOptions options);
 
 }  // namespace foreman

@@ -1,5 +1,5 @@
 // The raw Session: values for a Graph's variables, and run(fetches, feeds).
-// (TF: tf.compat.v1.Session; design.md §3.)
+// (TF: tf.compat.v1.Session.)
 //
 //   FOREMAN_ASSIGN_OR_RETURN(auto sess, foreman::Session::Create(graph, "", config));
 //   FOREMAN_ASSIGN_OR_RETURN(foreman::TensorMap out, sess->Run({"loss", "train_op"}, feeds));
@@ -7,7 +7,7 @@
 // Run() calls the graph's step function with the requested fetch names; only
 // those are computed. Built-in fetch: "global_step" is answered by the
 // Session with the value read *before* the step runs (TF's stale global-step
-// read, B126), unless the step function sets it.
+// read), unless the step function sets it.
 //
 // Targets (TF's `master`):
 //   ""               a local session with its own variable values
@@ -48,7 +48,7 @@ namespace foreman {
 /// Named tensors: feeds going into a step, fetch results coming out.
 using TensorMap = std::map<std::string, Tensor>;
 
-/// TF's RunOptions (the fields hooks merge, B33).
+/// TF's RunOptions (the fields hooks merge).
 struct RunOptions {
   enum TraceLevel : int { kNoTrace = 0, kSoftwareTrace = 1, kHardwareTrace = 2, kFullTrace = 3 };
   TraceLevel trace_level = kNoTrace;
@@ -96,7 +96,7 @@ struct SessionConfig {
   ///                        built yet
   ///   RESOURCE_EXHAUSTED   out of device memory
   std::string device;
-  /// Seams (design.md §6): every file operation and timing decision of the
+  /// Seams: every file operation and timing decision of the
   /// session and of everything built from this config. Not owned; must
   /// outlive it.
   Env* env = Env::Default();
@@ -172,7 +172,7 @@ class StepContext {
 
 class Session {
  public:
-  /// Finalizes `graph` (B19) and creates a session on `target` (see above).
+  /// Finalizes `graph` (as TF) and creates a session on `target` (see above).
   ///   INVALID_ARGUMENT    null graph, graph without a step function, bad config
   ///   UNIMPLEMENTED       a target of no registered scheme ("" / "inproc://NAME")
   ///   INVALID_ARGUMENT / FAILED_PRECONDITION / UNIMPLEMENTED /
@@ -200,7 +200,7 @@ class Session {
   /// The current global_step (GetGlobalStep on the values).
   StatusOr<int64_t> GlobalStep();
   /// Names of the graph's global variables that hold no value yet, sorted
-  /// (what TF's default ready_op reports, B79/B92).
+  /// (what TF's default ready_op reports).
   std::vector<std::string> UninitializedVariables();
   /// Same for every variable, local ones included.
   std::vector<std::string> UninitializedVariables(bool include_local);

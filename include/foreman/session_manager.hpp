@@ -1,9 +1,9 @@
 // Scaffold, SessionManager and the session creators: how a session gets its
 // variables (restore, or initialise) and when it is ready.
 // (TF: tf.compat.v1.train.Scaffold, SessionManager, ChiefSessionCreator,
-// WorkerSessionCreator; spec §7-§8, B24-B26, B78-B94.)
+// WorkerSessionCreator, with TF's order of steps, defaults and messages.)
 //
-// Ops are functions on a Session. Defaults follow TF (B92):
+// Ops are functions on a Session. Defaults follow TF's Scaffold:
 //   init_op                   initialize every global variable of the graph
 //   ready_op                  report every uninitialized variable
 //   ready_for_local_init_op   report every uninitialized global variable
@@ -36,14 +36,14 @@ namespace foreman {
 using SessionOp = std::function<Status(Session& session)>;
 /// TF's init_op with init_feed_dict.
 using InitOp = std::function<Status(Session& session, const TensorMap& feeds)>;
-/// TF's ready ops: the names of what is not ready; empty means ready (B79).
+/// TF's ready ops: the names of what is not ready; empty means ready.
 using ReadyOp = std::function<StatusOr<std::vector<std::string>>(Session& session)>;
 
 class Scaffold;
-/// B94: called as init_fn(scaffold, session).
+/// Called as init_fn(scaffold, session), as TF wraps a Scaffold's init_fn.
 using InitFn = std::function<Status(const Scaffold& scaffold, Session& session)>;
 
-/// The default ops (B92), for building your own around them.
+/// The default ops (TF's Scaffold defaults), for building your own around them.
 InitOp DefaultInitOp();                  // global variables' initializers
 SessionOp DefaultLocalInitOp();          // local variables' initializers
 ReadyOp DefaultReadyOp();                // every uninitialized variable
@@ -60,21 +60,22 @@ struct ScaffoldOptions {
   std::shared_ptr<Saver> saver;
 };
 
-/// B90-B94. Pieces not given are filled by finalize(); a copy of a Scaffold
-/// is TF's copy_from_scaffold.
+/// TF's Scaffold. Pieces not given are filled by finalize(); a copy of a
+/// Scaffold is TF's copy_from_scaffold.
 class Scaffold {
  public:
   explicit Scaffold(std::shared_ptr<Graph> graph, ScaffoldOptions options = {});
 
-  /// B91-B93: fills missing pieces with the defaults (the saver on `config`'s
+  /// Fills missing pieces with the defaults (the saver on `config`'s
   /// env and clock), finalizes the graph. Idempotent. The default saver is
   /// shared by every Scaffold of the same graph while the graph lives (TF's
-  /// SAVERS collection); given pieces are never shared (B94).
+  /// SAVERS collection); given pieces are never shared (as TF: they are not
+  /// added to the collections).
   Status finalize(const SessionConfig& config = {});
   bool finalized() const { return finalized_; }
 
   const std::shared_ptr<Graph>& graph() const { return graph_; }
-  /// B90: empty until finalize() unless given.
+  /// Empty until finalize() unless given (TF: None).
   const InitOp& init_op() const { return options_.init_op; }
   const TensorMap& init_feed_dict() const { return options_.init_feed_dict; }
   const InitFn& init_fn() const { return options_.init_fn; }
@@ -94,20 +95,20 @@ class Scaffold {
 
 struct SessionManagerOptions {
   SessionOp local_init_op;
-  /// Empty: always ready (B79).
+  /// Empty: always ready (TF: ready_op None).
   ReadyOp ready_op;
   ReadyOp ready_for_local_init_op;
   std::shared_ptr<Graph> graph;
   /// TF: recovery_wait_secs (30 s): between a worker's readiness polls and
-  /// between checks for a checkpoint to appear (B83, B88). Configurable
-  /// through MonitoredTrainingSession in Foreman (H-01).
+  /// between checks for a checkpoint to appear. Unlike TF, configurable
+  /// through MonitoredTrainingSession too.
   absl::Duration recovery_wait = absl::Seconds(30);
 };
 
 struct PrepareSessionOptions {
   InitOp init_op;
   std::shared_ptr<Saver> saver;
-  /// B82: at most one of the two.
+  /// At most one of the two (INVALID_ARGUMENT otherwise, TF's ValueError).
   std::string checkpoint_dir;
   std::string checkpoint_filename_with_path;
   bool wait_for_checkpoint = false;
@@ -117,27 +118,27 @@ struct PrepareSessionOptions {
   /// too); config.clock times the waits.
   SessionConfig config;
   TensorMap init_feed_dict;
-  /// Called as init_fn(session); the Scaffold wraps its own (B94).
+  /// Called as init_fn(session); the Scaffold wraps its own.
   std::function<Status(Session&)> init_fn;
 };
 
 class SessionManager {
  public:
-  /// B78: INVALID_ARGUMENT when ready_for_local_init_op is given without
+  /// INVALID_ARGUMENT when ready_for_local_init_op is given without
   /// local_init_op. INVALID_ARGUMENT for a null graph.
   static StatusOr<std::unique_ptr<SessionManager>> Create(SessionManagerOptions options);
 
-  /// B81-B86: creates a session on `master`; restores (B83: the exact prefix,
-  /// or the newest good checkpoint of checkpoint_dir by decision 7, waiting
-  /// for one when asked) and then rebuilds the saver's retention list (B84);
-  /// otherwise runs init_op then init_fn (B85); then local init and the
-  /// ready check (B86). Errors:
-  ///   INVALID_ARGUMENT     both checkpoint locations (B82)
+  /// TF's prepare_session: creates a session on `master`; restores (the
+  /// exact prefix, or the newest checkpoint of checkpoint_dir that verifies,
+  /// see LatestCheckpoint, waiting for one when asked) and then rebuilds the
+  /// saver's retention list; otherwise runs init_op then init_fn (neither
+  /// runs after a restore); then local init and the ready check. Errors:
+  ///   INVALID_ARGUMENT     both checkpoint locations
   ///   FAILED_PRECONDITION  "Model is not initialized and no init_op or
-  ///                        init_fn or local_init_op was given" (B85);
+  ///                        init_fn or local_init_op was given";
   ///                        "Init operations did not make model ready for
   ///                        local_init.  ..." / "Init operations did not
-  ///                        make model ready.  ..." (B86, TF's text)
+  ///                        make model ready.  ..." (TF's text)
   ///   DATA_LOSS            checkpoint files exist and none verifies
   ///   INVALID_ARGUMENT     "The passed save_path is not a valid checkpoint:
   ///                        <prefix>" (checkpoint_filename_with_path)
@@ -149,10 +150,11 @@ class SessionManager {
   /// match) and restores them all at once; local variables are left to
   /// local_init_op. Logs "Restoring parameters from <prefix>" as TF does.
   /// After a restore from checkpoint_dir the retention list comes from the
-  /// state file (B84); an unreadable state file is logged, not an error.
+  /// state file (TF: recover_last_checkpoints); an unreadable state file is
+  /// logged, not an error.
   StatusOr<std::unique_ptr<Session>> prepare_session(const std::string& master, PrepareSessionOptions options);
 
-  /// B87: like prepare_session without initialising: `initialized` is false
+  /// TF's recover_session: like prepare_session without initialising: `initialized` is false
   /// when nothing was restored or local init / ready failed (logged).
   struct Recovered {
     std::unique_ptr<Session> session;
@@ -165,7 +167,7 @@ class SessionManager {
                                       absl::Duration max_wait = absl::Seconds(7200),
                                       const SessionConfig& config = {});
 
-  /// B88-B89: polls until the model is ready (local init where possible),
+  /// TF's wait_for_session: polls until the model is ready (local init where possible),
   /// every recovery_wait on config.clock, the first poll at once; a worker
   /// never initialises global variables. std::nullopt max_wait waits forever.
   /// DEADLINE_EXCEEDED "Session was not ready after waiting N secs." when the
@@ -175,7 +177,7 @@ class SessionManager {
   StatusOr<std::unique_ptr<Session>> wait_for_session(const std::string& master, const SessionConfig& config = {},
                                                       std::optional<absl::Duration> max_wait = std::nullopt);
 
-  /// Readiness polls made by wait_for_session so far (tests, H-01). May be
+  /// Readiness polls made by wait_for_session so far (for tests). May be
   /// read while wait_for_session runs on another thread.
   int64_t ready_polls() const { return ready_polls_.load(std::memory_order_relaxed); }
 
@@ -186,15 +188,15 @@ class SessionManager {
     std::unique_ptr<Session> session;
     bool restored = false;
   };
-  /// TF's _restore_checkpoint: a new session, restored when possible (B82-B84).
+  /// TF's _restore_checkpoint: a new session, restored when possible.
   StatusOr<Restored> RestoreCheckpoint(const std::string& master, const std::shared_ptr<Saver>& saver,
                                        const std::string& checkpoint_dir,
                                        const std::string& checkpoint_filename_with_path, bool wait_for_checkpoint,
                                        absl::Duration max_wait, const SessionConfig& config);
-  /// TF's _try_run_local_init_op (B80): std::nullopt on success (or no
+  /// TF's _try_run_local_init_op: std::nullopt on success (or no
   /// local_init_op), else why the model is not ready for it.
   StatusOr<std::optional<std::string>> TryRunLocalInitOp(Session& session);
-  /// TF's _model_ready (B79): std::nullopt when ready.
+  /// TF's _model_ready: std::nullopt when ready.
   StatusOr<std::optional<std::string>> ModelReady(Session& session);
 
   SessionManagerOptions options_;
@@ -202,7 +204,7 @@ class SessionManager {
 };
 
 /// Makes raw sessions for a MonitoredSession (TF: SessionCreator). Called
-/// again on every recovery (B47).
+/// again on every recovery.
 class SessionCreator {
  public:
   virtual ~SessionCreator() = default;
@@ -212,7 +214,7 @@ class SessionCreator {
   virtual const SessionConfig& config() const = 0;
 };
 
-/// B24, B26: prepare_session with the scaffold's ops; restores from
+/// TF's ChiefSessionCreator: prepare_session with the scaffold's ops; restores from
 /// checkpoint_dir (or the exact checkpoint_filename_with_path).
 class ChiefSessionCreator : public SessionCreator {
  public:
@@ -232,7 +234,7 @@ class ChiefSessionCreator : public SessionCreator {
   std::unique_ptr<SessionManager> session_manager_;
 };
 
-/// B25-B26: wait_for_session with max_wait (TF default 30 min).
+/// TF's WorkerSessionCreator: wait_for_session with max_wait (TF default 30 min).
 class WorkerSessionCreator : public SessionCreator {
  public:
   explicit WorkerSessionCreator(std::shared_ptr<Scaffold> scaffold, std::string master = "",

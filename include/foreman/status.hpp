@@ -2,7 +2,7 @@
 //
 // TF's error_codes.proto and absl::StatusCode share their numbers (OK=0,
 // CANCELLED=1, ..., DATA_LOSS=15), so a foreman::Status *is* a TF status.
-// The codes drive supervision (design.md §1, spec §17.12):
+// The codes drive supervision, mapping TF's exception classes:
 //   OUT_OF_RANGE        a step's clean stop (end of input data)
 //   ABORTED/UNAVAILABLE preemption: recreate the session, restore, retry
 //   DATA_LOSS           a checksum mismatch in a file
@@ -12,7 +12,7 @@
 //
 // No exception crosses Foreman's public API. User code (steps, hooks,
 // listeners) may throw; the boundary calls InvokeUserCode() which turns the
-// exception into a Status following spec §17.12:
+// exception into a Status the way TF's exception classes map to codes:
 //
 //   foreman::StatusError(s)         -> s (any code, message kept; an OK s
 //                                      -> INTERNAL: an exception is a failure)
@@ -91,7 +91,7 @@ Status Annotate(const Status& s, const std::string& context);
 // -- NanLossDuringTrainingError (TF: basic_session_run_hooks) ----------------
 
 /// Payload type URL that marks an INTERNAL status as TF's
-/// NanLossDuringTrainingError (spec §17.12).
+/// NanLossDuringTrainingError (INTERNAL carrying this payload).
 inline constexpr char kNanLossPayload[] = "foreman.NanLossDuringTraining";
 
 /// INTERNAL with the kNanLossPayload payload.

@@ -1,5 +1,5 @@
 // Summary helpers: build a serialized TensorBoard `Summary` proto for a step
-// function to return as its "summaries" fetch (design.md §3), or for an
+// function to return as its "summaries" fetch (Graph::AddSummaryOp), or for an
 // EventFileWriter. (TF: tf.compat.v1.summary.scalar / histogram / text.)
 //
 // Serialized Summaries concatenate: the bytes of two Summary messages one

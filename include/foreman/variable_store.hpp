@@ -80,21 +80,24 @@ class VariableStore {
   std::map<std::string, std::unique_ptr<Variable>> vars_;
 };
 
-// -- training_util (TF: tf.compat.v1.train.*global_step*; spec §10) ------------
+// -- training_util (TF: tf.compat.v1.train.*global_step*) -----------------------
 
 /// The global step variable's name.
 inline constexpr char kGlobalStepName[] = "global_step";
 
-/// B125: creates `global_step`, an int64 scalar, non-trainable, initial 0.
+/// Creates `global_step`, an int64 scalar, non-trainable, initial 0 (TF:
+/// create_global_step).
 /// ALREADY_EXISTS "global_step already exists." when present.
 Status CreateGlobalStep(VariableStore& vars);
 
-/// B124: the value of `global_step`. NOT_FOUND when it does not exist (a hook
-/// reports "Global step should be created to use <Hook>.");
+/// The value of `global_step` (TF: global_step(sess, get_global_step())).
+/// NOT_FOUND when it does not exist (a stock hook reports FAILED_PRECONDITION
+/// "Global step should be created to use <Hook>.");
 /// INVALID_ARGUMENT when it is not an integer (int32/int64) scalar.
 StatusOr<int64_t> GetGlobalStep(const VariableStore& vars);
 
-/// B125: GetGlobalStep(), creating the variable first when it is missing.
+/// GetGlobalStep(), creating the variable first when it is missing (TF:
+/// get_or_create_global_step).
 StatusOr<int64_t> GetOrCreateGlobalStep(VariableStore& vars);
 
 /// Sets `global_step` to `value`; errors as GetGlobalStep().

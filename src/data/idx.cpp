@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "foreman/dataset.hpp"
+#include "platform/path.hpp"
 
 namespace foreman::data {
 
@@ -217,8 +218,7 @@ StatusOr<LabeledImages> LoadLabeledImages(Env* env, const std::string& images_pa
 
 StatusOr<FashionMnist> LoadFashionMnist(Env* env, const std::string& dir) {
   if (env == nullptr) env = Env::Default();
-  std::string stripped = dir;
-  while (stripped.size() > 1 && stripped.back() == '/') stripped.pop_back();
+  const std::string stripped = internal::NormalizeDirectory(dir);
   auto path = [&](const char* name) { return JoinPath(stripped, name); };
   const std::string train_images = path("train-images-idx3-ubyte.gz");
   const std::string train_labels = path("train-labels-idx1-ubyte.gz");

@@ -16,6 +16,7 @@
 #include "checkpoint_state.pb.h"
 #include "foreman/bundle.hpp"
 #include "platform/log.hpp"
+#include "platform/path.hpp"
 
 namespace foreman {
 
@@ -34,8 +35,7 @@ class ParseErrors : public google::protobuf::io::ErrorCollector {
 
 /// `path` relative to `dir` when it lies under it (decision 8), else as given.
 std::string RelativeTo(const std::string& dir, const std::string& path) {
-  std::string d = dir;
-  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const std::string d = internal::NormalizeDirectory(dir);
   if (d == "/") return IsAbsolutePath(path) ? path.substr(1) : path;
   if (!d.empty() && absl::StartsWith(path, d + "/")) return path.substr(d.size() + 1);
   return path;
@@ -221,12 +221,26 @@ StatusOr<std::optional<std::string>> LatestCheckpoint(Env* env, const std::strin
 // -- the lock ----------------------------------------------------------------------
 
 StatusOr<std::unique_ptr<FileLock>> LockCheckpointDirectory(Env* env, const std::string& dir) {
-  FOREMAN_RETURN_IF_ERROR(env->RecursivelyCreateDir(dir));
-  StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(JoinPath(dir, kLockFilename));
-  if (absl::IsFailedPrecondition(lock.status())) {
+  if (dir.empty()) return absl::InvalidArgumentError("the checkpoint directory must not be empty");
+  // FAILED_PRECONDITION means "held by another owner" and nothing else: an
+  // Env's other FAILED_PRECONDITIONs here (a path that is not a directory)
+  // become INVALID_ARGUMENT; every other code stays the Env's.
+  const auto not_held = [&dir](const Status& s, absl::string_view what) {
+    const std::string msg = absl::StrCat("cannot ", what, " checkpoint directory ", dir, ": ", s.message());
+    return absl::IsFailedPrecondition(s) ? absl::InvalidArgumentError(msg) : Status(s.code(), msg);
+  };
+  if (Status s = env->RecursivelyCreateDir(dir); !s.ok()) return not_held(s, "create the");
+  const std::string lock_path = JoinPath(dir, kLockFilename);
+  if (StatusOr<bool> is_dir = env->IsDirectory(lock_path); is_dir.ok() && *is_dir) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot lock the checkpoint directory ", dir, ": ", lock_path, " is a directory"));
+  }
+  StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(lock_path);
+  if (absl::IsFailedPrecondition(lock.status())) {   // both Envs: held, by another process or lock object
     return absl::FailedPreconditionError(absl::StrCat("checkpoint directory ", dir, " is in use by process ",
                                                       PidFromLockError(lock.status().message())));
   }
+  if (!lock.ok()) return not_held(lock.status(), "lock the");
   return lock;
 }
 

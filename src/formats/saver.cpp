@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "foreman/bundle.hpp"
+#include "formats/saver.hpp"
 #include "platform/log.hpp"
 
 namespace foreman {
@@ -126,6 +127,13 @@ StatusOr<std::unique_ptr<Saver>> Saver::Create(SaverOptions options) {
   impl->options = options;
   impl->next_keep_time_secs = options.clock->WallSeconds() + options.keep_checkpoint_every_n_hours * 3600.0;
   return std::unique_ptr<Saver>(new Saver(std::move(impl)));
+}
+
+StatusOr<std::unique_ptr<Saver>> internal::NewDefaultSaver(Env* env, Clock* clock) {
+  SaverOptions options;
+  options.env = env;
+  options.clock = clock;
+  return Saver::Create(options);
 }
 
 StatusOr<std::string> Saver::Save(const std::map<std::string, Tensor>& tensors, const std::string& save_path,

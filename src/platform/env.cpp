@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "platform/path.hpp"
 
 namespace foreman {
 
@@ -29,12 +30,6 @@ Status WriteAndSync(Env* env, const std::string& tmp, absl::string_view contents
   FOREMAN_RETURN_IF_ERROR(file->Append(contents));
   FOREMAN_RETURN_IF_ERROR(file->Sync());
   return file->Close();
-}
-
-/// `path` without its trailing slashes; "/" stays "/".
-absl::string_view StripTrailingSlashes(absl::string_view path) {
-  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
-  return path;
 }
 
 }  // namespace
@@ -60,6 +55,11 @@ Status WriteStringToFile(Env* env, const std::string& path, absl::string_view co
 
 // -- paths -----------------------------------------------------------------------
 
+std::string internal::NormalizeDirectory(absl::string_view dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
+  return std::string(dir);
+}
+
 std::string JoinPath(absl::string_view dir, absl::string_view name) {
   if (dir.empty()) return std::string(name);
   if (name.empty()) return std::string(dir);
@@ -68,17 +68,17 @@ std::string JoinPath(absl::string_view dir, absl::string_view name) {
 }
 
 std::string Dirname(absl::string_view path) {
-  path = StripTrailingSlashes(path);
-  const std::size_t pos = path.rfind('/');
-  if (pos == absl::string_view::npos) return ".";
-  return std::string(StripTrailingSlashes(path.substr(0, pos == 0 ? 1 : pos)));
+  const std::string dir = internal::NormalizeDirectory(path);
+  const std::size_t pos = dir.rfind('/');
+  if (pos == std::string::npos) return ".";
+  return internal::NormalizeDirectory(absl::string_view(dir).substr(0, pos == 0 ? 1 : pos));
 }
 
 std::string Basename(absl::string_view path) {
-  path = StripTrailingSlashes(path);
-  if (path == "/") return "/";
-  const std::size_t pos = path.rfind('/');
-  return std::string(pos == absl::string_view::npos ? path : path.substr(pos + 1));
+  const std::string dir = internal::NormalizeDirectory(path);
+  if (dir == "/") return "/";
+  const std::size_t pos = dir.rfind('/');
+  return pos == std::string::npos ? dir : dir.substr(pos + 1);
 }
 
 bool IsAbsolutePath(absl::string_view path) { return !path.empty() && path.front() == '/'; }

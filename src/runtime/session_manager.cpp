@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "foreman/bundle.hpp"
+#include "formats/saver.hpp"
 #include "platform/log.hpp"
 
 namespace foreman {
@@ -97,10 +98,7 @@ struct DefaultSavers {
     }
     auto it = by_graph.find(graph.get());
     if (it != by_graph.end()) return it->second.saver;
-    SaverOptions options;  // B92: max_to_keep 5
-    options.env = config.env;
-    options.clock = config.clock;
-    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<Saver> created, Saver::Create(options));
+    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<Saver> created, internal::NewDefaultSaver(config.env, config.clock));
     std::shared_ptr<Saver> saver(std::move(created));
     by_graph[graph.get()] = Entry{graph, saver};
     return saver;

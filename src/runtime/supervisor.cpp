@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "foreman/summary.hpp"
+#include "formats/saver.hpp"
 #include "platform/log.hpp"
 #include "runtime/runtime.hpp"
 
@@ -76,10 +77,7 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(SupervisorOptions optio
   }
   if (options.saver.use_default()) {
     if (!options.graph->GlobalVariableNames().empty()) {
-      SaverOptions saver_options;
-      saver_options.env = options.config.env;
-      saver_options.clock = options.config.clock;
-      FOREMAN_ASSIGN_OR_RETURN(impl->saver, Saver::Create(saver_options));
+      FOREMAN_ASSIGN_OR_RETURN(impl->saver, internal::NewDefaultSaver(options.config.env, options.config.clock));
     }
   } else if (options.saver.kind == Defaultable<std::shared_ptr<Saver>>::Kind::kValue) {
     impl->saver = options.saver.value;

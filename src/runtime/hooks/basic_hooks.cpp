@@ -2,60 +2,22 @@
 // spec §9): SecondOrStepTimer (B95-B97), StopAtStepHook (B98-B101, decision
 // 9), LoggingTensorHook (B117-B118), NanTensorHook (B119),
 // GlobalStepWaiterHook (B120), FinalOpsHook (B121), FeedFnHook (B122) and
-// ProfilerHook (B123). Everything here runs on the training thread.
+// ProfilerHook (B123). Everything here runs on the training thread. The
+// numpy-style printer LoggingTensorHook uses is in array_printer.cpp, the
+// Chrome-trace writer ProfilerHook uses in trace_writer.cpp.
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <set>
-#include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "foreman/hooks.hpp"
 #include "platform/log.hpp"
+#include "runtime/hooks/global_step.hpp"
 
 namespace foreman {
-
-namespace {
-
-/// B124: the message every hook that needs a global step gives.
-Status RequireGlobalStep(Session* session, const std::string& hook) {
-  if (session == nullptr || session->graph() == nullptr || !session->graph()->has_global_step()) {
-    return absl::FailedPreconditionError(absl::StrCat("Global step should be created to use ", hook, "."));
-  }
-  return absl::OkStatus();
-}
-
-/// The stale global step (B126) a run answered for the built-in
-/// "global_step" fetch (int64, or int32 for graphs that declared one so).
-StatusOr<int64_t> StaleGlobalStep(const SessionRunValues& values, const std::string& hook) {
-  const TensorMap* results = values.results;
-  auto it = results == nullptr ? TensorMap::const_iterator() : results->find("global_step");
-  if (results == nullptr || it == results->end()) {
-    return absl::InternalError(absl::StrCat(hook, ": the run returned no value for the \"global_step\" fetch."));
-  }
-  const Tensor& t = it->second;
-  if (t.dtype() == DataType::kInt32) {
-    StatusOr<int32_t> v = t.scalar<int32_t>();
-    if (v.ok()) return static_cast<int64_t>(*v);
-    return Annotate(v.status(), absl::StrCat(hook, ": global_step"));
-  }
-  StatusOr<int64_t> v = t.scalar<int64_t>();
-  if (!v.ok()) return Annotate(v.status(), absl::StrCat(hook, ": global_step"));
-  return *v;
-}
-
-/// The real global step (the extra read of B126).
-StatusOr<int64_t> RealGlobalStep(Session* session, const std::string& hook) {
-  StatusOr<int64_t> step = session->GlobalStep();
-  if (!step.ok()) return Annotate(step.status(), absl::StrCat(hook, ": reading global_step"));
-  return step;
-}
-
-}  // namespace
 
 // -- SecondOrStepTimer ------------------------------------------------------------
 
@@ -118,8 +80,8 @@ StopAtStepHook::StopAtStepHook(std::optional<int64_t> num_steps, std::optional<i
     : num_steps_(num_steps), last_step_(last_step) {}
 
 Status StopAtStepHook::after_create_session(Session* session, Coordinator* coord) {
-  FOREMAN_RETURN_IF_ERROR(RequireGlobalStep(session, name()));
-  FOREMAN_ASSIGN_OR_RETURN(const int64_t step, RealGlobalStep(session, name()));
+  FOREMAN_RETURN_IF_ERROR(internal::RequireGlobalStep(session, *this));
+  FOREMAN_ASSIGN_OR_RETURN(const int64_t step, internal::RealGlobalStep(session, *this));
   if (!last_step_.has_value()) last_step_ = step + *num_steps_;  // B99: once
   if (step >= *last_step_) {
     // Decision 9: TF would train one more step here (B101).
@@ -141,401 +103,13 @@ Status StopAtStepHook::after_run(SessionRunContext& ctx, const SessionRunValues&
   if (!last_step_.has_value()) {
     return absl::FailedPreconditionError("StopAtStepHook: after_run before after_create_session.");
   }
-  FOREMAN_ASSIGN_OR_RETURN(const int64_t stale, StaleGlobalStep(values, name()));
+  FOREMAN_ASSIGN_OR_RETURN(const int64_t stale, internal::StaleGlobalStep(values, *this));
   // B100: only a run that may have reached last_step pays for the extra read.
   if (stale + 1 >= *last_step_) {
-    FOREMAN_ASSIGN_OR_RETURN(const int64_t step, RealGlobalStep(ctx.session(), name()));
+    FOREMAN_ASSIGN_OR_RETURN(const int64_t step, internal::RealGlobalStep(ctx.session(), *this));
     if (step >= *last_step_) ctx.request_stop();
   }
   return absl::OkStatus();
-}
-
-// -- FormatTensorForLog ----------------------------------------------------------------
-
-namespace {
-
-/// The shortest digits that read back as `x` (finite, non-zero), and the
-/// decimal exponent of the first one: x = d.ddd * 10^exp.
-template <class T>
-void ShortestDigits(T x, std::string* digits, int* exp) {
-  char buf[64];
-  const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), x, std::chars_format::scientific);
-  std::string s(buf, r.ptr);  // "-1.2345e+06"
-  if (!s.empty() && s[0] == '-') s.erase(0, 1);
-  const std::size_t e = s.find('e');
-  *exp = std::stoi(s.substr(e + 1));
-  digits->clear();
-  for (std::size_t i = 0; i < e; ++i) {
-    if (s[i] != '.') digits->push_back(s[i]);
-  }
-  while (digits->size() > 1 && digits->back() == '0') digits->pop_back();
-}
-
-/// Python's repr of a float (numpy's str of a float scalar): positional for
-/// 1e-4 <= |x| < 1e16 ("0.5", "1.0", "123.25"), else scientific ("1e-05",
-/// "1.5e+16").
-template <class T>
-std::string PythonFloatRepr(T x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
-  const std::string sign = std::signbit(x) ? "-" : "";
-  if (x == 0) return sign + "0.0";
-  std::string digits;
-  int exp = 0;
-  ShortestDigits(x, &digits, &exp);
-  if (exp < -4 || exp >= 16) {
-    std::string out = sign + digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
-    char e[16];
-    std::snprintf(e, sizeof(e), "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
-    return out + e;
-  }
-  std::string int_part;
-  std::string frac_part;
-  if (exp >= 0) {
-    const std::size_t n = static_cast<std::size_t>(exp) + 1;
-    int_part = digits.substr(0, std::min(n, digits.size()));
-    if (int_part.size() < n) int_part.append(n - int_part.size(), '0');
-    if (digits.size() > n) frac_part = digits.substr(n);
-  } else {
-    int_part = "0";
-    frac_part = std::string(static_cast<std::size_t>(-exp - 1), '0') + digits;
-  }
-  return sign + int_part + "." + (frac_part.empty() ? "0" : frac_part);
-}
-
-/// Python's repr of bytes: b'...' (b"..." when it holds ' but no ").
-std::string PythonBytesRepr(const std::string& s) {
-  const bool dquote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
-  const char quote = dquote ? '"' : '\'';
-  std::string out = "b";
-  out.push_back(quote);
-  for (const unsigned char c : s) {
-    if (c == quote || c == '\\') {
-      out.push_back('\\');
-      out.push_back(static_cast<char>(c));
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c < 0x20 || c >= 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  out.push_back(quote);
-  return out;
-}
-
-std::string StripTrailingZeros(std::string s) {
-  while (!s.empty() && s.back() == '0') s.pop_back();
-  return s;
-}
-
-/// numpy's FloatingFormat for the elements of one array (floatmode
-/// "maxprec", precision 8, suppress=True): a common layout for the shown
-/// elements, then each element in it.
-class FloatArrayFormat {
- public:
-  explicit FloatArrayFormat(const std::vector<double>& shown, bool is_float32) : is_float32_(is_float32) {
-    double max_abs = 0;
-    bool any_finite = false;
-    bool negative_inf = false;
-    for (const double v : shown) {
-      if (std::isfinite(v)) {
-        any_finite = true;
-        max_abs = std::max(max_abs, std::fabs(v));
-      } else if (std::isinf(v) && v < 0) {
-        negative_inf = true;
-      }
-    }
-    exp_format_ = max_abs >= 1e8;
-    if (any_finite && exp_format_) {
-      for (const double v : shown) {
-        if (!std::isfinite(v)) continue;
-        const Sci s = Scientific(v);
-        pad_left_ = std::max(pad_left_, s.int_part.size());
-        precision_ = std::max(precision_, s.frac_part.size());
-        exp_size_ = std::max(exp_size_, s.exp_digits.size());
-      }
-      pad_right_ = exp_size_ + 2 + precision_;
-    } else if (any_finite) {
-      for (const double v : shown) {
-        if (!std::isfinite(v)) continue;
-        const auto [int_part, frac_part] = Positional(v);
-        pad_left_ = std::max(pad_left_, int_part.size());
-        pad_right_ = std::max(pad_right_, frac_part.size());
-      }
-    }
-    if (std::any_of(shown.begin(), shown.end(), [](double v) { return !std::isfinite(v); })) {
-      const std::size_t offset = pad_right_ + 1;
-      const std::size_t inf_len = 3 + (negative_inf ? 1 : 0);
-      if (3 > offset) pad_left_ = std::max(pad_left_, 3 - offset);
-      if (inf_len > offset) pad_left_ = std::max(pad_left_, inf_len - offset);
-    }
-  }
-
-  std::string operator()(double v) const {
-    if (!std::isfinite(v)) {
-      const std::string s = std::isnan(v) ? "nan" : (v < 0 ? "-inf" : "inf");
-      return PadLeft(s, pad_left_ + pad_right_ + 1);
-    }
-    if (exp_format_) {
-      // numpy prints the common precision with the value's exact digits past
-      // its shortest ones (dragon4's min_digits), as "%.*e" does.
-      char buf[64];
-      std::snprintf(buf, sizeof(buf), "%.*e", static_cast<int>(precision_), v);
-      const std::string s = buf;  // "-1.25e+08"; "1e+08" for precision 0
-      const std::size_t e = s.find('e');
-      const std::size_t dot = s.find('.');
-      const std::string int_part = s.substr(0, std::min(dot, e));
-      const std::string frac_part = dot < e ? s.substr(dot + 1, e - dot - 1) : "";
-      std::string exp_digits = s.substr(e + 2);
-      if (exp_digits.size() < exp_size_) exp_digits.insert(0, exp_size_ - exp_digits.size(), '0');
-      return PadLeft(int_part, pad_left_) + "." + frac_part + "e" + s[e + 1] + exp_digits;
-    }
-    const auto [int_part, frac_part] = Positional(v);
-    return PadLeft(int_part, pad_left_) + "." + frac_part + std::string(pad_right_ - frac_part.size(), ' ');
-  }
-
- private:
-  struct Sci {
-    std::string int_part;   // "-1"
-    std::string frac_part;  // "25" (trailing zeros trimmed)
-    char exp_sign = '+';
-    std::string exp_digits;  // "08"
-  };
-
-  static std::string PadLeft(const std::string& s, std::size_t width) {
-    return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
-  }
-
-  /// Shortest digits, at most 8 after the point; trailing zeros trimmed, the
-  /// point kept ("1." for 1.0). Integer digits are exact: numpy's padded
-  /// dragon4 prints float32 83391432 as "83391432.", not "83391430.".
-  std::pair<std::string, std::string> Positional(double v) const {
-    std::string s = is_float32_ ? PythonFloatRepr(static_cast<float>(v)) : PythonFloatRepr(v);
-    std::string int_part;
-    std::string frac_part;
-    if (s.find('e') != std::string::npos || s.size() - s.find('.') - 1 > 8) {
-      char buf[512];
-      std::snprintf(buf, sizeof(buf), "%.8f", v);
-      s = buf;
-    } else if (std::fabs(v) >= 1e7 && s.size() >= 2 && s.compare(s.size() - 2, 2, ".0") == 0) {
-      // The shortest digits end before the point (the value is an integer).
-      char buf[512];
-      std::snprintf(buf, sizeof(buf), "%.0f.", v);
-      s = buf;
-    }
-    const std::size_t dot = s.find('.');
-    int_part = s.substr(0, dot);
-    frac_part = StripTrailingZeros(s.substr(dot + 1));
-    return {int_part, frac_part};
-  }
-
-  /// Shortest digits in scientific form, at most 8 after the point.
-  Sci Scientific(double v) const {
-    Sci out;
-    const std::string sign = std::signbit(v) ? "-" : "";
-    std::string mantissa;
-    int exp = 0;
-    if (v == 0) {
-      mantissa = "0";
-    } else {
-      std::string digits;
-      if (is_float32_) {
-        ShortestDigits(static_cast<float>(v), &digits, &exp);
-      } else {
-        ShortestDigits(v, &digits, &exp);
-      }
-      if (digits.size() > 9) {
-        char buf[64];
-        std::snprintf(buf, sizeof(buf), "%.8e", std::fabs(v));
-        const std::string s = buf;  // "1.23456789e+08"
-        const std::size_t e = s.find('e');
-        exp = std::stoi(s.substr(e + 1));
-        digits.clear();
-        for (std::size_t i = 0; i < e; ++i) {
-          if (s[i] != '.') digits.push_back(s[i]);
-        }
-        while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
-      }
-      mantissa = digits;
-    }
-    out.int_part = sign + mantissa.substr(0, 1);
-    out.frac_part = mantissa.substr(1);
-    out.exp_sign = exp < 0 ? '-' : '+';
-    out.exp_digits = std::to_string(std::abs(exp));
-    if (out.exp_digits.size() < 2) out.exp_digits.insert(0, 1, '0');
-    return out;
-  }
-
-  bool is_float32_;
-  bool exp_format_ = false;
-  std::size_t pad_left_ = 0;
-  std::size_t pad_right_ = 0;
-  std::size_t precision_ = 0;
-  std::size_t exp_size_ = 0;
-};
-
-/// numpy's summarisation: past 1000 elements, 3 items at each edge of every
-/// dimension.
-constexpr int64_t kSummaryThreshold = 1000;
-constexpr int64_t kEdgeItems = 3;
-/// numpy's default linewidth.
-constexpr std::size_t kLineWidth = 75;
-
-/// numpy's _formatArray: walks `shape` the way it prints, calling
-/// `visit(flat_index)` for each shown element and building the text when
-/// `element` is given.
-class ArrayWalker {
- public:
-  ArrayWalker(const TensorShape& shape, bool summarize) : shape_(shape), summarize_(summarize) {}
-
-  std::vector<int64_t> ShownIndices() const {
-    std::vector<int64_t> out;
-    Collect(0, 0, &out);
-    return out;
-  }
-
-  std::string Render(const std::function<std::string(int64_t)>& element) const {
-    return Recurse(0, 0, " ", kLineWidth, element);
-  }
-
- private:
-  int64_t Stride(int axis) const {
-    int64_t stride = 1;
-    for (int a = axis + 1; a < shape_.rank(); ++a) stride *= shape_.dim(a);
-    return stride;
-  }
-
-  std::vector<int64_t> Items(int axis) const {
-    const int64_t n = shape_.dim(axis);
-    std::vector<int64_t> items;
-    if (summarize_ && 2 * kEdgeItems < n) {
-      for (int64_t i = 0; i < kEdgeItems; ++i) items.push_back(i);
-      items.push_back(-1);  // "..."
-      for (int64_t i = n - kEdgeItems; i < n; ++i) items.push_back(i);
-    } else {
-      for (int64_t i = 0; i < n; ++i) items.push_back(i);
-    }
-    return items;
-  }
-
-  void Collect(int axis, int64_t offset, std::vector<int64_t>* out) const {
-    if (axis == shape_.rank()) {
-      out->push_back(offset);
-      return;
-    }
-    for (const int64_t i : Items(axis)) {
-      if (i >= 0) Collect(axis + 1, offset + i * Stride(axis), out);
-    }
-  }
-
-  /// numpy's _extendLine: starts a new line when `word` would pass
-  /// `width`, unless the line holds nothing but the indent.
-  static void ExtendLine(std::string* s, std::string* line, const std::string& word, std::size_t width,
-                         const std::string& hanging_indent) {
-    if (line->size() + word.size() > width && line->size() > hanging_indent.size()) {
-      std::string done = *line;
-      while (!done.empty() && done.back() == ' ') done.pop_back();
-      *s += done + "\n";
-      *line = hanging_indent;
-    }
-    *line += word;
-  }
-
-  std::string Recurse(int axis, int64_t offset, const std::string& hanging_indent, std::size_t width,
-                      const std::function<std::string(int64_t)>& element) const {
-    if (axis == shape_.rank()) return element(offset);
-    const std::string next_indent = hanging_indent + " ";
-    const int axes_left = shape_.rank() - axis;
-    std::vector<std::string> parts;
-    for (const int64_t i : Items(axis)) {
-      const std::size_t next_width = width > 2 ? width - 1 : 2;
-      parts.push_back(i < 0 ? "..." : Recurse(axis + 1, offset + i * Stride(axis), next_indent, next_width, element));
-    }
-    std::string s;
-    if (axes_left == 1) {
-      // Elements fill lines of `width` - 1 (room for the closing bracket).
-      std::string line = hanging_indent;
-      for (std::size_t k = 0; k < parts.size(); ++k) {
-        ExtendLine(&s, &line, parts[k], width - 1, hanging_indent);
-        if (k + 1 < parts.size()) line += " ";
-      }
-      s += line;
-    } else {
-      const std::string line_sep(static_cast<std::size_t>(axes_left - 1), '\n');
-      for (std::size_t k = 0; k < parts.size(); ++k) {
-        s += hanging_indent + parts[k];
-        if (k + 1 < parts.size()) s += line_sep;
-      }
-    }
-    return "[" + s.substr(hanging_indent.size()) + "]";
-  }
-
-  const TensorShape& shape_;
-  bool summarize_;
-};
-
-template <class T>
-std::string IntString(T v) {
-  return std::to_string(static_cast<int64_t>(v));
-}
-
-}  // namespace
-
-std::string FormatTensorForLog(const Tensor& tensor) {
-  const DataType dtype = tensor.dtype();
-  if (dtype == DataType::kInvalid) return "<invalid tensor>";
-  if (tensor.shape().rank() == 0) {
-    switch (dtype) {
-      case DataType::kFloat: return PythonFloatRepr(*tensor.data<float>());
-      case DataType::kDouble: return PythonFloatRepr(*tensor.data<double>());
-      case DataType::kInt32: return IntString(*tensor.data<int32_t>());
-      case DataType::kUInt8: return IntString(*tensor.data<uint8_t>());
-      case DataType::kInt64: return IntString(*tensor.data<int64_t>());
-      case DataType::kString: return PythonBytesRepr(*tensor.data<std::string>());
-      default: return "<invalid tensor>";
-    }
-  }
-  if (tensor.num_elements() == 0) return "[]";
-
-  const ArrayWalker walker(tensor.shape(), tensor.num_elements() > kSummaryThreshold);
-  const std::vector<int64_t> shown = walker.ShownIndices();
-  std::function<std::string(int64_t)> element;
-  if (dtype == DataType::kFloat || dtype == DataType::kDouble) {
-    std::vector<double> values;
-    for (const int64_t i : shown) {
-      values.push_back(dtype == DataType::kFloat ? static_cast<double>(tensor.data<float>()[i])
-                                                 : tensor.data<double>()[i]);
-    }
-    auto format = std::make_shared<FloatArrayFormat>(values, dtype == DataType::kFloat);
-    element = [format, &tensor, dtype](int64_t i) {
-      return (*format)(dtype == DataType::kFloat ? static_cast<double>(tensor.data<float>()[i])
-                                                 : tensor.data<double>()[i]);
-    };
-  } else if (dtype == DataType::kString) {
-    element = [&tensor](int64_t i) { return PythonBytesRepr(tensor.data<std::string>()[i]); };
-  } else {
-    const auto int_at = [&tensor, dtype](int64_t i) -> std::string {
-      if (dtype == DataType::kInt32) return IntString(tensor.data<int32_t>()[i]);
-      if (dtype == DataType::kUInt8) return IntString(tensor.data<uint8_t>()[i]);
-      return IntString(tensor.data<int64_t>()[i]);
-    };
-    std::size_t width = 0;
-    for (const int64_t i : shown) width = std::max(width, int_at(i).size());
-    element = [int_at, width](int64_t i) {
-      const std::string s = int_at(i);
-      return std::string(width - s.size(), ' ') + s;
-    };
-  }
-  return walker.Render(element);
 }
 
 // -- LoggingTensorHook ------------------------------------------------------------------
@@ -665,7 +239,7 @@ Status GlobalStepWaiterHook::begin() {
 }
 
 Status GlobalStepWaiterHook::after_create_session(Session* session, Coordinator* /*coord*/) {
-  return RequireGlobalStep(session, name());
+  return internal::RequireGlobalStep(session, *this);
 }
 
 StatusOr<SessionRunArgs> GlobalStepWaiterHook::before_run(SessionRunContext& ctx) {
@@ -678,7 +252,7 @@ StatusOr<SessionRunArgs> GlobalStepWaiterHook::before_run(SessionRunContext& ctx
   const absl::Duration start = clock_->MonotonicNow();
   int64_t last_logged_step = 0;
   while (true) {
-    FOREMAN_ASSIGN_OR_RETURN(const int64_t current_step, RealGlobalStep(ctx.session(), name()));
+    FOREMAN_ASSIGN_OR_RETURN(const int64_t current_step, internal::RealGlobalStep(ctx.session(), *this));
     if (current_step >= wait_until_step_) {
       worker_is_started_ = true;
       return SessionRunArgs{};
@@ -759,7 +333,7 @@ Status ProfilerHook::begin() {
 }
 
 Status ProfilerHook::after_create_session(Session* session, Coordinator* /*coord*/) {
-  return RequireGlobalStep(session, name());
+  return internal::RequireGlobalStep(session, *this);
 }
 
 StatusOr<SessionRunArgs> ProfilerHook::before_run(SessionRunContext& /*ctx*/) {
@@ -771,13 +345,13 @@ StatusOr<SessionRunArgs> ProfilerHook::before_run(SessionRunContext& /*ctx*/) {
 }
 
 Status ProfilerHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
-  FOREMAN_ASSIGN_OR_RETURN(const int64_t stale_global_step, StaleGlobalStep(values, name()));
+  FOREMAN_ASSIGN_OR_RETURN(const int64_t stale_global_step, internal::StaleGlobalStep(values, *this));
   // The first run only primes the timer: nothing is traced until N steps or
   // seconds have passed.
   if (!next_step_.has_value()) timer_.update_last_triggered_step(stale_global_step);
   int64_t global_step = stale_global_step + 1;
   if (request_summary_) {
-    FOREMAN_ASSIGN_OR_RETURN(global_step, RealGlobalStep(ctx.session(), name()));
+    FOREMAN_ASSIGN_OR_RETURN(global_step, internal::RealGlobalStep(ctx.session(), *this));
     timer_.update_last_triggered_step(global_step);
     const std::string path = JoinPath(options_.output_dir, absl::StrCat("timeline-", global_step, ".json"));
     FOREMAN_LOG_INFO("Saving timeline for {} into '{}'.", global_step, path);
@@ -788,55 +362,6 @@ Status ProfilerHook::after_run(SessionRunContext& ctx, const SessionRunValues& v
   }
   next_step_ = global_step + 1;
   return absl::OkStatus();
-}
-
-namespace {
-
-/// A JSON string literal of `s` (UTF-8 passes through unchanged).
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out += "\"";
-  return out;
-}
-
-}  // namespace
-
-std::string ChromeTraceJson(const RunMetadata& metadata, int64_t step) {
-  std::vector<int64_t> thread_ids;  // original ids, in order of first appearance
-  std::unordered_map<int64_t, std::size_t> tid_of;
-  for (const TraceEvent& e : metadata.step_stats) {
-    if (tid_of.emplace(e.thread_id, thread_ids.size()).second) thread_ids.push_back(e.thread_id);
-  }
-  std::vector<std::string> events;
-  events.push_back(absl::StrCat(R"({"name":"process_name","ph":"M","pid":0,"args":{"name":)",
-                                JsonString(absl::StrCat("Foreman step ", step)), "}}"));
-  for (std::size_t t = 0; t < thread_ids.size(); ++t) {
-    events.push_back(absl::StrCat(R"({"name":"thread_name","ph":"M","pid":0,"tid":)", t, R"(,"args":{"name":)",
-                                  JsonString(absl::StrCat("thread ", t)), "}}"));
-  }
-  for (const TraceEvent& e : metadata.step_stats) {
-    events.push_back(absl::StrCat(R"({"name":)", JsonString(e.name), R"(,"cat":)", JsonString(e.category),
-                                  R"(,"ph":"X","ts":)", e.start_us, R"(,"dur":)", e.duration_us,
-                                  R"(,"pid":0,"tid":)", tid_of.at(e.thread_id), "}"));
-  }
-  return absl::StrCat("{\"traceEvents\":[\n", absl::StrJoin(events, ",\n"), "\n]}\n");
 }
 
 }  // namespace foreman

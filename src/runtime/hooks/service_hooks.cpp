@@ -18,7 +18,10 @@
 #include "foreman/hooks.hpp"
 #include "foreman/summary.hpp"
 #include "foreman/variable_store.hpp"
+#include "formats/saver.hpp"
 #include "platform/log.hpp"
+#include "platform/path.hpp"
+#include "runtime/hooks/global_step.hpp"
 #include "runtime/services.hpp"
 
 namespace foreman {
@@ -28,46 +31,6 @@ namespace {
 Status NoServices(const std::string& hook) {
   return absl::FailedPreconditionError(
       absl::StrCat(hook, " needs a MonitoredSession or Supervisor (no services attached)"));
-}
-
-Status NeedGlobalStep(Session* session, const std::string& hook) {
-  if (session == nullptr || session->graph() == nullptr || !session->graph()->has_global_step()) {
-    return absl::FailedPreconditionError(absl::StrCat("Global step should be created to use ", hook, "."));
-  }
-  return absl::OkStatus();
-}
-
-/// The global step value in a fetched tensor (int64 or int32 scalar, B124).
-/// The hook's name() is asked only for an error message: it runs every step.
-StatusOr<int64_t> StepValue(const Tensor& t, const SessionRunHook& hook) {
-  if (t.dtype() == DataType::kInt64) {
-    auto v = t.scalar<int64_t>();
-    if (v.ok()) return *v;
-  } else if (t.dtype() == DataType::kInt32) {
-    auto v = t.scalar<int32_t>();
-    if (v.ok()) return static_cast<int64_t>(*v);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(hook.name(), ": the '", kGlobalStepName,
-                                                 "' fetch is not an int32/int64 scalar"));
-}
-
-/// The stale (pre-run) global step this hook fetched (B100, B126).
-StatusOr<int64_t> StaleStep(const SessionRunValues& values, const SessionRunHook& hook) {
-  if (values.results == nullptr) {
-    return absl::InternalError(absl::StrCat(hook.name(), ": no results for its '", kGlobalStepName, "' fetch"));
-  }
-  auto it = values.results->find(kGlobalStepName);
-  if (it == values.results->end()) {
-    return absl::InternalError(absl::StrCat(hook.name(), ": no result for its '", kGlobalStepName, "' fetch"));
-  }
-  return StepValue(it->second, hook);
-}
-
-/// The real global step after the run (TF re-runs the global step tensor).
-StatusOr<int64_t> RealStep(Session* session, const std::string& hook) {
-  StatusOr<int64_t> step = session->GlobalStep();
-  if (!step.ok()) return Annotate(step.status(), absl::StrCat(hook, ": reading ", kGlobalStepName));
-  return step;
 }
 
 std::string Demangle(const char* name) {
@@ -187,15 +150,10 @@ StatusOr<std::shared_ptr<CheckpointSaverHook>> CheckpointSaverHook::Create(Check
     return absl::InvalidArgumentError("CheckpointSaverHook: env and clock must not be null");
   }
   if (options.saver == nullptr) {
-    SaverOptions saver_options;  // B92: max_to_keep 5
-    saver_options.env = options.env;
-    saver_options.clock = options.clock;
-    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<Saver> saver, Saver::Create(saver_options));
+    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<Saver> saver, internal::NewDefaultSaver(options.env, options.clock));
     options.saver = std::move(saver);
   }
-  while (options.checkpoint_dir.size() > 1 && options.checkpoint_dir.back() == '/') {
-    options.checkpoint_dir.pop_back();
-  }
+  options.checkpoint_dir = internal::NormalizeDirectory(options.checkpoint_dir);
   auto impl = std::make_unique<Impl>(std::move(options), std::move(timer));
   impl->save_path = JoinPath(impl->options.checkpoint_dir, impl->options.checkpoint_basename);
   return std::shared_ptr<CheckpointSaverHook>(new CheckpointSaverHook(std::move(impl)));
@@ -219,11 +177,11 @@ Status CheckpointSaverHook::begin() {
 
 Status CheckpointSaverHook::after_create_session(Session* session, Coordinator* coord) {
   Impl& m = *impl_;
-  FOREMAN_RETURN_IF_ERROR(NeedGlobalStep(session, name()));
+  FOREMAN_RETURN_IF_ERROR(internal::RequireGlobalStep(session, *this));
   if (m.service == nullptr) return absl::FailedPreconditionError("CheckpointSaverHook: begin() was not called");
   m.coord = coord;
   // B103: the state at the current step, on every session creation.
-  FOREMAN_ASSIGN_OR_RETURN(int64_t step, RealStep(session, name()));
+  FOREMAN_ASSIGN_OR_RETURN(int64_t step, internal::RealGlobalStep(session, *this));
   bool stop = false;
   FOREMAN_RETURN_IF_ERROR(m.Save(session, step, &stop));
   m.timer.update_last_triggered_step(step);
@@ -246,10 +204,10 @@ Status CheckpointSaverHook::after_run(SessionRunContext& ctx, const SessionRunVa
   Impl& m = *impl_;
   bool stop = false;
   FOREMAN_RETURN_IF_ERROR(m.PollInFlight(ctx.session(), &stop));
-  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, *this));
+  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, internal::StaleGlobalStep(values, *this));
   // B104.
   if (m.timer.should_trigger_for_step(stale + m.options.steps_per_run)) {
-    FOREMAN_ASSIGN_OR_RETURN(int64_t step, RealStep(ctx.session(), name()));
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, internal::RealGlobalStep(ctx.session(), *this));
     if (m.timer.should_trigger_for_step(step)) {
       m.timer.update_last_triggered_step(step);
       FOREMAN_RETURN_IF_ERROR(m.Save(ctx.session(), step, &stop));
@@ -262,7 +220,7 @@ Status CheckpointSaverHook::after_run(SessionRunContext& ctx, const SessionRunVa
 Status CheckpointSaverHook::end(Session* session) {
   Impl& m = *impl_;
   bool stop = false;  // Too late to matter.
-  FOREMAN_ASSIGN_OR_RETURN(int64_t last_step, RealStep(session, name()));
+  FOREMAN_ASSIGN_OR_RETURN(int64_t last_step, internal::RealGlobalStep(session, *this));
   // B105: no second save of a step just saved. The final save (like any
   // other) first waits for the one in flight; then it is waited for.
   if (!m.timer.last_triggered_step().has_value() || last_step != *m.timer.last_triggered_step()) {
@@ -331,7 +289,7 @@ Status StepCounterHook::begin() {
 }
 
 Status StepCounterHook::after_create_session(Session* session, Coordinator* /*coord*/) {
-  return NeedGlobalStep(session, name());
+  return internal::RequireGlobalStep(session, *this);
 }
 
 StatusOr<SessionRunArgs> StepCounterHook::before_run(SessionRunContext& /*ctx*/) {
@@ -342,9 +300,9 @@ StatusOr<SessionRunArgs> StepCounterHook::before_run(SessionRunContext& /*ctx*/)
 
 Status StepCounterHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
   Impl& m = *impl_;
-  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, *this));
+  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, internal::StaleGlobalStep(values, *this));
   if (m.timer.should_trigger_for_step(stale + m.steps_per_run)) {
-    FOREMAN_ASSIGN_OR_RETURN(int64_t step, RealStep(ctx.session(), name()));
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, internal::RealGlobalStep(ctx.session(), *this));
     if (m.timer.should_trigger_for_step(step)) {
       // B110: the first trigger only primes the timer.
       auto elapsed = m.timer.update_last_triggered_step(step);
@@ -413,7 +371,7 @@ Status SummarySaverHook::begin() {
 }
 
 Status SummarySaverHook::after_create_session(Session* session, Coordinator* /*coord*/) {
-  return NeedGlobalStep(session, name());
+  return internal::RequireGlobalStep(session, *this);
 }
 
 StatusOr<SessionRunArgs> SummarySaverHook::before_run(SessionRunContext& /*ctx*/) {
@@ -432,10 +390,10 @@ StatusOr<SessionRunArgs> SummarySaverHook::before_run(SessionRunContext& /*ctx*/
 Status SummarySaverHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
   Impl& m = *impl_;
   if (m.writer == nullptr) return absl::OkStatus();  // B112
-  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, StaleStep(values, *this));
+  FOREMAN_ASSIGN_OR_RETURN(int64_t stale, internal::StaleGlobalStep(values, *this));
   int64_t global_step = stale + 1;
   if (!m.next_step.has_value() || m.request_summary) {
-    FOREMAN_ASSIGN_OR_RETURN(global_step, RealStep(ctx.session(), name()));
+    FOREMAN_ASSIGN_OR_RETURN(global_step, internal::RealGlobalStep(ctx.session(), *this));
   }
   // B114: START at the post-run real step after the first run.
   if (!m.next_step.has_value()) m.writer->AddSessionLog(SessionLogStatus::kStart, global_step);
