@@ -12,6 +12,7 @@
 #include "actor_system.hpp"
 #include "checkpoint_saver.hpp"
 #include "platform/log.hpp"
+#include "platform/path.hpp"
 #include "runtime/runtime.hpp"
 #include "step_counter.hpp"
 #include "summary_writer.hpp"
@@ -132,11 +133,6 @@ constexpr absl::Duration kSpawnTimeout = absl::Seconds(30);
 // What the destructor allows a Shutdown() nobody called.
 constexpr absl::Duration kDestructorShutdownTimeout = absl::Seconds(60);
 
-std::string StripTrailingSlashes(std::string dir) {
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  return dir;
-}
-
 class RuntimeImpl : public Runtime {
  public:
   RuntimeImpl(const RuntimeOptions& options, const SessionConfig& config)
@@ -182,7 +178,7 @@ class RuntimeImpl : public Runtime {
     FOREMAN_RETURN_IF_ERROR(CheckRunningLocked());
     if (dir_in.empty()) return absl::InvalidArgumentError("CheckpointSaver: empty checkpoint directory");
     if (saver == nullptr) return absl::InvalidArgumentError("CheckpointSaver: no saver");
-    const std::string dir = StripTrailingSlashes(dir_in);
+    const std::string dir = NormalizeDirectory(dir_in);
     auto it = savers_.find(dir);
     if (it != savers_.end()) {
       if (it->second->saver() == saver && it->second->basename() == basename) return {it->second};
@@ -191,7 +187,7 @@ class RuntimeImpl : public Runtime {
     }
     std::shared_ptr<FileLock> lock;
     if (options_.held_lock != nullptr && !options_.held_lock_directory.empty() &&
-        StripTrailingSlashes(options_.held_lock_directory) == dir) {
+        NormalizeDirectory(options_.held_lock_directory) == dir) {
       lock = options_.held_lock;  // the caller's: the directory stays locked throughout
     } else {
       FOREMAN_ASSIGN_OR_RETURN(lock, LockCheckpointDirectory(config_.env, dir));
@@ -220,7 +216,7 @@ class RuntimeImpl : public Runtime {
                                                             const std::string& tag) override {
     std::lock_guard<std::mutex> l(mu_);
     FOREMAN_RETURN_IF_ERROR(CheckRunningLocked());
-    const std::string output_dir = output_dir_in.empty() ? "" : StripTrailingSlashes(output_dir_in);
+    const std::string output_dir = output_dir_in.empty() ? "" : NormalizeDirectory(output_dir_in);
     const std::string key = absl::StrCat(output_dir, "\n", tag);
     auto it = counters_.find(key);
     if (it != counters_.end()) return {it->second};
@@ -337,7 +333,7 @@ class RuntimeImpl : public Runtime {
   StatusOr<std::shared_ptr<SummaryWriterHandle>> SummaryWriterLocked(const std::string& logdir_in) {
     FOREMAN_RETURN_IF_ERROR(CheckRunningLocked());
     if (logdir_in.empty()) return absl::InvalidArgumentError("SummaryWriter: empty logdir");
-    const std::string logdir = StripTrailingSlashes(logdir_in);
+    const std::string logdir = NormalizeDirectory(logdir_in);
     auto it = writers_.find(logdir);
     if (it != writers_.end()) return it->second;
     EventFileWriterOptions options;
