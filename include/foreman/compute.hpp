@@ -1,4 +1,4 @@
-// The compute-device seam (design.md §7a): the operations one training step
+// The compute-device seam: the operations one training step
 // of the MLP (nn.hpp) needs, at that level — a GEMM with a bias / ReLU
 // epilogue, the bias gradient, softmax cross-entropy forward and backward,
 // TF1's optimizer updates, copies between host and device memory — so that
