@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "foreman/cuda.hpp"
+#include "foreman/mutex.hpp"
 #include "platform/log.hpp"
 
 namespace foreman {
@@ -29,8 +30,8 @@ constexpr char kInprocPrefix[] = "inproc://";
 // The values of one set of sessions: a local session's own, or an inproc://
 // target's shared ones.
 struct Values {
-  std::mutex mu;
-  VariableStore vars;  // guarded by mu
+  Mutex mu;
+  VariableStore vars ABSL_GUARDED_BY(mu);
 };
 
 // inproc:// targets live like a TF server: until ResetInprocTarget().
@@ -204,7 +205,7 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
   Status status;
   const absl::Duration started = clock->MonotonicNow();
   {
-    std::lock_guard<std::mutex> lock(impl_->values->mu);
+    MutexLock lock(impl_->values->mu);
     VariableStore& vars = impl_->values->vars;
     // B126: the built-in "global_step" fetch is the value before the step.
     if (std::binary_search(requested.begin(), requested.end(), kGlobalStepName)) {
@@ -240,14 +241,17 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
 }
 
 Status Session::WithVariables(const std::function<Status(VariableStore&)>& fn) {
-  std::lock_guard<std::mutex> lock(impl_->values->mu);
-  return InvokeUserCode("Session::WithVariables", [&] { return fn(impl_->values->vars); });
+  MutexLock lock(impl_->values->mu);
+  return InvokeUserCode("Session::WithVariables", [&] {
+    impl_->values->mu.AssertHeld();  // runs here, under `lock`
+    return fn(impl_->values->vars);
+  });
 }
 
 std::map<std::string, Tensor> Session::Snapshot() {
   std::map<std::string, Tensor> snapshot;
   {
-    std::lock_guard<std::mutex> lock(impl_->values->mu);
+    MutexLock lock(impl_->values->mu);
     snapshot = impl_->values->vars.Snapshot();
   }
   for (const std::string& local : impl_->graph->LocalVariableNames()) snapshot.erase(local);
@@ -255,7 +259,7 @@ std::map<std::string, Tensor> Session::Snapshot() {
 }
 
 StatusOr<int64_t> Session::GlobalStep() {
-  std::lock_guard<std::mutex> lock(impl_->values->mu);
+  MutexLock lock(impl_->values->mu);
   return GetGlobalStep(impl_->values->vars);
 }
 
@@ -263,7 +267,7 @@ std::vector<std::string> Session::UninitializedVariables() { return Uninitialize
 
 std::vector<std::string> Session::UninitializedVariables(bool include_local) {
   std::vector<std::string> missing;
-  std::lock_guard<std::mutex> lock(impl_->values->mu);
+  MutexLock lock(impl_->values->mu);
   for (const VariableDef& def : impl_->graph->variables()) {
     if (def.local && !include_local) continue;
     if (!impl_->values->vars.Contains(def.name)) missing.push_back(def.name);
