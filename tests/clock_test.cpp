@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "foreman/logging.hpp"
+#include "foreman/mutex.hpp"
 #include "support/test_util.hpp"
 
 namespace foreman {
@@ -33,13 +34,13 @@ using testing::kRealTimeout;
 
 /// A flag that a thread waits for with WaitUntil.
 struct Flag {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool value = false;  // guarded by mu
+  Mutex mu;
+  std::condition_variable_any cv;
+  bool value ABSL_GUARDED_BY(mu) = false;
 
   /// Sets the flag under the mutex and notifies the waiters.
   void Set() {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     value = true;
     cv.notify_all();
   }
@@ -47,19 +48,20 @@ struct Flag {
   /// Notifies the waiters without changing the flag (a spurious wake-up, as
   /// far as they can tell).
   void Poke() {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     cv.notify_all();
   }
 
-  /// The predicate for WaitUntil. REQUIRES: mu held.
+  /// The predicate for WaitUntil (which calls it with mu held).
   std::function<bool()> IsSet() {
-    return [this] { return value; };
+    return [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return value; };
   }
 };
 
 /// Whether `mu` is locked by some thread: another thread fails to take it.
 /// (try_lock on a mutex the calling thread owns is undefined behaviour.)
-bool LockedElsewhere(std::mutex& mu) {
+template <typename M>
+bool LockedElsewhere(M& mu) {
   bool locked = false;
   std::thread probe([&] {
     if (mu.try_lock()) {
@@ -72,10 +74,8 @@ bool LockedElsewhere(std::mutex& mu) {
   return locked;
 }
 
-/// Whether `lock` owns its mutex, and the mutex is really locked.
-bool Holds(std::unique_lock<std::mutex>& lock) {
-  return lock.owns_lock() && LockedElsewhere(*lock.mutex());
-}
+/// Whether `mu` is really locked (by the calling thread, in these tests).
+bool Holds(Mutex& mu) { return LockedElsewhere(mu); }
 
 /// Far enough to pass any deadline a test uses; a failing test calls it
 /// before joining its threads.
@@ -197,10 +197,10 @@ TEST_CASE("WaitUntil returns true when another thread makes the condition true")
   std::atomic<int> result{-1};
   std::atomic<bool> held{false};
   Background waiter([&] {
-    std::unique_lock<std::mutex> l(flag.mu);
-    const bool r = clock.WaitUntil(l, flag.cv, clock.MonotonicNow() + absl::Seconds(10),
+    MutexLock l(flag.mu);
+    const bool r = clock.WaitUntil(flag.mu, flag.cv, clock.MonotonicNow() + absl::Seconds(10),
                                    flag.IsSet());
-    held = Holds(l);
+    held = Holds(flag.mu);
     result = r ? 1 : 0;
   });
   CHECK(clock.BlockUntilWaiters(1, kRealTimeout));
@@ -219,10 +219,10 @@ TEST_CASE("WaitUntil returns false once Advance passes the deadline") {
   std::atomic<int> result{-1};
   std::atomic<bool> held{false};
   Background waiter([&] {
-    std::unique_lock<std::mutex> l(flag.mu);
-    const bool r = clock.WaitUntil(l, flag.cv, clock.MonotonicNow() + absl::Seconds(5),
+    MutexLock l(flag.mu);
+    const bool r = clock.WaitUntil(flag.mu, flag.cv, clock.MonotonicNow() + absl::Seconds(5),
                                    flag.IsSet());
-    held = Holds(l);
+    held = Holds(flag.mu);
     result = r ? 1 : 0;
   });
   CHECK(clock.BlockUntilWaiters(1, kRealTimeout));
@@ -249,8 +249,8 @@ TEST_CASE("WaitUntil keeps waiting through notifications that leave the conditio
   Flag flag;
   std::atomic<int> result{-1};
   Background waiter([&] {
-    std::unique_lock<std::mutex> l(flag.mu);
-    result = clock.WaitUntil(l, flag.cv, absl::Seconds(5), flag.IsSet());
+    MutexLock l(flag.mu);
+    result = clock.WaitUntil(flag.mu, flag.cv, absl::Seconds(5), flag.IsSet());
   });
   CHECK(clock.BlockUntilWaiters(1, kRealTimeout));
   for (int i = 0; i < 10; ++i) flag.Poke();
@@ -276,10 +276,11 @@ TEST_CASE("WaitUntil evaluates the predicate with the mutex held") {
   std::atomic<int> evaluations{0}, unlocked_evaluations{0};
   std::atomic<int> result{-1};
   Background waiter([&] {
-    std::unique_lock<std::mutex> l(flag.mu);
-    result = clock.WaitUntil(l, flag.cv, absl::Seconds(5), [&] {
+    MutexLock l(flag.mu);
+    result = clock.WaitUntil(flag.mu, flag.cv, absl::Seconds(5),
+                             [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flag.mu) {
       ++evaluations;
-      if (!Holds(l)) ++unlocked_evaluations;
+      if (!Holds(flag.mu)) ++unlocked_evaluations;
       return flag.value;
     });
   });
@@ -298,15 +299,16 @@ TEST_CASE("An exception from the predicate leaves WaitUntil holding the lock, un
   Flag flag;
   std::atomic<int> outcome{-1};  // 1: threw with the lock held
   Background waiter([&] {
-    std::unique_lock<std::mutex> l(flag.mu);
+    MutexLock l(flag.mu);
     try {
-      clock.WaitUntil(l, flag.cv, absl::Seconds(5), [&] {
+      clock.WaitUntil(flag.mu, flag.cv, absl::Seconds(5),
+                      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flag.mu) {
         if (flag.value) throw std::runtime_error("pred");
         return false;
       });
       outcome = 0;
     } catch (const std::runtime_error&) {
-      outcome = Holds(l) ? 1 : 2;
+      outcome = Holds(flag.mu) ? 1 : 2;
     }
   });
   CHECK(clock.BlockUntilWaiters(1, kRealTimeout));
@@ -321,10 +323,10 @@ TEST_CASE("WaitUntil returns true at once when the condition already holds") {
   ManualClock clock;
   Flag flag;
   flag.Set();
-  std::unique_lock<std::mutex> l(flag.mu);
-  CHECK(clock.WaitUntil(l, flag.cv, absl::Seconds(10), flag.IsSet()));
-  CHECK(clock.WaitUntil(l, flag.cv, absl::ZeroDuration(), flag.IsSet()));
-  CHECK(l.owns_lock());
+  MutexLock l(flag.mu);
+  CHECK(clock.WaitUntil(flag.mu, flag.cv, absl::Seconds(10), flag.IsSet()));
+  CHECK(clock.WaitUntil(flag.mu, flag.cv, absl::ZeroDuration(), flag.IsSet()));
+  CHECK(Holds(flag.mu));
   CHECK(clock.waiters() == 0);
 }
 
@@ -332,10 +334,10 @@ TEST_CASE("WaitUntil with a deadline already reached returns false at once") {
   ManualClock clock;
   clock.Advance(absl::Seconds(5));
   Flag flag;
-  std::unique_lock<std::mutex> l(flag.mu);
-  CHECK_FALSE(clock.WaitUntil(l, flag.cv, absl::Seconds(2), flag.IsSet()));
-  CHECK_FALSE(clock.WaitUntil(l, flag.cv, absl::Seconds(5), flag.IsSet()));
-  CHECK(l.owns_lock());
+  MutexLock l(flag.mu);
+  CHECK_FALSE(clock.WaitUntil(flag.mu, flag.cv, absl::Seconds(2), flag.IsSet()));
+  CHECK_FALSE(clock.WaitUntil(flag.mu, flag.cv, absl::Seconds(5), flag.IsSet()));
+  CHECK(Holds(flag.mu));
   CHECK(clock.waiters() == 0);
 }
 
@@ -344,12 +346,14 @@ TEST_CASE("Advance wakes only the waiters whose deadline has come") {
   Flag early_flag, late_flag;
   std::atomic<int> early_result{-1}, late_result{-1};
   Background early([&] {
-    std::unique_lock<std::mutex> l(early_flag.mu);
-    early_result = clock.WaitUntil(l, early_flag.cv, absl::Seconds(1), early_flag.IsSet());
+    MutexLock l(early_flag.mu);
+    early_result =
+        clock.WaitUntil(early_flag.mu, early_flag.cv, absl::Seconds(1), early_flag.IsSet());
   });
   Background late([&] {
-    std::unique_lock<std::mutex> l(late_flag.mu);
-    late_result = clock.WaitUntil(l, late_flag.cv, absl::Seconds(5), late_flag.IsSet());
+    MutexLock l(late_flag.mu);
+    late_result =
+        clock.WaitUntil(late_flag.mu, late_flag.cv, absl::Seconds(5), late_flag.IsSet());
   });
   CHECK(clock.BlockUntilWaiters(2, kRealTimeout));
 
@@ -373,8 +377,8 @@ TEST_CASE("Two waiters on one mutex and condition variable both wake when their 
   Flag flag;
   std::atomic<int> results{0};
   auto wait = [&](absl::Duration deadline) {
-    std::unique_lock<std::mutex> l(flag.mu);
-    if (!clock.WaitUntil(l, flag.cv, deadline, flag.IsSet())) ++results;
+    MutexLock l(flag.mu);
+    if (!clock.WaitUntil(flag.mu, flag.cv, deadline, flag.IsSet())) ++results;
   };
   Background a([&] { wait(absl::Seconds(1)); });
   Background b([&] { wait(absl::Seconds(2)); });
@@ -400,8 +404,8 @@ TEST_CASE("A waiter may destroy its mutex and condition variable as soon as Wait
     // The waiter holds the only reference and drops it right after returning.
     Background waiter([&clock, flag = std::move(flag)]() mutable {
       {
-        std::unique_lock<std::mutex> l(flag->mu);
-        clock.WaitUntil(l, flag->cv, clock.MonotonicNow() + absl::Milliseconds(1),
+        MutexLock l(flag->mu);
+        clock.WaitUntil(flag->mu, flag->cv, clock.MonotonicNow() + absl::Milliseconds(1),
                         flag->IsSet());
       }
       flag.reset();
@@ -425,8 +429,8 @@ TEST_CASE("Destroying a ManualClock wakes the threads still blocked in it") {
     std::atomic<int> result{-1};
     Background sleeper([&] { clock->SleepFor(absl::Hours(1)); });
     Background waiter([&] {
-      std::unique_lock<std::mutex> l(flag.mu);
-      result = clock->WaitUntil(l, flag.cv, absl::Hours(1), flag.IsSet());
+      MutexLock l(flag.mu);
+      result = clock->WaitUntil(flag.mu, flag.cv, absl::Hours(1), flag.IsSet());
     });
     CHECK(clock->BlockUntilWaiters(2, kRealTimeout));
     clock.reset();  // returns once both threads have left the clock
@@ -435,6 +439,72 @@ TEST_CASE("Destroying a ManualClock wakes the threads still blocked in it") {
     CHECK(result.load() == 0);
   }
   REQUIRE(ConfigureLogging(LogOptions{}).ok());
+}
+
+// -- The transitional std::mutex form of WaitUntil (actors/ until they move) ------
+
+/// Flag on a std::mutex and a std::condition_variable.
+struct StdFlag {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool value = false;  // under mu (a std::mutex: not annotated)
+
+  void Set() {
+    std::lock_guard<std::mutex> l(mu);
+    value = true;
+    cv.notify_all();
+  }
+  std::function<bool()> IsSet() {
+    return [this] { return value; };
+  }
+};
+
+TEST_CASE("The std::mutex form of ManualClock::WaitUntil wakes on the condition and on the deadline") {
+  ManualClock clock;
+  StdFlag by_deadline, by_condition;
+  std::atomic<int> deadline_result{-1}, condition_result{-1};
+  std::atomic<bool> deadline_held{false}, condition_held{false};
+  Background a([&] {
+    std::unique_lock<std::mutex> l(by_deadline.mu);
+    deadline_result = clock.WaitUntil(l, by_deadline.cv, absl::Seconds(5), by_deadline.IsSet());
+    deadline_held = l.owns_lock() && LockedElsewhere(by_deadline.mu);
+  });
+  Background b([&] {
+    std::unique_lock<std::mutex> l(by_condition.mu);
+    condition_result = clock.WaitUntil(l, by_condition.cv, absl::Seconds(10), by_condition.IsSet());
+    condition_held = l.owns_lock() && LockedElsewhere(by_condition.mu);
+  });
+  CHECK(clock.BlockUntilWaiters(2, kRealTimeout));
+
+  clock.Advance(absl::Seconds(5));
+  CHECK(a.WaitDone(kRealTimeout));
+  CHECK(deadline_result.load() == 0);
+  CHECK(deadline_held.load());
+  CHECK_FALSE(b.Done());
+
+  by_condition.Set();
+  CHECK(b.WaitDone(kRealTimeout));
+  CHECK(condition_result.load() == 1);
+  CHECK(condition_held.load());
+  CHECK(clock.waiters() == 0);
+
+  by_deadline.Set();
+  clock.Advance(kForever);
+}
+
+TEST_CASE("The std::mutex form of Real WaitUntil times out, and returns true once the condition holds") {
+  Clock* real = Clock::Real();
+  StdFlag flag;
+  std::unique_lock<std::mutex> l(flag.mu);
+  const absl::Duration start = real->MonotonicNow();
+  CHECK_FALSE(real->WaitUntil(l, flag.cv, start + absl::Milliseconds(20), flag.IsSet()));
+  CHECK(real->MonotonicNow() - start >= absl::Milliseconds(20));
+  CHECK(l.owns_lock());
+  l.unlock();
+  Background setter([&] { flag.Set(); });
+  l.lock();
+  CHECK(real->WaitUntil(l, flag.cv, real->MonotonicNow() + kRealTimeout, flag.IsSet()));
+  CHECK(l.owns_lock());
 }
 
 // -- Clock::Real() -----------------------------------------------------------------
@@ -473,15 +543,15 @@ TEST_CASE("Real SleepFor sleeps at least the duration asked") {
 TEST_CASE("Real WaitUntil times out after the deadline and returns false") {
   Clock* real = Clock::Real();
   Flag flag;
-  std::unique_lock<std::mutex> l(flag.mu);
+  MutexLock l(flag.mu);
   const absl::Duration start = real->MonotonicNow();
-  CHECK_FALSE(real->WaitUntil(l, flag.cv, start + absl::Milliseconds(20), flag.IsSet()));
+  CHECK_FALSE(real->WaitUntil(flag.mu, flag.cv, start + absl::Milliseconds(20), flag.IsSet()));
   const absl::Duration waited = real->MonotonicNow() - start;
   CHECK(waited >= absl::Milliseconds(20));
   CHECK(waited < kRealTimeout);
-  CHECK(Holds(l));
-  CHECK_FALSE(real->WaitUntil(l, flag.cv, start, flag.IsSet()));
-  CHECK(l.owns_lock());
+  CHECK(Holds(flag.mu));
+  CHECK_FALSE(real->WaitUntil(flag.mu, flag.cv, start, flag.IsSet()));
+  CHECK(Holds(flag.mu));
 }
 
 TEST_CASE("Real WaitUntil keeps waiting through notifications that leave the condition false") {
@@ -497,9 +567,9 @@ TEST_CASE("Real WaitUntil keeps waiting through notifications that leave the con
   bool result = true;
   absl::Duration waited;
   {
-    std::unique_lock<std::mutex> l(flag.mu);
+    MutexLock l(flag.mu);
     const absl::Duration start = real->MonotonicNow();
-    result = real->WaitUntil(l, flag.cv, start + absl::Milliseconds(30), flag.IsSet());
+    result = real->WaitUntil(flag.mu, flag.cv, start + absl::Milliseconds(30), flag.IsSet());
     waited = real->MonotonicNow() - start;
   }
   stop = true;
@@ -516,10 +586,10 @@ TEST_CASE("Real WaitUntil returns true when another thread sets the condition") 
     bool held = false;
     {
       Background setter([&] { flag.Set(); });
-      std::unique_lock<std::mutex> l(flag.mu);
+      MutexLock l(flag.mu);
       // An infinite deadline must not overflow the steady_clock time point.
-      result = real->WaitUntil(l, flag.cv, real->MonotonicNow() + timeout, flag.IsSet());
-      held = Holds(l);
+      result = real->WaitUntil(flag.mu, flag.cv, real->MonotonicNow() + timeout, flag.IsSet());
+      held = Holds(flag.mu);
     }
     CHECK(result);
     CHECK(held);

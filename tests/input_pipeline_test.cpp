@@ -17,6 +17,7 @@
 #include "foreman/clock.hpp"
 #include "foreman/dataset.hpp"
 #include "foreman/input_pipeline.hpp"
+#include "foreman/mutex.hpp"
 #include "support/test_util.hpp"
 
 namespace foreman::data {
@@ -71,34 +72,35 @@ class ProducerGate {
   explicit ProducerGate(bool open = true) : open_(open) {}
   std::function<void(const DatasetPosition&)> Hook() {
     return [this](const DatasetPosition& p) {
-      std::unique_lock<std::mutex> l(mu_);
+      MutexLock l(mu_);
       seen_.push_back(p);
       cv_.notify_all();
-      cv_.wait_for(l, std::chrono::seconds(20), [this] { return open_; });
+      cv_.wait_for(l, std::chrono::seconds(20), [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return open_; });
     };
   }
   void Open() {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       open_ = true;
     }
     cv_.notify_all();
   }
   /// Waits (real time, bounded) until `n` batches were started.
   bool WaitSeen(size_t n) {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, absl::ToChronoMilliseconds(kRealTimeout), [&] { return seen_.size() >= n; });
+    MutexLock l(mu_);
+    return cv_.wait_for(l, absl::ToChronoMilliseconds(kRealTimeout),
+                        [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return seen_.size() >= n; });
   }
   std::vector<DatasetPosition> seen() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return seen_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_;                          // guarded by mu_
-  std::vector<DatasetPosition> seen_;  // guarded by mu_
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  bool open_ ABSL_GUARDED_BY(mu_);
+  std::vector<DatasetPosition> seen_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST_CASE("InputPipeline::Create rejects prefetch_batches < 1 and a null dataset") {

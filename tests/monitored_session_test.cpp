@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "foreman/clock.hpp"
+#include "foreman/mutex.hpp"
 #include "runtime/services.hpp"
 #include "support/call_log.hpp"
 #include "support/log_capture.hpp"
@@ -101,7 +102,7 @@ class FakeCreator : public SessionCreator {
 
   StatusOr<std::unique_ptr<Session>> create_session() override {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       ++calls;
     }
     cv_.notify_all();
@@ -128,11 +129,11 @@ class FakeCreator : public SessionCreator {
 
   // Blocks (real time, bounded) until create_session was called `n` times.
   bool WaitForCalls(int n) {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, kWait, [&] { return calls >= n; });
+    MutexLock l(mu_);
+    return cv_.wait_for(l, kWait, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls >= n; });
   }
   int Calls() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return calls;
   }
 
@@ -140,9 +141,9 @@ class FakeCreator : public SessionCreator {
   std::map<std::string, Tensor> checkpoint;  // assigned after init
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int calls = 0;  // guarded by mu_
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  int calls ABSL_GUARDED_BY(mu_) = 0;
 
   std::shared_ptr<Scaffold> scaffold_;
   std::shared_ptr<Graph> graph_;

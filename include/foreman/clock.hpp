@@ -10,24 +10,26 @@
 //                   deadlines. Never goes back.
 //
 // Usage, waiting for a condition or a deadline, whichever comes first. The
-// state is guarded by a std::mutex, and whoever changes it notifies a
-// std::condition_variable:
+// state is guarded by a foreman::Mutex (foreman/mutex.hpp), and whoever
+// changes it notifies a std::condition_variable_any:
 //
 //   // waiter
-//   std::unique_lock<std::mutex> lock(mu_);
-//   bool stopped = clock->WaitUntil(lock, cv_, clock->MonotonicNow() + absl::Seconds(5),
-//                                   [this] { return stop_requested_; });
+//   foreman::MutexLock l(mu_);
+//   bool stopped = clock->WaitUntil(mu_, cv_, clock->MonotonicNow() + absl::Seconds(5),
+//                                   [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+//                                     return stop_requested_;
+//                                   });
 //
 //   // another thread
 //   {
-//     std::lock_guard<std::mutex> l(mu_);
+//     foreman::MutexLock l(mu_);
 //     stop_requested_ = true;
 //   }
 //   cv_.notify_all();
 //
-// Foreman synchronises only with std::mutex / std::condition_variable
-// (pthread underneath, which ThreadSanitizer understands), never with
-// absl::Mutex: Debian's Abseil is not instrumented.
+// Foreman synchronises only with foreman::Mutex (a std::mutex) and standard
+// condition variables (pthread underneath, which ThreadSanitizer
+// understands), never with absl::Mutex: Debian's Abseil is not instrumented.
 //
 // (TF has no such seam: its hooks call time.time(); model: absl's
 // clock_interface / SimulatedClock.) All methods are thread-safe.
@@ -39,7 +41,9 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
+#include "foreman/mutex.hpp"
 
 namespace foreman {
 
@@ -62,17 +66,22 @@ class Clock {
   /// returns the value of `pred()` at return (so true means the condition
   /// holds, false that the deadline came first).
   ///
-  /// `lock` owns its mutex on entry and on return, and releases it while
-  /// waiting, as std::condition_variable::wait does; `pred` is only ever
-  /// evaluated with the mutex held. `pred` is re-evaluated when `cv` is
-  /// notified, so whoever changes the state `pred` reads must do so under the
-  /// mutex and then notify `cv` (notify_all when several threads may wait on
-  /// it); and when this clock's time passes `deadline`, on which the clock
-  /// itself locks the mutex and notifies `cv`. Spurious wake-ups are absorbed.
-  /// `lock`'s mutex and `cv` must outlive the call (they may be destroyed as
-  /// soon as it returns). An exception from `pred` propagates, with the lock
-  /// owning its mutex.
+  /// The caller holds `mu` on entry and on return; it is released while
+  /// waiting, as std::condition_variable_any::wait does; `pred` is only ever
+  /// evaluated with `mu` held. `pred` is re-evaluated when `cv` is notified,
+  /// so whoever changes the state `pred` reads must do so under `mu` and then
+  /// notify `cv` (notify_all when several threads may wait on it); and when
+  /// this clock's time passes `deadline`, on which the clock itself locks `mu`
+  /// and notifies `cv`. Spurious wake-ups are absorbed. `mu` and `cv` must
+  /// outlive the call (they may be destroyed as soon as it returns). An
+  /// exception from `pred` propagates, with `mu` held.
+  virtual bool WaitUntil(Mutex& mu, std::condition_variable_any& cv, absl::Duration deadline,
+                         const std::function<bool()>& pred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+
+  /// The same on a std::mutex and a std::condition_variable.
   /// REQUIRES: lock.owns_lock().
+  /// Transitional: for the callers in actors/ that still use std::mutex;
+  /// removed once they hold a foreman::Mutex.
   virtual bool WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
                          absl::Duration deadline, const std::function<bool()>& pred) = 0;
 
@@ -92,6 +101,8 @@ class ManualClock : public Clock {
   absl::Duration MonotonicNow() override;
   void SleepFor(absl::Duration d) override;
   /// Wakes at the Advance() that reaches `deadline` (see Clock::WaitUntil).
+  bool WaitUntil(Mutex& mu, std::condition_variable_any& cv, absl::Duration deadline,
+                 const std::function<bool()>& pred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) override;
   bool WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
                  absl::Duration deadline, const std::function<bool()>& pred) override;
 

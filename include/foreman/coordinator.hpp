@@ -27,6 +27,7 @@
 
 #include "absl/time/time.h"
 #include "foreman/clock.hpp"
+#include "foreman/mutex.hpp"
 #include "foreman/status.hpp"
 
 namespace foreman {
@@ -136,14 +137,14 @@ class Coordinator {
     /// Set and cleared under `mu` (so that waiters on `cv` see it), read
     /// lock-free by should_stop().
     std::atomic<bool> stop{false};
-    mutable std::mutex mu;
+    mutable Mutex mu;
     /// Notified on a stop request and when a LooperThread ends.
-    std::condition_variable cv;
-    Status status;                    // guarded by mu
-    bool joined = false;              // guarded by mu
-    /// Bumped when a LooperThread ends, so that join() wakes. Guarded by mu.
-    uint64_t runner_ends = 0;
-    std::vector<std::unique_ptr<RunnerInterface>> runners;  // guarded by mu
+    std::condition_variable_any cv;
+    Status status ABSL_GUARDED_BY(mu);
+    bool joined ABSL_GUARDED_BY(mu) = false;
+    /// Bumped when a LooperThread ends, so that join() wakes.
+    uint64_t runner_ends ABSL_GUARDED_BY(mu) = 0;
+    std::vector<std::unique_ptr<RunnerInterface>> runners ABSL_GUARDED_BY(mu);
   };
 
   std::shared_ptr<State> state_;
@@ -175,8 +176,8 @@ class LooperThread : public RunnerInterface {
     std::optional<absl::Duration> interval;
     std::function<Status()> target;
     std::atomic<bool> running{true};
-    std::mutex mu;
-    Status final_status;  // guarded by mu; set before `running` turns false
+    Mutex mu;
+    Status final_status ABSL_GUARDED_BY(mu);  // set before `running` turns false
   };
 
   explicit LooperThread(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
@@ -184,7 +185,7 @@ class LooperThread : public RunnerInterface {
                    absl::Duration first_time);
 
   std::shared_ptr<Shared> shared_;
-  std::mutex join_mu_;  // serialises Join() and the destructor's join
+  Mutex join_mu_;  // serialises Join() and the destructor's join
   std::thread thread_;
 };
 

@@ -23,12 +23,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/string_view.h"
 #include "foreman/env.hpp"
+#include "foreman/mutex.hpp"
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
 
@@ -170,8 +170,8 @@ class Dataset {
     int64_t epoch;
     std::shared_ptr<const std::vector<int32_t>> order;
   };
-  mutable std::mutex mu_;
-  mutable std::vector<CachedOrder> cache_;  // guarded by mu_; most recent last
+  mutable Mutex mu_;
+  mutable std::vector<CachedOrder> cache_ ABSL_GUARDED_BY(mu_);  // most recent last
 };
 
 }  // namespace foreman::data

@@ -97,7 +97,7 @@ std::shared_ptr<const std::vector<int32_t>> Dataset::Order(int64_t epoch) const 
   // Unshuffled, every epoch has the same order.
   const int64_t key = options_.shuffle ? epoch : 0;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (auto it = cache_.begin(); it != cache_.end(); ++it) {
       if (it->epoch == key) {
         CachedOrder hit = std::move(*it);
@@ -117,7 +117,7 @@ std::shared_ptr<const std::vector<int32_t>> Dataset::Order(int64_t epoch) const 
     std::iota(identity->begin(), identity->end(), 0);
     order = std::move(identity);
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (cache_.size() >= kCachedOrders) cache_.erase(cache_.begin());
   cache_.push_back(CachedOrder{key, order});
   return order;

@@ -12,7 +12,7 @@
 //             whose deadline has come, pins them, releases the clock mutex,
 //             then for each locks the waiter's mutex, sets `due`, notifies
 //             the waiter's cv and unlocks (the technique of absl's
-//             SimulatedClock, on std::condition_variable).
+//             SimulatedClock, on standard condition variables).
 //
 // Lock order: a caller's mutex before the clock mutex, never the other way.
 // A waiter holds its mutex while it registers and unregisters; Advance()
@@ -20,9 +20,10 @@
 // Waiter (and its mutex and cv) stays alive until Advance() has unpinned it:
 // the waiter waits for that before it returns.
 //
-// Only std::mutex / std::condition_variable here (pthread underneath, which
-// ThreadSanitizer intercepts). libstdc++'s std::mutex carries no capability
-// annotations, so "guarded by" and "REQUIRES" are comments.
+// Only foreman::Mutex (a std::mutex) and standard condition variables here
+// (pthread underneath, which ThreadSanitizer intercepts). What the analysis
+// cannot follow (a Waiter's fields under the clock mutex, the std::mutex
+// form of WaitUntil) is said in comments.
 #include "foreman/clock.hpp"
 
 #include <algorithm>
@@ -74,9 +75,22 @@ class RealClock final : public Clock {
     if (d > absl::ZeroDuration()) absl::SleepFor(d);
   }
 
+  bool WaitUntil(Mutex& mu, std::condition_variable_any& cv, absl::Duration deadline,
+                 const std::function<bool()>& pred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) override {
+    return Wait(mu, cv, deadline, pred);
+  }
+
   bool WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
                  absl::Duration deadline, const std::function<bool()>& pred) override {
     assert(lock.owns_lock() && "Clock::WaitUntil: the lock must own its mutex");
+    return Wait(lock, cv, deadline, pred);
+  }
+
+ private:
+  /// WaitUntil on `lock` (held; a Mutex or a std::unique_lock) and `cv`
+  /// (whose wait_until takes `lock`).
+  template <typename Lock, typename CondVar>
+  bool Wait(Lock& lock, CondVar& cv, absl::Duration deadline, const std::function<bool()>& pred) {
     // MonotonicNow() is steady_clock time since origin_, so the deadline on
     // steady_clock is origin_ + deadline. Loop on spurious wake-ups and on
     // the pieces of a wait longer than kMaxChronoWait.
@@ -89,7 +103,6 @@ class RealClock final : public Clock {
     }
   }
 
- private:
   const std::chrono::steady_clock::time_point origin_;
 };
 
@@ -109,23 +122,55 @@ namespace {
 /// One thread blocked in ManualClock::WaitUntil(). Lives on that thread's
 /// stack.
 struct Waiter {
-  Waiter(std::mutex* m, std::condition_variable* c, absl::Duration d)
-      : mu(m), cv(c), deadline(d) {}
+  explicit Waiter(absl::Duration d) : deadline(d) {}
+  virtual ~Waiter() = default;
 
-  /// The caller's mutex and condition variable.
-  std::mutex* const mu;
-  std::condition_variable* const cv;
+  /// Locks the caller's mutex, sets `due`, notifies the caller's condition
+  /// variable, unlocks. REQUIRES: the clock mutex not held.
+  virtual void Wake() = 0;
+
   /// Monotonic deadline.
   const absl::Duration deadline;
-  /// Set by Advance() (or the destructor) once the deadline has come.
-  /// Guarded by *mu.
-  bool due = false;
   /// Picked by Advance() once; it will not be picked again. Guarded by the
   /// clock mutex.
   bool picked = false;
   /// Number of Advance() calls that hold a pointer to this waiter outside the
   /// clock mutex. Guarded by the clock mutex.
   int pins = 0;
+};
+
+/// A waiter on a foreman::Mutex and a std::condition_variable_any.
+struct MutexWaiter final : Waiter {
+  MutexWaiter(Mutex* m, std::condition_variable_any* c, absl::Duration d)
+      : Waiter(d), mu(m), cv(c) {}
+  void Wake() override {
+    MutexLock l(*mu);
+    due = true;
+    cv->notify_all();
+  }
+
+  /// The caller's mutex and condition variable.
+  Mutex* const mu;
+  std::condition_variable_any* const cv;
+  /// Set by Advance() (or the destructor) once the deadline has come.
+  bool due ABSL_GUARDED_BY(mu) = false;
+};
+
+/// A waiter on a std::mutex and a std::condition_variable (the transitional
+/// form of WaitUntil).
+struct StdMutexWaiter final : Waiter {
+  StdMutexWaiter(std::mutex* m, std::condition_variable* c, absl::Duration d)
+      : Waiter(d), mu(m), cv(c) {}
+  void Wake() override {
+    std::lock_guard<std::mutex> l(*mu);
+    due = true;
+    cv->notify_all();
+  }
+
+  std::mutex* const mu;
+  std::condition_variable* const cv;
+  /// As MutexWaiter::due. Guarded by *mu (a std::mutex: not annotated).
+  bool due = false;
 };
 
 }  // namespace
@@ -135,8 +180,7 @@ struct ManualClock::Impl {
 
   /// Picks the registered waiters whose deadline has come (all of them once
   /// `shutting_down`) and pins them; Signal() must follow.
-  /// REQUIRES: mu held.
-  std::vector<Waiter*> PickDue() {
+  std::vector<Waiter*> PickDue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     std::vector<Waiter*> due;
     for (Waiter* w : awaiters) {
       if (!w->picked && (shutting_down || w->deadline <= monotonic)) {
@@ -149,48 +193,77 @@ struct ManualClock::Impl {
   }
 
   /// Sets `due` on each picked waiter under its own mutex and notifies its
-  /// condition variable, then unpins it.
-  /// REQUIRES: mu not held (a waiter's mutex comes first in the lock order).
-  void Signal(const std::vector<Waiter*>& due) {
+  /// condition variable, then unpins it. The clock mutex must not be held: a
+  /// waiter's mutex comes first in the lock order.
+  void Signal(const std::vector<Waiter*>& due) ABSL_LOCKS_EXCLUDED(mu) {
     if (due.empty()) return;
-    for (Waiter* w : due) {
-      std::lock_guard<std::mutex> l(*w->mu);
-      w->due = true;
-      w->cv->notify_all();
-    }
+    for (Waiter* w : due) w->Wake();
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       for (Waiter* w : due) --w->pins;
     }
     changed.notify_all();
   }
 
+  /// Registers `w` (false, and nothing registered, when its deadline has
+  /// already come or the clock is shutting down).
+  bool Register(Waiter* w) ABSL_LOCKS_EXCLUDED(mu) {
+    MutexLock l(mu);
+    if (shutting_down || monotonic >= w->deadline) return false;
+    awaiters.push_back(w);
+    ++waiters;
+    changed.notify_all();
+    return true;
+  }
+
+  /// Unregisters `w`: from here on no Advance() picks it. Returns true when an
+  /// Advance() still holds it (pinned): the waiter must then release its own
+  /// mutex and call AwaitUnpinned(w) before it returns.
+  bool Unregister(Waiter* w) ABSL_LOCKS_EXCLUDED(mu) {
+    MutexLock l(mu);
+    auto it = std::find(awaiters.begin(), awaiters.end(), w);
+    assert(it != awaiters.end());
+    awaiters.erase(it);
+    if (w->pins > 0) return true;
+    --waiters;
+    changed.notify_all();  // under the mutex: see SleepFor()
+    return false;
+  }
+
+  /// Waits until no Advance() holds `w` any more, then leaves the clock.
+  /// REQUIRES: the waiter's own mutex not held (Advance() locks it).
+  void AwaitUnpinned(Waiter* w) ABSL_LOCKS_EXCLUDED(mu) {
+    MutexLock l(mu);
+    while (w->pins != 0) changed.wait(l);
+    --waiters;
+    changed.notify_all();
+  }
+
   /// The clock's own mutex (after any caller's mutex in the lock order).
-  std::mutex mu;
+  Mutex mu;
   /// Notified (after `mu` is released) whenever the time moves, `waiters`
   /// changes, a pin is released or `shutting_down` is set.
-  std::condition_variable changed;
-  absl::Time wall;  // guarded by mu
-  absl::Duration monotonic = absl::ZeroDuration();  // guarded by mu
+  std::condition_variable_any changed;
+  absl::Time wall ABSL_GUARDED_BY(mu);
+  absl::Duration monotonic ABSL_GUARDED_BY(mu) = absl::ZeroDuration();
   /// Threads inside SleepFor() or WaitUntil() (past their fast path). A
-  /// thread leaves this count as its last use of the clock. Guarded by mu.
-  int waiters = 0;
-  /// Registered waiters, in registration order. Guarded by mu.
-  std::vector<Waiter*> awaiters;
-  /// Deadlines of the threads in SleepFor(). Guarded by mu.
-  std::multiset<absl::Duration> sleepers;
+  /// thread leaves this count as its last use of the clock.
+  int waiters ABSL_GUARDED_BY(mu) = 0;
+  /// Registered waiters, in registration order.
+  std::vector<Waiter*> awaiters ABSL_GUARDED_BY(mu);
+  /// Deadlines of the threads in SleepFor().
+  std::multiset<absl::Duration> sleepers ABSL_GUARDED_BY(mu);
 
   /// Threads blocked for a deadline that has not come yet: a thread an
   /// Advance() has already released but that has not run yet is not counted.
-  /// REQUIRES: mu held.
-  int Pending() const {
+  int Pending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (shutting_down) return 0;
     int n = static_cast<int>(std::distance(sleepers.upper_bound(monotonic), sleepers.end()));
     for (const Waiter* w : awaiters) n += !w->picked && w->deadline > monotonic;
     return n;
   }
-  /// Set by the destructor: every wait ends at once. Guarded by mu.
-  bool shutting_down = false;
+  /// Set by the destructor: every wait ends at once.
+  bool shutting_down ABSL_GUARDED_BY(mu) = false;
 };
 
 // -- ManualClock --------------------------------------------------------------
@@ -208,7 +281,7 @@ ManualClock::~ManualClock() {
   std::vector<Waiter*> due;
   int blocked = 0;
   {
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(s.mu);
     s.shutting_down = true;
     blocked = s.waiters;
     due = s.PickDue();
@@ -218,29 +291,29 @@ ManualClock::~ManualClock() {
                    blocked);
   s.changed.notify_all();  // the sleepers
   s.Signal(due);           // the waiters
-  std::unique_lock<std::mutex> l(s.mu);
-  s.changed.wait(l, [&s] { return s.waiters == 0; });
+  MutexLock l(s.mu);
+  while (s.waiters != 0) s.changed.wait(l);
 }
 
 absl::Time ManualClock::WallNow() {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   return impl_->wall;
 }
 
 absl::Duration ManualClock::MonotonicNow() {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   return impl_->monotonic;
 }
 
 void ManualClock::SleepFor(absl::Duration d) {
   if (d <= absl::ZeroDuration()) return;
   Impl& s = *impl_;
-  std::unique_lock<std::mutex> l(s.mu);
+  MutexLock l(s.mu);
   const absl::Duration deadline = s.monotonic + d;
   ++s.waiters;
   auto sleeper = s.sleepers.insert(deadline);
   s.changed.notify_all();
-  s.changed.wait(l, [&s, deadline] { return s.shutting_down || s.monotonic >= deadline; });
+  while (!s.shutting_down && s.monotonic < deadline) s.changed.wait(l);
   s.sleepers.erase(sleeper);
   --s.waiters;
   // Notified under the mutex: once it is released, the destructor may free
@@ -248,55 +321,56 @@ void ManualClock::SleepFor(absl::Duration d) {
   s.changed.notify_all();
 }
 
-bool ManualClock::WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
-                            absl::Duration deadline, const std::function<bool()>& pred) {
-  assert(lock.owns_lock() && "Clock::WaitUntil: the lock must own its mutex");
+bool ManualClock::WaitUntil(Mutex& mu, std::condition_variable_any& cv, absl::Duration deadline,
+                            const std::function<bool()>& pred) {
   if (pred()) return true;
   Impl& s = *impl_;
-  Waiter w(lock.mutex(), &cv, deadline);
-  {
-    std::lock_guard<std::mutex> l(s.mu);
-    if (s.shutting_down || s.monotonic >= deadline) return false;  // pred() is false
-    s.awaiters.push_back(&w);
-    ++s.waiters;
-    s.changed.notify_all();
-  }
+  MutexWaiter w(&mu, &cv, deadline);
+  w.mu->AssertHeld();  // w.mu is &mu, which the caller holds
+  if (!s.Register(&w)) return false;  // pred() is false
 
-  // Unregisters `w`; called with the caller's mutex held, which it may
-  // release for a while.
-  const auto leave = [&s, &w, &lock] {
-    bool pinned = false;
-    {
-      std::lock_guard<std::mutex> l(s.mu);
-      auto it = std::find(s.awaiters.begin(), s.awaiters.end(), &w);
-      assert(it != s.awaiters.end());
-      s.awaiters.erase(it);  // from here on no Advance() picks `w`
-      pinned = w.pins > 0;
-      if (!pinned) {
-        --s.waiters;
-        s.changed.notify_all();  // under the mutex: see SleepFor()
-      }
-    }
-    if (pinned) {
+  // Unregisters `w`; called with `mu` held, which it may release for a while.
+  const auto leave = [&s, &w, &mu]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (s.Unregister(&w)) {
       // An Advance() picked `w` (so the deadline has come) and is about to
       // lock the mutex, or is waiting for it: let it finish with `w`, the
       // mutex and `cv` before they can go away.
-      lock.unlock();
-      {
-        std::unique_lock<std::mutex> l(s.mu);
-        s.changed.wait(l, [&w] { return w.pins == 0; });
-        --s.waiters;
-        s.changed.notify_all();
-      }
-      lock.lock();
+      mu.Unlock();
+      s.AwaitUnpinned(&w);
+      mu.Lock();
     }
   };
 
   // Wakes when another thread changes the state under the mutex and notifies
   // `cv`, or when Advance() sets `due` under the mutex and notifies `cv`.
   try {
-    while (!w.due && !pred()) cv.wait(lock);
+    while (!w.due && !pred()) cv.wait(mu);
   } catch (...) {  // from pred(): `w` must not stay registered
+    leave();
+    throw;
+  }
+  leave();
+  return pred();
+}
+
+bool ManualClock::WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                            absl::Duration deadline, const std::function<bool()>& pred) {
+  // The same as the Mutex form above, on a std::mutex.
+  assert(lock.owns_lock() && "Clock::WaitUntil: the lock must own its mutex");
+  if (pred()) return true;
+  Impl& s = *impl_;
+  StdMutexWaiter w(lock.mutex(), &cv, deadline);
+  if (!s.Register(&w)) return false;
+  const auto leave = [&s, &w, &lock] {
+    if (s.Unregister(&w)) {
+      lock.unlock();
+      s.AwaitUnpinned(&w);
+      lock.lock();
+    }
+  };
+  try {
+    while (!w.due && !pred()) cv.wait(lock);
+  } catch (...) {
     leave();
     throw;
   }
@@ -310,7 +384,7 @@ void ManualClock::Advance(absl::Duration d) {
   Impl& s = *impl_;
   std::vector<Waiter*> due;
   {
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(s.mu);
     s.monotonic += d;
     s.wall += d;
     due = s.PickDue();
@@ -320,19 +394,19 @@ void ManualClock::Advance(absl::Duration d) {
 }
 
 void ManualClock::SetWallTime(absl::Time t) {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   impl_->wall = t;
 }
 
 int ManualClock::waiters() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   return impl_->waiters;
 }
 
 bool ManualClock::BlockUntilWaiters(int n, absl::Duration real_timeout) {
   Impl& s = *impl_;
-  std::unique_lock<std::mutex> l(s.mu);
-  const auto enough = [&s, n] { return s.Pending() >= n; };
+  MutexLock l(s.mu);
+  const auto enough = [&s, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { return s.Pending() >= n; };
   const absl::Duration timeout =
       std::clamp(real_timeout, absl::ZeroDuration(), kMaxChronoWait);
   return s.changed.wait_until(l, std::chrono::steady_clock::now() + ToSteadyDuration(timeout),

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "foreman/env.hpp"
+#include "foreman/mutex.hpp"
 
 namespace foreman {
 
@@ -199,8 +200,8 @@ class PosixRandomAccessFile : public RandomAccessFile {
 /// is held. Linux's open-file-description locks (F_OFD_SETLK) lack that trap
 /// but cannot report the holder's pid, which our error message names.
 struct LockTable {
-  std::mutex mu;
-  std::set<std::string> paths;  // guarded by mu
+  Mutex mu;
+  std::set<std::string> paths ABSL_GUARDED_BY(mu);
 };
 
 LockTable& Locks() {
@@ -216,7 +217,7 @@ class PosixFileLock : public FileLock {
     LockTable& locks = Locks();
     // Unlock before the name leaves the table, so that no other lock object
     // of this process can take the lock in between and lose it to our close.
-    std::lock_guard<std::mutex> l(locks.mu);
+    MutexLock l(locks.mu);
     CloseFd(fd_, path_).IgnoreError();  // Releases the fcntl lock.
     locks.paths.erase(path_);
   }
@@ -395,7 +396,7 @@ class PosixEnv : public Env {
 
   StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
     LockTable& locks = Locks();
-    std::lock_guard<std::mutex> l(locks.mu);
+    MutexLock l(locks.mu);
     // Checked before opening: closing any descriptor of the file would drop
     // this process's fcntl lock on it.
     if (locks.paths.count(path) != 0) {

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "foreman/mutex.hpp"
 
 namespace foreman {
 
@@ -124,23 +125,21 @@ Status IsADirectory(const std::string& path) {
 /// `mu` guards every other member and every Node reachable from them; each
 /// method below requires `mu` held.
 struct MemEnv::State {
-  mutable std::mutex mu;
-  NodePtr root = std::make_shared<Node>(true);  // "/"; guarded by mu
-  NodePtr cwd = std::make_shared<Node>(true);   // "."; guarded by mu
-  std::set<std::string> locks;  // Canonical paths; guarded by mu.
-  bool active = true;           // guarded by mu
-  int64_t ops = 0;              // guarded by mu
-  int64_t ops_until_crash = kNoCrash;  // guarded by mu
-  uint64_t epoch = 0;  // Bumped by every Crash(); guarded by mu.
+  mutable Mutex mu;
+  NodePtr root ABSL_GUARDED_BY(mu) = std::make_shared<Node>(true);  // "/"
+  NodePtr cwd ABSL_GUARDED_BY(mu) = std::make_shared<Node>(true);   // "."
+  std::set<std::string> locks ABSL_GUARDED_BY(mu);  // Canonical paths.
+  bool active ABSL_GUARDED_BY(mu) = true;
+  int64_t ops ABSL_GUARDED_BY(mu) = 0;
+  int64_t ops_until_crash ABSL_GUARDED_BY(mu) = kNoCrash;
+  uint64_t epoch ABSL_GUARDED_BY(mu) = 0;  // Bumped by every Crash().
 
-  /// REQUIRES: mu held.
-  Status CheckActive(const std::string& path) const {
+  Status CheckActive(const std::string& path) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return active ? absl::OkStatus() : Inactive(path);
   }
 
   /// Counts a successful mutating operation; may stop the file system.
-  /// REQUIRES: mu held.
-  void CountMutation() {
+  void CountMutation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     ++ops;
     if (ops_until_crash != kNoCrash && --ops_until_crash <= 0) {
       active = false;
@@ -149,8 +148,7 @@ struct MemEnv::State {
   }
 
   /// The node at `p`, or null.
-  /// REQUIRES: mu held.
-  NodePtr Lookup(const ParsedPath& p) const {
+  NodePtr Lookup(const ParsedPath& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     NodePtr node = p.absolute ? root : cwd;
     for (const std::string& part : p.parts) {
       if (!node->is_dir) return nullptr;
@@ -162,8 +160,9 @@ struct MemEnv::State {
   }
 
   /// The directory that holds the name `p`; NOT_FOUND when missing.
-  /// REQUIRES: mu held; `p` is not a root.
-  StatusOr<NodePtr> Parent(const ParsedPath& p, const std::string& path) const {
+  /// REQUIRES: `p` is not a root.
+  StatusOr<NodePtr> Parent(const ParsedPath& p, const std::string& path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     ParsedPath parent = p;
     parent.parts.pop_back();
     NodePtr node = Lookup(parent);
@@ -174,8 +173,7 @@ struct MemEnv::State {
   }
 
   /// The existing directory `dir`.
-  /// REQUIRES: mu held.
-  StatusOr<NodePtr> Directory(const std::string& dir) const {
+  StatusOr<NodePtr> Directory(const std::string& dir) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(dir));
     NodePtr node = Lookup(p);
     if (node == nullptr) return NoSuchFile(dir);
@@ -184,8 +182,7 @@ struct MemEnv::State {
   }
 
   /// The existing file `path`.
-  /// REQUIRES: mu held.
-  StatusOr<NodePtr> File(const std::string& path) const {
+  StatusOr<NodePtr> File(const std::string& path) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
     NodePtr node = Lookup(p);
     if (node == nullptr) return NoSuchFile(path);
@@ -194,8 +191,7 @@ struct MemEnv::State {
   }
 
   /// The file `path`, created when missing, truncated when `truncate`.
-  /// REQUIRES: mu held.
-  StatusOr<NodePtr> OpenForWrite(const std::string& path, bool truncate) {
+  StatusOr<NodePtr> OpenForWrite(const std::string& path, bool truncate) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     FOREMAN_RETURN_IF_ERROR(CheckActive(path));
     FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
     if (p.parts.empty()) return IsADirectory(path);
@@ -211,8 +207,7 @@ struct MemEnv::State {
     return node;
   }
 
-  /// REQUIRES: mu held.
-  Status CreateDir(const std::string& dir) {
+  Status CreateDir(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     FOREMAN_RETURN_IF_ERROR(CheckActive(dir));
     FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(dir));
     if (p.parts.empty()) return absl::AlreadyExistsError(absl::StrCat(dir, " already exists"));
@@ -224,8 +219,7 @@ struct MemEnv::State {
     return absl::OkStatus();
   }
 
-  /// REQUIRES: mu held.
-  Status SyncDir(const std::string& dir) {
+  Status SyncDir(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     FOREMAN_RETURN_IF_ERROR(CheckActive(dir));
     FOREMAN_ASSIGN_OR_RETURN(NodePtr node, Directory(dir));
     node->durable_children = node->children;
@@ -251,7 +245,7 @@ class MemWritableFile : public WritableFile {
   ~MemWritableFile() override { Close().IgnoreError(); }
 
   Status Append(absl::string_view data) override {
-    std::lock_guard<std::mutex> l(state_->mu);
+    MutexLock l(state_->mu);
     FOREMAN_RETURN_IF_ERROR(Check());
     node_->data.append(data.data(), data.size());
     size_ += data.size();
@@ -260,14 +254,14 @@ class MemWritableFile : public WritableFile {
   }
 
   Status Flush() override {
-    std::lock_guard<std::mutex> l(state_->mu);
+    MutexLock l(state_->mu);
     FOREMAN_RETURN_IF_ERROR(Check());  // Appends go straight to the "OS".
     state_->CountMutation();
     return absl::OkStatus();
   }
 
   Status Sync() override {
-    std::lock_guard<std::mutex> l(state_->mu);
+    MutexLock l(state_->mu);
     FOREMAN_RETURN_IF_ERROR(Check());
     node_->synced_data = node_->data;
     state_->CountMutation();
@@ -276,7 +270,7 @@ class MemWritableFile : public WritableFile {
 
   Status Close() override {
     if (closed_) return absl::OkStatus();
-    std::lock_guard<std::mutex> l(state_->mu);
+    MutexLock l(state_->mu);
     FOREMAN_RETURN_IF_ERROR(Check());
     closed_ = true;
     state_->CountMutation();
@@ -286,8 +280,7 @@ class MemWritableFile : public WritableFile {
   uint64_t Size() const override { return size_; }
 
  private:
-  /// REQUIRES: state_->mu held.
-  Status Check() const {
+  Status Check() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
     FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path_));
     if (epoch_ != state_->epoch) return StaleHandle(path_);
     if (closed_) return absl::FailedPreconditionError(absl::StrCat(path_, " is closed"));
@@ -309,7 +302,7 @@ class MemRandomAccessFile : public RandomAccessFile {
       : state_(std::move(state)), node_(std::move(node)), path_(std::move(path)), epoch_(epoch) {}
 
   StatusOr<absl::string_view> Read(uint64_t offset, std::size_t n, char* scratch) const override {
-    std::lock_guard<std::mutex> l(state_->mu);
+    MutexLock l(state_->mu);
     FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path_));
     if (epoch_ != state_->epoch) return StaleHandle(path_);
     const std::string& data = node_->data;
@@ -323,7 +316,7 @@ class MemRandomAccessFile : public RandomAccessFile {
   }
 
   uint64_t Size() const override {
-    std::lock_guard<std::mutex> l(state_->mu);
+    MutexLock l(state_->mu);
     return node_->data.size();
   }
 
@@ -340,7 +333,7 @@ class MemFileLock : public FileLock {
       : state_(std::move(state)), name_(std::move(name)), epoch_(epoch) {}
 
   ~MemFileLock() override {
-    std::lock_guard<std::mutex> l(state_->mu);
+    MutexLock l(state_->mu);
     // A crash already released it; someone may hold it again by now.
     if (epoch_ == state_->epoch) state_->locks.erase(name_);
   }
@@ -360,7 +353,7 @@ MemEnv::MemEnv() : state_(std::make_shared<State>()) {}
 MemEnv::~MemEnv() = default;
 
 void MemEnv::Crash() {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   std::set<const Node*> seen;
   Restore(state_->root.get(), &seen);
   Restore(state_->cwd.get(), &seen);
@@ -373,12 +366,12 @@ void MemEnv::Crash() {
 }
 
 void MemEnv::SetFilesystemActive(bool active) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   state_->active = active;
 }
 
 void MemEnv::SetCrashAfterOperations(int64_t n) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   state_->ops_until_crash = n;
   if (n <= 0) {
     state_->active = false;
@@ -387,19 +380,19 @@ void MemEnv::SetCrashAfterOperations(int64_t n) {
 }
 
 int64_t MemEnv::mutating_operations() const {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   return state_->ops;
 }
 
 StatusOr<std::string> MemEnv::ReadFileToString(const std::string& path) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->File(path));
   return node->data;
 }
 
 StatusOr<std::unique_ptr<RandomAccessFile>> MemEnv::NewRandomAccessFile(const std::string& path) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->File(path));
   return std::unique_ptr<RandomAccessFile>(
@@ -407,7 +400,7 @@ StatusOr<std::unique_ptr<RandomAccessFile>> MemEnv::NewRandomAccessFile(const st
 }
 
 StatusOr<std::unique_ptr<WritableFile>> MemEnv::NewWritableFile(const std::string& path) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->OpenForWrite(path, /*truncate=*/true));
   state_->CountMutation();
   return std::unique_ptr<WritableFile>(
@@ -415,7 +408,7 @@ StatusOr<std::unique_ptr<WritableFile>> MemEnv::NewWritableFile(const std::strin
 }
 
 StatusOr<std::unique_ptr<WritableFile>> MemEnv::NewAppendableFile(const std::string& path) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->OpenForWrite(path, /*truncate=*/false));
   state_->CountMutation();
   return std::unique_ptr<WritableFile>(
@@ -423,7 +416,7 @@ StatusOr<std::unique_ptr<WritableFile>> MemEnv::NewAppendableFile(const std::str
 }
 
 Status MemEnv::RenameFile(const std::string& from, const std::string& to) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(from));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath src, Parse(from));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath dst, Parse(to));
@@ -458,7 +451,7 @@ Status MemEnv::RenameFile(const std::string& from, const std::string& to) {
 }
 
 Status MemEnv::DeleteFile(const std::string& path) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
   FOREMAN_RETURN_IF_ERROR(state_->File(path).status());
@@ -469,21 +462,21 @@ Status MemEnv::DeleteFile(const std::string& path) {
 }
 
 Status MemEnv::FileExists(const std::string& path) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
   return state_->Lookup(p) != nullptr ? absl::OkStatus() : NoSuchFile(path);
 }
 
 StatusOr<uint64_t> MemEnv::GetFileSize(const std::string& path) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->File(path));
   return node->data.size();
 }
 
 StatusOr<std::vector<std::string>> MemEnv::GetChildren(const std::string& dir) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(dir));
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->Directory(dir));
   std::vector<std::string> names;
@@ -493,7 +486,7 @@ StatusOr<std::vector<std::string>> MemEnv::GetChildren(const std::string& dir) {
 }
 
 StatusOr<bool> MemEnv::IsDirectory(const std::string& path) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
   NodePtr node = state_->Lookup(p);
@@ -502,14 +495,14 @@ StatusOr<bool> MemEnv::IsDirectory(const std::string& path) {
 }
 
 Status MemEnv::CreateDir(const std::string& dir) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   return state_->CreateDir(dir);
 }
 
 Status MemEnv::RecursivelyCreateDir(const std::string& dir) {
   // Counts as the CreateDir and SyncDir of each level it creates, so that a
   // crash can strike between them.
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(dir));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(dir));
   ParsedPath prefix{p.absolute, {}};
@@ -528,7 +521,7 @@ Status MemEnv::RecursivelyCreateDir(const std::string& dir) {
 }
 
 Status MemEnv::DeleteDir(const std::string& dir) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(dir));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(dir));
   FOREMAN_ASSIGN_OR_RETURN(NodePtr node, state_->Directory(dir));
@@ -543,12 +536,12 @@ Status MemEnv::DeleteDir(const std::string& dir) {
 }
 
 Status MemEnv::SyncDir(const std::string& dir) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   return state_->SyncDir(dir);
 }
 
 StatusOr<std::unique_ptr<FileLock>> MemEnv::LockFile(const std::string& path) {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   FOREMAN_RETURN_IF_ERROR(state_->CheckActive(path));
   FOREMAN_ASSIGN_OR_RETURN(ParsedPath p, Parse(path));
   std::string name = Canonical(p);

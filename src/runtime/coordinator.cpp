@@ -38,7 +38,7 @@ Status Coordinator::State::RequestStop(const Status& status) {
   // B57: a clean-stop code is a stop without error.
   const Status filtered = IsCleanStop(status) ? absl::OkStatus() : status;
   {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     // B59: after join() the caller gets the error back; nothing is recorded.
     if (joined && !filtered.ok()) return filtered;
     if (!stop.load(std::memory_order_relaxed)) {
@@ -62,7 +62,7 @@ Coordinator::~Coordinator() {
   // B76. Nothing to wait for unless runners are still registered.
   bool has_runners = false;
   {
-    std::lock_guard<std::mutex> l(state_->mu);
+    MutexLock l(state_->mu);
     has_runners = !state_->runners.empty();
   }
   state_->RequestStop(absl::OkStatus()).IgnoreError();
@@ -72,24 +72,24 @@ Coordinator::~Coordinator() {
 Status Coordinator::request_stop(const Status& status) { return state_->RequestStop(status); }
 
 void Coordinator::clear_stop() {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   state_->stop.store(false, std::memory_order_release);
   state_->status = absl::OkStatus();
   state_->joined = false;
 }
 
 Status Coordinator::status() const {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   return state_->status;
 }
 
 bool Coordinator::wait_for_stop(std::optional<absl::Duration> timeout) {
   State& s = *state_;
-  std::unique_lock<std::mutex> l(s.mu);
+  MutexLock l(s.mu);
   if (s.stop.load(std::memory_order_acquire)) return true;
   const absl::Duration deadline =
       timeout.has_value() ? s.clock->MonotonicNow() + *timeout : absl::InfiniteDuration();
-  return s.clock->WaitUntil(l, s.cv, deadline,
+  return s.clock->WaitUntil(s.mu, s.cv, deadline,
                             [&s] { return s.stop.load(std::memory_order_acquire); });
 }
 
@@ -108,7 +108,7 @@ bool Coordinator::stop_on_exception(const std::function<Status()>& fn) {
 
 Status Coordinator::register_runner(std::unique_ptr<RunnerInterface> runner) {
   if (runner == nullptr) return absl::InvalidArgumentError("register_runner: null runner");
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   if (state_->stop.load(std::memory_order_relaxed)) {
     return absl::FailedPreconditionError("The coordinator has been stopped.");
   }
@@ -117,7 +117,7 @@ Status Coordinator::register_runner(std::unique_ptr<RunnerInterface> runner) {
 }
 
 bool Coordinator::joined() const {
-  std::lock_guard<std::mutex> l(state_->mu);
+  MutexLock l(state_->mu);
   return state_->joined;
 }
 
@@ -135,7 +135,7 @@ Status Coordinator::join(absl::Duration stop_grace_period, bool ignore_live_thre
   Clock* const clock = s.clock;
   std::vector<std::unique_ptr<RunnerInterface>> runners;
   {
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(s.mu);
     runners = std::move(s.runners);
     s.runners.clear();
   }
@@ -144,13 +144,15 @@ Status Coordinator::join(absl::Duration stop_grace_period, bool ignore_live_thre
   // or `deadline` passes. `ends` is runner_ends read before the runners
   // were last looked at, so that an end in between is not missed.
   const auto wait = [&s, clock](uint64_t ends, bool until_stop, absl::Duration deadline) {
-    std::unique_lock<std::mutex> l(s.mu);
-    clock->WaitUntil(l, s.cv, deadline, [&s, ends, until_stop] {
-      return s.runner_ends != ends || (until_stop && s.stop.load(std::memory_order_relaxed));
-    });
+    MutexLock l(s.mu);
+    clock->WaitUntil(s.mu, s.cv, deadline,
+                     [&s, ends, until_stop]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+                       return s.runner_ends != ends ||
+                              (until_stop && s.stop.load(std::memory_order_relaxed));
+                     });
   };
   const auto runner_ends = [&s] {
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(s.mu);
     return s.runner_ends;
   };
 
@@ -188,7 +190,7 @@ Status Coordinator::join(absl::Duration stop_grace_period, bool ignore_live_thre
   }
   Status recorded;
   {
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(s.mu);
     s.joined = true;
     recorded = s.status;
   }
@@ -228,7 +230,7 @@ StatusOr<LooperThread*> LooperThread::Start(Coordinator* coord, std::string name
   // Checked, started and registered under the lock, so that a concurrent
   // request_stop() either refuses the looper or finds it registered and
   // running.
-  std::lock_guard<std::mutex> l(state->mu);
+  MutexLock l(state->mu);
   if (state->stop.load(std::memory_order_relaxed)) {
     return absl::FailedPreconditionError("The coordinator has been stopped.");
   }
@@ -254,9 +256,9 @@ void LooperThread::Loop(std::shared_ptr<Coordinator::State> coord, std::shared_p
     if (shared->interval.has_value()) {
       // Python's `while not coord.wait_for_stop(next_timer_time - now)`: a
       // fixed schedule, at once when the target ran late.
-      std::unique_lock<std::mutex> l(s.mu);
+      MutexLock l(s.mu);
       if (s.stop.load(std::memory_order_relaxed)) break;
-      if (s.clock->WaitUntil(l, s.cv, next_time,
+      if (s.clock->WaitUntil(s.mu, s.cv, next_time,
                              [&s] { return s.stop.load(std::memory_order_relaxed); })) {
         break;
       }
@@ -272,19 +274,19 @@ void LooperThread::Loop(std::shared_ptr<Coordinator::State> coord, std::shared_p
     }
   }
   {
-    std::lock_guard<std::mutex> l(shared->mu);
+    MutexLock l(shared->mu);
     shared->final_status = final_status;
   }
   shared->running.store(false, std::memory_order_release);
   {
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(s.mu);
     ++s.runner_ends;
   }
   s.cv.notify_all();
 }
 
 LooperThread::~LooperThread() {
-  std::lock_guard<std::mutex> l(join_mu_);
+  MutexLock l(join_mu_);
   if (!thread_.joinable()) return;
   if (shared_->running.load(std::memory_order_acquire) ||
       thread_.get_id() == std::this_thread::get_id()) {
@@ -297,9 +299,9 @@ LooperThread::~LooperThread() {
 }
 
 Status LooperThread::Join() {
-  std::lock_guard<std::mutex> l(join_mu_);
+  MutexLock l(join_mu_);
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-  std::lock_guard<std::mutex> sl(shared_->mu);
+  MutexLock sl(shared_->mu);
   return shared_->final_status;
 }
 

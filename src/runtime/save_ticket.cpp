@@ -8,7 +8,7 @@ namespace foreman::internal {
 
 void SaveTicket::Complete(Status s, std::string saved_prefix, absl::Duration took) {
   {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     // The first completion wins: the actor's, or the runtime's error when the
     // actor died first.
     if (done) return;
@@ -21,13 +21,14 @@ void SaveTicket::Complete(Status s, std::string saved_prefix, absl::Duration too
 }
 
 bool SaveTicket::IsDone() {
-  std::lock_guard<std::mutex> l(mu);
+  MutexLock l(mu);
   return done;
 }
 
 Status SaveTicket::Wait(absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu);
-  if (!cv.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return done; })) {
+  MutexLock lock(mu);
+  if (!cv.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                   [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done; })) {
     return absl::DeadlineExceededError(absl::StrCat("the checkpoint save of step ", step,
                                                     " did not complete within ", absl::FormatDuration(timeout)));
   }

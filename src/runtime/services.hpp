@@ -23,6 +23,7 @@
 #include "foreman/coordinator.hpp"
 #include "foreman/env.hpp"
 #include "foreman/event_writer.hpp"
+#include "foreman/mutex.hpp"
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
 
@@ -48,19 +49,19 @@ class SummaryWriterService {
 /// actor, or with an error by the runtime when that actor dies.
 struct SaveTicket {
   int64_t step = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;     // guarded by mu
-  Status status;         // guarded by mu
-  std::string prefix;    // guarded by mu: the saved bundle's prefix
-  absl::Duration write_time;  // guarded by mu: serialise + write + commit
+  Mutex mu;
+  std::condition_variable_any cv;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  Status status ABSL_GUARDED_BY(mu);
+  std::string prefix ABSL_GUARDED_BY(mu);  // the saved bundle's prefix
+  absl::Duration write_time ABSL_GUARDED_BY(mu);  // serialise + write + commit
 
-  void Complete(Status s, std::string saved_prefix, absl::Duration took);
-  bool IsDone();
+  void Complete(Status s, std::string saved_prefix, absl::Duration took) ABSL_LOCKS_EXCLUDED(mu);
+  bool IsDone() ABSL_LOCKS_EXCLUDED(mu);
   /// Waits (real time, since the actor's progress is real work) until done or
   /// `timeout`; DEADLINE_EXCEEDED naming the step on timeout; else the save's
   /// status.
-  Status Wait(absl::Duration timeout);
+  Status Wait(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu);
 };
 
 /// The checkpoint_saver actor of one directory. It owns the directory lock.

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "compute/cpu_device.hpp"
 #include "compute/device_factory.hpp"
+#include "foreman/mutex.hpp"
 #include "platform/log.hpp"
 #include "runtime/session_target.hpp"
 
@@ -169,7 +170,7 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
   Status status;
   const absl::Duration started = clock->MonotonicNow();
   {
-    std::lock_guard<std::mutex> lock(impl_->values->mu);
+    MutexLock lock(impl_->values->mu);
     VariableStore& vars = impl_->values->vars;
     // B126: the built-in "global_step" fetch is the value before the step.
     if (std::binary_search(requested.begin(), requested.end(), kGlobalStepName)) {
@@ -206,14 +207,17 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
 }
 
 Status Session::WithVariables(const std::function<Status(VariableStore&)>& fn) {
-  std::lock_guard<std::mutex> lock(impl_->values->mu);
-  return InvokeUserCode("Session::WithVariables", [&] { return fn(impl_->values->vars); });
+  MutexLock lock(impl_->values->mu);
+  return InvokeUserCode("Session::WithVariables", [&] {
+    impl_->values->mu.AssertHeld();  // runs here, under `lock`
+    return fn(impl_->values->vars);
+  });
 }
 
 std::map<std::string, Tensor> Session::Snapshot() {
   std::map<std::string, Tensor> snapshot;
   {
-    std::lock_guard<std::mutex> lock(impl_->values->mu);
+    MutexLock lock(impl_->values->mu);
     snapshot = impl_->values->vars.Snapshot();
   }
   for (const std::string& local : impl_->graph->LocalVariableNames()) snapshot.erase(local);
@@ -221,7 +225,7 @@ std::map<std::string, Tensor> Session::Snapshot() {
 }
 
 StatusOr<int64_t> Session::GlobalStep() {
-  std::lock_guard<std::mutex> lock(impl_->values->mu);
+  MutexLock lock(impl_->values->mu);
   return GetGlobalStep(impl_->values->vars);
 }
 
@@ -229,7 +233,7 @@ std::vector<std::string> Session::UninitializedVariables() { return Uninitialize
 
 std::vector<std::string> Session::UninitializedVariables(bool include_local) {
   std::vector<std::string> missing;
-  std::lock_guard<std::mutex> lock(impl_->values->mu);
+  MutexLock lock(impl_->values->mu);
   for (const VariableDef& def : impl_->graph->variables()) {
     if (def.local && !include_local) continue;
     if (!impl_->values->vars.Contains(def.name)) missing.push_back(def.name);

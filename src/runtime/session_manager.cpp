@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "foreman/bundle.hpp"
 #include "formats/saver.hpp"
+#include "foreman/mutex.hpp"
 #include "platform/log.hpp"
 
 namespace foreman {
@@ -81,8 +82,8 @@ struct DefaultSavers {
     std::weak_ptr<Graph> graph;
     std::shared_ptr<Saver> saver;
   };
-  std::mutex mu;
-  std::map<const Graph*, Entry> by_graph;  // guarded by mu
+  Mutex mu;
+  std::map<const Graph*, Entry> by_graph ABSL_GUARDED_BY(mu);
 
   static DefaultSavers& Get() {
     static DefaultSavers* const savers = new DefaultSavers();  // never destroyed
@@ -90,7 +91,7 @@ struct DefaultSavers {
   }
 
   StatusOr<std::shared_ptr<Saver>> For(const std::shared_ptr<Graph>& graph, const SessionConfig& config) {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     // Forget entries of graphs that are gone (a new graph may reuse the
     // address).
     for (auto it = by_graph.begin(); it != by_graph.end();) {

@@ -44,8 +44,8 @@ struct Entry {
 };
 
 struct Registry {
-  std::mutex mu;
-  std::map<std::string, Entry> schemes;  // guarded by mu
+  Mutex mu;
+  std::map<std::string, Entry> schemes ABSL_GUARDED_BY(mu);
 };
 
 // Built on first use with the default schemes, so a registration from
@@ -53,6 +53,7 @@ struct Registry {
 Registry& GetRegistry() {
   static Registry* registry = [] {
     auto* r = new Registry;
+    MutexLock lock(r->mu);
     r->schemes[""] = Entry{"\"\" (local)", LocalValues};
     r->schemes[kInprocScheme] = Entry{"\"inproc://NAME\"", InprocValues};
     return r;
@@ -65,7 +66,7 @@ Registry& GetRegistry() {
 Status RegisterSessionTarget(const std::string& scheme, const std::string& usage, SessionTargetFactory factory) {
   if (!factory) return absl::InvalidArgumentError("RegisterSessionTarget('" + scheme + "'): null factory");
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   if (r.schemes.count(scheme) != 0) {
     return absl::AlreadyExistsError("session target scheme '" + scheme + "' is already registered");
   }
@@ -75,7 +76,7 @@ Status RegisterSessionTarget(const std::string& scheme, const std::string& usage
 
 bool UnregisterSessionTarget(const std::string& scheme) {
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   return r.schemes.erase(scheme) > 0;
 }
 
@@ -84,7 +85,7 @@ StatusOr<std::shared_ptr<SessionValues>> ResolveSessionTarget(const std::string&
   std::vector<std::string> usages;
   {
     Registry& r = GetRegistry();
-    std::lock_guard<std::mutex> lock(r.mu);
+    MutexLock lock(r.mu);
     std::size_t best = 0;
     for (const auto& [scheme, entry] : r.schemes) {
       usages.push_back(entry.usage);
@@ -115,7 +116,7 @@ StatusOr<std::shared_ptr<SessionValues>> ResolveSessionTarget(const std::string&
 
 std::vector<std::string> RegisteredSessionTargetSchemes() {
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   std::vector<std::string> schemes;
   for (const auto& entry : r.schemes) schemes.push_back(entry.first);
   return schemes;

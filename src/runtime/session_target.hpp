@@ -1,4 +1,4 @@
-// The session-target registry (TF's `master` strings, design.md §7a): a
+// The session-target registry (TF's `master` strings): a
 // scheme prefix -> a factory yielding the values the sessions of that target
 // share. Session::Create resolves every target here and knows no scheme
 // itself; "" (local) and "inproc://NAME" are registered when the library
@@ -14,10 +14,10 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "foreman/mutex.hpp"
 #include "foreman/status.hpp"
 #include "foreman/variable_store.hpp"
 
@@ -27,8 +27,8 @@ namespace foreman::internal {
 /// target's shared ones. Every read or write of `vars` holds `mu` (a step
 /// runs under it, which serialises the steps of sessions sharing values).
 struct SessionValues {
-  std::mutex mu;
-  VariableStore vars;  // guarded by mu
+  Mutex mu;
+  VariableStore vars ABSL_GUARDED_BY(mu);
 };
 
 /// Yields the values for `target` (the whole string, scheme included), never

@@ -20,6 +20,7 @@
 
 #include "absl/time/time.h"
 #include "foreman/env.hpp"
+#include "foreman/mutex.hpp"
 
 namespace foreman::testing {
 
@@ -32,14 +33,14 @@ class GatedEnv : public Env {
   /// until Release() (or 30 s of real time, so that a broken test fails
   /// instead of hanging).
   void Hold(std::string substring) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     hold_ = std::move(substring);
     released_ = false;
   }
   /// Lets every held and future call through.
   void Release() {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       released_ = true;
       hold_.clear();
     }
@@ -47,29 +48,30 @@ class GatedEnv : public Env {
   }
   /// Waits (real time) until `n` calls are held right now.
   bool WaitUntilHeld(int n, absl::Duration timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return held_ >= n; });
+    MutexLock lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                        [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_ >= n; });
   }
   /// Calls held so far (in total).
   int times_held() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return times_held_;
   }
   /// NewWritableFile of a path containing `substring` returns `status`.
   void Fail(std::string substring, Status status) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     fail_ = std::move(substring);
     fail_status_ = std::move(status);
   }
   /// NewWritableFile of a path containing `substring` throws std::runtime_error.
   void Throw(std::string substring) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     throw_ = std::move(substring);
   }
 
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!throw_.empty() && path.find(throw_) != std::string::npos) {
         throw std::runtime_error("GatedEnv: injected exception creating " + path);
       }
@@ -78,7 +80,8 @@ class GatedEnv : public Env {
         ++held_;
         ++times_held_;
         cv_.notify_all();
-        cv_.wait_for(lock, std::chrono::seconds(30), [this] { return released_; });
+        cv_.wait_for(lock, std::chrono::seconds(30),
+                     [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return released_; });
         --held_;
       }
     }
@@ -106,15 +109,15 @@ class GatedEnv : public Env {
 
  private:
   Env* base_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::string hold_;         // guarded by mu_
-  bool released_ = false;    // guarded by mu_
-  int held_ = 0;             // guarded by mu_
-  int times_held_ = 0;       // guarded by mu_
-  std::string fail_;         // guarded by mu_
-  Status fail_status_;       // guarded by mu_
-  std::string throw_;        // guarded by mu_
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  std::string hold_ ABSL_GUARDED_BY(mu_);
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  int held_ ABSL_GUARDED_BY(mu_) = 0;
+  int times_held_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string fail_ ABSL_GUARDED_BY(mu_);
+  Status fail_status_ ABSL_GUARDED_BY(mu_);
+  std::string throw_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace foreman::testing

@@ -18,6 +18,7 @@
 
 #include "absl/time/time.h"
 #include "foreman/clock.hpp"
+#include "foreman/mutex.hpp"
 
 namespace foreman::testing {
 
@@ -84,7 +85,7 @@ class Background {
   explicit Background(std::function<void()> fn, ManualClock* clock = nullptr)
       : clock_(clock), thread_([this, fn = std::move(fn)] {
           fn();
-          std::lock_guard<std::mutex> l(mu_);
+          MutexLock l(mu_);
           done_ = true;
           cv_.notify_all();
         }) {}
@@ -99,19 +100,20 @@ class Background {
 
   /// Whether `fn` has returned, waiting for it at most `timeout` (real time).
   bool WaitDone(absl::Duration timeout = kRealTimeout) {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, absl::ToChronoMilliseconds(timeout), [this] { return done_; });
+    MutexLock l(mu_);
+    return cv_.wait_for(l, absl::ToChronoMilliseconds(timeout),
+                        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
   }
   /// Whether `fn` has returned, without waiting.
   bool Done() const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return done_;
   }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
   ManualClock* const clock_;
   std::thread thread_;  // last: starts once the members above exist
 };

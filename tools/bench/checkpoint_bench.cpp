@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
         Status s = ticket->Wait(absl::Minutes(10));
         if (!s.ok()) Die("save", s);
         {
-          std::lock_guard<std::mutex> l(ticket->mu);
+          foreman::MutexLock l(ticket->mu);
           write.push_back(absl::ToDoubleSeconds(ticket->write_time));
         }
         write_rate.push_back(bytes / kMiB / write.back());

@@ -23,14 +23,14 @@ leveldb::Status ToLevelDb(const Status& s) {
 
 leveldb::Status FirstError::Record(const Status& s) {
   if (!s.ok()) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (status_.ok()) status_ = s;
   }
   return ToLevelDb(s);
 }
 
 Status FirstError::Get() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return status_;
 }
 

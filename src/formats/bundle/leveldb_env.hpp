@@ -13,8 +13,8 @@
 #include <leveldb/env.h>
 #include <leveldb/status.h>
 
-#include <mutex>
 #include "foreman/env.hpp"
+#include "foreman/mutex.hpp"
 #include "foreman/status.hpp"
 
 namespace foreman::internal {
@@ -27,8 +27,8 @@ class FirstError {
   Status Get() const;
 
  private:
-  mutable std::mutex mu_;
-  Status status_;  // guarded by mu_
+  mutable Mutex mu_;
+  Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 /// A leveldb::WritableFile writing into `file` (not owned).

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "foreman/hooks.hpp"
+#include "foreman/mutex.hpp"
 #include "foreman/summary.hpp"
 #include "foreman/variable_store.hpp"
 #include "formats/saver.hpp"
@@ -58,9 +59,9 @@ struct CheckpointSaverHook::Impl {
   // The save in flight: its after_save has not run yet.
   std::shared_ptr<internal::SaveTicket> in_flight;
 
-  mutable std::mutex mu;  // for the accessors below (read from other threads)
-  std::vector<int64_t> saved_steps;  // guarded by mu
-  int64_t waited_saves = 0;          // guarded by mu
+  mutable Mutex mu;  // for the accessors below (read from other threads)
+  std::vector<int64_t> saved_steps ABSL_GUARDED_BY(mu);
+  int64_t waited_saves ABSL_GUARDED_BY(mu) = 0;
 
   /// Takes up a completed save: its error ends training; otherwise the
   /// listeners' after_save. Sets *stop when one asks for it.
@@ -70,7 +71,7 @@ struct CheckpointSaverHook::Impl {
     Status s = ticket->Wait(absl::ZeroDuration());
     if (!s.ok()) return s;
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       saved_steps.push_back(ticket->step);
     }
     if (options.listeners.empty()) return absl::OkStatus();
@@ -108,7 +109,7 @@ struct CheckpointSaverHook::Impl {
   Status Save(Session* session, int64_t step, bool* stop) {
     if (in_flight != nullptr) {
       if (!in_flight->IsDone()) {
-        std::lock_guard<std::mutex> l(mu);
+        MutexLock l(mu);
         ++waited_saves;
       }
       FOREMAN_RETURN_IF_ERROR(WaitAndFinish(session, stop));
@@ -236,12 +237,12 @@ Status CheckpointSaverHook::end(Session* session) {
 }
 
 std::vector<int64_t> CheckpointSaverHook::saved_steps() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   return impl_->saved_steps;
 }
 
 int64_t CheckpointSaverHook::waited_saves() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   return impl_->waited_saves;
 }
 
