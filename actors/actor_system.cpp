@@ -14,6 +14,7 @@
 
 #include <caf/all.hpp>
 
+#include "foreman/mutex.hpp"
 #include "absl/strings/str_cat.h"
 #include "atoms.hpp"
 #include "messages.hpp"
@@ -52,11 +53,12 @@ struct OwnedSystem {
   std::unique_ptr<caf::actor_system> system;
 };
 
-std::mutex& ProcessMutex() {
-  static auto* mu = new std::mutex;
+Mutex& ProcessMutex() {
+  static auto* mu = new Mutex;
   return *mu;
 }
-// The live system, if any. Guarded by ProcessMutex().
+// The live system, if any. Guarded by ProcessMutex() (a function-local
+// static: the analysis cannot name it).
 std::weak_ptr<caf::actor_system>& ProcessSystem() {
   static auto* weak = new std::weak_ptr<caf::actor_system>;
   return *weak;
@@ -141,7 +143,7 @@ StatusOr<ActorSystemRef> AcquireProcessActorSystem(int scheduler_threads) {
   if (scheduler_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("actor system threads must be >= 0, got ", scheduler_threads));
   }
-  std::lock_guard<std::mutex> lock(ProcessMutex());
+  MutexLock lock(ProcessMutex());
   if (ActorSystemRef live = ProcessSystem().lock()) return live;
   auto owned = std::make_shared<OwnedSystem>();
   FOREMAN_RETURN_IF_ERROR(RunOnShortLivedThread([&]() -> Status {
@@ -168,7 +170,7 @@ StatusOr<ActorSystemRef> AcquireProcessActorSystem(int scheduler_threads) {
 void LeakActorSystem(ActorSystemRef ref) {
   if (ref == nullptr) return;
   static auto* leaked = new std::vector<ActorSystemRef>;
-  std::lock_guard<std::mutex> lock(ProcessMutex());
+  MutexLock lock(ProcessMutex());
   leaked->push_back(std::move(ref));
 }
 

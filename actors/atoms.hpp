@@ -24,6 +24,7 @@
 
 #include <caf/all.hpp>
 
+#include "foreman/mutex.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "foreman/status.hpp"
@@ -54,7 +55,7 @@ class Completion {
  public:
   void Complete(Status s) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (done_) return;
       done_ = true;
       status_ = std::move(s);
@@ -62,14 +63,15 @@ class Completion {
     cv_.notify_all();
   }
   bool IsDone() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return done_;
   }
   /// The completed status; DEADLINE_EXCEEDED "<what> did not complete within
   /// <timeout>" when `timeout` (real time) passes first.
   Status Wait(absl::Duration timeout, const std::string& what) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const bool done = cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return done_; });
+    MutexLock lock(mu_);
+    const bool done = cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                                   [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
     if (!done) {
       return absl::DeadlineExceededError(
           absl::StrCat(what, " did not complete within ", absl::FormatDuration(timeout)));
@@ -78,10 +80,10 @@ class Completion {
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_
-  Status status_;      // guarded by mu_
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 // -- Status <-> caf::error ----------------------------------------------------
@@ -153,7 +155,7 @@ class ChildLink {
   /// completed (UNAVAILABLE) when the old one exited. No-op after Detach().
   static void Rebind(const std::shared_ptr<ChildLink>& link, caf::actor actor) {
     {
-      std::lock_guard<std::mutex> l(link->mu_);
+      MutexLock l(link->mu_);
       if (link->detached_) return;
     }
     Bind(link, std::move(actor));
@@ -163,7 +165,7 @@ class ChildLink {
   /// link was detached.
   template <class... Ts>
   bool Send(Ts&&... xs) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!alive_ || !handle_) return false;
     caf::anon_send(handle_, std::forward<Ts>(xs)...);
     return true;
@@ -171,7 +173,7 @@ class ChildLink {
 
   /// Asks the actor to quit with `reason`; false when it is gone.
   bool SendExit(caf::exit_reason reason) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!alive_ || !handle_) return false;
     caf::anon_send_exit(handle_, reason);
     return true;
@@ -180,7 +182,7 @@ class ChildLink {
   /// Completes `c` (UNAVAILABLE) if the actor exits before answering; when it
   /// is gone already, completes it now and returns false.
   bool Track(const std::shared_ptr<Completion>& c) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!alive_ || !handle_) {
       c->Complete(GoneLocked());
       return false;
@@ -190,7 +192,7 @@ class ChildLink {
     return true;
   }
   bool Track(const std::shared_ptr<SaveTicket>& t) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!alive_ || !handle_) {
       t->Complete(GoneLocked(), "", absl::ZeroDuration());
       return false;
@@ -202,32 +204,33 @@ class ChildLink {
 
   /// A copy of the handle (for a sibling's spawn arguments); null when gone.
   caf::actor handle() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return alive_ ? handle_ : caf::actor{};
   }
   /// Drops the handle for good; later Send()s return false.
   void Detach() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     handle_ = nullptr;
     detached_ = true;
   }
   /// How many actors this link has been bound to (1 after Attach).
   int incarnation() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return incarnation_;
   }
   bool alive() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return alive_;
   }
   /// Waits (real time) until the actor has exited; false on timeout.
   bool WaitExited(absl::Duration timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return !alive_; });
+    MutexLock lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !alive_; });
   }
   /// Why the actor exited (OK: a normal exit or still running).
   Status exit_status() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return exit_status_;
   }
 
@@ -235,7 +238,7 @@ class ChildLink {
   static void Bind(const std::shared_ptr<ChildLink>& link, caf::actor actor) {
     int incarnation = 0;
     {
-      std::lock_guard<std::mutex> l(link->mu_);
+      MutexLock l(link->mu_);
       link->handle_ = actor;
       link->alive_ = true;
       link->exit_status_ = absl::OkStatus();
@@ -253,7 +256,7 @@ class ChildLink {
     std::vector<std::weak_ptr<SaveTicket>> tickets;
     Status gone;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (incarnation != incarnation_) return;  // an earlier incarnation
       alive_ = false;
       handle_ = nullptr;
@@ -270,11 +273,11 @@ class ChildLink {
       if (auto t = weak.lock()) t->Complete(gone, "", absl::ZeroDuration());
     }
   }
-  Status GoneLocked() const {
+  Status GoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!exit_status_.ok()) return Annotate(exit_status_, absl::StrCat(name_, " stopped"));
     return absl::UnavailableError(absl::StrCat(name_, " is not running"));
   }
-  void Prune() {
+  void Prune() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto gone_c = [](const std::weak_ptr<Completion>& w) {
       auto c = w.lock();
       return !c || c->IsDone();
@@ -288,15 +291,15 @@ class ChildLink {
   }
 
   const std::string name_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  caf::actor handle_;   // guarded by mu_
-  bool alive_ = true;   // guarded by mu_
-  bool detached_ = false;  // guarded by mu_
-  int incarnation_ = 0;    // guarded by mu_
-  Status exit_status_;  // guarded by mu_
-  std::vector<std::weak_ptr<Completion>> completions_;  // guarded by mu_
-  std::vector<std::weak_ptr<SaveTicket>> tickets_;      // guarded by mu_
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  caf::actor handle_ ABSL_GUARDED_BY(mu_);
+  bool alive_ ABSL_GUARDED_BY(mu_) = true;
+  bool detached_ ABSL_GUARDED_BY(mu_) = false;
+  int incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  Status exit_status_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<Completion>> completions_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<SaveTicket>> tickets_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace foreman::internal

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "foreman/mutex.hpp"
 #include "absl/strings/str_cat.h"
 #include "platform/log.hpp"
 #include "summary_writer.hpp"
@@ -70,7 +71,7 @@ std::shared_ptr<SaveTicket> CheckpointHandle::StartSave(std::map<std::string, Te
   auto ticket = std::make_shared<SaveTicket>();
   ticket->step = step;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     last_ = ticket;
   }
   if (!link_->Track(ticket)) return ticket;  // Completed with the actor's exit status.
@@ -85,7 +86,7 @@ std::shared_ptr<SaveTicket> CheckpointHandle::StartSave(std::map<std::string, Te
 }
 
 std::shared_ptr<SaveTicket> CheckpointHandle::last_ticket() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return last_;
 }
 

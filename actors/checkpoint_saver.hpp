@@ -25,6 +25,7 @@
 
 #include "atoms.hpp"
 #include "coordinator.hpp"
+#include "foreman/mutex.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/clock.hpp"
 #include "foreman/env.hpp"
@@ -78,8 +79,8 @@ class CheckpointHandle : public CheckpointService {
   std::string basename_;
   std::shared_ptr<Saver> saver_;
   std::shared_ptr<ChildLink> link_;
-  std::mutex mu_;
-  std::shared_ptr<SaveTicket> last_;  // guarded by mu_
+  Mutex mu_;
+  std::shared_ptr<SaveTicket> last_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace foreman::internal

@@ -7,14 +7,14 @@
 namespace foreman::internal {
 
 void FailureCell::SetCoordinator(Coordinator* coord) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   coord_ = coord;
   if (coord_ != nullptr && !first_error_.ok()) coord_->request_stop(first_error_).IgnoreError();
 }
 
 bool FailureCell::Report(const std::string& source, const Status& status) {
   if (status.ok()) return false;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   const bool first = first_error_.ok();
   if (first) first_error_ = status;
   FOREMAN_LOG_ERROR("{} failed: {}", source, status.ToString());
@@ -23,7 +23,7 @@ bool FailureCell::Report(const std::string& source, const Status& status) {
 }
 
 Status FailureCell::error() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return first_error_;
 }
 

@@ -21,6 +21,7 @@
 
 #include "atoms.hpp"
 #include "messages.hpp"
+#include "foreman/mutex.hpp"
 #include "foreman/coordinator.hpp"
 #include "foreman/status.hpp"
 
@@ -43,9 +44,9 @@ class FailureCell {
   // Held across request_stop(), so that SetCoordinator(nullptr) returns only
   // when no report still uses the old Coordinator (the session may then
   // destroy it).
-  std::mutex mu_;
-  Coordinator* coord_ = nullptr;  // guarded by mu_
-  Status first_error_;            // guarded by mu_
+  Mutex mu_;
+  Coordinator* coord_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Status first_error_ ABSL_GUARDED_BY(mu_);
 };
 
 /// Spawns the coordinator actor as a child of `parent` (the

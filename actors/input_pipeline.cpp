@@ -1,5 +1,6 @@
 // InputPipeline (include/foreman/input_pipeline.hpp): the producer actor
 // (protocol: input_pipeline.hpp) and the consumer's side.
+#include "foreman/mutex.hpp"
 #include "foreman/input_pipeline.hpp"
 
 #include <deque>
@@ -164,7 +165,7 @@ StatusOr<Batch> InputPipeline::Next(const DatasetPosition& position, absl::Durat
   PrefetchBuffer& buf = *im.buffer;
   Clock* clock = im.options.clock;
   const absl::Duration deadline = clock->MonotonicNow() + timeout;
-  std::unique_lock<std::mutex> lock(buf.mu);
+  MutexLock lock(buf.mu);
   if (!im.seeked || position != im.expected) {
     // The first call, or a restore moved the position: what is buffered is
     // for another place.
@@ -179,8 +180,9 @@ StatusOr<Batch> InputPipeline::Next(const DatasetPosition& position, absl::Durat
     lock.lock();
   }
   if (buf.items.empty() && !buf.producer_gone) ++im.stats.waits;
-  const bool ready = clock->WaitUntil(lock, buf.cv, deadline,
-                                      [&buf] { return !buf.items.empty() || buf.producer_gone; });
+  const bool ready =
+      clock->WaitUntil(buf.mu, buf.cv, deadline,
+                       [&buf]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(buf.mu) { return !buf.items.empty() || buf.producer_gone; });
   if (!ready) {
     return absl::DeadlineExceededError(absl::StrCat("input pipeline: no batch for ", position.ToString(),
                                                     " within ", absl::FormatDuration(timeout)));
@@ -207,7 +209,7 @@ StatusOr<Batch> InputPipeline::Next(const DatasetPosition& position, absl::Durat
 }
 
 InputPipeline::Stats InputPipeline::stats() const {
-  std::lock_guard<std::mutex> l(impl_->buffer->mu);
+  MutexLock l(impl_->buffer->mu);
   return impl_->stats;
 }
 

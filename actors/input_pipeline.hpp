@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 
+#include "foreman/mutex.hpp"
 #include "foreman/dataset.hpp"
 #include "foreman/status.hpp"
 
@@ -35,20 +36,20 @@ struct PrefetchBuffer {
     StatusOr<Batch> result;
   };
 
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t generation = 0;   // guarded by mu; the consumer's latest seek
-  std::deque<Item> items;    // guarded by mu; of `generation`, in order
-  bool producer_gone = false;  // guarded by mu
-  Status producer_status;      // guarded by mu; why it is gone
+  Mutex mu;
+  std::condition_variable_any cv;
+  uint64_t generation ABSL_GUARDED_BY(mu) = 0;  // the consumer's latest seek
+  std::deque<Item> items ABSL_GUARDED_BY(mu);  // of `generation`, in order
+  bool producer_gone ABSL_GUARDED_BY(mu) = false;
+  Status producer_status ABSL_GUARDED_BY(mu);  // why it is gone
 
   uint64_t current_generation() {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     return generation;
   }
   void Push(uint64_t gen, DatasetPosition position, StatusOr<Batch> result) {
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       if (gen != generation) return;  // The consumer has re-seeked since.
       items.push_back(Item{position, std::move(result)});
     }
@@ -56,7 +57,7 @@ struct PrefetchBuffer {
   }
   void ProducerGone(Status why) {
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       producer_gone = true;
       producer_status = std::move(why);
     }

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "foreman/mutex.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "actor_system.hpp"
@@ -140,7 +141,7 @@ class RuntimeImpl : public Runtime {
 
   ~RuntimeImpl() override {
     {
-      std::lock_guard<std::mutex> l(shutdown_mu_);
+      MutexLock l(shutdown_mu_);
       if (shut_down_) return;  // Whoever called Shutdown() got its status.
     }
     Status s = Shutdown(kDestructorShutdownTimeout);
@@ -166,7 +167,7 @@ class RuntimeImpl : public Runtime {
   // -- Services --
 
   StatusOr<std::shared_ptr<SummaryWriterService>> SummaryWriter(const std::string& logdir) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     FOREMAN_ASSIGN_OR_RETURN(auto writer, SummaryWriterLocked(logdir));
     return std::shared_ptr<SummaryWriterService>(std::move(writer));
   }
@@ -174,7 +175,7 @@ class RuntimeImpl : public Runtime {
   StatusOr<std::shared_ptr<CheckpointService>> CheckpointSaver(const std::string& dir_in,
                                                                std::shared_ptr<Saver> saver,
                                                                const std::string& basename) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     FOREMAN_RETURN_IF_ERROR(CheckRunningLocked());
     if (dir_in.empty()) return absl::InvalidArgumentError("CheckpointSaver: empty checkpoint directory");
     if (saver == nullptr) return absl::InvalidArgumentError("CheckpointSaver: no saver");
@@ -214,7 +215,7 @@ class RuntimeImpl : public Runtime {
 
   StatusOr<std::shared_ptr<StepCounterService>> StepCounter(const std::string& output_dir_in,
                                                             const std::string& tag) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     FOREMAN_RETURN_IF_ERROR(CheckRunningLocked());
     const std::string output_dir = output_dir_in.empty() ? "" : NormalizeDirectory(output_dir_in);
     const std::string key = absl::StrCat(output_dir, "\n", tag);
@@ -241,7 +242,7 @@ class RuntimeImpl : public Runtime {
   Status WaitForPendingSaves(absl::Duration timeout) override {
     std::vector<std::shared_ptr<CheckpointHandle>> savers;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       for (auto& [dir, saver] : savers_) savers.push_back(saver);
     }
     return WaitForSaves(savers, absl::Now() + timeout);
@@ -253,7 +254,7 @@ class RuntimeImpl : public Runtime {
   // -- Runtime --
 
   Status Shutdown(absl::Duration timeout) override {
-    std::lock_guard<std::mutex> shutdown_lock(shutdown_mu_);
+    MutexLock shutdown_lock(shutdown_mu_);
     if (shut_down_) return shutdown_status_;
     if (supervisor_ == nullptr) {  // Start() failed: nothing runs.
       shut_down_ = true;
@@ -267,7 +268,7 @@ class RuntimeImpl : public Runtime {
     std::vector<std::shared_ptr<StepCounterHandle>> counters;
     std::vector<std::shared_ptr<ChildLink>> links;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       stopping_ = true;  // No new services from here on.
       for (auto& [dir, s] : savers_) {
         savers.push_back(s);
@@ -325,12 +326,13 @@ class RuntimeImpl : public Runtime {
   }
 
  private:
-  Status CheckRunningLocked() {
+  Status CheckRunningLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (stopping_) return absl::FailedPreconditionError("the session's services are shut down");
     return absl::OkStatus();
   }
 
-  StatusOr<std::shared_ptr<SummaryWriterHandle>> SummaryWriterLocked(const std::string& logdir_in) {
+  StatusOr<std::shared_ptr<SummaryWriterHandle>> SummaryWriterLocked(const std::string& logdir_in)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     FOREMAN_RETURN_IF_ERROR(CheckRunningLocked());
     if (logdir_in.empty()) return absl::InvalidArgumentError("SummaryWriter: empty logdir");
     const std::string logdir = NormalizeDirectory(logdir_in);
@@ -354,7 +356,7 @@ class RuntimeImpl : public Runtime {
 
   StatusOr<std::shared_ptr<ChildLink>> SpawnChildLocked(
       const std::string& name,
-      std::function<caf::actor(caf::local_actor*, const caf::actor&)> spawn) {
+      std::function<caf::actor(caf::local_actor*, const caf::actor&)> spawn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto reply = std::make_shared<SpawnReply>();
     supervisor_->Track(reply->done);
     if (!supervisor_->Send(spawn_atom::value, ChildSpec{name, std::move(spawn)}, reply)) {
@@ -386,15 +388,15 @@ class RuntimeImpl : public Runtime {
   caf::actor_system* system_ = nullptr;
   std::shared_ptr<ChildLink> supervisor_;
 
-  std::mutex shutdown_mu_;
-  bool shut_down_ = false;  // guarded by shutdown_mu_
-  Status shutdown_status_;  // guarded by shutdown_mu_
+  Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  Status shutdown_status_ ABSL_GUARDED_BY(shutdown_mu_);
 
-  std::mutex mu_;
-  bool stopping_ = false;  // guarded by mu_
-  std::map<std::string, std::shared_ptr<SummaryWriterHandle>> writers_;  // guarded by mu_
-  std::map<std::string, std::shared_ptr<CheckpointHandle>> savers_;      // guarded by mu_
-  std::map<std::string, std::shared_ptr<StepCounterHandle>> counters_;   // guarded by mu_
+  Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::shared_ptr<SummaryWriterHandle>> writers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<CheckpointHandle>> savers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<StepCounterHandle>> counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -73,7 +73,7 @@ Status RunTrainingLoop(caf::actor_system& system, const std::shared_ptr<internal
 void training_loop(caf::blocking_actor* self, std::shared_ptr<internal::TrainingJobShared> shared) {
   Status status = RunTrainingLoop(self->system(), shared);
   if (!status.ok()) {
-    std::lock_guard<std::mutex> lock(shared->mu);
+    MutexLock lock(shared->mu);
     if (shared->error.empty()) shared->error = status.ToString();
   }
   FOREMAN_LOG_DEBUG("training_loop finished: {}", status.ToString());
@@ -124,7 +124,7 @@ caf::behavior training_job(caf::stateful_actor<JobState>* self, std::shared_ptr<
                                                                                         : "running";
         std::string error;
         {
-          std::lock_guard<std::mutex> lock(s->mu);
+          MutexLock lock(s->mu);
           error = s->error;
         }
         return caf::make_message(std::move(state), s->global_step.load(), s->local_steps.load(), std::move(error));

@@ -28,6 +28,7 @@
 #include <mutex>
 #include <string>
 
+#include "foreman/mutex.hpp"
 #include "foreman/actor_api.hpp"
 #include "foreman/stop.hpp"
 
@@ -40,16 +41,16 @@ struct TrainingJobShared {
   std::atomic<bool> abort_requested{false};  // the job is exiting: CANCELLED
   std::atomic<int64_t> global_step{-1};
   std::atomic<int64_t> local_steps{0};
-  std::mutex mu;
-  std::string error;  // guarded by mu: the first error, rendered
-  std::shared_ptr<StopRequest> stop;  // guarded by mu: the run's, once the loop made it
-  Status pending_stop;                // guarded by mu: a stop asked before that
+  Mutex mu;
+  std::string error ABSL_GUARDED_BY(mu);  // the first error, rendered
+  std::shared_ptr<StopRequest> stop ABSL_GUARDED_BY(mu);  // the run's, once the loop made it
+  Status pending_stop ABSL_GUARDED_BY(mu);  // a stop asked before that
 
   /// A stop (OK: clean) from the job actor, at any moment. Thread-safe.
   void RequestStop(const Status& status) {
     std::shared_ptr<StopRequest> target;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (!stop_requested.exchange(true)) pending_stop = status;
       target = stop;
     }
@@ -66,7 +67,7 @@ struct TrainingJobShared {
     bool pending = false;
     Status status;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       stop = request;
       pending = stop_requested.load();
       status = pending_stop;

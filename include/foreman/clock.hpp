@@ -78,13 +78,6 @@ class Clock {
   virtual bool WaitUntil(Mutex& mu, std::condition_variable_any& cv, absl::Duration deadline,
                          const std::function<bool()>& pred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 
-  /// The same on a std::mutex and a std::condition_variable.
-  /// REQUIRES: lock.owns_lock().
-  /// Transitional: for the callers in actors/ that still use std::mutex;
-  /// removed once they hold a foreman::Mutex.
-  virtual bool WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
-                         absl::Duration deadline, const std::function<bool()>& pred) = 0;
-
   /// Seconds since the epoch as a double (TF's time.time(); event wall_time).
   double WallSeconds() { return absl::ToDoubleSeconds(WallNow() - absl::UnixEpoch()); }
 };
@@ -103,8 +96,6 @@ class ManualClock : public Clock {
   /// Wakes at the Advance() that reaches `deadline` (see Clock::WaitUntil).
   bool WaitUntil(Mutex& mu, std::condition_variable_any& cv, absl::Duration deadline,
                  const std::function<bool()>& pred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) override;
-  bool WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
-                 absl::Duration deadline, const std::function<bool()>& pred) override;
 
   /// Moves both time lines forward by `d` (>= 0) and wakes every sleeper or
   /// waiter whose deadline has come.

@@ -38,7 +38,7 @@
 //
 // Why not absl::Mutex: Debian's Abseil is not built with ThreadSanitizer, so
 // TSan sees none of absl::Mutex's happens-before edges and reports every
-// access it guards as a race (tools/sanitizers/tsan.supp). Mutex is a
+// access it guards as a race. Mutex is a
 // std::mutex (pthread underneath, which TSan intercepts) with annotations.
 #pragma once
 

@@ -19,16 +19,16 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
+#include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "absl/time/time.h"
 #include "foreman/clock.hpp"
+#include "foreman/mutex.hpp"
 #include "foreman/status.hpp"
 
 namespace foreman {
@@ -87,15 +87,15 @@ class StopRequest {
 
   const StopRequestOptions options_;
   std::atomic<bool> requested_{false};
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // Complete() and the destructor wake the watchdog
-  Status status_;               // guarded by mu_
-  bool completed_ = false;      // guarded by mu_
-  bool shutting_down_ = false;  // guarded by mu_
-  std::optional<absl::Duration> deadline_;                      // guarded by mu_
-  int64_t next_listener_ = 1;                                   // guarded by mu_
-  std::map<int64_t, std::function<void(const Status&)>> listeners_;  // guarded by mu_
-  std::thread watchdog_;        // started by the first request_stop()
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;  // Complete() and the destructor wake the watchdog
+  Status status_ ABSL_GUARDED_BY(mu_);
+  bool completed_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Duration> deadline_ ABSL_GUARDED_BY(mu_);
+  int64_t next_listener_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<int64_t, std::function<void(const Status&)>> listeners_ ABSL_GUARDED_BY(mu_);
+  std::thread watchdog_ ABSL_GUARDED_BY(mu_);  // started by the first request_stop()
 };
 
 }  // namespace foreman

@@ -22,8 +22,8 @@
 //
 // Only foreman::Mutex (a std::mutex) and standard condition variables here
 // (pthread underneath, which ThreadSanitizer intercepts). What the analysis
-// cannot follow (a Waiter's fields under the clock mutex, the std::mutex
-// form of WaitUntil) is said in comments.
+// cannot follow (a Waiter's fields under the clock mutex) is said in
+// comments.
 #include "foreman/clock.hpp"
 
 #include <algorithm>
@@ -78,12 +78,6 @@ class RealClock final : public Clock {
   bool WaitUntil(Mutex& mu, std::condition_variable_any& cv, absl::Duration deadline,
                  const std::function<bool()>& pred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) override {
     return Wait(mu, cv, deadline, pred);
-  }
-
-  bool WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
-                 absl::Duration deadline, const std::function<bool()>& pred) override {
-    assert(lock.owns_lock() && "Clock::WaitUntil: the lock must own its mutex");
-    return Wait(lock, cv, deadline, pred);
   }
 
  private:
@@ -154,23 +148,6 @@ struct MutexWaiter final : Waiter {
   std::condition_variable_any* const cv;
   /// Set by Advance() (or the destructor) once the deadline has come.
   bool due ABSL_GUARDED_BY(mu) = false;
-};
-
-/// A waiter on a std::mutex and a std::condition_variable (the transitional
-/// form of WaitUntil).
-struct StdMutexWaiter final : Waiter {
-  StdMutexWaiter(std::mutex* m, std::condition_variable* c, absl::Duration d)
-      : Waiter(d), mu(m), cv(c) {}
-  void Wake() override {
-    std::lock_guard<std::mutex> l(*mu);
-    due = true;
-    cv->notify_all();
-  }
-
-  std::mutex* const mu;
-  std::condition_variable* const cv;
-  /// As MutexWaiter::due. Guarded by *mu (a std::mutex: not annotated).
-  bool due = false;
 };
 
 }  // namespace
@@ -346,31 +323,6 @@ bool ManualClock::WaitUntil(Mutex& mu, std::condition_variable_any& cv, absl::Du
   try {
     while (!w.due && !pred()) cv.wait(mu);
   } catch (...) {  // from pred(): `w` must not stay registered
-    leave();
-    throw;
-  }
-  leave();
-  return pred();
-}
-
-bool ManualClock::WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
-                            absl::Duration deadline, const std::function<bool()>& pred) {
-  // The same as the Mutex form above, on a std::mutex.
-  assert(lock.owns_lock() && "Clock::WaitUntil: the lock must own its mutex");
-  if (pred()) return true;
-  Impl& s = *impl_;
-  StdMutexWaiter w(lock.mutex(), &cv, deadline);
-  if (!s.Register(&w)) return false;
-  const auto leave = [&s, &w, &lock] {
-    if (s.Unregister(&w)) {
-      lock.unlock();
-      s.AwaitUnpinned(&w);
-      lock.lock();
-    }
-  };
-  try {
-    while (!w.due && !pred()) cv.wait(lock);
-  } catch (...) {
     leave();
     throw;
   }

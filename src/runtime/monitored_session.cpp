@@ -26,12 +26,12 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "foreman/mutex.hpp"
 #include "platform/log.hpp"
 #include "runtime/runtime.hpp"
 
@@ -118,8 +118,8 @@ struct MonitoredSession::Impl {
   // installing a new coordinator, so no request is missed.
   std::shared_ptr<StopRequest> stop;
   int64_t stop_listener = 0;
-  std::mutex coord_mu;
-  std::condition_variable backoff_cv;  // with coord_mu: a stop ends the back-off
+  Mutex coord_mu;
+  std::condition_variable_any backoff_cv;  // with coord_mu: a stop ends the back-off
   bool stopped_before_step = false;   // HookedRun returned StoppedBeforeStep()
 
   std::atomic<bool> hook_stop{false};  // B35: the _HookedSession's flag
@@ -194,7 +194,7 @@ MonitoredSession::Impl::~Impl() { StopListening(); }
 
 void MonitoredSession::Impl::ListenForStop() {
   stop_listener = stop->Listen([this](const Status& s) {
-    std::lock_guard<std::mutex> l(coord_mu);
+    MutexLock l(coord_mu);
     if (Coordinator* c = coord.load(std::memory_order_acquire); c != nullptr) c->request_stop(s).IgnoreError();
     backoff_cv.notify_all();
   });
@@ -322,7 +322,7 @@ Status MonitoredSession::Impl::CreateSession() {
   Coordinator* c = coordinators.back().get();
   runtime->SetCoordinator(c);
   {
-    std::lock_guard<std::mutex> l(coord_mu);
+    MutexLock l(coord_mu);
     coord.store(c, std::memory_order_release);
     last_coord.store(c, std::memory_order_release);
   }
@@ -421,8 +421,8 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause) {
       FOREMAN_LOG_INFO("Recovery: waiting {} before creating a new session.", FormatSeconds(wait));
       // A request_stop() ends the wait; the new session is still created,
       // so that close() can run end() (and save) on a restored one.
-      std::unique_lock<std::mutex> l(coord_mu);
-      clock->WaitUntil(l, backoff_cv, clock->MonotonicNow() + wait, [this] { return stop->stop_requested(); });
+      MutexLock l(coord_mu);
+      clock->WaitUntil(coord_mu, backoff_cv, clock->MonotonicNow() + wait, [this] { return stop->stop_requested(); });
     }
   }
   return absl::OkStatus();
@@ -435,7 +435,7 @@ Status MonitoredSession::Impl::TeardownSession(bool recovering) {
   Status result;
   Coordinator* c = nullptr;
   {
-    std::lock_guard<std::mutex> l(coord_mu);
+    MutexLock l(coord_mu);
     c = coord.exchange(nullptr, std::memory_order_acq_rel);
   }
   if (runtime) runtime->SetCoordinator(nullptr);

@@ -13,16 +13,18 @@ namespace foreman {
 StopRequest::StopRequest(StopRequestOptions options) : options_(std::move(options)) {}
 
 StopRequest::~StopRequest() {
+  std::thread watchdog;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     shutting_down_ = true;
+    watchdog = std::move(watchdog_);
   }
   cv_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
+  if (watchdog.joinable()) watchdog.join();
 }
 
 void StopRequest::request_stop(const Status& status) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (requested_.load(std::memory_order_relaxed)) return;
   status_ = status;
   requested_.store(true, std::memory_order_release);
@@ -38,13 +40,13 @@ void StopRequest::request_stop(const Status& status) {
 }
 
 Status StopRequest::status() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return status_;
 }
 
 void StopRequest::Complete() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     completed_ = true;
     deadline_.reset();
   }
@@ -52,17 +54,17 @@ void StopRequest::Complete() {
 }
 
 bool StopRequest::completed() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return completed_;
 }
 
 std::optional<absl::Duration> StopRequest::grace_deadline() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return deadline_;
 }
 
 int64_t StopRequest::Listen(std::function<void(const Status&)> fn) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   const int64_t id = next_listener_++;
   if (requested_.load(std::memory_order_relaxed)) fn(status_);
   listeners_.emplace(id, std::move(fn));
@@ -70,15 +72,16 @@ int64_t StopRequest::Listen(std::function<void(const Status&)> fn) {
 }
 
 void StopRequest::Unlisten(int64_t id) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   listeners_.erase(id);
 }
 
 void StopRequest::Watch(absl::Duration deadline) {
   Clock* clock = options_.clock != nullptr ? options_.clock : Clock::Real();
   {
-    std::unique_lock<std::mutex> l(mu_);
-    const bool done = clock->WaitUntil(l, cv_, deadline, [this] { return completed_ || shutting_down_; });
+    MutexLock l(mu_);
+    const bool done = clock->WaitUntil(mu_, cv_, deadline,
+                                       [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return completed_ || shutting_down_; });
     if (done) return;
   }
   if (options_.on_grace_expired) {
