@@ -202,7 +202,9 @@ class MonitoredSession {
   /// the caller passed): close() completes the stop once every end() has run;
   /// until then the same deadline bounds the coordinator's join. Non-blocking
   /// and thread-safe (TF: Coordinator.request_stop, but surviving the
-  /// re-creation of the coordinator that a recovery does).
+  /// re-creation of the coordinator that a recovery does). The session object
+  /// must outlive the call; a thread that may outlive the session keeps
+  /// stop_request() (shared) and calls its request_stop() instead.
   void request_stop(const Status& status = absl::OkStatus());
 
   /// The stop request this session obeys (RuntimeOptions::stop, or its own).
