@@ -1,4 +1,4 @@
-// training_job and training_loop: the actor API of design.md §4 (b).
+// training_job and training_loop: the actor API (include/foreman/actor_api.hpp).
 //
 //   training_job (event-based; the handle SpawnTrainingJob returns)
 //   └── training_loop (blocking actor, own thread: runs the

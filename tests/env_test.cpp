@@ -299,6 +299,28 @@ TEST_CASE("a second LockFile in the same process fails naming this process's pid
   REQUIRE(again.ok());
 }
 
+// fcntl locks belong to the process: a second lock object on the same file
+// under another spelling must be refused, or closing it would drop the first.
+TEST_CASE("one file locked under two spellings (./, a symlink) is one lock: the second is refused") {
+  TempDir dir;
+  Env* env = Env::Default();
+  const std::string path = dir / "LOCK";
+  auto lock = env->LockFile(path);
+  REQUIRE(lock.ok());
+  const std::string dotted = dir.path() + "/./LOCK";
+  const std::string linked = dir / "link";
+  REQUIRE(symlink(path.c_str(), linked.c_str()) == 0);
+  for (const std::string& other : {dotted, linked}) {
+    auto second = env->LockFile(other);
+    CHECK_MESSAGE(second.status().code() == absl::StatusCode::kFailedPrecondition, other);
+  }
+  // The refused attempts did not release the first lock.
+  auto third = env->LockFile(path);
+  CHECK(third.status().code() == absl::StatusCode::kFailedPrecondition);
+  lock->reset();
+  CHECK(env->LockFile(dotted).ok());
+}
+
 TEST_CASE("a lock held by another process fails FAILED_PRECONDITION naming that process") {
   TempDir dir;
   Env* env = Env::Default();

@@ -699,5 +699,76 @@ TEST_CASE("request_stop with an error is an abort: no end(), no final checkpoint
   CHECK(SessionLogSteps(Events(dir.path()), SessionLogStatus::kCheckpoint) == std::vector<int64_t>{0});
 }
 
+
+// A hook whose end() takes (clock) time, as foreman train's final evaluation.
+class SlowEndHook : public SessionRunHook {
+ public:
+  explicit SlowEndHook(ManualClock* clock) : clock_(clock) {}
+  std::string name() const override { return "SlowEndHook"; }
+  Status end(Session*) override {
+    clock_->Advance(absl::Seconds(60));
+    return absl::OkStatus();
+  }
+
+ private:
+  ManualClock* clock_;
+};
+
+TEST_CASE("the stop grace period ends with the final checkpoint, not with the later hooks' end()") {
+  TempDir dir;
+  ManualClock clock;
+  std::atomic<int> expired{0};
+  auto model = std::make_shared<Model>();
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  StopRequestOptions stop_options;
+  stop_options.clock = &clock;
+  stop_options.grace_period = absl::Seconds(5);
+  stop_options.on_grace_expired = [&](absl::Duration) { ++expired; };
+  auto stop = std::make_shared<StopRequest>(stop_options);
+  o.runtime.stop = stop;
+  o.hooks = {std::make_shared<SlowEndHook>(&clock)};  // after the CheckpointSaverHook
+  {
+    auto sess = Open(o);
+    for (int i = 0; i < 3; ++i) REQUIRE(sess->run({"train_op"}).ok());
+    sess->request_stop();
+    CHECK(sess->close().ok());
+    CHECK(stop->completed());
+  }
+  o.runtime.stop.reset();
+  stop.reset();  // joins the watchdog: a late on_grace_expired would have run by now
+  CHECK(expired == 0);
+  CHECK(SessionLogSteps(Events(dir.path()), SessionLogStatus::kCheckpoint) == std::vector<int64_t>{0, 3});
+}
+
+TEST_CASE("a StopRequest no one stopped is not completed by close() or by a failed creation") {
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  StopRequestOptions stop_options;
+  stop_options.clock = &clock;
+  MonitoredSessionOptions o;
+  o.graph = MakeGraph(model);
+  o.runtime.stop = std::make_shared<StopRequest>(stop_options);
+  {
+    auto sess = MonitoredSession::Create(o);
+    REQUIRE(sess.ok());
+    REQUIRE((*sess)->run({"train_op"}).ok());
+    CHECK((*sess)->close().ok());
+  }
+  CHECK_FALSE(o.runtime.stop->completed());
+  class FailingBegin : public SessionRunHook {
+   public:
+    std::string name() const override { return "FailingBegin"; }
+    Status begin() override { return absl::UnavailableError("not yet"); }
+  };
+  o.graph = MakeGraph(model);
+  o.hooks = {std::make_shared<FailingBegin>()};
+  CHECK_FALSE(MonitoredSession::Create(o).ok());
+  CHECK_FALSE(o.runtime.stop->completed());
+  // So a later run still gets its grace period.
+  o.runtime.stop->request_stop();
+  CHECK(o.runtime.stop->grace_deadline().has_value());
+  o.runtime.stop->Complete();
+}
+
 }  // namespace
 }  // namespace foreman

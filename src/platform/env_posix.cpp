@@ -199,9 +199,14 @@ class PosixRandomAccessFile : public RandomAccessFile {
 /// process releases the lock, so nothing else may open a lock file while it
 /// is held. Linux's open-file-description locks (F_OFD_SETLK) lack that trap
 /// but cannot report the holder's pid, which our error message names.
+// The files this process holds locks on, by identity (device, inode), so
+// that one file reached through two spellings ("d", "./d", a symlink) is one
+// entry: an fcntl lock belongs to the process, and closing any descriptor of
+// the file would drop it.
+using FileId = std::pair<dev_t, ino_t>;
 struct LockTable {
   Mutex mu;
-  std::set<std::string> paths ABSL_GUARDED_BY(mu);
+  std::set<FileId> files ABSL_GUARDED_BY(mu);
 };
 
 LockTable& Locks() {
@@ -211,20 +216,21 @@ LockTable& Locks() {
 
 class PosixFileLock : public FileLock {
  public:
-  PosixFileLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  PosixFileLock(int fd, std::string path, FileId id) : fd_(fd), path_(std::move(path)), id_(id) {}
 
   ~PosixFileLock() override {
     LockTable& locks = Locks();
-    // Unlock before the name leaves the table, so that no other lock object
+    // Unlock before the file leaves the table, so that no other lock object
     // of this process can take the lock in between and lose it to our close.
     MutexLock l(locks.mu);
     CloseFd(fd_, path_).IgnoreError();  // Releases the fcntl lock.
-    locks.paths.erase(path_);
+    locks.files.erase(id_);
   }
 
  private:
   int fd_;
   std::string path_;
+  FileId id_;
 };
 
 /// A write lock on the whole file.
@@ -398,12 +404,31 @@ class PosixEnv : public Env {
     LockTable& locks = Locks();
     MutexLock l(locks.mu);
     // Checked before opening: closing any descriptor of the file would drop
-    // this process's fcntl lock on it.
-    if (locks.paths.count(path) != 0) {
+    // this process's fcntl lock on it. (A file that does not exist yet is
+    // not locked by anyone.)
+    const auto held_here = [&] {
       return absl::FailedPreconditionError(absl::StrCat(
           "lock ", path, " is held by this process (pid ", static_cast<int64_t>(getpid()), ")"));
+    };
+    struct stat before;
+    if (stat(path.c_str(), &before) == 0 && locks.files.count(FileId{before.st_dev, before.st_ino}) != 0) {
+      return held_here();
     }
     FOREMAN_ASSIGN_OR_RETURN(int fd, OpenFd(path, O_RDWR | O_CREAT));
+    struct stat opened;
+    if (fstat(fd, &opened) != 0) {
+      Status s = ErrnoError(absl::StrCat("fstat ", path), errno);
+      CloseFd(fd, path).IgnoreError();
+      return s;
+    }
+    const FileId id{opened.st_dev, opened.st_ino};
+    if (locks.files.count(id) != 0) {
+      // Created or renamed into place between the two looks: the lock is
+      // ours, and closing this descriptor would drop it. Keep the descriptor
+      // open until the holder closes (leaked: a race that needs two spellings
+      // of one path locked at the same instant).
+      return held_here();
+    }
     struct flock fl = WholeFileLock();
     Status s;
     if (fcntl(fd, F_SETLK, &fl) != 0) {
@@ -416,8 +441,8 @@ class PosixEnv : public Env {
       CloseFd(fd, path).IgnoreError();
       return s;
     }
-    locks.paths.insert(path);
-    return std::unique_ptr<FileLock>(new PosixFileLock(fd, path));
+    locks.files.insert(id);
+    return std::unique_ptr<FileLock>(new PosixFileLock(fd, path, id));
   }
 };
 
