@@ -12,9 +12,8 @@
 // at MonitoredSession::request_stop(); this object only records it, tells
 // its listeners, and enforces the stop grace period: from the first
 // request, the owner has `grace_period` (on `clock`) to call Complete()
-// (MonitoredTrainingSession does when its CheckpointSaverHook's final save is
-// durable; a MonitoredSession without one when close() has run every hook's
-// end()). If it does not, on_grace_expired runs once, on the StopRequest's
+// (MonitoredSession::close() does when a CheckpointSaverHook's end() has
+// made the final save durable; without one, when every hook's end() ran). If it does not, on_grace_expired runs once, on the StopRequest's
 // own watchdog thread (TF: Coordinator.join's stop_grace_period_secs, which
 // bounds the same wait). One StopRequest serves one run: once complete, a
 // later request is recorded and heard by listeners but starts no grace period.

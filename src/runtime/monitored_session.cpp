@@ -678,11 +678,15 @@ Status MonitoredSession::Impl::Close() {
         RecordError(s);
         break;
       }
+      // The CheckpointSaverHook's end() returns once the final save is
+      // durable: that is the stop's work, so its grace period ends here, not
+      // after the later hooks' end() (a final evaluation takes what it takes).
+      if (dynamic_cast<const CheckpointSaverHook*>(hooks[i].get()) != nullptr) stop->Complete();
     }
   }
 
-  // Every end() has run (the final checkpoint, when there is a
-  // CheckpointSaverHook, completed the stop already): a requested stop is done.
+  // Every end() has run (a CheckpointSaverHook's completed the stop
+  // already): a requested stop is done.
   if (stop->stop_requested()) stop->Complete();
 
   // Keep the raw session for the services' last words; close it last.
@@ -849,20 +853,6 @@ std::optional<T> Resolve(const Defaultable<T>& d) {
   return std::nullopt;
 }
 
-// Completes the run's stop once the CheckpointSaverHook's final save is
-// durable (its listeners' end() runs after it).
-class FinalCheckpointListener : public CheckpointSaverListener {
- public:
-  explicit FinalCheckpointListener(std::shared_ptr<StopRequest> stop) : stop_(std::move(stop)) {}
-  Status end(Session* /*session*/, int64_t /*global_step*/) override {
-    stop_->Complete();
-    return absl::OkStatus();
-  }
-
- private:
-  std::shared_ptr<StopRequest> stop_;
-};
-
 // B7: enabled only when set and > 0.
 template <class T>
 bool Enabled(const std::optional<T>& v) {
@@ -944,15 +934,6 @@ StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTr
   ms.stop_grace_period_secs = options.stop_grace_period_secs;  // B16
   ms.recovery = options.recovery;
   ms.runtime = options.runtime;
-  // The run's stop request, made here so that the CheckpointSaverHook can
-  // complete it: the stop grace period ends with the final checkpoint, not
-  // with the later hooks' end() (a final evaluation may take what it takes).
-  if (ms.runtime.stop == nullptr) {
-    StopRequestOptions stop_options;
-    stop_options.grace_period = absl::Seconds(options.stop_grace_period_secs);
-    stop_options.clock = config.clock;
-    ms.runtime.stop = std::make_shared<StopRequest>(std::move(stop_options));
-  }
 
   if (!options.is_chief) {
     // B13, B16: wait for the chief; only the caller's hooks; no restore.
@@ -1007,9 +988,7 @@ StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTr
     o.save_steps = plan.save_checkpoint_steps;
     o.saver = scaffold->saver();
     o.checkpoint_basename = "model.ckpt";
-    // First: the stop is complete as soon as the final save is durable.
-    o.listeners.push_back(std::make_shared<FinalCheckpointListener>(ms.runtime.stop));
-    for (auto& listener : options.checkpoint_listeners) o.listeners.push_back(std::move(listener));
+    o.listeners = std::move(options.checkpoint_listeners);
     o.clock = config.clock;
     o.env = config.env;
     FOREMAN_ASSIGN_OR_RETURN(auto hook, CheckpointSaverHook::Create(std::move(o)));
