@@ -95,6 +95,72 @@ TEST_CASE("B126 the built-in global_step fetch is the value before the step") {
   CHECK(read->at("global_step").scalar<int64_t>().value() == 3);
 }
 
+TEST_CASE("train_op is answered by the Session when the step does not set it (TF: None for an op)") {
+  auto sess = Session::Create(CounterGraph());  // trains on train_op, never sets it
+  REQUIRE(sess.ok());
+  REQUIRE(InitAll(**sess).ok());
+  auto out = (*sess)->Run({"train_op", "loss"});
+  REQUIRE(out.ok());
+  CHECK(out->size() == 2);
+  CHECK(out->at("train_op").dtype() == DataType::kInvalid);
+  CHECK(out->at("loss").scalar<float>().value() == 9.0f);
+  CHECK(*(*sess)->GlobalStep() == 1);
+  // A variable the step does not answer is its value after the step.
+  auto gs = (*sess)->Run({"train_op", "w"});
+  REQUIRE(gs.ok());
+  CHECK(gs->at("w").scalar<float>().value() == 2.0f);
+}
+
+TEST_CASE("A step that sets train_op itself keeps its own answer") {
+  auto graph = std::make_shared<Graph>();
+  REQUIRE(graph->CreateGlobalStep().ok());
+  REQUIRE(graph->SetStep([](StepContext& ctx) -> Status {
+                  if (ctx.requested("train_op")) ctx.Set("train_op", Tensor::Scalar<int64_t>(7));
+                  return absl::OkStatus();
+                })
+              .ok());
+  auto sess = Session::Create(graph);
+  REQUIRE(sess.ok());
+  REQUIRE(InitAll(**sess).ok());
+  auto out = (*sess)->Run({"train_op"});
+  REQUIRE(out.ok());
+  CHECK(out->at("train_op").scalar<int64_t>().value() == 7);
+}
+
+TEST_CASE("With declared fetches an unknown fetch is NOT_FOUND before the step runs, changing nothing") {
+  std::atomic<int> loss_computations{0};
+  auto graph = CounterGraph(&loss_computations);
+  REQUIRE(graph->AddFetch("loss").ok());
+  REQUIRE(graph->AddFetch("loss").ok());  // duplicates are ignored
+  CHECK(graph->fetches() == std::vector<std::string>{"loss"});
+  CHECK(graph->AddFetch("").code() == absl::StatusCode::kInvalidArgument);
+  auto sess = Session::Create(graph);
+  REQUIRE(sess.ok());
+  REQUIRE(InitAll(**sess).ok());
+  CHECK(graph->AddFetch("late").code() == absl::StatusCode::kFailedPrecondition);
+
+  auto bad = (*sess)->Run({"train_op", "los"});
+  CHECK(bad.status().code() == absl::StatusCode::kNotFound);
+  CHECK(bad.status().message().find("'los'") != absl::string_view::npos);
+  CHECK(bad.status().message().find("did not run") != absl::string_view::npos);
+  CHECK(*(*sess)->GlobalStep() == 0);  // the step did not run: nothing changed
+  CHECK(loss_computations == 0);
+
+  // Declared, runtime and variable fetches are all known.
+  auto good = (*sess)->Run({"train_op", "loss", "global_step", "w"});
+  REQUIRE(good.ok());
+  CHECK(*(*sess)->GlobalStep() == 1);
+}
+
+TEST_CASE("Without declared fetches an unanswered fetch is still NOT_FOUND after the step") {
+  auto sess = Session::Create(CounterGraph());
+  REQUIRE(sess.ok());
+  REQUIRE(InitAll(**sess).ok());
+  auto out = (*sess)->Run({"train_op", "nothing_answers_this"});
+  CHECK(out.status().code() == absl::StatusCode::kNotFound);
+  CHECK(*(*sess)->GlobalStep() == 1);  // today's behaviour: the step ran
+}
+
 TEST_CASE("Session feeds reach the step; unrequested answers are dropped") {
   auto sess = Session::Create(CounterGraph());
   REQUIRE(sess.ok());

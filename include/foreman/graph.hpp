@@ -8,14 +8,24 @@
 // values: a new session's variables are *uninitialized* until the init op
 // (Scaffold) assigns their initial values or a checkpoint restores them.
 //
+//   ```cpp
+//   // Minimises loss = w² by gradient descent (learning rate 0.1).
 //   auto graph = std::make_shared<foreman::Graph>();
 //   FOREMAN_RETURN_IF_ERROR(graph->CreateGlobalStep());
-//   FOREMAN_RETURN_IF_ERROR(graph->AddVariable("w", foreman::Tensor(DataType::kFloat, {10})));
-//   graph->SetStep([](foreman::StepContext& ctx) -> foreman::Status {
-//     if (ctx.requested("train_op")) { ...update "w"...; IncrementGlobalStep(ctx.variables()); }
-//     if (ctx.requested("loss")) ctx.Set("loss", loss_tensor);
-//     return foreman::OkStatus();
-//   });
+//   FOREMAN_RETURN_IF_ERROR(graph->AddVariable("w", foreman::Tensor::Scalar<float>(5.0f)));
+//   FOREMAN_RETURN_IF_ERROR(graph->AddFetch("loss"));  // optional: then a misspelt fetch
+//                                                      // fails before the step runs
+//   FOREMAN_RETURN_IF_ERROR(graph->SetStep([](foreman::StepContext& ctx) -> foreman::Status {
+//     FOREMAN_ASSIGN_OR_RETURN(foreman::Tensor * w, ctx.variables().Get("w"));
+//     float& value = w->data<float>()[0];
+//     if (ctx.requested("loss")) ctx.Set("loss", foreman::Tensor::Scalar<float>(value * value));
+//     if (ctx.requested("train_op")) {  // the Session answers the fetch itself
+//       value -= 0.1f * 2 * value;
+//       FOREMAN_RETURN_IF_ERROR(foreman::IncrementGlobalStep(ctx.variables()).status());
+//     }
+//     return foreman::Status();
+//   }));
+//   ```
 //
 // A graph is built on one thread; Finalize() (called by every session
 // creation, as TF's sessions finalize theirs) makes it read-only, after which
@@ -95,6 +105,19 @@ class Graph {
   Status AddSummaryOp(const std::string& fetch);
   const std::vector<std::string>& summary_ops() const { return summary_ops_; }
 
+  /// Declares a fetch name the step function answers (TF: a tensor or op of
+  /// the graph that session.run() may fetch). Once a graph declares at least
+  /// one, Session::Run checks every requested fetch *before* the step runs
+  /// and answers NOT_FOUND, with nothing changed, for one that is none of:
+  /// declared here, a summary op, a variable, "global_step" or "train_op".
+  /// A graph that declares none is not checked up front: a fetch the step
+  /// does not produce is NOT_FOUND after the step has run.
+  /// INVALID_ARGUMENT for an empty name; FAILED_PRECONDITION when finalized;
+  /// duplicates are ignored.
+  Status AddFetch(const std::string& fetch);
+  /// The declared fetches, in declaration order.
+  const std::vector<std::string>& fetches() const { return fetches_; }
+
   /// Every declared variable, in declaration order.
   const std::vector<VariableDef>& variables() const { return variables_; }
   /// Names of the global (checkpointed) variables, sorted.
@@ -112,6 +135,7 @@ class Graph {
  private:
   std::vector<VariableDef> variables_;
   std::vector<std::string> summary_ops_;
+  std::vector<std::string> fetches_;
   StepFn step_;
   std::atomic<bool> finalized_{false};
 };

@@ -1,13 +1,22 @@
 // The raw Session: values for a Graph's variables, and run(fetches, feeds).
 // (TF: tf.compat.v1.Session.)
 //
+//   ```cpp
 //   FOREMAN_ASSIGN_OR_RETURN(auto sess, foreman::Session::Create(graph, "", config));
+//   FOREMAN_RETURN_IF_ERROR(foreman::DefaultInitOp()(*sess, {}));  // TF: sess.run(init_op)
 //   FOREMAN_ASSIGN_OR_RETURN(foreman::TensorMap out, sess->Run({"loss", "train_op"}, feeds));
+//   FOREMAN_ASSIGN_OR_RETURN(float loss, out.at("loss").scalar<float>());
+//   ```
 //
 // Run() calls the graph's step function with the requested fetch names; only
-// those are computed. Built-in fetch: "global_step" is answered by the
-// Session with the value read *before* the step runs (TF's stale global-step
-// read), unless the step function sets it.
+// those are computed. Fetches the Session answers when the step does not:
+//   "global_step"  the value read *before* the step runs (TF's stale
+//                  global-step read)
+//   "train_op"     an empty Tensor (dtype kInvalid): TF's run() returns None
+//                  for an op. The step trains when ctx.requested("train_op").
+//   a variable     its value after the step
+// When the graph declares its fetches (Graph::AddFetch), an unknown fetch is
+// NOT_FOUND before the step runs, so nothing changes.
 //
 // Targets (TF's `master`):
 //   ""               a local session with its own variable values
@@ -44,6 +53,10 @@ struct ThreadPoolDevice;
 }
 
 namespace foreman {
+
+/// The fetch that runs a training step (TF: the train_op). The Session
+/// answers it with an empty Tensor when the step function does not set it.
+inline constexpr char kTrainOpName[] = "train_op";
 
 /// Named tensors: feeds going into a step, fetch results coming out.
 using TensorMap = std::map<std::string, Tensor>;
@@ -185,8 +198,13 @@ class Session {
 
   /// Runs the step function for `fetches` with `feeds` and returns exactly the
   /// requested fetches.
+  /// "global_step", "train_op" and variables the step does not answer are
+  /// answered by the Session (top of this file).
   ///   FAILED_PRECONDITION  "Attempted to use a closed Session."
-  ///   NOT_FOUND            a fetch the step did not answer (names it)
+  ///   NOT_FOUND            a fetch the graph does not know (when it declares
+  ///                        its fetches: Graph::AddFetch), before the step
+  ///                        runs; otherwise a fetch the step did not answer,
+  ///                        after it ran. The message names the fetch.
   ///   the step's own error (exceptions converted, status.hpp)
   StatusOr<TensorMap> Run(const std::vector<std::string>& fetches, const TensorMap& feeds = {},
                           const RunOptions& options = {}, RunMetadata* metadata = nullptr);

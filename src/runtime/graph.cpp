@@ -66,6 +66,13 @@ Status Graph::AddSummaryOp(const std::string& fetch) {
   return absl::OkStatus();
 }
 
+Status Graph::AddFetch(const std::string& fetch) {
+  if (finalized()) return FinalizedError();
+  if (fetch.empty()) return absl::InvalidArgumentError("Graph::AddFetch: empty fetch name");
+  if (std::find(fetches_.begin(), fetches_.end(), fetch) == fetches_.end()) fetches_.push_back(fetch);
+  return absl::OkStatus();
+}
+
 std::vector<std::string> Graph::GlobalVariableNames() const {
   std::vector<std::string> names;
   for (const VariableDef& def : variables_) {

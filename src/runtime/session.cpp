@@ -106,7 +106,28 @@ struct Session::Impl {
   std::unique_ptr<compute::CpuDevice> host;  // the intra-op pool when `device` is not the CPU
   compute::CpuDevice* cpu = nullptr;         // device or host: StepContext::eigen_device()
   std::atomic<bool> closed{false};
+  // Every fetch Run() accepts, sorted; empty when the graph declares no
+  // fetches (then nothing is checked before the step).
+  std::vector<std::string> known_fetches;
 };
+
+namespace {
+
+// The fetches a graph that declares its own accepts: those, its summary ops,
+// its variables and the runtime's global_step and train_op. Sorted, unique.
+std::vector<std::string> KnownFetches(const Graph& graph) {
+  if (graph.fetches().empty()) return {};
+  std::vector<std::string> known = graph.fetches();
+  known.insert(known.end(), graph.summary_ops().begin(), graph.summary_ops().end());
+  for (const VariableDef& def : graph.variables()) known.push_back(def.name);
+  known.push_back(kGlobalStepName);
+  known.push_back(kTrainOpName);
+  std::sort(known.begin(), known.end());
+  known.erase(std::unique(known.begin(), known.end()), known.end());
+  return known;
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph, const std::string& target,
                                                    const SessionConfig& config) {
@@ -130,6 +151,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
   graph->Finalize();  // B19 / B93: creating a session finalizes the graph
 
   auto impl = std::make_unique<Impl>();
+  impl->known_fetches = KnownFetches(*graph);
   impl->graph = std::move(graph);
   impl->target = target;
   impl->config = config;
@@ -163,6 +185,15 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
     requested_names = &sorted_copy;
   }
   const std::vector<std::string>& requested = *requested_names;
+  if (!impl_->known_fetches.empty()) {
+    for (const std::string& fetch : requested) {
+      if (!std::binary_search(impl_->known_fetches.begin(), impl_->known_fetches.end(), fetch)) {
+        return absl::NotFoundError(absl::StrCat(
+            "fetch '", fetch, "' is not known to the graph (not declared by Graph::AddFetch, not a summary op, not a ",
+            "variable, not global_step or train_op); the step did not run"));
+      }
+    }
+  }
 
   Clock* clock = impl_->config.clock;
   RunMetadata* trace = options.trace_level > RunOptions::kNoTrace ? metadata : nullptr;
@@ -181,6 +212,19 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
                     clock);
     const int64_t start_us = absl::ToInt64Microseconds(started);
     status = InvokeUserCode("step function", [&] { return impl_->graph->step()(ctx); });
+    if (status.ok()) {
+      // Fetches the step left unanswered that the Session answers: train_op
+      // (an empty Tensor, TF's None for an op) and variables (their value now).
+      for (const std::string& fetch : requested) {
+        if (results.count(fetch) != 0) continue;
+        if (fetch == kTrainOpName) {
+          results.emplace(fetch, Tensor());
+        } else if (StatusOr<const Tensor*> value = std::as_const(vars).Get(fetch);
+                   value.ok() && (*value)->dtype() != DataType::kInvalid) {
+          results.emplace(fetch, **value);
+        }
+      }
+    }
     if (trace != nullptr) {
       const int64_t end_us = MicrosNow(clock);
       trace->step_stats.push_back(TraceEvent{"step", "session", start_us, end_us - start_us, ThreadId()});
