@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs the two example programs (tools/examples) and checks what they print
+# Runs the three example programs (tools/examples) and checks what they print
 # and the checkpoint and event files they leave, reading the files back with
 # `foreman inspect` / `foreman events`.
-# Usage: examples_test.sh FOREMAN SYNC_TRAINING ACTOR_TRAINING
+# Usage: examples_test.sh FOREMAN SYNC_TRAINING ACTOR_TRAINING SUPERVISOR_TRAINING
 set -u
 foreman=$1
 sync_training=$2
 actor_training=$3
+supervisor_training=$4
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 has() { grep -Eq -- "$1" <<<"$2"; }
@@ -65,6 +66,24 @@ has '^job state: (running|stopping|idle) \(global_step -?[0-9]+\)$' "$out" || fa
 has '^training job finished: OK$' "$out" || fail "outcome: $out"
 has '^model_checkpoint_path: "model.ckpt-300"$' "$(cat "$dir/checkpoint" 2>/dev/null)" || fail "actor state file"
 [[ -f $dir/model.ckpt-300.index && -f $dir/model.ckpt-100.index ]] || fail "actor checkpoints: $(ls "$dir")"
+
+# -- Supervisor.managed_session: a chief and a worker --------------------------------
+dir=$tmp/supervisor
+out=$(timeout 120 "$supervisor_training" "$dir" 2000 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "supervisor_training exited $rc: $out"
+chief=$(sed -n 's/^chief updates: //p' <<<"$out")
+worker=$(sed -n 's/^worker updates: //p' <<<"$out")
+final=$(sed -n 's/^global_step: //p' <<<"$out")
+# No update was lost: global_step counts every update of both tasks (how
+# they share the 2000 is up to the scheduler), and stopped at the last step
+# (one past it when both checked it at once).
+[[ -n $chief && -n $worker && -n $final ]] || fail "supervisor_training output: $out"
+[[ $((chief + worker)) -eq ${final:--1} && ${final:-0} -ge 2000 && ${final:-0} -le 2001 ]] \
+  || fail "updates $chief + $worker != global_step $final (or not 2000..2001): $out"
+# The chief's services: a checkpoint (the saver fires at once, then every
+# 10 minutes) and an event file.
+ls "$dir"/model.ckpt-*.index >/dev/null 2>&1 || fail "no chief checkpoint: $(ls "$dir")"
+ls "$dir"/events.out.tfevents.* >/dev/null 2>&1 || fail "no chief event file: $(ls "$dir")"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)"

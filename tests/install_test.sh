@@ -1,36 +1,103 @@
 #!/usr/bin/env bash
-# `meson install` puts the public headers, libforeman and foreman.pc in place,
-# and a program builds against them alone (no source tree, no build tree).
-# Usage: install_test.sh BUILD_DIR HELLO_CPP [SANITIZE]
+# `meson install` into a staging directory puts the public headers,
+# libforeman (with a versioned SONAME), foreman.pc and foreman-actors.pc in
+# place; then programs of every kind the docs show build with nothing but
+# the pkg-config line and run: a program using every public header but the
+# actor API, and the three examples (tools/examples) — the synchronous API
+# (MonitoredTrainingSession), the actor API (CAF) and Supervisor.managed_session.
+# No source tree and no build tree is on any include or library path.
+#
+# Usage: install_test.sh BUILD_DIR SOURCE_ROOT [SANITIZE]
 #   SANITIZE: meson's b_sanitize of that build ("none", "address,undefined"):
 #   a program linking a sanitized libforeman must be built with the same.
-set -euo pipefail
+set -uo pipefail
 build_dir=$1
-hello_cpp=$2
+source_root=$2
 sanitize=${3:-none}
 extra=()
 [[ $sanitize == none ]] || extra=(-fsanitize="$sanitize")
-stage=$(mktemp -d "${TMPDIR:-/tmp}/foreman-install.XXXXXX")
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
+stage=$(mktemp -d "${TEST_TMPDIR:-/tmp}/foreman-install.XXXXXX") || exit 1
 trap 'rm -rf "$stage"' EXIT
 
-meson install -C "$build_dir" --no-rebuild --destdir "$stage" --quiet >/dev/null
+meson install -C "$build_dir" --no-rebuild --destdir "$stage" --quiet >/dev/null || { echo "FAIL: meson install"; exit 1; }
 
 pc=$(find "$stage" -name foreman.pc -print -quit)
 [[ -n "$pc" ]] || { echo "FAIL: foreman.pc not installed"; exit 1; }
-[[ -f $(dirname "$pc")/../../../include/foreman/status.hpp || -n $(find "$stage" -path '*include/foreman/status.hpp') ]] \
-  || { echo "FAIL: public headers not installed"; exit 1; }
-[[ -z $(find "$stage" -path '*include/foreman/*' -name '*.cpp') ]] || { echo "FAIL: sources installed as headers"; exit 1; }
+[[ -f $(dirname "$pc")/foreman-actors.pc ]] || fail "foreman-actors.pc not installed next to foreman.pc"
+# Relocatable: prefix is relative to the .pc file, so the staged copy works as is.
+grep -q '^prefix=${pcfiledir}/' "$pc" || fail "foreman.pc's prefix is not relative to the .pc file: $(grep '^prefix=' "$pc")"
 
-# The .pc says prefix=<configured prefix>; relocate it to the staged copy
-# (--define-variable would also rewrite the prefix of eigen3.pc and others).
+# Every public header in the source tree is installed (nn.hpp, dataset.hpp,
+# input_pipeline.hpp were once missing), and nothing else is.
+incdir=$(find "$stage" -type d -path '*include/foreman' -print -quit)
+[[ -n $incdir ]] || { echo "FAIL: no include/foreman installed"; exit 1; }
+for h in "$source_root"/include/foreman/*.hpp; do
+  [[ -f $incdir/$(basename "$h") ]] || fail "public header $(basename "$h") is not installed"
+done
+[[ -f $incdir/version.hpp ]] || fail "version.hpp is not installed"
+[[ -z $(find "$incdir" -name '*.cpp') ]] || fail "sources installed as headers"
+
 export PKG_CONFIG_PATH=$(dirname "$pc")
-sed -i "s|^prefix=|prefix=$stage|" "$pc"
-flags=$(pkg-config --cflags --libs foreman)
-[[ $flags != *"$(cd "$(dirname "$0")/.." && pwd)"* ]] || { echo "FAIL: pkg-config points into the source tree: $flags"; exit 1; }
+flags=$(pkg-config --cflags --libs foreman) || { echo "FAIL: pkg-config foreman: $flags"; exit 1; }
+actor_flags=$(pkg-config --cflags --libs foreman-actors) || { echo "FAIL: pkg-config foreman-actors"; exit 1; }
+echo "pkg-config foreman: $flags"
+echo "pkg-config foreman-actors: $actor_flags"
+# (The stage itself may lie under the build tree: TEST_TMPDIR.)
+staged_flags="$flags $actor_flags"
+staged_flags=${staged_flags//$stage/STAGE}
+for bad in SPDLOG NOMINMAX "$(cd "$source_root" && pwd)" "$(cd "$build_dir" && pwd)"; do
+  [[ $staged_flags != *"$bad"* ]] || fail "pkg-config's flags carry '$bad': $staged_flags"
+done
+# Only what the public headers need: nothing drags in the private libraries' .pc files.
+private=$(pkg-config --print-requires-private foreman foreman-actors)
+[[ -z $private ]] || fail "Requires.private: $private"
+[[ $actor_flags == *-lcaf_core* ]] || fail "foreman-actors does not link libcaf_core: $actor_flags"
 
-cp "$hello_cpp" "$stage/hello.cpp"
-(cd "$stage" && c++ -std=c++17 "${extra[@]}" hello.cpp -o hello $flags)
 libdir=$(pkg-config --variable=libdir foreman)
-out=$(LD_LIBRARY_PATH="$libdir" "$stage/hello")
-[[ $out == "hello from foreman "* ]] || { echo "FAIL: installed program printed '$out'"; exit 1; }
-echo "install: $out"
+soname=$(readelf -d "$libdir/libforeman.so" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+version=$(pkg-config --modversion foreman)
+[[ $soname == "libforeman.so.${version%.*}" ]] || fail "SONAME is '$soname', want libforeman.so.${version%.*}"
+[[ -f $libdir/$soname ]] || fail "no $soname in $libdir"
+
+# Each program: copied out of the tree, compiled with the pkg-config line alone.
+mkdir -p "$stage/src"
+cp "$source_root/tests/support/installed_hello.cpp" "$source_root"/tools/examples/*.cpp \
+   "$source_root"/tools/examples/*.hpp "$stage/src/"
+build() {  # build NAME PKG_FLAGS...
+  local name=$1; shift
+  (cd "$stage/src" && c++ -std=c++17 "${extra[@]}" "$name.cpp" -o "$name" "$@") || fail "$name did not build with: $*"
+}
+build installed_hello $flags
+build sync_training $flags
+build supervisor_training $flags
+build actor_training $actor_flags
+
+# run NAME ARGS...: runs a built program in the stage with the installed
+# library; prints its output; fails the test on a missing binary or a
+# non-zero exit (then prints nothing).
+run() {
+  local name=$1; shift
+  [[ -x $stage/src/$name ]] || return 0  # its build failure is counted
+  local rc=0
+  (cd "$stage" && LD_LIBRARY_PATH="$libdir" timeout 120 "$stage/src/$name" "$@") >"$stage/$name.out" 2>&1 || rc=$?
+  [[ $rc -eq 0 ]] || { fail "$name $* exited $rc: $(cat "$stage/$name.out")"; return 1; }
+}
+run installed_hello && { out=$(cat "$stage/installed_hello.out")
+  [[ $out == "hello from foreman "* ]] || fail "installed_hello printed '$out'"; }
+run sync_training "$stage/sync" 60 && { out=$(cat "$stage/sync_training.out")
+  grep -q '^runs: 60$' <<<"$out" || fail "sync_training: $out"
+  [[ -f $stage/sync/model.ckpt-60.index ]] || fail "sync_training wrote no model.ckpt-60: $(ls "$stage/sync")"; }
+run supervisor_training "$stage/sv" 60 && { out=$(cat "$stage/supervisor_training.out")
+  grep -q '^global_step: 6[01]$' <<<"$out" || fail "supervisor_training: $out"; }
+run actor_training "$stage/actor" 60 && { out=$(cat "$stage/actor_training.out")
+  grep -q '^training job finished: OK$' <<<"$out" || fail "actor_training: $out"
+  [[ -f $stage/actor/model.ckpt-60.index ]] || fail "actor_training wrote no model.ckpt-60: $(ls "$stage/actor")"; }
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "install: the library, 2 .pc files and 4 programs built from the pkg-config line alone"

@@ -33,6 +33,10 @@ case $kind in
   *) echo "build.sh: unknown build kind '$kind' (release|asan|tsan)" >&2; exit 2 ;;
 esac
 
+# foreman.pc relative to its own location (also in existing build directories,
+# which predate the project default).
+opts+=(-Dpkgconfig.relocatable=true)
+
 if [[ -f $dir/build.ninja ]]; then
   meson configure "$dir" "${opts[@]}" "$@" >/dev/null
 else
