@@ -29,10 +29,13 @@
 // code and whose context is the message; a clean end exits normally. A
 // monitor's down_msg therefore carries the outcome:
 //
+//   ```cpp
 //   auto job = foreman::SpawnTrainingJob(system, std::move(job_spec));
 //   self->monitor(job);
 //   self->send(job, foreman::start_atom::value);
-//   self->receive([&](caf::down_msg& dm) { status = foreman::StatusFromExitReason(dm.reason); });
+//   self->receive([&](caf::down_msg& dm) { status = foreman::StatusFromExitReason(dm.reason); },
+//                 caf::after(std::chrono::minutes(10)) >> [&] { status = absl::DeadlineExceededError("no end"); });
+//   ```
 //
 // Killing the job (exit_reason::kill or user_shutdown via send_exit) stops the
 // loop at the next step boundary, closes the session (no end(): not a clean

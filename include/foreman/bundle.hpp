@@ -16,11 +16,14 @@
 // lengths (each as a uint32 LE, as a uint64 LE if over 4 GiB, never the varint),
 // the 4 stored CRC bytes, then the strings' bytes. Checked on every read.
 //
-//   FOREMAN_ASSIGN_OR_RETURN(auto w, foreman::BundleWriter::Create(env, "/ckpt/model.ckpt-100"));
+//   ```cpp
+//   FOREMAN_RETURN_IF_ERROR(env->RecursivelyCreateDir("ckpt"));
+//   FOREMAN_ASSIGN_OR_RETURN(auto w, foreman::BundleWriter::Create(env, "ckpt/model.ckpt-100"));
 //   FOREMAN_RETURN_IF_ERROR(w->Add("dense/kernel", kernel));
 //   FOREMAN_RETURN_IF_ERROR(w->Finish());
-//   FOREMAN_ASSIGN_OR_RETURN(auto r, foreman::BundleReader::Open(env, "/ckpt/model.ckpt-100"));
+//   FOREMAN_ASSIGN_OR_RETURN(auto r, foreman::BundleReader::Open(env, "ckpt/model.ckpt-100"));
 //   FOREMAN_ASSIGN_OR_RETURN(foreman::Tensor k, r->Lookup("dense/kernel"));
+//   ```
 #pragma once
 
 #include <cstdint>

@@ -32,10 +32,13 @@
 //     back to the newest other checkpoint that verifies, or reports DATA_LOSS
 //     when none does — never a silent fresh start.
 //
+//   ```cpp
+//   FOREMAN_RETURN_IF_ERROR(env->RecursivelyCreateDir("ckpt"));
 //   FOREMAN_ASSIGN_OR_RETURN(auto saver, foreman::Saver::Create({}));
-//   FOREMAN_ASSIGN_OR_RETURN(std::string prefix, saver->Save(vars, "/ckpt/model.ckpt", step));
-//   FOREMAN_ASSIGN_OR_RETURN(auto latest, foreman::LatestCheckpoint(env, "/ckpt"));
+//   FOREMAN_ASSIGN_OR_RETURN(std::string prefix, saver->Save(vars, "ckpt/model.ckpt", step));
+//   FOREMAN_ASSIGN_OR_RETURN(auto latest, foreman::LatestCheckpoint(env, "ckpt"));
 //   if (latest) FOREMAN_RETURN_IF_ERROR(saver->Restore(*latest, &vars));
+//   ```
 #pragma once
 
 #include <cstdint>

@@ -13,19 +13,26 @@
 // state is guarded by a foreman::Mutex (foreman/mutex.hpp), and whoever
 // changes it notifies a std::condition_variable_any:
 //
-//   // waiter
-//   foreman::MutexLock l(mu_);
-//   bool stopped = clock->WaitUntil(mu_, cv_, clock->MonotonicNow() + absl::Seconds(5),
-//                                   [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-//                                     return stop_requested_;
-//                                   });
-//
-//   // another thread
-//   {
-//     foreman::MutexLock l(mu_);
-//     stop_requested_ = true;
+//   ```cpp
+//   foreman::Clock* clock = foreman::Clock::Real();
+//   foreman::Mutex mu;
+//   std::condition_variable_any cv;
+//   bool stop_requested = false;  // guarded by mu
+//   std::thread another_thread([&] {
+//     {
+//       foreman::MutexLock l(mu);
+//       stop_requested = true;
+//     }
+//     cv.notify_all();
+//   });
+//   bool stopped;
+//   {  // the waiter: true once stop_requested, false at the deadline
+//     foreman::MutexLock l(mu);
+//     stopped = clock->WaitUntil(mu, cv, clock->MonotonicNow() + absl::Seconds(5),
+//                                [&] { return stop_requested; });
 //   }
-//   cv_.notify_all();
+//   another_thread.join();
+//   ```
 //
 // Foreman synchronises only with foreman::Mutex (a std::mutex) and standard
 // condition variables (pthread underneath, which ThreadSanitizer

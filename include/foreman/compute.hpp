@@ -8,11 +8,19 @@
 // A Session owns one Device, chosen by SessionConfig.device at
 // Session::Create (StepContext::compute()); nn::Mlp runs through it.
 //
-//   compute::Device& dev = ctx.compute();                // "/cpu:0"
-//   compute::GemmArgs g;                                 // C[m,n] = A[m,k]·B[k,n] + bias, ReLU
-//   g.a = x; g.b = w; g.c = h; g.m = rows; g.k = in; g.n = out;
-//   g.epilogue = compute::Epilogue::kBiasRelu; g.bias = b;
-//   FOREMAN_RETURN_IF_ERROR(dev.Gemm(g));
+//   ```cpp
+//   auto g = std::make_shared<foreman::Graph>();
+//   FOREMAN_RETURN_IF_ERROR(g->SetStep([](foreman::StepContext& ctx) -> foreman::Status {
+//     foreman::compute::Device& dev = ctx.compute();  // the session's device: "/cpu:0"
+//     float x[2 * 3] = {1, 2, 3, 4, 5, 6}, w[3 * 2] = {1, 0, 0, 1, 1, 1}, b[2] = {0, -100}, h[2 * 2];
+//     foreman::compute::GemmArgs gemm;                // h[m,n] = ReLU(x[m,k]·w[k,n] + b[n])
+//     gemm.a = x; gemm.b = w; gemm.c = h; gemm.m = 2; gemm.k = 3; gemm.n = 2;
+//     gemm.epilogue = foreman::compute::Epilogue::kBiasRelu; gemm.bias = b;
+//     return dev.Gemm(gemm);                          // h = {4, 0, 10, 0}
+//   }));
+//   FOREMAN_ASSIGN_OR_RETURN(auto sess, foreman::Session::Create(g));
+//   FOREMAN_RETURN_IF_ERROR(sess->Run({}).status());
+//   ```
 //
 // Conventions for every operation:
 //   - Data are float32 (labels int32 or int64), matrices row-major and dense

@@ -5,10 +5,16 @@
 // One behaviour per method, Python's. Where TF's C++ Coordinator differs it
 // is said at the method. Errors are Status values, never exceptions:
 //
-//   foreman::Coordinator coord;                 // clean stop: {OUT_OF_RANGE}
-//   foreman::LooperThread::Start(&coord, "reader", absl::Seconds(1), [&] { return ReadMore(); });
-//   ... coord.request_stop(status) from any thread ...
-//   foreman::Status s = coord.join(/*stop_grace_period=*/absl::Seconds(120));
+//   ```cpp
+//   foreman::Coordinator coord;                  // clean stop: {OUT_OF_RANGE}
+//   int reads = 0;
+//   // A looper thread calls its target every interval; an error it returns is
+//   // request_stop(error). Any thread may call coord.request_stop(status).
+//   FOREMAN_RETURN_IF_ERROR(foreman::LooperThread::Start(&coord, "reader", absl::Milliseconds(1), [&] {
+//     return ++reads < 3 ? foreman::Status() : absl::OutOfRangeError("end of input");
+//   }).status());
+//   foreman::Status s = coord.join(/*stop_grace_period=*/absl::Seconds(120));  // OK: a clean stop
+//   ```
 //
 // should_stop() is one atomic load (the training loop reads it every
 // step). All methods are thread-safe. Waiting uses the Clock.

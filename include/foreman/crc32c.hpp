@@ -5,8 +5,10 @@
 // Uses the SSE4.2 crc32 instruction when the CPU has it, a portable
 // slicing-by-8 table otherwise; both give identical results.
 //
+//   ```cpp
 //   uint32_t c = foreman::crc32c::Value("123456789", 9);   // 0xE3069283
 //   uint32_t stored = foreman::crc32c::Mask(c);            // what files hold
+//   ```
 #pragma once
 
 #include <cstddef>

@@ -2,8 +2,10 @@
 // it; otherwise the same functions exist and say CUDA support was not
 // built. Never aborts when there is no GPU or driver.
 //
+//   ```cpp
 //   auto n = foreman::cuda::DeviceCount();   // StatusOr<int>
-//   if (!n.ok()) LOG(...) << n.status();     // UNAVAILABLE: driver's message
+//   if (!n.ok()) std::fprintf(stderr, "no GPU: %s\n", n.status().ToString().c_str());  // the driver's message
+//   ```
 #pragma once
 
 #include <cstdint>

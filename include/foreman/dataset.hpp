@@ -7,18 +7,21 @@
 // sees (TF: a tf.data iterator saved with the checkpoint).
 //
 // Usage:
+//   ```cpp
 //   auto mnist = foreman::data::LoadFashionMnist(nullptr, foreman::data::kFashionMnistDir);
 //   if (!mnist.ok()) return mnist.status();           // NOT_FOUND: package missing
 //   foreman::data::DatasetOptions options;
-//   options.epochs = 5;
-//   auto ds = foreman::data::Dataset::Create(std::move(mnist->train), options);
+//   options.epochs = 1;
+//   FOREMAN_ASSIGN_OR_RETURN(auto ds, foreman::data::Dataset::Create(std::move(mnist->train), options));
 //   foreman::data::DatasetPosition pos;
 //   for (;;) {
-//     auto batch = (*ds)->GetBatch(pos);
+//     auto batch = ds->GetBatch(pos);
 //     if (absl::IsOutOfRange(batch.status())) break;  // all epochs done
-//     ...  // batch->features: float32 [B, 784], batch->labels: int32 [B]
+//     if (!batch.ok()) return batch.status();
+//     // batch->features: float32 [B, 784], batch->labels: int32 [B]
 //     pos = batch->next;
 //   }
+//   ```
 #pragma once
 
 #include <cstdint>

@@ -10,9 +10,11 @@
 //   - WriteFileAtomic() below combines both: temp file, sync, rename, sync dir.
 //
 // Usage:
+//   ```cpp
 //   foreman::Env* env = foreman::Env::Default();
-//   FOREMAN_RETURN_IF_ERROR(env->RecursivelyCreateDir("/tmp/run"));
-//   FOREMAN_RETURN_IF_ERROR(foreman::WriteFileAtomic(env, "/tmp/run/checkpoint", text));
+//   FOREMAN_RETURN_IF_ERROR(env->RecursivelyCreateDir("train_dir"));
+//   FOREMAN_RETURN_IF_ERROR(foreman::WriteFileAtomic(env, "train_dir/checkpoint", text));
+//   ```
 //
 // Paths are plain strings with '/' separators. Error codes: NOT_FOUND (missing
 // file or directory), ALREADY_EXISTS, PERMISSION_DENIED, FAILED_PRECONDITION

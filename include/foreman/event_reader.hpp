@@ -1,10 +1,13 @@
 // Reading event files: for tests, `foreman events`, and anyone who wants the
 // numbers back. Decodes what Foreman writes and what TensorFlow writes.
 //
+//   ```cpp
 //   FOREMAN_ASSIGN_OR_RETURN(auto events, foreman::ReadEventFile(env, path));
 //   for (const foreman::Event& e : events)
 //     for (const foreman::SummaryValue& v : e.values)
-//       if (v.kind == foreman::SummaryValue::Kind::kScalar) use(e.step, v.tag, v.scalar);
+//       if (v.kind == foreman::SummaryValue::Kind::kScalar)
+//         std::printf("step %lld: %s = %g\n", static_cast<long long>(e.step), v.tag.c_str(), v.scalar);
+//   ```
 #pragma once
 
 #include <cstdint>

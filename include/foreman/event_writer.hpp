@@ -28,9 +28,11 @@
 // its own file_version record): the queued events go there, those already in
 // the lost file are gone. path() then names the new file.
 //
-//   FOREMAN_ASSIGN_OR_RETURN(auto writer, foreman::EventFileWriter::Create("/tmp/run/train"));
+//   ```cpp
+//   FOREMAN_ASSIGN_OR_RETURN(auto writer, foreman::EventFileWriter::Create("train_dir"));
 //   FOREMAN_RETURN_IF_ERROR(writer->AddSummary(foreman::ScalarSummary("loss", 0.3f), step));
 //   FOREMAN_RETURN_IF_ERROR(writer->Close());
+//   ```
 #pragma once
 
 #include <cstdint>

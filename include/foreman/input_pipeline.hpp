@@ -11,15 +11,17 @@
 // dataset->GetBatch(position), so prefetching never changes what a run sees.
 //
 // Usage:
-//   auto pipeline = foreman::data::InputPipeline::Create(dataset, {});
+//   ```cpp
+//   FOREMAN_ASSIGN_OR_RETURN(auto pipeline, foreman::data::InputPipeline::Create(dataset, {}));
 //   foreman::data::DatasetPosition pos = restored_position;
 //   for (;;) {
-//     auto batch = (*pipeline)->Next(pos, absl::Seconds(60));
+//     auto batch = pipeline->Next(pos, absl::Seconds(60));
 //     if (absl::IsOutOfRange(batch.status())) break;   // "End of sequence"
 //     if (!batch.ok()) return batch.status();
-//     ... train on *batch ...
+//     // ... train on *batch ...
 //     pos = batch->next;
 //   }
+//   ```
 #pragma once
 
 #include <cstdint>

@@ -2,10 +2,12 @@
 // lines TF prints (for example "Saving checkpoints for 100 into ...") go
 // through it with the same wording.
 //
+//   ```cpp
 //   foreman::LogOptions o;
 //   o.level = foreman::LogLevel::kDebug;
-//   o.file_path = "/tmp/run/foreman.log";     // in addition to stderr
+//   o.file_path = "foreman.log";              // in addition to stderr
 //   FOREMAN_RETURN_IF_ERROR(foreman::ConfigureLogging(o));
+//   ```
 #pragma once
 
 #include <string>

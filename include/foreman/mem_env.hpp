@@ -11,11 +11,16 @@
 //   - locks (their holders are gone).
 //
 // Usage, crash after the k-th mutating operation:
+//   ```cpp
 //   foreman::MemEnv env;
-//   env.SetCrashAfterOperations(k);      // op k+1 and later fail UNAVAILABLE
-//   Status s = SaveCheckpoint(&env, ...); // fails part-way
-//   env.Crash();                          // drop what was not durable; resume
-//   ... restore from &env and check ...
+//   FOREMAN_RETURN_IF_ERROR(env.RecursivelyCreateDir("/run"));
+//   FOREMAN_RETURN_IF_ERROR(env.SyncDir("/"));
+//   FOREMAN_RETURN_IF_ERROR(foreman::WriteFileAtomic(&env, "/run/checkpoint", "v1"));
+//   env.SetCrashAfterOperations(3);           // op 4 and later fail UNAVAILABLE
+//   foreman::Status s = foreman::WriteFileAtomic(&env, "/run/checkpoint", "v2");  // fails part-way
+//   env.Crash();                              // drop what was not durable; resume
+//   FOREMAN_ASSIGN_OR_RETURN(std::string text, env.ReadFileToString("/run/checkpoint"));  // "v1"
+//   ```
 #pragma once
 
 #include <cstdint>

@@ -3,10 +3,11 @@
 // (TF: tf.compat.v1.train.MonitoredSession & co., with TF's call order,
 // defaults and messages; where Foreman departs from TF, the comment says so.)
 //
+//   ```cpp
 //   foreman::MonitoredTrainingSessionOptions opts;
 //   opts.graph = graph;                        // variables + step function
-//   opts.checkpoint_dir = "/tmp/run";
-//   opts.hooks = {stop_at_step_hook};
+//   opts.checkpoint_dir = "train_dir";
+//   opts.hooks = {stop_at_step_hook};          // hooks.hpp: StopAtStepHook
 //   FOREMAN_ASSIGN_OR_RETURN(auto sess, foreman::MonitoredTrainingSession(std::move(opts)));
 //   while (!sess->should_stop()) {
 //     auto out = sess->run({"train_op", "loss"});
@@ -16,6 +17,7 @@
 //                                              // clean stop (OUT_OF_RANGE, a
 //                                              // hook's request_stop), else
 //                                              // the first error
+//   ```
 //
 // TF's wrapper stack (_RecoverableSession, _CoordinatedSession,
 // _HookedSession) is one object here, with the same behaviour:

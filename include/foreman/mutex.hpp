@@ -6,6 +6,7 @@
 //
 // Usage:
 //
+//   ```cpp
 //   class Counter {
 //    public:
 //     void Add(int n) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -27,6 +28,12 @@
 //     std::condition_variable_any cv_;  // notified when count_ grows
 //     int count_ ABSL_GUARDED_BY(mu_) = 0;
 //   };
+//
+//   Counter counter;
+//   std::thread adder([&] { counter.Add(2); });
+//   bool reached = counter.AwaitAtLeast(2, foreman::Clock::Real(), absl::Seconds(5));
+//   adder.join();
+//   ```
 //
 // Condition variables: std::condition_variable_any, waiting on the Mutex
 // itself or on a MutexLock (both are BasicLockable): `cv_.wait(l)`. The

@@ -7,15 +7,29 @@
 // writes. An Mlp holds only scratch memory (its workspace): any store holding
 // the variables AddMlpVariables declared can be trained by it.
 //
-//   nn::MlpSpec spec{784, {256}, 10};
-//   nn::OptimizerOptions adam;                                  // TF1's defaults
-//   FOREMAN_RETURN_IF_ERROR(nn::AddMlpVariables(*graph, spec, adam, /*seed=*/42));
-//   FOREMAN_ASSIGN_OR_RETURN(auto mlp, nn::Mlp::Create(spec, adam));
-//   graph->SetStep([&](StepContext& ctx) -> Status {
-//     FOREMAN_ASSIGN_OR_RETURN(nn::StepResult r,
-//         mlp->TrainStep(ctx.variables(), features, labels, ctx.compute()));
-//     ...IncrementGlobalStep(ctx.variables())...
-//   });
+//   ```cpp
+//   foreman::nn::MlpSpec spec{4, {8}, 3};                          // 4 inputs, 8 hidden, 3 classes
+//   foreman::nn::OptimizerOptions adam;                            // TF1's defaults
+//   adam.kind = foreman::nn::OptimizerKind::kAdam;
+//   auto model = std::make_shared<foreman::Graph>();
+//   FOREMAN_RETURN_IF_ERROR(model->CreateGlobalStep());
+//   FOREMAN_RETURN_IF_ERROR(foreman::nn::AddMlpVariables(*model, spec, adam, /*seed=*/42));
+//   FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<foreman::nn::Mlp> mlp, foreman::nn::Mlp::Create(spec, adam));
+//   FOREMAN_RETURN_IF_ERROR(model->SetStep([mlp](foreman::StepContext& ctx) -> foreman::Status {
+//     const foreman::Tensor* features = ctx.feed("features");  // float32 [B, 4]
+//     const foreman::Tensor* labels = ctx.feed("labels");      // int32 [B]
+//     if (features == nullptr || labels == nullptr) return absl::InvalidArgumentError("feed features and labels");
+//     FOREMAN_ASSIGN_OR_RETURN(foreman::nn::StepResult r,
+//                              mlp->TrainStep(ctx.variables(), *features, *labels, ctx.compute()));
+//     ctx.Set("loss", foreman::Tensor::Scalar<float>(r.loss));
+//     return foreman::IncrementGlobalStep(ctx.variables()).status();
+//   }));
+//   FOREMAN_ASSIGN_OR_RETURN(auto sess, foreman::Session::Create(model));
+//   FOREMAN_RETURN_IF_ERROR(foreman::DefaultInitOp()(*sess, {}));
+//   foreman::TensorMap batch = {{"features", foreman::Tensor(foreman::DataType::kFloat, {2, 4})},
+//                               {"labels", foreman::Tensor(foreman::DataType::kInt32, {2})}};
+//   FOREMAN_RETURN_IF_ERROR(sess->Run({"train_op", "loss"}, batch).status());
+//   ```
 //
 // The step runs through a compute::Device (compute.hpp): the session's
 // (StepContext::compute()), or a CPU device around a caller's Eigen

@@ -9,13 +9,20 @@
 // masked_crc32c is foreman::crc32c::Mask(Value(...)).
 //
 // Usage:
-//   FOREMAN_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));
+//   ```cpp
+//   FOREMAN_ASSIGN_OR_RETURN(auto file, env->NewWritableFile("records.tfrecord"));
 //   foreman::RecordWriter writer(file.get());
-//   FOREMAN_RETURN_IF_ERROR(writer.WriteRecord(payload));
+//   FOREMAN_RETURN_IF_ERROR(writer.WriteRecord("payload"));
+//   FOREMAN_RETURN_IF_ERROR(file->Close());
 //
-//   FOREMAN_ASSIGN_OR_RETURN(auto reader, foreman::RecordReader::Open(env, path));
+//   FOREMAN_ASSIGN_OR_RETURN(auto reader, foreman::RecordReader::Open(env, "records.tfrecord"));
 //   std::string record;
-//   while ((s = reader->ReadRecord(&record)).ok()) { ... }   // OUT_OF_RANGE at the end
+//   foreman::Status s;
+//   while ((s = reader->ReadRecord(&record)).ok()) {
+//     // ... use record ...
+//   }
+//   if (!absl::IsOutOfRange(s)) return s;   // OUT_OF_RANGE at the end
+//   ```
 #pragma once
 
 #include <cstddef>

@@ -11,9 +11,11 @@
 //   summary_op                the graph's summary fetches (none: no op)
 //   saver                     Saver(max_to_keep 5) on the config's env/clock
 //
+//   ```cpp
 //   auto scaffold = std::make_shared<foreman::Scaffold>(graph);
-//   foreman::ChiefSessionCreator creator(scaffold, "", config, "/ckpt");
+//   foreman::ChiefSessionCreator creator(scaffold, "", config, "ckpt");
 //   FOREMAN_ASSIGN_OR_RETURN(auto session, creator.create_session());
+//   ```
 #pragma once
 
 #include <atomic>

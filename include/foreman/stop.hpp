@@ -2,10 +2,21 @@
 // thread, at any moment — before the session exists, during a step, between
 // two sessions while a recovery re-creates one, or while close() runs.
 //
-//   auto stop = std::make_shared<foreman::StopRequest>(options);
-//   mts_options.runtime.stop = stop;           // the session obeys it
-//   ... on another thread (a signal watcher, an RPC, an actor):
-//   stop->request_stop();                      // clean: final checkpoint
+//   ```cpp
+//   auto stop = std::make_shared<foreman::StopRequest>(foreman::StopRequestOptions{});
+//   foreman::MonitoredTrainingSessionOptions mts_options;
+//   mts_options.graph = graph;
+//   mts_options.checkpoint_dir = "train_dir";
+//   mts_options.runtime.stop = stop;             // the session obeys it
+//   FOREMAN_ASSIGN_OR_RETURN(auto sess, foreman::MonitoredTrainingSession(std::move(mts_options)));
+//   // On another thread (a signal watcher, an RPC, an actor):
+//   std::thread watcher([stop] { stop->request_stop(); });  // clean: final checkpoint
+//   while (!sess->should_stop()) {
+//     if (!sess->run({"train_op"}).ok()) break;
+//   }
+//   watcher.join();
+//   FOREMAN_RETURN_IF_ERROR(sess->close());
+//   ```
 //
 // MonitoredSession::request_stop() forwards here (a session given no
 // StopRequest makes its own). What a stop does to the session is documented

@@ -6,8 +6,10 @@
 // after the other parse as one Summary with both values (protobuf's merge
 // rule for repeated fields), which is what MergeSummaries() does.
 //
+//   ```cpp
 //   std::string s = foreman::MergeSummaries({foreman::ScalarSummary("loss", 0.25f),
 //                                            foreman::TextSummary("note", "hello")});
+//   ```
 #pragma once
 
 #include <string>

@@ -2,14 +2,22 @@
 // standard services. (TF: tf.compat.v1.train.Supervisor, with its defaults,
 // services and stop order.)
 //
+//   ```cpp
 //   foreman::SupervisorOptions opts;
 //   opts.graph = graph;
-//   opts.logdir = "/tmp/run";
+//   opts.logdir = "train_dir";
 //   FOREMAN_ASSIGN_OR_RETURN(auto sv, foreman::Supervisor::Create(std::move(opts)));
 //   foreman::Status s = sv->managed_session("", config, [&](foreman::Session& sess) -> foreman::Status {
-//     while (!sv->should_stop()) FOREMAN_RETURN_IF_ERROR(sess.Run({"train_op"}).status());
-//     return foreman::OkStatus();
+//     while (!sv->should_stop()) {
+//       FOREMAN_ASSIGN_OR_RETURN(foreman::TensorMap out, sess.Run({"train_op", "global_step"}));
+//       // "global_step" is read before the step: stop after step 100.
+//       if (out.at("global_step").scalar<int64_t>().value() + 1 >= 100) {
+//         FOREMAN_RETURN_IF_ERROR(sv->request_stop());
+//       }
+//     }
+//     return foreman::Status();
 //   });
+//   ```
 //   // s is what TF would re-raise from the `with` block: OK after a clean
 //   // stop (OUT_OF_RANGE), else the first error. No automatic recovery
 //   // (as TF): loop around managed_session to retry ABORTED / UNAVAILABLE.

@@ -11,10 +11,12 @@
 //   DataType::kInt64  = 9  int64     (DT_INT64)
 //
 // Usage:
+//   ```cpp
 //   foreman::Tensor w(foreman::DataType::kFloat, {784, 10});   // zero-filled
 //   auto m = w.matrix<float>();          // StatusOr<Eigen::Map<RowMajor>>
 //   if (!m.ok()) return m.status();      // INVALID_ARGUMENT: dtype or rank
 //   m->setRandom();
+//   ```
 //
 // Every checked accessor returns INVALID_ARGUMENT naming the expected and the
 // actual dtype or shape. A Tensor is a value: copying copies the buffer.

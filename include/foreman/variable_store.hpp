@@ -6,10 +6,12 @@
 // TF's op-name pattern [A-Za-z0-9.][A-Za-z0-9_.\-/]*.
 //
 // Usage:
+//   ```cpp
 //   foreman::VariableStore vars;
-//   FOREMAN_RETURN_IF_ERROR(vars.Create("dense/kernel", Tensor(DataType::kFloat, {784, 10})));
+//   FOREMAN_RETURN_IF_ERROR(vars.Create("dense/kernel", foreman::Tensor(foreman::DataType::kFloat, {784, 10})));
 //   FOREMAN_RETURN_IF_ERROR(foreman::CreateGlobalStep(vars));      // int64 scalar, 0
 //   FOREMAN_ASSIGN_OR_RETURN(int64_t step, foreman::GetGlobalStep(vars));
+//   ```
 //
 // Pointers returned by Get() stay valid until that variable is deleted or the
 // store destroyed. Thread-compatible: the training thread owns the store; a

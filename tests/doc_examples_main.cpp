@@ -1,0 +1,119 @@
+// Runs every C++ example of the public headers and the docs (generated into
+// doc_examples.cpp by tests/doc_examples.py), each in a fresh temporary
+// working directory, and fails when one returns an error. That they compile
+// at all is the other half of the test.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "doc_example_fixture.hpp"
+#include "foreman/hooks.hpp"
+#include "foreman/logging.hpp"
+#include "foreman/summary.hpp"
+#include "foreman/event_writer.hpp"
+
+namespace foreman_doc {
+
+namespace {
+// The step shared by ExampleGraph and ExampleJob: loss = w², SGD with rate 0.1.
+foreman::Status Step(foreman::StepContext& ctx) {
+  FOREMAN_ASSIGN_OR_RETURN(foreman::Tensor * w, ctx.variables().Get("w"));
+  float& value = w->data<float>()[0];
+  const float loss = value * value;
+  ctx.Set("loss", foreman::Tensor::Scalar<float>(loss));
+  ctx.Set("summaries", foreman::Tensor::Scalar<std::string>(foreman::ScalarSummary("loss", loss)));
+  if (ctx.requested("train_op")) {
+    value -= 0.1f * 2 * value;
+    FOREMAN_RETURN_IF_ERROR(foreman::IncrementGlobalStep(ctx.variables()).status());
+  }
+  return foreman::Status();
+}
+}  // namespace
+
+std::shared_ptr<foreman::Graph> ExampleGraph() {
+  auto graph = std::make_shared<foreman::Graph>();
+  foreman::Status s = graph->CreateGlobalStep();
+  if (s.ok()) s = graph->AddVariable("w", foreman::Tensor::Scalar<float>(5.0f));
+  if (s.ok()) s = graph->AddSummaryOp("summaries");
+  if (s.ok()) s = graph->SetStep(&Step);
+  if (!s.ok()) std::fprintf(stderr, "ExampleGraph: %s\n", s.ToString().c_str());
+  return graph;
+}
+
+void FillExampleVariables(foreman::VariableStore& vars) {
+  (void)vars.Create("dense/kernel", ExampleKernel());
+  (void)foreman::CreateGlobalStep(vars);
+  (void)foreman::IncrementGlobalStep(vars, 100);
+}
+
+foreman::Tensor ExampleKernel() {
+  foreman::Tensor t(foreman::DataType::kFloat, {2, 3});
+  for (int i = 0; i < 6; ++i) t.data<float>()[i] = 0.5f * static_cast<float>(i);
+  return t;
+}
+
+std::string ExampleEventFile() {
+  auto writer = foreman::EventFileWriter::Create("example_events");
+  if (!writer.ok()) return "";
+  for (int64_t step = 1; step <= 3; ++step) {
+    (void)(*writer)->AddSummary(foreman::ScalarSummary("loss", 1.0f / static_cast<float>(step)), step);
+  }
+  (void)(*writer)->Close();
+  return (*writer)->path();
+}
+
+std::shared_ptr<const foreman::data::Dataset> ExampleDataset() {
+  foreman::data::LabeledImages data{foreman::Tensor(foreman::DataType::kUInt8, {10, 2, 2}),
+                                    foreman::Tensor(foreman::DataType::kUInt8, {10})};
+  foreman::data::DatasetOptions options;
+  options.batch_size = 4;
+  options.epochs = 2;
+  auto dataset = foreman::data::Dataset::Create(std::move(data), options);
+  return dataset.ok() ? *dataset : nullptr;
+}
+
+std::shared_ptr<foreman::SessionRunHook> ExampleStopAtStepHook() {
+  auto hook = foreman::StopAtStepHook::Create(std::nullopt, 200);
+  return hook.ok() ? *hook : nullptr;
+}
+
+foreman::TrainingJob ExampleJob() {
+  foreman::TrainingJob job;
+  job.options.graph = ExampleGraph();
+  job.options.checkpoint_dir = "job_dir";
+  job.options.hooks = {foreman::StopAtStepHook::Create(std::nullopt, 50).value()};
+  return job;
+}
+
+}  // namespace foreman_doc
+
+int main() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::filesystem::path root = base != nullptr ? base : "/tmp";
+  std::filesystem::create_directories(root);
+  const std::filesystem::path start = std::filesystem::current_path();
+  int failed = 0;
+  for (const foreman_doc::Example& example : foreman_doc::Examples()) {
+    std::string dir = (root / "doc_example.XXXXXX").string();
+    if (mkdtemp(dir.data()) == nullptr) {
+      std::perror("mkdtemp");
+      return 1;
+    }
+    std::filesystem::current_path(dir);
+    foreman_doc::Fixture fx;
+    foreman::Status s = example.run(fx);
+    // An example may reconfigure logging (logging.hpp's): restore the default.
+    (void)foreman::ConfigureLogging(foreman::LogOptions());
+    std::filesystem::current_path(start);
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    std::printf("%s %s%s%s\n", s.ok() ? "ok  " : "FAIL", example.where, s.ok() ? "" : ": ",
+                s.ok() ? "" : s.ToString().c_str());
+    if (!s.ok()) ++failed;
+  }
+  std::printf("%zu examples, %d failed\n", foreman_doc::Examples().size(), failed);
+  return failed == 0 && !foreman_doc::Examples().empty() ? 0 : 1;
+}
