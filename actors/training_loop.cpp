@@ -197,7 +197,16 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
   shared->job_address = self->address();
   // However the job ends (even exit_reason::kill, which cannot be trapped),
   // the loop stops at its next step boundary with CANCELLED (no end()).
-  self->attach_functor([shared](const caf::error&) { shared->Abort(); });
+  // The keep-alive handle goes too (already gone after a normal end): a
+  // killed job must not be kept by its own training loop.
+  self->attach_functor([shared](const caf::error&) {
+    shared->Abort();
+    caf::actor keep_alive;
+    {
+      MutexLock lock(shared->mu);
+      keep_alive.swap(shared->keep_alive);
+    }
+  });
   self->set_default_handler(caf::drop);
   // A subscriber that does not handle a message answers it with an error
   // (CAF's unexpected_message); the default error handler would end the job.

@@ -461,6 +461,21 @@ TEST_CASE("An event-based subscriber handles the typed messages in its behavior;
   CHECK(last_progress == 21);  // 1, 6, 11, 16, 21
 }
 
+TEST_CASE("A negative progress_every_steps ends the job with INVALID_ARGUMENT naming it") {
+  Model model;
+  TempDir dir;
+  Fixture fx;
+  caf::scoped_actor self{*fx.system};
+  TrainingJob spec = Job(model, dir.path(), 25);
+  spec.progress_every_steps = -1;
+  spec.start_immediately = true;
+  caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+  self->monitor(job);
+  Status outcome = AwaitDown(self, job);
+  CHECK(outcome.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(outcome.message().find("progress_every_steps must be >= 0, got -1") != absl::string_view::npos);
+}
+
 // -- issue 12 (6): dropping the last handle -------------------------------------
 
 TEST_CASE("A started job whose every handle is dropped trains on to its last step and saves its final checkpoint") {
