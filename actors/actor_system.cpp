@@ -14,6 +14,7 @@
 
 #include <caf/all.hpp>
 
+#include "foreman/actor_api.hpp"
 #include "foreman/mutex.hpp"
 #include "absl/strings/str_cat.h"
 #include "atoms.hpp"
@@ -87,6 +88,12 @@ void ConfigureActorSystemConfig(caf::actor_system_config& config) {
   config.add_message_type<VariablesMessage>("foreman.VariablesMessage");
   config.add_message_type<GradientsMessage>("foreman.GradientsMessage");
   config.add_message_type<StepResultMessage>("foreman.StepResultMessage");
+  // The actor API's (include/foreman/actor_api.hpp).
+  config.add_message_type<JobStatus>("foreman.JobStatus");
+  config.add_message_type<ProgressStep>("foreman.ProgressStep");
+  config.add_message_type<CheckpointSaved>("foreman.CheckpointSaved");
+  config.add_message_type<Recovered>("foreman.Recovered");
+  config.add_message_type<JobFinished>("foreman.JobFinished");
 }
 
 // -- messages.hpp ---------------------------------------------------------------

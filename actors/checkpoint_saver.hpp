@@ -10,7 +10,8 @@
 //       checkpoint_path "<dir>/<basename>" (B106: without the step suffix)
 //       to the summary_writer of <dir>, and only then completes the ticket
 //       (so whoever saw the ticket done also finds the event queued before
-//       any later flush). Requests are handled in order, one at a time.
+//       any later flush); the session's SaveObservers are told before the
+//       ticket completes too. Requests are handled in order, one at a time.
 // Errors: a failed save completes its ticket with the error and is sent to
 // the coordinator as (report_atom, "checkpoint_saver(<dir>)", status). When
 // the actor dies with saves queued, the runtime completes their tickets with
@@ -54,6 +55,8 @@ struct CheckpointSaverArgs {
   /// the session could recover from). Else it is sent to `coordinator`.
   std::shared_ptr<FailureCell> cell;
   Clock* clock = nullptr;     // measures SaveTicket::write_time
+  /// Told of each durable save (may be null).
+  std::shared_ptr<SaveObservers> observers;
 };
 
 /// Spawns the saver (detached) as a child of `parent`.

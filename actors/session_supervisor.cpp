@@ -202,6 +202,7 @@ class RuntimeImpl : public Runtime {
     args.summary_writer = writer->link()->handle();
     args.clock = config_.clock;
     args.cell = cell_;
+    args.observers = save_observers_;
     const std::string name = absl::StrCat("checkpoint_saver(", dir, ")");
     FOREMAN_ASSIGN_OR_RETURN(
         auto link, SpawnChildLocked(name, [args](caf::local_actor* parent, const caf::actor& coordinator) mutable {
@@ -238,6 +239,7 @@ class RuntimeImpl : public Runtime {
 
   void SetCoordinator(Coordinator* coord) override { cell_->SetCoordinator(coord); }
   Status error() override { return cell_->error(); }
+  void ObserveSaves(SaveObservers::Fn fn) override { save_observers_->Add(std::move(fn)); }
 
   Status WaitForPendingSaves(absl::Duration timeout) override {
     std::vector<std::shared_ptr<CheckpointHandle>> savers;
@@ -383,6 +385,7 @@ class RuntimeImpl : public Runtime {
   const RuntimeOptions options_;
   SessionConfig config_;
   std::shared_ptr<FailureCell> cell_;
+  const std::shared_ptr<SaveObservers> save_observers_ = std::make_shared<SaveObservers>();
   // Declared before the handles: released after them.
   ActorSystemRef process_system_;
   caf::actor_system* system_ = nullptr;

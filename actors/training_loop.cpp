@@ -4,24 +4,54 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "actors/actor_system.hpp"
 #include "actors/atoms.hpp"
+#include "absl/strings/str_cat.h"
 #include "platform/log.hpp"
+#include "runtime/services.hpp"
 
 namespace foreman {
 namespace {
+
+// The deprecated status_atom's value, without its deprecation warning.
+using legacy_status_atom = caf::atom_constant<caf::atom("fm_status")>;
+
+// A numeric one-element tensor as a double.
+std::optional<double> ScalarValue(const Tensor& t) {
+  if (t.num_elements() != 1) return std::nullopt;
+  switch (t.dtype()) {
+    case DataType::kFloat: return static_cast<double>(*t.data<float>());
+    case DataType::kDouble: return *t.data<double>();
+    case DataType::kInt32: return static_cast<double>(*t.data<int32_t>());
+    case DataType::kUInt8: return static_cast<double>(*t.data<uint8_t>());
+    case DataType::kInt64: return static_cast<double>(*t.data<int64_t>());
+    default: return std::nullopt;
+  }
+}
 
 // Publishes progress and hands the job's fetches to on_results in after_run,
 // so an on_results error ends training exactly as a hook error does (no
 // end()). Stops do not pass through here: stop_atom and the job's exit call
 // MonitoredSession::request_stop() directly (TrainingJobShared::RequestStop).
+// Subscribers get a ProgressStep every progress_every_steps global steps and
+// a CheckpointSaved per durable save (from the saver's thread); without one,
+// after_run does one relaxed load more than before and builds nothing.
 class JobProgressHook : public SessionRunHook {
  public:
   explicit JobProgressHook(std::shared_ptr<internal::TrainingJobShared> shared) : shared_(std::move(shared)) {}
   std::string name() const override { return "TrainingJobProgressHook"; }
+  void AttachServices(internal::Services* services) override {
+    if (services == nullptr) return;
+    services->ObserveSaves([shared = shared_](int64_t global_step, const std::string& path) {
+      if (shared->observed()) shared->Publish(CheckpointSaved{global_step, path});
+    });
+  }
   Status after_create_session(Session* session, Coordinator* /*coord*/) override {
     StatusOr<int64_t> step = session->GlobalStep();
     if (step.ok()) shared_->global_step.store(*step);
@@ -36,6 +66,11 @@ class JobProgressHook : public SessionRunHook {
     StatusOr<int64_t> step = ctx.session()->GlobalStep();
     if (step.ok()) shared_->global_step.store(*step);
     shared_->local_steps.fetch_add(1);
+    if (!shared_->observed()) {
+      last_published_ = -1;  // a new subscriber gets the next step at once
+    } else if (step.ok()) {
+      MaybePublish(*step, values);
+    }
     if (shared_->job.on_results) {
       static const TensorMap kNoResults;
       const TensorMap& results = values.results != nullptr ? *values.results : kNoResults;
@@ -46,12 +81,55 @@ class JobProgressHook : public SessionRunHook {
   }
 
  private:
+  void MaybePublish(int64_t step, const SessionRunValues& values) {
+    const int64_t every = shared_->job.progress_every_steps;
+    if (every <= 0) return;
+    // A restore moves the step back: publish again from there.
+    if (last_published_ >= 0 && step >= last_published_ && step - last_published_ < every) return;
+    last_published_ = step;
+    ProgressStep progress;
+    progress.global_step = step;
+    if (values.results != nullptr) {
+      for (const auto& [name, tensor] : *values.results) {
+        if (std::optional<double> v = ScalarValue(tensor)) progress.values.emplace(name, *v);
+      }
+    }
+    shared_->Publish(std::move(progress));
+  }
+
   std::shared_ptr<internal::TrainingJobShared> shared_;
+  int64_t last_published_ = -1;  // global step of the last ProgressStep
 };
 
+// RecoveryOptions::on_recovered: a Recovered for the subscribers, then the
+// caller's own callback, if any.
+std::function<void(const RecoveryReport&)> RecoveredPublisher(
+    std::shared_ptr<internal::TrainingJobShared> shared, std::function<void(const RecoveryReport&)> user) {
+  return [shared = std::move(shared), user = std::move(user)](const RecoveryReport& r) {
+    if (shared->observed()) {
+      Recovered m;
+      m.code = static_cast<int32_t>(r.cause.code());
+      m.message = std::string(r.cause.message());
+      m.recoveries = r.recoveries;
+      m.detect_ms = absl::ToInt64Milliseconds(r.detect);
+      m.restore_ms = absl::ToInt64Milliseconds(r.restore);
+      m.next_good_step_ms = r.next_good_step.has_value() ? absl::ToInt64Milliseconds(*r.next_good_step) : -1;
+      m.global_step = r.restored_global_step;
+      m.steps_lost = r.steps_lost;
+      shared->Publish(std::move(m));
+    }
+    if (user) user(r);
+  };
+}
+
 Status RunTrainingLoop(caf::actor_system& system, const std::shared_ptr<internal::TrainingJobShared>& shared) {
+  if (shared->job.progress_every_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("TrainingJob.progress_every_steps must be >= 0, got ",
+                                                   shared->job.progress_every_steps));
+  }
   MonitoredTrainingSessionOptions options = shared->job.options;
   options.runtime.actor_system = &system;
+  options.recovery.on_recovered = RecoveredPublisher(shared, std::move(options.recovery.on_recovered));
   // The job's stop request, made before the session so that a stop_atom
   // sent at any moment (before start_atom too) reaches it: then no step runs.
   if (options.runtime.stop == nullptr) {
@@ -72,10 +150,7 @@ Status RunTrainingLoop(caf::actor_system& system, const std::shared_ptr<internal
 
 void training_loop(caf::blocking_actor* self, std::shared_ptr<internal::TrainingJobShared> shared) {
   Status status = RunTrainingLoop(self->system(), shared);
-  if (!status.ok()) {
-    MutexLock lock(shared->mu);
-    if (shared->error.empty()) shared->error = status.ToString();
-  }
+  if (!status.ok()) shared->RecordError(status);
   FOREMAN_LOG_DEBUG("training_loop finished: {}", status.ToString());
   self->fail_state(ExitReasonFromStatus(status));
 }
@@ -85,25 +160,87 @@ struct JobState {
   caf::actor loop;
   bool started = false;
   caf::error exit_reason;  // set when the job was asked to exit before the loop ended
+  std::vector<caf::actor> subscribers;
   static const char* name;
 };
 const char* JobState::name = "foreman.training_job";
 
-caf::behavior training_job(caf::stateful_actor<JobState>* self, std::shared_ptr<internal::TrainingJobShared> shared) {
+using job_actor = caf::stateful_actor<JobState>;
+
+void Subscribe(job_actor* self, const caf::actor& who) {
+  auto& st = self->state;
+  if (!who || std::find(st.subscribers.begin(), st.subscribers.end(), who) != st.subscribers.end()) return;
+  self->monitor(who);
+  st.subscribers.push_back(who);
+  st.shared->subscribers.store(static_cast<int>(st.subscribers.size()), std::memory_order_relaxed);
+}
+
+void Unsubscribe(job_actor* self, const caf::actor_addr& who) {
+  auto& st = self->state;
+  auto it = std::find_if(st.subscribers.begin(), st.subscribers.end(),
+                         [&](const caf::actor& a) { return a.address() == who; });
+  if (it == st.subscribers.end()) return;
+  self->demonitor(*it);
+  st.subscribers.erase(it);
+  st.shared->subscribers.store(static_cast<int>(st.subscribers.size()), std::memory_order_relaxed);
+}
+
+caf::actor Sender(job_actor* self) { return caf::actor_cast<caf::actor>(self->current_sender()); }
+
+template <class T>
+void Forward(job_actor* self, const T& msg) {
+  for (const caf::actor& s : self->state.subscribers) self->send(s, msg);
+}
+
+caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJobShared> shared) {
   self->state.shared = shared;
+  shared->job_address = self->address();
   // However the job ends (even exit_reason::kill, which cannot be trapped),
   // the loop stops at its next step boundary with CANCELLED (no end()).
-  self->attach_functor([shared](const caf::error&) { shared->Abort(); });
+  // The keep-alive handle goes too (already gone after a normal end): a
+  // killed job must not be kept by its own training loop.
+  self->attach_functor([shared](const caf::error&) {
+    shared->Abort();
+    caf::actor keep_alive;
+    {
+      MutexLock lock(shared->mu);
+      keep_alive.swap(shared->keep_alive);
+    }
+  });
   self->set_default_handler(caf::drop);
+  // A subscriber that does not handle a message answers it with an error
+  // (CAF's unexpected_message); the default error handler would end the job.
+  self->set_error_handler([](caf::error& err) {
+    FOREMAN_LOG_DEBUG("training_job: a subscriber answered {}", caf::to_string(err));
+  });
   auto start = [self] {
     if (self->state.started) return;
     self->state.started = true;
+    {
+      // Until the loop is down, the job stays reachable without any user
+      // handle: dropping them must not cancel training.
+      MutexLock lock(self->state.shared->mu);
+      self->state.shared->keep_alive = caf::actor_cast<caf::actor>(self);
+    }
     self->state.loop = self->spawn<caf::monitored>(training_loop, self->state.shared);
   };
   self->set_down_handler([self](caf::down_msg& dm) {
-    if (dm.source != self->state.loop) return;
-    self->state.loop = nullptr;
-    self->quit(self->state.exit_reason ? self->state.exit_reason : dm.reason);
+    auto& st = self->state;
+    if (!st.loop || dm.source != st.loop) {
+      Unsubscribe(self, dm.source);
+      return;
+    }
+    st.loop = nullptr;
+    const caf::error reason = st.exit_reason ? st.exit_reason : dm.reason;
+    const Status final_status = StatusFromExitReason(reason);
+    Forward(self, JobFinished{static_cast<int32_t>(final_status.code()), std::string(final_status.message()),
+                              st.shared->global_step.load()});
+    caf::actor keep_alive;  // released when this handler returns, after quit()
+    {
+      MutexLock lock(st.shared->mu);
+      keep_alive.swap(st.shared->keep_alive);
+    }
+    self->quit(reason);
   });
   self->set_exit_handler([self](caf::exit_msg& em) {
     self->state.shared->Abort();
@@ -114,21 +251,38 @@ caf::behavior training_job(caf::stateful_actor<JobState>* self, std::shared_ptr<
     self->state.exit_reason = em.reason;  // quit once the loop is down
   });
   if (shared->job.start_immediately) start();
+  auto state_name = [self] {
+    const auto& s = self->state.shared;
+    return std::string(!self->state.started                                             ? "idle"
+                       : (s->stop_requested.load() || s->abort_requested.load()) ? "stopping"
+                                                                                  : "running");
+  };
   return {
       [start](start_atom) { start(); },
       [self](stop_atom) { self->state.shared->RequestStop(absl::OkStatus()); },
-      [self](status_atom) {
+      [self, state_name](job_status_atom) {
         const auto& s = self->state.shared;
-        std::string state = !self->state.started ? "idle"
-                             : (s->stop_requested.load() || s->abort_requested.load()) ? "stopping"
-                                                                                        : "running";
-        std::string error;
-        {
-          MutexLock lock(s->mu);
-          error = s->error;
-        }
-        return caf::make_message(std::move(state), s->global_step.load(), s->local_steps.load(), std::move(error));
+        const Status error = s->FirstError();
+        return JobStatus{state_name(), s->global_step.load(), s->local_steps.load(),
+                         static_cast<int32_t>(error.code()), std::string(error.message())};
       },
+      [self, state_name](legacy_status_atom) {
+        const auto& s = self->state.shared;
+        const Status error = s->FirstError();
+        return caf::make_message(state_name(), s->global_step.load(), s->local_steps.load(),
+                                 error.ok() ? std::string() : error.ToString());
+      },
+      [self](subscribe_atom) { Subscribe(self, Sender(self)); },
+      [self](subscribe_atom, const caf::actor& who) { Subscribe(self, who); },
+      [self](unsubscribe_atom) {
+        if (auto who = Sender(self)) Unsubscribe(self, who.address());
+      },
+      [self](unsubscribe_atom, const caf::actor& who) {
+        if (who) Unsubscribe(self, who.address());
+      },
+      [self](const ProgressStep& m) { Forward(self, m); },
+      [self](const CheckpointSaved& m) { Forward(self, m); },
+      [self](const Recovered& m) { Forward(self, m); },
   };
 }
 
@@ -152,5 +306,9 @@ Status StatusFromExitReason(const caf::error& reason) {
 }
 
 void ConfigureActorSystem(caf::actor_system_config& config) { internal::ConfigureActorSystemConfig(config); }
+
+Status JobStatus::status() const { return internal::FromMessage(internal::StatusMessage{code, message}); }
+Status Recovered::status() const { return internal::FromMessage(internal::StatusMessage{code, message}); }
+Status JobFinished::status() const { return internal::FromMessage(internal::StatusMessage{code, message}); }
 
 }  // namespace foreman

@@ -8,9 +8,16 @@
 // Message protocol of training_job (public: include/foreman/actor_api.hpp):
 //   start_atom                        -> spawns training_loop (once)
 //   stop_atom                         -> clean stop at the next step boundary
-//   status_atom                       -> (std::string state, int64_t global_step,
+//   job_status_atom                   -> JobStatus
+//   status_atom (deprecated)          -> (std::string state, int64_t global_step,
 //                                         int64_t local_steps, std::string error)
-//   down_msg from training_loop       -> training_job quits with the same reason
+//   (subscribe_atom[, caf::actor])    -> monitors and adds the subscriber
+//   (unsubscribe_atom[, caf::actor])  -> removes it
+//   ProgressStep, CheckpointSaved, Recovered (from the loop's threads)
+//                                     -> forwarded to every subscriber
+//   down_msg from training_loop       -> JobFinished to every subscriber, then
+//                                        quits with the same reason
+//   down_msg from a subscriber        -> removes it
 //   exit_msg (user_shutdown, ...)     -> abort flag; quits with that reason
 //                                        once the loop is down
 //
@@ -20,6 +27,15 @@
 // StopRequest, which the session obeys at the next step boundary — also
 // before the session exists, so a stop_atom sent before start_atom means no
 // step runs.
+//
+// Progress: the loop's JobProgressHook (after_run, on the training thread),
+// the checkpoint saver's thread (SaveObservers) and RecoveryOptions::
+// on_recovered send the typed messages to the job, which fans them out; each
+// checks `subscribers` first, so an unobserved job builds and sends nothing.
+//
+// Lifetime: while the loop runs, TrainingJobShared::keep_alive holds a
+// handle on the job, so dropping every user handle does not make the job
+// unreachable (which would cancel training); the loop drops it when it ends.
 #pragma once
 
 #include <atomic>
@@ -27,6 +43,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
+#include <caf/actor_cast.hpp>
+#include <caf/send.hpp>
 
 #include "foreman/mutex.hpp"
 #include "foreman/actor_api.hpp"
@@ -41,10 +62,15 @@ struct TrainingJobShared {
   std::atomic<bool> abort_requested{false};  // the job is exiting: CANCELLED
   std::atomic<int64_t> global_step{-1};
   std::atomic<int64_t> local_steps{0};
+  /// How many subscribers the job has (written by the job actor only).
+  std::atomic<int> subscribers{0};
+  /// The job (weak: no cycle); set before the loop is spawned.
+  caf::actor_addr job_address;
   Mutex mu;
-  std::string error ABSL_GUARDED_BY(mu);  // the first error, rendered
+  Status error ABSL_GUARDED_BY(mu);  // the first error
   std::shared_ptr<StopRequest> stop ABSL_GUARDED_BY(mu);  // the run's, once the loop made it
   Status pending_stop ABSL_GUARDED_BY(mu);  // a stop asked before that
+  caf::actor keep_alive ABSL_GUARDED_BY(mu);  // the job, while the loop runs
 
   /// A stop (OK: clean) from the job actor, at any moment. Thread-safe.
   void RequestStop(const Status& status) {
@@ -73,6 +99,23 @@ struct TrainingJobShared {
       status = pending_stop;
     }
     if (pending) request->request_stop(status);
+  }
+  /// Whether anyone listens (one relaxed load: the per-step check).
+  bool observed() const { return subscribers.load(std::memory_order_relaxed) > 0; }
+  /// Sends `msg` to the job (which forwards it to its subscribers); nothing
+  /// when the job is gone. Any thread.
+  template <class T>
+  void Publish(T msg) {
+    if (auto job_actor = caf::actor_cast<caf::actor>(job_address)) caf::anon_send(job_actor, std::move(msg));
+  }
+  /// The first error wins.
+  void RecordError(const Status& s) {
+    MutexLock lock(mu);
+    if (error.ok()) error = s;
+  }
+  Status FirstError() {
+    MutexLock lock(mu);
+    return error;
   }
 };
 

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <thread>
+#include <vector>
 
 #include "foreman/checkpoint.hpp"
 #include "foreman/hooks.hpp"
@@ -32,6 +34,8 @@ struct StatusReply {
 struct Model {
   std::atomic<int64_t> fail_at{-1};
   Status fail_with;
+  bool fail_once = false;          // then fail_at is cleared by the failure
+  std::atomic<bool> failed{false};
   std::atomic<int64_t> block_at{-1};
   std::atomic<bool> release{false};
   std::atomic<bool> blocked{false};
@@ -41,7 +45,11 @@ struct Model {
     REQUIRE(graph->CreateGlobalStep().ok());
     REQUIRE(graph->SetStep([this](StepContext& ctx) -> Status {
                     FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(ctx.variables()));
-                    if (step == fail_at.load()) return fail_with;
+                    if (step == fail_at.load()) {
+                      if (fail_once) fail_at = -1;
+                      failed = true;
+                      return fail_with;
+                    }
                     if (step == block_at.load()) {
                       blocked = true;
                       for (int i = 0; i < 20000 && !release.load(); ++i) {
@@ -52,6 +60,7 @@ struct Model {
                       FOREMAN_RETURN_IF_ERROR(IncrementGlobalStep(ctx.variables()).status());
                       ctx.Set("train_op", Tensor::Scalar<int64_t>(1));
                     }
+                    if (ctx.requested("loss")) ctx.Set("loss", Tensor::Scalar<float>(0.25f));
                     return absl::OkStatus();
                   })
                 .ok());
@@ -84,13 +93,59 @@ TrainingJob Job(Model& model, const std::string& dir, int64_t last_step) {
 
 StatusReply AskStatus(caf::scoped_actor& self, const caf::actor& job) {
   StatusReply reply;
-  self->request(job, seconds(10), status_atom::value)
+  self->request(job, seconds(10), job_status_atom::value)
       .receive(
-          [&](const std::string& state, int64_t gs, int64_t steps, const std::string& error) {
-            reply = StatusReply{state, gs, steps, error};
+          [&](const JobStatus& s) {
+            reply = StatusReply{s.state, s.global_step, s.local_steps, s.status().ok() ? "" : s.status().ToString()};
           },
           [&](caf::error& e) { FAIL("status request failed: " << caf::to_string(e)); });
   return reply;
+}
+
+// What a subscriber received, in order, until JobFinished (or 60 s).
+struct Received {
+  std::vector<ProgressStep> progress;
+  std::vector<CheckpointSaved> saves;
+  std::vector<Recovered> recoveries;
+  std::vector<JobFinished> finished;
+  int after_finished = 0;  // messages after JobFinished (must be none)
+};
+
+Received Collect(caf::scoped_actor& self, std::chrono::seconds timeout = seconds(60)) {
+  Received r;
+  bool done = false;
+  auto late = [&r] {
+    if (!r.finished.empty()) ++r.after_finished;
+  };
+  self->receive_while([&] { return !done; })(
+      [&](const ProgressStep& m) {
+        late();
+        r.progress.push_back(m);
+      },
+      [&](const CheckpointSaved& m) {
+        late();
+        r.saves.push_back(m);
+      },
+      [&](const Recovered& m) {
+        late();
+        r.recoveries.push_back(m);
+      },
+      [&](const JobFinished& m) {
+        r.finished.push_back(m);
+        done = true;
+      },
+      caf::after(timeout) >> [&] { done = true; });
+  return r;
+}
+
+// Waits (bounded) until no actor runs in `system`; false on timeout.
+bool AwaitNoActors(caf::actor_system& system, std::chrono::seconds timeout = seconds(60)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (system.registry().running() != 0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 Status AwaitDown(caf::scoped_actor& self, const caf::actor& job) {
@@ -279,6 +334,242 @@ TEST_CASE("A job whose session cannot be created exits with that error") {
   caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
   self->monitor(job);
   CHECK(AwaitDown(self, job).code() == absl::StatusCode::kInvalidArgument);
+}
+
+// -- issue 12 (5): progress for subscribers -------------------------------------
+
+TEST_CASE("A subscriber gets ProgressStep on schedule, CheckpointSaved per save, Recovered, then JobFinished") {
+  TempDir dir;
+  Model model;
+  model.fail_at = 15;  // once: restored to 10, 5 steps lost
+  model.fail_once = true;
+  model.fail_with = absl::UnavailableError("ps task 0 restarted");
+  Fixture fx;
+  caf::scoped_actor self{*fx.system};
+  TrainingJob spec = Job(model, dir.path(), 25);
+  spec.fetches = {"train_op", "loss"};
+  spec.progress_every_steps = 10;
+  spec.options.recovery.initial_backoff = absl::ZeroDuration();
+  caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+  self->monitor(job);
+  self->send(job, subscribe_atom::value);
+  self->send(job, subscribe_atom::value, caf::actor_cast<caf::actor>(self.ptr()));  // the same subscriber: one subscription
+  self->send(job, start_atom::value);
+  Received r = Collect(self);
+  REQUIRE(r.finished.size() == 1);
+  CHECK(r.finished[0].status().ok());
+  CHECK(r.finished[0].global_step == 25);
+  CHECK(r.after_finished == 0);
+  // Every 10 global steps from the first one seen; after the restore to 10
+  // the step is published again once it is 10 past the last one.
+  std::vector<int64_t> steps;
+  for (const auto& p : r.progress) steps.push_back(p.global_step);
+  CHECK(steps == std::vector<int64_t>{1, 11, 21});
+  REQUIRE_FALSE(r.progress.empty());
+  CHECK(r.progress[0].values == std::map<std::string, double>{{"loss", 0.25}, {"train_op", 1.0}});
+  // The first save, every 10 steps, the new session's save at the restored
+  // step, and end()'s final save.
+  std::vector<int64_t> saved;
+  for (const auto& c : r.saves) {
+    saved.push_back(c.global_step);
+    CHECK(c.path == dir.path() + "/model.ckpt-" + std::to_string(c.global_step));
+  }
+  CHECK(saved == std::vector<int64_t>{0, 10, 10, 20, 25});
+  REQUIRE(r.recoveries.size() == 1);
+  const Recovered& rec = r.recoveries[0];
+  CHECK(rec.status() == model.fail_with);
+  CHECK(rec.recoveries == 1);
+  CHECK(rec.global_step == 10);
+  CHECK(rec.steps_lost == 5);
+  CHECK(rec.detect_ms >= 0);
+  CHECK(rec.restore_ms >= 0);
+  CHECK(rec.next_good_step_ms >= 0);  // a step ran after the recovery
+  CHECK(AwaitDown(self, job).ok());
+}
+
+TEST_CASE("Without a subscriber (none, or unsubscribed) a job sends no progress message") {
+  TempDir dir;
+  Model model;
+  Fixture fx;
+  caf::scoped_actor self{*fx.system};
+  TrainingJob spec = Job(model, dir.path(), 25);
+  spec.progress_every_steps = 1;
+  caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+  self->monitor(job);
+  self->send(job, subscribe_atom::value);
+  self->send(job, unsubscribe_atom::value);
+  self->send(job, start_atom::value);
+  int messages = 0;
+  Status outcome = absl::DeadlineExceededError("no down_msg within 60 s");
+  bool done = false;
+  self->receive_while([&] { return !done; })(
+      [&](const ProgressStep&) { ++messages; }, [&](const CheckpointSaved&) { ++messages; },
+      [&](const JobFinished&) { ++messages; },
+      [&](caf::down_msg& dm) {
+        outcome = StatusFromExitReason(dm.reason);
+        done = true;
+      },
+      caf::after(seconds(60)) >> [&] { done = true; });
+  CHECK(outcome.ok());
+  CHECK(messages == 0);
+  CHECK(LatestCheckpoint(Env::Default(), dir.path())->value_or("") == dir.path() + "/model.ckpt-25");
+}
+
+TEST_CASE("An event-based subscriber handles the typed messages in its behavior; one that exits is dropped") {
+  TempDir dir;
+  Model model;
+  Fixture fx;
+  std::atomic<int64_t> last_progress{-1};
+  std::atomic<int> finished{0};
+  // (spawn with an argument: see actors/README.md on UBSan)
+  auto watcher = fx.system->spawn([&](caf::event_based_actor* self, int) -> caf::behavior {
+    return {
+        [&](const ProgressStep& p) { last_progress = p.global_step; },
+        [](const CheckpointSaved&) {},
+        [&, self](const JobFinished& f) {
+          if (f.status().ok()) ++finished;
+          self->quit();
+        },
+    };
+  }, 0);
+  // Exits at the first message it gets: the job drops it.
+  auto quitter = fx.system->spawn([](caf::event_based_actor* self, int) -> caf::behavior {
+    return {[self](const ProgressStep&) { self->quit(); }, [self](const CheckpointSaved&) { self->quit(); }};
+  }, 0);
+  // Handles none of them: CAF answers each with an unexpected_message error
+  // (and prints it on stderr), which the job must survive.
+  auto deaf = fx.system->spawn([](caf::event_based_actor*, int) -> caf::behavior { return {[](int) {}}; }, 0);
+  {
+    caf::scoped_actor self{*fx.system};
+    TrainingJob spec = Job(model, dir.path(), 25);
+    spec.progress_every_steps = 5;
+    caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+    self->monitor(job);
+    self->send(job, subscribe_atom::value, watcher);
+    self->send(job, subscribe_atom::value, quitter);
+    self->send(job, subscribe_atom::value, deaf);
+    self->send(job, start_atom::value);
+    Status outcome = AwaitDown(self, job);
+    CHECK_MESSAGE(outcome.ok(), outcome.ToString());
+  }
+  caf::anon_send_exit(deaf, caf::exit_reason::user_shutdown);
+  deaf = nullptr;
+  quitter = nullptr;
+  watcher = nullptr;
+  REQUIRE(AwaitNoActors(*fx.system));
+  CHECK(finished == 1);
+  CHECK(last_progress == 21);  // 1, 6, 11, 16, 21
+}
+
+TEST_CASE("A negative progress_every_steps ends the job with INVALID_ARGUMENT naming it") {
+  Model model;
+  TempDir dir;
+  Fixture fx;
+  caf::scoped_actor self{*fx.system};
+  TrainingJob spec = Job(model, dir.path(), 25);
+  spec.progress_every_steps = -1;
+  spec.start_immediately = true;
+  caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+  self->monitor(job);
+  Status outcome = AwaitDown(self, job);
+  CHECK(outcome.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(outcome.message().find("progress_every_steps must be >= 0, got -1") != absl::string_view::npos);
+}
+
+// -- issue 12 (6): dropping the last handle -------------------------------------
+
+TEST_CASE("A started job whose every handle is dropped trains on to its last step and saves its final checkpoint") {
+  TempDir dir;
+  Model model;
+  Fixture fx;
+  {
+    TrainingJob spec = Job(model, dir.path(), 25);  // 25: only end() saves it
+    spec.start_immediately = true;
+    SpawnTrainingJob(*fx.system, std::move(spec));  // the handle is dropped at once
+  }
+  REQUIRE(AwaitNoActors(*fx.system));
+  auto latest = LatestCheckpoint(Env::Default(), dir.path());
+  REQUIRE(latest.ok());
+  CHECK(latest->value_or("") == dir.path() + "/model.ckpt-25");
+}
+
+TEST_CASE("A job never started whose handle is dropped ends without training") {
+  TempDir dir;
+  Model model;
+  Fixture fx;
+  SpawnTrainingJob(*fx.system, Job(model, dir.path(), 25));
+  REQUIRE(AwaitNoActors(*fx.system));
+  CHECK(LatestCheckpoint(Env::Default(), dir.path())->value_or("") == "");
+}
+
+TEST_CASE("job_status_atom answers a code and a message; the deprecated status_atom still answers its tuple") {
+  TempDir dir;
+  Model model;
+  model.block_at = 4;
+  Fixture fx;
+  caf::scoped_actor self{*fx.system};
+  TrainingJob spec = Job(model, dir.path(), 0);
+  spec.start_immediately = true;
+  caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+  self->monitor(job);
+  for (int i = 0; i < 20000 && !model.blocked.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(model.blocked.load());
+  JobStatus typed;
+  self->request(job, seconds(10), job_status_atom::value)
+      .receive([&](const JobStatus& s) { typed = s; },
+               [&](caf::error& e) { FAIL("job_status request failed: " << caf::to_string(e)); });
+  CHECK(typed.state == "running");
+  CHECK(typed.global_step == 4);
+  CHECK(typed.code == 0);
+  CHECK(typed.message.empty());
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  std::string legacy_state;
+  self->request(job, seconds(10), status_atom::value)
+      .receive([&](const std::string& state, int64_t, int64_t, const std::string&) { legacy_state = state; },
+               [&](caf::error& e) { FAIL("status request failed: " << caf::to_string(e)); });
+#pragma GCC diagnostic pop
+  CHECK(legacy_state == "running");
+  self->send(job, stop_atom::value);
+  model.release = true;
+  CHECK(AwaitDown(self, job).ok());
+}
+
+// -- issue 12 (7): stopping from another thread ---------------------------------
+
+TEST_CASE("stop_atom from a plain thread racing a recovery: the back-off ends, the job ends OK with its checkpoint") {
+  TempDir dir;
+  Model model;
+  model.fail_at = 6;  // once: restored to 4
+  model.fail_once = true;
+  model.fail_with = absl::UnavailableError("worker 1 lost");
+  Fixture fx;
+  caf::scoped_actor self{*fx.system};
+  TrainingJob spec = Job(model, dir.path(), 1000);
+  spec.options.save_checkpoint_steps = 4;
+  spec.options.recovery.initial_backoff = absl::Seconds(40);  // 20 to 60 s: only the stop ends it soon
+  spec.start_immediately = true;
+  caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+  self->monitor(job);
+  self->send(job, subscribe_atom::value);
+  const auto begin = std::chrono::steady_clock::now();
+  std::thread stopper([&] {
+    for (int i = 0; i < 20000 && !model.failed.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    caf::anon_send(job, stop_atom::value);
+  });
+  Received r = Collect(self);
+  stopper.join();
+  const auto took = std::chrono::steady_clock::now() - begin;
+  REQUIRE(model.failed.load());
+  REQUIRE(r.finished.size() == 1);
+  CHECK_MESSAGE(r.finished[0].status().ok(), r.finished[0].status().ToString());
+  CHECK(r.finished[0].global_step == 4);
+  CHECK(took < seconds(15));
+  REQUIRE(r.recoveries.size() == 1);
+  CHECK(r.recoveries[0].next_good_step_ms == -1);  // stopped before a step ran on the new session
+  CHECK(r.recoveries[0].steps_lost == 2);
+  CHECK(AwaitDown(self, job).ok());
+  CHECK(LatestCheckpoint(Env::Default(), dir.path())->value_or("") == dir.path() + "/model.ckpt-4");
 }
 
 }  // namespace

@@ -85,6 +85,8 @@ foreman::TrainingJob ExampleJob() {
   job.options.graph = ExampleGraph();
   job.options.checkpoint_dir = "job_dir";
   job.options.hooks = {foreman::StopAtStepHook::Create(std::nullopt, 50).value()};
+  job.fetches = {"train_op", "loss"};
+  job.progress_every_steps = 10;
   return job;
 }
 

@@ -64,6 +64,13 @@ out=$(timeout 120 "$actor_training" "$dir" 300 2>&1); rc=$?
 [[ $rc -eq 0 ]] || fail "actor_training exited $rc: $out"
 has '^job state: (running|stopping|idle) \(global_step -?[0-9]+\)$' "$out" || fail "no status reply: $out"
 has '^training job finished: OK$' "$out" || fail "outcome: $out"
+# The subscriber's typed progress: every 100 global steps from step 1, a
+# CheckpointSaved for each save (0, 100, 200 and end()'s 300), JobFinished.
+[[ $(count '^progress: global_step (1|101|201) loss [0-9.e+-]+$' "$out") -eq 3 ]] || fail "progress messages: $out"
+for step in 0 100 200 300; do
+  has "^checkpoint saved: global_step $step .*/model.ckpt-$step\$" "$out" || fail "no CheckpointSaved $step: $out"
+done
+has '^job finished at global_step 300$' "$out" || fail "no JobFinished: $out"
 has '^model_checkpoint_path: "model.ckpt-300"$' "$(cat "$dir/checkpoint" 2>/dev/null)" || fail "actor state file"
 [[ -f $dir/model.ckpt-300.index && -f $dir/model.ckpt-100.index ]] || fail "actor checkpoints: $(ls "$dir")"
 

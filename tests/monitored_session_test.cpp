@@ -529,7 +529,9 @@ TEST_CASE("B37 should_stop: the hooks' flag, the coordinator, or a closed sessio
     auto sess = f.Create();
     CHECK(sess->close().ok());
     CHECK(sess->should_stop());
-    CHECK(sess->coordinator() == nullptr);
+    // The last coordinator, stopped (TF: None; Foreman never returns null).
+    REQUIRE(sess->coordinator() != nullptr);
+    CHECK(sess->coordinator()->should_stop());
   }
   SUBCASE("SingularMonitoredSession reports the coordinator's error through stop_error()") {
     auto script = std::make_shared<StepScript>();
@@ -1004,6 +1006,82 @@ TEST_CASE("decision 2: the back-off waits on the config's clock: initial * 2^(k-
   CHECK(run.get().ok());
   CHECK(sess->recoveries() == 5);
   CHECK(sess->close().ok());
+}
+
+// Issue 12 (5, 7): what a recovery cost, for the actor API's Recovered
+// message; and coordinator() from another thread between two sessions.
+TEST_CASE("on_recovered reports detect, restore (back-off included), next good step and steps lost; "
+          "coordinator() is never null between sessions") {
+  ManualClock clock;
+  SessionConfig config;
+  config.clock = &clock;
+  Fixture f(config);
+  f.creator->checkpoint = {{"global_step", Tensor::Scalar<int64_t>(2)}, {"w", Tensor::Scalar<float>(2.f)}};
+  auto o = f.Options();
+  o.recovery.initial_backoff = absl::Seconds(4);  // 2 to 6 s with the jitter
+  std::vector<RecoveryReport> reports;            // written on the training thread, read after it joined
+  o.recovery.on_recovered = [&](const RecoveryReport& r) { reports.push_back(r); };
+  auto created = MonitoredSession::Create(o);
+  REQUIRE(created.ok());
+  auto& sess = *created;
+  for (int i = 0; i < 3; ++i) REQUIRE(sess->run({"train_op"}).ok());  // 3, 4, 5
+  CHECK(reports.empty());
+  bool failed = false;
+  f.script->on_train = [&](int64_t step) -> Status {
+    if (step == 5 && !failed) {
+      failed = true;
+      return absl::AbortedError("ps lost");
+    }
+    if (failed) clock.Advance(absl::Milliseconds(250));  // the first step on the new session takes 250 ms
+    return absl::OkStatus();
+  };
+  auto run = std::async(std::launch::async, [&] { return sess->run({"train_op"}); });
+  struct EndBackoff {  // a failed REQUIRE must not leave `run` waiting forever
+    ManualClock& clock;
+    ~EndBackoff() { clock.Advance(absl::Hours(1)); }
+  } end_backoff{clock};
+  REQUIRE(clock.BlockUntilWaiters(1, absl::Seconds(20)));  // in the back-off: between two sessions
+  Coordinator* between = sess->coordinator();              // (on main: null here)
+  REQUIRE(between != nullptr);
+  CHECK(between->should_stop());  // the old session's, stopped and joined
+  CHECK(between->request_stop(absl::InternalError("late")) == absl::InternalError("late"));  // safe, no effect
+
+  SUBCASE("a good step after the recovery completes the report") {
+    clock.Advance(absl::Seconds(10));
+    REQUIRE(run.wait_for(kWait) == std::future_status::ready);
+    auto out = run.get();
+    REQUIRE_MESSAGE(out.ok(), out.status().ToString());
+    CHECK(Int(out->at("train_op")) == 3);
+    CHECK(sess->coordinator() != between);
+    REQUIRE(reports.size() == 1);
+    const RecoveryReport& r = reports[0];
+    CHECK(r.cause == absl::AbortedError("ps lost"));
+    CHECK(r.recoveries == 1);
+    CHECK(r.detect == absl::ZeroDuration());  // the clock did not move between failure and decision
+    CHECK(r.restore == absl::Seconds(10));    // the back-off ended at that Advance
+    REQUIRE(r.next_good_step.has_value());
+    CHECK(*r.next_good_step == absl::Milliseconds(250));
+    CHECK(r.global_step_before == 5);
+    CHECK(r.restored_global_step == 2);
+    CHECK(r.steps_lost == 3);
+    CHECK(sess->close().ok());
+    CHECK(reports.size() == 1);
+  }
+  SUBCASE("a stop during the recovery: close() reports it with no good step") {
+    std::thread([&] { sess->request_stop(); }).join();
+    REQUIRE(run.wait_for(kWait) == std::future_status::ready);
+    CHECK(absl::IsCancelled(run.get().status()));
+    CHECK(reports.empty());
+    CHECK(sess->close().ok());
+    REQUIRE(reports.size() == 1);
+    CHECK_FALSE(reports[0].next_good_step.has_value());
+    CHECK(reports[0].steps_lost == 3);
+  }
+  // After close(): the last coordinator, stopped.
+  Coordinator* last = nullptr;
+  std::thread([&] { last = sess->coordinator(); }).join();
+  REQUIRE(last != nullptr);
+  CHECK(last->should_stop());
 }
 
 TEST_CASE("decision 2: recoveries older than the window do not count") {

@@ -8,34 +8,85 @@
 // This header is for actor applications and includes CAF's; the rest of
 // Foreman's public headers do not.
 //
-// Protocol of the job actor (all messages local; no type registration needed):
+// Protocol of the job actor (all messages local; the typed messages below
+// are registered by ConfigureActorSystem, so they may also cross a node):
 //
 //   start_atom                 begin training (no-op when already started);
 //                              a job spawned with start_immediately needs none
 //   stop_atom                  request a clean stop at the next step boundary
 //                              (MonitoredSession::request_stop()); the final
-//                              checkpoint is still written. Safe at any
-//                              moment: sent before start_atom, no step runs;
-//                              during a recovery, the run ends once the new
-//                              session is restored
+//                              checkpoint is still written. See "Stopping"
+//                              below: safe at any moment, from any thread.
+//   job_status_atom -> JobStatus
+//                              state, global_step, local_steps and the first
+//                              error as a code and a message
+//   (subscribe_atom, caf::actor subscriber)
+//   subscribe_atom             (no handle: the sender) subscribe to progress:
+//                              the subscriber then receives ProgressStep,
+//                              CheckpointSaved, Recovered and, last,
+//                              JobFinished (typed messages from the job actor;
+//                              handle them in a behavior, or receive() them in
+//                              a scoped_actor). Subscribing twice is one
+//                              subscription; a subscriber that exits is
+//                              dropped (the job monitors it).
+//   (unsubscribe_atom, caf::actor subscriber)
+//   unsubscribe_atom           (no handle: the sender) no more messages
 //   status_atom  -> (std::string state, int64_t global_step,
 //                    int64_t local_steps, std::string error)
-//                              state: "idle", "running", "stopping";
-//                              global_step: after the last finished step (-1
-//                              before the first); error: "" or the first error
+//                              deprecated (use job_status_atom): the error as
+//                              one string, "" when none
 //
-// When training ends the job actor exits with the final Status as its exit
-// reason: a caf::error in category "foreman" whose code is the absl status
-// code and whose context is the message; a clean end exits normally. A
-// monitor's down_msg therefore carries the outcome:
+// An unobserved job pays nothing per step: without a subscriber no progress
+// message is built or sent (one relaxed atomic load per step decides).
+//
+// When training ends the job actor sends JobFinished to its subscribers and
+// exits with the final Status as its exit reason: a caf::error in category
+// "foreman" whose code is the absl status code and whose context is the
+// message; a clean end exits normally. A monitor's down_msg therefore
+// carries the outcome too:
 //
 //   ```cpp
 //   auto job = foreman::SpawnTrainingJob(system, std::move(job_spec));
 //   self->monitor(job);
+//   self->send(job, foreman::subscribe_atom::value);
 //   self->send(job, foreman::start_atom::value);
-//   self->receive([&](caf::down_msg& dm) { status = foreman::StatusFromExitReason(dm.reason); },
-//                 caf::after(std::chrono::minutes(10)) >> [&] { status = absl::DeadlineExceededError("no end"); });
+//   bool running = true;
+//   self->receive_while(running)(
+//       [&](const foreman::ProgressStep& p) {
+//         auto loss = p.values.find("loss");   // the job's numeric scalar fetches
+//         if (loss != p.values.end()) std::printf("step %lld: loss %g\n", static_cast<long long>(p.global_step), loss->second);
+//       },
+//       [&](const foreman::CheckpointSaved& c) { std::printf("saved %s\n", c.path.c_str()); },
+//       [&](const foreman::Recovered& r) { std::printf("recovered, %lld steps lost\n", static_cast<long long>(r.steps_lost)); },
+//       [&](const foreman::JobFinished& f) { std::printf("finished at step %lld\n", static_cast<long long>(f.global_step)); },
+//       [&](caf::down_msg& dm) {
+//         status = foreman::StatusFromExitReason(dm.reason);
+//         running = false;
+//       },
+//       caf::after(std::chrono::minutes(10)) >> [&] {
+//         status = absl::DeadlineExceededError("the job did not end within 10 minutes");
+//         running = false;
+//       });
 //   ```
+//
+// Lifetime: a started job runs until training ends or it is stopped, even
+// when every handle to it is dropped (as a Python thread keeps training when
+// its last reference goes); its final checkpoint is written as usual. The
+// actor system's shutdown (await_all_actors_done, ~actor_system) therefore
+// waits for it: stop it first (stop_atom, or send_exit) to end sooner. A job
+// that was never started and has no handle left can never start: it ends
+// without training.
+//
+// Stopping from another thread: stop_atom may be sent from any thread or
+// actor at any moment. Before start_atom: no step runs, the final checkpoint
+// is written, the job ends OK. During a step: it ends at the step's boundary.
+// During a recovery (between the failed session and its replacement): the
+// back-off ends at once, the new session is still created and restored, then
+// training ends cleanly with its final checkpoint (Recovered is sent with
+// next_good_step_ms -1). After training ended: ignored. A plain thread that
+// holds no actor uses caf::anon_send(job, foreman::stop_atom::value). Outside
+// the actor API, MonitoredSession::request_stop() (or its stop_request()) is
+// the same request with the same guarantees.
 //
 // Killing the job (exit_reason::kill or user_shutdown via send_exit) stops the
 // loop at the next step boundary, closes the session (no end(): not a clean
@@ -44,6 +95,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,6 +104,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
+#include <caf/meta/type_name.hpp>
 
 #include "foreman/monitored_session.hpp"
 #include "foreman/session.hpp"
@@ -61,7 +114,101 @@ namespace foreman {
 
 using start_atom = caf::atom_constant<caf::atom("fm_start")>;
 using stop_atom = caf::atom_constant<caf::atom("fm_stop")>;
-using status_atom = caf::atom_constant<caf::atom("fm_status")>;
+using job_status_atom = caf::atom_constant<caf::atom("fm_jstatus")>;
+using subscribe_atom = caf::atom_constant<caf::atom("fm_sub")>;
+using unsubscribe_atom = caf::atom_constant<caf::atom("fm_unsub")>;
+using status_atom [[deprecated("use job_status_atom: it answers a JobStatus, the error as a code and a message")]] =
+    caf::atom_constant<caf::atom("fm_status")>;
+
+// -- typed messages -----------------------------------------------------------
+// Plain structs with a CAF inspect(); `code` fields hold an absl::StatusCode's
+// value (0: OK), and status() turns code and message back into a Status.
+
+/// The answer to job_status_atom.
+struct JobStatus {
+  /// "idle" (not started), "running", "stopping" (a stop was asked).
+  std::string state;
+  /// After the last finished step; -1 before the first.
+  int64_t global_step = -1;
+  /// Steps this job ran (after a restore, fewer than global_step).
+  int64_t local_steps = 0;
+  /// The first error (0 and "" when none).
+  int32_t code = 0;
+  std::string message;
+  Status status() const;
+};
+
+/// Every `TrainingJob::progress_every_steps` global steps (the first one at
+/// the first step a subscriber sees), sent after the step.
+struct ProgressStep {
+  int64_t global_step = 0;
+  /// The job's fetches that are numeric scalars (one element: "loss",
+  /// "train_op", ...), as doubles, by fetch name.
+  std::map<std::string, double> values;
+};
+
+/// A checkpoint the job's CheckpointSaverHook wrote is durable (its save
+/// committed): the first save, the periodic ones and the final one.
+struct CheckpointSaved {
+  int64_t global_step = 0;
+  /// The bundle's prefix, "<checkpoint_dir>/model.ckpt-<global_step>".
+  std::string path;
+};
+
+/// A recovery from a preemption error (ABORTED / UNAVAILABLE) completed:
+/// sent after the first successful step on the restored session, or when
+/// training ended before one (next_good_step_ms -1). Consecutive recoveries
+/// without a good step between them are one message. Times are in
+/// milliseconds on the session config's clock.
+struct Recovered {
+  /// The error recovered from.
+  int32_t code = 0;
+  std::string message;
+  /// Recoveries this message covers (>= 1).
+  int64_t recoveries = 0;
+  /// From the failure to the decision to recover.
+  int64_t detect_ms = 0;
+  /// From the decision to the restored session (back-off included).
+  int64_t restore_ms = 0;
+  /// From the restored session to the end of the first good step; -1: none.
+  int64_t next_good_step_ms = -1;
+  /// global_step restored, and global steps lost (the step at the failure
+  /// minus the restored one).
+  int64_t global_step = -1;
+  int64_t steps_lost = 0;
+  Status status() const;
+};
+
+/// The job ended (the last message a subscriber gets): the final Status (as
+/// the exit reason carries it) and global step.
+struct JobFinished {
+  int32_t code = 0;
+  std::string message;
+  int64_t global_step = -1;
+  Status status() const;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, JobStatus& x) {
+  return f(caf::meta::type_name("foreman.JobStatus"), x.state, x.global_step, x.local_steps, x.code, x.message);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ProgressStep& x) {
+  return f(caf::meta::type_name("foreman.ProgressStep"), x.global_step, x.values);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CheckpointSaved& x) {
+  return f(caf::meta::type_name("foreman.CheckpointSaved"), x.global_step, x.path);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Recovered& x) {
+  return f(caf::meta::type_name("foreman.Recovered"), x.code, x.message, x.recoveries, x.detect_ms, x.restore_ms,
+           x.next_good_step_ms, x.global_step, x.steps_lost);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, JobFinished& x) {
+  return f(caf::meta::type_name("foreman.JobFinished"), x.code, x.message, x.global_step);
+}
 
 struct TrainingJob {
   /// The session to run; options.runtime.actor_system is set to the job's
@@ -76,16 +223,23 @@ struct TrainingJob {
   std::function<Status(const TensorMap& results)> on_results;
   /// Start without waiting for start_atom.
   bool start_immediately = false;
+  /// ProgressStep every this many global steps, while a subscriber exists
+  /// (TF's log_step_count_steps default); 0: none. Negative: the job exits
+  /// with INVALID_ARGUMENT when started.
+  int64_t progress_every_steps = 100;
 };
 
 /// Spawns the job actor into `system` (it spawns the training loop as a
 /// detached actor on start). Never fails: a job whose session cannot be
-/// created exits with that error.
+/// created exits with that error. Thread-safe (any thread, any actor).
 caf::actor SpawnTrainingJob(caf::actor_system& system, TrainingJob job);
 
 /// Registers Foreman's error category (code and message of a Status) in
-/// `config`, so that system.render(err) prints it. Call before the
-/// caf::actor_system is built from `config`; safe to call twice.
+/// `config`, so that system.render(err) prints it, and the typed messages
+/// above (JobStatus, ProgressStep, CheckpointSaved, Recovered, JobFinished,
+/// as "foreman.<Name>"), so that they can be serialised to another node.
+/// Call before the caf::actor_system is built from `config`; safe to call
+/// twice. Local use of the messages needs no registration.
 void ConfigureActorSystem(caf::actor_system_config& config);
 
 /// The caf::error a job exits with for `status` (none for OK).

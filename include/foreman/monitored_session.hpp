@@ -58,6 +58,34 @@ class actor_system;
 
 namespace foreman {
 
+/// What one recovery cost (MonitoredSession only; TF reports none of this).
+/// Consecutive recoveries with no successful step between them (a new
+/// session that failed again) are one report; `recoveries` counts them.
+/// Durations are on the session config's Clock.
+struct RecoveryReport {
+  /// The preemption error recovered from (ABORTED / UNAVAILABLE).
+  Status cause;
+  /// Recoveries this report covers (>= 1).
+  int64_t recoveries = 0;
+  /// From the failure's return (the step's, a hook's, the creator's, or the
+  /// run that found a thread's preemption error on the coordinator) to the
+  /// decision to recover.
+  absl::Duration detect;
+  /// From that decision to the restored session (after_create_session of
+  /// every hook done): pending saves, closing the old session, the back-off
+  /// and the restore.
+  absl::Duration restore;
+  /// From the restored session to the end of the first successful step on
+  /// it; std::nullopt when training ended before one (a stop during the
+  /// recovery, another error).
+  std::optional<absl::Duration> next_good_step;
+  /// global_step before the error and after the restore (-1 when unknown),
+  /// and the global steps lost (before - restored, >= 0).
+  int64_t global_step_before = -1;
+  int64_t restored_global_step = -1;
+  int64_t steps_lost = 0;
+};
+
 /// Bounded recovery with exponential back-off and jitter (TF retries
 /// forever, at once).
 struct RecoveryOptions {
@@ -73,6 +101,12 @@ struct RecoveryOptions {
   uint64_t seed = 0;
   /// TF's behaviour, for parity tests: recover forever, no back-off.
   bool unbounded = false;
+  /// Called once per RecoveryReport, on the training thread: after the
+  /// first successful step following the recovery, or by close() when
+  /// training ended before one. Must be quick and must not call back into
+  /// the session; an exception it throws is logged and dropped. Empty: no
+  /// report is built. (The actor API sends it to subscribers as Recovered.)
+  std::function<void(const RecoveryReport&)> on_recovered;
 };
 
 /// Where a MonitoredSession's service actors live, and what outlives one
@@ -217,7 +251,14 @@ class MonitoredSession {
   int64_t recoveries() const;
   int64_t steps_lost() const;
 
-  /// The current coordinator (a new one per created session, as TF).
+  /// The coordinator of the latest created session (a new one per created
+  /// session, as TF). Never null after Create(): between two sessions of a
+  /// recovery it is the old session's (already stopped and joined), after
+  /// close() the last one (stopped) — TF sets it to None there. Owned by the
+  /// session; valid until the session is destroyed; safe to use from any
+  /// thread. A request_stop() on it reaches that session only: to stop the
+  /// run from another thread whatever the moment, call request_stop() here
+  /// (or stop_request()->request_stop()).
   Coordinator* coordinator() const;
 
  protected:

@@ -136,6 +136,12 @@ struct MonitoredSession::Impl {
   std::atomic<int64_t> steps_lost{0};
   bool recovery_pending = false;            // a new session is due to log the loss
   std::optional<int64_t> step_before_error;  // global_step when the pending recovery began
+  // RecoveryOptions::on_recovered: the report being measured (only when
+  // there is a callback), on clock->MonotonicNow().
+  std::optional<RecoveryReport> report;
+  absl::Duration report_decided_at;  // the first recovery's decision
+  absl::Duration report_restored_at;
+  bool report_restored = false;  // a session was restored since the last recovery began
 
   // HookedRun's working storage, kept between runs so that a steady loop
   // reuses it instead of allocating every step. A run nested in a hook's
@@ -159,7 +165,8 @@ struct MonitoredSession::Impl {
   void Abort();
   Status CreateSession();
   Status EnsureSession();
-  Status BeginRecovery(const Status& cause);
+  Status BeginRecovery(const Status& cause, absl::Duration failed_at);
+  void FinishReport(std::optional<absl::Duration> next_good_step);
   absl::Duration Backoff(int k);
   Status TeardownSession(bool recovering);
   template <class Attempt>
@@ -343,6 +350,11 @@ Status MonitoredSession::Impl::CreateSession() {
     if (restored.ok() && step_before_error.has_value()) {
       const int64_t lost = std::max<int64_t>(0, *step_before_error - *restored);
       steps_lost.fetch_add(lost, std::memory_order_relaxed);
+      if (report.has_value()) {
+        if (report->global_step_before < 0) report->global_step_before = *step_before_error;
+        report->restored_global_step = *restored;
+        report->steps_lost += lost;
+      }
       FOREMAN_LOG_WARN(
           "Recovered from a preemption error (recovery {}): global_step {} before the error, {} restored; "
           "{} steps lost.",
@@ -352,6 +364,11 @@ Status MonitoredSession::Impl::CreateSession() {
                        recoveries.load());
     }
     step_before_error.reset();
+    if (report.has_value()) {
+      report_restored_at = clock->MonotonicNow();
+      report->restore = report_restored_at - report_decided_at;
+      report_restored = true;
+    }
   }
   return absl::OkStatus();
 }
@@ -360,10 +377,11 @@ Status MonitoredSession::Impl::EnsureSession() {
   while (session == nullptr || coord.load(std::memory_order_acquire) == nullptr) {
     Status s = CreateSession();
     if (s.ok()) return s;
+    const absl::Duration failed_at = clock->MonotonicNow();
     // A service's failure (a save that could not be written) is local: a new
     // session would not cure it, whatever its code.
     if (!RecoverableCoordinatorError(s)) return s;
-    FOREMAN_RETURN_IF_ERROR(BeginRecovery(s));
+    FOREMAN_RETURN_IF_ERROR(BeginRecovery(s, failed_at));
   }
   return absl::OkStatus();
 }
@@ -380,7 +398,7 @@ absl::Duration MonitoredSession::Impl::Backoff(int k) {
 
 // B47 / decision 2: counts the recovery against the budget, logs it, closes
 // the raw session and waits the back-off. The caller creates the next one.
-Status MonitoredSession::Impl::BeginRecovery(const Status& cause) {
+Status MonitoredSession::Impl::BeginRecovery(const Status& cause, absl::Duration failed_at) {
   const absl::Duration now = clock->MonotonicNow();
   while (!recovery_times.empty() && now - recovery_times.front() >= recovery.window) recovery_times.pop_front();
   if (!recovery.unbounded && static_cast<int>(recovery_times.size()) >= recovery.max_recoveries) {
@@ -392,6 +410,16 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause) {
   }
   recovery_times.push_back(now);
   const int k = static_cast<int>(recovery_times.size());
+  if (recovery.on_recovered) {
+    if (!report.has_value()) {
+      report.emplace();
+      report->cause = cause;
+      report->detect = std::max(absl::ZeroDuration(), now - failed_at);
+      report_decided_at = now;
+    }
+    ++report->recoveries;
+    report_restored = false;
+  }
 
   if (!recovery_pending) {
     recovery_pending = true;
@@ -490,7 +518,7 @@ Status MonitoredSession::Impl::RunRecoverably(const Attempt& attempt) {
       if (c != nullptr && c->should_stop()) {
         Status cs = c->status();
         if (RecoverableCoordinatorError(cs)) {
-          Status r = BeginRecovery(cs);
+          Status r = BeginRecovery(cs, clock->MonotonicNow());
           if (!r.ok()) return EndWith(r);
           continue;
         }
@@ -498,7 +526,11 @@ Status MonitoredSession::Impl::RunRecoverably(const Attempt& attempt) {
     }
     stopped_before_step = false;
     s = attempt();
-    if (s.ok()) return s;
+    if (s.ok()) {
+      if (report.has_value() && report_restored) FinishReport(clock->MonotonicNow() - report_restored_at);
+      return s;
+    }
+    const absl::Duration failed_at = clock->MonotonicNow();
     if (stopped_before_step) {
       ended.store(true, std::memory_order_release);
       return s;
@@ -514,9 +546,19 @@ Status MonitoredSession::Impl::RunRecoverably(const Attempt& attempt) {
     // A service's failure (e.g. a save that could not be written, whatever
     // its code) is local: a new session would not cure it (B50's rule).
     if (!RecoverableCoordinatorError(s)) return EndWith(s);
-    Status r = BeginRecovery(s);
+    Status r = BeginRecovery(s, failed_at);
     if (!r.ok()) return EndWith(r);
   }
+}
+
+// Hands the pending RecoveryReport to RecoveryOptions::on_recovered.
+void MonitoredSession::Impl::FinishReport(std::optional<absl::Duration> next_good_step) {
+  RecoveryReport done = *std::move(report);
+  report.reset();
+  report_restored = false;
+  done.next_good_step = next_good_step;
+  Status s = InvokeUserCode("RecoveryOptions::on_recovered", [&] { recovery.on_recovered(done); });
+  if (!s.ok()) FOREMAN_LOG_WARN("{}", s.ToString());
 }
 
 // _HookedSession.run: BeforeRun, the step, AfterRun, and the caller's
@@ -665,6 +707,8 @@ Status MonitoredSession::Impl::AfterRun(SessionRunContext& ctx, RunScratch& sc, 
 Status MonitoredSession::Impl::Close() {
   if (close_status.has_value()) return *close_status;  // decision 4
   closed.store(true, std::memory_order_release);
+  // A recovery with no good step after it (a stop during it, another error).
+  if (report.has_value()) FinishReport(std::nullopt);
   PollBackgroundError();
 
   // request_stop(error) is an abort: like a failed run, no end().
@@ -802,7 +846,9 @@ Status MonitoredSession::close() { return impl_->Close(); }
 int64_t MonitoredSession::recoveries() const { return impl_->recoveries.load(std::memory_order_relaxed); }
 int64_t MonitoredSession::steps_lost() const { return impl_->steps_lost.load(std::memory_order_relaxed); }
 
-Coordinator* MonitoredSession::coordinator() const { return impl_->coord.load(std::memory_order_acquire); }
+// The latest: between sessions and after close() too (kept alive by
+// `coordinators` until the session is destroyed).
+Coordinator* MonitoredSession::coordinator() const { return impl_->last_coord.load(std::memory_order_acquire); }
 
 StatusOr<TensorMap> MonitoredStepContext::run_with_hooks(const std::vector<std::string>& fetches,
                                                          const TensorMap& feeds, const RunOptions& options) {

@@ -11,11 +11,13 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "foreman/checkpoint.hpp"
@@ -62,6 +64,27 @@ struct SaveTicket {
   /// `timeout`; DEADLINE_EXCEEDED naming the step on timeout; else the save's
   /// status.
   Status Wait(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu);
+};
+
+/// Who hears of each durable save (the actor API's CheckpointSaved): called
+/// on the checkpoint_saver's thread, once the save of `global_step` is
+/// committed under `path` ("<dir>/<basename>-<step>") and before its ticket
+/// completes. Callbacks must be quick (they send a message). Thread-safe.
+class SaveObservers {
+ public:
+  using Fn = std::function<void(int64_t global_step, const std::string& path)>;
+  void Add(Fn fn) {
+    MutexLock l(mu_);
+    fns_.push_back(std::move(fn));
+  }
+  void Notify(int64_t global_step, const std::string& path) {
+    MutexLock l(mu_);
+    for (const Fn& fn : fns_) fn(global_step, path);
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<Fn> fns_ ABSL_GUARDED_BY(mu_);
 };
 
 /// The checkpoint_saver actor of one directory. It owns the directory lock.
@@ -120,6 +143,10 @@ class Services {
   /// by `timeout` (DEADLINE_EXCEEDED). A recovery calls it before restoring,
   /// so the restore sees the newest checkpoint.
   virtual Status WaitForPendingSaves(absl::Duration timeout) = 0;
+  /// Calls `fn` after every durable save of this session's checkpoint
+  /// savers, on the saver's thread (SaveObservers). Call before the first
+  /// save (a hook's AttachServices).
+  virtual void ObserveSaves(SaveObservers::Fn fn) = 0;
   virtual Clock* clock() = 0;
   virtual Env* env() = 0;
 };
