@@ -410,11 +410,11 @@ class ProgressHook : public SessionRunHook {
 // was just evaluated; the end's values are the run's reported test accuracy.
 // The step function evaluates after the run's update, so a run whose
 // pre-run global_step is N-1 yields the evaluation at N. (TF's
-// SummarySaverHook decides on the pre-run global_step and so writes at
-// 1, 501, ...: the eval events would then miss the final step.) A run that
-// trained nothing (a finished run started again) reports but writes no
-// second event at a step already evaluated. The event file is created at
-// the first evaluation: a run stopped before that leaves no eval/.
+// SummarySaverHook fires on the first run, whose post-update step is 1, and
+// every N steps from there: 1, 501, ...; and it writes nothing at the end.)
+// A run that trained nothing (a finished run started again) reports but
+// writes no second event at a step already evaluated. The event file is
+// created at the first evaluation.
 class EvalHook : public SessionRunHook {
  public:
   EvalHook(std::string output_dir, int64_t every_steps)
@@ -439,11 +439,12 @@ class EvalHook : public SessionRunHook {
   }
   Status end(Session* session) override {
     FOREMAN_ASSIGN_OR_RETURN(int64_t step, session->GlobalStep());
-    if (last_ && last_->step == step) return absl::OkStatus();
-    FOREMAN_ASSIGN_OR_RETURN(TensorMap values,
-                             session->Run({"eval_global_step", "eval_accuracy", "eval_loss", "eval_summaries"}));
-    const bool trained = start_step_.has_value() && step != *start_step_;
-    FOREMAN_RETURN_IF_ERROR(Record(values, /*write=*/trained));
+    if (!last_ || last_->step != step) {
+      FOREMAN_ASSIGN_OR_RETURN(TensorMap values,
+                               session->Run({"eval_global_step", "eval_accuracy", "eval_loss", "eval_summaries"}));
+      const bool trained = start_step_.has_value() && step != *start_step_;
+      FOREMAN_RETURN_IF_ERROR(Record(values, /*write=*/trained));
+    }
     if (writer_ != nullptr) return writer_->Close();
     return absl::OkStatus();
   }
