@@ -40,6 +40,15 @@ wait_for() {
   done
   return 1
 }
+# Waits (bounded) until file $2 holds text $1; 0 when it does.
+wait_for_text() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    grep -q -- "$1" "$2" && return 0
+    sleep 0.05
+  done
+  return 1
+}
 # Waits (bounded) for a background process; its exit status goes to $exit_rc.
 # (Not in a $(...) subshell, which cannot wait for this shell's children.)
 wait_exit() {
@@ -306,6 +315,29 @@ has 'final checkpoint' "$out" && fail "a signal while loading promised a final c
 has 'training had not started within --stop-grace-period-secs=1' "$out" \
   || fail "a signal while loading: no grace message: $out"
 [[ -e $tmp/stuckrun ]] && fail "a run stopped while loading left $tmp/stuckrun: $(ls -A "$tmp/stuckrun")"
+
+# The same, but the data then loads: the job ends at once (exit 0), without
+# training, and removes the directory it created.
+mkdir -p "$tmp/slow"
+cp "$data"/t10k-*.gz "$data"/train-labels-idx1-ubyte.gz "$tmp/slow/"
+mkfifo "$tmp/slow/train-images-idx3-ubyte.gz"
+"$foreman" train --checkpoint-dir "$tmp/slowrun" --data-dir "$tmp/slow" "${small[@]}" >"$tmp/slow.out" 2>&1 &
+slow=$!; pids+=("$slow")
+for ((i = 0; i < 1200; i++)); do
+  blk=$(sed -n 's/^SigBlk:\t//p' "/proc/$slow/status" 2>/dev/null)
+  [[ -n $blk ]] && (( (16#$blk >> 14) & 1 )) && break
+  sleep 0.05
+done
+kill -TERM "$slow"
+wait_for_text 'received before training started' "$tmp/slow.out" || fail "the signal was not taken: $(cat "$tmp/slow.out")"
+timeout 60 cat "$data/train-images-idx3-ubyte.gz" >"$tmp/slow/train-images-idx3-ubyte.gz"
+wait_exit "$slow"; rc=$exit_rc
+out=$(cat "$tmp/slow.out")
+[[ $rc == 0 ]] || fail "a signal while loading, then the data: exited $rc, expected 0: $out"
+has "^stopped by SIGTERM before training started; nothing was changed in $tmp/slowrun" "$out" \
+  || fail "a signal while loading, then the data: no final message: $out"
+has 'final checkpoint' "$out" && fail "a signal while loading, then the data: promised a final checkpoint: $out"
+[[ -e $tmp/slowrun ]] && fail "a run stopped while loading left $tmp/slowrun: $(ls -A "$tmp/slowrun")"
 
 # -- 9. a NaN loss fails the run: exit 1, one line ----------------------------------------------
 out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/nan" "${small[@]}" --optimizer sgd \

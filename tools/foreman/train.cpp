@@ -141,7 +141,10 @@ class RunPhase {
     return training_;
   }
 
-  const std::string& dir() const { return dir_; }
+  std::string dir() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dir_;
+  }
 
   // Removes what this process created; nothing once training started. The
   // caller holds the directory's lock. Idempotent.
