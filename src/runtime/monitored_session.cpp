@@ -33,8 +33,8 @@
 #include "absl/strings/str_join.h"
 #include "foreman/checkpoint.hpp"
 #include "foreman/mutex.hpp"
-#include "platform/path.hpp"
 #include "platform/log.hpp"
+#include "platform/path.hpp"
 #include "runtime/runtime.hpp"
 
 namespace foreman {
