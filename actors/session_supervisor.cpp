@@ -137,7 +137,10 @@ constexpr absl::Duration kDestructorShutdownTimeout = absl::Seconds(60);
 class RuntimeImpl : public Runtime {
  public:
   RuntimeImpl(const RuntimeOptions& options, const SessionConfig& config)
-      : options_(options), config_(config), cell_(std::make_shared<FailureCell>()) {}
+      : options_(WithoutLock(options)),
+        config_(config),
+        cell_(std::make_shared<FailureCell>()),
+        held_lock_(options.held_lock) {}
 
   ~RuntimeImpl() override {
     {
@@ -187,9 +190,9 @@ class RuntimeImpl : public Runtime {
           "checkpoint directory ", dir, " already has a checkpoint saver in this session (one writer per directory)"));
     }
     std::shared_ptr<FileLock> lock;
-    if (options_.held_lock != nullptr && !options_.held_lock_directory.empty() &&
+    if (held_lock_ != nullptr && !options_.held_lock_directory.empty() &&
         NormalizeDirectory(options_.held_lock_directory) == dir) {
-      lock = options_.held_lock;  // the caller's: the directory stays locked throughout
+      lock = held_lock_;  // the caller's: the directory stays locked throughout
     } else {
       FOREMAN_ASSIGN_OR_RETURN(lock, LockCheckpointDirectory(config_.env, dir));
     }
@@ -259,6 +262,8 @@ class RuntimeImpl : public Runtime {
     MutexLock shutdown_lock(shutdown_mu_);
     if (shut_down_) return shutdown_status_;
     if (supervisor_ == nullptr) {  // Start() failed: nothing runs.
+      MutexLock l(mu_);
+      held_lock_.reset();
       shut_down_ = true;
       return shutdown_status_;
     }
@@ -320,6 +325,10 @@ class RuntimeImpl : public Runtime {
       }
     }
     process_system_.reset();
+    {
+      MutexLock l(mu_);
+      held_lock_.reset();  // the checkpoint saver's copy went with it: unlocked, unless the caller holds it
+    }
 
     Status first_error = cell_->error();
     shutdown_status_ = first_error.ok() ? status : first_error;
@@ -382,7 +391,13 @@ class RuntimeImpl : public Runtime {
     return status;
   }
 
-  const RuntimeOptions options_;
+  // The caller's lock, kept (for the checkpoint saver) until Shutdown().
+  static RuntimeOptions WithoutLock(RuntimeOptions options) {
+    options.held_lock.reset();
+    return options;
+  }
+
+  const RuntimeOptions options_;  // without held_lock (held_lock_)
   SessionConfig config_;
   std::shared_ptr<FailureCell> cell_;
   const std::shared_ptr<SaveObservers> save_observers_ = std::make_shared<SaveObservers>();
@@ -397,6 +412,7 @@ class RuntimeImpl : public Runtime {
 
   Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<FileLock> held_lock_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<SummaryWriterHandle>> writers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<CheckpointHandle>> savers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<StepCounterHandle>> counters_ ABSL_GUARDED_BY(mu_);

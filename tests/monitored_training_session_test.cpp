@@ -770,5 +770,39 @@ TEST_CASE("a StopRequest no one stopped is not completed by close() or by a fail
   o.runtime.stop->Complete();
 }
 
+// -- a busy checkpoint directory -------------------------------------------------------
+
+// Issue 12 (13): the StepCounterHook and SummarySaverHook come before the
+// CheckpointSaverHook (B12) and opened their event file in the directory
+// before the CheckpointSaverHook's begin() found it locked, leaving an events
+// file (a file_version record) in another run's directory. The lock is now
+// taken first.
+TEST_CASE("a busy checkpoint_dir is refused before any event file is written there; the lock goes at close()") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto held = LockCheckpointDirectory(Env::Default(), dir.path());  // another owner (this process's lock table)
+  REQUIRE(held.ok());
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.save_summaries_steps = 1;  // B12: the step counter and the summary saver write into checkpoint_dir
+  o.log_step_count_steps = 1;
+  auto refused = MonitoredTrainingSession(o);
+  CHECK(absl::IsFailedPrecondition(refused.status()));
+  CHECK_MESSAGE(refused.status().message().find("is in use") != std::string::npos, refused.status().ToString());
+  auto files = ListEventFiles(Env::Default(), dir.path());
+  REQUIRE(files.ok());
+  CHECK_MESSAGE(files->empty(), "an events file was written into the busy directory: ", (*files)[0]);
+  CHECK(model->train_calls == 0);
+
+  // Free again: the session takes the lock and keeps it until close(), not
+  // until it is destroyed.
+  held->reset();
+  auto sess = Open(ChiefOptions(MakeGraph(model), dir.path(), &clock));
+  CHECK(absl::IsFailedPrecondition(LockCheckpointDirectory(Env::Default(), dir.path()).status()));
+  REQUIRE(sess->run({"train_op"}).ok());
+  CHECK(sess->close().ok());
+  CHECK(LockCheckpointDirectory(Env::Default(), dir.path()).ok());
+}
+
 }  // namespace
 }  // namespace foreman

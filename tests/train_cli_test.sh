@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `foreman train` as a user meets it: bad flags and bad data (exit 2, naming
-# what and where), a short run and what it leaves, resume and spec decision 9,
-# an incompatible or busy --checkpoint-dir (exit 2), SIGTERM (final
-# checkpoint, exit 0), a second signal (exit 130), a NaN loss (exit 1).
+# what and where, leaving nothing behind), a short run and what it leaves
+# (evaluations at multiples of --eval-every-steps and at the final step),
+# resume and spec decision 9, an incompatible or busy --checkpoint-dir
+# (exit 2), SIGTERM (final checkpoint, exit 0), a second signal (exit 130), a
+# NaN loss (exit 1).
 # Trains small models on the real Fashion-MNIST (Debian: dataset-fashion-mnist).
 #
 #   train_cli_test.sh FOREMAN TOOLS_TESTING_DIR
@@ -34,6 +36,15 @@ wait_for() {
   for ((i = 0; i < 1200; i++)); do
     [[ -e $1 ]] && return 0
     if [[ -n ${2:-} ]] && ! kill -0 "$2" 2>/dev/null; then [[ -e $1 ]]; return; fi
+    sleep 0.05
+  done
+  return 1
+}
+# Waits (bounded) until file $2 holds text $1; 0 when it does.
+wait_for_text() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    grep -q -- "$1" "$2" && return 0
     sleep 0.05
   done
   return 1
@@ -73,6 +84,18 @@ check_usage '--save-checkpoint-steps must be >= 1' --save-checkpoint-steps -5
 check_usage '--seed must be >= 0' --seed -1
 check_usage '--stop-grace-period-secs must be a positive number' --stop-grace-period-secs inf
 check_usage 'would take [0-9.]+ GiB' --hidden 1048576,1048576
+# Issue 12 (13): an integer flag out of range is refused naming the flag (CLI11
+# alone clamps 99999999999999999999 to INT64_MAX), for every integer flag.
+for flag in --max-steps --epochs --batch-size --seed --threads --eval-every-steps --prefetch-batches \
+            --log-step-count-steps --learning-rate-decay-steps --save-checkpoint-steps --save-summaries-steps; do
+  check_usage "^foreman: error: $flag: '99999999999999999999' is not a whole number" "$flag" 99999999999999999999
+done
+check_usage "--max-steps: '12x' is not a whole number" --max-steps 12x
+# An empty --hidden (an unset variable) is refused; softmax regression is 'none'.
+check_usage "--hidden is empty: .*'none' for softmax regression" --hidden ''
+# Refused starts leave nothing behind: --hidden 1048576,1048576 was refused
+# after the directory's lock was taken.
+[[ -e $tmp/never ]] && fail "a refused start left $tmp/never: $(ls -A "$tmp/never")"
 touch "$tmp/afile"
 out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/afile" "${small[@]}" 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "a file as --checkpoint-dir exited $rc: $out"
@@ -94,7 +117,16 @@ head -c 100000 "$data/train-images-idx3-ubyte.gz" >"$tmp/bad/train-images-idx3-u
 out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/d0" --data-dir "$tmp/bad" "${small[@]}" 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "truncated data exited $rc: $out"
 has 'train-images-idx3-ubyte.gz' "$out" || fail "truncated data: the file is not named: $out"
-[[ -e $tmp/d0/train_settings.txt ]] && fail "a run refused for its data wrote train_settings.txt"
+[[ -e $tmp/d0 ]] && fail "a run refused for its data left $tmp/d0: $(ls -A "$tmp/d0")"
+# ... nor the missing ancestors it created, nor anything in a directory that
+# existed (not even the lock file).
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/deep/a/b" --data-dir "$tmp/nodata" "${small[@]}" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "missing data (deep directory) exited $rc: $out"
+[[ -e $tmp/deep ]] && fail "a run refused for its data left $tmp/deep: $(find "$tmp/deep")"
+mkdir -p "$tmp/existing"
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/existing" --data-dir "$tmp/bad" "${small[@]}" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "truncated data (existing directory) exited $rc: $out"
+[[ -z $(ls -A "$tmp/existing") ]] || fail "a refused run changed an existing directory: $(ls -A "$tmp/existing")"
 
 # -- 3. a short run, and what it leaves -----------------------------------------------
 d=$tmp/run
@@ -102,11 +134,15 @@ run=(timeout 120 "$foreman" train --checkpoint-dir "$d" "${small[@]}" --save-che
      --save-summaries-steps 5)
 out=$("${run[@]}" --max-steps 30 --eval-every-steps 10 2>&1); rc=$?
 [[ $rc -eq 0 ]] || fail "short run exited $rc: $out"
-has '^test accuracy: 0\.[0-9]{4} ' "$out" || fail "no test accuracy line: $out"
+has '^test accuracy: 0\.[0-9]{4} .*global_step 30\)' "$out" || fail "no test accuracy line: $out"
 has '^trained 30 steps in ' "$out" || fail "no 'trained 30 steps' line: $out"
 has "^checkpoints: $d \(latest: $d/model.ckpt-30\)" "$out" || fail "no checkpoints line: $out"
 has '^step 10/30: loss [0-9.]+, batch accuracy' "$out" || fail "no plain progress line off a terminal: $out"
-has 'eval at step 1: test accuracy' "$out" && has 'eval at step 11: test accuracy' "$out" || fail "no eval line: $out"
+has 'eval at step 10: test accuracy' "$out" && has 'eval at step 20: test accuracy' "$out" || fail "no eval line: $out"
+# Issue 12 (10): evaluations at the multiples of --eval-every-steps; the final
+# one (30, a multiple) is written once.
+eval_steps() { "$foreman" events "$1/eval" --tag accuracy 2>&1 | sed -n 's/^step \([0-9]*\) .*/\1/p' | tr '\n' ' '; }
+[[ $(eval_steps "$d") == '10 20 30 ' ]] || fail "eval events at steps '$(eval_steps "$d")', expected 10 20 30"
 for step in 0 10 20 30; do [[ -f $d/model.ckpt-$step.index ]] || fail "no model.ckpt-$step: $(ls "$d")"; done
 has '^hidden = 32$' "$(cat "$d/train_settings.txt" 2>/dev/null)" || fail "train_settings.txt: $(cat "$d/train_settings.txt")"
 "$py" -B "$tools/check_train_run.py" "$d" --step 30 --hidden 32 --batch-size 64 --eval \
@@ -131,6 +167,27 @@ out=$(timeout 120 "$foreman" train --checkpoint-dir "$d" 2>&1); rc=$?
 has '^nothing to train' "$out" || fail "a finished run trained again: $out"
 has '^test accuracy: ' "$out" || fail "decision 9 run did not report the test accuracy: $out"
 [[ -f $d/model.ckpt-51.index ]] && fail "decision 9 run trained a step"
+# The resume (--eval-every-steps 0 given) evaluated at its final step 50
+# only; the runs that trained nothing wrote no second event at 50.
+[[ $(eval_steps "$d") == '10 20 30 50 ' ]] || fail "eval events after resume: '$(eval_steps "$d")'"
+
+# Issue 12 (10): the final evaluation is written at the final global_step,
+# with the value printed; with --eval-every-steps 0 it is the only one.
+final_eval_matches() {  # DIR STEP OUTPUT
+  local printed logged
+  printed=$(sed -n "s/^test accuracy: \([0-9.]*\) (.*global_step $2)\$/\1/p" <<<"$3")
+  logged=$("$foreman" events "$1/eval" --tag accuracy 2>&1 | sed -n "s/^step $2 .*accuracy = //p")
+  [[ -n $printed && -n $logged ]] && awk -v p="$printed" -v l="$logged" 'BEGIN { exit !(sprintf("%.4f", l) == p) }'
+}
+out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/eval7" "${small[@]}" --max-steps 7 --eval-every-steps 5 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "--max-steps 7 --eval-every-steps 5 exited $rc: $out"
+[[ $(eval_steps "$tmp/eval7") == '5 7 ' ]] || fail "eval events at '$(eval_steps "$tmp/eval7")', expected 5 7"
+final_eval_matches "$tmp/eval7" 7 "$out" || fail "the printed test accuracy is not the eval event at 7: $out"
+out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/eval0" "${small[@]}" --max-steps 3 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "--eval-every-steps 0 exited $rc: $out"
+[[ $(eval_steps "$tmp/eval0") == '3 ' ]] || fail "--eval-every-steps 0: eval events at '$(eval_steps "$tmp/eval0")'"
+final_eval_matches "$tmp/eval0" 3 "$out" || fail "--eval-every-steps 0: printed accuracy not in eval/: $out"
 
 # -- 5. incompatible or busy directories: exit 2 ----------------------------------------
 out=$(timeout 60 "$foreman" train --checkpoint-dir "$d" --hidden 64 2>&1); rc=$?
@@ -194,6 +251,9 @@ if wait_for "$tmp/window.pause.paused" "$window"; then
   out=$(timeout 60 "$foreman" train --checkpoint-dir "$d2" "${small[@]}" --max-steps 20 2>&1); rc=$?
   [[ $rc -eq 2 ]] || fail "a second train at the old lock-release point exited $rc: $out"
   has 'checkpoint directory in use' "$out" || fail "lock window: unclear message: $out"
+  # The refused job wrote nothing there (the paused one has no session yet).
+  compgen -G "$d2/events.out.tfevents.*" >/dev/null && fail "a refused job wrote an events file: $(ls -A "$d2")"
+  [[ -e $d2/eval ]] && fail "a refused job created $d2/eval"
 else
   fail "the job never reached the pause before its session: $(cat "$tmp/window.out")"
 fi
@@ -248,9 +308,36 @@ kill -TERM "$stuck"
 wait_exit "$stuck"; rc=$exit_rc
 out=$(cat "$tmp/stuck.out")
 [[ $rc == 1 ]] || fail "a signal while loading: exited $rc, expected 1 after the grace period: $out"
-has 'SIGTERM received' "$out" || fail "a signal while loading was not taken: $out"
-has 'not saved within --stop-grace-period-secs=1' "$out" || fail "a signal while loading: no grace message: $out"
-[[ -e $tmp/stuckrun/train_settings.txt ]] && fail "a run stopped while loading wrote its settings"
+has 'SIGTERM received before training started: stopping without training' "$out" \
+  || fail "a signal while loading was not taken: $out"
+# Issue 12 (13): no promise of a checkpoint that does not come, and nothing left.
+has 'final checkpoint' "$out" && fail "a signal while loading promised a final checkpoint: $out"
+has 'training had not started within --stop-grace-period-secs=1' "$out" \
+  || fail "a signal while loading: no grace message: $out"
+[[ -e $tmp/stuckrun ]] && fail "a run stopped while loading left $tmp/stuckrun: $(ls -A "$tmp/stuckrun")"
+
+# The same, but the data then loads: the job ends at once (exit 0), without
+# training, and removes the directory it created.
+mkdir -p "$tmp/slow"
+cp "$data"/t10k-*.gz "$data"/train-labels-idx1-ubyte.gz "$tmp/slow/"
+mkfifo "$tmp/slow/train-images-idx3-ubyte.gz"
+"$foreman" train --checkpoint-dir "$tmp/slowrun" --data-dir "$tmp/slow" "${small[@]}" >"$tmp/slow.out" 2>&1 &
+slow=$!; pids+=("$slow")
+for ((i = 0; i < 1200; i++)); do
+  blk=$(sed -n 's/^SigBlk:\t//p' "/proc/$slow/status" 2>/dev/null)
+  [[ -n $blk ]] && (( (16#$blk >> 14) & 1 )) && break
+  sleep 0.05
+done
+kill -TERM "$slow"
+wait_for_text 'received before training started' "$tmp/slow.out" || fail "the signal was not taken: $(cat "$tmp/slow.out")"
+timeout 60 cat "$data/train-images-idx3-ubyte.gz" >"$tmp/slow/train-images-idx3-ubyte.gz"
+wait_exit "$slow"; rc=$exit_rc
+out=$(cat "$tmp/slow.out")
+[[ $rc == 0 ]] || fail "a signal while loading, then the data: exited $rc, expected 0: $out"
+has "^stopped by SIGTERM before training started; nothing was changed in $tmp/slowrun" "$out" \
+  || fail "a signal while loading, then the data: no final message: $out"
+has 'final checkpoint' "$out" && fail "a signal while loading, then the data: promised a final checkpoint: $out"
+[[ -e $tmp/slowrun ]] && fail "a run stopped while loading left $tmp/slowrun: $(ls -A "$tmp/slowrun")"
 
 # -- 9. a NaN loss fails the run: exit 1, one line ----------------------------------------------
 out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/nan" "${small[@]}" --optimizer sgd \

@@ -368,6 +368,13 @@ StatusOr<MonitoredTrainingSessionPlan> PlanMonitoredTrainingSession(const Monito
 /// scaffold is finalized first (when a summary or checkpoint hook is added)
 /// and the graph, if it was not finalized, is handed back unfinalized for the
 /// hooks' begin() (which may still add to it, as TF's hooks add ops).
+/// When it adds a CheckpointSaverHook, it first takes checkpoint_dir's lock
+/// (LockCheckpointDirectory; unless options.runtime.held_lock is the
+/// caller's lock on that directory), before any hook's begin(): a directory
+/// in use is FAILED_PRECONDITION "checkpoint directory <dir> is in use by
+/// process <pid>" before anything (an events file) is written there. The
+/// session holds that lock until close() (a Foreman addition: TF has no
+/// directory lock).
 StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTrainingSessionOptions options);
 
 }  // namespace foreman

@@ -434,6 +434,13 @@ class PosixEnv : public Env {
     if (fcntl(fd, F_SETLK, &fl) != 0) {
       s = (errno == EACCES || errno == EAGAIN) ? HeldByOther(fd, path)
                                                : ErrnoError(absl::StrCat("lock ", path), errno);
+    } else if (struct stat now; stat(path.c_str(), &now) != 0 || now.st_dev != opened.st_dev ||
+                                now.st_ino != opened.st_ino) {
+      // The holder removed the file (a refused start cleaning up after
+      // itself) between our open and our lock: this lock is on a file no
+      // one else will open. Whoever holds the path now holds the lock.
+      s = absl::FailedPreconditionError(
+          absl::StrCat("lock ", path, " was removed by its holder while this process took it"));
     } else {
       s = WritePid(fd, path);
     }

@@ -31,8 +31,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "foreman/checkpoint.hpp"
 #include "foreman/mutex.hpp"
 #include "platform/log.hpp"
+#include "platform/path.hpp"
 #include "runtime/runtime.hpp"
 
 namespace foreman {
@@ -312,6 +314,7 @@ void MonitoredSession::Impl::Abort() {
     Status sd = runtime->Shutdown(runtime_options.shutdown_timeout);
     if (!sd.ok()) FOREMAN_LOG_WARN("MonitoredSession: while giving up creation: {}", sd.ToString());
   }
+  runtime_options.held_lock.reset();  // the caller's reference, if any, keeps it
   if (!graph_was_finalized) graph->Unfinalize();
   close_status = absl::FailedPreconditionError("MonitoredSession was never created");
 }
@@ -737,6 +740,7 @@ Status MonitoredSession::Impl::Close() {
   std::unique_ptr<Session> raw = std::move(session);
   RecordError(TeardownSession(/*recovering=*/false));
   if (runtime) RecordError(runtime->Shutdown(runtime_options.shutdown_timeout));
+  runtime_options.held_lock.reset();  // RuntimeOptions::held_lock: kept until close()
   if (raw != nullptr) {
     Status s = raw->Close();
     if (!s.ok()) FOREMAN_LOG_WARN("An error occurred while closing the session: {}", s.ToString());
@@ -1047,6 +1051,26 @@ StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTr
   }
   for (auto& hook : options.hooks) hooks.push_back(std::move(hook));
   ms.hooks = std::move(hooks);
+  // The checkpoint directory's lock comes first: the StepCounterHook's and
+  // SummarySaverHook's begin() (earlier in the list, B12) open event files
+  // in the same directory, and a busy directory must be refused before they
+  // write there (not when the CheckpointSaverHook's begin() locks it). The
+  // checkpoint saver then uses this lock (RuntimeOptions::held_lock); the
+  // session drops it at close(). A caller's lock on that directory is used
+  // as it is.
+  if (plan.checkpoint_saver_hook) {
+    const std::string dir = internal::NormalizeDirectory(options.checkpoint_dir);
+    const RuntimeOptions& runtime = ms.runtime;
+    if (runtime.held_lock == nullptr) {
+      FOREMAN_ASSIGN_OR_RETURN(ms.runtime.held_lock, LockCheckpointDirectory(config.env, dir));
+      ms.runtime.held_lock_directory = dir;
+    } else if (internal::NormalizeDirectory(runtime.held_lock_directory) != dir) {
+      FOREMAN_LOG_WARN(
+          "MonitoredTrainingSession: runtime.held_lock is for {}, not the checkpoint_dir {}: the checkpoint saver "
+          "locks {} when its hook begins",
+          runtime.held_lock_directory, dir, dir);
+    }
+  }
   return MonitoredSession::Create(std::move(ms));
 }
 

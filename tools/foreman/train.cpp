@@ -52,6 +52,7 @@
 #include "foreman/checkpoint.hpp"
 #include "foreman/dataset.hpp"
 #include "foreman/env.hpp"
+#include "foreman/event_writer.hpp"
 #include "foreman/graph.hpp"
 #include "foreman/hooks.hpp"
 #include "foreman/input_pipeline.hpp"
@@ -81,6 +82,96 @@ const char* SignalName(int sig) {
   }
 }
 
+// -- a refused start leaves nothing behind -------------------------------------------
+
+// Where the job is (preparing, or training), for the messages after a signal
+// and after the grace period, and what a start refused before training must
+// remove. LockCheckpointDirectory creates the directory (and missing
+// ancestors) and <dir>/.foreman.lock; a refused start (bad flags or data, an
+// incompatible directory, a signal while the data loads) removes what this
+// process created, while it still holds the lock: the lock file when it did
+// not exist before, then the directories it created, deepest first, each
+// only if empty. A busy directory is refused before anything is created.
+// Shared by the main thread, the signal watcher and the StopRequest's
+// watchdog; thread-safe.
+class RunPhase {
+ public:
+  // Before the lock is taken: what does not exist yet.
+  void RecordBeforeLock(Env* env, const std::string& dir) {
+    std::lock_guard<std::mutex> lock(mu_);
+    env_ = env;
+    dir_ = dir;
+    const std::string lock_file = dir + "/" + kLockFile;
+    lock_file_ = env->FileExists(lock_file).ok() ? "" : lock_file;
+    created_dirs_.clear();
+    for (std::string p = dir; !p.empty() && !env->FileExists(p).ok();) {
+      created_dirs_.push_back(p);  // deepest first
+      std::string parent = Dirname(p);
+      if (parent == p) break;
+      p = std::move(parent);
+    }
+  }
+
+  // The lock is this process's: the lock file may be removed on a refusal.
+  void Locked() {
+    std::lock_guard<std::mutex> lock(mu_);
+    locked_ = true;
+  }
+
+  // The main thread, once nothing can refuse the start any more: true when
+  // training starts; false when a signal came first (the job then ends).
+  // Under the same mutex as the signal's message, so that the message says
+  // what the job will do.
+  bool StartTraining(const StopRequest& stop) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop.stop_requested() || undone_) return false;
+    training_ = true;
+    return true;
+  }
+
+  // Runs `f(training)` under the mutex (the first signal's message and stop).
+  template <class F>
+  void WithPhase(F&& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    f(training_);
+  }
+
+  bool training() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return training_;
+  }
+
+  std::string dir() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dir_;
+  }
+
+  // Removes what this process created; nothing once training started. The
+  // caller holds the directory's lock. Idempotent.
+  void Undo() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (training_ || undone_ || env_ == nullptr) return;
+    undone_ = true;
+    if (locked_ && !lock_file_.empty()) env_->DeleteFile(lock_file_).IgnoreError();
+    for (const std::string& d : created_dirs_) {
+      if (!env_->DeleteDir(d).ok()) break;  // not empty (not only ours), or gone
+    }
+  }
+
+  // LockCheckpointDirectory's lock file (checkpoint.hpp).
+  static constexpr char kLockFile[] = ".foreman.lock";
+
+ private:
+  std::mutex mu_;
+  Env* env_ = nullptr;
+  std::string dir_;
+  bool locked_ = false;
+  bool training_ = false;
+  bool undone_ = false;
+  std::string lock_file_;                  // empty: it existed before
+  std::vector<std::string> created_dirs_;  // deepest first
+};
+
 // SIGINT, SIGTERM and SIGHUP are blocked in every thread and taken by one
 // watcher thread with sigwait (so no async-signal-safety concerns). The first
 // goes to the run's StopRequest, which the session obeys at the next step
@@ -95,7 +186,8 @@ class SignalWatcher {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
   }
 
-  explicit SignalWatcher(std::shared_ptr<StopRequest> stop) : stop_(std::move(stop)) {
+  SignalWatcher(std::shared_ptr<StopRequest> stop, std::shared_ptr<RunPhase> phase)
+      : stop_(std::move(stop)), phase_(std::move(phase)) {
     thread_ = std::thread([this] { Watch(); });
   }
   ~SignalWatcher() {
@@ -130,22 +222,36 @@ class SignalWatcher {
       if (first) {
         first = false;
         signal_.store(sig);
-        std::fprintf(stderr,
-                     "\nforeman train: %s received: stopping at the next step boundary and saving a final "
-                     "checkpoint (a second signal exits at once)\n",
-                     SignalName(sig));
-        std::fflush(stderr);
-        stop_->request_stop();
+        phase_->WithPhase([&](bool training) {
+          if (training) {
+            std::fprintf(stderr,
+                         "\nforeman train: %s received: stopping at the next step boundary and saving a final "
+                         "checkpoint (a second signal exits at once)\n",
+                         SignalName(sig));
+          } else {
+            // No session yet: there is no checkpoint to save.
+            std::fprintf(stderr,
+                         "\nforeman train: %s received before training started: stopping without training "
+                         "(a second signal exits at once)\n",
+                         SignalName(sig));
+          }
+          std::fflush(stderr);
+          stop_->request_stop();
+        });
         continue;
       }
+      if (!phase_->training()) phase_->Undo();  // the main thread holds the lock
       std::fprintf(stderr, "foreman train: second signal (%s): exiting now, %s\n", SignalName(sig),
-                   stop_->completed() ? "after the final checkpoint" : "without a final checkpoint");
+                   !phase_->training() ? "before training started"
+                   : stop_->completed() ? "after the final checkpoint"
+                                        : "without a final checkpoint");
       std::fflush(stderr);
       _exit(kExitSecondSignal);
     }
   }
 
   const std::shared_ptr<StopRequest> stop_;
+  const std::shared_ptr<RunPhase> phase_;
   std::atomic<bool> done_{false};
   std::atomic<int> signal_{0};
   std::thread thread_;
@@ -155,7 +261,19 @@ class SignalWatcher {
 // (on the StopRequest's watchdog thread): a process cannot interrupt a save
 // stuck in the file system, so it exits; the checkpoints saved before are
 // intact (the commit protocol never leaves a half-written one listed).
-void GraceExpired(absl::Duration grace) {
+// Before training started (the data still loading, say) there is no
+// checkpoint: the job removes what it created and says so.
+void GraceExpired(absl::Duration grace, RunPhase& phase) {
+  if (!phase.training()) {
+    phase.Undo();  // the main thread holds the lock
+    std::fprintf(stderr,
+                 "foreman train: training had not started within --stop-grace-period-secs=%g of the signal "
+                 "(still loading the data or building the model); exiting without training, nothing written to "
+                 "%s\n",
+                 absl::ToDoubleSeconds(grace), phase.dir().c_str());
+    std::fflush(stderr);
+    _exit(kExitFailed);
+  }
   std::fprintf(stderr,
                "foreman train: the final checkpoint was not saved within --stop-grace-period-secs=%g; "
                "exiting (the checkpoints saved before are intact)\n",
@@ -289,6 +407,82 @@ class ProgressHook : public SessionRunHook {
   std::chrono::steady_clock::time_point last_draw_;
 };
 
+// The test-set evaluation, into <checkpoint-dir>/eval (TF Estimator's
+// layout): every `every_steps` global steps, at the multiples (500, 1000,
+// ...), and once more at the end, at the final global_step, unless that step
+// was just evaluated; the end's values are the run's reported test accuracy.
+// The step function evaluates after the run's update, so a run whose
+// pre-run global_step is N-1 yields the evaluation at N. (TF's
+// SummarySaverHook fires on the first run, whose post-update step is 1, and
+// every N steps from there: 1, 501, ...; and it writes nothing at the end.)
+// A run that trained nothing (a finished run started again) reports but
+// writes no second event at a step already evaluated. The event file is
+// created at the first evaluation.
+class EvalHook : public SessionRunHook {
+ public:
+  EvalHook(std::string output_dir, int64_t every_steps)
+      : output_dir_(std::move(output_dir)), every_(every_steps) {}
+  std::string name() const override { return "EvalHook"; }
+
+  Status after_create_session(Session* session, Coordinator*) override {
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, session->GlobalStep());
+    if (!start_step_) start_step_ = step;
+    return absl::OkStatus();
+  }
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override {
+    SessionRunArgs args;
+    if (every_ <= 0) return args;
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, ctx.session()->GlobalStep());
+    if ((step + 1) % every_ == 0) args.fetches = {"eval_global_step", "eval_accuracy", "eval_loss", "eval_summaries"};
+    return args;
+  }
+  Status after_run(SessionRunContext&, const SessionRunValues& values) override {
+    if (values.results == nullptr || values.results->count("eval_global_step") == 0) return absl::OkStatus();
+    return Record(*values.results);
+  }
+  Status end(Session* session) override {
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, session->GlobalStep());
+    if (!last_ || last_->step != step) {
+      FOREMAN_ASSIGN_OR_RETURN(TensorMap values,
+                               session->Run({"eval_global_step", "eval_accuracy", "eval_loss", "eval_summaries"}));
+      const bool trained = start_step_.has_value() && step != *start_step_;
+      FOREMAN_RETURN_IF_ERROR(Record(values, /*write=*/trained));
+    }
+    if (writer_ != nullptr) return writer_->Close();
+    return absl::OkStatus();
+  }
+
+  // The last evaluation (the final one after end()).
+  struct Result {
+    int64_t step = 0;
+    float accuracy = 0;
+    float loss = 0;
+  };
+  const std::optional<Result>& last() const { return last_; }
+
+ private:
+  Status Record(const TensorMap& values, bool write = true) {
+    Result r;
+    r.step = values.at("eval_global_step").data<int64_t>()[0];
+    r.accuracy = values.at("eval_accuracy").data<float>()[0];
+    r.loss = values.at("eval_loss").data<float>()[0];
+    last_ = r;
+    if (!write) return absl::OkStatus();
+    if (writer_ == nullptr) {
+      FOREMAN_ASSIGN_OR_RETURN(writer_, EventFileWriter::Create(output_dir_));
+    }
+    FOREMAN_RETURN_IF_ERROR(
+        writer_->AddSummary(values.at("eval_summaries").scalar<std::string>().value(), r.step));
+    return writer_->Flush();
+  }
+
+  const std::string output_dir_;
+  const int64_t every_;
+  std::optional<int64_t> start_step_;
+  std::optional<Result> last_;
+  std::unique_ptr<EventFileWriter> writer_;
+};
+
 // -- the model ------------------------------------------------------------------------
 
 // What the step function needs; lives as long as the graph.
@@ -328,6 +522,7 @@ Status WriteInt64(VariableStore& vars, const std::string& name, int64_t value) {
 //   summaries         loss, accuracy, learning_rate, weight histograms
 //   eval_accuracy, eval_loss, eval_summaries   the whole test set, with the
 //                     weights after this run's update (no update of its own)
+//   eval_global_step  the global_step those weights are at (int64 scalar)
 // OUT_OF_RANGE (end of the last epoch) ends training cleanly.
 Status Step(Model& m, StepContext& ctx) {
   VariableStore& vars = ctx.variables();
@@ -362,10 +557,12 @@ Status Step(Model& m, StepContext& ctx) {
     summaries = {ScalarSummary("loss", r.loss), ScalarSummary("accuracy", r.accuracy)};
   }
   // After the update: the summary is written at the post-run global_step.
-  if (ctx.requested("eval_accuracy") || ctx.requested("eval_loss") || ctx.requested("eval_summaries")) {
+  if (ctx.requested("eval_accuracy") || ctx.requested("eval_loss") || ctx.requested("eval_summaries") ||
+      ctx.requested("eval_global_step")) {
     auto span = ctx.Trace("evaluate");
     FOREMAN_ASSIGN_OR_RETURN(nn::StepResult r, m.mlp->Evaluate(vars, m.test.features, m.test.labels, ctx.compute()));
     FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(vars));
+    ctx.Set("eval_global_step", Tensor::Scalar<int64_t>(step));
     ctx.Set("eval_accuracy", Tensor::Scalar<float>(r.accuracy));
     ctx.Set("eval_loss", Tensor::Scalar<float>(r.loss));
     ctx.Set("eval_summaries", Tensor::Scalar<std::string>(MergeSummaries(
@@ -475,6 +672,7 @@ struct TrainJob {
   TrainFlags f;
   Env* env = Env::Default();
   std::shared_ptr<StopRequest> stop;
+  std::shared_ptr<RunPhase> phase;
   std::shared_ptr<FileLock> lock;  // held from the first check to the end of the run
   bool resuming = false;
   nn::MlpSpec spec;
@@ -488,7 +686,7 @@ struct TrainJob {
   int64_t total_steps = 0;
   bool tty = false;
   std::shared_ptr<ProgressHook> progress;
-  std::shared_ptr<FinalOpsHook> final_eval;
+  std::shared_ptr<EvalHook> eval;
   MonitoredTrainingSessionOptions mts;
 };
 
@@ -499,6 +697,7 @@ ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
   TrainFlags& f = job.f;
   const std::string& dir = f.checkpoint_dir;
   if (Status s = ValidateTrainFlags(f); !s.ok()) return Fail(kExitUsage, "bad flags", s);
+  job.phase->RecordBeforeLock(job.env, dir);
   auto lock = LockCheckpointDirectory(job.env, dir);
   if (!lock.ok()) {
     // The lock's contract: FAILED_PRECONDITION means another holder.
@@ -508,6 +707,7 @@ ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
                 lock.status());
   }
   job.lock = std::move(*lock);
+  job.phase->Locked();
 
   auto stored = ReadTrainSettings(job.env, dir);
   if (!stored.ok()) return Fail(kExitUsage, "cannot resume", stored.status());
@@ -633,7 +833,6 @@ ExitCode AddHooks(TrainJob& job) {
   job.tty = isatty(STDERR_FILENO) != 0;
   job.progress = std::make_shared<ProgressHook>(
       job.total_steps, f.log_step_count_steps > 0 ? f.log_step_count_steps : 100, job.tty, job.model->eval);
-  job.final_eval = std::make_shared<FinalOpsHook>(std::vector<std::string>{"eval_accuracy", "eval_loss"});
   MonitoredTrainingSessionOptions& mts = job.mts;
   mts.hooks = {std::make_shared<NanTensorHook>("loss"), job.progress};
   if (f.max_steps > 0) {
@@ -641,16 +840,9 @@ ExitCode AddHooks(TrainJob& job) {
     if (!stop.ok()) return Fail(kExitUsage, "bad flags", stop.status());
     mts.hooks.push_back(*stop);
   }
-  if (f.eval_every_steps > 0) {
-    SummarySaverHookOptions eval_options;
-    eval_options.save_steps = f.eval_every_steps;
-    eval_options.output_dir = f.checkpoint_dir + "/eval";
-    eval_options.summary_op = {"eval_summaries"};
-    auto eval_hook = SummarySaverHook::Create(eval_options);
-    if (!eval_hook.ok()) return Fail(kExitUsage, "bad flags", eval_hook.status());
-    mts.hooks.push_back(*eval_hook);
-  }
-  mts.hooks.push_back(job.final_eval);
+  // Last: its end() runs after the CheckpointSaverHook's final save.
+  job.eval = std::make_shared<EvalHook>(f.checkpoint_dir + "/eval", f.eval_every_steps);
+  mts.hooks.push_back(job.eval);
   mts.graph = job.graph;
   mts.runtime.stop = job.stop;
   mts.runtime.held_lock = job.lock;
@@ -687,12 +879,9 @@ int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
   const std::string& dir = f.checkpoint_dir;
   auto latest = LatestCheckpoint(job.env, dir);
   const std::string latest_text = latest.ok() && latest->has_value() ? **latest : "(none)";
-  const TensorMap& final_values = job.final_eval->final_ops_values();
-  auto acc = final_values.find("eval_accuracy");
-  auto loss = final_values.find("eval_loss");
-  if (acc != final_values.end() && loss != final_values.end()) {
-    std::printf("test accuracy: %.4f (test loss %.4f, %lld examples)\n", acc->second.data<float>()[0],
-                loss->second.data<float>()[0], static_cast<long long>(job.test_examples));
+  if (const auto& eval = job.eval->last()) {
+    std::printf("test accuracy: %.4f (test loss %.4f, %lld examples, global_step %lld)\n", eval->accuracy,
+                eval->loss, static_cast<long long>(job.test_examples), static_cast<long long>(eval->step));
   }
   if (job.progress->steps_trained() > 0) {
     std::printf("trained %lld steps in %.1f s (%.1f steps/s, %.0f examples/s)\n",
@@ -727,9 +916,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   // and the session both use it; it also enforces the grace period.
   StopRequestOptions stop_options;
   stop_options.grace_period = absl::Seconds(job.f.stop_grace_period_secs);
-  stop_options.on_grace_expired = GraceExpired;
+  job.phase = std::make_shared<RunPhase>();
+  stop_options.on_grace_expired = [phase = job.phase](absl::Duration grace) { GraceExpired(grace, *phase); };
   job.stop = std::make_shared<StopRequest>(std::move(stop_options));
-  SignalWatcher watcher(job.stop);
+  SignalWatcher watcher(job.stop, job.phase);
   auto stopped_early = [&]() -> ExitCode {
     if (!job.stop->stop_requested()) return std::nullopt;
     std::printf("stopped by %s before training started; nothing was changed in %s\n",
@@ -738,13 +928,19 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     return kExitOk;
   };
 
-  if (ExitCode code = OpenDirectory(cmd, job)) return *code;
-  if (ExitCode code = PlanModel(job)) return *code;
-  if (ExitCode code = LoadData(job)) return *code;
-  if (ExitCode code = stopped_early()) return *code;
-  if (ExitCode code = BuildModel(job)) return *code;
-  if (ExitCode code = AddHooks(job)) return *code;
-  if (ExitCode code = stopped_early()) return *code;
+  // Until training starts, a refusal (or a signal) leaves nothing behind:
+  // RunPhase::Undo, while the lock is still held.
+  ExitCode refused = OpenDirectory(cmd, job);
+  if (!refused) refused = PlanModel(job);
+  if (!refused) refused = LoadData(job);
+  if (!refused) refused = stopped_early();
+  if (!refused) refused = BuildModel(job);
+  if (!refused) refused = AddHooks(job);
+  if (!refused && !job.phase->StartTraining(*job.stop)) refused = stopped_early();
+  if (refused) {
+    job.phase->Undo();
+    return *refused;
+  }
   if (ExitCode code = WriteRunFiles(job)) return *code;
 
   // 8. Train. The input pipeline starts now (its actor inherits the blocked

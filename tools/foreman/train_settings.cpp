@@ -2,6 +2,7 @@
 #include "train_settings.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <utility>
 
@@ -144,12 +145,36 @@ Status CheckPositive(const char* flag, const std::optional<int64_t>& v) {
   return absl::OkStatus();
 }
 
+// CLI11 reads integers with strtoll in base 0: "99999999999999999999" became
+// INT64_MAX and "010" 8. Every integer flag goes through this first: a
+// decimal int64 (absl::SimpleAtoi, which refuses overflow) is rewritten to
+// its canonical text, anything else is a ValidationError (exit 2) that
+// CLI11 prefixes with the flag's name.
+CLI::Validator DecimalInt64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (!absl::SimpleAtoi(text, &value)) {
+          return absl::StrCat("'", text, "' is not a whole number in [", INT64_MIN, ", ", INT64_MAX, "]");
+        }
+        text = std::to_string(value);
+        return std::string();
+      },
+      "");
+}
+
 }  // namespace
 
 StatusOr<std::vector<int64_t>> ParseHidden(const std::string& text) {
   std::vector<int64_t> dims;
   const absl::string_view stripped = absl::StripAsciiWhitespace(text);
-  if (stripped.empty() || stripped == "none") return dims;
+  // An empty value is most likely an unset shell variable: softmax
+  // regression must be asked for by name.
+  if (stripped.empty()) {
+    return Usage("--hidden is empty: give the hidden layer sizes (e.g. 256 or 256,128), or 'none' for softmax "
+                 "regression");
+  }
+  if (stripped == "none") return dims;
   for (absl::string_view part : absl::StrSplit(stripped, ',')) {
     int64_t d = 0;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &d) || d < 1 || d > (1 << 20)) {
@@ -323,39 +348,49 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->capture_default_str();
   cmd.add_option("--save-checkpoint-secs", f.save_checkpoint_secs,
                  "Save every N seconds (TF's default 600 when neither this nor --save-checkpoint-steps is set)");
-  cmd.add_option("--save-checkpoint-steps", f.save_checkpoint_steps, "Save every N global steps");
+  cmd.add_option("--save-checkpoint-steps", f.save_checkpoint_steps, "Save every N global steps")
+      ->transform(DecimalInt64());
   cmd.add_option("--save-summaries-steps", f.save_summaries_steps,
-                 "Write summaries every N global steps (TF's default 100)");
+                 "Write summaries every N global steps (TF's default 100)")
+      ->transform(DecimalInt64());
   cmd.add_option("--save-summaries-secs", f.save_summaries_secs, "Write summaries every N seconds");
   cmd.add_option("--log-step-count-steps", f.log_step_count_steps,
                  "global_step/sec every N steps; also the interval of plain progress lines (0: no step counter)")
+      ->transform(DecimalInt64())
       ->capture_default_str();
   cmd.add_option("--stop-grace-period-secs", f.stop_grace_period_secs,
                  "After a signal, how long the final checkpoint may take")
       ->capture_default_str();
   // The job's own.
-  cmd.add_option("--max-steps", f.max_steps, "Stop at this global_step (0: no limit)")->capture_default_str();
-  cmd.add_option("--epochs", f.epochs, "Passes over the training data (0: no limit)")->capture_default_str();
-  cmd.add_option("--batch-size", f.batch_size, "Examples per step")->capture_default_str();
+  cmd.add_option("--max-steps", f.max_steps, "Stop at this global_step (0: no limit)")
+      ->transform(DecimalInt64())
+      ->capture_default_str();
+  cmd.add_option("--epochs", f.epochs, "Passes over the training data (0: no limit)")
+      ->transform(DecimalInt64())
+      ->capture_default_str();
+  cmd.add_option("--batch-size", f.batch_size, "Examples per step")->transform(DecimalInt64())->capture_default_str();
   cmd.add_option("--learning-rate", f.learning_rate, "Default: 0.001 for adam, 0.01 for momentum (0.9), 0.1 for sgd");
   cmd.add_option("--learning-rate-decay-steps", f.learning_rate_decay_steps,
                  "TF's exponential_decay: the rate is multiplied by --learning-rate-decay-rate every this many "
                  "steps, continuously (0: a constant rate)")
+      ->transform(DecimalInt64())
       ->capture_default_str();
   cmd.add_option("--learning-rate-decay-rate", f.learning_rate_decay_rate, "In (0, 1]")->capture_default_str();
   cmd.add_option("--optimizer", f.optimizer, "sgd | momentum | adam")->capture_default_str();
   cmd.add_option("--hidden", f.hidden, "Hidden layer sizes, comma-separated ('none': softmax regression)")
       ->capture_default_str();
-  cmd.add_option("--seed", f.seed, "Initial weights and data order")->capture_default_str();
-  cmd.add_option("--threads", f.threads, "Intra-op threads (0: one per CPU this process may use)")
+  cmd.add_option("--seed", f.seed, "Initial weights and data order")
+      ->transform(DecimalInt64())
       ->capture_default_str();
+  cmd.add_option("--threads", f.threads, "Intra-op threads (0: one per CPU this process may use)")
+      ->transform(DecimalInt64())->capture_default_str();
   cmd.add_option("--data-dir", f.data_dir, "Fashion-MNIST's gzip IDX files (Debian: dataset-fashion-mnist)")
       ->capture_default_str();
   cmd.add_option("--eval-every-steps", f.eval_every_steps,
                  "Test-set accuracy every N global steps into <checkpoint-dir>/eval (0: only at the end)")
-      ->capture_default_str();
+      ->transform(DecimalInt64())->capture_default_str();
   cmd.add_option("--prefetch-batches", f.prefetch_batches, "Batches the input pipeline prepares ahead")
-      ->capture_default_str();
+      ->transform(DecimalInt64())->capture_default_str();
   // A flag given twice takes its last value (a script's defaults, then the user's).
   for (CLI::Option* option : cmd.get_options()) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }

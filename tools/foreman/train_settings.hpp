@@ -50,8 +50,9 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& flags);
 /// Checks the flags on their own. INVALID_ARGUMENT naming the flag and value.
 Status ValidateTrainFlags(const TrainFlags& flags);
 
-/// "256,128" -> {256, 128}; "none" or "" -> {} (softmax regression).
-/// INVALID_ARGUMENT naming the text.
+/// "256,128" -> {256, 128}; "none" -> {} (softmax regression). INVALID_ARGUMENT
+/// naming the text, and for an empty (or blank) text: softmax regression is
+/// asked for by name, an empty value is more likely an unset variable.
 StatusOr<std::vector<int64_t>> ParseHidden(const std::string& text);
 
 /// The learning rate of `--optimizer` when --learning-rate is not given.
