@@ -502,6 +502,7 @@ ExitCode FindCheckpointToRestore(TrainJob& job) {
   auto latest = LatestCheckpoint(job.env, dir);
   if (!latest.ok()) {
     // DATA_LOSS: checkpoints exist and none verifies (each was named in a warning).
+    if (!absl::IsDataLoss(latest.status())) return Fail(kExitUsage, "cannot resume", latest.status());
     return Fail(kExitUsage, "cannot resume",
                 Status(latest.status().code(), absl::StrCat(latest.status().message(), fresh)));
   }
