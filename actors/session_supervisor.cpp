@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "actor_system.hpp"
 #include "checkpoint_saver.hpp"
+#include "formats/saver.hpp"
 #include "platform/log.hpp"
 #include "platform/path.hpp"
 #include "runtime/runtime.hpp"
@@ -195,6 +196,13 @@ class RuntimeImpl : public Runtime {
       lock = held_lock_;  // the caller's: the directory stays locked throughout
     } else {
       FOREMAN_ASSIGN_OR_RETURN(lock, LockCheckpointDirectory(config_.env, dir));
+    }
+    // As the lock's holder, before this directory's first
+    // save, remove what interrupted saves left. No save of ours can be in
+    // flight yet (the saver actor starts below), and the lock keeps every
+    // other writer out, so no live save's temporaries can match.
+    if (StatusOr<int> removed = RemoveStaleSaveTemporaries(config_.env, dir, basename); !removed.ok()) {
+      FOREMAN_LOG_WARN("Not removing stale save temporaries in {}: {}", dir, removed.status().ToString());
     }
     FOREMAN_ASSIGN_OR_RETURN(auto writer, SummaryWriterLocked(dir));
     CheckpointSaverArgs args;

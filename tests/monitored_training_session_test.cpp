@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "foreman/checkpoint.hpp"
 #include "foreman/clock.hpp"
 #include "foreman/event_reader.hpp"
@@ -428,6 +430,46 @@ TEST_CASE("B164 restart on the same directory: restored, re-saved at the restore
   // 1, 2, 3 were deleted by the restarted saver: the retention list continued.
   CHECK(Checkpoints(dir.path()) ==
         std::vector<std::string>{"model.ckpt-4", "model.ckpt-5", "model.ckpt-6", "model.ckpt-7", "model.ckpt-8"});
+}
+
+TEST_CASE("the chief removes the temporaries of interrupted saves at start-up, and nothing else") {
+  TempDir dir;
+  ManualClock clock;
+  Env* env = Env::Default();
+  // What a save killed mid-write leaves (bundle_writer.cpp's naming), with
+  // and without a step, padded, a second data shard...
+  const std::vector<std::string> stale = {
+      "model.ckpt-30.data-00000-of-00001.tempstate12345678901234567890",
+      "model.ckpt-30.index.tempstate987",
+      "model.ckpt-00000040.index.tempstate5",
+      "model.ckpt.data-00001-of-00002.tempstate42",
+  };
+  // ... and files that only look like it: another prefix, not a temporary,
+  // a non-numeric or extended suffix, a state-file temporary.
+  const std::vector<std::string> kept = {
+      "other.ckpt-30.index.tempstate1",
+      "model.ckpt-30.tempstate1",
+      "model.ckpt-30.index.tempstate",
+      "model.ckpt-30.index.tempstate12x",
+      "model.ckpt-30.index.tempstate1.bak",
+      "model.ckpt-x.index.tempstate1",
+      "model.ckpt-30.data-0-of-1.tempstate1",
+      "model.ckptX-30.index.tempstate1",
+      "checkpoint.tmp1-0",
+      "notes.txt",
+  };
+  for (const auto& name : stale) REQUIRE(WriteStringToFile(env, dir / name, "partial bytes").ok());
+  for (const auto& name : kept) REQUIRE(WriteStringToFile(env, dir / name, "keep").ok());
+
+  CapturedLog log;
+  auto model = std::make_shared<Model>();
+  auto sess = Open(ChiefOptions(MakeGraph(model), dir.path(), &clock));
+  for (const auto& name : stale) {
+    CHECK_MESSAGE(absl::IsNotFound(env->FileExists(dir / name)), name);
+    CHECK_MESSAGE(absl::StrContains(log.text(), absl::StrCat("Removed ", dir / name, " (13 bytes)")), log.text());
+  }
+  for (const auto& name : kept) CHECK_MESSAGE(env->FileExists(dir / name).ok(), name);
+  CHECK(sess->close().ok());
 }
 
 TEST_CASE("B165 a worker with no chief polls every recovery_wait_secs and fails with DEADLINE_EXCEEDED") {

@@ -265,6 +265,85 @@ TEST_CASE("B84: RecoverLastCheckpoints drops paths whose files are gone") {
   CHECK(fresh->last_checkpoints() == Paths{"/ckpt/model.ckpt-1", "/ckpt/model.ckpt-2"});
 }
 
+TEST_CASE("B136/B142: the state file carries each checkpoint's save time and last_preserved_timestamp") {
+  Fixture f;   // the clock starts at 1700000000 s
+  SaverOptions o;
+  o.max_to_keep = 2;
+  o.keep_checkpoint_every_n_hours = 1;
+  auto saver = f.NewSaver(o);
+  for (int step : {1, 2, 3}) {
+    f.clock.Advance(absl::Seconds(100));
+    f.Save(*saver, step);
+  }
+  auto state = ReadCheckpointState(&f.env, "/ckpt");
+  REQUIRE(state.ok());
+  REQUIRE(state->has_value());
+  CHECK((*state)->all_model_checkpoint_paths == Fixture::Names({2, 3}));
+  CHECK((*state)->all_model_checkpoint_timestamps == std::vector<double>{1700000200, 1700000300});
+  CHECK((*state)->last_preserved_timestamp == 1700000000);   // the Saver's creation: nothing kept yet
+  // TF's text format, in TF's field order.
+  auto text = f.env.ReadFileToString("/ckpt/checkpoint");
+  REQUIRE(text.ok());
+  CHECK(*text ==
+        "model_checkpoint_path: \"model.ckpt-3\"\n"
+        "all_model_checkpoint_paths: \"model.ckpt-2\"\n"
+        "all_model_checkpoint_paths: \"model.ckpt-3\"\n"
+        "all_model_checkpoint_timestamps: 1700000200\n"
+        "all_model_checkpoint_timestamps: 1700000300\n"
+        "last_preserved_timestamp: 1700000000\n");
+}
+
+TEST_CASE("B132/B142: a checkpoint keep_checkpoint_every_n_hours keeps is kept across a restart") {
+  Fixture f;
+  SaverOptions o;
+  o.max_to_keep = 1;
+  o.keep_checkpoint_every_n_hours = 1;
+  {
+    auto run1 = f.NewSaver(o);   // created at t0: the first keep time is t0 + 1 h
+    f.clock.Advance(absl::Seconds(3700));
+    f.Save(*run1, 1);            // saved after the keep time
+  }
+  f.clock.Advance(absl::Seconds(100));
+  auto run2 = f.NewSaver(o);     // a fresh Saver alone would count from t0 + 3800 s
+  auto state = ReadCheckpointState(&f.env, "/ckpt");
+  REQUIRE(state.ok());
+  REQUIRE(state->has_value());
+  run2->RecoverLastCheckpoints("/ckpt", **state);
+  CHECK(run2->last_checkpoints() == Paths{"/ckpt/model.ckpt-1"});
+  f.clock.Advance(absl::Seconds(100));
+  f.Save(*run2, 2);              // 1 leaves the window: run 1's schedule keeps it
+  f.Save(*run2, 3);              // 2 leaves it too: saved before the next keep time (t0 + 2 h)
+  CHECK(f.StepsOnDisk() == std::vector<int64_t>{1, 3});
+  CHECK(f.Listed() == Fixture::Names({3}));
+  auto after = ReadCheckpointState(&f.env, "/ckpt");
+  REQUIRE(after.ok());
+  CHECK((*after)->last_preserved_timestamp == 1700000000 + 3600);   // the interval now runs from t0 + 1 h
+}
+
+TEST_CASE("B84: a state file without timestamps (TF's Saver, older Foreman) recovers as before") {
+  Fixture f;
+  SaverOptions o;
+  o.max_to_keep = 1;
+  o.keep_checkpoint_every_n_hours = 1;
+  {
+    auto run1 = f.NewSaver(o);
+    f.clock.Advance(absl::Seconds(3700));
+    f.Save(*run1, 1);
+  }
+  REQUIRE(WriteStringToFile(&f.env, "/ckpt/checkpoint",
+                            "model_checkpoint_path: \"model.ckpt-1\"\n"
+                            "all_model_checkpoint_paths: \"model.ckpt-1\"\n").ok());
+  auto run2 = f.NewSaver(o);
+  auto state = ReadCheckpointState(&f.env, "/ckpt");
+  REQUIRE(state.ok());
+  REQUIRE(state->has_value());
+  run2->RecoverLastCheckpoints("/ckpt", **state);
+  CHECK(run2->last_checkpoints() == Paths{"/ckpt/model.ckpt-1"});
+  f.Save(*run2, 2);   // no save times: 1 counts as older than run 2's keep schedule, and goes
+  f.Save(*run2, 3);
+  CHECK(f.StepsOnDisk() == std::vector<int64_t>{3});
+}
+
 // -- restore ------------------------------------------------------------------------
 
 TEST_CASE("B134: Restore assigns every variable from the checkpoint") {

@@ -967,6 +967,33 @@ TEST_CASE("Decision 8: a moved checkpoint directory still restores, and its rete
 
 // -- H-21, H-26 ----------------------------------------------------------------
 
+TEST_CASE("B142 keep_checkpoint_every_n_hours spans restarts when the chief restores from checkpoint_dir") {
+  Fixture f;
+  SaverOptions so;
+  so.max_to_keep = 1;
+  so.keep_checkpoint_every_n_hours = 1;
+  so.env = &f.env;
+  so.clock = &f.clock;
+  {  // run 1: its Saver's first keep time is t0 + 1 h; model.ckpt-1 is saved after it
+    auto run1 = Saver::Create(so);
+    REQUIRE(run1.ok());
+    f.clock.Advance(absl::Seconds(3700));
+    f.SaveCheckpoint(1, std::shared_ptr<Saver>(*std::move(run1)));
+  }
+  f.clock.Advance(absl::Seconds(100));
+  ScaffoldOptions o;
+  auto run2 = Saver::Create(so);
+  REQUIRE(run2.ok());
+  o.saver = std::shared_ptr<Saver>(*std::move(run2));
+  ChiefSessionCreator chief(std::make_shared<Scaffold>(MakeGraph(), o), "", f.config, "/ckpt");
+  auto s = chief.create_session();
+  REQUIRE_MESSAGE(s.ok(), s.status().ToString());
+  REQUIRE(Step(**s) == 1);
+  f.clock.Advance(absl::Seconds(100));
+  f.SaveCheckpoint(2, o.saver);   // model.ckpt-1 leaves the window: run 1's schedule keeps it
+  CHECK(f.env.FileExists("/ckpt/model.ckpt-1.index").ok());
+}
+
 TEST_CASE("H-21 retention spans restarts when the chief restores from checkpoint_dir") {
   Fixture f;
   {  // run 1

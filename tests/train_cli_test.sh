@@ -214,6 +214,27 @@ out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/edited" --max-steps 60 
 has "model.ckpt-50 holds 'dense/kernel' as float32 \\[784,32\\], this model needs float32 \\[784,64\\]" "$out" \
   || fail "an edited settings file: unclear message: $out"
 has '^hidden = 64$' "$(cat "$tmp/edited/train_settings.txt")" || fail "a refused resume rewrote train_settings.txt"
+# A run whose state file names checkpoints that are all gone is refused, not
+# trained again from step 0; so is one whose checkpoints all fail their CRCs
+# (exit 2, as for any unusable directory), each bad checkpoint named once.
+cp -r "$d" "$tmp/gone"
+rm -f "$tmp/gone"/model.ckpt-*
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/gone" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "a resume whose checkpoints are gone exited $rc, expected 2: $out"
+has "cannot resume: $tmp/gone holds a run \(train_settings.txt\) but the checkpoints its state file $tmp/gone/checkpoint names are gone \(missing: .*$tmp/gone/model.ckpt-50.index\)" "$out" \
+  || fail "a resume whose checkpoints are gone: unclear message: $out"
+has "to start fresh on purpose, remove $tmp/gone or use another --checkpoint-dir" "$out" \
+  || fail "a resume whose checkpoints are gone: no way to start fresh: $out"
+compgen -G "$tmp/gone/model.ckpt-*" >/dev/null && fail "a refused resume saved a checkpoint: $(ls "$tmp/gone")"
+cp -r "$d" "$tmp/corrupt"
+for f in "$tmp/corrupt"/model.ckpt-*.data-*; do printf 'XXXXXXXX' | dd of="$f" bs=1 seek=64 conv=notrunc 2>/dev/null; done
+out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/corrupt" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "a resume whose checkpoints are all corrupt exited $rc, expected 2: $out"
+has "cannot resume: no checkpoint in $tmp/corrupt can be restored .*to start fresh on purpose" "$out" \
+  || fail "all checkpoints corrupt: unclear message: $out"
+skips=$(grep -o "Skipping checkpoint [^:]*" <<<"$out" | sort)
+[[ -n $skips && -z $(uniq -d <<<"$skips") ]] || fail "each corrupt checkpoint should be named once: $out"
+
 printf 'hidden = 32\n' >"$tmp/foreign/train_settings.txt"
 out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/foreign" "${small[@]}" 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "a settings file without optimizer exited $rc: $out"

@@ -63,8 +63,8 @@ inline constexpr char kCheckpointStateFilename[] = "checkpoint";
 struct CheckpointState {
   std::string model_checkpoint_path;                  // the latest
   std::vector<std::string> all_model_checkpoint_paths;   // oldest to newest
-  std::vector<double> all_model_checkpoint_timestamps;   // optional; same length
-  double last_preserved_timestamp = 0;
+  std::vector<double> all_model_checkpoint_timestamps;   // optional; one per path, seconds since the epoch
+  double last_preserved_timestamp = 0;                   // seconds since the epoch; 0: not set
 };
 
 /// Reads <dir>/<latest_filename>. Paths come back as written (relative or
@@ -129,7 +129,12 @@ class Saver {
   /// Saves `tensors` (name -> value) as the bundle "<save_path>-<global_step>"
   /// (or "<save_path>" without a step), updates the state file named
   /// `latest_filename` in save_path's directory, and applies retention (as
-  /// TF: at most one deletion per save, failures logged and ignored).
+  /// TF: at most one deletion per save, failures logged and ignored). The
+  /// state file also carries each listed checkpoint's save time
+  /// (all_model_checkpoint_timestamps, seconds since the epoch from the
+  /// clock) and last_preserved_timestamp (when the current
+  /// keep_checkpoint_every_n_hours interval began), as TF's
+  /// CheckpointManager writes them (TF's Saver does not).
   /// Returns the prefix. An existing bundle at the prefix holding exactly
   /// `tensors` is kept, not rewritten (see the commit protocol above).
   /// Takes no lock: see LockCheckpointDirectory.
@@ -161,9 +166,20 @@ class Saver {
 
   /// TF's recover_last_checkpoints: seeds the retention list with `paths`
   /// (from a state file), dropping those whose files are gone, so
-  /// max_to_keep continues across restarts.
-  /// Paths are resolved against `dir`.
+  /// max_to_keep continues across restarts. Paths are resolved against
+  /// `dir`. Without their save times (TF reads mtimes; the Env has none)
+  /// they count as saved before this Saver, and keep_checkpoint_every_n_hours
+  /// counts from the Saver's creation. Not thread-safe with Save().
   void RecoverLastCheckpoints(const std::string& dir, const std::vector<std::string>& paths);
+  /// The same from a whole state file (ReadCheckpointState of `dir`), as TF's
+  /// set_last_checkpoints_with_time and CheckpointManager's restart:
+  /// each path keeps its all_model_checkpoint_timestamps entry (seconds since
+  /// the epoch), and a non-zero last_preserved_timestamp (clamped to the
+  /// clock's now) restarts the keep_checkpoint_every_n_hours schedule, so a
+  /// checkpoint that interval would keep is kept across a restart too.
+  /// Timestamps missing or not one per path (older files, TF's Saver's):
+  /// as the paths-only form. Not thread-safe with Save().
+  void RecoverLastCheckpoints(const std::string& dir, const CheckpointState& state);
 
   /// The retention list, oldest first (prefixes, as returned by Save).
   std::vector<std::string> last_checkpoints() const;

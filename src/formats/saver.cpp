@@ -10,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "foreman/bundle.hpp"
 #include "formats/saver.hpp"
 #include "platform/log.hpp"
@@ -77,6 +79,11 @@ struct Saver::Impl {
   std::deque<Saved> to_be_deleted;       // left the window; one handled per save
   double next_keep_time_secs = 0;        // B132
 
+  double KeepIntervalSecs() const { return options.keep_checkpoint_every_n_hours * 3600.0; }
+  /// TF's last_preserved_timestamp: when the current keep interval began
+  /// (the Saver's creation, or the last keep time passed).
+  double LastPreservedSecs() const { return next_keep_time_secs - KeepIntervalSecs(); }
+
   /// B130: moves `prefix` to the end of the list; what falls out of the
   /// window waits in to_be_deleted.
   void Record(const std::string& prefix) {
@@ -100,7 +107,7 @@ struct Saver::Impl {
     Saved oldest = std::move(to_be_deleted.front());
     to_be_deleted.pop_front();
     if (oldest.time_secs > next_keep_time_secs) {
-      next_keep_time_secs += options.keep_checkpoint_every_n_hours * 3600.0;
+      next_keep_time_secs += KeepIntervalSecs();
       return;
     }
     DeleteCheckpoint(options.env, oldest.prefix);
@@ -134,6 +141,61 @@ StatusOr<std::unique_ptr<Saver>> internal::NewDefaultSaver(Env* env, Clock* cloc
   options.env = env;
   options.clock = clock;
   return Saver::Create(options);
+}
+
+namespace {
+
+bool AllDigits(absl::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// True when `name` is a BundleWriter temporary of a save to `basename`
+/// (bundle_writer.cpp: BundleIndexPath/BundleDataPath + ".tempstate" + a
+/// decimal uint64).
+bool IsSaveTemporary(absl::string_view name, absl::string_view basename) {
+  if (!absl::ConsumePrefix(&name, basename)) return false;
+  const std::size_t tempstate = name.rfind(".tempstate");
+  if (tempstate == absl::string_view::npos) return false;
+  const absl::string_view suffix = name.substr(tempstate + 10);
+  if (!AllDigits(suffix) || suffix.size() > 20) return false;
+  absl::string_view stem = name.substr(0, tempstate);   // "[-<step>].index" or "[-<step>].data-NNNNN-of-NNNNN"
+  if (!absl::ConsumeSuffix(&stem, ".index")) {
+    if (stem.size() < 20) return false;
+    const absl::string_view data = stem.substr(stem.size() - 20);   // ".data-00000-of-00001"
+    if (!absl::StartsWith(data, ".data-") || data.substr(11, 4) != "-of-" || !AllDigits(data.substr(6, 5)) ||
+        !AllDigits(data.substr(15, 5))) {
+      return false;
+    }
+    stem.remove_suffix(20);
+  }
+  return stem.empty() || (absl::ConsumePrefix(&stem, "-") && AllDigits(stem));
+}
+
+}  // namespace
+
+StatusOr<int> internal::RemoveStaleSaveTemporaries(Env* env, const std::string& dir_in, const std::string& basename_in) {
+  // "<dir>/<basename>" may put the files in a subdirectory of `dir`.
+  const std::string save_path = JoinPath(dir_in, basename_in);
+  const std::string dir = Dirname(save_path);
+  const std::string basename = Basename(save_path);
+  StatusOr<std::vector<std::string>> names = env->GetChildren(dir);
+  if (absl::IsNotFound(names.status())) return 0;
+  FOREMAN_RETURN_IF_ERROR(names.status());
+  int removed = 0;
+  for (const std::string& name : *names) {
+    if (!IsSaveTemporary(name, basename)) continue;
+    const std::string path = JoinPath(dir, name);
+    StatusOr<uint64_t> size = env->GetFileSize(path);
+    Status s = env->DeleteFile(path);
+    if (!s.ok()) {
+      if (!absl::IsNotFound(s)) FOREMAN_LOG_WARN("Cannot remove the stale save temporary {}: {}", path, s.ToString());
+      continue;
+    }
+    ++removed;
+    FOREMAN_LOG_WARN("Removed {} ({} bytes), left by a save that did not finish (a kill or a crash)", path,
+                     size.ok() ? absl::StrCat(*size) : std::string("?"));
+  }
+  return removed;
 }
 
 StatusOr<std::string> Saver::Save(const std::map<std::string, Tensor>& tensors, const std::string& save_path,
@@ -176,7 +238,13 @@ StatusOr<std::string> Saver::Save(const std::map<std::string, Tensor>& tensors, 
   impl_->Record(prefix);
   CheckpointState state;
   state.model_checkpoint_path = prefix;
-  for (const Saved& s : impl_->last_checkpoints) state.all_model_checkpoint_paths.push_back(s.prefix);
+  for (const Saved& s : impl_->last_checkpoints) {
+    state.all_model_checkpoint_paths.push_back(s.prefix);
+    state.all_model_checkpoint_timestamps.push_back(s.time_secs);
+  }
+  // TF's CheckpointManager fields (B136), so that B132's schedule survives a
+  // restart (RecoverLastCheckpoints with the state).
+  state.last_preserved_timestamp = impl_->LastPreservedSecs();
   FOREMAN_RETURN_IF_ERROR(WriteCheckpointState(env, dir, state, latest_filename));
 
   // 3. Only then an old checkpoint goes.
@@ -239,6 +307,29 @@ void Saver::RecoverLastCheckpoints(const std::string& dir, const std::vector<std
     if (impl_->options.env->FileExists(BundleIndexPath(prefix)).ok()) {
       impl_->last_checkpoints.push_back({prefix, 0.0});
     }
+  }
+}
+
+void Saver::RecoverLastCheckpoints(const std::string& dir, const CheckpointState& state) {
+  const std::vector<std::string>& paths = state.all_model_checkpoint_paths;
+  const std::vector<double>& times = state.all_model_checkpoint_timestamps;
+  if (times.size() != paths.size()) {   // an older state file, or TF's Saver's: no timestamps
+    RecoverLastCheckpoints(dir, paths);
+    return;
+  }
+  impl_->last_checkpoints.clear();
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    const std::string prefix = ResolveCheckpointPath(dir, paths[i]);
+    if (impl_->options.env->FileExists(BundleIndexPath(prefix)).ok()) {
+      impl_->last_checkpoints.push_back({prefix, times[i]});
+    }
+  }
+  // As TF's CheckpointManager (B142): the keep schedule goes on from the last
+  // preserved time, clamped to now when the clock went backwards; 0 (not
+  // written) keeps the schedule that started at the Saver's creation.
+  if (state.last_preserved_timestamp > 0) {
+    const double now = impl_->options.clock->WallSeconds();
+    impl_->next_keep_time_secs = std::min(state.last_preserved_timestamp, now) + impl_->KeepIntervalSecs();
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "foreman/checkpoint.hpp"
 #include "foreman/clock.hpp"
@@ -17,5 +18,19 @@ namespace foreman::internal {
 /// borrowed and must outlive the Saver. INVALID_ARGUMENT when either is null.
 /// Thread-safe.
 StatusOr<std::unique_ptr<Saver>> NewDefaultSaver(Env* env, Clock* clock);
+
+/// Deletes the temporaries that saves to "<dir>/<basename>" left behind when
+/// they did not finish (SIGKILL, a second signal, a crash, a full disk at
+/// the wrong moment): files named exactly as BundleWriter names them,
+/// "<basename>[-<step>].index.tempstate<digits>" and
+/// "<basename>[-<step>].data-<5 digits>-of-<5 digits>.tempstate<digits>".
+/// Nothing else is touched. Logs one WARNING per file removed (its path and
+/// size) and returns how many were removed; a file that cannot be deleted is
+/// logged and skipped. A missing directory removes nothing (0); an error
+/// listing it is returned.
+/// Only for the holder of the directory's lock (LockCheckpointDirectory),
+/// before its first save: then no save of its own can be in flight, and no
+/// other process may save there.
+StatusOr<int> RemoveStaleSaveTemporaries(Env* env, const std::string& dir, const std::string& basename);
 
 }  // namespace foreman::internal

@@ -276,10 +276,11 @@ StatusOr<SessionManager::Restored> SessionManager::RestoreCheckpoint(
   out.restored = true;
 
   // B84: max_to_keep continues across restarts. Paths are resolved against
-  // the directory (decision 8); files that are gone are dropped.
+  // the directory (decision 8); files that are gone are dropped. The saved
+  // timestamps carry keep_checkpoint_every_n_hours over too (B142).
   StatusOr<std::optional<CheckpointState>> state = ReadCheckpointState(config.env, checkpoint_dir);
   if (state.ok() && state->has_value()) {
-    saver->RecoverLastCheckpoints(checkpoint_dir, (*state)->all_model_checkpoint_paths);
+    saver->RecoverLastCheckpoints(checkpoint_dir, **state);
   } else {
     FOREMAN_LOG_WARN("Not recovering the retention list of {}: {}", checkpoint_dir,
                      state.ok() ? std::string("no checkpoint state file") : state.status().ToString());

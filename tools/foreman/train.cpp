@@ -623,29 +623,26 @@ StatusOr<bool> HoldsCheckpoints(Env* env, const std::string& dir) {
   return false;
 }
 
-// The checkpoint a resumed run will restore must hold this model's variables
-// with these dtypes and shapes (a hand-edited or replaced settings file would
-// otherwise fail in the middle of training). FAILED_PRECONDITION naming the
-// checkpoint, the variable and both shapes. A checkpoint that cannot be read
-// is left to the restore, which falls back to an older one (decision 7).
-Status CheckCheckpointMatches(Env* env, const std::string& dir, const Graph& graph) {
-  auto latest = LatestCheckpoint(env, dir);
-  if (!latest.ok() || !latest->has_value()) return absl::OkStatus();
-  auto reader = BundleReader::Open(env, **latest);
-  if (!reader.ok()) return absl::OkStatus();
+// The checkpoint a resumed run will restore (`prefix`) must hold this
+// model's variables with these dtypes and shapes (a hand-edited or replaced
+// settings file would otherwise fail in the middle of training).
+// FAILED_PRECONDITION naming the checkpoint, the variable and both shapes.
+Status CheckCheckpointMatches(Env* env, const std::string& prefix, const Graph& graph) {
+  auto reader = BundleReader::Open(env, prefix);
+  if (!reader.ok()) return absl::OkStatus();   // verified just before; the restore reports what changed since
   for (const VariableDef& def : graph.variables()) {
     if (def.local) continue;
     auto initial = def.initializer();
     if (!initial.ok()) return initial.status();
     auto entry = (*reader)->GetEntry(def.name);
     if (!entry.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(**latest, " has no variable '", def.name,
+      return absl::FailedPreconditionError(absl::StrCat(prefix, " has no variable '", def.name,
                                                         "' of this model: it holds another run; use another "
                                                         "--checkpoint-dir"));
     }
     if (entry->dtype != initial->dtype() || entry->shape != initial->shape()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          **latest, " holds '", def.name, "' as ", DataTypeName(entry->dtype), " ", entry->shape.ToString(),
+          prefix, " holds '", def.name, "' as ", DataTypeName(entry->dtype), " ", entry->shape.ToString(),
           ", this model needs ", DataTypeName(initial->dtype()), " ", initial->shape().ToString(), " (",
           kTrainSettingsFile, " does not describe these checkpoints); use another --checkpoint-dir"));
     }
@@ -675,6 +672,7 @@ struct TrainJob {
   std::shared_ptr<RunPhase> phase;
   std::shared_ptr<FileLock> lock;  // held from the first check to the end of the run
   bool resuming = false;
+  std::optional<std::string> restore_from;  // the checkpoint a resumed run restores
   nn::MlpSpec spec;
   nn::OptimizerOptions optimizer;
   double learning_rate = 0;
@@ -689,6 +687,47 @@ struct TrainJob {
   std::shared_ptr<EvalHook> eval;
   MonitoredTrainingSessionOptions mts;
 };
+
+// A resumed run's checkpoint, found once (each warning about a bad
+// checkpoint is printed once), before the data loads. A run with a state
+// file but no checkpoint left to restore (all gone, or none verifies) is
+// refused rather than trained again from step 0 (spec decision 7); a run
+// stopped before its first checkpoint (no state file) starts at step 0.
+ExitCode FindCheckpointToRestore(TrainJob& job) {
+  const std::string& dir = job.f.checkpoint_dir;
+  const std::string fresh =
+      absl::StrCat("; to start fresh on purpose, remove ", dir, " or use another --checkpoint-dir");
+  auto latest = LatestCheckpoint(job.env, dir);
+  if (!latest.ok()) {
+    // DATA_LOSS: checkpoints exist and none verifies (each was named in a warning).
+    if (!absl::IsDataLoss(latest.status())) return Fail(kExitUsage, "cannot resume", latest.status());
+    return Fail(kExitUsage, "cannot resume",
+                Status(latest.status().code(), absl::StrCat(latest.status().message(), fresh)));
+  }
+  job.restore_from = *latest;
+  if (job.restore_from.has_value()) return std::nullopt;
+  const std::string state_path = JoinPath(dir, kCheckpointStateFilename);
+  if (absl::IsNotFound(job.env->FileExists(state_path))) return std::nullopt;
+  std::string missing;
+  auto state = ReadCheckpointState(job.env, dir);
+  if (state.ok() && state->has_value()) {
+    std::vector<std::string> files;
+    for (const std::string& path : (*state)->all_model_checkpoint_paths) {
+      files.push_back(BundleIndexPath(ResolveCheckpointPath(dir, path)));
+    }
+    const std::string latest_index = BundleIndexPath(ResolveCheckpointPath(dir, (*state)->model_checkpoint_path));
+    if (std::find(files.begin(), files.end(), latest_index) == files.end()) files.push_back(latest_index);
+    missing = absl::StrCat("the checkpoints its state file ", state_path, " names are gone (missing: ",
+                           absl::StrJoin(files, ", "), ")");
+  } else {
+    missing = absl::StrCat("its state file ", state_path, " cannot be read (",
+                           state.ok() ? std::string("empty") : std::string(state.status().message()),
+                           ") and no checkpoint is left");
+  }
+  return Fail(kExitUsage, "cannot resume",
+              absl::FailedPreconditionError(absl::StrCat(dir, " holds a run (", kTrainSettingsFile, ") but ", missing,
+                                                         ": resuming would train again from step 0", fresh)));
+}
 
 // 1-2. Flags, the directory's lock (a second `foreman train` is refused
 //      before it reads or writes anything, and the lock is held until the
@@ -719,6 +758,7 @@ ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
       return Fail(kExitUsage, absl::StrCat("bad settings (flags and ", dir, "/", kTrainSettingsFile, ")"), s);
     }
     for (const std::string& note : notes) std::fprintf(stderr, "foreman train: note: %s\n", note.c_str());
+    return FindCheckpointToRestore(job);
   } else {
     auto foreign = HoldsCheckpoints(job.env, dir);
     if (!foreign.ok()) return Fail(kExitUsage, "cannot use the checkpoint directory", foreign.status());
@@ -813,8 +853,8 @@ ExitCode BuildModel(TrainJob& job) {
   if (built.ok()) built = graph->AddSummaryOp("summaries");
   if (built.ok()) built = graph->SetStep([model](StepContext& ctx) { return Step(*model, ctx); });
   if (!built.ok()) return Fail(kExitFailed, "building the model", built);
-  if (job.resuming) {
-    if (Status s = CheckCheckpointMatches(job.env, f.checkpoint_dir, *graph); !s.ok()) {
+  if (job.restore_from.has_value()) {
+    if (Status s = CheckCheckpointMatches(job.env, *job.restore_from, *graph); !s.ok()) {
       return Fail(kExitUsage, "cannot resume", s);
     }
   }
