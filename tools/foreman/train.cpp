@@ -633,16 +633,26 @@ ExitCode AddHooks(TrainJob& job) {
   job.tty = isatty(STDERR_FILENO) != 0;
   job.progress = std::make_shared<ProgressHook>(
       job.total_steps, f.log_step_count_steps > 0 ? f.log_step_count_steps : 100, job.tty, job.model->eval);
-  job.final_eval = std::make_shared<FinalOpsHook>(std::vector<std::string>{"eval_accuracy", "eval_loss"});
+  FinalOpsHook::Options final_eval;
+  final_eval.final_ops = {"eval_accuracy", "eval_loss"};
+  auto final_eval_hook = FinalOpsHook::Create(final_eval);
+  if (!final_eval_hook.ok()) return Fail(kExitFailed, "hooks", final_eval_hook.status());
+  job.final_eval = *final_eval_hook;
+  NanTensorHook::Options nan;
+  nan.loss_tensor = "loss";
+  auto nan_hook = NanTensorHook::Create(nan);
+  if (!nan_hook.ok()) return Fail(kExitFailed, "hooks", nan_hook.status());
   MonitoredTrainingSessionOptions& mts = job.mts;
-  mts.hooks = {std::make_shared<NanTensorHook>("loss"), job.progress};
+  mts.hooks = {*nan_hook, job.progress};
   if (f.max_steps > 0) {
-    auto stop = StopAtStepHook::Create(std::nullopt, f.max_steps);
+    StopAtStepHook::Options stop_options;
+    stop_options.last_step = f.max_steps;
+    auto stop = StopAtStepHook::Create(stop_options);
     if (!stop.ok()) return Fail(kExitUsage, "bad flags", stop.status());
     mts.hooks.push_back(*stop);
   }
   if (f.eval_every_steps > 0) {
-    SummarySaverHookOptions eval_options;
+    SummarySaverHook::Options eval_options;
     eval_options.save_steps = f.eval_every_steps;
     eval_options.output_dir = f.checkpoint_dir + "/eval";
     eval_options.summary_op = {"eval_summaries"};
