@@ -306,6 +306,7 @@ class StepCounterHook : public SessionRunHook {
     std::string output_dir;
     Clock* clock = Clock::Real();
   };
+  /// INVALID_ARGUMENT unless exactly one of every_n_steps / every_n_secs.
   static StatusOr<std::shared_ptr<StepCounterHook>> Create(const Options& options);
   ~StepCounterHook() override;
   std::string name() const override { return "StepCounterHook"; }
@@ -406,6 +407,7 @@ class LoggingTensorHook : public SessionRunHook {
     std::function<std::string(const TensorMap&)> formatter;
     Clock* clock = Clock::Real();
   };
+  /// INVALID_ARGUMENT for a bad schedule (TF's messages, see Options).
   static StatusOr<std::shared_ptr<LoggingTensorHook>> Create(const Options& options);
   std::string name() const override { return "LoggingTensorHook"; }
   Status begin() override;
