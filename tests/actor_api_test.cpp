@@ -87,7 +87,11 @@ TrainingJob Job(Model& model, const std::string& dir, int64_t last_step) {
   job.options.checkpoint_dir = dir;
   job.options.save_checkpoint_steps = 10;
   job.options.config.intra_op_parallelism_threads = 1;
-  if (last_step > 0) job.options.hooks = {StopAtStepHook::Create(std::nullopt, last_step).value()};
+  if (last_step > 0) {
+    StopAtStepHook::Options stop;
+    stop.last_step = last_step;
+    job.options.hooks = {StopAtStepHook::Create(stop).value()};
+  }
   return job;
 }
 

@@ -36,6 +36,18 @@
 namespace foreman {
 namespace {
 
+// StopAtStepHook::Options with one field set (the Options form of the hook).
+StopAtStepHook::Options LastStep(int64_t last_step) {
+  StopAtStepHook::Options o;
+  o.last_step = last_step;
+  return o;
+}
+StopAtStepHook::Options NumSteps(int64_t num_steps) {
+  StopAtStepHook::Options o;
+  o.num_steps = num_steps;
+  return o;
+}
+
 using testing::CallLog;
 using testing::CapturedLog;
 using testing::Checkpoints;
@@ -535,14 +547,14 @@ TEST_CASE("decision 9 restart at or past StopAtStepHook's last_step trains nothi
   auto model = std::make_shared<Model>();
   {
     auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
-    o.hooks = {StopAtStepHook::Create(std::nullopt, 5).value()};
+    o.hooks = {StopAtStepHook::Create(LastStep(5)).value()};
     auto sess = Open(o);
     while (!sess->should_stop()) REQUIRE(sess->run({"train_op"}).ok());
     CHECK(sess->close().ok());
   }
   CHECK(model->train_calls == 5);
   auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
-  o.hooks = {StopAtStepHook::Create(std::nullopt, 5).value()};
+  o.hooks = {StopAtStepHook::Create(LastStep(5)).value()};
   auto sess = Open(o);
   CHECK(sess->should_stop());
   CHECK(absl::IsFailedPrecondition(sess->run({"train_op"}).status()));
@@ -562,7 +574,7 @@ TEST_CASE("decision 9 StopAtStepHook in chief_only_hooks (before the saver hook)
     CHECK(sess->close().ok());
   }
   auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
-  o.chief_only_hooks = {StopAtStepHook::Create(std::nullopt, 3).value()};
+  o.chief_only_hooks = {StopAtStepHook::Create(LastStep(3)).value()};
   auto sess = Open(o);
   CHECK(sess->should_stop());
   CHECK(sess->close().ok());
@@ -575,7 +587,7 @@ TEST_CASE("StopAtStepHook num_steps counts from the first session, not from each
   auto model = std::make_shared<Model>();
   auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
   o.save_checkpoint_steps = int64_t{2};
-  o.hooks = {StopAtStepHook::Create(6, std::nullopt).value()};
+  o.hooks = {StopAtStepHook::Create(NumSteps(6)).value()};
   auto sess = Open(o);
   bool injected = false;
   model->on_train = [&](int64_t step) -> Status {
@@ -840,7 +852,7 @@ TEST_CASE("actor API: stop_atom then start_atom on an idle job ends the job clea
     TrainingJob spec;
     spec.options.graph = MakeGraph(model);
     spec.options.checkpoint_dir = dir.path();
-    spec.options.hooks = {StopAtStepHook::Create(std::nullopt, 5).value()};
+    spec.options.hooks = {StopAtStepHook::Create(LastStep(5)).value()};
     caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
     self->monitor(job);
     self->send(job, stop_atom::value);

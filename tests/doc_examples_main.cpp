@@ -76,7 +76,9 @@ std::shared_ptr<const foreman::data::Dataset> ExampleDataset() {
 }
 
 std::shared_ptr<foreman::SessionRunHook> ExampleStopAtStepHook() {
-  auto hook = foreman::StopAtStepHook::Create(std::nullopt, 200);
+  foreman::StopAtStepHook::Options options;
+  options.last_step = 200;
+  auto hook = foreman::StopAtStepHook::Create(options);
   return hook.ok() ? *hook : nullptr;
 }
 
@@ -84,7 +86,9 @@ foreman::TrainingJob ExampleJob() {
   foreman::TrainingJob job;
   job.options.graph = ExampleGraph();
   job.options.checkpoint_dir = "job_dir";
-  job.options.hooks = {foreman::StopAtStepHook::Create(std::nullopt, 50).value()};
+  foreman::StopAtStepHook::Options stop;
+  stop.last_step = 50;
+  job.options.hooks = {foreman::StopAtStepHook::Create(stop).value()};
   job.fetches = {"train_op", "loss"};
   job.progress_every_steps = 10;
   return job;

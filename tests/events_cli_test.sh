@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `foreman events`: prints what write_sample_events wrote, as text and as JSON
-# lines; --tag filters; a cut tail is tolerated; a corrupt file, a missing
-# path and a directory without event files exit 2 naming them.
+# lines; --tag filters; a cut tail is tolerated; a damaged record prints the
+# records before it, then exits 2 naming file and offset; a log directory's
+# subdirectories with event files are runs; a missing path and a directory
+# without event files exit 2 naming them.
 #   events_cli_test.sh FOREMAN WRITE_SAMPLE_EVENTS
 set -u
 foreman=$1
@@ -83,6 +85,59 @@ printf "$(printf '\\%03o' $((byte ^ 0xff)))" | dd of="$corrupt" bs=1 seek="$offs
 out=$("$foreman" events "$corrupt" 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "events on a corrupt file exited $rc, want 2: $out"
 [[ $out == *"$corrupt: corrupted record at offset "* ]] || fail "corrupt file error does not name it: $out"
+
+# -- a damaged record in the middle: what precedes it, then the error ------------
+# (TF's summary_iterator and TensorBoard's loader yield every record before
+# the damage.) Record 3 of 6 (step 2's loss) gets a flipped data byte.
+mid="$work/mid/events.out.tfevents.1700000000.mid"
+mkdir "$work/mid"
+cp "$file" "$mid"
+offset3=$(/usr/bin/python3 - "$mid" <<'PY'
+import struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+offset = 0
+for _ in range(3):  # skip records 0-2: 8-byte length, 4-byte CRC, data, 4-byte CRC
+    (length,) = struct.unpack_from("<Q", data, offset)
+    offset += 12 + length + 4
+data[offset + 12] ^= 0xFF  # the first data byte of record 3
+open(path, "wb").write(data)
+print(offset)
+PY
+) || fail "could not damage $mid"
+out=$("$foreman" events "$mid" 2>"$work/mid.err"); rc=$?
+err=$(<"$work/mid.err")
+[[ $rc -eq 2 ]] || fail "events on a file damaged in the middle exited $rc, want 2: $err"
+[[ $out == "$(head -n 5 <<<"$expected_text")" ]] || fail "events on a file damaged in the middle printed:
+$out
+expected the 5 lines before the damage"
+[[ $err == "foreman events: $mid: corrupted record at offset $offset3: data checksum mismatch" ]] ||
+  fail "damage error does not name the file and the record's offset $offset3: $err"
+
+# -- runs: each directory with event files, sorted, "." for the log dir's own --
+logs="$work/logs"
+mkdir -p "$logs/train" "$logs/a/b" "$logs/no-events"
+cp "$file" "$logs/"
+cp "$file" "$logs/train/"
+cp "$file" "$logs/a/b/"
+loss='step 1  wall 1700000000.500  scalar  loss = 0.25
+step 2  wall 1700000001.000  scalar  loss = 0.125'
+out=$("$foreman" events --tag loss "$logs" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "events on a log dir with runs exited $rc: $out"
+[[ $out == "# run .
+$loss
+# run a/b
+$loss
+# run train
+$loss" ]] || fail "events on a log dir with runs printed:
+$out"
+rm "$logs"/events.out.tfevents.*
+out=$("$foreman" events --tag loss --json "$logs" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "events --json on runs exited $rc: $out"
+[[ $(wc -l <<<"$out") -eq 4 && $(head -n 1 <<<"$out") == "{\"file\":\"$logs/a/b/${file##*/}\",\"run\":\"a/b\","* &&
+   $(tail -n 1 <<<"$out") == "{\"file\":\"$logs/train/${file##*/}\",\"run\":\"train\","* ]] ||
+  fail "events --json on runs (no files at the root) printed:
+$out"
 
 out=$("$foreman" events "$work/no-such-dir" 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "events on a missing path exited $rc, want 2: $out"

@@ -44,6 +44,48 @@
 namespace foreman {
 namespace {
 
+// StopAtStepHook::Options with one field set (the Options form of the hook).
+StopAtStepHook::Options LastStep(int64_t last_step) {
+  StopAtStepHook::Options o;
+  o.last_step = last_step;
+  return o;
+}
+StopAtStepHook::Options NumSteps(int64_t num_steps) {
+  StopAtStepHook::Options o;
+  o.num_steps = num_steps;
+  return o;
+}
+
+// The Options form of the hooks that used to be built by constructor; the
+// arguments in the old constructors' order.
+std::shared_ptr<NanTensorHook> MakeNanTensorHook(std::string loss_tensor, bool fail_on_nan_loss = true) {
+  NanTensorHook::Options o;
+  o.loss_tensor = std::move(loss_tensor);
+  o.fail_on_nan_loss = fail_on_nan_loss;
+  return NanTensorHook::Create(o).value();
+}
+std::shared_ptr<GlobalStepWaiterHook> MakeGlobalStepWaiterHook(int64_t wait_until_step, Clock* clock = Clock::Real(),
+                                                               absl::Duration poll_interval = absl::Milliseconds(500),
+                                                               std::optional<absl::Duration> max_wait = std::nullopt) {
+  GlobalStepWaiterHook::Options o;
+  o.wait_until_step = wait_until_step;
+  o.clock = clock;
+  o.poll_interval = poll_interval;
+  o.max_wait = max_wait;
+  return GlobalStepWaiterHook::Create(o).value();
+}
+std::shared_ptr<FinalOpsHook> MakeFinalOpsHook(std::vector<std::string> final_ops, TensorMap feeds = {}) {
+  FinalOpsHook::Options o;
+  o.final_ops = std::move(final_ops);
+  o.final_ops_feed_dict = std::move(feeds);
+  return FinalOpsHook::Create(o).value();
+}
+std::shared_ptr<FeedFnHook> MakeFeedFnHook(std::function<TensorMap()> feed_fn) {
+  FeedFnHook::Options o;
+  o.feed_fn = std::move(feed_fn);
+  return FeedFnHook::Create(o).value();
+}
+
 using testing::Background;
 using testing::kRealTimeout;
 
@@ -463,16 +505,83 @@ TEST_CASE("B97 SecondOrStepTimer update returns the elapsed seconds and steps; r
 // =====================================================================================
 
 TEST_CASE("B98 StopAtStepHook needs exactly one of num_steps and last_step") {
-  auto neither = StopAtStepHook::Create(std::nullopt, std::nullopt);
+  auto neither = StopAtStepHook::Create(StopAtStepHook::Options{});
   CHECK(absl::IsInvalidArgument(neither.status()));
   CHECK(neither.status().message() == "One of num_steps or last_step must be specified.");
-  auto both = StopAtStepHook::Create(5, 10);
+  StopAtStepHook::Options both_set;
+  both_set.num_steps = 5;
+  both_set.last_step = 10;
+  auto both = StopAtStepHook::Create(both_set);
   CHECK(absl::IsInvalidArgument(both.status()));
   CHECK(both.status().message() == "Only one of num_steps or last_step can be specified.");
+  // Each field means what it names: last_step is the step to stop at.
+  REQUIRE(StopAtStepHook::Create(LastStep(7)).ok());
+  CHECK(StopAtStepHook::Create(LastStep(7)).value()->last_step() == 7);
+  CHECK_FALSE(StopAtStepHook::Create(NumSteps(7)).value()->last_step().has_value());
 }
 
+// Issue 12 (8): every stock hook is built from its Options by Create(), which
+// checks them; the older factories and constructors still work (deprecated).
+TEST_CASE("every stock hook has Options and Create(), which refuses bad options") {
+  NanTensorHook::Options nan;
+  CHECK(absl::IsInvalidArgument(NanTensorHook::Create(nan).status()));
+  nan.loss_tensor = "loss";
+  CHECK(NanTensorHook::Create(nan).ok());
+
+  GlobalStepWaiterHook::Options waiter;
+  waiter.poll_interval = absl::ZeroDuration();
+  CHECK(absl::IsInvalidArgument(GlobalStepWaiterHook::Create(waiter).status()));
+  waiter.poll_interval = absl::Milliseconds(1);
+  waiter.max_wait = absl::ZeroDuration();
+  CHECK(absl::IsInvalidArgument(GlobalStepWaiterHook::Create(waiter).status()));
+  waiter.max_wait = absl::Seconds(1);
+  CHECK(GlobalStepWaiterHook::Create(waiter).ok());
+
+  FinalOpsHook::Options final_ops;
+  final_ops.final_ops = {"counter", ""};
+  Status bad_op = FinalOpsHook::Create(final_ops).status();
+  CHECK(absl::IsInvalidArgument(bad_op));
+  CHECK(absl::StrContains(bad_op.message(), "final_ops[1]"));
+
+  CHECK(absl::IsInvalidArgument(FeedFnHook::Create(FeedFnHook::Options{}).status()));
+
+  // The nested Options of the hooks that had XxxHookOptions are those structs.
+  CHECK(StepCounterHook::Create(StepCounterHook::Options{}).ok());
+  LoggingTensorHook::Options logging;
+  logging.tensors = {"x"};
+  logging.at_end = true;
+  CHECK(LoggingTensorHook::Create(logging).ok());
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_CASE("the deprecated hook factories and constructors still build working hooks") {
+  auto neither = StopAtStepHook::Create(std::nullopt, std::nullopt);
+  CHECK(absl::IsInvalidArgument(neither.status()));
+  auto by_last = StopAtStepHook::Create(std::nullopt, 5);
+  REQUIRE(by_last.ok());
+  CHECK((*by_last)->last_step() == 5);
+
+  auto nan = std::make_shared<NanTensorHook>("loss");
+  HookDriver nan_driver({nan});
+  REQUIRE(nan_driver.BeginAndCreate().ok());
+  nan_driver.model().loss = std::nan("");
+  CHECK(IsNanLossDuringTraining(nan_driver.Run({"train_op"}).status()));
+
+  auto final_ops = std::make_shared<FinalOpsHook>(std::vector<std::string>{"counter"});
+  CHECK(final_ops->name() == "FinalOpsHook");
+  auto feed = std::make_shared<FeedFnHook>([] { return TensorMap{}; });
+  CHECK(feed->name() == "FeedFnHook");
+  auto waiter = std::make_shared<GlobalStepWaiterHook>(0);
+  CHECK(waiter->name() == "GlobalStepWaiterHook");
+  CheckpointSaverHookOptions old_name;  // the old struct names still compile
+  old_name.checkpoint_dir = "/tmp/unused";
+  CHECK(old_name.save_steps == std::nullopt);
+}
+#pragma GCC diagnostic pop
+
 TEST_CASE("B98 StopAtStepHook refuses a graph without a global step before any step") {
-  auto hook = *StopAtStepHook::Create(5, std::nullopt);
+  auto hook = *StopAtStepHook::Create(NumSteps(5));
   HookDriver driver({hook}, std::make_shared<Model>(), /*with_global_step=*/false);
   REQUIRE(driver.Begin().ok());
   Status s = driver.CreateSession();
@@ -484,7 +593,7 @@ TEST_CASE("B124 a global step the run did not answer, or not as an integer scala
   // TF's hooks raise RuntimeError ("Global step should be created to use ...")
   // for a missing global step; RuntimeError maps to FAILED_PRECONDITION, and so
   // does every other way the stock hooks find no usable global step.
-  auto hook = *StopAtStepHook::Create(5, std::nullopt);
+  auto hook = *StopAtStepHook::Create(NumSteps(5));
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   SessionRunArgs original;
@@ -503,7 +612,7 @@ TEST_CASE("B124 a global step the run did not answer, or not as an integer scala
 }
 
 TEST_CASE("B124 a global_step variable that is gone when a hook re-reads it is FAILED_PRECONDITION") {
-  auto hook = *StopAtStepHook::Create(/*num_steps=*/1, std::nullopt);
+  auto hook = *StopAtStepHook::Create(NumSteps(1));
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   REQUIRE(driver.session().WithVariables([](VariableStore& vars) { return vars.Delete("global_step"); }).ok());
@@ -518,7 +627,7 @@ TEST_CASE("B124 a global_step variable that is gone when a hook re-reads it is F
 }
 
 TEST_CASE("B99 StopAtStepHook computes last_step from the first session's step, once") {
-  auto hook = *StopAtStepHook::Create(/*num_steps=*/3, std::nullopt);
+  auto hook = *StopAtStepHook::Create(NumSteps(3));
   HookDriver driver({hook});
   SetStep(driver.session(), 10);
   REQUIRE(driver.BeginAndCreate().ok());
@@ -537,7 +646,7 @@ TEST_CASE("B99 StopAtStepHook computes last_step from the first session's step, 
 }
 
 TEST_CASE("B99 StopAtStepHook with last_step stops at that step") {
-  auto hook = *StopAtStepHook::Create(std::nullopt, /*last_step=*/5);
+  auto hook = *StopAtStepHook::Create(LastStep(5));
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   CHECK(hook->last_step() == 5);
@@ -555,7 +664,7 @@ TEST_CASE("B100 StopAtStepHook requests stop after the run that reaches last_ste
   // Run 2: stale 3, 3+1 < 5: no re-read although the real step is now 6.
   // Run 3: stale 6 -> re-read 9 >= 5: stop. A hook that always re-read the
   // real step would stop after run 2: TF's schedule is the stale one.
-  auto hook = *StopAtStepHook::Create(std::nullopt, 5);
+  auto hook = *StopAtStepHook::Create(LastStep(5));
   auto model = std::make_shared<Model>();
   model->increment = 3;
   HookDriver driver({hook}, model);
@@ -571,7 +680,7 @@ TEST_CASE("B100 StopAtStepHook requests stop after the run that reaches last_ste
 TEST_CASE("B100 StopAtStepHook re-reads the real step: no stop when the stale guess is wrong") {
   // The step function does not train on "noop" runs: stale+1 >= last_step
   // asks for the real step, which is still below last_step.
-  auto hook = *StopAtStepHook::Create(std::nullopt, 2);
+  auto hook = *StopAtStepHook::Create(LastStep(2));
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   REQUIRE(driver.Run({"train_op"}).ok());  // 0 -> 1
@@ -584,7 +693,7 @@ TEST_CASE("B100 StopAtStepHook re-reads the real step: no stop when the stale gu
 
 TEST_CASE("B101 decision 9: a session restored at or past last_step stops before the first step") {
   SUBCASE("past last_step") {
-    auto hook = *StopAtStepHook::Create(std::nullopt, 5);
+    auto hook = *StopAtStepHook::Create(LastStep(5));
     HookDriver driver({hook});
     SetStep(driver.session(), 7);
     CapturedLog log;
@@ -594,14 +703,14 @@ TEST_CASE("B101 decision 9: a session restored at or past last_step stops before
     CHECK(absl::StrContains(log.text(), "global_step 7 is already at or past last_step 5"));
   }
   SUBCASE("exactly at last_step") {
-    auto hook = *StopAtStepHook::Create(std::nullopt, 5);
+    auto hook = *StopAtStepHook::Create(LastStep(5));
     HookDriver driver({hook});
     SetStep(driver.session(), 5);
     REQUIRE(driver.BeginAndCreate().ok());
     CHECK(driver.coord().should_stop());
   }
   SUBCASE("num_steps 0") {
-    auto hook = *StopAtStepHook::Create(0, std::nullopt);
+    auto hook = *StopAtStepHook::Create(NumSteps(0));
     HookDriver driver({hook});
     SetStep(driver.session(), 4);
     REQUIRE(driver.BeginAndCreate().ok());
@@ -609,14 +718,14 @@ TEST_CASE("B101 decision 9: a session restored at or past last_step stops before
     CHECK(driver.coord().should_stop());
   }
   SUBCASE("below last_step: no stop") {
-    auto hook = *StopAtStepHook::Create(std::nullopt, 5);
+    auto hook = *StopAtStepHook::Create(LastStep(5));
     HookDriver driver({hook});
     SetStep(driver.session(), 4);
     REQUIRE(driver.BeginAndCreate().ok());
     CHECK_FALSE(driver.should_stop());
   }
   SUBCASE("a recovered session past last_step stops too") {
-    auto hook = *StopAtStepHook::Create(3, std::nullopt);
+    auto hook = *StopAtStepHook::Create(NumSteps(3));
     HookDriver driver({hook});
     REQUIRE(driver.BeginAndCreate().ok());
     CHECK_FALSE(driver.coord().should_stop());
@@ -633,22 +742,22 @@ TEST_CASE("B101 decision 9: a session restored at or past last_step stops before
 
 TEST_CASE("B117 LoggingTensorHook options: at_end alone or exactly one of every_n_iter / every_n_secs") {
   const std::string kMessage = "either at_end and/or exactly one of every_n_iter and every_n_secs must be provided.";
-  LoggingTensorHookOptions none;
+  LoggingTensorHook::Options none;
   none.tensors = {"loss"};
   CHECK(LoggingTensorHook::Create(none).status().message() == kMessage);
-  LoggingTensorHookOptions both = none;
+  LoggingTensorHook::Options both = none;
   both.every_n_iter = 1;
   both.every_n_secs = 1.0;
   CHECK(absl::IsInvalidArgument(LoggingTensorHook::Create(both).status()));
   CHECK(LoggingTensorHook::Create(both).status().message() == kMessage);
   both.at_end = true;  // at_end does not excuse both
   CHECK(LoggingTensorHook::Create(both).status().message() == kMessage);
-  LoggingTensorHookOptions zero = none;
+  LoggingTensorHook::Options zero = none;
   zero.every_n_iter = 0;
   CHECK(LoggingTensorHook::Create(zero).status().message() == "invalid every_n_iter=0.");
   zero.every_n_iter = -2;
   CHECK(LoggingTensorHook::Create(zero).status().message() == "invalid every_n_iter=-2.");
-  LoggingTensorHookOptions at_end = none;
+  LoggingTensorHook::Options at_end = none;
   at_end.at_end = true;
   CHECK(LoggingTensorHook::Create(at_end).ok());
   at_end.every_n_secs = 5.0;
@@ -657,7 +766,7 @@ TEST_CASE("B117 LoggingTensorHook options: at_end alone or exactly one of every_
 
 TEST_CASE("B117 LoggingTensorHook counts local iterations, triggering at iteration 0 first") {
   ManualClock clock;
-  LoggingTensorHookOptions opts;
+  LoggingTensorHook::Options opts;
   opts.tensors = {"counter"};
   opts.every_n_iter = 2;
   opts.clock = &clock;
@@ -680,7 +789,7 @@ TEST_CASE("B117 LoggingTensorHook counts local iterations, triggering at iterati
 
 TEST_CASE("B118 LoggingTensorHook line: tags in given order, seconds from the second line on") {
   ManualClock clock;
-  LoggingTensorHookOptions opts;
+  LoggingTensorHook::Options opts;
   opts.tensors = {"loss", "counter", "w"};
   opts.every_n_secs = 1.0;
   opts.clock = &clock;
@@ -701,7 +810,7 @@ TEST_CASE("B118 LoggingTensorHook line: tags in given order, seconds from the se
 }
 
 TEST_CASE("B118 LoggingTensorHook sorts the tags of a dict") {
-  LoggingTensorHookOptions opts;
+  LoggingTensorHook::Options opts;
   opts.tensors = {"loss", "counter"};
   opts.sorted_tags = true;
   opts.every_n_iter = 1;
@@ -714,7 +823,7 @@ TEST_CASE("B118 LoggingTensorHook sorts the tags of a dict") {
 }
 
 TEST_CASE("B118 LoggingTensorHook formatter replaces the line; its exception becomes the status") {
-  LoggingTensorHookOptions opts;
+  LoggingTensorHook::Options opts;
   opts.tensors = {"loss"};
   opts.every_n_iter = 1;
   int calls = 0;
@@ -737,7 +846,7 @@ TEST_CASE("B118 LoggingTensorHook formatter replaces the line; its exception bec
 
 TEST_CASE("B118 LoggingTensorHook at_end runs the tensors once more in end()") {
   SUBCASE("at_end alone logs only at the end, without seconds") {
-    LoggingTensorHookOptions opts;
+    LoggingTensorHook::Options opts;
     opts.tensors = {"counter"};
     opts.at_end = true;
     auto hook = *LoggingTensorHook::Create(opts);
@@ -753,7 +862,7 @@ TEST_CASE("B118 LoggingTensorHook at_end runs the tensors once more in end()") {
   }
   SUBCASE("with a schedule, the end line carries the seconds since the last line") {
     ManualClock clock;
-    LoggingTensorHookOptions opts;
+    LoggingTensorHook::Options opts;
     opts.tensors = {"counter"};
     opts.every_n_iter = 10;
     opts.at_end = true;
@@ -770,7 +879,7 @@ TEST_CASE("B118 LoggingTensorHook at_end runs the tensors once more in end()") {
     CHECK(absl::StrContains(log.text(), "counter = 2 (2.000 sec)\n"));
   }
   SUBCASE("without at_end, end() runs nothing") {
-    LoggingTensorHookOptions opts;
+    LoggingTensorHook::Options opts;
     opts.tensors = {"counter"};
     opts.every_n_iter = 10;
     auto hook = *LoggingTensorHook::Create(opts);
@@ -845,7 +954,7 @@ TEST_CASE("B118 FormatTensorForLog prints values as numpy does") {
 // =====================================================================================
 
 TEST_CASE("B119 NanTensorHook with fail_on_nan_loss fails the run with NanLossDuringTrainingError") {
-  auto hook = std::make_shared<NanTensorHook>("loss");
+  auto hook = MakeNanTensorHook("loss");
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   REQUIRE(driver.Run({"train_op"}).ok());
@@ -860,7 +969,7 @@ TEST_CASE("B119 NanTensorHook with fail_on_nan_loss fails the run with NanLossDu
 }
 
 TEST_CASE("B119 NanTensorHook: Inf is not NaN") {
-  auto hook = std::make_shared<NanTensorHook>("loss_f32");
+  auto hook = MakeNanTensorHook("loss_f32");
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   driver.model().loss = std::numeric_limits<double>::infinity();
@@ -873,7 +982,7 @@ TEST_CASE("B119 NanTensorHook: Inf is not NaN") {
 }
 
 TEST_CASE("B119 NanTensorHook without fail_on_nan_loss warns and requests a clean stop") {
-  auto hook = std::make_shared<NanTensorHook>("loss", /*fail_on_nan_loss=*/false);
+  auto hook = MakeNanTensorHook("loss", /*fail_on_nan_loss=*/false);
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   driver.model().loss = std::nan("");
@@ -884,7 +993,7 @@ TEST_CASE("B119 NanTensorHook without fail_on_nan_loss warns and requests a clea
 }
 
 TEST_CASE("B119 NanTensorHook refuses a loss that is not one float") {
-  auto hook = std::make_shared<NanTensorHook>("loss_int");
+  auto hook = MakeNanTensorHook("loss_int");
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   StatusOr<TensorMap> out = driver.Run({"train_op"});
@@ -899,7 +1008,7 @@ TEST_CASE("B119 NanTensorHook refuses a loss that is not one float") {
 
 TEST_CASE("B120 GlobalStepWaiterHook with wait_until_step <= 0 starts at once") {
   ManualClock clock;
-  auto hook = std::make_shared<GlobalStepWaiterHook>(0, &clock);
+  auto hook = MakeGlobalStepWaiterHook(0, &clock);
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   CapturedLog log;
@@ -909,7 +1018,7 @@ TEST_CASE("B120 GlobalStepWaiterHook with wait_until_step <= 0 starts at once") 
 
 TEST_CASE("B120 GlobalStepWaiterHook polls on the clock until another worker reaches the step") {
   ManualClock clock;
-  auto hook = std::make_shared<GlobalStepWaiterHook>(5, &clock, absl::Milliseconds(500),
+  auto hook = MakeGlobalStepWaiterHook(5, &clock, absl::Milliseconds(500),
                                                      /*max_wait=*/absl::Hours(1));  // ends the thread on failure
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
@@ -941,7 +1050,7 @@ TEST_CASE("B120 GlobalStepWaiterHook polls on the clock until another worker rea
 
 TEST_CASE("B120 GlobalStepWaiterHook logs its progress every 1000 steps") {
   ManualClock clock;
-  auto hook = std::make_shared<GlobalStepWaiterHook>(5000, &clock, absl::Milliseconds(500), absl::Hours(1));
+  auto hook = MakeGlobalStepWaiterHook(5000, &clock, absl::Milliseconds(500), absl::Hours(1));
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   SetStep(driver.session(), 1500);
@@ -971,7 +1080,7 @@ TEST_CASE("B120 GlobalStepWaiterHook logs its progress every 1000 steps") {
 
 TEST_CASE("B120 GlobalStepWaiterHook max_wait bounds the wait with DEADLINE_EXCEEDED") {
   ManualClock clock;
-  auto hook = std::make_shared<GlobalStepWaiterHook>(5, &clock, absl::Milliseconds(500), absl::Seconds(2));
+  auto hook = MakeGlobalStepWaiterHook(5, &clock, absl::Milliseconds(500), absl::Seconds(2));
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   SessionRunArgs original;
@@ -987,7 +1096,7 @@ TEST_CASE("B120 GlobalStepWaiterHook max_wait bounds the wait with DEADLINE_EXCE
 }
 
 TEST_CASE("B120 GlobalStepWaiterHook needs a global step") {
-  auto hook = std::make_shared<GlobalStepWaiterHook>(5);
+  auto hook = MakeGlobalStepWaiterHook(5);
   HookDriver driver({hook}, std::make_shared<Model>(), /*with_global_step=*/false);
   REQUIRE(driver.Begin().ok());
   Status s = driver.CreateSession();
@@ -1000,7 +1109,7 @@ TEST_CASE("B120 GlobalStepWaiterHook needs a global step") {
 // =====================================================================================
 
 TEST_CASE("B121 FinalOpsHook runs final_ops in end() with its feeds and keeps the values") {
-  auto hook = std::make_shared<FinalOpsHook>(std::vector<std::string>{"counter", "x2"},
+  auto hook = MakeFinalOpsHook(std::vector<std::string>{"counter", "x2"},
                                              TensorMap{{"x", Tensor::Scalar<double>(3.0)}});
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
@@ -1015,7 +1124,7 @@ TEST_CASE("B121 FinalOpsHook runs final_ops in end() with its feeds and keeps th
 }
 
 TEST_CASE("B121 FinalOpsHook: OUT_OF_RANGE in end() is explained and returned") {
-  auto hook = std::make_shared<FinalOpsHook>(std::vector<std::string>{"counter"});
+  auto hook = MakeFinalOpsHook(std::vector<std::string>{"counter"});
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   driver.model().status = absl::OutOfRangeError("End of sequence");
@@ -1033,7 +1142,7 @@ TEST_CASE("B121 FinalOpsHook: OUT_OF_RANGE in end() is explained and returned") 
 }
 
 TEST_CASE("B121 FinalOpsHook without final_ops runs nothing") {
-  auto hook = std::make_shared<FinalOpsHook>(std::vector<std::string>{});
+  auto hook = MakeFinalOpsHook(std::vector<std::string>{});
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   driver.model().status = absl::InternalError("must not run");
@@ -1042,7 +1151,7 @@ TEST_CASE("B121 FinalOpsHook without final_ops runs nothing") {
 
 TEST_CASE("B122 FeedFnHook feeds feed_fn() on every run and fetches nothing") {
   double next = 1.0;
-  auto hook = std::make_shared<FeedFnHook>([&next] {
+  auto hook = MakeFeedFnHook([&next] {
     TensorMap feeds{{"x", Tensor::Scalar<double>(next)}};
     next += 1.0;
     return feeds;
@@ -1064,7 +1173,7 @@ TEST_CASE("B122 FeedFnHook feeds feed_fn() on every run and fetches nothing") {
 }
 
 TEST_CASE("B122 FeedFnHook: an exception from feed_fn becomes the run's status") {
-  auto hook = std::make_shared<FeedFnHook>([]() -> TensorMap { throw std::invalid_argument("no more data"); });
+  auto hook = MakeFeedFnHook([]() -> TensorMap { throw std::invalid_argument("no more data"); });
   HookDriver driver({hook});
   REQUIRE(driver.BeginAndCreate().ok());
   StatusOr<TensorMap> out = driver.Run({"train_op"});
@@ -1116,7 +1225,7 @@ TEST_CASE("B123 ChromeTraceJson is trace-event JSON with process and thread name
 
 TEST_CASE("B123 ProfilerHook never traces the first run, then writes timeline-<step>.json on schedule") {
   MemEnv env;
-  ProfilerHookOptions opts;
+  ProfilerHook::Options opts;
   opts.save_steps = 2;
   opts.output_dir = "/logs/profile";
   opts.env = &env;
@@ -1155,7 +1264,7 @@ TEST_CASE("B123 ProfilerHook never traces the first run, then writes timeline-<s
 TEST_CASE("B123 ProfilerHook with save_secs traces the first run due after the seconds") {
   MemEnv env;
   ManualClock clock;
-  ProfilerHookOptions opts;
+  ProfilerHook::Options opts;
   opts.save_secs = 10.0;
   opts.output_dir = "/p";
   opts.env = &env;
@@ -1173,7 +1282,7 @@ TEST_CASE("B123 ProfilerHook with save_secs traces the first run due after the s
 }
 
 TEST_CASE("B123 ProfilerHook options and global step") {
-  ProfilerHookOptions opts;
+  ProfilerHook::Options opts;
   CHECK(absl::IsInvalidArgument(ProfilerHook::Create(opts).status()));
   opts.save_steps = 1;
   opts.save_secs = 1.0;
@@ -1191,7 +1300,7 @@ TEST_CASE("B123 ProfilerHook options and global step") {
 
 TEST_CASE("B123 ProfilerHook returns the error of a timeline it cannot write") {
   MemEnv env;
-  ProfilerHookOptions opts;
+  ProfilerHook::Options opts;
   opts.save_steps = 1;
   opts.output_dir = "/p";
   opts.env = &env;

@@ -506,11 +506,11 @@ TEST_CASE("B36 an after_run error skips later hooks' after_run, does not apply t
   auto c = f.Hook("c");
   auto sess = f.Create({a, b, c});
   auto out = sess->run({"train_op"});
-  CHECK(out.status() == absl::DataLossError("b failed"));  // unchanged
+  CHECK(out.status() == absl::DataLossError("hook b::after_run: b failed"));  // code kept, hook named
   CHECK(f.log->Count("c.after_run") == 0);
   CHECK(sess->should_stop());
   // Not a clean stop although `a` asked for one: end() is not called.
-  CHECK(sess->close() == absl::DataLossError("b failed"));
+  CHECK(sess->close() == absl::DataLossError("hook b::after_run: b failed"));
   CHECK(f.log->Count("a.end") == 0);
   CHECK(f.log->Count("c.end") == 0);
 }
@@ -626,7 +626,7 @@ TEST_CASE("B42 a failing end() still closes the rest; close returns its error") 
   auto sess = f.Create({a, b});
   REQUIRE(sess->run({"train_op"}).ok());
   Coordinator* coord = sess->coordinator();
-  CHECK(sess->close() == absl::PermissionDeniedError("end failed"));
+  CHECK(sess->close() == absl::PermissionDeniedError("hook a::end: end failed"));
   CHECK(f.log->Count("b.end") == 0);  // TF's loop: the exception leaves it
   CHECK(coord->should_stop());        // the coordinator was still stopped and joined
   CHECK(coord->joined());
@@ -718,7 +718,7 @@ TEST_CASE("B45 a preemption error inside step_fn re-runs the whole function on a
 TEST_CASE("H-14 only run() calls hooks: run_step_fn's raw session does not") {
   Fixture f;
   auto counting = f.Hook("counting");
-  LoggingTensorHookOptions lo;
+  LoggingTensorHook::Options lo;
   lo.tensors = {"loss"};
   lo.every_n_iter = 100;
   auto logging = LoggingTensorHook::Create(lo);
@@ -951,12 +951,12 @@ TEST_CASE("H-05 an ABORTED hook is retried at most max_recoveries times, then th
   REQUIRE(sess->run({"train_op"}).ok());
   REQUIRE(sess->run({"train_op"}).ok());
   auto out = sess->run({"train_op"});
-  CHECK(out.status() == absl::AbortedError("Horovod has been shut down"));
+  CHECK(out.status() == absl::AbortedError("hook a::after_run: Horovod has been shut down"));
   CHECK(sess->recoveries() == 3);
   CHECK(f.log->Count("a.after_create_session") == 4);
   CHECK(captured.text().find("Giving up after 3 recoveries") != std::string::npos);
   CHECK(sess->should_stop());
-  CHECK(sess->close() == absl::AbortedError("Horovod has been shut down"));
+  CHECK(sess->close() == absl::AbortedError("hook a::after_run: Horovod has been shut down"));
   CHECK(f.log->Count("a.end") == 0);
 }
 
@@ -965,10 +965,10 @@ TEST_CASE("H-05 UNKNOWN from a hook propagates at once; end() is not called") {
   auto a = f.Hook("a");
   a->on_after = [](SessionRunContext&, const SessionRunValues&) { return absl::UnknownError("Horovod shut down"); };
   auto sess = f.Create({a});
-  CHECK(sess->run({"train_op"}).status() == absl::UnknownError("Horovod shut down"));
+  CHECK(sess->run({"train_op"}).status() == absl::UnknownError("hook a::after_run: Horovod shut down"));
   CHECK(sess->recoveries() == 0);
   CHECK(f.creator->Calls() == 1);
-  CHECK(sess->close() == absl::UnknownError("Horovod shut down"));
+  CHECK(sess->close() == absl::UnknownError("hook a::after_run: Horovod shut down"));
   CHECK(f.log->Count("a.end") == 0);
 }
 
@@ -1153,7 +1153,7 @@ TEST_CASE("a failing begin() or creator: Create returns the error, creates nothi
     };
     auto b = f.Hook("b");
     auto sess = MonitoredSession::Create(f.Options({a, b}));
-    CHECK(sess.status() == absl::FailedPreconditionError("Global step should be created to use a."));
+    CHECK(sess.status() == absl::FailedPreconditionError("hook a::begin: Global step should be created to use a."));
     CHECK(f.creator->Calls() == 0);
     CHECK(f.log->Count("b.begin") == 0);
     CHECK_FALSE(f.graph->finalized());
@@ -1192,6 +1192,48 @@ TEST_CASE("a hook that throws stops the tree and the caller receives that error"
   CHECK(f.log->Count("Thrower.end") == 0);
   CHECK(absl::IsUnavailable(writer->Flush(absl::Seconds(5))));  // the tree is stopped
   writer.reset();  // before the session (and its runtime) goes
+}
+
+// Issue 12 (8): an error a hook *returns* is named by the hook and the
+// callback, as a thrown one is; code and payloads are kept, and a message
+// that already carries the prefix (a thrown error) gets it once.
+TEST_CASE("an error a hook returns names the hook and the callback, keeping its code") {
+  {
+    Fixture f;
+    auto a = f.Hook("Returner");
+    a->on_after = [](SessionRunContext&, const SessionRunValues&) { return absl::DataLossError("disk gone"); };
+    auto sess = f.Create({a});
+    auto out = sess->run({"train_op"});
+    CHECK(out.status() == absl::DataLossError("hook Returner::after_run: disk gone"));
+    CHECK(sess->close() == out.status());
+  }
+  {
+    Fixture f;
+    auto a = f.Hook("Returner");
+    a->on_before = [](SessionRunContext&) -> StatusOr<SessionRunArgs> {
+      return NanLossDuringTrainingError("NaN loss during training.");
+    };
+    auto sess = f.Create({a});
+    auto out = sess->run({"train_op"});
+    CHECK(out.status().message() == "hook Returner::before_run: NaN loss during training.");
+    CHECK(IsNanLossDuringTraining(out.status()));  // the payload is kept
+    sess->close().IgnoreError();
+  }
+  {
+    Fixture f;
+    auto a = f.Hook("Returner");
+    a->on_begin = [] { return absl::PermissionDeniedError("no"); };
+    CHECK(MonitoredSession::Create(f.Options({a})).status() ==
+          absl::PermissionDeniedError("hook Returner::begin: no"));
+  }
+  {
+    Fixture f;
+    auto a = f.Hook("Thrower");
+    a->on_after = [](SessionRunContext&, const SessionRunValues&) -> Status { throw std::runtime_error("boom"); };
+    auto sess = f.Create({a});
+    CHECK(sess->run({"train_op"}).status() == absl::InternalError("hook Thrower::after_run: boom"));
+    sess->close().IgnoreError();
+  }
 }
 
 TEST_CASE("a step function that throws in run_step_fn ends training with INTERNAL") {

@@ -226,6 +226,19 @@ TEST_CASE("B10 StepCounterHook only with log_step_count_steps > 0") {
   CHECK_FALSE(Plan(o).step_counter_hook);
   o.log_step_count_steps = 50;
   CHECK(Plan(o).step_counter_hook);
+  CHECK(Plan(o).log_step_count_steps == 50);
+}
+
+// Issue 12 (8): log_step_count_steps is a Defaultable like its siblings:
+// left alone it is TF's 100; None() turns the hook off.
+TEST_CASE("B10 log_step_count_steps is Defaultable: USE_DEFAULT is 100, None() is off") {
+  auto o = PlanOptions();
+  CHECK(o.log_step_count_steps.use_default());
+  CHECK(Plan(o).step_counter_hook);
+  CHECK(Plan(o).log_step_count_steps == 100);
+  o.log_step_count_steps = Defaultable<int64_t>::None();
+  CHECK_FALSE(Plan(o).step_counter_hook);
+  CHECK_FALSE(Plan(o).log_step_count_steps.has_value());
 }
 
 TEST_CASE("B11 CheckpointSaverHook only with checkpoint_dir and an enabled frequency") {
@@ -591,7 +604,7 @@ TEST_CASE("H-26 a saving hook without checkpoint_dir does not restore; checkpoin
   auto run = [&](const std::string& checkpoint_dir) -> int64_t {
     auto o = ChiefOptions(MakeGraph(model), checkpoint_dir, &clock);
     if (checkpoint_dir.empty()) {
-      CheckpointSaverHookOptions ho;
+      CheckpointSaverHook::Options ho;
       ho.checkpoint_dir = dir.path();
       ho.save_steps = 1;
       ho.clock = &clock;

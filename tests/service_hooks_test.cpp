@@ -193,15 +193,15 @@ struct Harness {
   }
 };
 
-std::shared_ptr<CheckpointSaverHook> MakeCheckpointHook(CheckpointSaverHookOptions o) {
+std::shared_ptr<CheckpointSaverHook> MakeCheckpointHook(CheckpointSaverHook::Options o) {
   auto hook = CheckpointSaverHook::Create(std::move(o));
   REQUIRE_MESSAGE(hook.ok(), hook.status().ToString());
   return *hook;
 }
 
-CheckpointSaverHookOptions CheckpointOptions(Harness& h, std::optional<int64_t> save_steps,
+CheckpointSaverHook::Options CheckpointOptions(Harness& h, std::optional<int64_t> save_steps,
                                              std::optional<double> save_secs = std::nullopt) {
-  CheckpointSaverHookOptions o;
+  CheckpointSaverHook::Options o;
   o.checkpoint_dir = "/ckpt";
   o.save_steps = save_steps;
   o.save_secs = save_secs;
@@ -279,7 +279,7 @@ class RecordingListener : public CheckpointSaverListener {
 TEST_CASE("service hooks need the session's services: FAILED_PRECONDITION without them") {
   MemEnv env;
   auto ckpt = MakeCheckpointHook([&] {
-    CheckpointSaverHookOptions o;
+    CheckpointSaverHook::Options o;
     o.checkpoint_dir = "/ckpt";
     o.save_steps = 10;
     o.env = &env;
@@ -294,7 +294,7 @@ TEST_CASE("service hooks need the session's services: FAILED_PRECONDITION withou
   CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
   CHECK(Msg(s) == "StepCounterHook needs a MonitoredSession or Supervisor (no services attached)");
 
-  SummarySaverHookOptions so;
+  SummarySaverHook::Options so;
   so.save_steps = 10;
   so.output_dir = "/logs";
   so.summary_op = {"summaries"};
@@ -317,7 +317,7 @@ TEST_CASE("B102 B109 B112 B124 service hooks need a global step: FAILED_PRECONDI
   CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
   CHECK(Msg(s) == "Global step should be created to use StepCounterHook.");
 
-  SummarySaverHookOptions so;
+  SummarySaverHook::Options so;
   so.save_steps = 10;
   so.output_dir = "/logs";
   so.summary_op = {"summaries"};
@@ -328,7 +328,7 @@ TEST_CASE("B102 B109 B112 B124 service hooks need a global step: FAILED_PRECONDI
 }
 
 TEST_CASE("B102 CheckpointSaverHook: exactly one of save_secs / save_steps; a checkpoint_dir") {
-  CheckpointSaverHookOptions o;
+  CheckpointSaverHook::Options o;
   o.checkpoint_dir = "/ckpt";
   auto neither = CheckpointSaverHook::Create(o);
   CHECK(neither.status().code() == absl::StatusCode::kInvalidArgument);
@@ -372,7 +372,7 @@ TEST_CASE("B102 CheckpointSaverHook uses the saver it is given, else a default o
 }
 
 TEST_CASE("B109 StepCounterHook: exactly one of every_n_steps / every_n_secs") {
-  StepCounterHookOptions o;
+  StepCounterHook::Options o;
   o.every_n_secs = 5;  // every_n_steps keeps its default 100
   auto both = StepCounterHook::Create(o);
   CHECK(both.status().code() == absl::StatusCode::kInvalidArgument);
@@ -587,7 +587,7 @@ TEST_CASE("B110 StepCounterHook: the first trigger primes; global_step/sec at 10
   CapturedLog log;
   {
     Harness h(&env);
-    StepCounterHookOptions o;
+    StepCounterHook::Options o;
     o.output_dir = "/logs";
     o.clock = &h.clock;
     h.hooks.push_back(*StepCounterHook::Create(o));
@@ -608,7 +608,7 @@ TEST_CASE("B111 StepCounterHook warns the first 5 times the global step did not 
   {
     Harness h(&env);
     h.fetches = {"noop"};  // never increments the global step
-    StepCounterHookOptions o;
+    StepCounterHook::Options o;
     o.clock = &h.clock;
     h.hooks.push_back(*StepCounterHook::Create(o));
     REQUIRE(h.Begin().ok());
@@ -623,8 +623,8 @@ TEST_CASE("B111 StepCounterHook warns the first 5 times the global step did not 
 
 // -- SummarySaverHook -------------------------------------------------------------------------
 
-SummarySaverHookOptions SummaryOptions(Harness& h, std::vector<std::string> ops = {"summaries"}) {
-  SummarySaverHookOptions o;
+SummarySaverHook::Options SummaryOptions(Harness& h, std::vector<std::string> ops = {"summaries"}) {
+  SummarySaverHook::Options o;
   o.save_steps = 100;
   o.output_dir = "/logs";
   o.summary_op = std::move(ops);
@@ -700,7 +700,7 @@ TEST_CASE("B114 SummarySaverHook: START carries the restored step + 1 after a re
 TEST_CASE("H-32 summaries at 1, 101, 201 and global_step/sec at 101, 201 while checkpoints are at 0, 100, 200, 250") {
   MemEnv env;
   Harness h(&env);
-  StepCounterHookOptions sc;
+  StepCounterHook::Options sc;
   sc.output_dir = "/logs";
   sc.clock = &h.clock;
   auto ckpt = MakeCheckpointHook(CheckpointOptions(h, 100));

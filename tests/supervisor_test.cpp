@@ -7,9 +7,11 @@
 #include <chrono>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "foreman/checkpoint.hpp"
 #include "foreman/event_reader.hpp"
 #include "foreman/summary.hpp"
+#include "support/log_capture.hpp"
 #include "support/test_util.hpp"
 
 namespace foreman {
@@ -244,6 +246,46 @@ TEST_CASE("B160 H-08 managed_session returns ABORTED to the caller: no recovery,
     return absl::OkStatus();
   });
   CHECK(s.ok());
+}
+
+// Issue 12 (8): TF's SVTimerCheckpointThread logs "Saving checkpoint to path
+// <save_path>" (no step) before each save; so does Foreman's.
+TEST_CASE("B158 the checkpoint service logs each save as TF's Supervisor does") {
+  ManualClock clock;
+  TempDir dir;
+  testing::CapturedLog log;
+  auto sv = Supervisor::Create(Options(TrainGraph(), dir.path(), &clock));
+  REQUIRE(sv.ok());
+  auto session = (*sv)->prepare_or_wait_for_session();
+  REQUIRE(session.ok());
+  AwaitServices(clock, 3);  // the checkpoint looper saved once and waits
+  CHECK(Latest(dir.path()) == dir.path() + "/model.ckpt-0");
+  CHECK(absl::StrContains(log.text(), "Saving checkpoint to path " + dir.path() + "/model.ckpt\n"));
+  CHECK((*sv)->stop().ok());
+}
+
+// Issue 12 (8): managed_session returned its error to the caller; the
+// destructor, whose join finds that error again, does not log it a second
+// time. An error nobody was given is still logged.
+TEST_CASE("B160 ~Supervisor does not log the error managed_session returned") {
+  ManualClock clock;
+  {
+    auto sv = Supervisor::Create(Options(TrainGraph(), "", &clock));
+    REQUIRE(sv.ok());
+    Status s = (*sv)->managed_session([](Session&) -> Status { return absl::UnavailableError("Socket closed"); });
+    CHECK(s == absl::UnavailableError("Socket closed"));
+    testing::CapturedLog log;
+    sv->reset();
+    CHECK_FALSE(absl::StrContains(log.text(), "Socket closed"));
+  }
+  {
+    auto sv = Supervisor::Create(Options(TrainGraph(), "", &clock));
+    REQUIRE(sv.ok());
+    CHECK((*sv)->request_stop(absl::InternalError("never returned to anyone")).ok());
+    testing::CapturedLog log;
+    sv->reset();
+    CHECK(absl::StrContains(log.text(), "Supervisor: INTERNAL: never returned to anyone"));
+  }
 }
 
 TEST_CASE("B160 an exception thrown by the block becomes the returned Status") {

@@ -364,7 +364,7 @@ has 'final checkpoint' "$out" && fail "a signal while loading, then the data: pr
 out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/nan" "${small[@]}" --optimizer sgd \
       --learning-rate 1e30 --max-steps 200 2>&1); rc=$?
 [[ $rc -eq 1 ]] || fail "NaN loss exited $rc, expected 1: $out"
-has '^foreman train: training failed: NaN loss during training' "$out" || fail "NaN loss: no one-line error: $out"
+has '^foreman train: training failed: hook NanTensorHook::after_run: NaN loss during training' "$out" || fail "NaN loss: no one-line error: $out"
 
 if ((failures > 0)); then
   echo "$failures failure(s)"

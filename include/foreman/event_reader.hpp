@@ -59,6 +59,14 @@ StatusOr<Event> ParseEvent(absl::string_view serialized);
 StatusOr<std::vector<Event>> ReadEventFile(Env* env, const std::string& path,
                                            bool allow_truncated_tail = false);
 
+/// ReadEventFile, keeping what was read before an error: appends every event
+/// before the first bad record to *events (not cleared first) and returns
+/// that record's error, OK at a clean end. TF's summary_iterator and
+/// TensorBoard's loader do the same: the records before the damage, then
+/// the error. `events` must not be null; one call per vector at a time.
+Status ReadEventFileInto(Env* env, const std::string& path, std::vector<Event>* events,
+                         bool allow_truncated_tail = false);
+
 /// Paths of the event files in `logdir` (names containing "tfevents"),
 /// sorted by name (= by creation time). NOT_FOUND for a missing directory.
 StatusOr<std::vector<std::string>> ListEventFiles(Env* env, const std::string& logdir);

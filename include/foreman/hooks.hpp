@@ -10,9 +10,16 @@
 //   end(session)                               at close() after a clean stop
 //
 // All callbacks run on the training thread. A hook returns a Status (or
-// throws; the exception becomes a Status naming the hook and the callback):
-// a non-OK status ends training with that error, exactly as TF's exceptions
-// do (later hooks' after_run are skipped for that step). A hook that wants
+// throws; the exception becomes a Status): a non-OK status ends training with
+// that error, exactly as TF's exceptions do (later hooks' after_run are
+// skipped for that step). The session prefixes its message, returned or
+// thrown, with the hook and the callback ("hook StopAtStepHook::after_run: ...",
+// once), keeping its code and payloads.
+//
+// Every stock hook is built the same way: fill its `Options` and call
+// `XxxHook::Create(options)`, which checks them (INVALID_ARGUMENT naming the
+// bad field) and returns a shared_ptr. The older factories and constructors
+// still compile, [[deprecated]], for one release. A hook that wants
 // training to end cleanly calls ctx.request_stop(), which takes effect after
 // the current run.
 //
@@ -142,9 +149,20 @@ class SecondOrStepTimer {
 
 class StopAtStepHook : public SessionRunHook {
  public:
-  /// Exactly one of num_steps / last_step (INVALID_ARGUMENT, TF's messages).
-  static StatusOr<std::shared_ptr<StopAtStepHook>> Create(std::optional<int64_t> num_steps,
-                                                          std::optional<int64_t> last_step);
+  struct Options {
+    /// Steps to run: last_step = the first session's global_step + num_steps.
+    std::optional<int64_t> num_steps;
+    /// The global step to stop at.
+    std::optional<int64_t> last_step;
+  };
+  /// Exactly one of options.num_steps / options.last_step (TF raises
+  /// ValueError): INVALID_ARGUMENT "One of num_steps or last_step must be
+  /// specified." / "Only one of num_steps or last_step can be specified.".
+  static StatusOr<std::shared_ptr<StopAtStepHook>> Create(const Options& options);
+  /// Two positional optionals are easy to swap: use Create(Options).
+  [[deprecated("use StopAtStepHook::Create(StopAtStepHook::Options)")]] static StatusOr<
+      std::shared_ptr<StopAtStepHook>>
+  Create(std::optional<int64_t> num_steps, std::optional<int64_t> last_step);
   std::string name() const override { return "StopAtStepHook"; }
   /// FAILED_PRECONDITION "Global step should be created to use
   /// StopAtStepHook." when the session's graph has no global_step. (TF checks
@@ -188,26 +206,6 @@ class CheckpointSaverListener {
   virtual Status end(Session* /*session*/, int64_t /*global_step*/) { return absl::OkStatus(); }
 };
 
-struct CheckpointSaverHookOptions {
-  std::string checkpoint_dir;
-  /// Exactly one of save_secs / save_steps.
-  std::optional<double> save_secs;
-  std::optional<int64_t> save_steps;
-  /// As TF: explicit saver > scaffold's saver (set by MonitoredTrainingSession)
-  /// > a default Saver (max_to_keep 5) built on this `env` and `clock`.
-  std::shared_ptr<Saver> saver;
-  std::string checkpoint_basename = "model.ckpt";
-  std::vector<std::shared_ptr<CheckpointSaverListener>> listeners;
-  /// TF's steps_per_run: the schedule checks stale step + steps_per_run.
-  int64_t steps_per_run = 1;
-  Clock* clock = Clock::Real();
-  Env* env = Env::Default();
-  /// How long the training thread waits for a save still being written
-  /// (a save due while one is in flight, the final save in end(), a save
-  /// with listeners) before it fails with DEADLINE_EXCEEDED. Real time: the
-  /// save is real work, not Clock time. Must be > 0.
-  absl::Duration save_timeout = absl::Hours(1);
-};
 
 /// Saves as TF's CheckpointSaverHook: at after_create_session (after every
 /// session creation, recoveries included), on the schedule, and at end()
@@ -237,10 +235,30 @@ struct CheckpointSaverHookOptions {
 /// shut down (the MonitoredSession's close()).
 class CheckpointSaverHook : public SessionRunHook {
  public:
+  struct Options {
+    std::string checkpoint_dir;
+    /// Exactly one of save_secs / save_steps.
+    std::optional<double> save_secs;
+    std::optional<int64_t> save_steps;
+    /// As TF: explicit saver > scaffold's saver (set by MonitoredTrainingSession)
+    /// > a default Saver (max_to_keep 5) built on this `env` and `clock`.
+    std::shared_ptr<Saver> saver;
+    std::string checkpoint_basename = "model.ckpt";
+    std::vector<std::shared_ptr<CheckpointSaverListener>> listeners;
+    /// TF's steps_per_run: the schedule checks stale step + steps_per_run.
+    int64_t steps_per_run = 1;
+    Clock* clock = Clock::Real();
+    Env* env = Env::Default();
+    /// How long the training thread waits for a save still being written
+    /// (a save due while one is in flight, the final save in end(), a save
+    /// with listeners) before it fails with DEADLINE_EXCEEDED. Real time: the
+    /// save is real work, not Clock time. Must be > 0.
+    absl::Duration save_timeout = absl::Hours(1);
+  };
   /// INVALID_ARGUMENT for a bad schedule, empty checkpoint_dir,
   /// steps_per_run < 1, save_timeout <= 0, a null listener; a default
   /// Saver's errors.
-  static StatusOr<std::shared_ptr<CheckpointSaverHook>> Create(CheckpointSaverHookOptions options);
+  static StatusOr<std::shared_ptr<CheckpointSaverHook>> Create(const Options& options);
   ~CheckpointSaverHook() override;
   std::string name() const override { return "CheckpointSaverHook"; }
   void AttachServices(internal::Services* services) override;
@@ -270,16 +288,6 @@ class CheckpointSaverHook : public SessionRunHook {
 
 // -- StepCounterHook -------------------------------------------------------------
 
-struct StepCounterHookOptions {
-  /// Exactly one of every_n_steps / every_n_secs (INVALID_ARGUMENT
-  /// "exactly one of every_n_steps and every_n_secs should be provided.").
-  std::optional<int64_t> every_n_steps = 100;
-  std::optional<double> every_n_secs;
-  /// Event files go to this directory's summary writer; empty = log only.
-  std::string output_dir;
-  Clock* clock = Clock::Real();
-};
-
 /// Measures global_step/sec on the training thread; when its timer fires it
 /// sends the value to the step_counter actor, which logs
 /// "global_step/sec: <v>" and writes the `global_step/sec` summary (TF's tag).
@@ -289,7 +297,17 @@ struct StepCounterHookOptions {
 /// would divide by zero).
 class StepCounterHook : public SessionRunHook {
  public:
-  static StatusOr<std::shared_ptr<StepCounterHook>> Create(StepCounterHookOptions options);
+  struct Options {
+    /// Exactly one of every_n_steps / every_n_secs (INVALID_ARGUMENT
+    /// "exactly one of every_n_steps and every_n_secs should be provided.").
+    std::optional<int64_t> every_n_steps = 100;
+    std::optional<double> every_n_secs;
+    /// Event files go to this directory's summary writer; empty = log only.
+    std::string output_dir;
+    Clock* clock = Clock::Real();
+  };
+  /// INVALID_ARGUMENT unless exactly one of every_n_steps / every_n_secs.
+  static StatusOr<std::shared_ptr<StepCounterHook>> Create(const Options& options);
   ~StepCounterHook() override;
   std::string name() const override { return "StepCounterHook"; }
   void AttachServices(internal::Services* services) override;
@@ -310,25 +328,6 @@ class StepCounterHook : public SessionRunHook {
 
 // -- SummarySaverHook ------------------------------------------------------------
 
-struct SummarySaverHookOptions {
-  /// Exactly one of save_steps / save_secs (see SecondOrStepTimer).
-  std::optional<int64_t> save_steps;
-  std::optional<double> save_secs;
-  /// Where events go; empty means the hook does nothing (as TF; it does not
-  /// even fetch the summaries, which TF would on every run).
-  std::string output_dir;
-  /// The fetch that returns a serialized Summary (a kString scalar), or
-  /// several whose Summaries are merged into one event (TF: summary_op, a
-  /// tensor or list). The MonitoredTrainingSession passes the scaffold's,
-  /// which is empty when the graph has no summaries: then nothing is fetched
-  /// and only the START session log is written (TF: a scaffold whose
-  /// summary_op is None).
-  std::vector<std::string> summary_op;
-  Clock* clock = Clock::Real();
-  /// How long end() waits for the writer to flush (real time). Must be > 0.
-  absl::Duration flush_timeout = absl::Minutes(5);
-};
-
 /// Requests the summary on the first run and whenever the timer fires for
 /// the predicted next step; writes SessionLog START at the post-run global
 /// step after the first run and the summaries at the post-run global step
@@ -336,9 +335,27 @@ struct SummarySaverHookOptions {
 /// The writes go to output_dir's summary_writer actor.
 class SummarySaverHook : public SessionRunHook {
  public:
+  struct Options {
+    /// Exactly one of save_steps / save_secs (see SecondOrStepTimer).
+    std::optional<int64_t> save_steps;
+    std::optional<double> save_secs;
+    /// Where events go; empty means the hook does nothing (as TF; it does not
+    /// even fetch the summaries, which TF would on every run).
+    std::string output_dir;
+    /// The fetch that returns a serialized Summary (a kString scalar), or
+    /// several whose Summaries are merged into one event (TF: summary_op, a
+    /// tensor or list). The MonitoredTrainingSession passes the scaffold's,
+    /// which is empty when the graph has no summaries: then nothing is fetched
+    /// and only the START session log is written (TF: a scaffold whose
+    /// summary_op is None).
+    std::vector<std::string> summary_op;
+    Clock* clock = Clock::Real();
+    /// How long end() waits for the writer to flush (real time). Must be > 0.
+    absl::Duration flush_timeout = absl::Minutes(5);
+  };
   /// INVALID_ARGUMENT for a bad schedule, an empty summary_op name,
   /// flush_timeout <= 0.
-  static StatusOr<std::shared_ptr<SummarySaverHook>> Create(SummarySaverHookOptions options);
+  static StatusOr<std::shared_ptr<SummarySaverHook>> Create(const Options& options);
   ~SummarySaverHook() override;
   std::string name() const override { return "SummarySaverHook"; }
   void AttachServices(internal::Services* services) override;
@@ -361,22 +378,6 @@ class SummarySaverHook : public SessionRunHook {
 
 // -- LoggingTensorHook --------------------------------------------------------
 
-struct LoggingTensorHookOptions {
-  /// Fetch names to log. With `sorted_tags` the line lists them sorted (TF's
-  /// dict); otherwise in the given order (TF's list).
-  std::vector<std::string> tensors;
-  bool sorted_tags = false;
-  /// at_end alone, or exactly one of every_n_iter (> 0) / every_n_secs (TF's
-  /// rule; INVALID_ARGUMENT otherwise).
-  std::optional<int64_t> every_n_iter;
-  std::optional<double> every_n_secs;
-  bool at_end = false;
-  /// Replaces the default "tag = value, ..." line (called with the logged
-  /// tensors; its exceptions become the callback's Status).
-  std::function<std::string(const TensorMap&)> formatter;
-  Clock* clock = Clock::Real();
-};
-
 /// A tensor as numpy's str() prints it, which is how TF's LoggingTensorHook
 /// shows values (with np.set_printoptions(suppress=True)):
 ///   scalars   Python repr of the number: "0.5", "1.0", "1e-05", "1e+16",
@@ -391,7 +392,23 @@ std::string FormatTensorForLog(const Tensor& tensor);
 
 class LoggingTensorHook : public SessionRunHook {
  public:
-  static StatusOr<std::shared_ptr<LoggingTensorHook>> Create(LoggingTensorHookOptions options);
+  struct Options {
+    /// Fetch names to log. With `sorted_tags` the line lists them sorted (TF's
+    /// dict); otherwise in the given order (TF's list).
+    std::vector<std::string> tensors;
+    bool sorted_tags = false;
+    /// at_end alone, or exactly one of every_n_iter (> 0) / every_n_secs (TF's
+    /// rule; INVALID_ARGUMENT otherwise).
+    std::optional<int64_t> every_n_iter;
+    std::optional<double> every_n_secs;
+    bool at_end = false;
+    /// Replaces the default "tag = value, ..." line (called with the logged
+    /// tensors; its exceptions become the callback's Status).
+    std::function<std::string(const TensorMap&)> formatter;
+    Clock* clock = Clock::Real();
+  };
+  /// INVALID_ARGUMENT for a bad schedule (TF's messages, see Options).
+  static StatusOr<std::shared_ptr<LoggingTensorHook>> Create(const Options& options);
   std::string name() const override { return "LoggingTensorHook"; }
   Status begin() override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
@@ -404,9 +421,9 @@ class LoggingTensorHook : public SessionRunHook {
 
  private:
   /// `timer` is nullopt for at_end alone (TF's NeverTriggerTimer).
-  LoggingTensorHook(LoggingTensorHookOptions options, std::optional<SecondOrStepTimer> timer);
+  LoggingTensorHook(Options options, std::optional<SecondOrStepTimer> timer);
   Status LogTensors(const TensorMap& values);
-  LoggingTensorHookOptions options_;
+  Options options_;
   std::optional<SecondOrStepTimer> timer_;
   int64_t iter_count_ = 0;
   bool should_trigger_ = false;
@@ -416,10 +433,17 @@ class LoggingTensorHook : public SessionRunHook {
 
 class NanTensorHook : public SessionRunHook {
  public:
-  /// `loss_tensor`: the fetch name of the loss, a float32 or float64 tensor
-  /// of one element (INVALID_ARGUMENT from after_run otherwise).
-  NanTensorHook(std::string loss_tensor, bool fail_on_nan_loss = true)
-      : loss_tensor_(std::move(loss_tensor)), fail_on_nan_loss_(fail_on_nan_loss) {}
+  struct Options {
+    /// The fetch name of the loss, a float32 or float64 tensor of one
+    /// element (INVALID_ARGUMENT from after_run otherwise).
+    std::string loss_tensor;
+    bool fail_on_nan_loss = true;
+  };
+  /// INVALID_ARGUMENT for an empty loss_tensor.
+  static StatusOr<std::shared_ptr<NanTensorHook>> Create(const Options& options);
+  [[deprecated("use NanTensorHook::Create(NanTensorHook::Options)")]] NanTensorHook(std::string loss_tensor,
+                                                                                   bool fail_on_nan_loss = true)
+      : NanTensorHook(Options{std::move(loss_tensor), fail_on_nan_loss}) {}
   std::string name() const override { return "NanTensorHook"; }
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   /// NaN (not Inf): with fail_on_nan_loss logs "Model diverged with loss =
@@ -428,6 +452,8 @@ class NanTensorHook : public SessionRunHook {
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
 
  private:
+  explicit NanTensorHook(Options options)
+      : loss_tensor_(std::move(options.loss_tensor)), fail_on_nan_loss_(options.fail_on_nan_loss) {}
   std::string loss_tensor_;
   bool fail_on_nan_loss_;
 };
@@ -436,12 +462,23 @@ class NanTensorHook : public SessionRunHook {
 
 class GlobalStepWaiterHook : public SessionRunHook {
  public:
-  /// `poll_interval`: TF's 0.5 s. `max_wait`: Foreman's bound (TF waits
-  /// forever); past it the first before_run returns DEADLINE_EXCEEDED.
-  GlobalStepWaiterHook(int64_t wait_until_step, Clock* clock = Clock::Real(),
-                       absl::Duration poll_interval = absl::Milliseconds(500),
-                       std::optional<absl::Duration> max_wait = std::nullopt)
-      : wait_until_step_(wait_until_step), clock_(clock), poll_interval_(poll_interval), max_wait_(max_wait) {}
+  struct Options {
+    /// Training starts once the global step is >= this (<= 0: at once).
+    int64_t wait_until_step = 0;
+    /// Polls on this clock; null means Clock::Real().
+    Clock* clock = Clock::Real();
+    /// TF's 0.5 s. Must be > 0.
+    absl::Duration poll_interval = absl::Milliseconds(500);
+    /// Foreman's bound (TF waits forever); past it the first before_run
+    /// returns DEADLINE_EXCEEDED. Must be > 0 when set.
+    std::optional<absl::Duration> max_wait;
+  };
+  /// INVALID_ARGUMENT for poll_interval <= 0 or max_wait <= 0.
+  static StatusOr<std::shared_ptr<GlobalStepWaiterHook>> Create(const Options& options);
+  [[deprecated("use GlobalStepWaiterHook::Create(GlobalStepWaiterHook::Options)")]] GlobalStepWaiterHook(
+      int64_t wait_until_step, Clock* clock = Clock::Real(), absl::Duration poll_interval = absl::Milliseconds(500),
+      std::optional<absl::Duration> max_wait = std::nullopt)
+      : GlobalStepWaiterHook(Options{wait_until_step, clock, poll_interval, max_wait}) {}
   std::string name() const override { return "GlobalStepWaiterHook"; }
   Status begin() override;
   /// FAILED_PRECONDITION "Global step should be created to use
@@ -454,6 +491,11 @@ class GlobalStepWaiterHook : public SessionRunHook {
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
 
  private:
+  explicit GlobalStepWaiterHook(const Options& options)
+      : wait_until_step_(options.wait_until_step),
+        clock_(options.clock == nullptr ? Clock::Real() : options.clock),
+        poll_interval_(options.poll_interval),
+        max_wait_(options.max_wait) {}
   int64_t wait_until_step_;
   Clock* clock_;
   absl::Duration poll_interval_;
@@ -465,8 +507,16 @@ class GlobalStepWaiterHook : public SessionRunHook {
 
 class FinalOpsHook : public SessionRunHook {
  public:
-  explicit FinalOpsHook(std::vector<std::string> final_ops, TensorMap final_ops_feed_dict = {})
-      : final_ops_(std::move(final_ops)), feeds_(std::move(final_ops_feed_dict)) {}
+  struct Options {
+    /// Fetch names run once in end(); none: end() runs nothing.
+    std::vector<std::string> final_ops;
+    TensorMap final_ops_feed_dict;
+  };
+  /// INVALID_ARGUMENT for an empty name in final_ops.
+  static StatusOr<std::shared_ptr<FinalOpsHook>> Create(const Options& options);
+  [[deprecated("use FinalOpsHook::Create(FinalOpsHook::Options)")]] explicit FinalOpsHook(
+      std::vector<std::string> final_ops, TensorMap final_ops_feed_dict = {})
+      : FinalOpsHook(Options{std::move(final_ops), std::move(final_ops_feed_dict)}) {}
   std::string name() const override { return "FinalOpsHook"; }
   /// Runs final_ops (none: nothing) on the raw session with the feeds and
   /// keeps the values; OUT_OF_RANGE there is logged with TF's warning and
@@ -475,6 +525,8 @@ class FinalOpsHook : public SessionRunHook {
   const TensorMap& final_ops_values() const { return values_; }
 
  private:
+  explicit FinalOpsHook(Options options)
+      : final_ops_(std::move(options.final_ops)), feeds_(std::move(options.final_ops_feed_dict)) {}
   std::vector<std::string> final_ops_;
   TensorMap feeds_;
   TensorMap values_;
@@ -484,26 +536,25 @@ class FinalOpsHook : public SessionRunHook {
 
 class FeedFnHook : public SessionRunHook {
  public:
-  explicit FeedFnHook(std::function<TensorMap()> feed_fn) : feed_fn_(std::move(feed_fn)) {}
+  struct Options {
+    /// Called on the training thread before every run; returns the feeds.
+    std::function<TensorMap()> feed_fn;
+  };
+  /// INVALID_ARGUMENT for an empty feed_fn.
+  static StatusOr<std::shared_ptr<FeedFnHook>> Create(const Options& options);
+  [[deprecated("use FeedFnHook::Create(FeedFnHook::Options)")]] explicit FeedFnHook(
+      std::function<TensorMap()> feed_fn)
+      : FeedFnHook(Options{std::move(feed_fn)}) {}
   std::string name() const override { return "FeedFnHook"; }
   /// No fetches, feeds = feed_fn() (its exceptions become the Status).
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
 
  private:
+  explicit FeedFnHook(Options options) : feed_fn_(std::move(options.feed_fn)) {}
   std::function<TensorMap()> feed_fn_;
 };
 
 // -- ProfilerHook ------------------------------------------------------------------
-
-struct ProfilerHookOptions {
-  std::optional<int64_t> save_steps;
-  std::optional<double> save_secs;
-  std::string output_dir;
-  bool show_dataflow = true;
-  bool show_memory = false;
-  Clock* clock = Clock::Real();
-  Env* env = Env::Default();
-};
 
 /// Fetches the stale global step every run; the first run only primes
 /// the timer. When the timer fires for the predicted step it asks for
@@ -516,8 +567,17 @@ struct ProfilerHookOptions {
 /// allocator stats to show).
 class ProfilerHook : public SessionRunHook {
  public:
+  struct Options {
+    std::optional<int64_t> save_steps;
+    std::optional<double> save_secs;
+    std::string output_dir;
+    bool show_dataflow = true;
+    bool show_memory = false;
+    Clock* clock = Clock::Real();
+    Env* env = Env::Default();
+  };
   /// INVALID_ARGUMENT for a bad schedule (see SecondOrStepTimer).
-  static StatusOr<std::shared_ptr<ProfilerHook>> Create(ProfilerHookOptions options);
+  static StatusOr<std::shared_ptr<ProfilerHook>> Create(const Options& options);
   std::string name() const override { return "ProfilerHook"; }
   /// Resets the schedule and creates output_dir.
   Status begin() override;
@@ -528,8 +588,8 @@ class ProfilerHook : public SessionRunHook {
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
 
  private:
-  ProfilerHook(ProfilerHookOptions options, SecondOrStepTimer timer);
-  ProfilerHookOptions options_;
+  ProfilerHook(Options options, SecondOrStepTimer timer);
+  Options options_;
   SecondOrStepTimer timer_;
   bool request_summary_ = false;
   std::optional<int64_t> next_step_;
@@ -545,5 +605,12 @@ class ProfilerHook : public SessionRunHook {
 /// survive a JavaScript number). Names are JSON-escaped; ts and dur are
 /// microseconds.
 std::string ChromeTraceJson(const RunMetadata& metadata, int64_t step);
+
+// The options structs' older names (one release).
+using CheckpointSaverHookOptions [[deprecated("use CheckpointSaverHook::Options")]] = CheckpointSaverHook::Options;
+using StepCounterHookOptions [[deprecated("use StepCounterHook::Options")]] = StepCounterHook::Options;
+using SummarySaverHookOptions [[deprecated("use SummarySaverHook::Options")]] = SummarySaverHook::Options;
+using LoggingTensorHookOptions [[deprecated("use LoggingTensorHook::Options")]] = LoggingTensorHook::Options;
+using ProfilerHookOptions [[deprecated("use ProfilerHook::Options")]] = ProfilerHook::Options;
 
 }  // namespace foreman

@@ -299,7 +299,9 @@ class SingularMonitoredSession : public MonitoredSession {
 
 // -- MonitoredTrainingSession ------------------------------------------------------
 
-/// TF's USE_DEFAULT (distinct from "explicitly off").
+/// TF's USE_DEFAULT (distinct from "explicitly off"): left alone, the option
+/// takes TF's default; None() (or std::nullopt, TF's None) turns it off; a
+/// value sets it.
 template <class T>
 struct Defaultable {
   enum class Kind { kUseDefault, kNone, kValue };
@@ -307,6 +309,7 @@ struct Defaultable {
   T value{};
   Defaultable() = default;
   Defaultable(T v) : kind(Kind::kValue), value(v) {}  // NOLINT: implicit, as TF's keyword argument
+  Defaultable(std::nullopt_t) : kind(Kind::kNone) {}  // NOLINT: implicit, TF's None
   static Defaultable None() {
     Defaultable d;
     d.kind = Kind::kNone;
@@ -329,8 +332,9 @@ struct MonitoredTrainingSessionOptions {
   Defaultable<double> save_summaries_secs;
   SessionConfig config;
   double stop_grace_period_secs = 120;
-  /// 0 or None (std::nullopt) disables the StepCounterHook (as TF).
-  std::optional<int64_t> log_step_count_steps = 100;
+  /// Default 100 (TF's); 0 or None() (std::nullopt) disables the
+  /// StepCounterHook (as TF).
+  Defaultable<int64_t> log_step_count_steps;
   double max_wait_secs = 7200;
   Defaultable<int64_t> save_checkpoint_steps;
   std::string summary_dir;
@@ -353,6 +357,8 @@ struct MonitoredTrainingSessionPlan {
   std::optional<int64_t> save_checkpoint_steps;
   std::optional<double> save_checkpoint_secs;
   std::string summary_dir;
+  /// The StepCounterHook's every_n_steps (100 by default; nullopt: None).
+  std::optional<int64_t> log_step_count_steps;
   bool step_counter_hook = false;
   bool summary_saver_hook = false;
   bool checkpoint_saver_hook = false;

@@ -114,24 +114,30 @@ StatusOr<Event> ParseEvent(absl::string_view serialized) {
   return e;
 }
 
-StatusOr<std::vector<Event>> ReadEventFile(Env* env, const std::string& path, bool allow_truncated_tail) {
+Status ReadEventFileInto(Env* env, const std::string& path, std::vector<Event>* events,
+                         bool allow_truncated_tail) {
   RecordReaderOptions options;
   options.allow_truncated_tail = allow_truncated_tail;
   FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<RecordReader> reader, RecordReader::Open(env, path, options));
-  std::vector<Event> events;
   std::string record;
   for (;;) {
     const uint64_t offset = reader->offset();
     Status s = reader->ReadRecord(&record);
-    if (absl::IsOutOfRange(s)) return events;
+    if (absl::IsOutOfRange(s)) return absl::OkStatus();
     FOREMAN_RETURN_IF_ERROR(s);
     StatusOr<Event> event = ParseEvent(record);
     if (!event.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": record at offset ", offset, " is not an Event"));
     }
-    events.push_back(*std::move(event));
+    events->push_back(*std::move(event));
   }
+}
+
+StatusOr<std::vector<Event>> ReadEventFile(Env* env, const std::string& path, bool allow_truncated_tail) {
+  std::vector<Event> events;
+  FOREMAN_RETURN_IF_ERROR(ReadEventFileInto(env, path, &events, allow_truncated_tail));
+  return events;
 }
 
 StatusOr<std::vector<std::string>> ListEventFiles(Env* env, const std::string& logdir) {

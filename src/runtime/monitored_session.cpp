@@ -30,6 +30,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "foreman/checkpoint.hpp"
 #include "foreman/mutex.hpp"
@@ -81,6 +82,24 @@ std::string HookName(const std::shared_ptr<SessionRunHook>& hook) {
   } catch (...) {
     return "SessionRunHook";
   }
+}
+
+const Status& StatusOf(const Status& s) { return s; }
+template <class T>
+const Status& StatusOf(const StatusOr<T>& s) {
+  return s.status();
+}
+
+// Calls a hook's callback: a thrown error becomes a Status (InvokeUserCode),
+// and every error, returned or thrown, names the hook and the callback
+// ("hook <Name>::<callback>: ...") once, its code and payloads kept.
+template <class Fn>
+auto CallHook(const std::string& where, Fn&& fn) {
+  auto r = InvokeUserCode(where, std::forward<Fn>(fn));
+  if (!r.ok() && !absl::StartsWith(StatusOf(r).message(), absl::StrCat(where, ": "))) {
+    return decltype(r)(Annotate(StatusOf(r), where));
+  }
+  return r;
 }
 
 std::string FormatSeconds(absl::Duration d) { return absl::StrCat(absl::ToDoubleSeconds(d), " s"); }
@@ -280,7 +299,7 @@ Status MonitoredSession::Impl::Start() {
   if (!rt.ok()) return rt.status();
   runtime = std::move(rt).value();
   for (std::size_t i = 0; i < hooks.size(); ++i) {
-    Status s = InvokeUserCode(Where(i, "AttachServices"), [&] { hooks[i]->AttachServices(runtime.get()); });
+    Status s = CallHook(Where(i, "AttachServices"), [&] { hooks[i]->AttachServices(runtime.get()); });
     if (!s.ok()) {
       Abort();
       return s;
@@ -288,7 +307,7 @@ Status MonitoredSession::Impl::Start() {
   }
   // B19 (1): begin() once, in order, before any session exists (B20, B21).
   for (std::size_t i = 0; i < hooks.size(); ++i) {
-    Status s = InvokeUserCode(Where(i, "begin"), [&] { return hooks[i]->begin(); });
+    Status s = CallHook(Where(i, "begin"), [&] { return hooks[i]->begin(); });
     if (!s.ok()) {
       Abort();
       return s;
@@ -342,7 +361,7 @@ Status MonitoredSession::Impl::CreateSession() {
   hook_stop.store(false, std::memory_order_release);
 
   for (std::size_t i = 0; i < hooks.size(); ++i) {
-    Status s = InvokeUserCode(Where(i, "after_create_session"),
+    Status s = CallHook(Where(i, "after_create_session"),
                               [&] { return hooks[i]->after_create_session(session.get(), c); });
     if (!s.ok()) return s;
   }
@@ -636,7 +655,7 @@ Status MonitoredSession::Impl::BeforeRun(SessionRunContext& ctx, RunScratch& sc,
   TensorMap hook_feeds;
   for (std::size_t i = 0; i < hooks.size(); ++i) {
     StatusOr<SessionRunArgs> request =
-        InvokeUserCode(before_run_where[i], [&] { return hooks[i]->before_run(ctx); });
+        CallHook(before_run_where[i], [&] { return hooks[i]->before_run(ctx); });
     if (!request.ok()) return request.status();
     sc.hook_fetches[i] = std::move(request->fetches);
     if (!request->feeds.empty()) {
@@ -701,7 +720,7 @@ Status MonitoredSession::Impl::AfterRun(SessionRunContext& ctx, RunScratch& sc, 
     values.options = &merged_options;
     values.run_metadata = metadata;
     FOREMAN_RETURN_IF_ERROR(
-        InvokeUserCode(after_run_where[i], [&] { return hooks[i]->after_run(ctx, values); }));
+        CallHook(after_run_where[i], [&] { return hooks[i]->after_run(ctx, values); }));
   }
   return absl::OkStatus();
 }
@@ -720,7 +739,7 @@ Status MonitoredSession::Impl::Close() {
   // end() that fails skips the later ones (TF's loop) but not the closing.
   if (!run_failed && session != nullptr) {
     for (std::size_t i = 0; i < hooks.size(); ++i) {
-      Status s = InvokeUserCode(Where(i, "end"), [&] { return hooks[i]->end(session.get()); });
+      Status s = CallHook(Where(i, "end"), [&] { return hooks[i]->end(session.get()); });
       if (!s.ok()) {
         RecordError(s);
         break;
@@ -957,11 +976,15 @@ StatusOr<MonitoredTrainingSessionPlan> PlanMonitoredTrainingSession(const Monito
   FOREMAN_RETURN_IF_ERROR(CheckAtMostOne("save_summaries_secs", plan.save_summaries_secs, "save_summaries_steps",
                                          plan.save_summaries_steps));
 
+  // B10: TF's default is 100.
+  plan.log_step_count_steps =
+      options.log_step_count_steps.use_default() ? std::optional<int64_t>(100) : Resolve(options.log_step_count_steps);
+
   // B9-B13.
   plan.summary_dir = options.summary_dir.empty() ? options.checkpoint_dir : options.summary_dir;
   if (options.is_chief) {
     if (!plan.summary_dir.empty()) {
-      plan.step_counter_hook = Enabled(options.log_step_count_steps);
+      plan.step_counter_hook = Enabled(plan.log_step_count_steps);
       plan.summary_saver_hook = Enabled(plan.save_summaries_steps) || Enabled(plan.save_summaries_secs);
     }
     if (!options.checkpoint_dir.empty()) {
@@ -1013,8 +1036,8 @@ StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTr
   // CheckpointSaverHook, hooks.
   HookList hooks = std::move(options.chief_only_hooks);
   if (plan.step_counter_hook) {
-    StepCounterHookOptions o;
-    o.every_n_steps = options.log_step_count_steps;  // B10
+    StepCounterHook::Options o;
+    o.every_n_steps = plan.log_step_count_steps;  // B10
     o.every_n_secs = std::nullopt;
     o.output_dir = plan.summary_dir;
     o.clock = config.clock;
@@ -1022,7 +1045,7 @@ StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTr
     hooks.push_back(std::move(hook));
   }
   if (plan.summary_saver_hook) {
-    SummarySaverHookOptions o;
+    SummarySaverHook::Options o;
     o.save_steps = plan.save_summaries_steps;
     o.save_secs = plan.save_summaries_secs;
     o.output_dir = plan.summary_dir;
@@ -1032,7 +1055,7 @@ StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTr
     hooks.push_back(std::move(hook));
   }
   if (plan.checkpoint_saver_hook) {
-    CheckpointSaverHookOptions o;  // B11
+    CheckpointSaverHook::Options o;  // B11
     o.checkpoint_dir = options.checkpoint_dir;
     o.save_secs = plan.save_checkpoint_secs;
     o.save_steps = plan.save_checkpoint_steps;

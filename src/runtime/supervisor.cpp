@@ -15,6 +15,9 @@ namespace {
 
 bool Enabled(const std::optional<double>& secs) { return secs.has_value() && *secs > 0; }
 
+// TF: Supervisor.save_path.
+std::string SavePath(const SupervisorOptions& o) { return JoinPath(o.logdir, o.checkpoint_basename); }
+
 // How long a standard service waits for one checkpoint to become durable, and
 // stop() for the event file to flush: long enough for a slow disk, bounded so
 // a wedged actor cannot hang the caller.
@@ -33,6 +36,9 @@ struct Supervisor::Impl {
   std::unique_ptr<internal::Runtime> runtime;
   std::shared_ptr<internal::SummaryWriterService> writer;
   Session* services_session = nullptr;
+  // The error stop() last returned (managed_session's, say): the caller has
+  // it, so the destructor's join, which finds it again, does not log it.
+  Status returned_by_stop;
 
   Status EnsureRuntime(const SessionConfig& config) {
     if (runtime != nullptr) return absl::OkStatus();
@@ -109,7 +115,7 @@ Supervisor::~Supervisor() {
   // Threads first (they use the runtime), then the actors.
   impl_->coord->request_stop().IgnoreError();
   Status joined = impl_->coord->join(absl::Seconds(impl_->options.stop_grace_secs), /*ignore_live_threads=*/true);
-  if (!joined.ok()) FOREMAN_LOG_WARN("Supervisor: {}", joined.ToString());
+  if (!joined.ok() && joined != impl_->returned_by_stop) FOREMAN_LOG_WARN("Supervisor: {}", joined.ToString());
   Status s = impl_->ShutdownRuntime();
   if (!s.ok()) FOREMAN_LOG_ERROR("Supervisor: shutting down its services: {}", s.ToString());
 }
@@ -121,6 +127,7 @@ StatusOr<std::unique_ptr<Session>> Supervisor::prepare_or_wait_for_session(const
                                                                            bool start_standard_services) {
   const SessionConfig cfg = config.value_or(impl_->options.config);
   impl_->coord->clear_stop();  // B157
+  impl_->returned_by_stop = absl::OkStatus();
   if (!impl_->options.is_chief) {
     return impl_->session_manager->wait_for_session(master, cfg, max_wait);
   }
@@ -222,7 +229,10 @@ Status Supervisor::StartServices(Session* session, std::shared_ptr<Session> keep
   if (Enabled(o.save_model_secs) && impl_->saver != nullptr && has_step) {
     FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<internal::CheckpointService> checkpointer,
                              impl_->runtime->CheckpointSaver(o.logdir, impl_->saver, o.checkpoint_basename));
-    auto target = [session, keep_alive, checkpointer]() -> Status {
+    const std::string save_path = SavePath(o);
+    auto target = [session, keep_alive, checkpointer, save_path]() -> Status {
+      // TF's SVTimerCheckpointThread logs this line (no step) before each save.
+      FOREMAN_LOG_INFO("Saving checkpoint to path {}", save_path);
       FOREMAN_ASSIGN_OR_RETURN(int64_t step, session->GlobalStep());
       // Snapshot() holds the values' mutex: the copy happens between steps.
       std::shared_ptr<internal::SaveTicket> ticket = checkpointer->StartSave(session->Snapshot(), step);
@@ -250,6 +260,7 @@ Status Supervisor::stop(bool close_summary_writer, bool ignore_live_threads) {
     Status flushed = impl_->writer->Flush(kServiceTimeout);
     if (!flushed.ok() && joined.ok()) joined = flushed;
   }
+  impl_->returned_by_stop = joined;
   return joined;
 }
 
@@ -310,7 +321,7 @@ bool Supervisor::wait_for_stop(std::optional<absl::Duration> timeout) { return i
 bool Supervisor::stop_on_exception(const std::function<Status()>& fn) { return impl_->coord->stop_on_exception(fn); }
 Coordinator* Supervisor::coord() { return impl_->coord.get(); }
 bool Supervisor::is_chief() const { return impl_->options.is_chief; }
-std::string Supervisor::save_path() const { return JoinPath(impl_->options.logdir, impl_->options.checkpoint_basename); }
+std::string Supervisor::save_path() const { return SavePath(impl_->options); }
 const SupervisorOptions& Supervisor::options() const { return impl_->options; }
 
 }  // namespace foreman

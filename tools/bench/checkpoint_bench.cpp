@@ -189,7 +189,7 @@ StallRun MeasureStall(int64_t mib, int saves, double save_secs, const std::strin
     ctx.Set("train_op", foreman::Tensor::Scalar<int64_t>(step));
     return absl::OkStatus();
   });
-  foreman::CheckpointSaverHookOptions hook_options;
+  foreman::CheckpointSaverHook::Options hook_options;
   hook_options.checkpoint_dir = dir;
   hook_options.save_secs = save_secs;
   auto hook = foreman::CheckpointSaverHook::Create(hook_options);

@@ -34,7 +34,9 @@ int main(int argc, char** argv) {
   job.options.checkpoint_dir = argv[1];
   job.options.save_checkpoint_steps = 100;
   job.options.config.intra_op_parallelism_threads = 1;
-  job.options.hooks = {foreman::StopAtStepHook::Create(std::nullopt, last_step).value()};
+  foreman::StopAtStepHook::Options stop;
+  stop.last_step = last_step;
+  job.options.hooks = {foreman::StopAtStepHook::Create(stop).value()};
   job.fetches = {"train_op", "loss"};
   job.progress_every_steps = 100;
 

@@ -21,7 +21,9 @@ int main(int argc, char** argv) {
   }
   const int64_t last_step = argc == 3 ? std::atoll(argv[2]) : 200;
 
-  auto stop = foreman::StopAtStepHook::Create(std::nullopt, last_step);
+  foreman::StopAtStepHook::Options stop_options;
+  stop_options.last_step = last_step;
+  auto stop = foreman::StopAtStepHook::Create(stop_options);
   if (!stop.ok()) {
     std::fprintf(stderr, "error: %s\n", stop.status().ToString().c_str());
     return 2;

@@ -7,13 +7,29 @@
 //   step 101  wall 1700000000.456  session_log  START
 //
 // --json prints one JSON object per line instead (NaN and infinities as the
-// strings "NaN", "Infinity", "-Infinity"). A cut last record (a writer still
-// appending) is ignored; a corrupt record is an error naming file and offset.
+// strings "NaN", "Infinity", "-Infinity").
+//
+// A log directory is read as TensorBoard reads one: every directory in it,
+// the directory itself included, that holds event files (names containing
+// "tfevents") is a run, named by its path relative to the log directory
+// ("." for the directory's own files). With more than one run, or one in a
+// subdirectory, each run's lines follow a "# run <name>" header, runs in
+// sorted order ("." first); JSON lines then carry "run". Within a run, files
+// go in name order, each after a "# <file>" header when there are several.
+//
+// A cut last record (a writer still appending) is ignored. A damaged record
+// (checksum mismatch, or not an Event) ends that file as TF's
+// summary_iterator does: what was read before it is printed, then an error
+// naming the file and the damaged record's offset; the other files are
+// still read, and the exit status is 2.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -195,10 +211,13 @@ std::string TextLine(const Event& e, const SummaryValue* value) {
   return line;
 }
 
-/// TextLine() as a JSON object, with the file's path.
-std::string JsonLine(const std::string& file, const Event& e, const SummaryValue* value) {
+/// TextLine() as a JSON object, with the file's path and, when not null,
+/// the run's name.
+std::string JsonLine(const std::string& file, const std::string* run, const Event& e, const SummaryValue* value) {
   JsonObject o;
-  o.Str("file", file).Raw("wall_time", JsonWallTime(e.wall_time)).Raw("step", absl::StrCat(e.step));
+  o.Str("file", file);
+  if (run != nullptr) o.Str("run", *run);
+  o.Raw("wall_time", JsonWallTime(e.wall_time)).Raw("step", absl::StrCat(e.step));
   if (value == nullptr) {
     o.Str("kind", KindName(e.kind));
     switch (e.kind) {
@@ -239,39 +258,84 @@ int Fail(const Status& s) {
   return bad_input ? kExitUsage : kExitFailed;
 }
 
-/// `path` itself, or the event files in it when it is a directory.
-StatusOr<std::vector<std::string>> InputFiles(Env* env, const std::string& path) {
-  FOREMAN_ASSIGN_OR_RETURN(bool is_dir, env->IsDirectory(path));
-  if (!is_dir) return std::vector<std::string>{path};
-  FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> files, ListEventFiles(env, path));
-  if (files.empty()) return absl::NotFoundError(absl::StrCat("no event files in ", path));
-  return files;
+/// One run: a directory's event files, by name.
+struct Run {
+  std::string name;  // relative to the log directory; "." for itself
+  std::vector<std::string> files;
+};
+
+/// The runs under `logdir` (TensorBoard's run discovery): every directory
+/// in it, itself included, holding event files; symbolic links to
+/// directories are not followed, unreadable directories are skipped (as
+/// os.walk does). Sorted by name, "." first.
+StatusOr<std::vector<Run>> FindRuns(Env* env, const std::string& logdir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> dirs = {logdir};
+  std::error_code ec;
+  fs::recursive_directory_iterator it(logdir, fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_directory(type_ec) && !it->is_symlink(type_ec)) dirs.push_back(it->path().string());
+  }
+  if (ec) return absl::InternalError(absl::StrCat("listing the runs in ", logdir, ": ", ec.message()));
+  std::vector<Run> runs;
+  for (const std::string& dir : dirs) {
+    FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> files, ListEventFiles(env, dir));
+    if (files.empty()) continue;
+    std::string name = dir == logdir ? "." : fs::path(dir).lexically_relative(logdir).string();
+    runs.push_back(Run{std::move(name), std::move(files)});
+  }
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
+    return (a.name == ".") != (b.name == ".") ? a.name == "." : a.name < b.name;
+  });
+  if (runs.empty()) {
+    return absl::NotFoundError(absl::StrCat("no event files in ", logdir, " or its subdirectories"));
+  }
+  return runs;
 }
 
 int RunEvents(const EventsFlags& flags) {
   Env* env = Env::Default();
-  StatusOr<std::vector<std::string>> files = InputFiles(env, flags.path);
-  if (!files.ok()) return Fail(files.status());
+  StatusOr<bool> is_dir = env->IsDirectory(flags.path);
+  if (!is_dir.ok()) return Fail(is_dir.status());
+  std::vector<Run> runs;
+  if (*is_dir) {
+    StatusOr<std::vector<Run>> found = FindRuns(env, flags.path);
+    if (!found.ok()) return Fail(found.status());
+    runs = *std::move(found);
+  } else {
+    runs.push_back(Run{"", {flags.path}});
+  }
+  // Run headers (and JSON's "run") when the runs are more than the log
+  // directory's own files.
+  const bool name_runs = runs.size() > 1 || (runs.size() == 1 && runs[0].name != "." && !runs[0].name.empty());
   int exit_code = kExitOk;
-  for (const std::string& file : *files) {
-    StatusOr<std::vector<Event>> events = ReadEventFile(env, file, /*allow_truncated_tail=*/true);
-    if (!events.ok()) {
-      const int code = Fail(events.status());
-      if (exit_code == kExitOk) exit_code = code;
-      continue;
-    }
-    if (!flags.json && files->size() > 1) std::printf("# %s\n", file.c_str());
-    const auto print = [&](const Event& e, const SummaryValue* v) {
-      const std::string line = absl::StrCat(flags.json ? JsonLine(file, e, v) : TextLine(e, v), "\n");
-      std::fwrite(line.data(), 1, line.size(), stdout);
-    };
-    for (const Event& e : *events) {
-      if (e.kind != Event::Kind::kSummary) {
-        if (flags.tag.empty()) print(e, nullptr);
-        continue;
+  for (const Run& run : runs) {
+    if (!flags.json && name_runs) std::printf("# run %s\n", run.name.c_str());
+    const std::string* run_name = name_runs ? &run.name : nullptr;
+    for (const std::string& file : run.files) {
+      if (!flags.json && run.files.size() > 1) std::printf("# %s\n", file.c_str());
+      std::vector<Event> events;
+      // Everything before a damaged record is printed, then the error.
+      const Status read = ReadEventFileInto(env, file, &events, /*allow_truncated_tail=*/true);
+      const auto print = [&](const Event& e, const SummaryValue* v) {
+        const std::string line =
+            absl::StrCat(flags.json ? JsonLine(file, run_name, e, v) : TextLine(e, v), "\n");
+        std::fwrite(line.data(), 1, line.size(), stdout);
+      };
+      for (const Event& e : events) {
+        if (e.kind != Event::Kind::kSummary) {
+          if (flags.tag.empty()) print(e, nullptr);
+          continue;
+        }
+        for (const SummaryValue& v : e.values) {
+          if (flags.tag.empty() || v.tag == flags.tag) print(e, &v);
+        }
       }
-      for (const SummaryValue& v : e.values) {
-        if (flags.tag.empty() || v.tag == flags.tag) print(e, &v);
+      if (!read.ok()) {
+        std::fflush(stdout);  // the lines read come before the error
+        const int code = Fail(read);
+        if (exit_code == kExitOk) exit_code = code;
       }
     }
   }
@@ -283,7 +347,7 @@ int RunEvents(const EventsFlags& flags) {
 void AddEventsCommand(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<EventsFlags>();
   auto* cmd = app.add_subcommand("events", "Print the events of TensorBoard event files");
-  cmd->add_option("path", flags->path, "An event file, or a log directory (all its event files, by name)")
+  cmd->add_option("path", flags->path, "An event file, or a log directory (each directory in it with event files is a run)")
       ->required();
   cmd->add_flag("--json", flags->json, "One JSON object per line");
   cmd->add_option("--tag", flags->tag, "Only the summary values with this tag");

@@ -873,10 +873,16 @@ ExitCode AddHooks(TrainJob& job) {
   job.tty = isatty(STDERR_FILENO) != 0;
   job.progress = std::make_shared<ProgressHook>(
       job.total_steps, f.log_step_count_steps > 0 ? f.log_step_count_steps : 100, job.tty, job.model->eval);
+  NanTensorHook::Options nan;
+  nan.loss_tensor = "loss";
+  auto nan_hook = NanTensorHook::Create(nan);
+  if (!nan_hook.ok()) return Fail(kExitFailed, "hooks", nan_hook.status());
   MonitoredTrainingSessionOptions& mts = job.mts;
-  mts.hooks = {std::make_shared<NanTensorHook>("loss"), job.progress};
+  mts.hooks = {*nan_hook, job.progress};
   if (f.max_steps > 0) {
-    auto stop = StopAtStepHook::Create(std::nullopt, f.max_steps);
+    StopAtStepHook::Options stop_options;
+    stop_options.last_step = f.max_steps;
+    auto stop = StopAtStepHook::Create(stop_options);
     if (!stop.ok()) return Fail(kExitUsage, "bad flags", stop.status());
     mts.hooks.push_back(*stop);
   }

@@ -64,16 +64,23 @@ void SecondOrStepTimer::reset() {
 
 // -- StopAtStepHook ------------------------------------------------------------------
 
-StatusOr<std::shared_ptr<StopAtStepHook>> StopAtStepHook::Create(std::optional<int64_t> num_steps,
-                                                                 std::optional<int64_t> last_step) {
-  // B98, TF's messages.
-  if (!num_steps.has_value() && !last_step.has_value()) {
+StatusOr<std::shared_ptr<StopAtStepHook>> StopAtStepHook::Create(const Options& options) {
+  // B98, TF's messages (its ValueError).
+  if (!options.num_steps.has_value() && !options.last_step.has_value()) {
     return absl::InvalidArgumentError("One of num_steps or last_step must be specified.");
   }
-  if (num_steps.has_value() && last_step.has_value()) {
+  if (options.num_steps.has_value() && options.last_step.has_value()) {
     return absl::InvalidArgumentError("Only one of num_steps or last_step can be specified.");
   }
-  return std::shared_ptr<StopAtStepHook>(new StopAtStepHook(num_steps, last_step));
+  return std::shared_ptr<StopAtStepHook>(new StopAtStepHook(options.num_steps, options.last_step));
+}
+
+StatusOr<std::shared_ptr<StopAtStepHook>> StopAtStepHook::Create(std::optional<int64_t> num_steps,
+                                                                 std::optional<int64_t> last_step) {
+  Options options;
+  options.num_steps = num_steps;
+  options.last_step = last_step;
+  return Create(options);
 }
 
 StopAtStepHook::StopAtStepHook(std::optional<int64_t> num_steps, std::optional<int64_t> last_step)
@@ -114,7 +121,8 @@ Status StopAtStepHook::after_run(SessionRunContext& ctx, const SessionRunValues&
 
 // -- LoggingTensorHook ------------------------------------------------------------------
 
-StatusOr<std::shared_ptr<LoggingTensorHook>> LoggingTensorHook::Create(LoggingTensorHookOptions options) {
+StatusOr<std::shared_ptr<LoggingTensorHook>> LoggingTensorHook::Create(const Options& options_in) {
+  Options options = options_in;
   // B117, TF's messages.
   const bool only_log_at_end = options.at_end && !options.every_n_iter.has_value() && !options.every_n_secs.has_value();
   if (!only_log_at_end && options.every_n_iter.has_value() == options.every_n_secs.has_value()) {
@@ -133,7 +141,7 @@ StatusOr<std::shared_ptr<LoggingTensorHook>> LoggingTensorHook::Create(LoggingTe
   return std::shared_ptr<LoggingTensorHook>(new LoggingTensorHook(std::move(options), std::move(timer)));
 }
 
-LoggingTensorHook::LoggingTensorHook(LoggingTensorHookOptions options, std::optional<SecondOrStepTimer> timer)
+LoggingTensorHook::LoggingTensorHook(Options options, std::optional<SecondOrStepTimer> timer)
     : options_(std::move(options)), timer_(std::move(timer)) {}
 
 Status LoggingTensorHook::begin() {
@@ -197,6 +205,11 @@ Status LoggingTensorHook::LogTensors(const TensorMap& values) {
 
 // -- NanTensorHook ---------------------------------------------------------------------
 
+StatusOr<std::shared_ptr<NanTensorHook>> NanTensorHook::Create(const Options& options) {
+  if (options.loss_tensor.empty()) return absl::InvalidArgumentError("NanTensorHook: options.loss_tensor is empty.");
+  return std::shared_ptr<NanTensorHook>(new NanTensorHook(options));
+}
+
 StatusOr<SessionRunArgs> NanTensorHook::before_run(SessionRunContext& /*ctx*/) {
   SessionRunArgs args;
   args.fetches = {loss_tensor_};
@@ -232,6 +245,18 @@ Status NanTensorHook::after_run(SessionRunContext& ctx, const SessionRunValues& 
 }
 
 // -- GlobalStepWaiterHook --------------------------------------------------------------
+
+StatusOr<std::shared_ptr<GlobalStepWaiterHook>> GlobalStepWaiterHook::Create(const Options& options) {
+  if (options.poll_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("GlobalStepWaiterHook: options.poll_interval must be > 0, got ",
+                                                   absl::FormatDuration(options.poll_interval), "."));
+  }
+  if (options.max_wait.has_value() && *options.max_wait <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("GlobalStepWaiterHook: options.max_wait must be > 0, got ",
+                                                   absl::FormatDuration(*options.max_wait), "."));
+  }
+  return std::shared_ptr<GlobalStepWaiterHook>(new GlobalStepWaiterHook(options));
+}
 
 Status GlobalStepWaiterHook::begin() {
   worker_is_started_ = false;
@@ -278,6 +303,15 @@ StatusOr<SessionRunArgs> GlobalStepWaiterHook::before_run(SessionRunContext& ctx
 
 // -- FinalOpsHook ------------------------------------------------------------------------
 
+StatusOr<std::shared_ptr<FinalOpsHook>> FinalOpsHook::Create(const Options& options) {
+  for (std::size_t i = 0; i < options.final_ops.size(); ++i) {
+    if (options.final_ops[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("FinalOpsHook: options.final_ops[", i, "] is empty."));
+    }
+  }
+  return std::shared_ptr<FinalOpsHook>(new FinalOpsHook(options));
+}
+
 Status FinalOpsHook::end(Session* session) {
   if (final_ops_.empty()) return absl::OkStatus();
   StatusOr<TensorMap> values = session->Run(final_ops_, feeds_);
@@ -300,10 +334,15 @@ Status FinalOpsHook::end(Session* session) {
 
 // -- FeedFnHook ---------------------------------------------------------------------------
 
+StatusOr<std::shared_ptr<FeedFnHook>> FeedFnHook::Create(const Options& options) {
+  if (!options.feed_fn) return absl::InvalidArgumentError("FeedFnHook: options.feed_fn is empty.");
+  return std::shared_ptr<FeedFnHook>(new FeedFnHook(options));
+}
+
 StatusOr<SessionRunArgs> FeedFnHook::before_run(SessionRunContext& /*ctx*/) {
   if (!feed_fn_) return absl::InvalidArgumentError("FeedFnHook: feed_fn is empty.");
   StatusOr<TensorMap> feeds =
-      InvokeUserCode("hook FeedFnHook feed_fn", [this]() -> StatusOr<TensorMap> { return feed_fn_(); });
+      InvokeUserCode("FeedFnHook feed_fn", [this]() -> StatusOr<TensorMap> { return feed_fn_(); });
   if (!feeds.ok()) return feeds.status();
   SessionRunArgs args;
   args.feeds = *std::move(feeds);
@@ -312,7 +351,8 @@ StatusOr<SessionRunArgs> FeedFnHook::before_run(SessionRunContext& /*ctx*/) {
 
 // -- ProfilerHook ------------------------------------------------------------------------
 
-StatusOr<std::shared_ptr<ProfilerHook>> ProfilerHook::Create(ProfilerHookOptions options) {
+StatusOr<std::shared_ptr<ProfilerHook>> ProfilerHook::Create(const Options& options_in) {
+  Options options = options_in;
   if (options.env == nullptr) options.env = Env::Default();
   if (options.clock == nullptr) options.clock = Clock::Real();
   FOREMAN_ASSIGN_OR_RETURN(SecondOrStepTimer timer,
@@ -320,7 +360,7 @@ StatusOr<std::shared_ptr<ProfilerHook>> ProfilerHook::Create(ProfilerHookOptions
   return std::shared_ptr<ProfilerHook>(new ProfilerHook(std::move(options), std::move(timer)));
 }
 
-ProfilerHook::ProfilerHook(ProfilerHookOptions options, SecondOrStepTimer timer)
+ProfilerHook::ProfilerHook(Options options, SecondOrStepTimer timer)
     : options_(std::move(options)), timer_(std::move(timer)) {}
 
 Status ProfilerHook::begin() {

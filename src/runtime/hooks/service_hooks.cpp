@@ -47,9 +47,9 @@ std::string Demangle(const char* name) {
 // -- CheckpointSaverHook ----------------------------------------------------------------
 
 struct CheckpointSaverHook::Impl {
-  Impl(CheckpointSaverHookOptions o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {}
+  Impl(CheckpointSaverHook::Options o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {}
 
-  CheckpointSaverHookOptions options;
+  CheckpointSaverHook::Options options;
   SecondOrStepTimer timer;
   std::string save_path;  // "<dir>/<basename>"
   internal::Services* services = nullptr;
@@ -128,7 +128,8 @@ struct CheckpointSaverHook::Impl {
   }
 };
 
-StatusOr<std::shared_ptr<CheckpointSaverHook>> CheckpointSaverHook::Create(CheckpointSaverHookOptions options) {
+StatusOr<std::shared_ptr<CheckpointSaverHook>> CheckpointSaverHook::Create(const Options& options_in) {
+  Options options = options_in;
   FOREMAN_ASSIGN_OR_RETURN(SecondOrStepTimer timer,
                            SecondOrStepTimer::Create(options.save_secs, options.save_steps, options.clock));
   if (options.checkpoint_dir.empty()) {
@@ -256,8 +257,8 @@ constexpr int kStaleStepWarnings = 5;
 }  // namespace
 
 struct StepCounterHook::Impl {
-  Impl(StepCounterHookOptions o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {}
-  StepCounterHookOptions options;
+  Impl(StepCounterHook::Options o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {}
+  StepCounterHook::Options options;
   SecondOrStepTimer timer;
   int64_t steps_per_run = 1;
   internal::Services* services = nullptr;
@@ -266,7 +267,8 @@ struct StepCounterHook::Impl {
   int warnings = 0;
 };
 
-StatusOr<std::shared_ptr<StepCounterHook>> StepCounterHook::Create(StepCounterHookOptions options) {
+StatusOr<std::shared_ptr<StepCounterHook>> StepCounterHook::Create(const Options& options_in) {
+  Options options = options_in;
   // B109, TF's message.
   if (options.every_n_steps.has_value() == options.every_n_secs.has_value()) {
     return absl::InvalidArgumentError("exactly one of every_n_steps and every_n_secs should be provided.");
@@ -335,8 +337,8 @@ Status StepCounterHook::after_run(SessionRunContext& ctx, const SessionRunValues
 // -- SummarySaverHook ---------------------------------------------------------------------
 
 struct SummarySaverHook::Impl {
-  Impl(SummarySaverHookOptions o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {}
-  SummarySaverHookOptions options;
+  Impl(SummarySaverHook::Options o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {}
+  SummarySaverHook::Options options;
   SecondOrStepTimer timer;
   internal::Services* services = nullptr;
   std::shared_ptr<internal::SummaryWriterService> writer;  // null: no output_dir (B112)
@@ -344,7 +346,8 @@ struct SummarySaverHook::Impl {
   bool request_summary = false;
 };
 
-StatusOr<std::shared_ptr<SummarySaverHook>> SummarySaverHook::Create(SummarySaverHookOptions options) {
+StatusOr<std::shared_ptr<SummarySaverHook>> SummarySaverHook::Create(const Options& options_in) {
+  Options options = options_in;
   FOREMAN_ASSIGN_OR_RETURN(SecondOrStepTimer timer,
                            SecondOrStepTimer::Create(options.save_secs, options.save_steps, options.clock));
   for (const std::string& op : options.summary_op) {
