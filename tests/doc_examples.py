@@ -4,7 +4,9 @@
 An example is a fenced block whose info string is `cpp`:
   - in a header, inside `//` or `///` comments:   //   ```cpp ... //   ```
   - in Markdown (docs/*.md, README.md):           ```cpp ... ```
-Each becomes the body of a function `foreman::Status(Fixture&)` in one
+An example's `#include` lines name what it needs besides its own header;
+they are moved to the top of the generated file. Each becomes the body of a
+function `foreman::Status(Fixture&)` in one
 generated translation unit, preceded by the fixture's names (env, graph,
 config, feeds, vars, ...: tests/support/doc_example_fixture.hpp), which an
 example may use or shadow. `#line` directives make a compiler error name the
@@ -69,11 +71,16 @@ def main():
     root = os.path.abspath(args.root)
 
     examples = []
+    hoisted = []  # an example's own #include lines go to the top of the file
     for path in args.files:
         rel = os.path.relpath(os.path.abspath(path), root)
         with open(path, encoding="utf-8") as f:
             text = f.read()
         for line, code in blocks(rel, text):
+            for c in code:
+                if c.lstrip().startswith("#include") and c.strip() not in hoisted:
+                    hoisted.append(c.strip())
+            code = ["// " + c if c.lstrip().startswith("#include") else c for c in code]
             examples.append((rel, line, code))
 
     headers = sorted({rel for rel, _, _ in examples if rel.startswith("include/")})
@@ -83,6 +90,7 @@ def main():
     out.append('#include "doc_example_fixture.hpp"')
     for rel in sorted({os.path.basename(r) for r in headers}):
         out.append(f'#include "foreman/{rel}"')
+    out.extend(hoisted)
     out.append("")
     out.append("namespace foreman_doc {")
     out.append("namespace {")

@@ -152,6 +152,27 @@ TEST_CASE("With declared fetches an unknown fetch is NOT_FOUND before the step r
   CHECK(*(*sess)->GlobalStep() == 1);
 }
 
+TEST_CASE("With declared fetches an uninitialized variable fetch fails before the step; local variables answer") {
+  auto graph = CounterGraph();
+  REQUIRE(graph->AddLocalVariable("lv", Tensor::Scalar<float>(4.0f)).ok());
+  REQUIRE(graph->AddFetch("loss").ok());
+  auto sess = Session::Create(graph);
+  REQUIRE(sess.ok());
+  REQUIRE(InitAll(**sess).ok());  // initializes every variable: take lv's value away again
+  REQUIRE((*sess)->WithVariables([](VariableStore& vars) { return vars.Delete("lv"); }).ok());
+  auto bad = (*sess)->Run({"train_op", "lv"});
+  CHECK(bad.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(bad.status().message().find("uninitialized value lv") != absl::string_view::npos);
+  CHECK(*(*sess)->GlobalStep() == 0);  // nothing changed
+  REQUIRE((*sess)->WithVariables([](VariableStore& vars) {
+                    return vars.Create("lv", Tensor::Scalar<float>(4.0f), /*trainable=*/false);
+                  }).ok());
+  auto good = (*sess)->Run({"train_op", "lv"});
+  REQUIRE(good.ok());
+  CHECK(good->at("lv").scalar<float>().value() == 4.0f);
+  CHECK(*(*sess)->GlobalStep() == 1);
+}
+
 TEST_CASE("Without declared fetches an unanswered fetch is still NOT_FOUND after the step") {
   auto sess = Session::Create(CounterGraph());
   REQUIRE(sess.ok());

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -206,6 +207,37 @@ TEST_CASE("B157 prepare_or_wait_for_session restores from logdir and clears a pr
   CHECK_FALSE((*sv)->should_stop());
   CHECK(*(*session)->GlobalStep() == 0);
   CHECK((*sv)->stop().ok());
+}
+
+TEST_CASE("A chief Supervisor on a directory another owner holds is refused before it reads or writes there") {
+  ManualClock clock;
+  TempDir dir;
+  // A first run leaves a checkpoint; then another owner holds the directory.
+  {
+    auto sv = Supervisor::Create(Options(TrainGraph(), dir.path(), &clock));
+    REQUIRE(sv.ok());
+    REQUIRE((*sv)->managed_session([&](Session& sess) -> Status {
+                  AwaitServices(clock, 3);
+                  return sess.Run({"train_op"}).status();
+                }).ok());
+  }
+  auto listing = [&] {
+    auto names = Env::Default()->GetChildren(dir.path());
+    std::vector<std::string> sorted = names.ok() ? *names : std::vector<std::string>{"<unreadable>"};
+    std::sort(sorted.begin(), sorted.end());
+    return sorted;
+  };
+  const std::vector<std::string> before = listing();
+  auto lock = LockCheckpointDirectory(Env::Default(), dir.path());
+  REQUIRE(lock.ok());
+  auto sv = Supervisor::Create(Options(TrainGraph(), dir.path(), &clock));
+  REQUIRE(sv.ok());
+  testing::CapturedLog logs;
+  auto session = (*sv)->prepare_or_wait_for_session();
+  CHECK(session.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(absl::StrContains(session.status().message(), "in use"));
+  CHECK_FALSE(absl::StrContains(logs.text(), "Restoring parameters"));  // nothing read
+  CHECK(listing() == before);  // no new event file
 }
 
 TEST_CASE("B160 managed_session: OUT_OF_RANGE from the block is a clean stop") {

@@ -143,7 +143,8 @@ struct JobStatus {
 struct ProgressStep {
   int64_t global_step = 0;
   /// The job's fetches that are numeric scalars (one element: "loss",
-  /// "train_op", ...), as doubles, by fetch name.
+  /// "accuracy", ...), as doubles, by fetch name ("train_op", answered with
+  /// an empty Tensor, is not one).
   std::map<std::string, double> values;
 };
 

@@ -14,6 +14,10 @@
 // changes it notifies a std::condition_variable_any:
 //
 //   ```cpp
+//   #include <condition_variable>
+//   #include <thread>
+//   #include "foreman/clock.hpp"
+//   #include "foreman/mutex.hpp"
 //   foreman::Clock* clock = foreman::Clock::Real();
 //   foreman::Mutex mu;
 //   std::condition_variable_any cv;

@@ -9,6 +9,8 @@
 // Session::Create (StepContext::compute()); nn::Mlp runs through it.
 //
 //   ```cpp
+//   #include "foreman/compute.hpp"
+//   #include "foreman/session.hpp"  // Graph, Session, StepContext
 //   auto g = std::make_shared<foreman::Graph>();
 //   FOREMAN_RETURN_IF_ERROR(g->SetStep([](foreman::StepContext& ctx) -> foreman::Status {
 //     foreman::compute::Device& dev = ctx.compute();  // the session's device: "/cpu:0"

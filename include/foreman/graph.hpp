@@ -9,6 +9,8 @@
 // (Scaffold) assigns their initial values or a checkpoint restores them.
 //
 //   ```cpp
+//   #include "foreman/graph.hpp"
+//   #include "foreman/session.hpp"  // StepContext
 //   // Minimises loss = w² by gradient descent (learning rate 0.1).
 //   auto graph = std::make_shared<foreman::Graph>();
 //   FOREMAN_RETURN_IF_ERROR(graph->CreateGlobalStep());

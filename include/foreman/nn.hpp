@@ -8,6 +8,9 @@
 // the variables AddMlpVariables declared can be trained by it.
 //
 //   ```cpp
+//   #include "foreman/nn.hpp"
+//   #include "foreman/session.hpp"          // Session, StepContext
+//   #include "foreman/session_manager.hpp"  // DefaultInitOp
 //   foreman::nn::MlpSpec spec{4, {8}, 3};                          // 4 inputs, 8 hidden, 3 classes
 //   foreman::nn::OptimizerOptions adam;                            // TF1's defaults
 //   adam.kind = foreman::nn::OptimizerKind::kAdam;

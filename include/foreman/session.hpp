@@ -2,6 +2,8 @@
 // (TF: tf.compat.v1.Session.)
 //
 //   ```cpp
+//   #include "foreman/session.hpp"
+//   #include "foreman/session_manager.hpp"  // DefaultInitOp
 //   FOREMAN_ASSIGN_OR_RETURN(auto sess, foreman::Session::Create(graph, "", config));
 //   FOREMAN_RETURN_IF_ERROR(foreman::DefaultInitOp()(*sess, {}));  // TF: sess.run(init_op)
 //   FOREMAN_ASSIGN_OR_RETURN(foreman::TensorMap out, sess->Run({"loss", "train_op"}, feeds));
@@ -200,7 +202,10 @@ class Session {
   /// requested fetches.
   /// "global_step", "train_op" and variables the step does not answer are
   /// answered by the Session (top of this file).
-  ///   FAILED_PRECONDITION  "Attempted to use a closed Session."
+  ///   FAILED_PRECONDITION  "Attempted to use a closed Session."; with declared
+  ///                        fetches, a fetched variable that holds no value
+  ///                        ("Attempting to use uninitialized value v"),
+  ///                        before the step runs
   ///   NOT_FOUND            a fetch the graph does not know (when it declares
   ///                        its fetches: Graph::AddFetch), before the step
   ///                        runs; otherwise a fetch the step did not answer,

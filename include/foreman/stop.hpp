@@ -3,6 +3,9 @@
 // two sessions while a recovery re-creates one, or while close() runs.
 //
 //   ```cpp
+//   #include <thread>
+//   #include "foreman/monitored_session.hpp"
+//   #include "foreman/stop.hpp"
 //   auto stop = std::make_shared<foreman::StopRequest>(foreman::StopRequestOptions{});
 //   foreman::MonitoredTrainingSessionOptions mts_options;
 //   mts_options.graph = graph;

@@ -109,6 +109,9 @@ struct Session::Impl {
   // Every fetch Run() accepts, sorted; empty when the graph declares no
   // fetches (then nothing is checked before the step).
   std::vector<std::string> known_fetches;
+  // The graph's variables (global and local), sorted: with declared fetches,
+  // fetching one that holds no value fails before the step.
+  std::vector<std::string> variable_names;
 };
 
 namespace {
@@ -152,6 +155,8 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
 
   auto impl = std::make_unique<Impl>();
   impl->known_fetches = KnownFetches(*graph);
+  for (const VariableDef& def : graph->variables()) impl->variable_names.push_back(def.name);
+  std::sort(impl->variable_names.begin(), impl->variable_names.end());
   impl->graph = std::move(graph);
   impl->target = target;
   impl->config = config;
@@ -203,6 +208,16 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
   {
     MutexLock lock(impl_->values->mu);
     VariableStore& vars = impl_->values->vars;
+    if (!impl_->known_fetches.empty()) {
+      for (const std::string& fetch : requested) {
+        if (std::binary_search(impl_->variable_names.begin(), impl_->variable_names.end(), fetch) &&
+            !vars.Contains(fetch)) {
+          // TF: "Attempting to use uninitialized value" (FailedPreconditionError).
+          return absl::FailedPreconditionError(absl::StrCat("Attempting to use uninitialized value ", fetch,
+                                                            " (fetched); the step did not run"));
+        }
+      }
+    }
     // B126: the built-in "global_step" fetch is the value before the step.
     if (std::binary_search(requested.begin(), requested.end(), kGlobalStepName)) {
       StatusOr<int64_t> step = GetGlobalStep(vars);

@@ -5,9 +5,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "foreman/checkpoint.hpp"
 #include "foreman/summary.hpp"
 #include "formats/saver.hpp"
 #include "platform/log.hpp"
+#include "platform/path.hpp"
 #include "runtime/runtime.hpp"
 
 namespace foreman {
@@ -42,7 +44,22 @@ struct Supervisor::Impl {
 
   Status EnsureRuntime(const SessionConfig& config) {
     if (runtime != nullptr) return absl::OkStatus();
-    FOREMAN_ASSIGN_OR_RETURN(runtime, internal::Runtime::Create(options.runtime, config));
+    // The checkpoint directory's lock comes first, before the restore reads
+    // the directory and the summary writer opens an event file there: a
+    // directory another process uses is refused before anything is written
+    // (as MonitoredTrainingSession). The runtime's checkpoint saver then uses
+    // this lock (RuntimeOptions::held_lock); it is released when the runtime
+    // shuts down, unless the caller passed a lock of its own.
+    RuntimeOptions runtime_options = options.runtime;
+    const std::string dir = internal::NormalizeDirectory(options.logdir);
+    if (!options.logdir.empty() && saver != nullptr && Enabled(options.save_model_secs) &&
+        options.graph->has_global_step() &&
+        (runtime_options.held_lock == nullptr ||
+         internal::NormalizeDirectory(runtime_options.held_lock_directory) != dir)) {
+      FOREMAN_ASSIGN_OR_RETURN(runtime_options.held_lock, LockCheckpointDirectory(config.env, dir));
+      runtime_options.held_lock_directory = dir;
+    }
+    FOREMAN_ASSIGN_OR_RETURN(runtime, internal::Runtime::Create(runtime_options, config));
     runtime->SetCoordinator(coord.get());
     if (!options.logdir.empty()) {
       FOREMAN_ASSIGN_OR_RETURN(writer, runtime->SummaryWriter(options.logdir));

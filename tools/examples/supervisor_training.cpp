@@ -2,9 +2,9 @@
 // one linear model together, each under its own Supervisor.managed_session,
 // sharing the variables through an inproc:// target (the in-process analogue
 // of a TF server: `master`). The chief initialises the variables, writes a
-// checkpoint and summaries to LOGDIR; the worker waits until the chief's
-// session is ready, then trains. Both stop once global_step reaches
-// LAST_STEP.
+// checkpoint and summaries to LOGDIR; the worker (started once the chief's
+// session is ready) waits for the model to be ready, then trains. Both stop
+// once global_step reaches LAST_STEP.
 //
 //   supervisor_training LOGDIR [LAST_STEP]
 #include <atomic>
@@ -72,15 +72,20 @@ int main(int argc, char** argv) {
     ++ready;
     for (int i = 0; i < 30000 && ready < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   };
-  std::thread worker_thread([&] {
+  std::thread worker_thread;
+  auto run_worker = [&] {
     worker_status = (*worker)->managed_session(master, std::nullopt, [&](foreman::Session& sess) {
       wait_for_both();
       return TrainUntil(**worker, sess, last_step, &worker_updates, &worker_loss);
     });
     if (!worker_status.ok()) ready = 2;  // the chief need not wait for a worker that gave up
-  });
+  };
   int64_t final_step = -1;
   foreman::Status chief_status = (*chief)->managed_session(master, std::nullopt, [&](foreman::Session& sess) {
+    // The worker starts once the chief's session is ready (its poll then
+    // finds it at once): a chief that fails to start (a busy LOGDIR, say)
+    // leaves no worker waiting for it.
+    worker_thread = std::thread(run_worker);
     wait_for_both();
     FOREMAN_RETURN_IF_ERROR(TrainUntil(**chief, sess, last_step, &chief_updates, &chief_loss));
     worker_thread.join();  // every update is in before the final read
