@@ -30,23 +30,15 @@
 #include "support/call_log.hpp"
 #include "support/gated_env.hpp"
 #include "support/log_capture.hpp"
+#include "support/stop_at_step.hpp"
 #include "support/test_util.hpp"
 #include "support/training_graph.hpp"
 
 namespace foreman {
 namespace {
 
-// StopAtStepHook::Options with one field set (the Options form of the hook).
-StopAtStepHook::Options LastStep(int64_t last_step) {
-  StopAtStepHook::Options o;
-  o.last_step = last_step;
-  return o;
-}
-StopAtStepHook::Options NumSteps(int64_t num_steps) {
-  StopAtStepHook::Options o;
-  o.num_steps = num_steps;
-  return o;
-}
+using testing::LastStep;
+using testing::NumSteps;
 
 using testing::CallLog;
 using testing::CapturedLog;

@@ -40,21 +40,13 @@
 #include "foreman/variable_store.hpp"
 #include "support/test_util.hpp"
 #include "support/log_capture.hpp"
+#include "support/stop_at_step.hpp"
 
 namespace foreman {
 namespace {
 
-// StopAtStepHook::Options with one field set (the Options form of the hook).
-StopAtStepHook::Options LastStep(int64_t last_step) {
-  StopAtStepHook::Options o;
-  o.last_step = last_step;
-  return o;
-}
-StopAtStepHook::Options NumSteps(int64_t num_steps) {
-  StopAtStepHook::Options o;
-  o.num_steps = num_steps;
-  return o;
-}
+using testing::LastStep;
+using testing::NumSteps;
 
 // The Options form of the hooks that used to be built by constructor; the
 // arguments in the old constructors' order.
