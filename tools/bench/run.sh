@@ -158,6 +158,7 @@ mkdir -p "$out"
 runs=$out/runs.txt
 : >"$runs"
 if [[ -n $bin_dir ]]; then scratch=$(mktemp -d "${TMPDIR:-/tmp}/bench_scratch.XXXXXX")
+elif [[ $build_dir = /* ]]; then scratch=$(mktemp -d "$build_dir/bench_scratch.XXXXXX")
 else scratch=$(mktemp -d "$root/$build_dir/bench_scratch.XXXXXX"); fi
 trap 'rm -rf "$scratch"' EXIT
 log "results in $out"
