@@ -124,7 +124,7 @@ printf 'model: smoke\nisa: avx2 fma avx512f\npin.t1: taskset -c 0\n' >"$tmp/synt
 out=$("$python" "$src/report.py" "$tmp/synthetic" 2>&1)
 rc=$?
 [[ $rc -eq 0 ]] || fail "report.py (synthetic) exited $rc: $out"
-has '^\| 1 \| MLP [^|]*, 1 thread \(samples/s\) \| 35000 [^|]*\(isa=avx512\) \|[^|]*spread 2\.00× \| inconclusive \(peer spread 2\.0×\)[^|]*\| ≥ 1\.3× [^|]* \| inconclusive \|$' "$out" ||
+has '^\| 1 \| MLP [^|]*, 1 thread \(samples/s\) \| 35000 [^|]*\(isa=avx512\) \|[^|]*spread 2\.00× \| inconclusive \(peer spread 2\.00×\)[^|]*\| ≥ 1\.3× [^|]* \| inconclusive \|$' "$out" ||
   fail "report.py: a peer spread of 2.0x is not inconclusive: $out"
 has '^\| 1 \| [^|]*default build vs FOREMAN_MAX_ISA=baseline[^|]*\| [^|]*\(isa=avx512\) \| baseline ISA \(isa=baseline\) [^|]* \| 3\.50× [^|]*\| ≥ 3× baseline ISA \| yes \|$' "$out" ||
   fail "report.py: no baseline ISA row with its isa= fields: $out"

@@ -192,9 +192,9 @@ def peer_lines(r, w):
         p = r.peer[min(r.peer)]
         libs = " ".join(os.path.basename(x) for x in p.get("torch_libs", "").split()) or "?"
         openblas = p.get("openblas_get_config")
-        w("Peer: %s; ATen CPU capability %s; oneDNN %s; BLAS_INFO=%s; libraries loaded: %s%s." %
+        w("Peer: %s; ATen CPU capability %s; oneDNN %s; MKL %s; BLAS_INFO=%s; libraries loaded: %s%s." %
           (p.get("torch", m.get("torch", "?")), p.get("torch_cpu_capability", "?"), p.get("torch_onednn", "?"),
-           p.get("torch_blas_info", "?"), libs,
+           p.get("torch_mkl", "?"), p.get("torch_blas_info", "?"), libs,
            ("; OpenBLAS config: %s (core %s)" % (openblas, p.get("openblas_get_corename", "?"))) if openblas else ""))
         w("Peer threads: %s." % "; ".join("%d: %s, env %s, CPUs %s" % (
             t, p.get("torch_threads", "?"), p.get("torch_env", "?"), p.get("torch_affinity", "?"))
@@ -211,7 +211,7 @@ def ratio_cells(ratio, reference, goal):
     if ratio is None:
         return "–", "–"
     if sp is not None and sp > SPREAD_LIMIT:
-        return ("inconclusive (peer spread %.1f×); measured %s" % (sp, fmt_ratio(ratio)),
+        return ("inconclusive (peer spread %.2f×); measured %s" % (sp, fmt_ratio(ratio)),
                 "inconclusive" if goal is not None else "")
     if goal is None:
         return fmt_ratio(ratio), ""

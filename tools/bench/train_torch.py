@@ -60,6 +60,7 @@ def peer_info(threads):
     dnnl = re.search(r"(?:Intel\(R\) MKL-DNN|oneDNN) v?(\S+)", config)
     info["torch_onednn"] = "%s%s" % ("available" if torch.backends.mkldnn.is_available() else "not available",
                                     (" (v%s)" % dnnl.group(1)) if dnnl else "")
+    info["torch_mkl"] = "available" if torch.backends.mkl.is_available() else "not available"
     blas = re.search(r"BLAS_INFO=([^,\s]+)", config)
     info["torch_blas_info"] = blas.group(1) if blas else "unknown"
     info["torch_parallel"] = "; ".join(line.strip() for line in torch.__config__.parallel_info().splitlines()
