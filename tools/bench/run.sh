@@ -57,7 +57,7 @@ while (($#)); do
     --threads) threads_csv=$2; shift ;;
     --bin-dir) bin_dir=$2; shift ;;
     --python) python=$2; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
