@@ -192,8 +192,9 @@ def peer_lines(r, w):
         p = r.peer[min(r.peer)]
         libs = " ".join(os.path.basename(x) for x in p.get("torch_libs", "").split()) or "?"
         openblas = p.get("openblas_get_config")
-        w("Peer: %s; ATen CPU capability %s; oneDNN %s; MKL %s; BLAS_INFO=%s; libraries loaded: %s%s." %
-          (p.get("torch", m.get("torch", "?")), p.get("torch_cpu_capability", "?"), p.get("torch_onednn", "?"),
+        w("Peer: %s%s; ATen CPU capability %s; oneDNN %s; MKL %s; BLAS_INFO=%s; libraries loaded: %s%s." %
+          (p.get("torch", m.get("torch", "?")),
+           (" (%s)" % m["torch_package"]) if "torch_package" in m else "", p.get("torch_cpu_capability", "?"), p.get("torch_onednn", "?"),
            p.get("torch_mkl", "?"), p.get("torch_blas_info", "?"), libs,
            ("; OpenBLAS config: %s (core %s)" % (openblas, p.get("openblas_get_corename", "?"))) if openblas else ""))
         w("Peer threads: %s." % "; ".join("%d: %s, env %s, CPUs %s" % (

@@ -184,6 +184,8 @@ log "results in $out"
   echo "build: $build_dir ($(sed -n 's/^buildtype[[:space:]]*=[[:space:]]*//p' "$build_dir/meson-private/cmd_line.txt" 2>/dev/null | head -1))"
   if ((have_torch)); then
     echo "torch: PyTorch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null) on $("$python" --version 2>&1)"
+    pkg=$(dpkg-query -W -f='${Version}' python3-torch 2>/dev/null || true)
+    if [[ -n $pkg && $python == /usr/bin/python3 ]]; then echo "torch_package: Debian python3-torch $pkg"; fi
   fi
   echo "threads: ${thread_counts[*]}"
   for t in "${thread_counts[@]}"; do echo "pin.t$t: $(pin_desc "$t")"; done
