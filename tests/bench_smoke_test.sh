@@ -69,9 +69,15 @@ if [[ -f $data/train-images-idx3-ubyte.gz ]]; then
   has '^RUN train\.foreman\.t1\.samples_per_s [0-9.e+]+ samples/s$' "$out" || fail "train_bench: $out"
   grep '^RUN' <<<"$out" >>"$runs"
   if ((have_torch)); then
-    out=$(timeout 120 "$python" "$src/train_torch.py" --data "$data" --threads 1 --steps 3 --warmup 1 2>&1)
+    out=$(timeout 120 "$python" "$src/train_torch.py" --data "$data" --threads 1 --steps 3 --warmup 1 \
+          --info "$tmp/results/peer.t1.txt" 2>&1)
     rc=$?
     [[ $rc -eq 0 ]] || fail "train_torch.py exited $rc: $out"
+    info=$(cat "$tmp/results/peer.t1.txt" 2>&1)
+    has '^torch: PyTorch [0-9]' "$info" || fail "train_torch.py --info: no version: $info"
+    has '^torch_threads: torch.get_num_threads\(\) = 1 ' "$info" || fail "train_torch.py --info: threads: $info"
+    has '^torch_onednn: (available|not available)' "$info" || fail "train_torch.py --info: oneDNN: $info"
+    has '^torch_libs: ' "$info" || fail "train_torch.py --info: no libraries: $info"
     has '^RUN train\.torch\.t1\.samples_per_s [0-9.e+]+ samples/s$' "$out" || fail "train_torch.py: $out"
     grep '^RUN' <<<"$out" >>"$runs"
   fi
@@ -94,6 +100,43 @@ rc=$?
 has '^\| 2 \| runtime overhead per step' "$out" || fail "report.py: no overhead row: $out"
 has '^\| 3 \| 1 MB: training-loop stall per save' "$out" || fail "report.py: no checkpoint row: $out"
 has '^\| 4 \| summaries through the summary_writer actor \(events/s\) \| [0-9]' "$out" || fail "report.py: $out"
+if ((have_torch)) && [[ -f $data/train-images-idx3-ubyte.gz ]]; then
+  has '^Peer: PyTorch [0-9].*libraries loaded: ' "$out" || fail "report.py: no peer backend in the header: $out"
+fi
+
+# -- report.py's verdicts on part 1, from synthetic runs --------------------------------------
+# t1: the peer's runs spread 2.0x (inconclusive); the baseline ISA 3.5x slower with
+# isa= fields (met); t2: a steady peer, the ratio stated.
+mkdir -p "$tmp/synthetic"
+cat >"$tmp/synthetic/runs.txt" <<'EOF'
+RUN train.foreman.t1.samples_per_s 35000 samples/s isa=avx512
+RUN train.torch.t1.samples_per_s 10000 samples/s
+RUN train.foreman_baseline_isa.t1.samples_per_s 10000 samples/s isa=baseline
+RUN train.foreman.t2.samples_per_s 40000 samples/s isa=avx512
+RUN train.torch.t2.samples_per_s 20000 samples/s
+RUN train.foreman.t1.samples_per_s 35000 samples/s isa=avx512
+RUN train.torch.t1.samples_per_s 20000 samples/s
+RUN train.foreman_baseline_isa.t1.samples_per_s 10000 samples/s isa=baseline
+RUN train.foreman.t2.samples_per_s 40000 samples/s isa=avx512
+RUN train.torch.t2.samples_per_s 21000 samples/s
+EOF
+printf 'model: smoke\nisa: avx2 fma avx512f\npin.t1: taskset -c 0\n' >"$tmp/synthetic/machine.txt"
+out=$("$python" "$src/report.py" "$tmp/synthetic" 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "report.py (synthetic) exited $rc: $out"
+has '^\| 1 \| MLP [^|]*, 1 thread \(samples/s\) \| 35000 [^|]*\(isa=avx512\) \|[^|]*spread 2\.00× \| inconclusive \(peer spread 2\.00×\)[^|]*\| ≥ 1\.3× [^|]* \| inconclusive \|$' "$out" ||
+  fail "report.py: a peer spread of 2.0x is not inconclusive: $out"
+has '^\| 1 \| [^|]*default build vs FOREMAN_MAX_ISA=baseline[^|]*\| [^|]*\(isa=avx512\) \| baseline ISA \(isa=baseline\) [^|]* \| 3\.50× [^|]*\| ≥ 3× baseline ISA \| yes \|$' "$out" ||
+  fail "report.py: no baseline ISA row with its isa= fields: $out"
+has '^\| 1 \| MLP [^|]*, 2 threads \(samples/s\) \|[^|]*\|[^|]*spread 1\.05× \| 1\.95× ' "$out" ||
+  fail "report.py: the 2-thread ratio: $out"
+has '^CPU instruction sets: avx2 fma avx512f\.$' "$out" || fail "report.py: no instruction sets: $out"
+
+# run.sh refuses a bad --threads before it installs, builds or runs anything.
+out=$(timeout 30 "$src/run.sh" --threads 1,x --no-install --out "$tmp/never" 2>&1)
+rc=$?
+[[ $rc -eq 2 ]] && has "^run.sh: --threads wants thread counts" "$out" || fail "run.sh --threads 1,x: rc $rc: $out"
+[[ ! -e $tmp/never ]] || fail "run.sh --threads 1,x created its results directory"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)"

@@ -2,24 +2,39 @@
 """Builds run.sh's table (issue 6) from the results directory it fills:
 
   overhead.json, summary.json   Google Benchmark output (--benchmark_out)
-  runs.txt                      "RUN <name> <value> <unit>" lines, one per run,
-                                in the order run (pairs of alternating runs
-                                share an index), and "RESULT <name> median=..
-                                min=.. max=.. n=.. unit=.." lines of programs
-                                that summarise their own runs
+  runs.txt                      "RUN <name> <value> <unit> [key=value ...]"
+                                lines, one per run, in the order run (pairs
+                                of alternating runs share an index), and
+                                "RESULT <name> median=.. min=.. max=.. n=..
+                                unit=.." lines of programs that summarise
+                                their own runs
   machine.txt                   "key: value" lines written by run.sh
+  peer.t<n>.txt                 "key: value" lines train_torch.py --info wrote:
+                                what the peer ran at n threads
 
 Every figure is the median of its runs with [min, max]; a ratio is computed
 per pair of runs of the same invocation (run i of A over run i of B) and
-summarised the same way, except where noted.
+summarised the same way, except where noted. When the runs of the figure a
+ratio is taken against spread more than SPREAD_LIMIT (max/min), the ratio is
+reported as inconclusive and its goal as neither met nor missed.
 
     report.py RESULTS_DIR  > table.md
 """
+import glob
 import json
 import os
 import re
 import statistics
 import sys
+
+
+# A reference figure whose runs spread more than this (max/min) makes its ratio meaningless.
+SPREAD_LIMIT = 1.5
+
+
+def spread(values):
+    values = [v for v in values if v]
+    return max(values) / min(values) if values else None
 
 
 def stats(values):
@@ -71,10 +86,23 @@ def pair_ratio(a, b):
     return stats([a[i] / b[i] for i in range(n) if b[i]])
 
 
+def read_keys(path):
+    """The "key: value" lines of a file, as a dict."""
+    keys = {}
+    with open(path) as f:
+        for line in f:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                keys[k.strip()] = v.strip()
+    return keys
+
+
 class Results:
     def __init__(self, root):
         self.root = root
         self.runs = {}      # name -> [values]
+        self.fields = {}    # name -> [{key: value} of each RUN line's fields after the unit]
+        self.peer = {}      # threads -> {key: value} from peer.t<threads>.txt
         self.summary = {}   # name -> (median, min, max, n)
         self.gbench = {}    # benchmark name -> [real_time ns per repetition]
         self.gcpu = {}      # benchmark name -> [cpu_time ns of the benchmark's thread per repetition]
@@ -86,6 +114,8 @@ class Results:
                 parts = line.split()
                 if len(parts) >= 3 and parts[0] == "RUN":
                     self.runs.setdefault(parts[1], []).append(float(parts[2]))
+                    self.fields.setdefault(parts[1], []).append(
+                        dict(p.split("=", 1) for p in parts[4:] if "=" in p))
                 elif len(parts) >= 2 and parts[0] == "RESULT":
                     kv = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
                     self.summary[parts[1]] = (float(kv["median"]), float(kv["min"]), float(kv["max"]),
@@ -109,13 +139,22 @@ class Results:
                         self.gcounters.setdefault((base, key), []).append(b[key])
         path = os.path.join(root, "machine.txt")
         if os.path.exists(path):
-            for line in open(path):
-                if ":" in line:
-                    k, v = line.split(":", 1)
-                    self.machine[k.strip()] = v.strip()
+            self.machine = read_keys(path)
+        for path in glob.glob(os.path.join(root, "peer.t*.txt")):
+            m = re.match(r"peer\.t(\d+)\.txt$", os.path.basename(path))
+            if m:
+                self.peer[int(m.group(1))] = read_keys(path)
 
     def run(self, name):
         return stats(self.runs.get(name, []))
+
+    def field(self, name, key):
+        """The distinct values of one RUN field over a figure's runs, joined by "/"; None if absent."""
+        values = []
+        for f in self.fields.get(name, []):
+            if key in f and f[key] not in values:
+                values.append(f[key])
+        return "/".join(values) if values else None
 
 
 def peak_flops(machine):
@@ -144,6 +183,101 @@ BATCH = 128
 STEP_FLOPS = 6 * BATCH * (784 * 256 + 256 * 10)
 
 
+def peer_lines(r, w):
+    """The table header's lines on the peer: what it ran and how it was pinned."""
+    m = r.machine
+    if not r.peer:
+        w("Peer: %s; BLAS: %s." % (m.get("torch", "not installed"), m.get("blas", "?")))
+    else:
+        p = r.peer[min(r.peer)]
+        libs = " ".join(os.path.basename(x) for x in p.get("torch_libs", "").split()) or "?"
+        openblas = p.get("openblas_get_config")
+        w("Peer: %s%s; ATen CPU capability %s; oneDNN %s; MKL %s; BLAS_INFO=%s; libraries loaded: %s%s." %
+          (p.get("torch", m.get("torch", "?")),
+           (" (%s)" % m["torch_package"]) if "torch_package" in m else "", p.get("torch_cpu_capability", "?"), p.get("torch_onednn", "?"),
+           p.get("torch_mkl", "?"), p.get("torch_blas_info", "?"), libs,
+           ("; OpenBLAS config: %s (core %s)" % (openblas, p.get("openblas_get_corename", "?"))) if openblas else ""))
+        w("Peer threads: %s." % "; ".join("%d: %s, env %s, CPUs %s" % (
+            t, p.get("torch_threads", "?"), p.get("torch_env", "?"), p.get("torch_affinity", "?"))
+            for t, p in sorted(r.peer.items())))
+    pins = sorted((int(k[5:]), v) for k, v in m.items() if re.match(r"pin\.t\d+$", k))
+    if pins:
+        w("Pinning, both sides alike: %s." % "; ".join("%d thread%s: %s" % (t, "s" if t > 1 else "", v)
+                                                       for t, v in pins))
+
+
+def ratio_cells(ratio, reference, goal):
+    """(ratio cell, met cell) for a pair ratio against a reference figure's runs, goal(median) -> bool or None."""
+    sp = spread(reference)
+    if ratio is None:
+        return "–", "–"
+    if sp is not None and sp > SPREAD_LIMIT:
+        return ("inconclusive (peer spread %.2f×); measured %s" % (sp, fmt_ratio(ratio)),
+                "inconclusive" if goal is not None else "")
+    if goal is None:
+        return fmt_ratio(ratio), ""
+    return fmt_ratio(ratio), "yes" if goal(ratio[0]) else "**no**"
+
+
+def with_spread(label, values):
+    s = stats(values)
+    if s is None:
+        return label + " not run"
+    return "%s %s, spread %.2f×" % (label, fmt(s), spread(values))
+
+
+def train_rows(r, row, core_peak):
+    """Part 1: Foreman against the peer per thread count, and against its own baseline ISA at 1 thread."""
+    threads = sorted({int(m.group(1)) for name in r.runs
+                      for m in [re.match(r"train\.(?:foreman|torch)\.t(\d+)\.samples_per_s$", name)] if m})
+    peer_name = "PyTorch"
+    if r.peer:
+        peer_name = r.peer[min(r.peer)].get("torch", "PyTorch").split(" on ")[0]
+    elif r.machine.get("torch"):
+        peer_name = r.machine["torch"].split(" on ")[0]
+
+    cores = int(r.machine.get("cores", "0") or 0)
+
+    def frac(values, t):
+        if not values:
+            return None
+        # Threads beyond the CPUs the run may use (nproc) add no peak.
+        peak = core_peak * (min(t, cores) if cores else t)
+        if not peak:
+            return "peak unknown"
+        s = stats([v / BATCH * STEP_FLOPS / peak * 100 for v in values])
+        return "%.1f%% [%.1f–%.1f]" % s[:3]
+
+    def isa(name):
+        v = r.field(name, "isa")
+        return (" (isa=%s)" % v) if v else " (isa not reported)"
+
+    for t in threads:
+        name = "train.foreman.t%d.samples_per_s" % t
+        ours = r.runs.get(name, [])
+        theirs = r.runs.get("train.torch.t%d.samples_per_s" % t, [])
+        plural = "s" if t > 1 else ""
+        # Issue 16: >= 1.3x the peer at 1 thread, >= 1.0x at 8 and 16 threads.
+        target = 1.3 if t == 1 else (1.0 if t >= 8 else None)
+        ratio_cell, met = ratio_cells(pair_ratio(ours, theirs), theirs,
+                                      None if target is None else (lambda v, target=target: v >= target))
+        row("1", "MLP 784-256-10 training, batch 128, %d thread%s (samples/s)" % (t, plural),
+            fmt(stats(ours)) + (isa(name) if r.field(name, "isa") else ""), with_spread(peer_name, theirs),
+            ratio_cell,
+            ("≥ %.1f× %s" % (target, peer_name)) if target else "", met)
+        row("1", "  fraction of peak FP32 FLOP/s (%d thread%s)" % (t, plural),
+            frac(ours, t) or "not run", frac(theirs, t) or "–", "", "", "")
+        base_name = "train.foreman_baseline_isa.t%d.samples_per_s" % t
+        base = r.runs.get(base_name, [])
+        if base:
+            ratio_cell, met = ratio_cells(pair_ratio(ours, base), base, lambda v: v >= 3.0)
+            row("1", "the same, %d thread%s: default build vs FOREMAN_MAX_ISA=baseline (samples/s)" % (t, plural),
+                fmt(stats(ours)) + isa(name), with_spread("baseline ISA" + isa(base_name), base),
+                ratio_cell.replace("peer spread", "baseline spread"), "≥ 3× baseline ISA", met)
+            row("1", "  fraction of peak FP32 FLOP/s (%d thread%s, baseline ISA)" % (t, plural),
+                "", frac(base, t), "", "", "")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.stderr.write("usage: report.py RESULTS_DIR\n")
@@ -156,7 +290,9 @@ def main():
 
     w("Machine: %s, %s cores, %s MHz; %s; load average before the run: %s." %
       (m.get("model", "?"), m.get("cores", "?"), m.get("mhz", "?"), m.get("kernel", "?"), m.get("load", "?")))
-    w("Peer: %s; BLAS: %s. Build: %s." % (m.get("torch", "not installed"), m.get("blas", "?"), m.get("build", "?")))
+    w("CPU instruction sets: %s." % m.get("isa", "?"))
+    peer_lines(r, w)
+    w("Build: %s." % m.get("build", "?"))
     w("Peak FP32: %s FLOP/cycle per core (%s) x %s MHz = %.1f GFLOP/s per thread." %
       (per_cycle, why, m.get("mhz", "?"), core_peak / 1e9))
     w("Figures: median [min–max] over the runs of this invocation; ratios per pair of alternating runs.")
@@ -173,21 +309,7 @@ def main():
         return "yes" if ok(s[0]) else "**no**"
 
     # 1. Training throughput.
-    for t in (1, 2):
-        ours = r.runs.get("train.foreman.t%d.samples_per_s" % t, [])
-        theirs = r.runs.get("train.torch.t%d.samples_per_s" % t, [])
-        ratio = pair_ratio(ours, theirs)
-        row("1", "MLP 784-256-10 training, batch 128, %d thread%s (samples/s)" % (t, "s" if t > 1 else ""),
-            fmt(stats(ours)), ("PyTorch " + fmt(stats(theirs))) if theirs else "PyTorch not run",
-            fmt_ratio(ratio), "≥ 1.3× PyTorch", verdict(ratio, lambda v: v >= 1.3))
-        peak = core_peak * t
-        def frac(values):
-            if not peak:
-                return "peak unknown" if values else None
-            s = stats([v / BATCH * STEP_FLOPS / peak * 100 for v in values]) if values else None
-            return None if s is None else "%.1f%% [%.1f–%.1f]" % s[:3]
-        row("1", "  fraction of peak FP32 FLOP/s (%d thread%s)" % (t, "s" if t > 1 else ""),
-            frac(ours) or "not run", frac(theirs) or "–", "", "", "")
+    train_rows(r, row, core_peak)
 
     # 2. Runtime overhead.
     bare = r.gbench.get("BM_BareStep", [])

@@ -2,7 +2,8 @@
 # Runs every benchmark of issue 6 and prints the table (docs/benchmarks.md).
 #
 # Usage: tools/bench/run.sh [--quick] [--max-state-mb N] [--reps N] [--no-install]
-#                           [--build-dir DIR] [--out DIR] [--data DIR] [--parts 1,2,3,4,5]
+#                           [--build-dir DIR | --bin-dir DIR] [--out DIR] [--data DIR]
+#                           [--parts 1,2,3,4,5] [--threads 1,2] [--python PATH]
 #   --quick          fewer and shorter runs (a few minutes), states of 10 and 100 MB
 #   --max-state-mb   largest checkpoint state (default 1000: states of 10, 100, 1000 MB;
 #                    1000 needs about 4 GB of memory and 6 GB of disk)
@@ -11,15 +12,23 @@
 #                    when python3-torch is missing
 #   --build-dir      a configured release build to use (default build-release,
 #                    built with tools/scripts/build.sh release when missing)
+#   --bin-dir        benchmark programs built elsewhere (e.g. a bundle copied to a
+#                    machine without the build's dependencies): nothing is built
 #   --out            where the raw results and table.md go (default a new
 #                    directory under ${TMPDIR:-/tmp})
 #   --data           Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
 #   --parts          which of the issue's parts to run (default all: 1,2,3,4,5)
+#   --threads        part 1's thread counts (default 1,2; e.g. 1,8,16 on a 16-core machine)
+#   --python         the peer's Python with torch (default /usr/bin/python3, Debian's)
 #
 # Installs what only the benchmarks need (python3-torch, libopenblas0-pthread),
-# as root or via sudo; CI and the README's set-up do not. PyTorch runs on
-# Debian's /usr/bin/python3 with as many threads as Foreman's run it is paired
-# with; Foreman's and PyTorch's runs alternate.
+# as root or via sudo; CI and the README's set-up do not. Part 1 pins both
+# sides alike: OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = n,
+# torch.set_num_threads(n) = Foreman's intra-op threads, and the process to n
+# cores with taskset (one logical CPU per physical core first); the runs
+# alternate (Foreman tn, PyTorch tn, and at 1 thread Foreman with
+# FOREMAN_MAX_ISA=baseline). machine.txt records the CPU's model and
+# instruction sets, peer.t<n>.txt what the peer ran (version, BLAS, oneDNN).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -32,6 +41,9 @@ build_dir=build-release
 out=
 data=/usr/share/datasets/fashion-mnist
 parts=1,2,3,4,5
+threads_csv=1,2
+bin_dir=
+python=/usr/bin/python3
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
@@ -42,12 +54,19 @@ while (($#)); do
     --out) out=$2; shift ;;
     --data) data=$2; shift ;;
     --parts) parts=$2; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --threads) threads_csv=$2; shift ;;
+    --bin-dir) bin_dir=$2; shift ;;
+    --python) python=$2; shift ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 if [[ -z $reps ]]; then reps=$((quick ? 3 : 7)); fi
+IFS=, read -ra thread_counts <<<"$threads_csv"
+for t in "${thread_counts[@]}"; do
+  [[ $t =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --threads wants thread counts >= 1 separated by commas, not '$threads_csv'" >&2; exit 2; }
+done
 if ((quick)); then
   train_steps=100; train_warmup=20; gb_min_time=0.1; recovery_reps=$reps
 else
@@ -63,7 +82,6 @@ log() { echo "run.sh: $*" >&2; }
 part() { [[ ,$parts, == *,$1,* ]]; }
 
 # -- the peers' packages ------------------------------------------------------------
-python=/usr/bin/python3
 peer_packages=(python3-torch libopenblas0-pthread)
 missing=()
 for p in "${peer_packages[@]}"; do
@@ -86,20 +104,62 @@ if "$python" -c 'import torch' 2>/dev/null; then have_torch=1; else log "PyTorch
 # -- the build ------------------------------------------------------------------------
 bench_targets=(tools/bench/overhead_bench tools/bench/summary_bench tools/bench/checkpoint_bench
                tools/bench/train_bench tools/bench/recovery_bench)
-if [[ ! -f $build_dir/build.ninja ]]; then
-  [[ $build_dir == build-release ]] || { log "$build_dir is not a configured build directory"; exit 1; }
-  tools/scripts/build.sh release
+if [[ -n $bin_dir ]]; then
+  bin=$(cd "$bin_dir" && pwd)
+  build_dir=$bin
+else
+  if [[ ! -f $build_dir/build.ninja ]]; then
+    [[ $build_dir == build-release ]] || { log "$build_dir is not a configured build directory"; exit 1; }
+    tools/scripts/build.sh release
+  fi
+  ninja -C "$build_dir" "${bench_targets[@]}" >&2
+  bin=$root/$build_dir/tools/bench
+  [[ $build_dir = /* ]] && bin=$build_dir/tools/bench
 fi
-ninja -C "$build_dir" "${bench_targets[@]}" >&2
-bin=$root/$build_dir/tools/bench
-[[ $build_dir = /* ]] && bin=$build_dir/tools/bench
+
+# -- pinning: the same cores and thread variables for both sides ------------------------------
+# Allowed CPUs, one logical CPU per physical core first (then their siblings).
+expand_cpus() { local IFS=, r; for r in $1; do if [[ $r == *-* ]]; then seq "${r%-*}" "${r#*-}"; else echo "$r"; fi; done; }
+mapfile -t allowed_cpus < <(expand_cpus "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)")
+cpu_order=()
+if lscpu -p=CPU,CORE,SOCKET >/dev/null 2>&1; then
+  declare -A is_allowed=() seen_core=()
+  for c in "${allowed_cpus[@]}"; do is_allowed[$c]=1; done
+  siblings=()
+  while IFS=, read -r cpu core socket; do
+    [[ $cpu == \#* || -z ${is_allowed[$cpu]:-} ]] && continue
+    key=$socket.${core:-cpu$cpu}
+    if [[ -z ${seen_core[$key]:-} ]]; then seen_core[$key]=1; cpu_order+=("$cpu"); else siblings+=("$cpu"); fi
+  done < <(lscpu -p=CPU,CORE,SOCKET)
+  cpu_order+=("${siblings[@]}")
+fi
+((${#cpu_order[@]})) || cpu_order=("${allowed_cpus[@]}")
+have_taskset=0
+command -v taskset >/dev/null && ((${#cpu_order[@]})) && have_taskset=1
+pin_cpus() {  # the CPUs for $1 threads, comma-separated
+  local n=$1; ((n > ${#cpu_order[@]})) && n=${#cpu_order[@]}
+  local IFS=,; echo "${cpu_order[*]:0:n}"
+}
+pin_desc() {
+  if ((!have_taskset)); then echo "not pinned (no taskset or no CPU list)"; return; fi
+  local note=""
+  (($1 > ${#cpu_order[@]})) && note=", oversubscribed: only ${#cpu_order[@]} CPUs allowed"
+  echo "taskset -c $(pin_cpus "$1")$note; OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS = $1; OMP_WAIT_POLICY=PASSIVE"
+}
+pinned() {  # pinned THREADS CMD...: CMD on those cores with the thread variables set
+  local t=$1; shift
+  local cmd=(env OMP_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OMP_WAIT_POLICY=PASSIVE "$@")
+  if ((have_taskset)); then taskset -c "$(pin_cpus "$t")" "${cmd[@]}"; else "${cmd[@]}"; fi
+}
 
 # -- where results go -------------------------------------------------------------------
 if [[ -z $out ]]; then out=$(mktemp -d "${TMPDIR:-/tmp}/foreman_bench.XXXXXX"); fi
 mkdir -p "$out"
 runs=$out/runs.txt
 : >"$runs"
-scratch=$(mktemp -d "$root/$build_dir/bench_scratch.XXXXXX")
+if [[ -n $bin_dir ]]; then scratch=$(mktemp -d "${TMPDIR:-/tmp}/bench_scratch.XXXXXX")
+elif [[ $build_dir = /* ]]; then scratch=$(mktemp -d "$build_dir/bench_scratch.XXXXXX")
+else scratch=$(mktemp -d "$root/$build_dir/bench_scratch.XXXXXX"); fi
 trap 'rm -rf "$scratch"' EXIT
 log "results in $out"
 
@@ -110,13 +170,25 @@ log "results in $out"
   echo "cores: $(nproc)"
   max_mhz=$(lscpu 2>/dev/null | sed -n 's/^CPU max MHz:[[:space:]]*//p' | head -1)
   echo "mhz: ${max_mhz:-$(sed -n 's/^cpu MHz[[:space:]]*: //p' /proc/cpuinfo | head -1)}"
-  echo "flags: $(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+  flags=$(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo | head -1)
+  echo "flags: $flags"
+  isa=()
+  for f in sse4_2 avx avx2 fma f16c avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni avx512_bf16 \
+           avx512_fp16 avx_vnni amx_tile amx_bf16; do
+    [[ " $flags " == *" $f "* ]] && isa+=("$f")
+  done
+  echo "isa: ${isa[*]:-none of sse4_2 avx avx2 fma avx512*}"
   echo "kernel: $(uname -sr)"
   echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  [[ -n $bin_dir ]] && echo "build: prebuilt programs in $bin" ||
   echo "build: $build_dir ($(sed -n 's/^buildtype[[:space:]]*=[[:space:]]*//p' "$build_dir/meson-private/cmd_line.txt" 2>/dev/null | head -1))"
   if ((have_torch)); then
     echo "torch: PyTorch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null) on $("$python" --version 2>&1)"
+    pkg=$(dpkg-query -W -f='${Version}' python3-torch 2>/dev/null || true)
+    if [[ -n $pkg && $python == /usr/bin/python3 ]]; then echo "torch_package: Debian python3-torch $pkg"; fi
   fi
+  echo "threads: ${thread_counts[*]}"
+  for t in "${thread_counts[@]}"; do echo "pin.t$t: $(pin_desc "$t")"; done
   echo "blas: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)"
 } >"$out/machine.txt"
 
@@ -144,19 +216,28 @@ if part 3 && [[ -n $sizes_csv ]]; then
 fi
 
 # -- 1: training throughput, Foreman and PyTorch alternating ------------------------------------
-part 1 && log "1. training throughput ($reps runs per figure, $train_steps steps each)"
+part 1 && log "1. training throughput ($reps runs per figure, $train_steps steps each, threads ${thread_counts[*]})"
+train_args=(--data "$data" --steps "$train_steps" --warmup "$train_warmup")
 for ((i = 0; i < reps; ++i)); do
   part 1 || break
-  for t in 1 2; do
-    "$bin/train_bench" --data "$data" --threads "$t" --steps "$train_steps" --warmup "$train_warmup" \
+  for t in "${thread_counts[@]}"; do
+    # Foreman as built (FOREMAN_MAX_ISA unset: the best kernels for this CPU).
+    pinned "$t" env -u FOREMAN_MAX_ISA "$bin/train_bench" "${train_args[@]}" --threads "$t" \
       2>>"$out/train.log" | grep '^RUN' >>"$runs"
     if ((have_torch)); then
-      # Passive OpenMP waits: GNU OpenMP's default spinning, with OpenBLAS's
-      # own threads beside it, slows PyTorch at 2 threads down ~3-10x on a
-      # shared machine (measured: 2.1k vs 7.2k samples/s); Foreman's Eigen
-      # pool needs no such setting.
-      OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$python" "$root/tools/bench/train_torch.py" --data "$data" \
-        --threads "$t" --steps "$train_steps" --warmup "$train_warmup" 2>>"$out/train.log" | grep '^RUN' >>"$runs"
+      # Passive OpenMP waits (for both sides): GNU OpenMP's default spinning,
+      # with OpenBLAS's own threads beside it, slows PyTorch at 2 threads down
+      # ~3-10x on a shared machine (measured: 2.1k vs 7.2k samples/s).
+      info=()
+      ((i == 0)) && info=(--info "$out/peer.t$t.txt")
+      pinned "$t" "$python" "$root/tools/bench/train_torch.py" "${train_args[@]}" --threads "$t" "${info[@]}" \
+        2>>"$out/train.log" | grep '^RUN' >>"$runs"
+    fi
+    if ((t == 1)); then
+      # The same build capped to its baseline kernels (issue 16: default >= 3x
+      # baseline). A build without runtime dispatch ignores the variable.
+      pinned "$t" env FOREMAN_MAX_ISA=baseline "$bin/train_bench" "${train_args[@]}" --threads "$t" \
+        2>>"$out/train.log" | grep '^RUN' | sed 's/^RUN train\.foreman\./RUN train.foreman_baseline_isa./' >>"$runs"
     fi
   done
 done

@@ -6,16 +6,27 @@ The model, initialisation and optimizer of Foreman's MLP (foreman::nn::Mlp):
 TF1's defaults (lr 1e-3, beta1 0.9, beta2 0.999, epsilon 1e-8), mean sparse
 softmax cross-entropy; batch 128 from the same Fashion-MNIST IDX files,
 pixels scaled to [0, 1], reshuffled every epoch. torch.set_num_threads(n) is
-set to Foreman's intra-op threads.
+set to Foreman's intra-op threads (run.sh also sets OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS and MKL_NUM_THREADS to it and pins the process to as
+many cores with taskset).
 
 Prints "RUN train.torch.t<n>.samples_per_s <v> samples/s" after `--warmup`
-untimed and `--steps` timed steps (run.sh gathers the runs).
+untimed and `--steps` timed steps (run.sh gathers the runs). With `--info
+FILE` it also writes, after the timed steps, "key: value" lines saying what
+actually ran: PyTorch's and Python's versions, torch.get_num_threads(), the
+CPU capability ATen dispatches to, whether oneDNN (mkldnn) is available, the
+BLAS/LAPACK/OpenMP/oneDNN libraries mapped into the process
+(/proc/self/maps) and OpenBLAS's own configuration and core type when it is
+one of them, and the thread variables of the environment.
 
-    train_torch.py --data DIR --threads N [--steps 400] [--warmup 50] [--seed 1]
+    train_torch.py --data DIR --threads N [--steps 400] [--warmup 50] [--seed 1] [--info FILE]
 """
 import argparse
 import gzip
+import ctypes
 import os
+import platform
+import re
 import struct
 import time
 
@@ -33,6 +44,54 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
+def peer_info(threads):
+    """What ran, as "key: value" lines (see the module's comment)."""
+    config = torch.__config__.show()
+    info = {"torch": "PyTorch %s on Python %s" % (torch.__version__, platform.python_version())}
+    info["torch_threads"] = "torch.get_num_threads() = %d (asked for %d)" % (torch.get_num_threads(), threads)
+    capability = None
+    get_capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    if get_capability is not None:
+        capability = get_capability()
+    else:
+        m = re.search(r"CPU capability usage: *(\S+)", config)
+        capability = m.group(1) if m else "unknown"
+    info["torch_cpu_capability"] = capability
+    dnnl = re.search(r"(?:Intel\(R\) MKL-DNN|oneDNN) v?(\S+)", config)
+    info["torch_onednn"] = "%s%s" % ("available" if torch.backends.mkldnn.is_available() else "not available",
+                                    (" (v%s)" % dnnl.group(1)) if dnnl else "")
+    info["torch_mkl"] = "available" if torch.backends.mkl.is_available() else "not available"
+    blas = re.search(r"BLAS_INFO=([^,\s]+)", config)
+    info["torch_blas_info"] = blas.group(1) if blas else "unknown"
+    info["torch_parallel"] = "; ".join(line.strip() for line in torch.__config__.parallel_info().splitlines()
+                                       if "backend" in line)
+    libs = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            path = fields[5] if len(fields) >= 6 else ""
+            if re.search(r"blas|lapack|mkl|dnnl|mkldnn|blis|omp", os.path.basename(path)) and path not in libs:
+                libs.append(path)
+    info["torch_libs"] = " ".join(libs) or "none found in /proc/self/maps"
+    for path in libs:
+        if "openblas" not in os.path.basename(path):
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+            for name in ("openblas_get_config", "openblas_get_corename"):
+                fn = getattr(lib, name)
+                fn.restype = ctypes.c_char_p
+                info[name] = fn().decode(errors="replace")
+            lib.openblas_get_num_threads.restype = ctypes.c_int
+            info["openblas_get_num_threads"] = str(lib.openblas_get_num_threads())
+        except (OSError, AttributeError) as e:
+            info["openblas"] = "%s (%s)" % (path, e)
+    info["torch_env"] = " ".join("%s=%s" % (k, os.environ.get(k, "unset")) for k in (
+        "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"))
+    info["torch_affinity"] = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    return "".join("%s: %s\n" % kv for kv in info.items())
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", required=True)
@@ -41,6 +100,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--info", help="also write what ran (versions, backends, threads) to this file")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -87,6 +147,9 @@ def main():
         samples += rows
     took = time.perf_counter() - start
     print("loss %.4f" % float(loss))
+    if args.info:
+        with open(args.info, "w") as f:
+            f.write(peer_info(args.threads))
     print("RUN train.torch.t%d.samples_per_s %.6g samples/s" % (args.threads, samples / took), flush=True)
 
 
