@@ -7,9 +7,10 @@
 // appends them to the writer's SummaryQueue and sends one drain message when
 // none is pending; the actor takes everything queued by then at once and
 // hands the summaries to EventFileWriter::AddSummaries, which writes and
-// flushes once per batch where max_queue would call for it (the file holds
-// the same events; a reader cannot tell, since the batch was already queued
-// when the actor took it). Every sender (hooks, step_counter,
+// flushes once per batch where max_queue or flush_secs call for it (the file
+// holds the same events in the same order; those of one batch, all queued
+// before the actor took it, reach the file together, one write() for many).
+// Every sender (hooks, step_counter,
 // checkpoint_saver) goes through the handle, so the file keeps the order in
 // which events were added, and a caller's Flush() sees all it added before.
 //
