@@ -35,11 +35,10 @@ namespace foreman::internal {
 
 // -- atoms (at most 10 characters in CAF 0.17) --------------------------------
 
-using add_atom = caf::add_atom;          // summary_writer: a Summary
 using flush_atom = caf::flush_atom;      // summary_writer: flush
 using close_atom = caf::close_atom;      // summary_writer: flush and close
 using spawn_atom = caf::spawn_atom;      // session_supervisor: spawn a child
-using session_log_atom = caf::atom_constant<caf::atom("sesslog")>;  // summary_writer
+using drain_atom = caf::atom_constant<caf::atom("drain")>;          // summary_writer: take the queued events
 using report_atom = caf::atom_constant<caf::atom("report")>;        // coordinator
 using save_atom = caf::atom_constant<caf::atom("save")>;            // checkpoint_saver
 using record_atom = caf::atom_constant<caf::atom("record")>;        // step_counter

@@ -44,8 +44,7 @@ caf::behavior checkpoint_saver(caf::stateful_actor<checkpoint_saver_state>* self
           return;
         }
         if (st.args.summary_writer) {
-          SessionLogRecord log{SessionLogStatus::kCheckpoint, ticket.step, st.save_path, ""};
-          self->send(st.args.summary_writer, session_log_atom::value, std::move(log));
+          st.args.summary_writer->AddSessionLog(SessionLogStatus::kCheckpoint, ticket.step, st.save_path, "");
         }
         if (st.args.observers != nullptr) st.args.observers->Notify(ticket.step, *prefix);
         ticket.Complete(absl::OkStatus(), *std::move(prefix), took);

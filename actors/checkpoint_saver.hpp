@@ -8,7 +8,8 @@
 //       Saver::Save(request->snapshot, "<dir>/<basename>", ticket->step),
 //       then, on success, a SessionLog CHECKPOINT at that step with
 //       checkpoint_path "<dir>/<basename>" (B106: without the step suffix)
-//       to the summary_writer of <dir>, and only then completes the ticket
+//       to the summary writer of <dir> (queued through its handle), and
+//       only then completes the ticket
 //       (so whoever saw the ticket done also finds the event queued before
 //       any later flush); the session's SaveObservers are told before the
 //       ticket completes too. Requests are handled in order, one at a time.
@@ -47,7 +48,7 @@ struct CheckpointSaverArgs {
   std::string basename;
   std::shared_ptr<Saver> saver;
   std::shared_ptr<FileLock> lock;
-  caf::actor summary_writer;  // of `directory`; may be null (no event)
+  std::shared_ptr<SummaryWriterService> summary_writer;  // of `directory`; may be null (no event)
   caf::actor coordinator;
   /// When set, a failed save is recorded here (Report) before its ticket is
   /// completed, so that whoever sees the failed ticket also sees the

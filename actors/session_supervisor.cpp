@@ -210,7 +210,7 @@ class RuntimeImpl : public Runtime {
     args.basename = basename;
     args.saver = saver;
     args.lock = std::move(lock);
-    args.summary_writer = writer->link()->handle();
+    args.summary_writer = writer;
     args.clock = config_.clock;
     args.cell = cell_;
     args.observers = save_observers_;
@@ -233,10 +233,9 @@ class RuntimeImpl : public Runtime {
     const std::string key = absl::StrCat(output_dir, "\n", tag);
     auto it = counters_.find(key);
     if (it != counters_.end()) return {it->second};
-    caf::actor writer;
+    std::shared_ptr<SummaryWriterService> writer;
     if (!output_dir.empty()) {
-      FOREMAN_ASSIGN_OR_RETURN(auto w, SummaryWriterLocked(output_dir));
-      writer = w->link()->handle();
+      FOREMAN_ASSIGN_OR_RETURN(writer, SummaryWriterLocked(output_dir));
     }
     FOREMAN_ASSIGN_OR_RETURN(
         auto link, SpawnChildLocked(absl::StrCat("step_counter(", output_dir, ")"),
@@ -363,12 +362,14 @@ class RuntimeImpl : public Runtime {
     FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<EventFileWriter> file_writer,
                              EventFileWriter::Create(logdir, options));
     std::shared_ptr<EventFileWriter> writer = std::move(file_writer);
+    auto queue = std::make_shared<SummaryQueue>();
     FOREMAN_ASSIGN_OR_RETURN(
-        auto link, SpawnChildLocked(absl::StrCat("summary_writer(", logdir, ")"),
-                                    [writer, logdir](caf::local_actor* parent, const caf::actor& coordinator) {
-                                      return SpawnSummaryWriter(parent, writer, coordinator, logdir);
-                                    }));
-    auto handle = std::make_shared<SummaryWriterHandle>(logdir, std::move(link));
+        auto link,
+        SpawnChildLocked(absl::StrCat("summary_writer(", logdir, ")"),
+                         [writer, queue, logdir](caf::local_actor* parent, const caf::actor& coordinator) {
+                           return SpawnSummaryWriter(parent, writer, queue, coordinator, logdir);
+                         }));
+    auto handle = std::make_shared<SummaryWriterHandle>(logdir, std::move(queue), std::move(link));
     writers_[logdir] = handle;
     return handle;
   }

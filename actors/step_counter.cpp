@@ -12,13 +12,13 @@ namespace {
 
 struct step_counter_state {
   std::string tag;
-  caf::actor summary_writer;
+  std::shared_ptr<SummaryWriterService> summary_writer;
   static const char* name;
 };
 const char* step_counter_state::name = "step_counter";
 
 caf::behavior step_counter(caf::stateful_actor<step_counter_state>* self, std::string tag,
-                           caf::actor summary_writer) {
+                           std::shared_ptr<SummaryWriterService> summary_writer) {
   MakeQuiet(self, "step_counter");
   self->state.tag = std::move(tag);
   self->state.summary_writer = std::move(summary_writer);
@@ -27,8 +27,7 @@ caf::behavior step_counter(caf::stateful_actor<step_counter_state>* self, std::s
         auto& st = self->state;
         FOREMAN_LOG_INFO("{}: {:g}", st.tag, steps_per_sec);
         if (st.summary_writer) {
-          self->send(st.summary_writer, add_atom::value,
-                     ScalarSummary(st.tag, static_cast<float>(steps_per_sec)), global_step);
+          st.summary_writer->AddSummary(ScalarSummary(st.tag, static_cast<float>(steps_per_sec)), global_step);
         }
       },
       [=](flush_atom, const std::shared_ptr<Completion>& done) { done->Complete(absl::OkStatus()); },
@@ -37,7 +36,8 @@ caf::behavior step_counter(caf::stateful_actor<step_counter_state>* self, std::s
 
 }  // namespace
 
-caf::actor SpawnStepCounter(caf::local_actor* parent, std::string tag, caf::actor summary_writer) {
+caf::actor SpawnStepCounter(caf::local_actor* parent, std::string tag,
+                            std::shared_ptr<SummaryWriterService> summary_writer) {
   return parent->spawn<caf::detached>(step_counter, std::move(tag), std::move(summary_writer));
 }
 

@@ -7,7 +7,8 @@
 //       Logs "<tag>: <steps_per_sec>" at INFO (TF: "global_step/sec: %g")
 //       and, when the counter has an output directory, sends the Summary
 //       {tag, simple_value = steps_per_sec} at `global_step` to that
-//       directory's summary_writer.
+//       directory's summary writer (its handle's queue, so in order with
+//       what the hooks add there).
 //   (flush_atom, std::shared_ptr<Completion> done)
 //       Completes `done` once every earlier record has been handed on
 //       (Runtime::Shutdown drains the counters before it closes the writers).
@@ -24,7 +25,8 @@ namespace foreman::internal {
 
 /// Spawns the counter (detached) as a child of `parent`. `summary_writer`
 /// may be null (log only).
-caf::actor SpawnStepCounter(caf::local_actor* parent, std::string tag, caf::actor summary_writer);
+caf::actor SpawnStepCounter(caf::local_actor* parent, std::string tag,
+                            std::shared_ptr<SummaryWriterService> summary_writer);
 
 /// The service facade the training thread uses (services.hpp).
 class StepCounterHandle : public StepCounterService {

@@ -3,18 +3,29 @@
 // writing to one directory shares one event file). Spawned detached: its
 // handlers write files.
 //
+// Events do not travel one message each: SummaryWriterHandle (any thread)
+// appends them to the writer's SummaryQueue and sends one drain message when
+// none is pending; the actor takes everything queued by then at once and
+// hands the summaries to EventFileWriter::AddSummaries, which writes and
+// flushes once per batch where max_queue or flush_secs call for it (the file
+// holds the same events in the same order; those of one batch, all queued
+// before the actor took it, reach the file together, one write() for many).
+// Every sender (hooks, step_counter,
+// checkpoint_saver) goes through the handle, so the file keeps the order in
+// which events were added, and a caller's Flush() sees all it added before.
+//
 // Protocol:
-//   (add_atom, std::string serialized_summary, int64_t step)    no reply
-//       EventFileWriter::AddSummary.
-//   (session_log_atom, SessionLogRecord log)                       no reply
-//       EventFileWriter::AddSessionLog.
+//   (drain_atom)                                                   no reply
+//       Takes the queue: AddSummaries / AddSessionLog in order.
 //   (flush_atom, std::shared_ptr<Completion> done)
-//       Writes and flushes everything received before (B149); completes
-//       `done` with the writer's first error, else Flush()'s status.
+//       Takes the queue, then writes and flushes everything (B149);
+//       completes `done` with the writer's first error, else Flush()'s
+//       status.
 //   (close_atom, std::shared_ptr<Completion> done)
-//       Close(); completes `done` like flush. Later adds are dropped with one
-//       warning (TF: "closed FileWriter", B149). The actor keeps running
-//       until the supervisor stops it.
+//       Takes the queue, then Close(); completes `done` like flush. Events
+//       queued later are dropped with one warning (TF: "closed FileWriter",
+//       B149). The actor keeps running until the supervisor stops it; when
+//       it exits, what is queued is dropped, and so is what is added later.
 // Errors: the first error of any write is sent to the coordinator as
 // (report_atom, "summary_writer(<logdir>)", status); later ones are logged.
 //
@@ -28,13 +39,17 @@
 // used (design.md §6: timing decisions ask the Clock).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/string_view.h"
 #include "atoms.hpp"
 #include "foreman/event_writer.hpp"
+#include "foreman/mutex.hpp"
 #include "runtime/services.hpp"
 
 namespace foreman::internal {
@@ -47,16 +62,64 @@ struct SessionLogRecord {
   std::string msg;
 };
 
-/// Spawns the writer (detached) as a child of `parent`; failures go to
-/// `coordinator`.
-caf::actor SpawnSummaryWriter(caf::local_actor* parent, std::shared_ptr<EventFileWriter> writer,
-                              caf::actor coordinator, std::string logdir);
+/// Events added and not yet taken by the actor, in order.
+struct SummaryBatch {
+  /// A summary (bytes[offset, offset + size) at `step`) or, when `log` >= 0,
+  /// logs[log].
+  struct Entry {
+    std::size_t offset = 0;
+    std::size_t size = 0;
+    int64_t step = 0;
+    int log = -1;
+  };
+  std::string bytes;  // the serialized summaries, back to back
+  std::vector<Entry> entries;
+  std::vector<SessionLogRecord> logs;
 
-/// The service facade the training thread uses (services.hpp).
+  bool empty() const { return entries.empty(); }
+  /// Keeps the capacity: a batch is reused.
+  void clear() {
+    bytes.clear();
+    entries.clear();
+    logs.clear();
+  }
+};
+
+/// The queue between a logdir's handle (any thread) and its actor.
+/// Thread-safe.
+class SummaryQueue {
+ public:
+  /// Appends; true when the caller must send (drain_atom) to the actor: no
+  /// drain is pending since the actor last took the queue. Once Close()d,
+  /// drops the event and returns false.
+  bool AddSummary(absl::string_view serialized_summary, int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
+  bool AddSessionLog(SessionLogRecord log) ABSL_LOCKS_EXCLUDED(mu_);
+  /// Swaps everything queued into *batch (cleared first; its buffers become
+  /// the queue's), so that the next add asks for a drain again.
+  void TakeAll(SummaryBatch* batch) ABSL_LOCKS_EXCLUDED(mu_);
+  /// The actor is gone (it is never restarted): drops what is queued and
+  /// every later add; returns how many events were queued.
+  std::size_t Close() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  Mutex mu_;
+  SummaryBatch batch_ ABSL_GUARDED_BY(mu_);
+  bool drain_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+/// Spawns the writer (detached) as a child of `parent`, taking its events
+/// from `queue`; failures go to `coordinator`.
+caf::actor SpawnSummaryWriter(caf::local_actor* parent, std::shared_ptr<EventFileWriter> writer,
+                              std::shared_ptr<SummaryQueue> queue, caf::actor coordinator, std::string logdir);
+
+/// The service facade the training thread, step_counter and
+/// checkpoint_saver use (services.hpp). Thread-safe.
 class SummaryWriterHandle : public SummaryWriterService {
  public:
-  SummaryWriterHandle(std::string logdir, std::shared_ptr<ChildLink> link);
-  void AddSummary(std::string serialized_summary, int64_t step) override;
+  /// `queue`: the one the actor behind `link` drains.
+  SummaryWriterHandle(std::string logdir, std::shared_ptr<SummaryQueue> queue, std::shared_ptr<ChildLink> link);
+  void AddSummary(absl::string_view serialized_summary, int64_t step) override;
   void AddSessionLog(SessionLogStatus status, std::optional<int64_t> step, std::string checkpoint_path = "",
                      std::string msg = "") override;
   Status Flush(absl::Duration timeout) override;
@@ -67,10 +130,12 @@ class SummaryWriterHandle : public SummaryWriterService {
   const std::shared_ptr<ChildLink>& link() const { return link_; }
 
  private:
+  /// Sends drain_atom; when the actor is gone, closes the queue.
+  void RequestDrain();
+
   std::string logdir_;
+  std::shared_ptr<SummaryQueue> queue_;
   std::shared_ptr<ChildLink> link_;
 };
 
 }  // namespace foreman::internal
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(foreman::internal::SessionLogRecord)

@@ -541,6 +541,46 @@ TEST_CASE("summary_writer: Shutdown flushes and closes; an event file that canno
   CHECK(events.size() == 4);  // file_version + 3, written by the close.
 }
 
+TEST_CASE("summary_writer: events from several threads, in batches, keep each sender's order; Flush sees them all") {
+  MemEnv env;
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  auto writer = *runtime->SummaryWriter("/logs");
+  constexpr int kThreads = 3;
+  constexpr int kEach = 3000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&writer, t] {
+      const std::string tag = absl::StrCat("t", t);
+      for (int i = 1; i <= kEach; ++i) {
+        writer->AddSummary(ScalarSummary(tag, static_cast<float>(i)), i);
+        // A session log now and then, in line with the summaries.
+        if (i % 1000 == 0) writer->AddSessionLog(SessionLogStatus::kCheckpoint, i, absl::StrCat("/ckpt/", tag));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  REQUIRE(writer->Flush(kWait).ok());
+  std::vector<Event> events = ReadEvents(&env, "/logs");
+  REQUIRE(events.size() == 1 + kThreads * (kEach + kEach / 1000));
+  std::map<std::string, int64_t> last;  // per thread: the step of its last event
+  for (std::size_t i = 1; i < events.size(); ++i) {
+    const Event& e = events[i];
+    const std::string sender =
+        e.kind == Event::Kind::kSessionLog ? e.checkpoint_path.substr(std::string("/ckpt/").size()) : e.values.at(0).tag;
+    int64_t& prev = last[sender];
+    if (e.kind == Event::Kind::kSessionLog) {
+      CHECK(e.step == prev);  // right after the summary of its step
+    } else {
+      CHECK(e.step == prev + 1);
+      CHECK(e.values.at(0).scalar == static_cast<double>(e.step));
+      prev = e.step;
+    }
+  }
+  CHECK(last.size() == kThreads);
+  for (const auto& [sender, step] : last) CHECK(step == kEach);
+  CHECK(runtime->Shutdown(kWait).ok());
+}
+
 // -- checkpoint_saver -----------------------------------------------------------------------
 
 TEST_CASE("B106 checkpoint_saver: saves off the caller's thread; CHECKPOINT event without the step suffix") {

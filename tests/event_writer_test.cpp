@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -26,6 +28,7 @@
 #include "foreman/event_reader.hpp"
 #include "foreman/mem_env.hpp"
 #include "foreman/summary.hpp"
+#include "foreman/tensor.hpp"
 #include "support/test_util.hpp"
 #include "platform/log.hpp"
 #include "support/log_capture.hpp"
@@ -517,6 +520,139 @@ TEST_CASE("bytes that are not a Summary or an Event are INVALID_ARGUMENT and not
   CHECK(absl::IsInvalidArgument(writer->AddSerializedEvent(garbage)));
   REQUIRE(writer->Close().ok());
   CHECK(EventsOnDisk(&f.env, writer->path()).size() == 1);
+}
+
+/// The raw records (Event bytes) now in `path`.
+std::vector<std::string> RecordsOnDisk(Env* env, const std::string& path) {
+  auto reader = RecordReader::Open(env, path);
+  REQUIRE(reader.ok());
+  std::vector<std::string> records;
+  std::string record;
+  Status s;
+  while ((s = (*reader)->ReadRecord(&record)).ok()) records.push_back(record);
+  REQUIRE_MESSAGE(absl::IsOutOfRange(s), s.ToString());
+  return records;
+}
+
+/// A Summary with one Value {tag, simple_value} encoded by hand: tag first
+/// or not, the tag's length in its shortest varint or a two-byte one.
+std::string HandValue(const std::string& tag, float value, bool tag_first = true, bool long_length = false) {
+  std::string tag_field = "\x0a";
+  if (long_length) {
+    tag_field += static_cast<char>(0x80 | tag.size());
+    tag_field += '\0';
+  } else {
+    tag_field += static_cast<char>(tag.size());
+  }
+  tag_field += tag;
+  std::string value_field = "\x15" + std::string(reinterpret_cast<const char*>(&value), 4);
+  const std::string body = tag_first ? tag_field + value_field : value_field + tag_field;
+  return "\x0a" + std::string(1, static_cast<char>(body.size())) + body;
+}
+
+// The writer puts a Summary in the shape protobuf writes for scalars into the
+// Event as it is, without protobuf; other summaries go through protobuf.
+// Either way each record must be exactly what protobuf writes for
+// Event{wall_time, step, summary parsed from the bytes given}.
+TEST_CASE("B150: every summary event's record is protobuf's serialisation of the Event, bit for bit") {
+  const float nan = std::nanf("");
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::string> summaries = {
+      ScalarSummary("loss", 0.25f),
+      ScalarSummary("accuracy", 1.0f / 3),
+      ScalarSummary("z", 0.0f),  // a zero simple_value is still written (oneof)
+      ScalarSummary("neg0", -0.0f),
+      ScalarSummary("nan", nan),
+      ScalarSummary("inf", inf),
+      ScalarSummary("-inf", -inf),
+      ScalarSummary("tiny", std::numeric_limits<float>::denorm_min()),
+      ScalarSummary("max", std::numeric_limits<float>::max()),
+      ScalarSummary(std::string(118, 't'), 1.0f),  // value length 127: one varint byte
+      ScalarSummary(std::string(119, 't'), 2.0f),  // 128: two
+      ScalarSummary(std::string(300, 'l'), 3.0f),  // a long tag
+      ScalarSummary(std::string("nul\0tag", 7), 4.0f),
+      ScalarSummary("gr\xc3\xbc\xc3\x9f" "e", 5.0f),  // UTF-8 beyond ASCII: protobuf's path
+      MergeSummaries({ScalarSummary("a", 1), ScalarSummary("b", 2), ScalarSummary("a", 3)}),
+      "",                                    // an empty Summary
+      HandValue("order", 6.0f, /*tag_first=*/false),  // fields out of protobuf's order
+      HandValue("long", 7.0f, true, /*long_length=*/true),  // a longer varint than needed
+      TextSummary("text", "metadata"),
+      *HistogramSummary("h", *Tensor::FromVector<float>({1, 2, 3}, {3})),
+  };
+  const std::vector<int64_t> steps = {0,   1,   -1, 127, 128, std::numeric_limits<int64_t>::max(),
+                                      std::numeric_limits<int64_t>::min()};
+  // Wall times: the fixture's, and 0 (proto3 leaves a zero wall_time out).
+  for (const absl::Time wall : {absl::FromUnixMillis(1700000000250), absl::UnixEpoch()}) {
+    CAPTURE(wall);
+    Fixture f;
+    f.clock.SetWallTime(wall);
+    f.options.max_queue = 1000;
+    auto writer = f.Create();
+    std::vector<std::string> expected;
+    for (std::size_t i = 0; i < summaries.size(); ++i) {
+      for (int64_t step : steps) {
+        proto::Event event;
+        event.set_wall_time(static_cast<double>(absl::ToUnixMicros(wall)) / 1e6);
+        event.set_step(step);
+        REQUIRE(event.mutable_summary()->ParseFromString(summaries[i]));
+        // B150: only the first value of a tag keeps metadata (only the text
+        // and histogram summaries have any; their first is at steps[0]).
+        if (step != steps.front()) {
+          for (auto& v : *event.mutable_summary()->mutable_value()) v.clear_metadata();
+        }
+        expected.push_back(event.SerializeAsString());
+        REQUIRE(writer->AddSummary(summaries[i], step).ok());
+      }
+    }
+    REQUIRE(writer->Close().ok());
+    const std::vector<std::string> records = RecordsOnDisk(&f.env, writer->path());
+    REQUIRE(records.size() == expected.size() + 1);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      CAPTURE(i);
+      CHECK(records[i + 1] == expected[i]);
+      proto::Event back;  // and it parses back to the same Event
+      REQUIRE(back.ParseFromString(records[i + 1]));
+      CHECK(back.SerializeAsString() == expected[i]);
+    }
+  }
+}
+
+TEST_CASE("B150: the tags of plain scalar summaries count as seen: a later value of the tag loses its metadata") {
+  Fixture f;
+  auto writer = f.Create();
+  REQUIRE(writer->AddSummary(ScalarSummary("a", 1), 1).ok());
+  REQUIRE(writer->AddSummary(MergeSummaries({TextSummary("a", "x"), TextSummary("b", "y")}), 2).ok());
+  REQUIRE(writer->Close().ok());
+  const auto events = EventsOnDisk(&f.env, writer->path());
+  REQUIRE(events.size() == 3);
+  CHECK_FALSE(events[2].summary().value(0).has_metadata());
+  CHECK(events[2].summary().value(1).metadata().plugin_data().plugin_name() == "text");
+}
+
+TEST_CASE("AddSummaries: the events AddSummary would queue; one write when max_queue is reached; bad ones skipped") {
+  Fixture f;
+  f.options.max_queue = 3;
+  auto writer = f.Create();
+  REQUIRE(writer->AddSummary(ScalarSummary("first", 0), 0).ok());  // B148: written at once
+  const std::vector<std::string> summaries = {ScalarSummary("a", 1), ScalarSummary("b", 2)};
+  std::vector<EventFileWriter::SummaryAtStep> batch = {{summaries[0], 1}, {summaries[1], 2}};
+  REQUIRE(writer->AddSummaries(batch).ok());
+  CHECK(EventsOnDisk(&f.env, writer->path()).size() == 2);  // 2 < max_queue: still queued
+  const std::string garbage = "\xff\xff";
+  batch = {{garbage, 3}, {summaries[0], 4}, {garbage, 5}, {summaries[1], 6}};
+  const Status s = writer->AddSummaries(batch);
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "summary 0 of 4"), s.message());
+  CHECK_MESSAGE(absl::StrContains(s.message(), "1 more skipped"), s.message());
+  // 4 queued >= max_queue: all written by the call.
+  auto events = EventsOnDisk(&f.env, writer->path());
+  REQUIRE(events.size() == 6);
+  std::vector<int64_t> steps;
+  for (const auto& e : events) steps.push_back(e.step());
+  CHECK(steps == std::vector<int64_t>{0, 0, 1, 2, 4, 6});
+  CHECK(events[5].summary().value(0).tag() == "b");
+  REQUIRE(writer->Close().ok());
+  CHECK(absl::IsFailedPrecondition(writer->AddSummaries(batch)));
 }
 
 TEST_CASE("Create rejects bad options and reports Env errors naming the path") {

@@ -41,6 +41,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "foreman/clock.hpp"
 #include "foreman/env.hpp"
 #include "foreman/status.hpp"
@@ -80,6 +81,20 @@ class EventFileWriter {
   /// parse. As TF: summary metadata is kept only on the first value seen
   /// for each tag in this file. After Close(): FAILED_PRECONDITION.
   Status AddSummary(absl::string_view serialized_summary, int64_t step);
+
+  /// One summary for AddSummaries(): the bytes are not owned.
+  struct SummaryAtStep {
+    absl::string_view serialized_summary;
+    int64_t step = 0;
+  };
+  /// AddSummary() for each of `summaries` in order, except that the write
+  /// and flush that max_queue or flush_secs call for happen once, after the
+  /// last one is queued: the same events, one write() for many. A summary
+  /// that does not parse is skipped (the others are queued) and the result
+  /// is INVALID_ARGUMENT naming the first one's index and how many more were
+  /// skipped; otherwise the write's status. After Close():
+  /// FAILED_PRECONDITION, nothing queued.
+  Status AddSummaries(absl::Span<const SummaryAtStep> summaries);
 
   /// Queues an Event{wall_time=now, session_log{status, checkpoint_path, msg}},
   /// with `step` when given (TF's sessions: START carries the restored step,

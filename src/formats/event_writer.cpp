@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -17,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "foreman/crc32c.hpp"
 #include "foreman/record.hpp"
 #include "platform/log.hpp"
 #include "summary.pb.h"
@@ -94,16 +97,159 @@ StatusOr<NewFile> CreateEventFile(const EventFileWriterOptions& options, const s
       hostname, options.filename_suffix, kMaxNameTries, secs));
 }
 
+// -- the plain scalar summary path ----------------------------------------------------
+//
+// Most summaries are scalars (ScalarSummary: a tag and a simple_value per
+// value), and parsing each into a proto::Event, copying it, looking its tags
+// up and serialising it again cost more than writing it. A Summary in
+// exactly the shape protobuf itself writes for such values is recognised on
+// its bytes and put into the Event as is: protobuf would write the same
+// bytes back (the golden test in event_writer_test checks it), and with no
+// metadata there is nothing for B150 to strip. Anything else (metadata,
+// histograms, non-ASCII tags, unusual encodings) takes the protobuf path.
+
+/// Protobuf's wire-format tags (field number << 3 | wire type).
+constexpr unsigned char kSummaryValueTag = 0x0A;  // Summary.value = 1, length-delimited
+constexpr unsigned char kValueTagTag = 0x0A;      // Summary.Value.tag = 1, length-delimited
+constexpr unsigned char kSimpleValueTag = 0x15;   // Summary.Value.simple_value = 2, fixed32
+constexpr unsigned char kWallTimeTag = 0x09;      // Event.wall_time = 1, fixed64
+constexpr unsigned char kStepTag = 0x10;          // Event.step = 2, varint
+constexpr unsigned char kSummaryTag = 0x2A;       // Event.summary = 5, length-delimited
+
+/// Reads a length (a varint below 2^31, as protobuf allows) at *p, in its
+/// shortest form only (protobuf writes no other); false otherwise. Advances
+/// *p.
+bool ReadShortestVarint32(const unsigned char** p, const unsigned char* end, uint32_t* out) {
+  uint32_t value = 0;
+  for (int shift = 0; shift < 35 && *p < end; shift += 7) {
+    const unsigned char byte = *(*p)++;
+    if (shift == 28 && byte > 0x07) return false;
+    value |= static_cast<uint32_t>(byte & 0x7Fu) << shift;
+    if ((byte & 0x80u) == 0) {
+      if (byte == 0 && shift > 0) return false;  // a longer form than needed
+      *out = value;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::size_t VarintBytes(uint64_t v) {
+  std::size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+char* WriteVarint(char* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>(static_cast<unsigned char>(v) | 0x80u);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+
+/// Calls `on_tag(tag)` for every value of `summary` and returns true when
+/// `summary` is a Summary whose values each hold exactly a non-empty ASCII
+/// tag and a simple_value, encoded as protobuf encodes them (fields in
+/// order, shortest lengths). Stops at the first byte out of that shape
+/// (some tags may have been passed to `on_tag` by then).
+template <class OnTag>
+bool ForEachPlainScalarTag(absl::string_view summary, OnTag&& on_tag) {
+  const auto* p = reinterpret_cast<const unsigned char*>(summary.data());
+  const unsigned char* const end = p + summary.size();
+  while (p < end) {
+    uint32_t value_bytes = 0;
+    uint32_t tag_bytes = 0;
+    if (*p++ != kSummaryValueTag || !ReadShortestVarint32(&p, end, &value_bytes) ||
+        value_bytes > static_cast<std::size_t>(end - p)) {
+      return false;
+    }
+    const unsigned char* const value_end = p + value_bytes;
+    if (p == value_end || *p++ != kValueTagTag || !ReadShortestVarint32(&p, value_end, &tag_bytes) ||
+        tag_bytes == 0 || static_cast<std::size_t>(value_end - p) != std::size_t{tag_bytes} + 5 ||
+        p[tag_bytes] != kSimpleValueTag) {
+      return false;
+    }
+    for (uint32_t i = 0; i < tag_bytes; ++i) {
+      if (p[i] >= 0x80) return false;  // UTF-8 beyond ASCII: protobuf checks it
+    }
+    on_tag(absl::string_view(reinterpret_cast<const char*>(p), tag_bytes));
+    p = value_end;
+  }
+  return true;
+}
+
+bool IsPlainScalarSummary(absl::string_view summary) {
+  return ForEachPlainScalarTag(summary, [](absl::string_view) {});
+}
+
+/// Appends a TFRecord (record.hpp) of `payload_bytes` bytes to *out, its
+/// payload written by `write(char* dst)`: the same bytes as
+/// RecordWriter::WriteRecord.
+template <class WritePayload>
+void AppendRecord(std::string* out, std::size_t payload_bytes, WritePayload&& write) {
+  const std::size_t start = out->size();
+  out->resize(start + kRecordHeaderBytes + payload_bytes + kRecordFooterBytes);
+  char* const header = &(*out)[start];
+  char* const payload = header + kRecordHeaderBytes;
+  uint64_t length = payload_bytes;
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(length >> (8 * i));
+  const uint32_t header_crc = crc32c::Mask(crc32c::Value(header, 8));
+  for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>(header_crc >> (8 * i));
+  write(payload);
+  const uint32_t payload_crc = crc32c::Mask(crc32c::Value(payload, payload_bytes));
+  for (int i = 0; i < 4; ++i) payload[payload_bytes + i] = static_cast<char>(payload_crc >> (8 * i));
+}
+
+void AppendRecord(std::string* out, absl::string_view payload) {
+  AppendRecord(out, payload.size(), [&](char* dst) { std::memcpy(dst, payload.data(), payload.size()); });
+}
+
+/// Appends the record of Event{wall_time, step, summary} to *out, the bytes
+/// protobuf writes for it (proto3: a zero wall_time or step is left out).
+void AppendSummaryEventRecord(std::string* out, double wall_time, int64_t step, absl::string_view summary) {
+  uint64_t wall_bits;
+  std::memcpy(&wall_bits, &wall_time, sizeof wall_bits);
+  const auto step_bits = static_cast<uint64_t>(step);  // negative: ten bytes, as protobuf
+  const std::size_t bytes = (wall_bits != 0 ? 1 + 8 : 0) + (step_bits != 0 ? 1 + VarintBytes(step_bits) : 0) + 1 +
+                            VarintBytes(summary.size()) + summary.size();
+  AppendRecord(out, bytes, [&](char* p) {
+    if (wall_bits != 0) {
+      *p++ = static_cast<char>(kWallTimeTag);
+      for (int i = 0; i < 8; ++i) *p++ = static_cast<char>(wall_bits >> (8 * i));
+    }
+    if (step_bits != 0) {
+      *p++ = static_cast<char>(kStepTag);
+      p = WriteVarint(p, step_bits);
+    }
+    *p++ = static_cast<char>(kSummaryTag);
+    p = WriteVarint(p, summary.size());
+    std::memcpy(p, summary.data(), summary.size());
+  });
+}
+
 }  // namespace
 
 // -- Impl -------------------------------------------------------------------------
 
 struct EventFileWriter::Impl {
-  /// A queued event: its bytes, or (for AddSummary) the event before B150's
-  /// metadata stripping, which is done as it is written to a file.
+  /// A queued event. kRecord and kPlainSummary: its TFRecord (header, Event,
+  /// footer) is records[offset, offset + size); a kPlainSummary's Summary
+  /// bytes, whose tags count as seen once it is written (B150), are
+  /// records[summary_offset, summary_offset + summary_size). kProtoSummary:
+  /// the Event before B150's metadata stripping (done as it is written to a
+  /// file) is proto_summaries[offset].
+  enum class Kind : uint8_t { kRecord, kPlainSummary, kProtoSummary };
   struct Pending {
-    std::string serialized;
-    std::optional<proto::Event> summary_event;
+    Kind kind;
+    std::size_t offset;
+    std::size_t size;
+    std::size_t summary_offset;
+    std::size_t summary_size;
   };
 
   Impl(EventFileWriterOptions options_in, std::string logdir_in, std::string hostname_in)
@@ -123,17 +269,45 @@ struct EventFileWriter::Impl {
     writer.emplace(file.get());
     tags_seen.clear();
     events_written = 0;
-    proto::Event event = NewEvent();
+    proto::Event event;
+    event.set_wall_time(WallSeconds());
     event.set_file_version(kFileVersion);
     FOREMAN_RETURN_IF_ERROR(writer->WriteRecord(Serialize(event)));
     events_written = 1;
     return writer->Flush();
   }
 
-  /// Queues one event, then writes and flushes if the queue is full or a
+  /// Queues Event{wall_time=now, step, summary}; INVALID_ARGUMENT when
+  /// `summary` does not parse. Writes nothing.
+  Status QueueSummary(absl::string_view summary, int64_t step) {
+    if (IsPlainScalarSummary(summary)) {
+      const std::size_t offset = records.size();
+      AppendSummaryEventRecord(&records, WallSeconds(), step, summary);
+      queue.push_back(Pending{Kind::kPlainSummary, offset, records.size() - offset,
+                              records.size() - kRecordFooterBytes - summary.size(), summary.size()});
+      return absl::OkStatus();
+    }
+    proto::Event event;
+    event.set_wall_time(WallSeconds());
+    event.set_step(step);
+    if (!event.mutable_summary()->ParseFromArray(summary.data(), static_cast<int>(summary.size()))) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": AddSummary: not a serialized Summary"));
+    }
+    proto_summaries.push_back(std::move(event));
+    queue.push_back(Pending{Kind::kProtoSummary, proto_summaries.size() - 1, 0, 0, 0});
+    return absl::OkStatus();
+  }
+
+  /// Queues a serialized Event as is. Writes nothing.
+  void QueueRecord(absl::string_view serialized_event) {
+    const std::size_t offset = records.size();
+    AppendRecord(&records, serialized_event);
+    queue.push_back(Pending{Kind::kRecord, offset, records.size() - offset, 0, 0});
+  }
+
+  /// After events were queued: writes and flushes if the queue is full or a
   /// flush is due.
-  Status Enqueue(Pending event) {
-    queue.push_back(std::move(event));
+  Status WriteIfDue() {
     if (queue.size() >= static_cast<std::size_t>(options.max_queue)) return WriteQueue();
     return FlushIfDue();
   }
@@ -173,7 +347,14 @@ struct EventFileWriter::Impl {
     std::size_t written = 0;
     Status s;
     while (written < queue.size() && (s = WritePending(queue[written])).ok()) ++written;
-    queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(written));
+    if (written == queue.size()) {
+      queue.clear();
+      records.clear();
+      proto_summaries.clear();
+    } else {
+      // The records and Events of the rest stay where they are.
+      queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(written));
+    }
     events_written += static_cast<int64_t>(written);
     if (s.ok()) s = writer->Flush();
     if (s.ok() && written > 0) last_flush = options.clock->MonotonicNow();
@@ -184,9 +365,23 @@ struct EventFileWriter::Impl {
   /// value of each tag in the file. (TF's writer.py only counts a tag once a
   /// value with metadata has come.)
   Status WritePending(const Pending& pending) {
-    if (!pending.summary_event.has_value()) return writer->WriteRecord(pending.serialized);
-    proto::Event event = *pending.summary_event;
-    std::set<std::string> new_tags;
+    switch (pending.kind) {
+      case Kind::kRecord:
+        return file->Append(absl::string_view(records.data() + pending.offset, pending.size));
+      case Kind::kPlainSummary: {
+        FOREMAN_RETURN_IF_ERROR(file->Append(absl::string_view(records.data() + pending.offset, pending.size)));
+        // No metadata to strip; the tags count as seen.
+        ForEachPlainScalarTag(absl::string_view(records.data() + pending.summary_offset, pending.summary_size),
+                              [this](absl::string_view tag) {
+                                if (tags_seen.find(tag) == tags_seen.end()) tags_seen.emplace(tag);
+                              });
+        return absl::OkStatus();
+      }
+      case Kind::kProtoSummary:
+        break;
+    }
+    proto::Event event = proto_summaries[pending.offset];
+    std::set<std::string, std::less<>> new_tags;
     for (proto::Summary::Value& value : *event.mutable_summary()->mutable_value()) {
       if (tags_seen.count(value.tag()) != 0 || !new_tags.insert(value.tag()).second) value.clear_metadata();
     }
@@ -200,13 +395,9 @@ struct EventFileWriter::Impl {
     return absl::OkStatus();
   }
 
-  /// An Event with wall_time = now, as TF's EventsWriter computes it (whole
-  /// microseconds / 1e6: correctly rounded, unlike Clock::WallSeconds()).
-  proto::Event NewEvent() const {
-    proto::Event event;
-    event.set_wall_time(static_cast<double>(absl::ToUnixMicros(options.clock->WallNow())) / 1e6);
-    return event;
-  }
+  /// wall_time = now, as TF's EventsWriter computes it (whole microseconds /
+  /// 1e6: correctly rounded, unlike Clock::WallSeconds()).
+  double WallSeconds() const { return static_cast<double>(absl::ToUnixMicros(options.clock->WallNow())) / 1e6; }
 
   const EventFileWriterOptions options;
   const std::string logdir;
@@ -215,8 +406,10 @@ struct EventFileWriter::Impl {
   int64_t file_secs = 0;                // the seconds in its name
   std::unique_ptr<WritableFile> file;
   std::optional<RecordWriter> writer;  // on `file`
-  std::vector<Pending> queue;          // events not yet written
-  std::set<std::string> tags_seen;     // in the current file
+  std::vector<Pending> queue;          // events not yet written, in order
+  std::string records;                 // their records (see Pending)
+  std::vector<proto::Event> proto_summaries;     // see Pending
+  std::set<std::string, std::less<>> tags_seen;  // in the current file
   std::optional<absl::Duration> last_flush;
   int64_t events_written = 0;  // to the current file
   bool closed = false;
@@ -245,13 +438,31 @@ EventFileWriter::~EventFileWriter() {
 
 Status EventFileWriter::AddSummary(absl::string_view serialized_summary, int64_t step) {
   FOREMAN_RETURN_IF_ERROR(impl_->CheckOpen());
-  proto::Event event = impl_->NewEvent();
-  event.set_step(step);
-  if (!event.mutable_summary()->ParseFromArray(serialized_summary.data(),
-                                               static_cast<int>(serialized_summary.size()))) {
-    return absl::InvalidArgumentError(absl::StrCat(impl_->path, ": AddSummary: not a serialized Summary"));
+  FOREMAN_RETURN_IF_ERROR(impl_->QueueSummary(serialized_summary, step));
+  return impl_->WriteIfDue();
+}
+
+Status EventFileWriter::AddSummaries(absl::Span<const SummaryAtStep> summaries) {
+  FOREMAN_RETURN_IF_ERROR(impl_->CheckOpen());
+  Status parsed;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < summaries.size(); ++i) {
+    Status s = impl_->QueueSummary(summaries[i].serialized_summary, summaries[i].step);
+    if (s.ok()) continue;
+    if (bad++ == 0) {
+      parsed = absl::Status(s.code(), absl::StrCat(s.message(), " (AddSummaries: summary ", i, " of ",
+                                                   summaries.size(), ")"));
+    }
   }
-  return impl_->Enqueue(Impl::Pending{{}, std::move(event)});
+  if (bad > 1) {
+    parsed = absl::Status(parsed.code(), absl::StrCat(parsed.message(), "; ", bad - 1, " more skipped"));
+  }
+  Status written = summaries.empty() ? absl::OkStatus() : impl_->WriteIfDue();
+  if (parsed.ok()) return written;
+  if (!written.ok()) {
+    return absl::Status(parsed.code(), absl::StrCat(parsed.message(), "; then writing failed: ", written.ToString()));
+  }
+  return parsed;
 }
 
 Status EventFileWriter::AddSessionLog(SessionLogStatus status, std::optional<int64_t> step,
@@ -265,13 +476,15 @@ Status EventFileWriter::AddSessionLog(SessionLogStatus status, std::optional<int
     return absl::InvalidArgumentError(
         absl::StrCat(impl_->path, ": SessionLog CHECKPOINT must carry the step it was saved at (B106)"));
   }
-  proto::Event event = impl_->NewEvent();
+  proto::Event event;
+  event.set_wall_time(impl_->WallSeconds());
   if (step.has_value()) event.set_step(*step);
   proto::SessionLog* log = event.mutable_session_log();
   log->set_status(static_cast<proto::SessionLog::SessionStatus>(status));
   log->set_checkpoint_path(checkpoint_path);
   log->set_msg(msg);
-  return impl_->Enqueue(Impl::Pending{Serialize(event), std::nullopt});
+  impl_->QueueRecord(Serialize(event));
+  return impl_->WriteIfDue();
 }
 
 Status EventFileWriter::AddSerializedEvent(absl::string_view serialized_event) {
@@ -281,7 +494,8 @@ Status EventFileWriter::AddSerializedEvent(absl::string_view serialized_event) {
     return absl::InvalidArgumentError(
         absl::StrCat(impl_->path, ": AddSerializedEvent: not a serialized Event"));
   }
-  return impl_->Enqueue(Impl::Pending{std::string(serialized_event), std::nullopt});
+  impl_->QueueRecord(serialized_event);
+  return impl_->WriteIfDue();
 }
 
 Status EventFileWriter::FlushIfDue() { return impl_->FlushIfDue(); }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "foreman/checkpoint.hpp"
 #include "foreman/clock.hpp"
@@ -36,8 +37,9 @@ namespace foreman::internal {
 class SummaryWriterService {
  public:
   virtual ~SummaryWriterService() = default;
-  /// Fire-and-forget; errors reach the coordinator.
-  virtual void AddSummary(std::string serialized_summary, int64_t step) = 0;
+  /// Fire-and-forget (the bytes are copied); errors reach the coordinator.
+  /// Thread-safe, as are the other methods.
+  virtual void AddSummary(absl::string_view serialized_summary, int64_t step) = 0;
   virtual void AddSessionLog(SessionLogStatus status, std::optional<int64_t> step, std::string checkpoint_path = "",
                              std::string msg = "") = 0;
   /// Blocks until everything sent before is written and flushed; the writer's
