@@ -24,7 +24,11 @@ Status RequireGlobalStep(Session* session, const SessionRunHook& hook) {
 
 StatusOr<int64_t> StaleGlobalStep(const SessionRunValues& values, const SessionRunHook& hook) {
   const TensorMap* results = values.results;
-  const auto it = results == nullptr ? TensorMap::const_iterator() : results->find(GlobalStepFetchName());
+  const std::string& name = GlobalStepFetchName();
+  // A stock hook's results hold global_step alone: one compare, no search.
+  const auto it = results == nullptr                                           ? TensorMap::const_iterator()
+                  : results->size() == 1 && results->begin()->first == name ? results->begin()
+                                                                               : results->find(name);
   if (results == nullptr || it == results->end()) {
     return absl::FailedPreconditionError(
         absl::StrCat(hook.name(), ": the run returned no value for the \"", kGlobalStepName, "\" fetch"));

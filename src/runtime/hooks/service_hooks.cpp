@@ -44,12 +44,15 @@ std::string Demangle(const char* name) {
 
 // Leaves exactly {global_step} + *extra as args' fetches, default options and
 // no feeds; assigns the fetches only when they differ, so that a hook asking
-// for the same names every step allocates nothing.
+// for the same names every step allocates nothing. `args` holds what this
+// function left in it the previous run (SessionRunHook::before_run_into), so
+// the lengths tell the two lists a hook leaves apart without comparing
+// characters.
 void LeaveFetches(SessionRunArgs& args, const std::vector<std::string>* extra = nullptr) {
   const std::string& global_step = internal::GlobalStepFetchName();
   const std::size_t n = 1 + (extra == nullptr ? 0 : extra->size());
-  bool same = args.fetches.size() == n && args.fetches[0] == global_step;
-  for (std::size_t i = 1; same && i < n; ++i) same = args.fetches[i] == (*extra)[i - 1];
+  bool same = args.fetches.size() == n && args.fetches[0].size() == global_step.size();
+  for (std::size_t i = 1; same && i < n; ++i) same = args.fetches[i].size() == (*extra)[i - 1].size();
   if (!same) {
     args.fetches.clear();
     args.fetches.push_back(global_step);
