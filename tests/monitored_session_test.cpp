@@ -400,6 +400,60 @@ TEST_CASE("B31 a hook that asked for no fetches gets results == nullptr; others 
   CHECK(sess->close().ok());
 }
 
+TEST_CASE("B30/B31 across runs: when the caller's or a hook's fetches change, each still gets exactly its own") {
+  // MonitoredSession keeps the run's plan (merged fetches, each one's slots)
+  // between runs and rebuilds it only on a change: every change must be seen.
+  Fixture f;
+  auto a = f.Hook("a");
+  const std::vector<std::vector<std::string>> a_fetches = {{"w"}, {"loss", "global_step"}, {}, {"w", "w"}};
+  int run = 0;
+  a->on_before = [&](SessionRunContext&) -> StatusOr<SessionRunArgs> {
+    SessionRunArgs args;
+    args.fetches = a_fetches[static_cast<std::size_t>(run)];
+    return args;
+  };
+  auto b = f.Hook("b");
+  b->args.fetches = {"global_step"};
+  auto sess = f.Create({a, b});
+  // Runs 2 and 3 repeat the caller's fetches while the hook's change.
+  const std::vector<std::vector<std::string>> caller = {{"train_op"}, {"w", "train_op", "w"}, {"loss"}, {"loss"}};
+  std::vector<TensorMap> outs;
+  for (run = 0; run < 4; ++run) {
+    auto out = sess->run(caller[static_cast<std::size_t>(run)]);
+    REQUIRE_MESSAGE(out.ok(), out.status().ToString());
+    outs.push_back(*std::move(out));
+  }
+  CHECK(Keys(outs[0]) == std::vector<std::string>{"train_op"});
+  CHECK(Keys(outs[1]) == std::vector<std::string>{"train_op", "w"});
+  CHECK(Float(outs[1].at("w")) == 2.f);
+  CHECK(Keys(outs[2]) == std::vector<std::string>{"loss"});
+  CHECK(Keys(outs[3]) == std::vector<std::string>{"loss"});
+  CHECK(Float(outs[3].at("loss")) == 0.5f);
+
+  REQUIRE(a->results.size() == 4);
+  REQUIRE(a->results[0].has_value());
+  CHECK(Keys(*a->results[0]) == std::vector<std::string>{"w"});
+  CHECK(Float(a->results[0]->at("w")) == 1.f);
+  REQUIRE(a->results[1].has_value());
+  CHECK(Keys(*a->results[1]) == std::vector<std::string>{"global_step", "loss"});
+  CHECK(Int(a->results[1]->at("global_step")) == 1);
+  CHECK_FALSE(a->results[2].has_value());
+  REQUIRE(a->results[3].has_value());
+  CHECK(Keys(*a->results[3]) == std::vector<std::string>{"w"});
+  CHECK(Float(a->results[3]->at("w")) == 2.f);  // no train_op since run 1
+  REQUIRE(b->results.size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(b->results[static_cast<std::size_t>(i)].has_value());
+    CHECK(Keys(*b->results[static_cast<std::size_t>(i)]) == std::vector<std::string>{"global_step"});
+    CHECK(Int(b->results[static_cast<std::size_t>(i)]->at("global_step")) == std::min(i, 2));
+  }
+  REQUIRE(f.script->requested.size() == 4);
+  CHECK(f.script->requested[1] == std::vector<std::string>{"global_step", "loss", "train_op", "w"});
+  CHECK(f.script->requested[2] == std::vector<std::string>{"global_step", "loss"});
+  CHECK(f.script->requested[3] == std::vector<std::string>{"global_step", "loss", "w"});
+  CHECK(sess->close().ok());
+}
+
 TEST_CASE("B32 feed merging: hook feeds reach the step; conflicts are INVALID_ARGUMENT with TF's messages") {
   SUBCASE("hook and user feeds are merged; empty hook feeds leave the user's") {
     Fixture f;

@@ -102,6 +102,20 @@ class SessionRunHook {
   virtual Status begin() { return absl::OkStatus(); }
   virtual Status after_create_session(Session* /*session*/, Coordinator* /*coord*/) { return absl::OkStatus(); }
   virtual StatusOr<SessionRunArgs> before_run(SessionRunContext& /*ctx*/) { return SessionRunArgs{}; }
+  /// before_run() written into `args` instead of returned: what Foreman's
+  /// sessions call every run. A hook that asks for the same fetches most
+  /// steps overrides it to leave `args` as it is (the stock hooks do): then
+  /// no SessionRunArgs is built and the session re-plans the run's fetches
+  /// only when some hook's change. `args` belongs to this hook in this
+  /// session and is kept between runs: it holds what the previous call left
+  /// (empty before the first), except `feeds`, which the session moves out
+  /// (so they start empty). An override must leave in it exactly what
+  /// before_run() would return, and should implement before_run() through
+  /// it. The default assigns before_run()'s result. Training thread only.
+  virtual Status before_run_into(SessionRunContext& ctx, SessionRunArgs& args) {
+    FOREMAN_ASSIGN_OR_RETURN(args, before_run(ctx));
+    return absl::OkStatus();
+  }
   virtual Status after_run(SessionRunContext& /*ctx*/, const SessionRunValues& /*values*/) {
     return absl::OkStatus();
   }
@@ -271,6 +285,9 @@ class CheckpointSaverHook : public SessionRunHook {
   /// session's current step.
   Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  /// Takes up a finished save, then leaves {global_step} in `args`
+  /// (allocates nothing once it is there).
+  Status before_run_into(SessionRunContext& ctx, SessionRunArgs& args) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   Status end(Session* session) override;
 
@@ -318,6 +335,8 @@ class StepCounterHook : public SessionRunHook {
   /// in begin(), before a graph is at hand here).
   Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  /// Leaves {global_step} in `args` (allocates nothing once it is there).
+  Status before_run_into(SessionRunContext& ctx, SessionRunArgs& args) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   struct Impl;
 
@@ -365,6 +384,9 @@ class SummarySaverHook : public SessionRunHook {
   /// SummarySaverHook." when the session's graph has none.
   Status after_create_session(Session* session, Coordinator* coord) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  /// Leaves {global_step} (plus summary_op when the summary is due) in
+  /// `args`, allocating nothing on steps that are not due.
+  Status before_run_into(SessionRunContext& ctx, SessionRunArgs& args) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   /// Flushes the writer (waits for the summary_writer actor). Like TF, not
   /// called after an error, so nothing is flushed then.

@@ -56,6 +56,10 @@ struct ThreadPoolDevice;
 
 namespace foreman {
 
+namespace internal {
+class SessionAccess;  // the runtime's allocation-free run (MonitoredSession)
+}
+
 /// The fetch that runs a training step (TF: the train_op). The Session
 /// answers it with an empty Tensor when the step function does not set it.
 inline constexpr char kTrainOpName[] = "train_op";
@@ -174,10 +178,19 @@ class StepContext {
   ~StepContext();
 
  private:
+  friend class Session;
+  // Session's own: answers go to slots[i] for requested()[i] (answered[i]
+  // set) instead of a map, so that a run allocates no map nodes.
+  StepContext(VariableStore* variables, const std::vector<std::string>* requested, const TensorMap* feeds,
+              Tensor* slots, unsigned char* answered, const Eigen::ThreadPoolDevice* device,
+              compute::Device* compute, RunMetadata* metadata, Clock* clock);
+
   VariableStore* variables_;
   const std::vector<std::string>* requested_;
   const TensorMap* feeds_;
-  TensorMap* results_;
+  TensorMap* results_;  // null in slot mode
+  Tensor* slots_ = nullptr;
+  unsigned char* answered_ = nullptr;
   const Eigen::ThreadPoolDevice* device_;
   mutable std::unique_ptr<compute::Device> owned_compute_;  // the second constructor's
   mutable compute::Device* compute_;
@@ -238,8 +251,14 @@ class Session {
   const SessionConfig& config() const;
 
  private:
+  friend class internal::SessionAccess;
   struct Impl;
   explicit Session(std::unique_ptr<Impl> impl);
+  // Run()'s work for `requested` sorted and unique: values[i] answers
+  // requested[i] (answered[i] = 1), both of requested.size(); their tensors'
+  // storage is reused. Does not check closed().
+  Status RunCore(const std::vector<std::string>& requested, const TensorMap& feeds, const RunOptions& options,
+                 RunMetadata* metadata, Tensor* values, unsigned char* answered);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -37,6 +38,7 @@
 #include "platform/log.hpp"
 #include "platform/path.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/session_access.hpp"
 
 namespace foreman {
 
@@ -165,13 +167,22 @@ struct MonitoredSession::Impl {
   bool report_restored = false;  // a session was restored since the last recovery began
 
   // HookedRun's working storage, kept between runs so that a steady loop
-  // reuses it instead of allocating every step. A run nested in a hook's
-  // callback (user code may call run() there) uses its own.
+  // allocates nothing: each hook's args (before_run_into), and the run's
+  // plan — the merged fetch names and where each hook's and the caller's
+  // results sit among them — rebuilt only when the caller's or a hook's
+  // fetch names change. A run nested in a hook's callback (user code may
+  // call run() there) uses its own.
   struct RunScratch {
-    SessionRunArgs original_args;                        // what the context shows (B28)
-    std::vector<std::vector<std::string>> hook_fetches;  // by hook
+    SessionRunArgs original_args;  // what the context shows (B28); its fetches: the plan's caller part
+    std::vector<SessionRunArgs> hook_args;               // by hook, kept for before_run_into
+    bool planned = false;
+    std::vector<std::vector<std::string>> hook_fetches;  // by hook, as planned
     std::vector<std::string> all_fetches;                // caller's and hooks', sorted, unique
-    std::vector<TensorMap> hook_results;                 // each hook's own results (B31)
+    std::vector<std::pair<std::size_t, std::size_t>> caller_out;  // (index in fetches, slot), unique names
+    std::vector<TensorMap> hook_results;                 // each hook's own results (B31), keys as planned
+    std::vector<std::vector<std::pair<Tensor*, std::size_t>>> hook_slots;  // hook_results' values <- slot
+    std::vector<Tensor> values;                          // the run's results, by all_fetches index
+    std::vector<unsigned char> answered;
   };
   RunScratch scratch;
   bool scratch_in_use = false;
@@ -197,10 +208,8 @@ struct MonitoredSession::Impl {
                                 const RunOptions& options, RunMetadata* run_metadata);
   Status BeforeRun(SessionRunContext& ctx, RunScratch& sc, const TensorMap& feeds, TensorMap* merged_feeds,
                    const TensorMap** run_feeds, RunOptions* merged_options);
-  static void MergeFetches(const std::vector<std::string>& fetches, RunScratch& sc);
-  Status AfterRun(SessionRunContext& ctx, RunScratch& sc, const TensorMap& results, RunOptions& merged_options,
-                  RunMetadata* metadata);
-  static Status MissingFetch(const std::string& name);
+  static void Plan(RunScratch& sc);
+  Status AfterRun(SessionRunContext& ctx, RunScratch& sc, RunOptions& merged_options, RunMetadata* metadata);
   Status Close();
   void RecordError(const Status& s) {
     if (first_error.ok() && !s.ok()) first_error = s;
@@ -598,8 +607,9 @@ StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::str
     return absl::FailedPreconditionError("Run called even after should_stop requested.");
   }
 
-  RunScratch nested;
-  RunScratch& sc = scratch_in_use ? nested : scratch;
+  std::optional<RunScratch> nested;
+  if (scratch_in_use) nested.emplace();
+  RunScratch& sc = nested.has_value() ? *nested : scratch;
   struct Release {
     bool* flag;
     ~Release() {
@@ -607,12 +617,19 @@ StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::str
     }
   } release{&sc == &scratch ? &scratch_in_use : nullptr};
   scratch_in_use = true;
-  sc.hook_fetches.resize(hooks.size());
-  sc.hook_results.resize(hooks.size());
+  if (sc.hook_args.size() != hooks.size()) {
+    sc.hook_args.resize(hooks.size());
+    sc.hook_fetches.resize(hooks.size());
+    sc.hook_results.resize(hooks.size());
+    sc.hook_slots.resize(hooks.size());
+  }
 
-  // B28: one context for every hook of this run. (Assigning into the kept
-  // args reuses their storage when a loop repeats its fetches.)
-  sc.original_args.fetches = fetches;
+  // B28: one context for every hook of this run. (The kept args are assigned
+  // only when the caller's fetches change; that also re-plans.)
+  if (sc.original_args.fetches != fetches) {
+    sc.original_args.fetches = fetches;
+    sc.planned = false;
+  }
   sc.original_args.feeds = feeds;
   sc.original_args.options = options;
   SessionRunContext ctx(&sc.original_args, session.get());
@@ -621,48 +638,43 @@ StatusOr<TensorMap> MonitoredSession::Impl::HookedRun(const std::vector<std::str
   const TensorMap* run_feeds = &feeds;
   RunOptions merged_options = options;
   FOREMAN_RETURN_IF_ERROR(BeforeRun(ctx, sc, feeds, &merged_feeds, &run_feeds, &merged_options));
-  MergeFetches(fetches, sc);
+  if (!sc.planned) Plan(sc);
 
   RunMetadata local_metadata;
   RunMetadata* metadata = run_metadata != nullptr ? run_metadata : &local_metadata;
-  StatusOr<TensorMap> results = session->Run(sc.all_fetches, *run_feeds, merged_options, metadata);
   // B34 / B40: no after_run for a failed run.
-  if (!results.ok()) return results.status();
+  FOREMAN_RETURN_IF_ERROR(internal::SessionAccess::RunInto(*session, sc.all_fetches, *run_feeds, merged_options,
+                                                           metadata, &sc.values, &sc.answered));
 
-  FOREMAN_RETURN_IF_ERROR(AfterRun(ctx, sc, *results, merged_options, metadata));
+  FOREMAN_RETURN_IF_ERROR(AfterRun(ctx, sc, merged_options, metadata));
   if (ctx.stop_requested()) hook_stop.store(true, std::memory_order_release);
-  // The caller's fetches: the results are not needed any more, so their
-  // nodes move over (a name listed twice is returned once, as before).
+  // The caller's fetches: their results are not needed any more, so they
+  // move out (a name listed twice is returned once, as before).
   TensorMap out;
-  for (const auto& name : fetches) {
-    if (out.count(name) != 0) continue;
-    auto it = results->find(name);
-    if (it == results->end()) return MissingFetch(name);
-    out.insert(results->extract(it));
-  }
+  for (const auto& [index, slot] : sc.caller_out) out.emplace(fetches[index], std::move(sc.values[slot]));
   return out;
 }
 
-Status MonitoredSession::Impl::MissingFetch(const std::string& name) {
-  return absl::InternalError(absl::StrCat("the session did not return fetch '", name, "'"));
-}
-
-// B29-B33: every hook's before_run, in order; their feeds (disjoint from each
-// other's and the caller's) and options merged into the run's.
+// B29-B33: every hook's before_run (into its kept args), in order; their
+// feeds (disjoint from each other's and the caller's) and options merged into
+// the run's. A hook whose fetch names differ from the plan's voids the plan.
 Status MonitoredSession::Impl::BeforeRun(SessionRunContext& ctx, RunScratch& sc, const TensorMap& feeds,
                                          TensorMap* merged_feeds, const TensorMap** run_feeds,
                                          RunOptions* merged_options) {
   TensorMap hook_feeds;
   for (std::size_t i = 0; i < hooks.size(); ++i) {
-    StatusOr<SessionRunArgs> request =
-        CallHook(before_run_where[i], [&] { return hooks[i]->before_run(ctx); });
-    if (!request.ok()) return request.status();
-    sc.hook_fetches[i] = std::move(request->fetches);
-    if (!request->feeds.empty()) {
-      FOREMAN_RETURN_IF_ERROR(CheckFeedsDisjoint(hook_feeds, request->feeds, "Same tensor is fed by two hooks."));
-      for (auto& [name, value] : request->feeds) hook_feeds.emplace(name, std::move(value));
+    SessionRunArgs& request = sc.hook_args[i];
+    FOREMAN_RETURN_IF_ERROR(CallHook(before_run_where[i], [&] { return hooks[i]->before_run_into(ctx, request); }));
+    if (request.fetches != sc.hook_fetches[i]) {
+      sc.hook_fetches[i] = request.fetches;
+      sc.planned = false;
     }
-    MergeRunOptions(request->options, merged_options);
+    if (!request.feeds.empty()) {
+      FOREMAN_RETURN_IF_ERROR(CheckFeedsDisjoint(hook_feeds, request.feeds, "Same tensor is fed by two hooks."));
+      for (auto& [name, value] : request.feeds) hook_feeds.emplace(name, std::move(value));
+      request.feeds.clear();
+    }
+    MergeRunOptions(request.options, merged_options);
   }
   if (!hook_feeds.empty()) {
     FOREMAN_RETURN_IF_ERROR(
@@ -674,47 +686,52 @@ Status MonitoredSession::Impl::BeforeRun(SessionRunContext& ctx, RunScratch& sc,
   return absl::OkStatus();
 }
 
-// The caller's and the hooks' fetches, sorted and unique, as Session::Run
-// wants them (it then needs no copy). Duplicates are dropped first: hooks
-// mostly ask for the same few names.
-void MonitoredSession::Impl::MergeFetches(const std::vector<std::string>& fetches, RunScratch& sc) {
+// The run's plan from the caller's and the hooks' fetch names: all of them
+// sorted and unique, as Session::Run wants them, and the slot of each
+// caller's and hook's fetch among them (hook_results get their keys here; the
+// values are assigned in place every run).
+void MonitoredSession::Impl::Plan(RunScratch& sc) {
   sc.all_fetches.clear();
   auto add = [&](const std::vector<std::string>& names) {
-    for (const auto& name : names) {
-      if (std::find(sc.all_fetches.begin(), sc.all_fetches.end(), name) == sc.all_fetches.end()) {
-        sc.all_fetches.push_back(name);
-      }
-    }
+    sc.all_fetches.insert(sc.all_fetches.end(), names.begin(), names.end());
   };
-  add(fetches);
+  add(sc.original_args.fetches);
   for (const auto& f : sc.hook_fetches) add(f);
   std::sort(sc.all_fetches.begin(), sc.all_fetches.end());
+  sc.all_fetches.erase(std::unique(sc.all_fetches.begin(), sc.all_fetches.end()), sc.all_fetches.end());
+  auto slot_of = [&](const std::string& name) {
+    return static_cast<std::size_t>(std::lower_bound(sc.all_fetches.begin(), sc.all_fetches.end(), name) -
+                                    sc.all_fetches.begin());
+  };
+  const std::vector<std::string>& caller = sc.original_args.fetches;
+  sc.caller_out.clear();
+  for (std::size_t i = 0; i < caller.size(); ++i) {
+    if (std::find(caller.begin(), caller.begin() + static_cast<std::ptrdiff_t>(i), caller[i]) !=
+        caller.begin() + static_cast<std::ptrdiff_t>(i)) {
+      continue;  // listed twice
+    }
+    sc.caller_out.emplace_back(i, slot_of(caller[i]));
+  }
+  for (std::size_t h = 0; h < sc.hook_fetches.size(); ++h) {
+    sc.hook_results[h].clear();
+    sc.hook_slots[h].clear();
+    for (const std::string& name : sc.hook_fetches[h]) {
+      auto [it, inserted] = sc.hook_results[h].try_emplace(name);
+      if (inserted) sc.hook_slots[h].emplace_back(&it->second, slot_of(name));
+    }
+  }
+  sc.planned = true;
 }
 
-// B31, B34-B36: every hook's after_run with its own results. A hook that
-// asks for the same single fetch as in the previous run gets its map back
-// with the value assigned in place.
-Status MonitoredSession::Impl::AfterRun(SessionRunContext& ctx, RunScratch& sc, const TensorMap& results,
-                                        RunOptions& merged_options, RunMetadata* metadata) {
-  auto pick_for_hook = [&](const std::vector<std::string>& names, TensorMap& own) -> Status {
-    if (names.size() == 1 && own.size() == 1 && own.begin()->first == names[0]) {
-      auto it = results.find(names[0]);
-      if (it == results.end()) return MissingFetch(names[0]);
-      own.begin()->second = it->second;
-      return absl::OkStatus();
-    }
-    own.clear();
-    for (const auto& name : names) {
-      auto it = results.find(name);
-      if (it == results.end()) return MissingFetch(name);
-      own.emplace(name, it->second);
-    }
-    return absl::OkStatus();
-  };
+// B31, B34-B36: every hook's after_run with its own results, copied from the
+// run's slots into the hook's kept map (in place: no allocation once the
+// tensors have their shapes).
+Status MonitoredSession::Impl::AfterRun(SessionRunContext& ctx, RunScratch& sc, RunOptions& merged_options,
+                                        RunMetadata* metadata) {
   for (std::size_t i = 0; i < hooks.size(); ++i) {
     SessionRunValues values;
     if (!sc.hook_fetches[i].empty()) {
-      FOREMAN_RETURN_IF_ERROR(pick_for_hook(sc.hook_fetches[i], sc.hook_results[i]));
+      for (const auto& [value, slot] : sc.hook_slots[i]) *value = sc.values[slot];
       values.results = &sc.hook_results[i];
     }
     values.options = &merged_options;

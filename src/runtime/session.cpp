@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "compute/device_factory.hpp"
 #include "foreman/mutex.hpp"
 #include "platform/log.hpp"
+#include "runtime/session_access.hpp"
 #include "runtime/session_target.hpp"
 
 namespace foreman {
@@ -30,6 +32,12 @@ namespace {
 int64_t ThreadId() { return static_cast<int64_t>(::syscall(SYS_gettid)); }
 
 int64_t MicrosNow(Clock* clock) { return absl::ToInt64Microseconds(clock->MonotonicNow()); }
+
+// kGlobalStepName as a std::string, built once (compared every run).
+const std::string& GlobalStepName() {
+  static const std::string name(kGlobalStepName);
+  return name;
+}
 
 }  // namespace
 
@@ -52,6 +60,15 @@ StepContext::StepContext(VariableStore* variables, const std::vector<std::string
                          RunMetadata* metadata, Clock* clock)
     : StepContext(variables, requested, feeds, results, device, nullptr, metadata, clock) {}
 
+StepContext::StepContext(VariableStore* variables, const std::vector<std::string>* requested,
+                         const TensorMap* feeds, Tensor* slots, unsigned char* answered,
+                         const Eigen::ThreadPoolDevice* device, compute::Device* compute, RunMetadata* metadata,
+                         Clock* clock)
+    : StepContext(variables, requested, feeds, nullptr, device, compute, metadata, clock) {
+  slots_ = slots;
+  answered_ = answered;
+}
+
 StepContext::~StepContext() = default;
 
 compute::Device& StepContext::compute() const {
@@ -72,6 +89,14 @@ const Tensor* StepContext::feed(const std::string& name) const {
 }
 
 void StepContext::Set(const std::string& fetch, Tensor value) {
+  if (slots_ != nullptr) {
+    auto it = std::lower_bound(requested_->begin(), requested_->end(), fetch);
+    if (it == requested_->end() || *it != fetch) return;
+    const auto i = static_cast<std::size_t>(it - requested_->begin());
+    slots_[i] = std::move(value);
+    answered_[i] = 1;
+    return;
+  }
   if (!requested(fetch)) return;
   (*results_)[fetch] = std::move(value);
 }
@@ -179,7 +204,7 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
     return absl::FailedPreconditionError("Attempted to use a closed Session.");
   }
   // The step sees the fetch names sorted and unique; a caller that passes
-  // them so (MonitoredSession does) saves the copy.
+  // them so saves the copy.
   std::vector<std::string> sorted_copy;
   const std::vector<std::string>* requested_names = &fetches;
   if (!std::is_sorted(fetches.begin(), fetches.end()) ||
@@ -190,6 +215,28 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
     requested_names = &sorted_copy;
   }
   const std::vector<std::string>& requested = *requested_names;
+  absl::InlinedVector<Tensor, 4> values(requested.size());
+  absl::InlinedVector<unsigned char, 8> answered(requested.size());
+  FOREMAN_RETURN_IF_ERROR(RunCore(requested, feeds, options, metadata, values.data(), answered.data()));
+  // Exactly the requested fetches, in the caller's order for the error (a
+  // name listed twice is returned once).
+  TensorMap out;
+  for (const std::string& fetch : fetches) {
+    auto [it, inserted] = out.try_emplace(fetch);
+    if (!inserted) continue;
+    const auto i =
+        static_cast<std::size_t>(std::lower_bound(requested.begin(), requested.end(), fetch) - requested.begin());
+    if (answered[i] == 0) {
+      return absl::NotFoundError("fetch '" + fetch + "' was requested but the step function did not produce it");
+    }
+    it->second = std::move(values[i]);
+  }
+  return out;
+}
+
+Status Session::RunCore(const std::vector<std::string>& requested, const TensorMap& feeds,
+                        const RunOptions& options, RunMetadata* metadata, Tensor* values,
+                        unsigned char* answered) {
   if (!impl_->known_fetches.empty()) {
     for (const std::string& fetch : requested) {
       if (!std::binary_search(impl_->known_fetches.begin(), impl_->known_fetches.end(), fetch)) {
@@ -199,12 +246,15 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
       }
     }
   }
+  const std::size_t n = requested.size();
+  std::fill(answered, answered + n, static_cast<unsigned char>(0));
 
   Clock* clock = impl_->config.clock;
   RunMetadata* trace = options.trace_level > RunOptions::kNoTrace ? metadata : nullptr;
-  TensorMap results;
   Status status;
-  const absl::Duration started = clock->MonotonicNow();
+  // The clock is read only for a trace or a timeout (not every step).
+  const bool timed = trace != nullptr || options.timeout_in_ms > 0;
+  const absl::Duration started = timed ? clock->MonotonicNow() : absl::ZeroDuration();
   {
     MutexLock lock(impl_->values->mu);
     VariableStore& vars = impl_->values->vars;
@@ -218,25 +268,40 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
         }
       }
     }
-    // B126: the built-in "global_step" fetch is the value before the step.
-    if (std::binary_search(requested.begin(), requested.end(), kGlobalStepName)) {
+    // B126: the built-in "global_step" fetch is the value before the step
+    // (written into the slot's int64 scalar when it has one).
+    if (auto it = std::lower_bound(requested.begin(), requested.end(), GlobalStepName());
+        it != requested.end() && *it == GlobalStepName()) {
       StatusOr<int64_t> step = GetGlobalStep(vars);
-      if (step.ok()) results[kGlobalStepName] = Tensor::Scalar<int64_t>(*step);
+      if (step.ok()) {
+        const auto i = static_cast<std::size_t>(it - requested.begin());
+        Tensor& slot = values[i];
+        if (slot.dtype() == DataType::kInt64 && slot.shape().rank() == 0) {
+          *slot.data<int64_t>() = *step;
+        } else {
+          slot = Tensor::Scalar<int64_t>(*step);
+        }
+        answered[i] = 1;
+      }
     }
-    StepContext ctx(&vars, &requested, &feeds, &results, &impl_->cpu->eigen_device(), impl_->device.get(), trace,
-                    clock);
+    StepContext ctx(&vars, &requested, &feeds, values, answered, &impl_->cpu->eigen_device(), impl_->device.get(),
+                    trace, clock);
     const int64_t start_us = absl::ToInt64Microseconds(started);
-    status = InvokeUserCode("step function", [&] { return impl_->graph->step()(ctx); });
+    static const std::string kWhere = "step function";
+    status = InvokeUserCode(kWhere, [&] { return impl_->graph->step()(ctx); });
     if (status.ok()) {
       // Fetches the step left unanswered that the Session answers: train_op
       // (an empty Tensor, TF's None for an op) and variables (their value now).
-      for (const std::string& fetch : requested) {
-        if (results.count(fetch) != 0) continue;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (answered[i] != 0) continue;
+        const std::string& fetch = requested[i];
         if (fetch == kTrainOpName) {
-          results.emplace(fetch, Tensor());
+          values[i] = Tensor();
+          answered[i] = 1;
         } else if (StatusOr<const Tensor*> value = std::as_const(vars).Get(fetch);
                    value.ok() && (*value)->dtype() != DataType::kInvalid) {
-          results.emplace(fetch, **value);
+          values[i] = **value;
+          answered[i] = 1;
         }
       }
     }
@@ -251,19 +316,28 @@ StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const 
     return absl::DeadlineExceededError(
         absl::StrCat("the step ran longer than RunOptions.timeout_in_ms = ", options.timeout_in_ms));
   }
-  // Every result was requested (StepContext::Set drops the others): move
-  // the nodes over rather than copying the tensors.
-  TensorMap out;
-  for (const std::string& fetch : fetches) {
-    if (out.count(fetch) != 0) continue;  // listed twice
-    auto it = results.find(fetch);
-    if (it == results.end()) {
-      return absl::NotFoundError("fetch '" + fetch + "' was requested but the step function did not produce it");
-    }
-    out.insert(results.extract(it));
-  }
-  return out;
+  return absl::OkStatus();
 }
+
+namespace internal {
+
+Status SessionAccess::RunInto(Session& session, const std::vector<std::string>& fetches, const TensorMap& feeds,
+                              const RunOptions& options, RunMetadata* metadata, std::vector<Tensor>* values,
+                              std::vector<unsigned char>* answered) {
+  if (session.closed()) return absl::FailedPreconditionError("Attempted to use a closed Session.");
+  values->resize(fetches.size());
+  answered->resize(fetches.size());
+  FOREMAN_RETURN_IF_ERROR(session.RunCore(fetches, feeds, options, metadata, values->data(), answered->data()));
+  for (std::size_t i = 0; i < fetches.size(); ++i) {
+    if ((*answered)[i] == 0) {
+      return absl::NotFoundError("fetch '" + fetches[i] +
+                                 "' was requested but the step function did not produce it");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
 
 Status Session::WithVariables(const std::function<Status(VariableStore&)>& fn) {
   MutexLock lock(impl_->values->mu);

@@ -104,7 +104,8 @@ namespace {
 
 // The global step tensor, checked to be an integer scalar (B124).
 StatusOr<const Tensor*> GlobalStepTensor(const VariableStore& vars) {
-  auto t = vars.Get(kGlobalStepName);
+  static const std::string name(kGlobalStepName);  // no temporary string per lookup (every step)
+  auto t = vars.Get(name);
   if (!t.ok()) return absl::NotFoundError("global_step not found: create it with CreateGlobalStep()");
   const Tensor& v = **t;
   if ((v.dtype() != DataType::kInt64 && v.dtype() != DataType::kInt32) || v.shape().rank() != 0) {

@@ -327,8 +327,9 @@ def main():
     mts_cpu = r.gcpu.get("BM_MonitoredTrainingSession", [])
     if bare_cpu and mts_cpu:
         cpu = stats([mts_cpu[i] - bare_cpu[i] for i in range(min(len(bare_cpu), len(mts_cpu)))])
-        row("2", "  the same in CPU time of the training thread (ns)", fmt(cpu), "", "", "≤ 1000 ns",
-            verdict(cpu, lambda v: v <= 1000))
+        # Issue 16: ≤ 0.5 µs of the training thread's CPU time (issue 6's ≤ 1 µs stays on real time above).
+        row("2", "  the same in CPU time of the training thread (ns)", fmt(cpu), "", "", "≤ 500 ns",
+            verdict(cpu, lambda v: v <= 500))
 
     # 3. Checkpoints.
     sizes = sorted({int(k.split(".")[1][:-2]) for k in r.summary if k.startswith("ckpt.")})

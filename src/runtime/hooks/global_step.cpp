@@ -10,6 +10,11 @@
 
 namespace foreman::internal {
 
+const std::string& GlobalStepFetchName() {
+  static const std::string name(kGlobalStepName);
+  return name;
+}
+
 Status RequireGlobalStep(Session* session, const SessionRunHook& hook) {
   if (session == nullptr || session->graph() == nullptr || !session->graph()->has_global_step()) {
     return absl::FailedPreconditionError(absl::StrCat("Global step should be created to use ", hook.name(), "."));
@@ -19,12 +24,19 @@ Status RequireGlobalStep(Session* session, const SessionRunHook& hook) {
 
 StatusOr<int64_t> StaleGlobalStep(const SessionRunValues& values, const SessionRunHook& hook) {
   const TensorMap* results = values.results;
-  const auto it = results == nullptr ? TensorMap::const_iterator() : results->find(kGlobalStepName);
+  const std::string& name = GlobalStepFetchName();
+  // A stock hook's results hold global_step alone: one compare, no search.
+  const auto it = results == nullptr                                           ? TensorMap::const_iterator()
+                  : results->size() == 1 && results->begin()->first == name ? results->begin()
+                                                                               : results->find(name);
   if (results == nullptr || it == results->end()) {
     return absl::FailedPreconditionError(
         absl::StrCat(hook.name(), ": the run returned no value for the \"", kGlobalStepName, "\" fetch"));
   }
   const Tensor& t = it->second;
+  // The Session's answer, every step: an int64 scalar, read without building
+  // a StatusOr.
+  if (t.dtype() == DataType::kInt64 && t.shape().rank() == 0) return *t.data<int64_t>();
   if (t.dtype() == DataType::kInt64) {
     if (StatusOr<int64_t> v = t.scalar<int64_t>(); v.ok()) return *v;
   } else if (t.dtype() == DataType::kInt32) {

@@ -7,12 +7,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "foreman/hooks.hpp"
 #include "foreman/session.hpp"
 #include "foreman/status.hpp"
 
 namespace foreman::internal {
+
+/// kGlobalStepName as a std::string, built once: the stock hooks compare and
+/// look it up every step.
+const std::string& GlobalStepFetchName();
 
 /// OK when `session`'s graph has a global step; otherwise FAILED_PRECONDITION
 /// "Global step should be created to use <hook.name()>." (TF's message, from

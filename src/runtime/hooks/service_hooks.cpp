@@ -42,6 +42,26 @@ std::string Demangle(const char* name) {
   return out;
 }
 
+// Leaves exactly {global_step} + *extra as args' fetches, default options and
+// no feeds; assigns the fetches only when they differ, so that a hook asking
+// for the same names every step allocates nothing. `args` holds what this
+// function left in it the previous run (SessionRunHook::before_run_into), so
+// the lengths tell the two lists a hook leaves apart without comparing
+// characters.
+void LeaveFetches(SessionRunArgs& args, const std::vector<std::string>* extra = nullptr) {
+  const std::string& global_step = internal::GlobalStepFetchName();
+  const std::size_t n = 1 + (extra == nullptr ? 0 : extra->size());
+  bool same = args.fetches.size() == n && args.fetches[0].size() == global_step.size();
+  for (std::size_t i = 1; same && i < n; ++i) same = args.fetches[i].size() == (*extra)[i - 1].size();
+  if (!same) {
+    args.fetches.clear();
+    args.fetches.push_back(global_step);
+    if (extra != nullptr) args.fetches.insert(args.fetches.end(), extra->begin(), extra->end());
+  }
+  args.feeds.clear();
+  args.options = RunOptions{};
+}
+
 }  // namespace
 
 // -- CheckpointSaverHook ----------------------------------------------------------------
@@ -194,12 +214,17 @@ Status CheckpointSaverHook::after_create_session(Session* session, Coordinator* 
 }
 
 StatusOr<SessionRunArgs> CheckpointSaverHook::before_run(SessionRunContext& ctx) {
+  SessionRunArgs args;
+  FOREMAN_RETURN_IF_ERROR(CheckpointSaverHook::before_run_into(ctx, args));
+  return args;
+}
+
+Status CheckpointSaverHook::before_run_into(SessionRunContext& ctx, SessionRunArgs& args) {
   bool stop = false;
   FOREMAN_RETURN_IF_ERROR(impl_->PollInFlight(ctx.session(), &stop));
   if (stop) ctx.request_stop();
-  SessionRunArgs args;
-  args.fetches = {kGlobalStepName};
-  return args;
+  LeaveFetches(args);
+  return absl::OkStatus();
 }
 
 Status CheckpointSaverHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
@@ -295,10 +320,15 @@ Status StepCounterHook::after_create_session(Session* session, Coordinator* /*co
   return internal::RequireGlobalStep(session, *this);
 }
 
-StatusOr<SessionRunArgs> StepCounterHook::before_run(SessionRunContext& /*ctx*/) {
+StatusOr<SessionRunArgs> StepCounterHook::before_run(SessionRunContext& ctx) {
   SessionRunArgs args;
-  args.fetches = {kGlobalStepName};
+  FOREMAN_RETURN_IF_ERROR(StepCounterHook::before_run_into(ctx, args));
   return args;
+}
+
+Status StepCounterHook::before_run_into(SessionRunContext& /*ctx*/, SessionRunArgs& args) {
+  LeaveFetches(args);
+  return absl::OkStatus();
 }
 
 Status StepCounterHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
@@ -378,17 +408,22 @@ Status SummarySaverHook::after_create_session(Session* session, Coordinator* /*c
   return internal::RequireGlobalStep(session, *this);
 }
 
-StatusOr<SessionRunArgs> SummarySaverHook::before_run(SessionRunContext& /*ctx*/) {
+StatusOr<SessionRunArgs> SummarySaverHook::before_run(SessionRunContext& ctx) {
+  SessionRunArgs args;
+  FOREMAN_RETURN_IF_ERROR(SummarySaverHook::before_run_into(ctx, args));
+  return args;
+}
+
+Status SummarySaverHook::before_run_into(SessionRunContext& /*ctx*/, SessionRunArgs& args) {
   Impl& m = *impl_;
-  if (m.writer == nullptr) return SessionRunArgs{};  // B112 (TF would still fetch the summary)
+  if (m.writer == nullptr) {  // B112 (TF would still fetch the summary)
+    args = SessionRunArgs{};
+    return absl::OkStatus();
+  }
   // B113.
   m.request_summary = !m.next_step.has_value() || m.timer.should_trigger_for_step(*m.next_step);
-  SessionRunArgs args;
-  args.fetches = {kGlobalStepName};
-  if (m.request_summary) {
-    args.fetches.insert(args.fetches.end(), m.options.summary_op.begin(), m.options.summary_op.end());
-  }
-  return args;
+  LeaveFetches(args, m.request_summary ? &m.options.summary_op : nullptr);
+  return absl::OkStatus();
 }
 
 Status SummarySaverHook::after_run(SessionRunContext& ctx, const SessionRunValues& values) {
