@@ -62,6 +62,9 @@ const char* CpuIsaName(CpuIsa isa) { return kNames[static_cast<int>(isa)]; }
 
 CpuIsa DetectCpuIsa() {
   static const CpuIsa isa = [] {
+#if !defined(__x86_64__)
+    return CpuIsa::kBaseline;  // the modules are x86-64 only (src/meson.build)
+#else
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
@@ -70,6 +73,7 @@ CpuIsa DetectCpuIsa() {
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CpuIsa::kAvx2;
     return CpuIsa::kBaseline;
+#endif
   }();
   return isa;
 }
