@@ -28,6 +28,9 @@ out=$("$foreman" 2>&1); rc=$?
 out=$("$foreman" devices 2>&1); rc=$?
 [[ $rc -eq 0 ]] || fail "devices exited $rc: $out"
 [[ $out == *"CUDA device"* ]] || fail "devices printed '$out'"
+[[ $out =~ /cpu:0:\ (baseline|avx2|avx512)\ kernels ]] || fail "devices names no CPU instruction set: '$out'"
+out=$(FOREMAN_MAX_ISA=baseline "$foreman" devices 2>&1)
+[[ $out == *"/cpu:0: baseline kernels"* ]] || fail "FOREMAN_MAX_ISA=baseline: devices printed '$out'"
 
 if ((failures > 0)); then echo "$failures failure(s)"; exit 1; fi
 echo "cli: all checks passed"

@@ -12,8 +12,10 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -357,6 +359,209 @@ TEST_CASE("A CpuDevice can run on a caller's Eigen device") {
   CpuDevice dev(&eigen);
   CHECK(&dev.eigen_device() == &eigen);
   CHECK(dev.num_threads() == 3);
+}
+
+// -- Instruction sets ----------------------------------------------------------------
+
+/// Restores FOREMAN_MAX_ISA when it goes out of scope.
+struct MaxIsaEnv {
+  MaxIsaEnv() {
+    if (const char* v = std::getenv("FOREMAN_MAX_ISA")) saved = v;
+  }
+  ~MaxIsaEnv() {
+    if (saved) {
+      setenv("FOREMAN_MAX_ISA", saved->c_str(), 1);
+    } else {
+      unsetenv("FOREMAN_MAX_ISA");
+    }
+  }
+  void Set(const char* v) { setenv("FOREMAN_MAX_ISA", v, 1); }
+  std::optional<std::string> saved;
+};
+
+/// The non-baseline instruction sets this CPU has; the others are reported
+/// as skipped.
+std::vector<CpuIsa> AcceleratedIsas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) <= static_cast<int>(DetectCpuIsa())) {
+      isas.push_back(isa);
+    } else {
+      const std::string why =
+          std::string("skipped ") + CpuIsaName(isa) + ": this CPU supports only up to " + CpuIsaName(DetectCpuIsa());
+      MESSAGE(why);
+    }
+  }
+  return isas;
+}
+
+TEST_CASE("Each instruction set's Gemm matches the baseline's for every transpose and epilogue") {
+  CpuDevice base(2, CpuIsa::kBaseline);
+  REQUIRE(base.isa() == CpuIsa::kBaseline);
+  for (CpuIsa isa : AcceleratedIsas()) {
+    INFO("isa ", std::string(CpuIsaName(isa)));
+    CpuDevice dev(2, isa);
+    REQUIRE(dev.isa() == isa);  // the module loads from libforeman's directory
+    const int64_t m = 67, n = 45, k = 131;
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+      for (Epilogue e : {Epilogue::kNone, Epilogue::kBias, Epilogue::kBiasRelu, Epilogue::kReluGradMask}) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        INFO("epilogue ", EpilogueName(e));
+        const std::vector<float> a = Random(m * k, 1), b = Random(k * n, 2), bias = Random(n, 3);
+        std::vector<float> relu = Random(m * n, 4);
+        for (float& x : relu) x = std::max(x, 0.0f);
+        std::vector<float> want(static_cast<std::size_t>(m * n)), got(want.size(), 123.0f), again(want.size());
+        GemmArgs g;
+        g.a = a.data();
+        g.b = b.data();
+        g.m = m;
+        g.n = n;
+        g.k = k;
+        g.transpose_a = ta;
+        g.transpose_b = tb;
+        g.epilogue = e;
+        g.bias = bias.data();
+        g.relu_output = relu.data();
+        g.c = want.data();
+        REQUIRE(base.Gemm(g).ok());
+        g.c = got.data();
+        REQUIRE(dev.Gemm(g).ok());
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          if (want[i] == 0.0f) {
+            REQUIRE(std::abs(got[i]) <= 1e-5f);  // masked (exactly 0) or ReLU'd to 0 near the kink
+          } else {
+            REQUIRE(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(static_cast<double>(k)));
+          }
+        }
+        if (e == Epilogue::kReluGradMask) {
+          for (std::size_t i = 0; i < want.size(); ++i) {
+            if (relu[i] <= 0) REQUIRE(got[i] == 0.0f);
+          }
+        }
+        g.c = again.data();
+        REQUIRE(dev.Gemm(g).ok());
+        REQUIRE(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("SoftmaxXent fused is bitwise the separate passes, and each instruction set matches the baseline") {
+  const int64_t rows = 33, classes = 10;
+  const std::vector<float> logits = Random(rows * classes, 5, -8.0f, 8.0f);
+  std::vector<int64_t> labels(static_cast<std::size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) labels[r] = (r * 7) % classes;
+  SoftmaxXentArgs args;
+  args.logits = logits.data();
+  args.labels = labels.data();
+  args.label_type = LabelType::kInt64;
+  args.rows = rows;
+  args.classes = classes;
+  const float scale = 1.0f / rows;
+
+  std::vector<CpuIsa> isas = AcceleratedIsas();
+  isas.insert(isas.begin(), CpuIsa::kBaseline);
+  std::vector<float> base_grad;
+  SoftmaxXentStats base_stats;
+  for (CpuIsa isa : isas) {
+    INFO("isa ", std::string(CpuIsaName(isa)));
+    CpuDevice dev(1, isa);
+    SoftmaxXentStats separate, fused;
+    std::vector<float> grad_separate(static_cast<std::size_t>(rows * classes)), grad_fused(grad_separate.size());
+    REQUIRE(dev.SoftmaxXentForward(args, &separate).ok());
+    REQUIRE(dev.SoftmaxXentBackward(args, scale, grad_separate.data()).ok());
+    REQUIRE(dev.SoftmaxXent(args, &fused, scale, grad_fused.data()).ok());
+    CHECK(fused.loss_sum == separate.loss_sum);
+    CHECK(fused.correct == separate.correct);
+    CHECK(std::memcmp(grad_fused.data(), grad_separate.data(), grad_fused.size() * sizeof(float)) == 0);
+    if (isa == CpuIsa::kBaseline) {
+      base_grad = grad_fused;
+      base_stats = fused;
+    } else {
+      CHECK(fused.correct == base_stats.correct);
+      CHECK(fused.loss_sum == doctest::Approx(base_stats.loss_sum).epsilon(1e-6));
+      for (std::size_t i = 0; i < base_grad.size(); ++i) {
+        REQUIRE(grad_fused[i] == doctest::Approx(base_grad[i]).epsilon(1e-6).scale(1e-6));
+      }
+    }
+  }
+  CpuDevice dev(1);
+  SoftmaxXentStats stats;
+  CHECK(dev.SoftmaxXent(args, &stats, scale, nullptr).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(dev.SoftmaxXent(args, nullptr, scale, base_grad.data()).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("Each instruction set's optimizer updates and ColumnSums match the baseline's") {
+  CpuDevice base(2, CpuIsa::kBaseline);
+  for (CpuIsa isa : AcceleratedIsas()) {
+    INFO("isa ", std::string(CpuIsaName(isa)));
+    CpuDevice dev(2, isa);
+    auto same = [](const std::vector<float>& got, const std::vector<float>& want) {
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        REQUIRE(got[i] == doctest::Approx(want[i]).epsilon(1e-6).scale(1.0));  // FMA: low bits
+      }
+    };
+    UpdateState x = NewState(kN), y = NewState(kN);
+    REQUIRE(base.ApplyGradientDescent(x.var.data(), x.grad.data(), kN, 0.1f).ok());
+    REQUIRE(dev.ApplyGradientDescent(y.var.data(), y.grad.data(), kN, 0.1f).ok());
+    same(y.var, x.var);
+    for (bool nesterov : {false, true}) {
+      CAPTURE(nesterov);
+      const MomentumParams p{0.1f, 0.9f, nesterov};
+      REQUIRE(base.ApplyMomentum(x.var.data(), x.s0.data(), x.grad.data(), kN, p).ok());
+      REQUIRE(dev.ApplyMomentum(y.var.data(), y.s0.data(), y.grad.data(), kN, p).ok());
+      same(y.var, x.var);
+      same(y.s0, x.s0);
+    }
+    const AdamParams adam{0.001f, 0.9f, 0.999f, 1e-8f};
+    REQUIRE(base.ApplyAdam(x.var.data(), x.s0.data(), x.s1.data(), x.grad.data(), kN, adam).ok());
+    REQUIRE(dev.ApplyAdam(y.var.data(), y.s0.data(), y.s1.data(), y.grad.data(), kN, adam).ok());
+    same(y.var, x.var);
+    same(y.s0, x.s0);
+    same(y.s1, x.s1);
+
+    const int64_t rows = 50, cols = 77;
+    const std::vector<float> delta = Random(rows * cols, 12);
+    std::vector<float> want(cols), got(cols);
+    REQUIRE(base.ColumnSums(delta.data(), rows, cols, want.data()).ok());
+    REQUIRE(dev.ColumnSums(delta.data(), rows, cols, got.data()).ok());
+    same(got, want);
+  }
+}
+
+TEST_CASE("FOREMAN_MAX_ISA caps the instruction set and is checked") {
+  MaxIsaEnv env;
+  const CpuIsa best = DetectCpuIsa();
+  auto capped = [&](CpuIsa cap) { return static_cast<int>(cap) < static_cast<int>(best) ? cap : best; };
+
+  unsetenv("FOREMAN_MAX_ISA");
+  CHECK(CpuDevice(1).isa() == best);
+  CHECK(CpuInstructionSet() == CpuIsaName(best));
+  for (const char* name : {"baseline", "avx2", "AVX512"}) {
+    CAPTURE(name);
+    env.Set(name);
+    StatusOr<CpuIsa> cap = ParseCpuIsa(name);
+    REQUIRE(cap.ok());
+    CHECK(CpuDevice(1).isa() == capped(*cap));
+    CHECK(CpuInstructionSet() == CpuIsaName(capped(*cap)));
+    auto created = CreateDevice("", 1);
+    REQUIRE(created.ok());
+    CHECK(dynamic_cast<CpuDevice&>(**created).isa() == capped(*cap));
+  }
+  // An explicit cap ignores the environment.
+  CHECK(CpuDevice(1, CpuIsa::kAvx512).isa() == best);
+
+  // Garbage: sessions refuse it, naming the variable and the choices; a bare
+  // CpuDevice falls back to the baseline.
+  env.Set("avx9");
+  Status s = CreateDevice("/cpu:0", 1).status();
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(s.message().find("FOREMAN_MAX_ISA='avx9'") != absl::string_view::npos);
+  CHECK(s.message().find("baseline, avx2 or avx512") != absl::string_view::npos);
+  CHECK(CpuDevice(1).isa() == CpuIsa::kBaseline);
+  CHECK(CpuInstructionSet() == "baseline");
 }
 
 // -- Device strings ----------------------------------------------------------------

@@ -96,6 +96,15 @@ run actor_training "$stage/actor" 60 && { out=$(cat "$stage/actor_training.out")
   grep -q '^training job finished: OK$' <<<"$out" || fail "actor_training: $out"
   [[ -f $stage/actor/model.ckpt-60.index ]] || fail "actor_training wrote no model.ckpt-60: $(ls "$stage/actor")"; }
 
+# The CPU kernel modules sit next to libforeman, and the installed library
+# loads them (it logs a warning naming a module it cannot load).
+for isa in avx2 avx512; do
+  [[ -f $libdir/libforeman_cpu_$isa.so ]] || fail "libforeman_cpu_$isa.so is not installed next to libforeman"
+done
+if grep -q 'cannot load libforeman_cpu' "$stage"/*.out; then
+  fail "an installed program could not load a CPU kernel module: $(grep -h 'cannot load' "$stage"/*.out)"
+fi
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)"
   exit 1

@@ -46,10 +46,11 @@
 //     session's steps are serialised); its operations may use its own
 //     threads inside (the CPU device's intra-op pool).
 //
-// Bitwise reproducibility: for a given device and thread count the results
-// are a function of the inputs; different thread counts may round GEMMs
-// differently (they sum in other orders). The elementwise operations do not
-// depend on the thread count.
+// Bitwise reproducibility: for a given device, thread count and instruction
+// set (CpuInstructionSet()) the results are a function of the inputs;
+// different thread counts may round GEMMs differently (they sum in other
+// orders), and so may another instruction set (FMA, wider blocks). The
+// elementwise operations do not depend on the thread count.
 #pragma once
 
 #include <cstddef>
@@ -127,6 +128,15 @@ struct AdamParams {
   float epsilon = 1e-8f;
 };
 
+/// The instruction set the CPU device's kernels use in this process:
+/// "baseline" (x86-64), "avx2" (AVX2 and FMA) or "avx512" (AVX-512 F, VL,
+/// BW, DQ) — the best this CPU supports, at most the environment variable
+/// FOREMAN_MAX_ISA (baseline|avx2|avx512; unset means no cap; an invalid
+/// value means "baseline" here, and Session::Create fails with
+/// INVALID_ARGUMENT naming it). Thread-safe; the first call may load the
+/// kernels' shared module from libforeman's directory.
+std::string CpuInstructionSet();
+
 /// One compute device. Obtained from the session (StepContext::compute());
 /// the session owns it and it lives as long as the session.
 class Device {
@@ -169,6 +179,14 @@ class Device {
   /// onehot(labels)) * scale; scale = 1 / batch gives the gradient of the
   /// mean loss.
   virtual Status SoftmaxXentBackward(const SoftmaxXentArgs& args, float scale, float* grad) = 0;
+  /// Both passes at once (a training step): adds to `*stats` (host memory,
+  /// not null) as SoftmaxXentForward and writes `grad` [rows, classes] as
+  /// SoftmaxXentBackward, computing each exponential once; bitwise the same
+  /// results as the two calls. The default makes the two calls.
+  virtual Status SoftmaxXent(const SoftmaxXentArgs& args, SoftmaxXentStats* stats, float scale, float* grad) {
+    FOREMAN_RETURN_IF_ERROR(SoftmaxXentForward(args, stats));
+    return SoftmaxXentBackward(args, scale, grad);
+  }
 
   /// TF1's dense updates of `n` elements of `var` with gradient `grad`, in
   /// place (training_ops.cc, their operation order):

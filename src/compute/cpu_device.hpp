@@ -1,14 +1,19 @@
 // The CPU compute::Device: the Eigen code the MLP has always run (Tensor
 // contractions with fused output kernels, TF1's update kernels), on an
 // Eigen::ThreadPoolDevice. Device memory is host memory: Tensors are used in
-// place. For a given thread count its results are bitwise those of the
-// Eigen code before the device seam existed.
+// place. The kernels are compiled per instruction set (cpu_kernels.hpp); each
+// device uses the best this CPU supports, capped by FOREMAN_MAX_ISA
+// (baseline|avx2|avx512). For a given thread count the baseline kernels'
+// results are bitwise those of the Eigen code before the device seam existed;
+// AVX2 and AVX-512 are bitwise reproducible too, but their GEMMs round
+// differently (FMA, other blocking).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "compute/cpu_kernels.hpp"
 #include "foreman/compute.hpp"
 
 namespace Eigen {
@@ -19,10 +24,15 @@ namespace foreman::compute {
 
 class CpuDevice final : public Device {
  public:
-  /// Owns an intra-op pool of `threads` threads (values < 1 mean 1).
+  /// Owns an intra-op pool of `threads` threads (values < 1 mean 1). Uses
+  /// the best kernels at most FOREMAN_MAX_ISA (an invalid value is logged
+  /// once as a warning and means baseline; CreateDevice rejects it instead).
   explicit CpuDevice(int threads);
+  /// As above, with the kernels at most `max_isa` (the environment ignored).
+  CpuDevice(int threads, CpuIsa max_isa);
   /// Runs on `eigen` (not owned; must outlive this device and be non-null).
   explicit CpuDevice(const Eigen::ThreadPoolDevice* eigen);
+  CpuDevice(const Eigen::ThreadPoolDevice* eigen, CpuIsa max_isa);
   ~CpuDevice() override;
   CpuDevice(const CpuDevice&) = delete;
   CpuDevice& operator=(const CpuDevice&) = delete;
@@ -30,6 +40,8 @@ class CpuDevice final : public Device {
   /// The Eigen device the operations run on (for users' own Eigen code).
   const Eigen::ThreadPoolDevice& eigen_device() const { return *eigen_; }
   int num_threads() const;
+  /// The instruction set of the kernels this device runs.
+  CpuIsa isa() const { return isa_; }
 
   const std::string& name() const override { return name_; }
   bool host_memory() const override { return true; }
@@ -41,6 +53,7 @@ class CpuDevice final : public Device {
   Status ColumnSums(const float* delta, int64_t rows, int64_t cols, float* out) override;
   Status SoftmaxXentForward(const SoftmaxXentArgs& args, SoftmaxXentStats* stats) override;
   Status SoftmaxXentBackward(const SoftmaxXentArgs& args, float scale, float* grad) override;
+  Status SoftmaxXent(const SoftmaxXentArgs& args, SoftmaxXentStats* stats, float scale, float* grad) override;
   Status ApplyGradientDescent(float* var, const float* grad, int64_t n, float learning_rate) override;
   Status ApplyMomentum(float* var, float* accum, const float* grad, int64_t n, const MomentumParams& params) override;
   Status ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n, const AdamParams& params) override;
@@ -49,6 +62,8 @@ class CpuDevice final : public Device {
   struct Pool;
   std::unique_ptr<Pool> owned_;  // null when borrowing
   const Eigen::ThreadPoolDevice* eigen_;
+  CpuIsa isa_ = CpuIsa::kBaseline;
+  const CpuKernels* kernels_;
   std::string name_ = "/cpu:0";
 };
 

@@ -49,7 +49,8 @@ StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& device, int in
     if (spec.index != 0) {
       return absl::FailedPreconditionError(What(device) + ": no such device (the CPU is \"/cpu:0\")");
     }
-    return std::unique_ptr<Device>(std::make_unique<CpuDevice>(intra_op_threads));
+    FOREMAN_ASSIGN_OR_RETURN(CpuIsa max_isa, MaxCpuIsaFromEnv());
+    return std::unique_ptr<Device>(std::make_unique<CpuDevice>(intra_op_threads, max_isa));
   }
   if (!cuda::BuiltWithCuda()) {
     return absl::FailedPreconditionError(What(device) + " needs CUDA, but Foreman was built without it");

@@ -27,7 +27,8 @@ StatusOr<DeviceSpec> ParseDeviceSpec(const std::string& device);
 
 /// The device `device` names, with `intra_op_threads` threads for the CPU
 /// (>= 1). Errors name the device string; none is UNAVAILABLE or ABORTED:
-///   INVALID_ARGUMENT     a malformed device string (ParseDeviceSpec)
+///   INVALID_ARGUMENT     a malformed device string (ParseDeviceSpec); for
+///                        the CPU, an invalid FOREMAN_MAX_ISA (MaxCpuIsaFromEnv)
 ///   FAILED_PRECONDITION  no such device: "/cpu:N" with N > 0; "/gpu:N" in a
 ///                        build without CUDA, without a usable driver, or
 ///                        with fewer than N + 1 CUDA devices

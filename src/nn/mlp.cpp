@@ -362,9 +362,8 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features,
   const std::size_t last = num_layers - 1;
   const compute::SoftmaxXentArgs xent = XentArgs(m.outputs[last].data(), labels, 0, rows, m.spec.num_classes);
   compute::SoftmaxXentStats stats;
-  FOREMAN_RETURN_IF_ERROR(device.SoftmaxXentForward(xent, &stats));
-  FOREMAN_RETURN_IF_ERROR(device.SoftmaxXentBackward(xent, 1.0f / static_cast<float>(rows),
-                                                     m.deltas[last].Reserve(rows * m.spec.num_classes)));
+  FOREMAN_RETURN_IF_ERROR(device.SoftmaxXent(xent, &stats, 1.0f / static_cast<float>(rows),
+                                             m.deltas[last].Reserve(rows * m.spec.num_classes)));
 
   // Backward, top layer first. A layer's kernel is updated as soon as the
   // gradient below it has been computed (it is not read again), so its

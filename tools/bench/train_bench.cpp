@@ -3,7 +3,9 @@
 // MonitoredTrainingSession (no checkpoint directory and no step logging: the
 // figure is the training loop's, not the disk's) with `--threads` intra-op
 // threads. After --warmup untimed steps, times --steps steps and prints
-//   RUN train.foreman.t<threads>.samples_per_s <v> samples/s
+//   RUN train.foreman.t<threads>.samples_per_s <v> samples/s isa=<isa>
+// (isa: the CPU kernels' instruction set, compute::CpuInstructionSet();
+// FOREMAN_MAX_ISA=baseline|avx2|avx512 caps it).
 // run.sh alternates these runs with tools/bench/train_torch.py's.
 //
 //   train_bench [--data DIR] [--threads 1] [--steps 400] [--warmup 50] [--seed 1]
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "foreman/compute.hpp"
 #include "foreman/monitored_session.hpp"
 #include "mlp_model.hpp"
 
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
   const int64_t samples = model->samples - samples_before;
   if (foreman::Status s = (*session)->close(); !s.ok()) foreman_bench::DieOn("close", s);
   std::printf("loss %.4f\n", loss);
-  std::printf("RUN train.foreman.t%d.samples_per_s %.6g samples/s\n", threads, static_cast<double>(samples) / took);
+  std::printf("RUN train.foreman.t%d.samples_per_s %.6g samples/s isa=%s\n", threads,
+              static_cast<double>(samples) / took, foreman::compute::CpuInstructionSet().c_str());
   return 0;
 }

@@ -1,15 +1,19 @@
-// `foreman devices`: lists the CUDA devices this build can see.
+// `foreman devices`: the CPU's kernel instruction set, and the CUDA devices
+// this build can see.
 #include <cstdio>
 #include <string>
 
 #include "command.hpp"
+#include "foreman/compute.hpp"
 #include "foreman/cuda.hpp"
 
 namespace foreman::cli {
 
 void AddDevicesCommand(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("devices", "List CUDA devices (and why there are none)");
+  auto* cmd = app.add_subcommand("devices", "List the CPU's kernel instruction set and the CUDA devices");
   cmd->callback([exit_code] {
+    std::printf("/cpu:0: %s kernels (FOREMAN_MAX_ISA=baseline|avx2|avx512 caps them)\n",
+                compute::CpuInstructionSet().c_str());
     auto n = cuda::DeviceCount();
     if (!n.ok()) {
       std::printf("no CUDA devices: %s\n", std::string(n.status().message()).c_str());
