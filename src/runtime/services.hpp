@@ -91,8 +91,8 @@ struct SaveTicket {
 /// `*snapshot` must not be in use by a save (only a completed ticket's
 /// buffers are). Holds the values' mutex while it copies (between steps).
 /// Returns how many tensors were copied into buffers they already had.
-/// Errors: RESOURCE_EXHAUSTED/INTERNAL from a failed allocation (as
-/// Session::WithVariables reports exceptions).
+/// Errors: RESOURCE_EXHAUSTED when an allocation fails (Session::WithVariables
+/// turns the std::bad_alloc into a Status).
 StatusOr<int64_t> SnapshotInto(Session& session, std::map<std::string, Tensor>* snapshot);
 
 /// Who hears of each durable save (the actor API's CheckpointSaved): called
