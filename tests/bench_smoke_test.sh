@@ -54,7 +54,7 @@ fi
 out=$(timeout 120 "$checkpoint" --sizes-mb 1 --reps 1 --dir "$tmp/scratch" "${torch_args[@]}" 2>&1)
 rc=$?
 [[ $rc -eq 0 ]] || fail "checkpoint_bench exited $rc: $out"
-for f in stall_s stall_cpu_s waited_saves memcpy_fresh_s memcpy_warm_s memcpy_warm_cpu_s write_s write_MBps \
+for f in stall_s stall_cpu_s stall_page_faults waited_saves memcpy_fresh_s memcpy_warm_s memcpy_warm_cpu_s write_s write_MBps \
          write_first_s syncs_per_save dd_MBps write_vs_dd dd_nsync_MBps write_vs_dd_nsync; do
   has "^RESULT ckpt\.1MB\.$f median=[0-9.e+-]+ min=.* n=[0-9]+ unit=" "$out" || fail "checkpoint_bench: no $f: $out"
 done

@@ -34,6 +34,7 @@
 //
 //   checkpoint_bench [--sizes-mb 10,100,1000] [--reps 5] [--dir PARENT] [--torch CMD]
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -246,12 +247,20 @@ double ThreadCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// Minor page faults of the calling thread so far.
+int64_t ThreadMinorFaults() {
+  rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_minflt;
+}
+
 // The stall as the training loop sees it, under a MonitoredSession with a
 // CheckpointSaverHook saving every `save_secs`, until `saves` saves were
 // started after the one at session creation.
 struct StallRun {
   std::vector<double> stall_s;         // saves that found the previous one done
   std::vector<double> stall_cpu_s;     // the same runs in CPU time of the training thread
+  std::vector<double> stall_faults;    // the same runs' page faults (minor) on the training thread
   std::vector<double> waited_stall_s;  // saves that had to wait for it
   double step_s = 0;                   // median duration of the other runs
 };
@@ -290,6 +299,7 @@ StallRun MeasureStall(int64_t mib, int saves, double save_secs, const std::strin
     int64_t step;
     double seconds;
     double cpu_seconds;
+    double faults;
     bool waited;
   };
   std::vector<LongRun> long_runs;
@@ -301,14 +311,16 @@ StallRun MeasureStall(int64_t mib, int saves, double save_secs, const std::strin
   while ((*hook)->saved_steps().size() < static_cast<std::size_t>(saves + 1)) {
     const double start = NowSeconds();
     const double cpu_start = ThreadCpuSeconds();
+    const int64_t faults_start = ThreadMinorFaults();
     auto out = (*session)->run(fetches);
     const double took = NowSeconds() - start;
     const double cpu_took = ThreadCpuSeconds() - cpu_start;
+    const int64_t faults = ThreadMinorFaults() - faults_start;
     if (!out.ok()) Die("run", out.status());
     ++runs;
     if (took > 20e-6) {
       const int64_t w = (*hook)->waited_saves();
-      long_runs.push_back({out->at("train_op").scalar<int64_t>().value(), took, cpu_took, w > waited});
+      long_runs.push_back({out->at("train_op").scalar<int64_t>().value(), took, cpu_took, static_cast<double>(faults), w > waited});
       waited = w;
     } else if (runs % 1024 == 0) {
       sample.push_back(took);
@@ -325,7 +337,10 @@ StallRun MeasureStall(int64_t mib, int saves, double save_secs, const std::strin
   for (const LongRun& r : long_runs) {
     if (saved_set.count(r.step) == 0) continue;
     (r.waited ? result.waited_stall_s : result.stall_s).push_back(r.seconds);
-    if (!r.waited) result.stall_cpu_s.push_back(r.cpu_seconds);
+    if (!r.waited) {
+      result.stall_cpu_s.push_back(r.cpu_seconds);
+      result.stall_faults.push_back(r.faults);
+    }
   }
   result.step_s = foreman_bench::Summarize(sample).median;
   return result;
@@ -459,6 +474,7 @@ int main(int argc, char** argv) {
 
     PrintResult("ckpt." + tag + ".stall_s", stall.stall_s, "s");
     PrintResult("ckpt." + tag + ".stall_cpu_s", stall.stall_cpu_s, "s");
+    PrintResult("ckpt." + tag + ".stall_page_faults", stall.stall_faults, "count");
     if (!stall.waited_stall_s.empty()) PrintResult("ckpt." + tag + ".waited_stall_s", stall.waited_stall_s, "s");
     std::printf("RESULT ckpt.%s.waited_saves median=%zu min=%zu max=%zu n=%zu unit=count\n", tag.c_str(),
                 stall.waited_stall_s.size(), stall.waited_stall_s.size(), stall.waited_stall_s.size(),
