@@ -1,5 +1,8 @@
 #include "checkpoint_saver.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <utility>
 
 #include "foreman/mutex.hpp"
@@ -25,14 +28,31 @@ caf::behavior checkpoint_saver(caf::stateful_actor<checkpoint_saver_state>* self
   st.save_path = absl::StrCat(st.args.directory, "/", st.args.basename);
   st.source = absl::StrCat("checkpoint_saver(", st.args.directory, ")");
   MakeQuiet(self, st.source);
+  // This detached actor's own thread: SCHED_BATCH, same share of the CPU but
+  // no wakeup preemption. Otherwise the save request's wakeup lets the saver
+  // (crc32c + write of the whole state, CPU-bound for milliseconds) take the
+  // core of the training thread before its run() returns: on a loaded
+  // 2-core machine a 10 MB save's stall went from ~0.8 ms (the copy) to
+  // 5-10 ms. Best effort: a refusal leaves the default policy.
+  {
+    sched_param param{};
+    param.sched_priority = 0;
+    if (int err = pthread_setschedparam(pthread_self(), SCHED_BATCH, &param); err != 0) {
+      FOREMAN_LOG_DEBUG("{}: SCHED_BATCH refused (error {}); keeping the default policy", st.source, err);
+    }
+  }
   return {
       [=](save_atom, const std::shared_ptr<SaveRequest>& request) {
         auto& st = self->state;
         SaveTicket& ticket = *request->ticket;
         const absl::Duration start = st.args.clock->MonotonicNow();
         StatusOr<std::string> prefix = st.args.saver->Save(request->snapshot, st.save_path, ticket.step);
-        request->snapshot.clear();  // The copy is no longer needed; free it now.
         const absl::Duration took = st.args.clock->MonotonicNow() - start;
+        // The copy goes back with the ticket: the next save copies into these
+        // buffers, whose pages are already touched (no page faults on the
+        // training thread, no first kernel read of fresh pages in the write).
+        std::map<std::string, Tensor> buffers = std::move(request->snapshot);
+        request->snapshot.clear();
         if (!prefix.ok()) {
           Status s = Annotate(prefix.status(), absl::StrCat("saving the checkpoint of step ", ticket.step));
           if (st.args.cell != nullptr) {
@@ -40,14 +60,14 @@ caf::behavior checkpoint_saver(caf::stateful_actor<checkpoint_saver_state>* self
           } else {
             self->send(st.args.coordinator, report_atom::value, st.source, ToMessage(s));
           }
-          ticket.Complete(std::move(s), "", took);
+          ticket.Complete(std::move(s), "", took, std::move(buffers));
           return;
         }
         if (st.args.summary_writer) {
           st.args.summary_writer->AddSessionLog(SessionLogStatus::kCheckpoint, ticket.step, st.save_path, "");
         }
         if (st.args.observers != nullptr) st.args.observers->Notify(ticket.step, *prefix);
-        ticket.Complete(absl::OkStatus(), *std::move(prefix), took);
+        ticket.Complete(absl::OkStatus(), *std::move(prefix), took, std::move(buffers));
       },
   };
 }

@@ -13,6 +13,9 @@
 //       (so whoever saw the ticket done also finds the event queued before
 //       any later flush); the session's SaveObservers are told before the
 //       ticket completes too. Requests are handled in order, one at a time.
+//       The snapshot's tensors go back with the completed ticket
+//       (SaveTicket::buffers), failed save or not, for the next save to
+//       copy into.
 // Errors: a failed save completes its ticket with the error and is sent to
 // the coordinator as (report_atom, "checkpoint_saver(<dir>)", status). When
 // the actor dies with saves queued, the runtime completes their tickets with

@@ -623,6 +623,39 @@ TEST_CASE("B106 checkpoint_saver: saves off the caller's thread; CHECKPOINT even
   CHECK(steps == std::vector<int64_t>{0, 5});
 }
 
+TEST_CASE("checkpoint_saver: the snapshot's buffers come back with the completed ticket, not before") {
+  MemEnv mem;
+  GatedEnv env(&mem);
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  auto saver = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+  std::map<std::string, Tensor> snapshot = Snapshot(7, 2.5f);
+  const char* w_bytes = snapshot.at("w").raw_data();
+  const char* step_bytes = snapshot.at("global_step").raw_data();
+  env.Hold(".data-");
+  auto ticket = saver->StartSave(std::move(snapshot), 7);
+  REQUIRE(env.WaitUntilHeld(1, kWait));
+  // In flight: the actor still owns them.
+  CHECK_FALSE(ticket->IsDone());
+  CHECK(ticket->TakeBuffers().empty());
+  env.Release();
+  REQUIRE(ticket->Wait(kWait).ok());
+  std::map<std::string, Tensor> back = ticket->TakeBuffers();
+  REQUIRE(back.size() == 2);
+  CHECK(back.at("w").raw_data() == w_bytes);  // the same allocations, not copies
+  CHECK(back.at("global_step").raw_data() == step_bytes);
+  CHECK(*back.at("w").scalar<float>() == 2.5f);
+  CHECK(ticket->TakeBuffers().empty());  // handed out once
+
+  // A failed save hands them back too.
+  env.Fail(".data-", absl::ResourceExhaustedError("disk full"));
+  std::map<std::string, Tensor> again = std::move(back);
+  const char* again_bytes = again.at("w").raw_data();
+  auto failed = saver->StartSave(std::move(again), 8);
+  CHECK(failed->Wait(kWait).code() == absl::StatusCode::kResourceExhausted);
+  CHECK(failed->TakeBuffers().at("w").raw_data() == again_bytes);
+  runtime->Shutdown(kWait).IgnoreError();
+}
+
 TEST_CASE("checkpoint_saver: another owner of the directory's lock is FAILED_PRECONDITION at creation") {
   MemEnv env;
   auto lock = LockCheckpointDirectory(&env, "/ckpt");

@@ -54,7 +54,8 @@ fi
 out=$(timeout 120 "$checkpoint" --sizes-mb 1 --reps 1 --dir "$tmp/scratch" "${torch_args[@]}" 2>&1)
 rc=$?
 [[ $rc -eq 0 ]] || fail "checkpoint_bench exited $rc: $out"
-for f in stall_s waited_saves memcpy_fresh_s memcpy_warm_s write_s write_MBps dd_MBps write_vs_dd; do
+for f in stall_s stall_cpu_s stall_page_faults waited_saves memcpy_fresh_s memcpy_warm_s memcpy_warm_cpu_s write_s write_MBps \
+         write_first_s syncs_per_save dd_MBps write_vs_dd dd_nsync_MBps write_vs_dd_nsync; do
   has "^RESULT ckpt\.1MB\.$f median=[0-9.e+-]+ min=.* n=[0-9]+ unit=" "$out" || fail "checkpoint_bench: no $f: $out"
 done
 ((have_torch)) && ! has '^RESULT ckpt\.1MB\.torch_save_MBps ' "$out" && fail "checkpoint_bench: no torch.save: $out"
@@ -99,6 +100,8 @@ rc=$?
 [[ $rc -eq 0 ]] || fail "report.py exited $rc: $out"
 has '^\| 2 \| runtime overhead per step' "$out" || fail "report.py: no overhead row: $out"
 has '^\| 3 \| 1 MB: training-loop stall per save' "$out" || fail "report.py: no checkpoint row: $out"
+has '^\| 3 \| 1 MB: background write, [0-9]+ syncs per save \(MB/s\) \| [0-9]' "$out" ||
+  fail "report.py: no row against dd with the save's syncs: $out"
 has '^\| 4 \| summaries through the summary_writer actor \(events/s\) \| [0-9]' "$out" || fail "report.py: $out"
 if ((have_torch)) && [[ -f $data/train-images-idx3-ubyte.gz ]]; then
   has '^Peer: PyTorch [0-9].*libraries loaded: ' "$out" || fail "report.py: no peer backend in the header: $out"

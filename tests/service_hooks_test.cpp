@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "foreman/bundle.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/coordinator.hpp"
 #include "foreman/event_reader.hpp"
@@ -32,6 +33,7 @@
 #include "foreman/summary.hpp"
 #include "foreman/variable_store.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/services.hpp"
 #include "support/events.hpp"
 #include "support/gated_env.hpp"
 #include "support/log_capture.hpp"
@@ -560,6 +562,145 @@ TEST_CASE("decision 11 a failed save ends training with its Status at a later st
   // It also reached the coordinator (the session stops even if no hook runs).
   REQUIRE(h.coord.wait_for_stop(kWait));
   CHECK(h.coord.status().code() == absl::StatusCode::kResourceExhausted);
+}
+
+/// Services whose checkpoint saver only records each save's snapshot; the
+/// test completes the tickets, handing the buffers back or not.
+class RecordingServices : public internal::Services {
+ public:
+  struct Save {
+    std::map<std::string, Tensor> snapshot;
+    std::shared_ptr<internal::SaveTicket> ticket;
+  };
+  class Checkpoints : public internal::CheckpointService {
+   public:
+    explicit Checkpoints(std::shared_ptr<Saver> saver) : saver_(std::move(saver)) {}
+    std::shared_ptr<internal::SaveTicket> StartSave(std::map<std::string, Tensor> snapshot, int64_t step) override {
+      auto ticket = std::make_shared<internal::SaveTicket>();
+      ticket->step = step;
+      saves.push_back(Save{std::move(snapshot), ticket});
+      return ticket;
+    }
+    const std::string& directory() const override { return dir_; }
+    const std::shared_ptr<Saver>& saver() const override { return saver_; }
+    std::vector<Save> saves;  // only the training thread touches it
+
+   private:
+    std::string dir_ = "/ckpt";
+    std::shared_ptr<Saver> saver_;
+  };
+
+  RecordingServices(Env* env, Clock* clock) : env_(env), clock_(clock) {}
+  StatusOr<std::shared_ptr<internal::SummaryWriterService>> SummaryWriter(const std::string&) override {
+    return absl::UnimplementedError("no summary writer here");
+  }
+  StatusOr<std::shared_ptr<internal::CheckpointService>> CheckpointSaver(const std::string&,
+                                                                          std::shared_ptr<Saver> saver,
+                                                                          const std::string&) override {
+    if (checkpoints == nullptr) checkpoints = std::make_shared<Checkpoints>(std::move(saver));
+    return std::shared_ptr<internal::CheckpointService>(checkpoints);
+  }
+  StatusOr<std::shared_ptr<internal::StepCounterService>> StepCounter(const std::string&,
+                                                                      const std::string&) override {
+    return absl::UnimplementedError("no step counter here");
+  }
+  void SetCoordinator(Coordinator*) override {}
+  Status error() override { return absl::OkStatus(); }
+  Status WaitForPendingSaves(absl::Duration) override { return absl::OkStatus(); }
+  void ObserveSaves(internal::SaveObservers::Fn) override {}
+  Clock* clock() override { return clock_; }
+  Env* env() override { return env_; }
+
+  std::shared_ptr<Checkpoints> checkpoints;
+
+ private:
+  Env* env_;
+  Clock* clock_;
+};
+
+/// The data pointers of a snapshot's tensors, by name.
+std::map<std::string, const char*> Buffers(const std::map<std::string, Tensor>& snapshot) {
+  std::map<std::string, const char*> out;
+  for (const auto& [name, t] : snapshot) out.emplace(name, t.raw_data());
+  return out;
+}
+
+void SetW(Session& session, float w) {
+  REQUIRE(session.WithVariables([&](VariableStore& vars) { return vars.Assign("w", Tensor::Scalar<float>(w)); }).ok());
+}
+
+float W(const std::map<std::string, Tensor>& snapshot) { return *snapshot.at("w").scalar<float>(); }
+int64_t Step(const std::map<std::string, Tensor>& snapshot) { return *snapshot.at("global_step").scalar<int64_t>(); }
+
+TEST_CASE("CheckpointSaverHook copies each save into the buffers the previous save handed back, never into one in flight") {
+  MemEnv env;
+  Harness h(&env);
+  RecordingServices services(&env, &h.clock);
+  auto options = CheckpointOptions(h, 1);
+  options.save_timeout = absl::Milliseconds(50);
+  auto hook = MakeCheckpointHook(options);
+  h.hooks.push_back(hook);
+  hook->AttachServices(&services);
+  REQUIRE(hook->begin().ok());
+  h.NewSession(0);
+  REQUIRE(hook->after_create_session(h.session.get(), &h.coord).ok());  // save 0: new buffers
+  auto& saves = services.checkpoints->saves;
+  REQUIRE(saves.size() == 1);
+  const std::map<std::string, const char*> first = Buffers(saves[0].snapshot);
+  CHECK(W(saves[0].snapshot) == 1.5f);
+  saves[0].ticket->Complete(absl::OkStatus(), "/ckpt/model.ckpt-0", absl::ZeroDuration(),
+                            std::move(saves[0].snapshot));  // handed back
+
+  SetW(*h.session, 2.0f);
+  REQUIRE(h.Run().ok());  // step 1: copied into save 0's buffers, in place
+  REQUIRE(saves.size() == 2);
+  CHECK(Buffers(saves[1].snapshot) == first);
+  CHECK(W(saves[1].snapshot) == 2.0f);
+  CHECK(Step(saves[1].snapshot) == 1);
+
+  // Save 1 is in flight: the save due at step 2 waits for it (and times out
+  // here) without touching its buffers.
+  SetW(*h.session, 3.0f);
+  CHECK(h.Run().status().code() == absl::StatusCode::kDeadlineExceeded);
+  REQUIRE(saves.size() == 2);
+  CHECK(W(saves[1].snapshot) == 2.0f);
+  CHECK(Step(saves[1].snapshot) == 1);
+
+  // Save 1 completes without handing its buffers back: the next save gets new
+  // ones, and save 1's stay as they were.
+  saves[1].ticket->Complete(absl::OkStatus(), "/ckpt/model.ckpt-1", absl::ZeroDuration());
+  REQUIRE(h.Run().ok());  // step 3
+  REQUIRE(saves.size() == 3);
+  CHECK(Buffers(saves[2].snapshot) != first);
+  CHECK(W(saves[2].snapshot) == 3.0f);
+  CHECK(Step(saves[2].snapshot) == 3);
+  CHECK(W(saves[1].snapshot) == 2.0f);
+  CHECK(Step(saves[1].snapshot) == 1);
+  saves[2].ticket->Complete(absl::OkStatus(), "/ckpt/model.ckpt-3", absl::ZeroDuration(),
+                            std::move(saves[2].snapshot));
+  REQUIRE(h.End().ok());  // step 3 was just saved: no final save
+  CHECK(hook->saved_steps() == Steps{0, 1, 3});
+}
+
+TEST_CASE("CheckpointSaverHook: saves in a row through the checkpoint_saver, reusing buffers, restore to their own values") {
+  MemEnv env;
+  Harness h(&env);
+  h.hooks.push_back(MakeCheckpointHook(CheckpointOptions(h, 1)));
+  REQUIRE(h.Begin().ok());  // step 0, w 1.5
+  for (int step = 1; step <= 3; ++step) {
+    REQUIRE(h.runtime->WaitForPendingSaves(kWait).ok());  // so that the next save finds its buffers back
+    SetW(*h.session, 10.0f * static_cast<float>(step));
+    REQUIRE(h.Run().ok());
+  }
+  REQUIRE(h.End().ok());
+  REQUIRE(CheckpointSteps(&env, "/ckpt") == Steps{0, 1, 2, 3});
+  for (int step = 0; step <= 3; ++step) {
+    CAPTURE(step);
+    auto reader = BundleReader::Open(&env, absl::StrCat("/ckpt/model.ckpt-", step));
+    REQUIRE(reader.ok());
+    CHECK(*(*reader)->Lookup("w")->scalar<float>() == (step == 0 ? 1.5f : 10.0f * static_cast<float>(step)));
+    CHECK(*(*reader)->Lookup("global_step")->scalar<int64_t>() == step);
+  }
 }
 
 TEST_CASE("CheckpointSaverHook: a save hanging past save_timeout is DEADLINE_EXCEEDED, not a hang") {

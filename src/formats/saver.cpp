@@ -221,6 +221,30 @@ StatusOr<std::string> Saver::Save(const std::map<std::string, Tensor>& tensors, 
     return absl::NotFoundError(absl::StrCat("Parent directory of ", save_path, " doesn't exist, can't save."));
   }
 
+  // The syncs of a save, five, each one needed for "a crash leaves the
+  // previous checkpoint listed and intact and the new one complete or
+  // absent" under the Env's contract (a file's bytes are durable only after
+  // its Sync; a create/rename only after SyncDir of its directory, in no
+  // promised order before that):
+  //   data fdatasync, index fdatasync  the bundle's bytes durable before any
+  //                                    name points at them (else a listed
+  //                                    bundle could hold garbage);
+  //   SyncDir after the two renames    their names durable before the state
+  //                                    file's rename, which could otherwise
+  //                                    reach the disk first and list a
+  //                                    bundle that is not there (with
+  //                                    max_to_keep 1, no longer listing the
+  //                                    previous one);
+  //   state file fdatasync             its bytes durable before its rename
+  //                                    (else an empty or torn state file);
+  //   SyncDir after that rename        the save is durable when its ticket
+  //                                    says so, and before step 3 deletes
+  //                                    the oldest checkpoint.
+  // (On a file system that commits one directory's renames in order, ext4's
+  // and XFS's journals, the middle SyncDir would be redundant; the Env does
+  // not promise that order, so it stays.) The re-save path below makes
+  // three: the SyncDir and the state file's two.
+  //
   // 1. The bundle, renamed into place and synced. A prefix that already holds
   // exactly these tensors (TF re-saves the restored step after a restart) is
   // kept as it is: rewriting it would open the window in which the new data

@@ -30,6 +30,10 @@
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
 
+namespace foreman {
+class Session;
+}
+
 namespace foreman::internal {
 
 /// The summary_writer actor of one logdir (TF: FileWriterCache.get(logdir),
@@ -59,14 +63,39 @@ struct SaveTicket {
   Status status ABSL_GUARDED_BY(mu);
   std::string prefix ABSL_GUARDED_BY(mu);  // the saved bundle's prefix
   absl::Duration write_time ABSL_GUARDED_BY(mu);  // serialise + write + commit
+  /// The snapshot the save wrote, handed back by the checkpoint_saver when
+  /// it is done with it, so that the next save copies into the same, already
+  /// touched buffers (SnapshotInto) instead of new pages. Empty when the
+  /// ticket was completed without them (the runtime's error when the actor
+  /// died: the request, and its buffers, went down with it).
+  std::map<std::string, Tensor> buffers ABSL_GUARDED_BY(mu);
 
-  void Complete(Status s, std::string saved_prefix, absl::Duration took) ABSL_LOCKS_EXCLUDED(mu);
+  /// The first completion wins; a later one (and its `returned_buffers`) is
+  /// dropped.
+  void Complete(Status s, std::string saved_prefix, absl::Duration took,
+                std::map<std::string, Tensor> returned_buffers = {}) ABSL_LOCKS_EXCLUDED(mu);
   bool IsDone() ABSL_LOCKS_EXCLUDED(mu);
+  /// Moves the handed-back buffers out (empty before completion or when none
+  /// came back). Only a completed ticket's buffers are free: the actor no
+  /// longer reads them.
+  std::map<std::string, Tensor> TakeBuffers() ABSL_LOCKS_EXCLUDED(mu);
   /// Waits (real time, since the actor's progress is real work) until done or
   /// `timeout`; DEADLINE_EXCEEDED naming the step on timeout; else the save's
   /// status.
   Status Wait(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu);
 };
+
+/// Copies the global (checkpointed) variables of `session` that are
+/// initialized into `*snapshot`, as Session::Snapshot() does, but in place:
+/// a tensor already in `*snapshot` under the same name, dtype and shape is
+/// overwritten in its own buffer (no allocation, no page faults); others are
+/// (re)allocated, and names that are no longer variables are dropped.
+/// `*snapshot` must not be in use by a save (only a completed ticket's
+/// buffers are). Holds the values' mutex while it copies (between steps).
+/// Returns how many tensors were copied into buffers they already had.
+/// Errors: RESOURCE_EXHAUSTED when an allocation fails (Session::WithVariables
+/// turns the std::bad_alloc into a Status).
+StatusOr<int64_t> SnapshotInto(Session& session, std::map<std::string, Tensor>* snapshot);
 
 /// Who hears of each durable save (the actor API's CheckpointSaved): called
 /// on the checkpoint_saver's thread, once the save of `global_step` is

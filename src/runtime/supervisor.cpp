@@ -2,6 +2,8 @@
 // supervisor's Coordinator, writing through the runtime's service actors.
 #include "foreman/supervisor.hpp"
 
+#include <map>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -247,13 +249,23 @@ Status Supervisor::StartServices(Session* session, std::shared_ptr<Session> keep
     FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<internal::CheckpointService> checkpointer,
                              impl_->runtime->CheckpointSaver(o.logdir, impl_->saver, o.checkpoint_basename));
     const std::string save_path = SavePath(o);
-    auto target = [session, keep_alive, checkpointer, save_path]() -> Status {
+    // The previous save's snapshot, handed back with its ticket: each save
+    // copies into it in place (as CheckpointSaverHook does; a second copy of
+    // the variables is held between saves). Only this thread touches it.
+    auto spare = std::make_shared<std::map<std::string, Tensor>>();
+    auto target = [session, keep_alive, checkpointer, save_path, spare]() -> Status {
       // TF's SVTimerCheckpointThread logs this line (no step) before each save.
       FOREMAN_LOG_INFO("Saving checkpoint to path {}", save_path);
       FOREMAN_ASSIGN_OR_RETURN(int64_t step, session->GlobalStep());
-      // Snapshot() holds the values' mutex: the copy happens between steps.
-      std::shared_ptr<internal::SaveTicket> ticket = checkpointer->StartSave(session->Snapshot(), step);
-      return ticket->Wait(kServiceTimeout);
+      std::map<std::string, Tensor> snapshot = std::move(*spare);
+      spare->clear();
+      // SnapshotInto holds the values' mutex: the copy happens between steps.
+      FOREMAN_RETURN_IF_ERROR(internal::SnapshotInto(*session, &snapshot).status());
+      std::shared_ptr<internal::SaveTicket> ticket = checkpointer->StartSave(std::move(snapshot), step);
+      Status saved = ticket->Wait(kServiceTimeout);
+      // A save still in flight (timed out) keeps its buffers.
+      if (ticket->IsDone()) *spare = ticket->TakeBuffers();
+      return saved;
     };
     FOREMAN_RETURN_IF_ERROR(
         LooperThread::Start(coord, "SVTimerCheckpointThread", absl::Seconds(*o.save_model_secs), target).status());

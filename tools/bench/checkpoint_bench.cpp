@@ -10,22 +10,36 @@
 //                  the saves that still had to wait are counted apart.
 //   write          the checkpoint_saver actor's own time for one save
 //                  (serialise, write, fsync, rename, state file), through the
-//                  same service the hook uses (SaveTicket::write_time).
+//                  same service the hook uses (SaveTicket::write_time), from
+//                  the buffers the previous save handed back, as the hook
+//                  saves (after one untimed first save into new buffers,
+//                  reported apart as write_first_s).
+//   syncs_per_save the fdatasync/fsync calls of one save (WritableFile::Sync
+//                  and Env::SyncDir counted through a forwarding Env).
+//   stall_cpu      the same runs in CPU time of the training thread (on a
+//                  shared machine, without the time others held the core);
 //   memcpy         copying the same tensors into buffers touched before (the
-//                  copy itself: the goal's baseline), and into fresh pages
+//                  copy itself: the goal's baseline; also in CPU time,
+//                  memcpy_warm_cpu_s), and into fresh pages
 //                  from the kernel (mmap: every page faults in, the worst
 //                  case of a copy into new memory).
 //   dd             `dd if=/dev/zero of=<dir>/dd.bin bs=1M count=<MiB>
 //                  conv=fdatasync` into the same directory.
+//   dd_nsync       the same bytes with as many syncs as one save makes (N =
+//                  syncs_per_save): `dd bs=<size/N> count=N oflag=dsync`, a
+//                  write + fdatasync per block, in one process.
 //   torch.save     (with --torch CMD) CMD --mb N --dir DIR: the same tensors
 //                  saved by torch.save and fsync'ed, timed in Python.
 // Runs of the different methods alternate; every figure is over --reps runs.
 //
 //   checkpoint_bench [--sizes-mb 10,100,1000] [--reps 5] [--dir PARENT] [--torch CMD]
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -88,6 +102,67 @@ std::map<std::string, foreman::Tensor> MakeState(int64_t mib) {
   }
   return state;
 }
+
+// Env::Default() with its syncs counted: WritableFile::Sync (fdatasync) and
+// SyncDir (fsync of a directory).
+class SyncCountingEnv : public foreman::Env {
+ public:
+  int64_t syncs() const { return syncs_.load(); }
+
+  foreman::StatusOr<std::string> ReadFileToString(const std::string& path) override {
+    return base_->ReadFileToString(path);
+  }
+  foreman::StatusOr<std::unique_ptr<foreman::RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    return base_->NewRandomAccessFile(path);
+  }
+  foreman::StatusOr<std::unique_ptr<foreman::WritableFile>> NewWritableFile(const std::string& path) override {
+    FOREMAN_ASSIGN_OR_RETURN(auto file, base_->NewWritableFile(path));
+    return std::unique_ptr<foreman::WritableFile>(new File(std::move(file), &syncs_));
+  }
+  foreman::StatusOr<std::unique_ptr<foreman::WritableFile>> NewAppendableFile(const std::string& path) override {
+    FOREMAN_ASSIGN_OR_RETURN(auto file, base_->NewAppendableFile(path));
+    return std::unique_ptr<foreman::WritableFile>(new File(std::move(file), &syncs_));
+  }
+  Status RenameFile(const std::string& from, const std::string& to) override { return base_->RenameFile(from, to); }
+  Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
+  Status FileExists(const std::string& path) override { return base_->FileExists(path); }
+  foreman::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
+  foreman::StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override {
+    return base_->GetChildren(dir);
+  }
+  foreman::StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
+  Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
+  Status RecursivelyCreateDir(const std::string& dir) override { return base_->RecursivelyCreateDir(dir); }
+  Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }
+  Status SyncDir(const std::string& dir) override {
+    ++syncs_;
+    return base_->SyncDir(dir);
+  }
+  foreman::StatusOr<std::unique_ptr<foreman::FileLock>> LockFile(const std::string& path) override {
+    return base_->LockFile(path);
+  }
+
+ private:
+  class File : public foreman::WritableFile {
+   public:
+    File(std::unique_ptr<foreman::WritableFile> f, std::atomic<int64_t>* syncs) : f_(std::move(f)), syncs_(syncs) {}
+    Status Append(absl::string_view data) override { return f_->Append(data); }
+    Status Flush() override { return f_->Flush(); }
+    Status Sync() override {
+      ++*syncs_;
+      return f_->Sync();
+    }
+    Status Close() override { return f_->Close(); }
+    uint64_t Size() const override { return f_->Size(); }
+
+   private:
+    std::unique_ptr<foreman::WritableFile> f_;
+    std::atomic<int64_t>* syncs_;
+  };
+
+  foreman::Env* base_ = foreman::Env::Default();
+  std::atomic<int64_t> syncs_{0};
+};
 
 struct Buffer {
   char* data;
@@ -164,11 +239,28 @@ void RemoveCheckpoints(const std::string& dir) {
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) std::filesystem::remove_all(entry.path(), ec);
 }
 
+// CPU time of the calling thread: the stall without the time other processes
+// of a shared machine took the core.
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Minor page faults of the calling thread so far.
+int64_t ThreadMinorFaults() {
+  rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_minflt;
+}
+
 // The stall as the training loop sees it, under a MonitoredSession with a
 // CheckpointSaverHook saving every `save_secs`, until `saves` saves were
 // started after the one at session creation.
 struct StallRun {
   std::vector<double> stall_s;         // saves that found the previous one done
+  std::vector<double> stall_cpu_s;     // the same runs in CPU time of the training thread
+  std::vector<double> stall_faults;    // the same runs' page faults (minor) on the training thread
   std::vector<double> waited_stall_s;  // saves that had to wait for it
   double step_s = 0;                   // median duration of the other runs
 };
@@ -206,6 +298,8 @@ StallRun MeasureStall(int64_t mib, int saves, double save_secs, const std::strin
   struct LongRun {
     int64_t step;
     double seconds;
+    double cpu_seconds;
+    double faults;
     bool waited;
   };
   std::vector<LongRun> long_runs;
@@ -216,13 +310,17 @@ StallRun MeasureStall(int64_t mib, int saves, double save_secs, const std::strin
   const double deadline = NowSeconds() + 60.0 + 4.0 * saves * save_secs;
   while ((*hook)->saved_steps().size() < static_cast<std::size_t>(saves + 1)) {
     const double start = NowSeconds();
+    const double cpu_start = ThreadCpuSeconds();
+    const int64_t faults_start = ThreadMinorFaults();
     auto out = (*session)->run(fetches);
     const double took = NowSeconds() - start;
+    const double cpu_took = ThreadCpuSeconds() - cpu_start;
+    const int64_t faults = ThreadMinorFaults() - faults_start;
     if (!out.ok()) Die("run", out.status());
     ++runs;
     if (took > 20e-6) {
       const int64_t w = (*hook)->waited_saves();
-      long_runs.push_back({out->at("train_op").scalar<int64_t>().value(), took, w > waited});
+      long_runs.push_back({out->at("train_op").scalar<int64_t>().value(), took, cpu_took, static_cast<double>(faults), w > waited});
       waited = w;
     } else if (runs % 1024 == 0) {
       sample.push_back(took);
@@ -239,6 +337,10 @@ StallRun MeasureStall(int64_t mib, int saves, double save_secs, const std::strin
   for (const LongRun& r : long_runs) {
     if (saved_set.count(r.step) == 0) continue;
     (r.waited ? result.waited_stall_s : result.stall_s).push_back(r.seconds);
+    if (!r.waited) {
+      result.stall_cpu_s.push_back(r.cpu_seconds);
+      result.stall_faults.push_back(r.faults);
+    }
   }
   result.step_s = foreman_bench::Summarize(sample).median;
   return result;
@@ -293,7 +395,9 @@ int main(int argc, char** argv) {
   for (const int64_t mib : ParseSizes(sizes_arg)) {
     const std::string tag = std::to_string(mib) + "MB";
     const double bytes = static_cast<double>(mib * kMiB);
-    std::vector<double> fresh, warm, write, write_rate, dd, dd_rate, torch, torch_rate;
+    std::vector<double> fresh, warm, warm_cpu, write, write_rate, syncs, dd, dd_rate, dd_nsync, dd_nsync_rate, torch,
+        torch_rate;
+    double write_first = 0;
     {
       const std::map<std::string, foreman::Tensor> state = MakeState(mib);
       std::vector<Buffer> dest;
@@ -305,23 +409,50 @@ int main(int argc, char** argv) {
       foreman::SessionConfig config;
       auto runtime = foreman::internal::Runtime::Create(nullptr, config);
       if (!runtime.ok()) Die("runtime", runtime.status());
-      std::shared_ptr<foreman::Saver> saver = foreman::Saver::Create({}).value();
+      SyncCountingEnv env;
+      foreman::SaverOptions saver_options;
+      saver_options.env = &env;
+      std::shared_ptr<foreman::Saver> saver = foreman::Saver::Create(saver_options).value();
       auto service = (*runtime)->CheckpointSaver(ckpt_dir, saver, "model.ckpt");
       if (!service.ok()) Die("checkpoint saver", service.status());
-      for (int r = 0; r < reps; ++r) {
-        fresh.push_back(MemcpyFresh(state));
-        warm.push_back(MemcpyWarm(state, dest));
-        std::shared_ptr<foreman::internal::SaveTicket> ticket = (*service)->StartSave(state, r + 1);
+      // One save as CheckpointSaverHook makes it: the snapshot is copied into
+      // the buffers the previous save handed back (new ones the first time);
+      // returns the actor's write time and the syncs it made.
+      std::map<std::string, foreman::Tensor> buffers;
+      auto save = [&](int64_t step, double* took, int64_t* synced) {
+        for (const auto& [name, t] : state) buffers[name] = t;  // in place once the buffers exist
+        const int64_t before = env.syncs();
+        std::shared_ptr<foreman::internal::SaveTicket> ticket = (*service)->StartSave(std::move(buffers), step);
         Status s = ticket->Wait(absl::Minutes(10));
         if (!s.ok()) Die("save", s);
-        {
-          foreman::MutexLock l(ticket->mu);
-          write.push_back(absl::ToDoubleSeconds(ticket->write_time));
-        }
+        *synced = env.syncs() - before;
+        buffers = ticket->TakeBuffers();
+        foreman::MutexLock l(ticket->mu);
+        *took = absl::ToDoubleSeconds(ticket->write_time);
+      };
+      int64_t nsync = 0;
+      save(0, &write_first, &nsync);
+      nsync = std::max<int64_t>(1, nsync);
+      // dd writing the same bytes in `nsync` blocks, each made durable.
+      const int64_t nsync_block = (mib * kMiB + nsync - 1) / nsync;
+      for (int r = 0; r < reps; ++r) {
+        fresh.push_back(MemcpyFresh(state));
+        const double cpu_start = ThreadCpuSeconds();
+        warm.push_back(MemcpyWarm(state, dest));
+        warm_cpu.push_back(ThreadCpuSeconds() - cpu_start);
+        double took = 0;
+        int64_t synced = 0;
+        save(r + 1, &took, &synced);
+        write.push_back(took);
+        syncs.push_back(static_cast<double>(synced));
         write_rate.push_back(bytes / kMiB / write.back());
         dd.push_back(RunTimed("dd if=/dev/zero of='" + other_dir + "/dd.bin' bs=1M count=" + std::to_string(mib) +
                               " conv=fdatasync status=none"));
         dd_rate.push_back(bytes / kMiB / dd.back());
+        std::filesystem::remove(other_dir + "/dd.bin");
+        dd_nsync.push_back(RunTimed("dd if=/dev/zero of='" + other_dir + "/dd.bin' bs=" + std::to_string(nsync_block) +
+                                    " count=" + std::to_string(nsync) + " oflag=dsync status=none"));
+        dd_nsync_rate.push_back(bytes / kMiB / dd_nsync.back());
         std::filesystem::remove(other_dir + "/dd.bin");
         if (!torch_cmd.empty()) {
           torch.push_back(TorchSave(torch_cmd, mib, other_dir));
@@ -342,6 +473,8 @@ int main(int argc, char** argv) {
     RemoveCheckpoints(ckpt_dir);
 
     PrintResult("ckpt." + tag + ".stall_s", stall.stall_s, "s");
+    PrintResult("ckpt." + tag + ".stall_cpu_s", stall.stall_cpu_s, "s");
+    PrintResult("ckpt." + tag + ".stall_page_faults", stall.stall_faults, "count");
     if (!stall.waited_stall_s.empty()) PrintResult("ckpt." + tag + ".waited_stall_s", stall.waited_stall_s, "s");
     std::printf("RESULT ckpt.%s.waited_saves median=%zu min=%zu max=%zu n=%zu unit=count\n", tag.c_str(),
                 stall.waited_stall_s.size(), stall.waited_stall_s.size(), stall.waited_stall_s.size(),
@@ -349,16 +482,23 @@ int main(int argc, char** argv) {
     PrintResult("ckpt." + tag + ".step_s", {stall.step_s}, "s");
     PrintResult("ckpt." + tag + ".memcpy_fresh_s", fresh, "s");
     PrintResult("ckpt." + tag + ".memcpy_warm_s", warm, "s");
+    PrintResult("ckpt." + tag + ".memcpy_warm_cpu_s", warm_cpu, "s");
     PrintResult("ckpt." + tag + ".write_s", write, "s");
     PrintResult("ckpt." + tag + ".write_MBps", write_rate, "MB/s");
+    PrintResult("ckpt." + tag + ".write_first_s", {write_first}, "s");
+    PrintResult("ckpt." + tag + ".syncs_per_save", syncs, "count");
     PrintResult("ckpt." + tag + ".dd_s", dd, "s");
     PrintResult("ckpt." + tag + ".dd_MBps", dd_rate, "MB/s");
-    std::vector<double> vs_dd, vs_torch;  // per pair of alternating runs
+    PrintResult("ckpt." + tag + ".dd_nsync_s", dd_nsync, "s");
+    PrintResult("ckpt." + tag + ".dd_nsync_MBps", dd_nsync_rate, "MB/s");
+    std::vector<double> vs_dd, vs_dd_nsync, vs_torch;  // per pair of alternating runs
     for (std::size_t i = 0; i < write.size(); ++i) {
       vs_dd.push_back(dd[i] / write[i]);
+      vs_dd_nsync.push_back(dd_nsync[i] / write[i]);
       if (i < torch.size()) vs_torch.push_back(torch[i] / write[i]);
     }
     PrintResult("ckpt." + tag + ".write_vs_dd", vs_dd, "x");
+    PrintResult("ckpt." + tag + ".write_vs_dd_nsync", vs_dd_nsync, "x");
     if (!torch.empty()) {
       PrintResult("ckpt." + tag + ".torch_save_s", torch, "s");
       PrintResult("ckpt." + tag + ".torch_save_MBps", torch_rate, "MB/s");

@@ -6,6 +6,7 @@
 #include <cxxabi.h>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -78,6 +79,17 @@ struct CheckpointSaverHook::Impl {
 
   // The save in flight: its after_save has not run yet.
   std::shared_ptr<internal::SaveTicket> in_flight;
+  // The previous save's snapshot, handed back by the checkpoint_saver with
+  // its completed ticket: the next save copies into these buffers in place
+  // (internal::SnapshotInto). Fresh buffers would cost a page fault per 4 KiB
+  // once glibc returns a freed snapshot above its trim threshold to the
+  // kernel (every save of a state above ~32 MB), on the training thread, and
+  // again when the kernel first reads them in the write. The price: a second
+  // copy of the variables held between saves (until end()). A save in flight
+  // still owns its buffers (they come back only with its completed ticket),
+  // so they are never overwritten while it writes them; when none came back
+  // (the first save, a ticket the runtime failed), new ones are allocated.
+  std::map<std::string, Tensor> spare;
 
   mutable Mutex mu;  // for the accessors below (read from other threads)
   std::vector<int64_t> saved_steps ABSL_GUARDED_BY(mu);
@@ -89,6 +101,7 @@ struct CheckpointSaverHook::Impl {
     std::shared_ptr<internal::SaveTicket> ticket = std::move(in_flight);
     in_flight = nullptr;
     Status s = ticket->Wait(absl::ZeroDuration());
+    spare = ticket->TakeBuffers();
     if (!s.ok()) return s;
     {
       MutexLock l(mu);
@@ -142,7 +155,10 @@ struct CheckpointSaverHook::Impl {
                                              [&] { return listener->before_save(session, step); }));
     }
     FOREMAN_LOG_INFO("Saving checkpoints for {} into {}.", step, save_path);
-    in_flight = service->StartSave(session->Snapshot(), step);
+    std::map<std::string, Tensor> snapshot = std::move(spare);
+    spare.clear();
+    FOREMAN_RETURN_IF_ERROR(internal::SnapshotInto(*session, &snapshot).status());
+    in_flight = service->StartSave(std::move(snapshot), step);
     if (!options.listeners.empty()) return WaitAndFinish(session, stop);
     return absl::OkStatus();
   }
@@ -255,6 +271,7 @@ Status CheckpointSaverHook::end(Session* session) {
     FOREMAN_RETURN_IF_ERROR(m.Save(session, last_step, &stop));
   }
   FOREMAN_RETURN_IF_ERROR(m.WaitAndFinish(session, &stop));
+  m.spare.clear();  // No save until the next session: give the copy back.
   for (const auto& listener : m.options.listeners) {
     FOREMAN_RETURN_IF_ERROR(
         InvokeUserCode("CheckpointSaverListener::end", [&] { return listener->end(session, last_step); }));
