@@ -106,7 +106,7 @@ class SessionRunHook {
   /// sessions call every run. A hook that asks for the same fetches most
   /// steps overrides it to leave `args` as it is (the stock hooks do): then
   /// no SessionRunArgs is built and the session re-plans the run's fetches
-  /// only when some hook's change. `args` belongs to this hook in this
+  /// only when a hook's fetches change. `args` belongs to this hook in this
   /// session and is kept between runs: it holds what the previous call left
   /// (empty before the first), except `feeds`, which the session moves out
   /// (so they start empty). An override must leave in it exactly what
