@@ -109,8 +109,8 @@ class PosixWritableFile : public WritableFile {
     FOREMAN_RETURN_IF_ERROR(CheckOpen());
     if (buffer_.size() + data.size() > kBufferSize) {
       FOREMAN_RETURN_IF_ERROR(Flush());
-      if (data.size() >= kBufferSize) {  // Too big to buffer: write it through.
-        FOREMAN_RETURN_IF_ERROR(WriteAll(fd_, data, path_));
+      if (data.size() >= kBufferSize) {  // Too big to buffer: write it through a bounce buffer.
+        FOREMAN_RETURN_IF_ERROR(WriteThrough(data));
         size_ += data.size();
         return absl::OkStatus();
       }
@@ -138,6 +138,7 @@ class PosixWritableFile : public WritableFile {
     Status s = Flush();
     Status c = CloseFd(fd_, path_);
     fd_ = -1;
+    bounce_.reset();
     return s.ok() ? c : s;
   }
 
@@ -149,10 +150,30 @@ class PosixWritableFile : public WritableFile {
     return absl::OkStatus();
   }
 
+  /// Writes a large append in kBounceSize pieces copied into one buffer of
+  /// our own. Handing the kernel a large caller buffer directly costs it a
+  /// first access to every page of that buffer; on the VMs this runs on
+  /// (shadow paging) that made a 100 MB checkpoint's write() calls take
+  /// 0.16-0.5 s against dd's 0.01 s for the same bytes from a 1 MiB buffer.
+  /// The copy into a hot 1 MiB buffer costs ~10 ms per 100 MB.
+  Status WriteThrough(absl::string_view data) {
+    if (bounce_ == nullptr) bounce_ = std::make_unique<char[]>(kBounceSize);
+    while (!data.empty()) {
+      const std::size_t n = std::min(data.size(), kBounceSize);
+      std::memcpy(bounce_.get(), data.data(), n);
+      FOREMAN_RETURN_IF_ERROR(WriteAll(fd_, absl::string_view(bounce_.get(), n), path_));
+      data.remove_prefix(n);
+    }
+    return absl::OkStatus();
+  }
+
+  static constexpr std::size_t kBounceSize = 1 << 20;
+
   int fd_;
   std::string path_;
   uint64_t size_;
   std::string buffer_;
+  std::unique_ptr<char[]> bounce_;  // allocated by the first large append
 };
 
 class PosixRandomAccessFile : public RandomAccessFile {
