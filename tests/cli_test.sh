@@ -31,6 +31,9 @@ out=$("$foreman" devices 2>&1); rc=$?
 [[ $out =~ /cpu:0:\ (baseline|avx2|avx512)\ kernels ]] || fail "devices names no CPU instruction set: '$out'"
 out=$(FOREMAN_MAX_ISA=baseline "$foreman" devices 2>&1)
 [[ $out == *"/cpu:0: baseline kernels"* ]] || fail "FOREMAN_MAX_ISA=baseline: devices printed '$out'"
+out=$(FOREMAN_MAX_ISA=avx "$foreman" devices 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "FOREMAN_MAX_ISA=avx: devices exited $rc, want 2 (refused like train): '$out'"
+[[ $out == *"FOREMAN_MAX_ISA='avx'"* && $out != *"kernels ("* ]] || fail "FOREMAN_MAX_ISA=avx: devices printed '$out'"
 
 if ((failures > 0)); then echo "$failures failure(s)"; exit 1; fi
 echo "cli: all checks passed"

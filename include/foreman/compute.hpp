@@ -131,11 +131,12 @@ struct AdamParams {
 /// The instruction set the CPU device's kernels use in this process:
 /// "baseline" (x86-64), "avx2" (AVX2 and FMA) or "avx512" (AVX-512 F, VL,
 /// BW, DQ) — the best this CPU supports, at most the environment variable
-/// FOREMAN_MAX_ISA (baseline|avx2|avx512; unset means no cap; an invalid
-/// value means "baseline" here, and Session::Create fails with
-/// INVALID_ARGUMENT naming it). Thread-safe; the first call may load the
-/// kernels' shared module from libforeman's directory.
-std::string CpuInstructionSet();
+/// FOREMAN_MAX_ISA (baseline|avx2|avx512, case-insensitive; unset or empty
+/// means no cap). INVALID_ARGUMENT naming the variable, its value and the
+/// allowed values when it holds anything else (Session::Create refuses such
+/// a value the same way). Thread-safe; the first call may load the kernels'
+/// shared module from libforeman's directory.
+StatusOr<std::string> CpuInstructionSet();
 
 /// One compute device. Obtained from the session (StepContext::compute());
 /// the session owns it and it lives as long as the session.

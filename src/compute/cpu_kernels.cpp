@@ -115,11 +115,11 @@ const CpuKernels* SelectCpuKernels(CpuIsa max_isa, CpuIsa* chosen) {
   return BaselineCpuKernels();
 }
 
-std::string CpuInstructionSet() {
-  StatusOr<CpuIsa> max = MaxCpuIsaFromEnv();
+StatusOr<std::string> CpuInstructionSet() {
+  FOREMAN_ASSIGN_OR_RETURN(CpuIsa max, MaxCpuIsaFromEnv());
   CpuIsa chosen;
-  SelectCpuKernels(max.ok() ? *max : CpuIsa::kBaseline, &chosen);
-  return CpuIsaName(chosen);
+  SelectCpuKernels(max, &chosen);
+  return std::string(CpuIsaName(chosen));
 }
 
 }  // namespace foreman::compute

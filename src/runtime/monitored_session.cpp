@@ -664,6 +664,7 @@ Status MonitoredSession::Impl::BeforeRun(SessionRunContext& ctx, RunScratch& sc,
   TensorMap hook_feeds;
   for (std::size_t i = 0; i < hooks.size(); ++i) {
     SessionRunArgs& request = sc.hook_args[i];
+    request.feeds.clear();  // a hook starts with none, also after a failed call left some
     FOREMAN_RETURN_IF_ERROR(CallHook(before_run_where[i], [&] { return hooks[i]->before_run_into(ctx, request); }));
     if (request.fetches != sc.hook_fetches[i]) {
       sc.hook_fetches[i] = request.fetches;

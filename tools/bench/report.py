@@ -250,9 +250,19 @@ def train_rows(r, row, core_peak):
         s = stats([v / BATCH * STEP_FLOPS / peak * 100 for v in values])
         return "%.1f%% [%.1f–%.1f]" % s[:3]
 
+    cpu_isa = r.machine.get("isa", "").split()
+    cpu_best = "avx512" if "avx512f" in cpu_isa else ("avx2" if "avx2" in cpu_isa and "fma" in cpu_isa else "")
+
     def isa(name):
         v = r.field(name, "isa")
-        return (" (isa=%s)" % v) if v else " (isa not reported)"
+        if not v:
+            return " (isa not reported)"
+        # The default build ran below what the CPU offers: its kernel modules
+        # (libforeman_cpu_avx2.so, libforeman_cpu_avx512.so, dlopen()ed from
+        # libforeman's directory, so ldd does not list them) were not found.
+        if name.startswith("train.foreman.t") and v == "baseline" and cpu_best:
+            return " (isa=baseline on a CPU with %s: kernel modules missing next to libforeman?)" % cpu_best
+        return " (isa=%s)" % v
 
     for t in threads:
         name = "train.foreman.t%d.samples_per_s" % t

@@ -75,7 +75,9 @@ int main(int argc, char** argv) {
   const int64_t samples = model->samples - samples_before;
   if (foreman::Status s = (*session)->close(); !s.ok()) foreman_bench::DieOn("close", s);
   std::printf("loss %.4f\n", loss);
+  foreman::StatusOr<std::string> isa = foreman::compute::CpuInstructionSet();
+  if (!isa.ok()) foreman_bench::DieOn("CpuInstructionSet", isa.status());
   std::printf("RUN train.foreman.t%d.samples_per_s %.6g samples/s isa=%s\n", threads,
-              static_cast<double>(samples) / took, foreman::compute::CpuInstructionSet().c_str());
+              static_cast<double>(samples) / took, isa->c_str());
   return 0;
 }

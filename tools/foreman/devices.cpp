@@ -12,8 +12,13 @@ namespace foreman::cli {
 void AddDevicesCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("devices", "List the CPU's kernel instruction set and the CUDA devices");
   cmd->callback([exit_code] {
-    std::printf("/cpu:0: %s kernels (FOREMAN_MAX_ISA=baseline|avx2|avx512 caps them)\n",
-                compute::CpuInstructionSet().c_str());
+    StatusOr<std::string> isa = compute::CpuInstructionSet();
+    if (!isa.ok()) {
+      std::fprintf(stderr, "foreman devices: %s\n", std::string(isa.status().message()).c_str());
+      *exit_code = kExitUsage;
+      return;
+    }
+    std::printf("/cpu:0: %s kernels (FOREMAN_MAX_ISA=baseline|avx2|avx512 caps them)\n", isa->c_str());
     auto n = cuda::DeviceCount();
     if (!n.ok()) {
       std::printf("no CUDA devices: %s\n", std::string(n.status().message()).c_str());

@@ -68,7 +68,12 @@ void LeaveFetches(SessionRunArgs& args, const std::vector<std::string>* extra = 
 // -- CheckpointSaverHook ----------------------------------------------------------------
 
 struct CheckpointSaverHook::Impl {
-  Impl(CheckpointSaverHook::Options o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {}
+  Impl(CheckpointSaverHook::Options o, SecondOrStepTimer t) : options(std::move(o)), timer(std::move(t)) {
+    // Room for the first saves' steps, so that taking up a completed save on
+    // the training thread (after_run) allocates nothing for a long while.
+    MutexLock l(mu);
+    saved_steps.reserve(64);
+  }
 
   CheckpointSaverHook::Options options;
   SecondOrStepTimer timer;
