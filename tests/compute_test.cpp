@@ -65,6 +65,33 @@ const char* EpilogueName(Epilogue e) {
   return "?";
 }
 
+/// Random operands of one Gemm [m, k]·[k, n] (seeds 1-4), the "ReLU outputs"
+/// clamped at 0 so that about half are 0, as after a ReLU.
+struct GemmInputs {
+  GemmInputs(int64_t rows, int64_t cols, int64_t depth)
+      : m(rows), n(cols), k(depth), a(Random(m * k, 1)), b(Random(k * n, 2)), bias(Random(n, 3)), relu(Random(m * n, 4)) {
+    for (float& x : relu) x = std::max(x, 0.0f);
+  }
+  /// The arguments that write `c` [m, n].
+  GemmArgs Args(bool ta, bool tb, Epilogue e, float* c) const {
+    GemmArgs g;
+    g.a = a.data();
+    g.b = b.data();
+    g.c = c;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.transpose_a = ta;
+    g.transpose_b = tb;
+    g.epilogue = e;
+    g.bias = bias.data();
+    g.relu_output = relu.data();
+    return g;
+  }
+  int64_t m, n, k;
+  std::vector<float> a, b, bias, relu;
+};
+
 TEST_CASE("Gemm matches a scalar loop for every transpose and epilogue") {
   CpuDevice dev(2);
   // Small, and large enough that Eigen splits the output into blocks.
@@ -79,24 +106,13 @@ TEST_CASE("Gemm matches a scalar loop for every transpose and epilogue") {
         CAPTURE(ta);
         CAPTURE(tb);
         INFO("epilogue ", EpilogueName(e));
-        const std::vector<float> a = Random(m * k, 1), b = Random(k * n, 2), bias = Random(n, 3);
-        // Half the "ReLU outputs" are 0, as after a ReLU.
-        std::vector<float> relu = Random(m * n, 4);
-        for (float& x : relu) x = std::max(x, 0.0f);
+        const GemmInputs in(m, n, k);
+        const std::vector<float>& a = in.a;
+        const std::vector<float>& b = in.b;
+        const std::vector<float>& bias = in.bias;
+        const std::vector<float>& relu = in.relu;
         std::vector<float> c(static_cast<std::size_t>(m * n), 123.0f);  // overwritten, not accumulated
-        GemmArgs g;
-        g.a = a.data();
-        g.b = b.data();
-        g.c = c.data();
-        g.m = m;
-        g.n = n;
-        g.k = k;
-        g.transpose_a = ta;
-        g.transpose_b = tb;
-        g.epilogue = e;
-        g.bias = bias.data();
-        g.relu_output = relu.data();
-        REQUIRE(dev.Gemm(g).ok());
+        REQUIRE(dev.Gemm(in.Args(ta, tb, e, c.data())).ok());
 
         const std::vector<double> ref = ReferenceProduct(a, b, m, n, k, ta, tb);
         for (int64_t i = 0; i < m; ++i) {
@@ -118,8 +134,7 @@ TEST_CASE("Gemm matches a scalar loop for every transpose and epilogue") {
 
         // The same inputs give bitwise the same output.
         std::vector<float> again(c.size());
-        g.c = again.data();
-        REQUIRE(dev.Gemm(g).ok());
+        REQUIRE(dev.Gemm(in.Args(ta, tb, e, again.data())).ok());
         REQUIRE(std::memcmp(c.data(), again.data(), c.size() * sizeof(float)) == 0);
       }
     }
@@ -409,22 +424,10 @@ TEST_CASE("Each instruction set's Gemm matches the baseline's for every transpos
         CAPTURE(ta);
         CAPTURE(tb);
         INFO("epilogue ", EpilogueName(e));
-        const std::vector<float> a = Random(m * k, 1), b = Random(k * n, 2), bias = Random(n, 3);
-        std::vector<float> relu = Random(m * n, 4);
-        for (float& x : relu) x = std::max(x, 0.0f);
+        const GemmInputs in(m, n, k);
+        const std::vector<float>& relu = in.relu;
         std::vector<float> want(static_cast<std::size_t>(m * n)), got(want.size(), 123.0f), again(want.size());
-        GemmArgs g;
-        g.a = a.data();
-        g.b = b.data();
-        g.m = m;
-        g.n = n;
-        g.k = k;
-        g.transpose_a = ta;
-        g.transpose_b = tb;
-        g.epilogue = e;
-        g.bias = bias.data();
-        g.relu_output = relu.data();
-        g.c = want.data();
+        GemmArgs g = in.Args(ta, tb, e, want.data());
         REQUIRE(base.Gemm(g).ok());
         g.c = got.data();
         REQUIRE(dev.Gemm(g).ok());
