@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -637,7 +638,7 @@ TEST_CASE("TrainStep applies AdamOptimizer's update and advances beta1_power, be
   CheckTwoSteps(adam);
 }
 
-TEST_CASE("set_learning_rate changes the rate of the following steps, and rejects what Create rejects") {
+TEST_CASE("set_learning_rate changes the rate of the following steps, and rejects negative and non-finite rates") {
   Pool pool(1);
   const MlpSpec spec{4, {5}, 3};
   const Batch b = RandomBatch(6, 4, 3, 4);
@@ -649,13 +650,46 @@ TEST_CASE("set_learning_rate changes the rate of the following steps, and reject
   auto mlp = NewMlp(spec, Sgd(0.3f));
   REQUIRE(mlp->set_learning_rate(0.1f).ok());
   CHECK(mlp->optimizer().learning_rate == 0.1f);
-  CHECK(absl::IsInvalidArgument(mlp->set_learning_rate(0.0f)));
+  CHECK(absl::IsInvalidArgument(mlp->set_learning_rate(-1e-6f)));
   CHECK(absl::IsInvalidArgument(mlp->set_learning_rate(std::nanf(""))));
+  CHECK(absl::IsInvalidArgument(mlp->set_learning_rate(std::numeric_limits<float>::infinity())));
   CHECK(mlp->optimizer().learning_rate == 0.1f);
   REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.device).ok());
   for (const char* name : {"dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"}) {
     CAPTURE(name);
     CHECK(Var(*vars, name).Equals(Var(*expected_vars, name)));
+  }
+}
+
+TEST_CASE("a learning rate decayed to 0 leaves the variables as they are; the slots still update (TF's apply ops)") {
+  // tf.train.exponential_decay in float32 reaches 0 after enough steps;
+  // Create refuses a rate of 0 from the user, set_learning_rate takes it.
+  Pool pool(1);
+  const MlpSpec spec{4, {5}, 3};
+  const Batch b = RandomBatch(6, 4, 3, 5);
+  for (const OptimizerOptions& o : {Sgd(0.1f), Momentum(0.1f, 0.9f, false), Momentum(0.1f, 0.9f, true), Adam(0.1f)}) {
+    CAPTURE(OptimizerKindName(o.kind));
+    CAPTURE(o.use_nesterov);
+    auto vars = NewStore(spec, o, 22);
+    auto mlp = NewMlp(spec, o);
+    REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.device).ok());  // slots not all zero
+    std::map<std::string, Tensor> before;
+    for (const std::string& name : vars->Names()) before.emplace(name, Var(*vars, name));
+    REQUIRE(mlp->set_learning_rate(0.0f).ok());
+    CHECK(mlp->optimizer().learning_rate == 0.0f);
+    auto r = mlp->TrainStep(*vars, b.features, b.labels, pool.device);
+    REQUIRE(r.ok());
+    CHECK(std::isfinite(r->loss));
+    int slots_changed = 0;
+    for (const auto& [name, old_value] : before) {
+      CAPTURE(name);
+      if (absl::EndsWith(name, "/kernel") || absl::EndsWith(name, "/bias")) {  // not a slot
+        CHECK(Var(*vars, name).Equals(old_value));
+      } else if (!Var(*vars, name).Equals(old_value)) {
+        ++slots_changed;
+      }
+    }
+    if (o.kind != OptimizerKind::kSgd) CHECK(slots_changed > 0);
   }
 }
 

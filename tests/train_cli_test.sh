@@ -4,7 +4,7 @@
 # (evaluations at multiples of --eval-every-steps and at the final step),
 # resume and spec decision 9, an incompatible or busy --checkpoint-dir
 # (exit 2), SIGTERM (final checkpoint, exit 0), a second signal (exit 130), a
-# NaN loss (exit 1).
+# NaN loss (exit 1), a learning rate decayed to 0 (a warning, exit 0).
 # Trains small models on the real Fashion-MNIST (Debian: dataset-fashion-mnist).
 #
 #   train_cli_test.sh FOREMAN TOOLS_TESTING_DIR
@@ -375,6 +375,15 @@ out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/nan" "${small[@]}" --o
       --learning-rate 1e30 --max-steps 200 2>&1); rc=$?
 [[ $rc -eq 1 ]] || fail "NaN loss exited $rc, expected 1: $out"
 has '^foreman train: training failed: hook NanTensorHook::after_run: NaN loss during training' "$out" || fail "NaN loss: no one-line error: $out"
+
+# -- 10. a learning rate decayed to 0 (float32 underflow) trains on, saying so once --------
+# 0.001 x 0.5^(step / 1) is 0 in float32 from step 141 (the default 0.8 per
+# 1000 steps gets there at about step 435 000).
+out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/decayed" "${small[@]}" --learning-rate-decay-steps 1 \
+      --learning-rate-decay-rate 0.5 --max-steps 160 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "a learning rate decayed to 0 exited $rc, expected 0: $out"
+has '^foreman train: warning: the learning rate decayed to 0 at global_step 141 ' "$out" || fail "a learning rate decayed to 0: no warning: $out"
+(( $(grep -c 'learning rate decayed to 0' <<<"$out") == 1 )) || fail "a learning rate decayed to 0: warned more than once: $out"
 
 if ((failures > 0)); then
   echo "$failures failure(s)"

@@ -187,7 +187,10 @@ class Mlp {
   const OptimizerOptions& optimizer() const;
   /// The learning rate of the following steps (TF: a learning-rate tensor,
   /// such as tf.train.exponential_decay's, read by each apply op).
-  /// INVALID_ARGUMENT unless > 0 and finite; the rate is unchanged then.
+  /// 0 is accepted (a decayed rate underflows to 0 in float32; TF's apply ops
+  /// take it): the variables then stay as they are while the optimizer's
+  /// slots (momentum accumulators; Adam's m, v and beta powers) still update, as in
+  /// TF. INVALID_ARGUMENT unless >= 0 and finite; the rate is unchanged then.
   Status set_learning_rate(float learning_rate);
 
  private:

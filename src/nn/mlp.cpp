@@ -287,10 +287,15 @@ const MlpSpec& Mlp::spec() const { return impl_->spec; }
 const OptimizerOptions& Mlp::optimizer() const { return impl_->optimizer; }
 
 Status Mlp::set_learning_rate(float learning_rate) {
-  OptimizerOptions changed = impl_->optimizer;
-  changed.learning_rate = learning_rate;
-  FOREMAN_RETURN_IF_ERROR(ValidateOptimizerOptions(changed));
-  impl_->optimizer = changed;
+  // 0 is a rate a schedule reaches: tf.train.exponential_decay's float32
+  // underflows to 0 after enough steps (the default 0.8 per 1000 steps of
+  // `foreman train` at about step 435 000), and TF's apply ops take it. The
+  // other fields were validated by Create. Written as !(x >= 0): NaN too.
+  if (!(learning_rate >= 0) || !std::isfinite(learning_rate)) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer ", OptimizerKindName(impl_->optimizer.kind),
+                                                   ": learning_rate must be >= 0 and finite, got ", learning_rate));
+  }
+  impl_->optimizer.learning_rate = learning_rate;
   return absl::OkStatus();
 }
 

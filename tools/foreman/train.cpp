@@ -495,6 +495,8 @@ struct Model {
   int64_t decay_steps = 0;  // 0: constant
   double decay_rate = 1.0;
   float current_learning_rate = 0;
+  bool warned_zero_rate = false;  // the decayed rate reached 0 (said once)
+  bool tty = false;               // stderr is a terminal (a progress bar to erase)
   int64_t examples = 0;  // trained on by this process
   std::unique_ptr<nn::Mlp> mlp;
   std::unique_ptr<data::InputPipeline> pipeline;
@@ -541,6 +543,17 @@ Status Step(Model& m, StepContext& ctx) {
       lr *= std::pow(m.decay_rate, static_cast<double>(global_step) / static_cast<double>(m.decay_steps));
     }
     m.current_learning_rate = static_cast<float>(lr);
+    if (m.current_learning_rate == 0 && !m.warned_zero_rate) {
+      // The schedule's float32 rate underflows (TF's would too); the steps go
+      // on, as TF's do, without changing the weights.
+      m.warned_zero_rate = true;
+      std::fprintf(stderr,
+                   "%sforeman train: warning: the learning rate decayed to 0 at global_step %lld (%g x %g^(global_step "
+                   "/ %lld) underflows float32): the following steps leave the weights unchanged; see "
+                   "--learning-rate-decay-steps and --learning-rate-decay-rate\n",
+                   m.tty ? "\r\033[K" : "", static_cast<long long>(global_step), m.learning_rate, m.decay_rate,
+                   static_cast<long long>(m.decay_steps));
+    }
     FOREMAN_RETURN_IF_ERROR(m.mlp->set_learning_rate(m.current_learning_rate));
     nn::StepResult r;
     {
@@ -871,6 +884,7 @@ ExitCode AddHooks(TrainJob& job) {
   job.total_steps = steps_by_epochs;
   if (f.max_steps > 0) job.total_steps = job.total_steps > 0 ? std::min(job.total_steps, f.max_steps) : f.max_steps;
   job.tty = isatty(STDERR_FILENO) != 0;
+  job.model->tty = job.tty;
   job.progress = std::make_shared<ProgressHook>(
       job.total_steps, f.log_step_count_steps > 0 ? f.log_step_count_steps : 100, job.tty, job.model->eval);
   NanTensorHook::Options nan;
