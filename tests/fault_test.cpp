@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <map>
 #include <string>
@@ -534,8 +535,13 @@ std::vector<Point> RunWriters(int order) {
   a_once.probability = 0.05;
   REQUIRE(env.AddFault(a_once).ok());
   REQUIRE(env.CreateDir("/w").ok());
+  std::atomic<int> ready{order == 2 ? 2 : 0};
   auto writer = [&](const std::string& path) {
     auto file = env.NewWritableFile(path);
+    if (ready.fetch_sub(1) > 0) {  // concurrent: both start appending together (or after 10 s)
+      const absl::Time deadline = absl::Now() + testing::kRealTimeout;
+      while (ready.load() > 0 && absl::Now() < deadline) std::this_thread::yield();
+    }
     REQUIRE(file.ok());
     for (int i = 0; i < 300; ++i) (*file)->Append("record").IgnoreError();
   };
