@@ -125,6 +125,17 @@ struct Action {
   std::string id;
 };
 
+/// An operation as its error message names it ("<syscall> <path>[ to <other>]"),
+/// spelled out only when an error needs it.
+struct Where {
+  const char* syscall;
+  const std::string& path;
+  const std::string* other = nullptr;  // a rename's `to`
+  std::string str() const {
+    return other == nullptr ? absl::StrCat(syscall, " ", path) : absl::StrCat(syscall, " ", path, " to ", *other);
+  }
+};
+
 bool Matches(const std::string& pattern, const std::string& path) {
   return pattern.empty() || fnmatch(pattern.c_str(), path.c_str(), 0) == 0;
 }
@@ -169,10 +180,17 @@ struct FaultyEnv::State {
   std::atomic<bool> crashed{false};
 
   /// The error of an operation refused because of a crash.
-  static Status CrashedError(const std::string& context, const std::string& id) {
-    return absl::CancelledError(absl::StrCat(context, ": simulated crash",
+  static Status CrashedError(const Where& where, const std::string& id) {
+    return absl::CancelledError(absl::StrCat(where.str(), ": simulated crash",
                                              id.empty() ? "" : absl::StrCat(" (injected fault ", id, ")"),
                                              ": the file system is down until FaultyEnv::Recover()"));
+  }
+
+  /// The per-kind operation counters of `path`; the pointer stays valid for
+  /// the state's life (a std::map node). Read and written under mu.
+  std::array<int64_t, kNumEnvOps>* CountsFor(const std::string& path) {
+    MutexLock l(mu);
+    return &op_counts[path];
   }
 
   Status Crash() {
@@ -189,38 +207,39 @@ struct FaultyEnv::State {
 
   /// Counts the operation, applies latency and crash faults, and returns the
   /// injected error when the operation must fail without running.
-  /// `other`: a rename's `to` (nullptr otherwise).
-  Status Before(EnvOp op, const std::string& path, const std::string* other, const std::string& context,
-                Action* action) {
-    if (crashed.load()) return CrashedError(context, "");
+  /// `counts`: the path's counters when the caller has them (a file), else nullptr.
+  Status Before(EnvOp op, const Where& where, std::array<int64_t, kNumEnvOps>* counts, Action* action) {
+    if (crashed.load()) return CrashedError(where, "");
+    const std::string& path = where.path;
+    const std::string* other = where.other;
     absl::Duration latency = absl::ZeroDuration();
     bool crash = false;
     Status error;
     {
       MutexLock l(mu);
       const int k = static_cast<int>(op);
-      const int64_t index = ++op_counts[path][k];
+      const int64_t index = ++(counts != nullptr ? *counts : op_counts[path])[k];
       const int64_t other_index = other != nullptr ? ++op_counts[*other][k] : 0;
       bool decided = false;
       for (Armed& a : faults) {
         const EnvFault& f = a.fault;
         if (f.op != EnvOp::kAny && f.op != op) continue;
-        const std::string* where = &path;
-        int64_t where_index = index;
+        const std::string* at = &path;
+        int64_t at_index = index;
         if (!Matches(f.path_pattern, path)) {
           if (other == nullptr || !Matches(f.path_pattern, *other)) continue;
-          where = other;
-          where_index = other_index;
+          at = other;
+          at_index = other_index;
         }
         ++a.matches;
         const bool is_latency = f.kind == EnvFault::Kind::kLatency;
         if (decided && !is_latency) continue;
         if (!f.repeat && (a.fired || fired_before.count(f.id) != 0)) continue;
         const bool triggered = f.nth > 0 ? (a.matches == f.nth || (f.repeat && a.matches > f.nth))
-                                         : FaultDraw(seed, f.id, *where, op, where_index) < f.probability;
+                                         : FaultDraw(seed, f.id, *at, op, at_index) < f.probability;
         if (!triggered) continue;
         a.fired = true;
-        fired.push_back(FiredFault{f.id, *where, op, where_index});
+        fired.push_back(FiredFault{f.id, *at, op, at_index});
         switch (f.kind) {
           case EnvFault::Kind::kLatency:
             latency += f.latency;
@@ -231,7 +250,7 @@ struct FaultyEnv::State {
             decided = true;
             break;
           case EnvFault::Kind::kError:
-            error = WithFaultId(internal::ErrnoError(context, f.error != 0 ? f.error : EIO), f.id);
+            error = WithFaultId(internal::ErrnoError(where.str(), f.error != 0 ? f.error : EIO), f.id);
             decided = true;
             break;
           case EnvFault::Kind::kShortWrite:
@@ -250,7 +269,7 @@ struct FaultyEnv::State {
     if (crash) {
       Status s = Crash();
       if (!s.ok()) return s;  // unreachable: AddFault requires a MemEnv for kCrash
-      return CrashedError(context, action->id);
+      return CrashedError(where, action->id);
     }
     return error;
   }
@@ -262,30 +281,30 @@ using State = FaultyEnv::State;
 
 /// Runs `body` (the base operation) unless a crash came first.
 template <typename Body>
-auto RunInBase(State& st, const std::string& context, Body&& body) -> decltype(body()) {
+auto RunInBase(State& st, const Where& where, Body&& body) -> decltype(body()) {
   std::shared_lock<std::shared_mutex> l(st.crash_mu);
-  if (st.crashed.load()) return State::CrashedError(context, "");
+  if (st.crashed.load()) return State::CrashedError(where, "");
   return body();
 }
 
 class FaultyWritableFile : public WritableFile {
  public:
   FaultyWritableFile(std::shared_ptr<State> st, std::string path, std::unique_ptr<WritableFile> base)
-      : st_(std::move(st)), path_(std::move(path)), base_(std::move(base)) {}
+      : st_(std::move(st)), path_(std::move(path)), counts_(st_->CountsFor(path_)), base_(std::move(base)) {}
 
   Status Append(absl::string_view data) override {
-    const std::string context = absl::StrCat("write ", path_);
+    const Where where{"write", path_};
     Action a;
-    FOREMAN_RETURN_IF_ERROR(st_->Before(EnvOp::kAppend, path_, nullptr, context, &a));
+    FOREMAN_RETURN_IF_ERROR(st_->Before(EnvOp::kAppend, where, counts_, &a));
     const std::size_t prefix =
         a.prefix_bytes < 0 ? data.size() / 2 : std::min<std::size_t>(data.size(), a.prefix_bytes);
-    return RunInBase(*st_, context, [&]() -> Status {
+    return RunInBase(*st_, where, [&]() -> Status {
       switch (a.outcome) {
         case Action::kRun:
           return base_->Append(data);
         case Action::kShortWrite:
           FOREMAN_RETURN_IF_ERROR(base_->Append(data.substr(0, prefix)));
-          return WithFaultId(internal::ErrnoError(context, a.error), a.id);
+          return WithFaultId(internal::ErrnoError(where.str(), a.error), a.id);
         case Action::kTornWrite:
           FOREMAN_RETURN_IF_ERROR(base_->Append(data.substr(0, prefix)));
           FOREMAN_RETURN_IF_ERROR(base_->Sync());
@@ -295,18 +314,18 @@ class FaultyWritableFile : public WritableFile {
     });
   }
 
-  Status Flush() override { return Simple(EnvOp::kFlush, "write ", [&] { return base_->Flush(); }); }
-  Status Sync() override { return Simple(EnvOp::kSync, "fdatasync ", [&] { return base_->Sync(); }); }
+  Status Flush() override { return Simple(EnvOp::kFlush, "write", [&] { return base_->Flush(); }); }
+  Status Sync() override { return Simple(EnvOp::kSync, "fdatasync", [&] { return base_->Sync(); }); }
 
   Status Close() override {
-    const std::string context = absl::StrCat("close ", path_);
+    const Where where{"close", path_};
     Action a;
-    Status s = st_->Before(EnvOp::kClose, path_, nullptr, context, &a);
+    Status s = st_->Before(EnvOp::kClose, where, counts_, &a);
     if (!s.ok()) {
       base_->Close().IgnoreError();  // close(2) releases the file even when it fails
       return s;
     }
-    return RunInBase(*st_, context, [&] { return base_->Close(); });
+    return RunInBase(*st_, where, [&] { return base_->Close(); });
   }
 
   uint64_t Size() const override { return base_->Size(); }
@@ -314,27 +333,28 @@ class FaultyWritableFile : public WritableFile {
  private:
   template <typename Body>
   Status Simple(EnvOp op, const char* syscall, Body&& body) {
-    const std::string context = absl::StrCat(syscall, path_);
+    const Where where{syscall, path_};
     Action a;
-    FOREMAN_RETURN_IF_ERROR(st_->Before(op, path_, nullptr, context, &a));
-    return RunInBase(*st_, context, body);
+    FOREMAN_RETURN_IF_ERROR(st_->Before(op, where, counts_, &a));
+    return RunInBase(*st_, where, body);
   }
 
   std::shared_ptr<State> st_;
   std::string path_;
+  std::array<int64_t, kNumEnvOps>* counts_;  // in st_->op_counts, guarded by st_->mu
   std::unique_ptr<WritableFile> base_;
 };
 
 class FaultyRandomAccessFile : public RandomAccessFile {
  public:
   FaultyRandomAccessFile(std::shared_ptr<State> st, std::string path, std::unique_ptr<RandomAccessFile> base)
-      : st_(std::move(st)), path_(std::move(path)), base_(std::move(base)) {}
+      : st_(std::move(st)), path_(std::move(path)), counts_(st_->CountsFor(path_)), base_(std::move(base)) {}
 
   StatusOr<absl::string_view> Read(uint64_t offset, std::size_t n, char* scratch) const override {
-    const std::string context = absl::StrCat("pread ", path_);
+    const Where where{"pread", path_};
     Action a;
-    FOREMAN_RETURN_IF_ERROR(st_->Before(EnvOp::kRead, path_, nullptr, context, &a));
-    return RunInBase(*st_, context, [&] { return base_->Read(offset, n, scratch); });
+    FOREMAN_RETURN_IF_ERROR(st_->Before(EnvOp::kRead, where, counts_, &a));
+    return RunInBase(*st_, where, [&] { return base_->Read(offset, n, scratch); });
   }
 
   uint64_t Size() const override { return base_->Size(); }
@@ -342,6 +362,7 @@ class FaultyRandomAccessFile : public RandomAccessFile {
  private:
   std::shared_ptr<State> st_;
   std::string path_;
+  std::array<int64_t, kNumEnvOps>* counts_;  // in st_->op_counts, guarded by st_->mu
   std::unique_ptr<RandomAccessFile> base_;
 };
 
@@ -430,84 +451,83 @@ namespace {
 
 /// One Env operation on `path`: faults first, then the base.
 template <typename Body>
-auto Op(State& st, EnvOp op, const std::string& path, const std::string& context, Body&& body)
-    -> decltype(body()) {
+auto Op(State& st, EnvOp op, const Where& where, Body&& body) -> decltype(body()) {
   Action a;
-  Status s = st.Before(op, path, nullptr, context, &a);
+  Status s = st.Before(op, where, nullptr, &a);
   if (!s.ok()) return s;
-  return RunInBase(st, context, body);
+  return RunInBase(st, where, body);
 }
 
 }  // namespace
 
 StatusOr<std::string> FaultyEnv::ReadFileToString(const std::string& path) {
-  return Op(*state_, EnvOp::kRead, path, "read " + path, [&] { return base()->ReadFileToString(path); });
+  return Op(*state_, EnvOp::kRead, Where{"read", path}, [&] { return base()->ReadFileToString(path); });
 }
 
 StatusOr<std::unique_ptr<RandomAccessFile>> FaultyEnv::NewRandomAccessFile(const std::string& path) {
-  auto file = Op(*state_, EnvOp::kRead, path, "open " + path, [&] { return base()->NewRandomAccessFile(path); });
+  auto file = Op(*state_, EnvOp::kRead, Where{"open", path}, [&] { return base()->NewRandomAccessFile(path); });
   if (!file.ok()) return file.status();
   return std::unique_ptr<RandomAccessFile>(new FaultyRandomAccessFile(state_, path, std::move(*file)));
 }
 
 StatusOr<std::unique_ptr<WritableFile>> FaultyEnv::NewWritableFile(const std::string& path) {
-  auto file = Op(*state_, EnvOp::kNewWritable, path, "open " + path, [&] { return base()->NewWritableFile(path); });
+  auto file = Op(*state_, EnvOp::kNewWritable, Where{"open", path}, [&] { return base()->NewWritableFile(path); });
   if (!file.ok()) return file.status();
   return std::unique_ptr<WritableFile>(new FaultyWritableFile(state_, path, std::move(*file)));
 }
 
 StatusOr<std::unique_ptr<WritableFile>> FaultyEnv::NewAppendableFile(const std::string& path) {
   auto file =
-      Op(*state_, EnvOp::kNewAppendable, path, "open " + path, [&] { return base()->NewAppendableFile(path); });
+      Op(*state_, EnvOp::kNewAppendable, Where{"open", path}, [&] { return base()->NewAppendableFile(path); });
   if (!file.ok()) return file.status();
   return std::unique_ptr<WritableFile>(new FaultyWritableFile(state_, path, std::move(*file)));
 }
 
 Status FaultyEnv::RenameFile(const std::string& from, const std::string& to) {
-  const std::string context = absl::StrCat("rename ", from, " to ", to);
+  const Where where{"rename", from, &to};
   Action a;
-  FOREMAN_RETURN_IF_ERROR(state_->Before(EnvOp::kRename, from, &to, context, &a));
-  return RunInBase(*state_, context, [&] { return base()->RenameFile(from, to); });
+  FOREMAN_RETURN_IF_ERROR(state_->Before(EnvOp::kRename, where, nullptr, &a));
+  return RunInBase(*state_, where, [&] { return base()->RenameFile(from, to); });
 }
 
 Status FaultyEnv::DeleteFile(const std::string& path) {
-  return Op(*state_, EnvOp::kDelete, path, "unlink " + path, [&] { return base()->DeleteFile(path); });
+  return Op(*state_, EnvOp::kDelete, Where{"unlink", path}, [&] { return base()->DeleteFile(path); });
 }
 
 Status FaultyEnv::FileExists(const std::string& path) {
-  return Op(*state_, EnvOp::kStat, path, "stat " + path, [&] { return base()->FileExists(path); });
+  return Op(*state_, EnvOp::kStat, Where{"stat", path}, [&] { return base()->FileExists(path); });
 }
 
 StatusOr<uint64_t> FaultyEnv::GetFileSize(const std::string& path) {
-  return Op(*state_, EnvOp::kStat, path, "stat " + path, [&] { return base()->GetFileSize(path); });
+  return Op(*state_, EnvOp::kStat, Where{"stat", path}, [&] { return base()->GetFileSize(path); });
 }
 
 StatusOr<std::vector<std::string>> FaultyEnv::GetChildren(const std::string& dir) {
-  return Op(*state_, EnvOp::kStat, dir, "opendir " + dir, [&] { return base()->GetChildren(dir); });
+  return Op(*state_, EnvOp::kStat, Where{"opendir", dir}, [&] { return base()->GetChildren(dir); });
 }
 
 StatusOr<bool> FaultyEnv::IsDirectory(const std::string& path) {
-  return Op(*state_, EnvOp::kStat, path, "stat " + path, [&] { return base()->IsDirectory(path); });
+  return Op(*state_, EnvOp::kStat, Where{"stat", path}, [&] { return base()->IsDirectory(path); });
 }
 
 Status FaultyEnv::CreateDir(const std::string& dir) {
-  return Op(*state_, EnvOp::kCreateDir, dir, "mkdir " + dir, [&] { return base()->CreateDir(dir); });
+  return Op(*state_, EnvOp::kCreateDir, Where{"mkdir", dir}, [&] { return base()->CreateDir(dir); });
 }
 
 Status FaultyEnv::RecursivelyCreateDir(const std::string& dir) {
-  return Op(*state_, EnvOp::kCreateDir, dir, "mkdir " + dir, [&] { return base()->RecursivelyCreateDir(dir); });
+  return Op(*state_, EnvOp::kCreateDir, Where{"mkdir", dir}, [&] { return base()->RecursivelyCreateDir(dir); });
 }
 
 Status FaultyEnv::DeleteDir(const std::string& dir) {
-  return Op(*state_, EnvOp::kDeleteDir, dir, "rmdir " + dir, [&] { return base()->DeleteDir(dir); });
+  return Op(*state_, EnvOp::kDeleteDir, Where{"rmdir", dir}, [&] { return base()->DeleteDir(dir); });
 }
 
 Status FaultyEnv::SyncDir(const std::string& dir) {
-  return Op(*state_, EnvOp::kSyncDir, dir, "fsync " + dir, [&] { return base()->SyncDir(dir); });
+  return Op(*state_, EnvOp::kSyncDir, Where{"fsync", dir}, [&] { return base()->SyncDir(dir); });
 }
 
 StatusOr<std::unique_ptr<FileLock>> FaultyEnv::LockFile(const std::string& path) {
-  return Op(*state_, EnvOp::kLock, path, "lock " + path, [&] { return base()->LockFile(path); });
+  return Op(*state_, EnvOp::kLock, Where{"lock", path}, [&] { return base()->LockFile(path); });
 }
 
 }  // namespace foreman
