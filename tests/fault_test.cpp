@@ -237,6 +237,52 @@ TEST_CASE("a fault matches only its operation kind and path pattern; kAny matche
   }
 }
 
+TEST_CASE("kRead, kStat and kCreateDir cover every call of their kind; a rename matches either name") {
+  MemEnv mem;
+  WriteDurable(&mem, "/r", "abc");
+  FaultyEnv env(&mem);
+  EnvFault read = Fault("read", "/r", EnvOp::kRead, Kind::kError, 1);
+  read.repeat = true;
+  REQUIRE(env.AddFault(read).ok());
+  CHECK(absl::IsInternal(env.ReadFileToString("/r").status()));
+  CHECK(absl::IsInternal(env.NewRandomAccessFile("/r").status()));
+  env.RemoveFault("read");
+  auto raf = env.NewRandomAccessFile("/r");
+  REQUIRE(raf.ok());
+  REQUIRE(env.AddFault(Fault("pread", "/r", EnvOp::kRead, Kind::kError, 1)).ok());
+  char scratch[4];
+  const auto got = (*raf)->Read(0, 3, scratch);
+  CHECK(absl::IsInternal(got.status()));
+  CHECK(std::string(got.status().message()) == "pread /r: Input/output error (injected fault pread)");
+  CHECK(*(*raf)->Read(0, 3, scratch) == "abc");  // fired once
+
+  EnvFault stat = Fault("stat", "*", EnvOp::kStat, Kind::kError, 1);
+  stat.repeat = true;
+  REQUIRE(env.AddFault(stat).ok());
+  CHECK(absl::IsInternal(env.FileExists("/r")));
+  CHECK(absl::IsInternal(env.GetFileSize("/r").status()));
+  CHECK(absl::IsInternal(env.IsDirectory("/r").status()));
+  CHECK(absl::IsInternal(env.GetChildren("/").status()));
+  REQUIRE(env.AddFault(Fault("mkdir", "/x*", EnvOp::kCreateDir, Kind::kError, 2)).ok());
+  CHECK(env.CreateDir("/x").ok());
+  CHECK(absl::IsInternal(env.RecursivelyCreateDir("/x/y/z")));
+  CHECK(absl::IsNotFound(mem.FileExists("/x/y")));
+  REQUIRE(env.AddFault(Fault("onto", "/renamed", EnvOp::kRename, Kind::kError, 1)).ok());
+  const Status renamed = env.RenameFile("/r", "/renamed");
+  CHECK(std::string(renamed.message()) == "rename /r to /renamed: Input/output error (injected fault onto)");
+  CHECK(mem.FileExists("/r").ok());
+
+  std::vector<std::tuple<std::string, std::string, EnvOp, int64_t>> fired;
+  for (const FiredFault& f : env.fired()) fired.emplace_back(f.id, f.path, f.op, f.op_index);
+  const std::vector<std::tuple<std::string, std::string, EnvOp, int64_t>> expected = {
+      {"read", "/r", EnvOp::kRead, 1},      {"read", "/r", EnvOp::kRead, 2},    {"pread", "/r", EnvOp::kRead, 4},
+      {"stat", "/r", EnvOp::kStat, 1},      {"stat", "/r", EnvOp::kStat, 2},    {"stat", "/r", EnvOp::kStat, 3},
+      {"stat", "/", EnvOp::kStat, 1},       {"mkdir", "/x/y/z", EnvOp::kCreateDir, 1},
+      {"onto", "/renamed", EnvOp::kRename, 1},
+  };
+  CHECK(fired == expected);
+}
+
 TEST_CASE("nth fires once at the nth matching operation; with repeat at every later one too") {
   MemEnv mem;
   FaultyEnv env(&mem);

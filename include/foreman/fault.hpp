@@ -5,7 +5,7 @@
 // FaultInjectionTestEnv; FoundationDB's simulation: a seed reproduces a run.)
 //
 // Usage: hand the job a FaultyEnv wrapped around the Env it would use; the
-// third append to any checkpoint data file then finds the disk full:
+// first append to a checkpoint data file then finds the disk full:
 //   ```cpp
 //   #include <cerrno>
 //   #include <map>
