@@ -42,7 +42,8 @@
 // " (injected fault <id>)".
 //
 // Determinism. Every path has, per operation kind, an operation index: the
-// n-th Append to "/run/a" is index n (1-based), whichever thread makes it. A
+// n-th Append to "/run/a" since this FaultyEnv was created (through any of
+// its handles to that file) is index n, 1-based, whichever thread makes it. A
 // probabilistic fault fires at an operation when a draw keyed by (seed,
 // fault id, path, operation kind, operation index) -- a pure function, no
 // shared random stream -- falls below its probability, so the same seed and
