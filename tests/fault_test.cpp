@@ -157,7 +157,9 @@ TEST_CASE("an injected errno has the POSIX Env's code and message, plus the faul
   };
   MemEnv mem;
   FaultyEnv faulty(&mem);
-  for (const auto& [err, code] : codes) {
+  for (const auto& entry : codes) {
+    const int err = entry.first;
+    const absl::StatusCode code = entry.second;
     CAPTURE(err);
     const std::string id = absl::StrCat("e", err);
     EnvFault e = Fault(id, "/f" + id, EnvOp::kSync, Kind::kError, 1);

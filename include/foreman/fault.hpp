@@ -119,7 +119,9 @@ enum class EnvOp : int {
 /// Number of EnvOp values.
 inline constexpr int kNumEnvOps = static_cast<int>(EnvOp::kLock) + 1;
 
-/// "append", "sync", ... (lower case, as a plan file names them); "any" for kAny.
+/// "append", "sync", ... (lower case, as a plan file names them); "any" for
+/// kAny, "unknown" for a value outside the enum. A static string, never
+/// null. Thread-safe.
 const char* EnvOpName(EnvOp op);
 
 /// One file-system fault: plain data, so that a plan file can list them.
@@ -268,8 +270,9 @@ class FaultyEnv : public EnvWrapper {
 };
 
 /// The draw of a probabilistic fault, in [0, 1): a pure function of its
-/// arguments (FNV-1a of the strings, SplitMix64 mixing). Exposed so that a
-/// plan's points can be listed without running it.
+/// arguments (FNV-1a of the strings, SplitMix64 mixing), the same on every
+/// platform. Exposed so that a plan's points can be listed without running
+/// it. Thread-safe.
 double FaultDraw(uint64_t seed, const std::string& fault_id, const std::string& path, EnvOp op,
                  int64_t op_index);
 
