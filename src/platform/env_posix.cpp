@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "foreman/env.hpp"
 #include "foreman/mutex.hpp"
+#include "platform/errno_status.hpp"
 
 namespace foreman {
 
@@ -37,8 +38,9 @@ std::string ErrnoMessage(int err) {
   return StrerrorResult(strerror_r(err, buf, sizeof(buf)), buf);
 }
 
-/// "<context>: <strerror(err)>" with the absl code matching `err`.
-Status ErrnoError(const std::string& context, int err) {
+}  // namespace
+
+Status internal::ErrnoError(const std::string& context, int err) {
   std::string msg = absl::StrCat(context, ": ", ErrnoMessage(err));
   switch (err) {
     case ENOENT:
@@ -56,6 +58,10 @@ Status ErrnoError(const std::string& context, int err) {
       return absl::InternalError(msg);
   }
 }
+
+namespace {
+
+using internal::ErrnoError;
 
 /// Closes `fd`, ignoring EINTR (on Linux the descriptor is gone anyway).
 Status CloseFd(int fd, const std::string& path) {

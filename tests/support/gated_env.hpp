@@ -1,6 +1,7 @@
-// GatedEnv: an Env that forwards to another one, except that creating a
-// writable file whose path contains a chosen substring can be held until the
-// test releases it, fail with a chosen Status, or throw. For tests of
+// GatedEnv: an EnvWrapper (foreman/fault.hpp) that forwards to another Env,
+// except that creating a writable file whose path contains a chosen
+// substring can be held until the test releases it, fail with a chosen
+// Status, or throw. For tests of
 // asynchronous writers (checkpoint_saver, summary_writer): "the save is
 // in flight" becomes a state the test controls instead of a race.
 //
@@ -20,13 +21,14 @@
 
 #include "absl/time/time.h"
 #include "foreman/env.hpp"
+#include "foreman/fault.hpp"
 #include "foreman/mutex.hpp"
 
 namespace foreman::testing {
 
-class GatedEnv : public Env {
+class GatedEnv : public EnvWrapper {
  public:
-  explicit GatedEnv(Env* base) : base_(base) {}
+  explicit GatedEnv(Env* base) : EnvWrapper(base) {}
   ~GatedEnv() override { Release(); }
 
   /// From now on, NewWritableFile of a path containing `substring` blocks
@@ -85,30 +87,10 @@ class GatedEnv : public Env {
         --held_;
       }
     }
-    return base_->NewWritableFile(path);
+    return EnvWrapper::NewWritableFile(path);
   }
-
-  StatusOr<std::string> ReadFileToString(const std::string& path) override { return base_->ReadFileToString(path); }
-  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    return base_->NewRandomAccessFile(path);
-  }
-  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override {
-    return base_->NewAppendableFile(path);
-  }
-  Status RenameFile(const std::string& from, const std::string& to) override { return base_->RenameFile(from, to); }
-  Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
-  Status FileExists(const std::string& path) override { return base_->FileExists(path); }
-  StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
-  StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override { return base_->GetChildren(dir); }
-  StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
-  Status RecursivelyCreateDir(const std::string& dir) override { return base_->RecursivelyCreateDir(dir); }
-  Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }
-  Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
-  StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override { return base_->LockFile(path); }
 
  private:
-  Env* base_;
   Mutex mu_;
   std::condition_variable_any cv_;
   std::string hold_ ABSL_GUARDED_BY(mu_);

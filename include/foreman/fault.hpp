@@ -1,0 +1,279 @@
+// Fault injection in the file system: EnvWrapper, an Env that forwards every
+// call to another Env, and FaultyEnv, an EnvWrapper that makes chosen
+// operations fail, write short, tear, slow down or crash, as a full disk, a
+// failing fsync or a power cut would. (LevelDB/RocksDB: EnvWrapper,
+// FaultInjectionTestEnv; FoundationDB's simulation: a seed reproduces a run.)
+//
+// Usage: hand the job a FaultyEnv wrapped around the Env it would use; the
+// first append to a checkpoint data file then finds the disk full:
+//   ```cpp
+//   #include <cerrno>
+//   #include <map>
+//   #include "foreman/checkpoint.hpp"
+//   #include "foreman/mem_env.hpp"
+//   foreman::MemEnv disk;
+//   foreman::FaultyEnv faulty(&disk, /*seed=*/42);
+//   foreman::EnvFault full;
+//   full.id = "disk-full";
+//   full.path_pattern = "*.data-*";
+//   full.op = foreman::EnvOp::kAppend;
+//   full.kind = foreman::EnvFault::Kind::kError;
+//   full.error = ENOSPC;
+//   full.nth = 1;
+//   FOREMAN_RETURN_IF_ERROR(faulty.AddFault(full));
+//   FOREMAN_RETURN_IF_ERROR(faulty.RecursivelyCreateDir("/run"));
+//   foreman::SaverOptions options;
+//   options.env = &faulty;
+//   FOREMAN_ASSIGN_OR_RETURN(auto saver, foreman::Saver::Create(options));
+//   std::map<std::string, foreman::Tensor> tensors = {{"w", foreman::Tensor(foreman::DataType::kFloat, {2})}};
+//   foreman::StatusOr<std::string> saved = saver->Save(tensors, "/run/model.ckpt", 1);
+//   // RESOURCE_EXHAUSTED "write /run/model.ckpt-1.data-00000-of-00001: No space left
+//   // on device (injected fault disk-full)"
+//   if (saved.ok() || !absl::IsResourceExhausted(saved.status())) return absl::InternalError("no fault");
+//   if (faulty.fired().size() != 1) return absl::InternalError("not recorded");
+//   ```
+//
+// Error codes. An injected error carries the code the POSIX Env gives the
+// same errno, so code under test cannot tell it from a real one: ENOSPC
+// -> RESOURCE_EXHAUSTED, EACCES and EPERM -> PERMISSION_DENIED,
+// ENOENT -> NOT_FOUND, EEXIST -> ALREADY_EXISTS, ENOTEMPTY ->
+// FAILED_PRECONDITION, everything else (EIO, EROFS, ...) -> INTERNAL. The
+// message is the POSIX Env's ("<syscall> <path>: <strerror>") followed by
+// " (injected fault <id>)".
+//
+// Determinism. Every path has, per operation kind, an operation index: the
+// n-th Append to "/run/a" since this FaultyEnv was created (through any of
+// its handles to that file) is index n, 1-based, whichever thread makes it. A
+// probabilistic fault fires at an operation when a draw keyed by (seed,
+// fault id, path, operation kind, operation index) -- a pure function, no
+// shared random stream -- falls below its probability, so the same seed and
+// faults select the same (path, operation index) points however threads
+// interleave. An `nth` fault counts the matching operations of all paths
+// together, so it is reproducible when those operations are ordered (one
+// writer; or a pattern that matches one file).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "foreman/clock.hpp"
+#include "foreman/env.hpp"
+
+namespace foreman {
+
+/// An Env that forwards every call to `base`. Subclass it and override the
+/// calls you want to change; the others keep forwarding. Thread-safe as the
+/// base is. Files it returns are the base's own.
+class EnvWrapper : public Env {
+ public:
+  /// `base` is not owned and must outlive the wrapper and every file it
+  /// returned. Must not be null.
+  explicit EnvWrapper(Env* base) : base_(base) {}
+
+  /// The Env calls forward to.
+  Env* base() const { return base_; }
+
+  StatusOr<std::string> ReadFileToString(const std::string& path) override;
+  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override;
+  Status RenameFile(const std::string& from, const std::string& to) override;
+  Status DeleteFile(const std::string& path) override;
+  Status FileExists(const std::string& path) override;
+  StatusOr<uint64_t> GetFileSize(const std::string& path) override;
+  StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override;
+  StatusOr<bool> IsDirectory(const std::string& path) override;
+  Status CreateDir(const std::string& dir) override;
+  Status RecursivelyCreateDir(const std::string& dir) override;
+  Status DeleteDir(const std::string& dir) override;
+  Status SyncDir(const std::string& dir) override;
+  StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+
+ private:
+  Env* base_;
+};
+
+/// The operations a fault can match. A name operation matches on its one
+/// path; RenameFile on `from` or `to` (the first that matches is the
+/// operation's path).
+enum class EnvOp : int {
+  kAny = 0,        ///< every operation below
+  kNewWritable,    ///< NewWritableFile
+  kNewAppendable,  ///< NewAppendableFile
+  kAppend,         ///< WritableFile::Append
+  kFlush,          ///< WritableFile::Flush
+  kSync,           ///< WritableFile::Sync (fdatasync)
+  kClose,          ///< WritableFile::Close (not the destructor's implicit close)
+  kRename,         ///< RenameFile
+  kDelete,         ///< DeleteFile
+  kCreateDir,      ///< CreateDir, RecursivelyCreateDir
+  kDeleteDir,      ///< DeleteDir
+  kSyncDir,        ///< SyncDir
+  kRead,           ///< ReadFileToString, NewRandomAccessFile, RandomAccessFile::Read
+  kStat,           ///< FileExists, GetFileSize, GetChildren, IsDirectory
+  kLock,           ///< LockFile
+};
+/// Number of EnvOp values.
+inline constexpr int kNumEnvOps = static_cast<int>(EnvOp::kLock) + 1;
+
+/// "append", "sync", ... (lower case, as a plan file names them); "any" for
+/// kAny, "unknown" for a value outside the enum. A static string, never
+/// null. Thread-safe.
+const char* EnvOpName(EnvOp op);
+
+/// One file-system fault: plain data, so that a plan file can list them.
+struct EnvFault {
+  enum class Kind : int {
+    /// The operation fails with `error` (default EIO) and does nothing; a
+    /// failing Close still releases the file, as close(2) does.
+    kError = 0,
+    /// Append only: the first `prefix_bytes` of the data are appended, then
+    /// it fails with `error` (default ENOSPC), as a write(2) that fills the
+    /// disk. The file's Size() counts the prefix.
+    kShortWrite,
+    /// Append only: the append returns OK with all its data in the file, but
+    /// only the first `prefix_bytes` (and everything before them) are made
+    /// durable now; the rest is not, so a crash before the next successful
+    /// Sync leaves the file ending in the torn prefix. Without a crash it is
+    /// invisible.
+    kTornWrite,
+    /// The operation waits `latency` on the FaultyEnv's Clock, then runs.
+    kLatency,
+    /// FaultyEnv::Crash() runs instead of the operation (which fails as every
+    /// operation after a crash does).
+    kCrash,
+  };
+
+  /// Names the fault in the record of fired faults and keys its random
+  /// draws; unique within a FaultyEnv, not empty.
+  std::string id;
+  /// fnmatch(3) glob (no flags: '*' matches '/' too) on the full path as
+  /// the caller passed it; "*" or empty matches every path.
+  std::string path_pattern;
+  EnvOp op = EnvOp::kAny;
+  Kind kind = Kind::kError;
+  /// errno for kError and kShortWrite; 0 means the kind's default (EIO,
+  /// ENOSPC).
+  int error = 0;
+  /// kShortWrite, kTornWrite: bytes of the append kept (durably, for a torn
+  /// write). -1: half of the append, rounded down.
+  int64_t prefix_bytes = -1;
+  /// kLatency: the added delay, >= 0.
+  absl::Duration latency = absl::ZeroDuration();
+  /// Fire at the nth operation (1-based) this fault matches, counted over all
+  /// paths; 0: use `probability` instead.
+  int64_t nth = 0;
+  /// With nth == 0: the chance, in [0, 1], that a matching operation fires.
+  double probability = 0;
+  /// false: fires at most once. true: fires at every operation that triggers
+  /// it -- with nth, at the nth and every later matching operation (a disk
+  /// that stays full).
+  bool repeat = false;
+};
+
+/// A fault that fired: which, where, and that path's operation index (per
+/// operation kind, 1-based).
+struct FiredFault {
+  std::string id;
+  std::string path;
+  EnvOp op = EnvOp::kAny;
+  int64_t op_index = 0;
+};
+
+/// An EnvWrapper that injects EnvFaults (see the top of this header).
+///
+/// Thread-safe: every Env method and every method below may be called from
+/// any thread; a file object is used by one thread at a time, as any Env's.
+/// Its files share its fault state and may outlive it (`base` may not).
+class FaultyEnv : public EnvWrapper {
+ public:
+  /// `base` not owned, must outlive this Env and its files. `seed` keys the
+  /// probabilistic draws. `clock` (not owned; nullptr: Clock::Real()) times
+  /// kLatency faults.
+  explicit FaultyEnv(Env* base, uint64_t seed = 0, Clock* clock = nullptr);
+  ~FaultyEnv() override;
+  FaultyEnv(const FaultyEnv&) = delete;
+  FaultyEnv& operator=(const FaultyEnv&) = delete;
+
+  // -- faults ----------------------------------------------------------------
+
+  /// Arms `fault` for every later operation.
+  /// When several faults trigger at one operation, each kLatency one adds
+  /// its delay and the first armed of the others decides the outcome; the
+  /// rest do not fire there.
+  ///   INVALID_ARGUMENT     naming the fault and field: empty id, nth < 0,
+  ///                        probability outside [0, 1], negative latency,
+  ///                        error < 0, prefix_bytes < -1, kShortWrite or
+  ///                        kTornWrite on an op other than kAppend, an op or
+  ///                        kind out of range
+  ///   ALREADY_EXISTS       a fault with this id is armed
+  ///   FAILED_PRECONDITION  kCrash without a MemEnv under this Env
+  Status AddFault(EnvFault fault);
+  /// Disarms the fault `id` (no-op when none). Its fired record stays.
+  void RemoveFault(const std::string& id);
+  /// Disarms every fault.
+  void ClearFaults();
+
+  /// Every fault that fired, in the order they fired. (A run's supervisor
+  /// persists this and hands it to MarkFired() of the restarted job's Env.)
+  std::vector<FiredFault> fired() const;
+  /// Records faults as having fired before (in an earlier process of the same
+  /// run): a fault without `repeat` whose id is listed does not fire again.
+  void MarkFired(const std::vector<FiredFault>& fired);
+
+  // -- crash -----------------------------------------------------------------
+
+  /// "Crash now": a power cut. The MemEnv under this Env (directly, or under
+  /// a chain of EnvWrappers) drops everything not durable (see
+  /// foreman/mem_env.hpp), and from then on every operation of this Env and
+  /// of its files fails CANCELLED ("simulated crash ...") and changes
+  /// nothing, until Recover(). CANCELLED: the POSIX Env never returns it,
+  /// and it is not a preemption code (ABORTED, UNAVAILABLE), so a session
+  /// does not try to recover in a process that is meant to be dead; the
+  /// job ends and its supervisor restarts it. Waits for operations already
+  /// in the base to return.
+  ///   FAILED_PRECONDITION  no MemEnv under this Env: crashes are only
+  ///                        supported over a MemEnv (nothing is changed)
+  Status Crash();
+  /// The restart after a crash: operations reach the base again. Files
+  /// opened before the crash stay failed (FAILED_PRECONDITION from MemEnv).
+  void Recover();
+  /// True between Crash() (or a kCrash fault) and Recover().
+  bool crashed() const;
+
+  // -- Env -------------------------------------------------------------------
+
+  StatusOr<std::string> ReadFileToString(const std::string& path) override;
+  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override;
+  Status RenameFile(const std::string& from, const std::string& to) override;
+  Status DeleteFile(const std::string& path) override;
+  Status FileExists(const std::string& path) override;
+  StatusOr<uint64_t> GetFileSize(const std::string& path) override;
+  StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override;
+  StatusOr<bool> IsDirectory(const std::string& path) override;
+  Status CreateDir(const std::string& dir) override;
+  Status RecursivelyCreateDir(const std::string& dir) override;
+  Status DeleteDir(const std::string& dir) override;
+  Status SyncDir(const std::string& dir) override;
+  StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+
+  /// Shared with the files; public only so that they can name it.
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+/// The draw of a probabilistic fault, in [0, 1): a pure function of its
+/// arguments (FNV-1a of the strings, SplitMix64 mixing), the same on every
+/// platform. Exposed so that a plan's points can be listed without running
+/// it. Thread-safe.
+double FaultDraw(uint64_t seed, const std::string& fault_id, const std::string& path, EnvOp op,
+                 int64_t op_index);
+
+}  // namespace foreman
