@@ -276,6 +276,9 @@ TEST_CASE("ABORTED while a save is in flight: the recovery waits for it and rest
   o.log_step_count_steps = std::nullopt;
   o.save_summaries_steps = Defaultable<int64_t>::None();
   auto sess = Open(o);
+  // The step-0 save is asynchronous: it must not be the one held (step 10's
+  // hand-off would then wait for it until the gate's 30-s safety release).
+  WaitForFile(dir / "model.ckpt-0.index");
   for (int i = 0; i < 9; ++i) REQUIRE(sess->run({"train_op"}).ok());
   env.Hold(".data-");
   REQUIRE(sess->run({"train_op"}).ok());  // step 10: the save is handed off and held
