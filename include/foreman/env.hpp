@@ -18,8 +18,9 @@
 //
 // Paths are plain strings with '/' separators. Error codes: NOT_FOUND (missing
 // file or directory), ALREADY_EXISTS, PERMISSION_DENIED, FAILED_PRECONDITION
-// (a lock held by another owner; a directory that is not empty), DATA_LOSS
-// (short read), and INTERNAL / UNAVAILABLE for other OS errors; every message
+// (a lock held by another owner; a directory that is not empty),
+// RESOURCE_EXHAUSTED (ENOSPC: the disk is full), DATA_LOSS (short read), and
+// INTERNAL for other OS errors (EIO, EROFS, ...); every message
 // names the path. All Env methods are thread-safe; a file object is used by
 // one thread at a time.
 #pragma once
