@@ -353,6 +353,25 @@ TEST_CASE("ABORTED at step 7: the session recovers from the last checkpoint and 
   CHECK(fired[0].op_index == 7);
 }
 
+TEST_CASE("a repeating ABORTED at step 3 recovers until max_recoveries are spent, then the run returns it") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  StepFault f = StatusAt("preempt", absl::StatusCode::kAborted, 3);
+  f.repeat = true;
+  auto hook = MakeHook({f});
+  auto o = Options(MakeGraph(model), dir.path(), &clock, {hook}, 12);
+  o.save_checkpoint_steps = int64_t{2};
+  o.recovery.max_recoveries = 2;
+  auto sess = Open(o);
+  const Status last = Train(*sess);
+  CHECK(absl::IsAborted(last));
+  CHECK(absl::StrContains(last.message(), "injected step fault preempt at global_step 3"));
+  CHECK(sess->recoveries() == 2);
+  CHECK(hook->fired().size() == 3);  // the first error and one per recovery
+  sess->close().IgnoreError();
+}
+
 TEST_CASE("INTERNAL at step 3 ends the run with INTERNAL naming the fault") {
   TempDir dir;
   ManualClock clock;
@@ -366,6 +385,17 @@ TEST_CASE("INTERNAL at step 3 ends the run with INTERNAL naming the fault") {
   CHECK(model->train_calls == 3);  // steps 0, 1, 2; step 3 never ran
   CHECK(sess->recoveries() == 0);
   CHECK(absl::IsInternal(sess->close()));
+}
+
+TEST_CASE("OUT_OF_RANGE at step 3 is a clean end: close() saves the final checkpoint at step 3") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto hook = MakeHook({StatusAt("eof", absl::StatusCode::kOutOfRange, 3)});
+  auto sess = Open(Options(MakeGraph(model), dir.path(), &clock, {hook}, 12));
+  CHECK(absl::IsOutOfRange(Train(*sess)));
+  CHECK(sess->close().ok());
+  CHECK(testing::Checkpoints(dir.path()).back() == "model.ckpt-3");
 }
 
 TEST_CASE("a NaN loss at step 4: NanTensorHook fails the run, or stops it without fail_on_nan_loss") {
