@@ -179,7 +179,8 @@ struct EnvFault {
 };
 
 /// A fault that fired: which, where, and that path's operation index (per
-/// operation kind, 1-based).
+/// operation kind, 1-based). For a FaultInjectionHook's faults: path "step"
+/// or "hook:<callback>", op kAny, op_index the global_step.
 struct FiredFault {
   std::string id;
   std::string path;
