@@ -41,9 +41,10 @@ struct FaultInjectionHook::State {
   // Training thread only: the global_step the current run started at.
   int64_t run_step = -1;
 
-  // Whether a fault triggers at `step`; records it when it fires.
+  // Whether a fault triggers at `step`; records it (path "step", or
+  // "hook:<callback>" when `callback` is not null) when it fires.
   bool Fire(const std::string& id, int64_t at_step, double probability, bool repeat, int64_t step,
-            const std::string& path) {
+            const char* callback) {
     bool hit = false;
     if (at_step >= 0) {
       hit = step == at_step;
@@ -56,14 +57,15 @@ struct FaultInjectionHook::State {
     MutexLock l(mu);
     if (!repeat && fired_ids.count(id) != 0) return false;
     if (!repeat) fired_ids.insert(id);
-    fired.push_back(FiredFault{id, path, EnvOp::kAny, step});
+    std::string path = callback == nullptr ? "step" : absl::StrCat("hook:", callback);
+    fired.push_back(FiredFault{id, std::move(path), EnvOp::kAny, step});
     return true;
   }
 
   void MaybeThrow(const char* callback, int64_t step) {
     for (const HookFault& f : hooks) {
       if (f.callback != callback) continue;
-      if (Fire(f.id, f.at_step, 0, f.repeat, step, absl::StrCat("hook:", callback))) {
+      if (Fire(f.id, f.at_step, 0, f.repeat, step, callback)) {
         throw std::runtime_error(absl::StrCat("injected hook fault ", f.id, " at global_step ", step));
       }
     }
@@ -74,7 +76,9 @@ StatusOr<std::shared_ptr<FaultInjectionHook>> FaultInjectionHook::Create(const O
   auto state = std::make_shared<State>();
   std::set<std::string> ids;
   auto check_id = [&](const std::string& what, std::size_t i, const std::string& id) -> Status {
-    if (id.empty()) return absl::InvalidArgumentError(absl::StrCat("FaultInjectionHook: ", what, "[", i, "]: empty id"));
+    if (id.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("FaultInjectionHook: ", what, "[", i, "]: empty id"));
+    }
     if (!ids.insert(id).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("FaultInjectionHook: ", what, "[", i, "] (\"", id, "\"): duplicate id"));
@@ -150,7 +154,7 @@ StatusOr<SessionRunArgs> FaultInjectionHook::before_run(SessionRunContext& ctx) 
   st.run_step = *step;
   for (const StepFault& f : st.steps) {
     if (f.kind != StepFault::Kind::kStatus || (f.at_step < 0 && f.probability <= 0)) continue;
-    if (st.Fire(f.id, f.at_step, f.probability, f.repeat, st.run_step, "step")) {
+    if (st.Fire(f.id, f.at_step, f.probability, f.repeat, st.run_step, nullptr)) {
       return Status(f.code, absl::StrCat("injected step fault ", f.id, " at global_step ", st.run_step,
                                          f.message.empty() ? "" : ": ", f.message));
     }
@@ -187,7 +191,7 @@ StepFn FaultInjectionHook::WrapStep(StepFn step) const {
     for (const StepFault& f : st->steps) {
       if (f.kind != StepFault::Kind::kNanLoss || !ctx.requested(f.loss_tensor)) continue;
       if (f.at_step < 0 && f.probability <= 0) continue;
-      if (st->Fire(f.id, f.at_step, f.probability, f.repeat, global_step, "step")) {
+      if (st->Fire(f.id, f.at_step, f.probability, f.repeat, global_step, nullptr)) {
         ctx.Set(f.loss_tensor, Tensor::Scalar<float>(std::numeric_limits<float>::quiet_NaN()));
       }
     }
