@@ -60,7 +60,11 @@
 
 #include "absl/time/time.h"
 #include "foreman/clock.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "foreman/env.hpp"
+#include "foreman/graph.hpp"
+#include "foreman/hooks.hpp"
 
 namespace foreman {
 
@@ -175,7 +179,8 @@ struct EnvFault {
 };
 
 /// A fault that fired: which, where, and that path's operation index (per
-/// operation kind, 1-based).
+/// operation kind, 1-based). For a FaultInjectionHook's faults: path "step"
+/// or "hook:<callback>", op kAny, op_index the global_step.
 struct FiredFault {
   std::string id;
   std::string path;
@@ -275,5 +280,186 @@ class FaultyEnv : public EnvWrapper {
 /// it. Thread-safe.
 double FaultDraw(uint64_t seed, const std::string& fault_id, const std::string& path, EnvOp op,
                  int64_t op_index);
+
+// -- step and hook faults ------------------------------------------------------
+
+/// One fault in the training step: plain data, so that a plan file can list
+/// them. What each outcome does in a MonitoredSession: see Kind.
+struct StepFault {
+  enum class Kind : int {
+    /// The run returns `code` with `message` (before the step runs, so the
+    /// step does not change the variables): ABORTED and UNAVAILABLE make a
+    /// MonitoredSession recover from the last checkpoint; any other code
+    /// ends the run with it.
+    kStatus = 0,
+    /// The fetched `loss_tensor` of the run becomes a float32 NaN scalar
+    /// (needs FaultInjectionHook::WrapStep on the graph's step); a
+    /// NanTensorHook then fails the run (or stops it).
+    kNanLoss,
+  };
+  /// Names the fault in the record of fired faults and keys its draws; unique
+  /// within a hook, not empty.
+  std::string id;
+  Kind kind = Kind::kStatus;
+  /// kStatus: the code (not OK) and the message of the injected error.
+  absl::StatusCode code = absl::StatusCode::kAborted;
+  std::string message;
+  /// The global_step (before the step) the fault fires at; -1: use
+  /// `probability` at every step.
+  int64_t at_step = -1;
+  /// With at_step == -1: the chance, in [0, 1], that a step fires it.
+  double probability = 0;
+  /// false: fires at most once per run (the record carries it across
+  /// restarts); true: at every step that triggers it.
+  bool repeat = false;
+  /// kNanLoss: the fetch name of the loss.
+  std::string loss_tensor = "loss";
+};
+
+/// A hook callback that throws (a std::runtime_error "injected hook fault
+/// <id> at global_step <n>"); the session reports it as "hook
+/// FaultInjectionHook::<callback>: ..." (INTERNAL) and ends the run.
+struct HookFault {
+  /// As StepFault::id.
+  std::string id;
+  /// "begin", "after_create_session", "before_run", "after_run" or "end".
+  std::string callback;
+  /// The global_step the callback runs at (before_run, after_run: the step's
+  /// global_step before it ran; after_create_session, end: the session's);
+  /// -1: the first call. Must be -1 for "begin" (no session yet).
+  int64_t at_step = -1;
+  /// false: throws at most once per run; true: at every call that matches.
+  bool repeat = false;
+};
+
+/// A SessionRunHook that injects StepFaults and HookFaults, and records the
+/// ones that fired (FiredFault: path "step" or "hook:<callback>", op kAny,
+/// op_index = the global_step). A probabilistic step fault fires at step n
+/// when FaultDraw(seed, id, "step", EnvOp::kAny, n) < probability: the same
+/// seed selects the same steps in every run and process.
+///
+/// Usage: build it, pass it among the session's hooks, and wrap the graph's
+/// step when the plan has kNanLoss faults:
+///   ```cpp
+///   foreman::FaultInjectionHook::Options fo;
+///   foreman::StepFault preempt;
+///   preempt.id = "preempt";
+///   preempt.code = absl::StatusCode::kAborted;
+///   preempt.at_step = 120;
+///   fo.steps.push_back(preempt);
+///   FOREMAN_ASSIGN_OR_RETURN(auto faults, foreman::FaultInjectionHook::Create(fo));
+///   foreman::HookList hooks = {faults};
+///   ```
+///
+/// Thread-safety: the callbacks run on the training thread; fired(),
+/// MarkFired() and the wrapped step may run on any thread.
+class FaultInjectionHook : public SessionRunHook {
+ public:
+  struct Options {
+    std::vector<StepFault> steps;
+    std::vector<HookFault> hooks;
+    /// Keys the probabilistic draws.
+    uint64_t seed = 0;
+  };
+  /// INVALID_ARGUMENT naming the fault and field: an empty or duplicate id
+  /// (across steps and hooks), kStatus with code OK, at_step < -1,
+  /// probability outside [0, 1], an empty loss_tensor, an unknown callback,
+  /// "begin" with at_step != -1, a kind out of range.
+  static StatusOr<std::shared_ptr<FaultInjectionHook>> Create(const Options& options);
+  ~FaultInjectionHook() override;
+
+  std::string name() const override { return "FaultInjectionHook"; }
+  Status begin() override;
+  Status after_create_session(Session* session, Coordinator* coord) override;
+  /// Reads the global step (Session::GlobalStep()); returns a firing kStatus
+  /// fault's error ("injected step fault <id> at global_step <n>: <message>").
+  StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
+  Status end(Session* session) override;
+
+  /// `step` with the kNanLoss faults in it: after `step` returns OK, when a
+  /// kNanLoss fault fires at the global_step the step started at and the
+  /// run fetches its loss_tensor, that fetch is set to a float32 NaN scalar.
+  /// Install it with Graph::SetStep(hook->WrapStep(graph->step())) before
+  /// the graph is finalized. The returned function shares this hook's state
+  /// (it may outlive the hook).
+  StepFn WrapStep(StepFn step) const;
+
+  /// Every fault that fired, in order. Thread-safe.
+  std::vector<FiredFault> fired() const;
+  /// Records faults as fired in an earlier process of the run (e.g. from
+  /// ReadFiredFaults): a fault without `repeat` whose id is listed does not
+  /// fire again. Thread-safe.
+  void MarkFired(const std::vector<FiredFault>& fired);
+
+  /// Shared with the wrapped step; public only so that it can be named.
+  struct State;
+
+ private:
+  explicit FaultInjectionHook(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+// -- plans -------------------------------------------------------------------
+
+/// A seed and the faults to inject with it: the same plan and seed inject the
+/// same faults at the same points. Built in code or read from a JSON plan
+/// file (the format: ParseFaultPlan).
+struct FaultPlan {
+  uint64_t seed = 0;
+  std::vector<EnvFault> env;
+  std::vector<StepFault> steps;
+  std::vector<HookFault> hooks;
+};
+
+/// Parses a JSON plan: {"seed": <integer >= 0, default 0>, "faults": [...]},
+/// each fault an object with "id" (non-empty, unique) and "type":
+///   "env":  "path" (glob, default every path), "op" (an EnvOpName, default
+///           "any"), "kind" ("error", "short_write", "torn_write", "latency",
+///           "crash"; default "latency" when latency_ms is given, else
+///           "error"), "error" (an errno name such as "EIO", "ENOSPC",
+///           "EROFS", "EACCES", or a positive number), "prefix_bytes"
+///           (>= -1), "latency_ms" (milliseconds >= 0), "repeat" (bool), and
+///           exactly one of "nth" (>= 1) or "probability" ([0, 1]).
+///   "step": exactly one of "status" (a code name: "ABORTED",
+///           "UNAVAILABLE", "INTERNAL", ...; not "OK") with an optional
+///           "message", or "nan_loss": true with an optional "loss_tensor";
+///           exactly one of "at_step" (a global_step >= 0) or "probability";
+///           "repeat".
+///   "hook": "callback" (as HookFault::callback), "at_step" (>= 0; absent
+///           for "begin"), "repeat".
+/// `source_name` (e.g. the file name) starts every error message. Ranges
+/// are checked here; AddFault / FaultInjectionHook::Create check the rest.
+///   INVALID_ARGUMENT  "<source>: <where>: <what was expected>, got <value>":
+///                     a JSON syntax error (with nlohmann's byte position), a
+///                     missing or mistyped field, an unknown field, an
+///                     unknown type / op / kind / errno / status / callback
+///                     name, a probability outside [0, 1], a duplicate id.
+/// Thread-safe.
+StatusOr<FaultPlan> ParseFaultPlan(absl::string_view json_text, absl::string_view source_name);
+
+/// Reads `path` with `env` (not owned) and parses it (source_name = path).
+///   the Env's error for the read; ParseFaultPlan's errors.
+StatusOr<FaultPlan> ReadFaultPlan(Env* env, const std::string& path);
+
+/// The plan as JSON in the plan file format; ParseFaultPlan of it gives an
+/// equal plan (errors that have no name are written as numbers). Thread-safe.
+std::string FaultPlanToJson(const FaultPlan& plan);
+
+// -- the fired-fault record -----------------------------------------------------
+
+/// The record's file name inside a run directory: "fault_record.json".
+inline constexpr char kFaultRecordFile[] = "fault_record.json";
+
+/// Writes `fired` to <run_dir>/fault_record.json atomically (WriteFileAtomic:
+/// a crash leaves the old record or the new one). `run_dir` must exist.
+/// `env` not owned.
+///   the Env's error (the old record is then untouched).
+Status WriteFiredFaults(Env* env, const std::string& run_dir, const std::vector<FiredFault>& fired);
+
+/// Reads <run_dir>/fault_record.json: empty when the file does not exist.
+///   DATA_LOSS  naming the file: not a valid record
+///   the Env's other errors.
+StatusOr<std::vector<FiredFault>> ReadFiredFaults(Env* env, const std::string& run_dir);
 
 }  // namespace foreman

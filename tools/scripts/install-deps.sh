@@ -13,7 +13,7 @@ packages=(
   # libraries
   libcaf-dev libprotobuf-dev protobuf-compiler libeigen3-dev doctest-dev
   libabsl-dev libspdlog-dev zlib1g-dev libleveldb-dev libsnappy-dev
-  libcli11-dev libbenchmark-dev
+  libcli11-dev libbenchmark-dev nlohmann-json3-dev
   # data for the main job
   dataset-fashion-mnist
   # independent readers used by tests, on Debian's /usr/bin/python3

@@ -1,0 +1,212 @@
+// FaultInjectionHook: step faults (an injected Status, a NaN loss) and hook
+// faults (a callback that throws), fired at a global_step or with a keyed
+// probability, and their record.
+#include <cmath>
+#include <limits>
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "foreman/fault.hpp"
+#include "foreman/mutex.hpp"
+#include "foreman/variable_store.hpp"
+
+namespace foreman {
+
+namespace {
+
+constexpr const char* kCallbacks[] = {"begin", "after_create_session", "before_run", "after_run", "end"};
+
+bool KnownCallback(const std::string& c) {
+  for (const char* k : kCallbacks) {
+    if (c == k) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+struct FaultInjectionHook::State {
+  std::vector<StepFault> steps;
+  std::vector<HookFault> hooks;
+  uint64_t seed = 0;
+  bool needs_step = false;  // a step fault, or a before_run / after_run hook fault
+
+  mutable Mutex mu;
+  std::set<std::string> fired_ids ABSL_GUARDED_BY(mu);  // non-repeat faults that fired (here or before)
+  std::vector<FiredFault> fired ABSL_GUARDED_BY(mu);
+
+  // Training thread only: the global_step the current run started at.
+  int64_t run_step = -1;
+
+  // Whether a fault triggers at `step`; records it (path "step", or
+  // "hook:<callback>" when `callback` is not null) when it fires.
+  bool Fire(const std::string& id, int64_t at_step, double probability, bool repeat, int64_t step,
+            const char* callback) {
+    bool hit = false;
+    if (at_step >= 0) {
+      hit = step == at_step;
+    } else if (probability > 0) {
+      hit = FaultDraw(seed, id, "step", EnvOp::kAny, step) < probability;
+    } else {
+      hit = true;  // a hook fault with at_step -1: every call (once without repeat)
+    }
+    if (!hit) return false;
+    MutexLock l(mu);
+    if (!repeat && fired_ids.count(id) != 0) return false;
+    if (!repeat) fired_ids.insert(id);
+    std::string path = callback == nullptr ? "step" : absl::StrCat("hook:", callback);
+    fired.push_back(FiredFault{id, std::move(path), EnvOp::kAny, step});
+    return true;
+  }
+
+  void MaybeThrow(const char* callback, int64_t step) {
+    for (const HookFault& f : hooks) {
+      if (f.callback != callback) continue;
+      if (Fire(f.id, f.at_step, 0, f.repeat, step, callback)) {
+        throw std::runtime_error(absl::StrCat("injected hook fault ", f.id, " at global_step ", step));
+      }
+    }
+  }
+};
+
+StatusOr<std::shared_ptr<FaultInjectionHook>> FaultInjectionHook::Create(const Options& options) {
+  auto state = std::make_shared<State>();
+  std::set<std::string> ids;
+  auto check_id = [&](const std::string& what, std::size_t i, const std::string& id) -> Status {
+    if (id.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("FaultInjectionHook: ", what, "[", i, "]: empty id"));
+    }
+    if (!ids.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FaultInjectionHook: ", what, "[", i, "] (\"", id, "\"): duplicate id"));
+    }
+    return absl::OkStatus();
+  };
+  for (std::size_t i = 0; i < options.steps.size(); ++i) {
+    const StepFault& f = options.steps[i];
+    FOREMAN_RETURN_IF_ERROR(check_id("steps", i, f.id));
+    const std::string where = absl::StrCat("FaultInjectionHook: steps[", i, "] (\"", f.id, "\"): ");
+    if (f.kind != StepFault::Kind::kStatus && f.kind != StepFault::Kind::kNanLoss) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "kind out of range"));
+    }
+    if (f.kind == StepFault::Kind::kStatus && f.code == absl::StatusCode::kOk) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "code must not be OK"));
+    }
+    if (f.kind == StepFault::Kind::kNanLoss && f.loss_tensor.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "empty loss_tensor"));
+    }
+    if (f.at_step < -1) return absl::InvalidArgumentError(absl::StrCat(where, "at_step must be >= -1"));
+    if (!(f.probability >= 0 && f.probability <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "probability must be in [0, 1]"));
+    }
+    state->needs_step = true;
+  }
+  for (std::size_t i = 0; i < options.hooks.size(); ++i) {
+    const HookFault& f = options.hooks[i];
+    FOREMAN_RETURN_IF_ERROR(check_id("hooks", i, f.id));
+    const std::string where = absl::StrCat("FaultInjectionHook: hooks[", i, "] (\"", f.id, "\"): ");
+    if (!KnownCallback(f.callback)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "callback must be begin, after_create_session, before_run, after_run or end, got \"", f.callback,
+          "\""));
+    }
+    if (f.at_step < -1) return absl::InvalidArgumentError(absl::StrCat(where, "at_step must be >= -1"));
+    if (f.callback == "begin" && f.at_step != -1) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "at_step must be -1 for begin (no session yet)"));
+    }
+    if (f.callback == "before_run" || f.callback == "after_run") state->needs_step = true;
+  }
+  state->steps = options.steps;
+  state->hooks = options.hooks;
+  state->seed = options.seed;
+  return std::shared_ptr<FaultInjectionHook>(new FaultInjectionHook(std::move(state)));
+}
+
+FaultInjectionHook::FaultInjectionHook(std::shared_ptr<State> state) : state_(std::move(state)) {}
+FaultInjectionHook::~FaultInjectionHook() = default;
+
+Status FaultInjectionHook::begin() {
+  state_->MaybeThrow("begin", -1);
+  return absl::OkStatus();
+}
+
+Status FaultInjectionHook::after_create_session(Session* session, Coordinator* /*coord*/) {
+  int64_t step = -1;
+  for (const HookFault& f : state_->hooks) {
+    if (f.callback == "after_create_session") {
+      FOREMAN_ASSIGN_OR_RETURN(step, session->GlobalStep());
+      break;
+    }
+  }
+  state_->MaybeThrow("after_create_session", step);
+  return absl::OkStatus();
+}
+
+StatusOr<SessionRunArgs> FaultInjectionHook::before_run(SessionRunContext& ctx) {
+  State& st = *state_;
+  st.run_step = -1;
+  if (!st.needs_step) return SessionRunArgs{};
+  StatusOr<int64_t> step = ctx.session()->GlobalStep();
+  if (!step.ok()) return Annotate(step.status(), "FaultInjectionHook needs the global_step");
+  st.run_step = *step;
+  for (const StepFault& f : st.steps) {
+    if (f.kind != StepFault::Kind::kStatus || (f.at_step < 0 && f.probability <= 0)) continue;
+    if (st.Fire(f.id, f.at_step, f.probability, f.repeat, st.run_step, nullptr)) {
+      return Status(f.code, absl::StrCat("injected step fault ", f.id, " at global_step ", st.run_step,
+                                         f.message.empty() ? "" : ": ", f.message));
+    }
+  }
+  st.MaybeThrow("before_run", st.run_step);
+  return SessionRunArgs{};
+}
+
+Status FaultInjectionHook::after_run(SessionRunContext& /*ctx*/, const SessionRunValues& /*values*/) {
+  state_->MaybeThrow("after_run", state_->run_step);
+  return absl::OkStatus();
+}
+
+Status FaultInjectionHook::end(Session* session) {
+  int64_t step = -1;
+  for (const HookFault& f : state_->hooks) {
+    if (f.callback == "end") {
+      FOREMAN_ASSIGN_OR_RETURN(step, session->GlobalStep());
+      break;
+    }
+  }
+  state_->MaybeThrow("end", step);
+  return absl::OkStatus();
+}
+
+StepFn FaultInjectionHook::WrapStep(StepFn step) const {
+  std::shared_ptr<State> st = state_;
+  return [st, step = std::move(step)](StepContext& ctx) -> Status {
+    bool any = false;
+    for (const StepFault& f : st->steps) any = any || f.kind == StepFault::Kind::kNanLoss;
+    if (!any) return step(ctx);
+    FOREMAN_ASSIGN_OR_RETURN(const int64_t global_step, GetGlobalStep(ctx.variables()));
+    FOREMAN_RETURN_IF_ERROR(step(ctx));
+    for (const StepFault& f : st->steps) {
+      if (f.kind != StepFault::Kind::kNanLoss || !ctx.requested(f.loss_tensor)) continue;
+      if (f.at_step < 0 && f.probability <= 0) continue;
+      if (st->Fire(f.id, f.at_step, f.probability, f.repeat, global_step, nullptr)) {
+        ctx.Set(f.loss_tensor, Tensor::Scalar<float>(std::numeric_limits<float>::quiet_NaN()));
+      }
+    }
+    return absl::OkStatus();
+  };
+}
+
+std::vector<FiredFault> FaultInjectionHook::fired() const {
+  MutexLock l(state_->mu);
+  return state_->fired;
+}
+
+void FaultInjectionHook::MarkFired(const std::vector<FiredFault>& fired) {
+  MutexLock l(state_->mu);
+  for (const FiredFault& f : fired) state_->fired_ids.insert(f.id);
+}
+
+}  // namespace foreman
