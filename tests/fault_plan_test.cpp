@@ -138,11 +138,11 @@ TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the fi
   };
   const Case cases[] = {
       {R"({"seed": 1,})", "plan.json: not valid JSON at byte 12: "},
-      {R"([1])", "plan.json: a plan must be a JSON object, got [1]"},
+      {R"([1])", "plan.json: a plan must be a JSON object, got an array of size 1"},
       {R"({"seed": -1})", R"(plan.json: "seed" must be an integer >= 0, got -1)"},
       {R"({"seed": "7"})", R"(plan.json: "seed" must be an integer >= 0, got "7")"},
       {R"({"sead": 7})", R"(plan.json: unknown field "sead")"},
-      {R"({"faults": {}})", R"(plan.json: "faults" must be an array of faults, got {})"},
+      {R"({"faults": {}})", R"(plan.json: "faults" must be an array of faults, got an object of size 0)"},
       {R"({"faults": [3]})", "plan.json: faults[0]: a fault must be an object, got 3"},
       {R"({"faults": [{"type": "step"}]})", R"(plan.json: faults[0]: missing "id")"},
       {R"({"faults": [{"id": "", "type": "step"}]})", R"(plan.json: faults[0]: "id" must be a non-empty string)"},
@@ -185,7 +185,30 @@ TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the fi
       {R"({"faults": [{"id": "d", "type": "env", "kind": "melt", "nth": 1}]})",
        R"("kind" must be one of error, short_write, torn_write, latency, crash, got "melt")"},
       {R"({"faults": [{"id": "d", "type": "env", "latency_ms": -1, "nth": 1}]})",
-       R"("latency_ms" must be a number of milliseconds >= 0, got -1)"},
+       R"("latency_ms" must be a number of milliseconds in [0, 3600000] (an hour), got -1)"},
+      // Found by the breaker: a number beyond a double threw out of the parser.
+      {R"({"faults": [{"id": "d", "type": "env", "latency_ms": 1e400, "nth": 1}]})",
+       "plan.json: not a usable JSON plan: "},
+      {R"({"faults": [{"id": "d", "type": "env", "latency_ms": 3600001, "nth": 1}]})",
+       R"("latency_ms" must be a number of milliseconds in [0, 3600000] (an hour), got 3600001)"},
+      // A key given twice: nlohmann would keep the last silently.
+      {R"({"faults": [{"id": "d", "type": "env", "nth": 1, "nth": 2}]})",
+       R"(plan.json: the key "nth" appears twice in one object)"},
+      {R"({"seed": 1, "seed": 2})", R"(plan.json: the key "seed" appears twice in one object)"},
+      // A field the kind ignores is an error, not a no-op.
+      {R"({"faults": [{"id": "d", "type": "env", "kind": "latency", "latency_ms": 5, "error": "EIO", "nth": 1}]})",
+       R"(faults[0] ("d"): "error" applies only to kind error or short_write, not latency)"},
+      {R"({"faults": [{"id": "d", "type": "env", "kind": "error", "prefix_bytes": 4, "nth": 1}]})",
+       R"(faults[0] ("d"): "prefix_bytes" applies only to kind short_write or torn_write, not error)"},
+      {R"({"faults": [{"id": "d", "type": "env", "kind": "crash", "latency_ms": 5, "nth": 1}]})",
+       R"(faults[0] ("d"): "latency_ms" applies only to kind latency, not crash)"},
+      {R"({"faults": [{"id": "s", "type": "step", "status": "ABORTED", "loss_tensor": "loss", "at_step": 1}]})",
+       R"(faults[0] ("s"): "loss_tensor" applies only to a nan_loss fault)"},
+      {R"({"faults": [{"id": "s", "type": "step", "nan_loss": true, "message": "x", "at_step": 1}]})",
+       R"(faults[0] ("s"): "message" applies only to a "status" fault)"},
+      // A long value is cut in the message.
+      {R"({"faults": [{"id": "d", "type": "env", "path": "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789", "nth": 1, "repeat": "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"}]})",
+       R"("repeat" must be true or false, got "0123456789012345678901234567890123456789012345678901234567890123456789012345678... (102 bytes))"},
       {R"({"faults": [{"id": "d", "type": "env", "nth": 0}]})", R"("nth" must be an integer >= 1, got 0)"},
       {R"({"faults": [{"id": "d", "type": "env", "prefix_bytes": -2, "nth": 1}]})",
        R"("prefix_bytes" must be an integer >= -1, got -2)"},
@@ -208,6 +231,41 @@ TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the fi
     CHECK_MESSAGE(absl::StrContains(plan.status().message(), c.message), plan.status().message());
     CHECK(absl::StartsWith(plan.status().message(), "plan.json: "));
   }
+}
+
+TEST_CASE("ParseFaultPlan: deeply nested values are errors with short messages, never a stack overflow") {
+  // Found by the breaker: the error message dumped the value recursively.
+  const int depth = 200000;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  for (const std::string& text : {deep, R"({"seed": )" + deep + "}", R"({"faults": [)" + deep + "]}",
+                                  R"({"faults": [{"id": "a", "type": "env", "nth": )" + deep + "}]}"}) {
+    CAPTURE(text.substr(0, 40));
+    auto plan = ParseFaultPlan(text, "deep.json");
+    REQUIRE_FALSE(plan.ok());
+    CHECK(absl::IsInvalidArgument(plan.status()));
+    CHECK(absl::StartsWith(plan.status().message(), "deep.json: "));
+    CHECK(plan.status().message().size() < 400);
+  }
+}
+
+TEST_CASE("FaultPlanToJson and the record write text that is not UTF-8 as U+FFFD instead of throwing") {
+  FaultPlan plan;
+  StepFault s;
+  s.id = "caf\xe9";
+  s.code = absl::StatusCode::kAborted;
+  s.at_step = 1;
+  plan.steps.push_back(s);
+  const std::string text = FaultPlanToJson(plan);
+  CHECK(absl::StrContains(text, "caf\xef\xbf\xbd"));
+  CHECK(ParseFaultPlan(text, "x").ok());
+  MemEnv env;
+  REQUIRE(env.RecursivelyCreateDir("/run").ok());
+  REQUIRE(WriteFiredFaults(&env, "/run", {FiredFault{"id", "/run/caf\xe9/checkpoint", EnvOp::kSync, 1}}).ok());
+  auto back = ReadFiredFaults(&env, "/run");
+  REQUIRE_MESSAGE(back.ok(), back.status().ToString());
+  REQUIRE(back->size() == 1);
+  CHECK((*back)[0].id == "id");
+  CHECK((*back)[0].path == "/run/caf\xef\xbf\xbd/checkpoint");
 }
 
 TEST_CASE("ReadFaultPlan reads through an Env and names the file in its errors") {
@@ -268,7 +326,11 @@ TEST_CASE("the fired-fault record: missing is empty, written atomically, read ba
   CHECK(after_crash->size() == 1);
 
   for (const char* text : {"{", R"({"fired": 3})", R"({"fired": [{"id": "a"}]})",
-                           R"({"fired": [{"id": "a", "path": "p", "op": "melt", "op_index": 1}]})"}) {
+                           R"({"fired": [{"id": "a", "path": "p", "op": "melt", "op_index": 1}]})",
+                           // Found by the breaker: a number beyond a double threw; one beyond int64 became -1.
+                           R"({"fired": [{"id": "a", "path": "p", "op": "sync", "op_index": 1e999}]})",
+                           R"({"fired": [{"id": "a", "path": "p", "op": "sync", "op_index": 18446744073709551615}]})",
+                           R"({"fired": [{"id": "a", "path": "p", "op": "sync", "op_index": -1}]})"}) {
     CAPTURE(text);
     REQUIRE(WriteStringToFile(&disk, "/run/fault_record.json", text).ok());
     auto corrupt = ReadFiredFaults(&disk, "/run");

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -67,6 +68,47 @@ bool ParseStatusCode(const std::string& name, absl::StatusCode* code) {
   return false;
 }
 
+// A value as an error message shows it: a scalar as JSON text (bytes that are
+// not UTF-8 as U+FFFD), cut at 80 characters; an object or array only by its
+// kind and size (dumping it would recurse as deep as it nests, and a huge one
+// would make a huge message).
+std::string Describe(const json& v) {
+  if (v.is_object()) return absl::StrCat("an object of size ", v.size());
+  if (v.is_array()) return absl::StrCat("an array of size ", v.size());
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  constexpr std::size_t kMax = 80;
+  if (text.size() > kMax) text = absl::StrCat(text.substr(0, kMax), "... (", text.size(), " bytes)");
+  return text;
+}
+
+// Thrown by the parser callback of ParseJsonObjectKeysOnce.
+struct DuplicateKey {
+  std::string key;
+};
+
+// json::parse, refusing a key repeated within one object (nlohmann would
+// keep the last silently: a plan that names "nth" twice must not run with
+// either). Throws json::exception and DuplicateKey.
+json ParseRefusingDuplicateKeys(absl::string_view text) {
+  std::vector<std::set<std::string>> open_objects;
+  json::parser_callback_t cb = [&open_objects](int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: open_objects.emplace_back(); break;
+      case json::parse_event_t::object_end:
+        if (!open_objects.empty()) open_objects.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!open_objects.empty() && !open_objects.back().insert(parsed.get<std::string>()).second) {
+          throw DuplicateKey{parsed.get<std::string>()};
+        }
+        break;
+      default: break;
+    }
+    return true;
+  };
+  return json::parse(text.begin(), text.end(), cb);
+}
+
 // One JSON object being read: fields are taken one by one; Finish() rejects
 // the ones never taken.
 class Fields {
@@ -77,7 +119,7 @@ class Fields {
 
   Status Error(const char* key, const std::string& expected) const {
     return absl::InvalidArgumentError(
-        absl::StrCat(where_, ": \"", key, "\" must be ", expected, ", got ", obj_.at(key).dump()));
+        absl::StrCat(where_, ": \"", key, "\" must be ", expected, ", got ", Describe(obj_.at(key))));
   }
   Status Missing(const char* key, const std::string& what) const {
     return absl::InvalidArgumentError(absl::StrCat(where_, ": missing \"", key, "\" (", what, ")"));
@@ -137,7 +179,9 @@ class Fields {
   std::set<std::string> taken_;
 };
 
-constexpr double kMaxLatencyMs = 1e12;
+// An hour: a longer delay is a hang, not a slow disk (FaultyEnv::AddFault
+// refuses it too).
+constexpr double kMaxLatencyMs = 3600.0 * 1000.0;
 
 Status ParseEnvFault(Fields& f, EnvFault* out) {
   FOREMAN_RETURN_IF_ERROR(f.String("path", &out->path_pattern));
@@ -184,7 +228,8 @@ Status ParseEnvFault(Fields& f, EnvFault* out) {
   FOREMAN_RETURN_IF_ERROR(f.Int("prefix_bytes", -1, &out->prefix_bytes));
   if (f.Has("latency_ms")) {
     double ms = 0;
-    FOREMAN_RETURN_IF_ERROR(f.Number("latency_ms", 0, kMaxLatencyMs, "a number of milliseconds >= 0", &ms));
+    FOREMAN_RETURN_IF_ERROR(
+        f.Number("latency_ms", 0, kMaxLatencyMs, "a number of milliseconds in [0, 3600000] (an hour)", &ms));
     out->latency = absl::Milliseconds(ms);
   }
   FOREMAN_RETURN_IF_ERROR(f.Int("nth", 1, &out->nth));
@@ -192,6 +237,18 @@ Status ParseEnvFault(Fields& f, EnvFault* out) {
   FOREMAN_RETURN_IF_ERROR(f.Bool("repeat", &out->repeat));
   if (f.Has("nth") == f.Has("probability")) {
     return f.Invalid("needs exactly one of \"nth\" (fire at the n-th matching operation) or \"probability\"");
+  }
+  // A field the kind ignores is a mistake in the plan, not a no-op.
+  const EnvFault::Kind k = out->kind;
+  if (f.Has("error") && k != EnvFault::Kind::kError && k != EnvFault::Kind::kShortWrite) {
+    return f.Invalid(absl::StrCat("\"error\" applies only to kind error or short_write, not ", EnvKindName(k)));
+  }
+  if (f.Has("prefix_bytes") && k != EnvFault::Kind::kShortWrite && k != EnvFault::Kind::kTornWrite) {
+    return f.Invalid(
+        absl::StrCat("\"prefix_bytes\" applies only to kind short_write or torn_write, not ", EnvKindName(k)));
+  }
+  if (f.Has("latency_ms") && k != EnvFault::Kind::kLatency) {
+    return f.Invalid(absl::StrCat("\"latency_ms\" applies only to kind latency, not ", EnvKindName(k)));
   }
   return absl::OkStatus();
 }
@@ -209,6 +266,10 @@ Status ParseStepFault(Fields& f, StepFault* out) {
     if (!ParseStatusCode(name, &out->code)) {
       return f.Error("status", "a status code name other than OK (ABORTED, UNAVAILABLE, INTERNAL, ...)");
     }
+  }
+  if (nan && f.Has("message")) return f.Invalid("\"message\" applies only to a \"status\" fault, not nan_loss");
+  if (!nan && f.Has("loss_tensor")) {
+    return f.Invalid("\"loss_tensor\" applies only to a nan_loss fault, not a \"status\" one");
   }
   FOREMAN_RETURN_IF_ERROR(f.String("message", &out->message));
   FOREMAN_RETURN_IF_ERROR(f.String("loss_tensor", &out->loss_tensor));
@@ -237,19 +298,9 @@ Status ParseHookFault(Fields& f, HookFault* out) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-StatusOr<FaultPlan> ParseFaultPlan(absl::string_view json_text, absl::string_view source_name) {
-  const std::string source(source_name);
-  json doc;
-  try {
-    doc = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": not valid JSON at byte ", e.byte, ": ", e.what()));
-  }
+StatusOr<FaultPlan> ParsePlanDocument(const json& doc, const std::string& source) {
   if (!doc.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": a plan must be a JSON object, got ", doc.dump()));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": a plan must be a JSON object, got ", Describe(doc)));
   }
   FaultPlan plan;
   Fields top(doc, source);
@@ -268,7 +319,7 @@ StatusOr<FaultPlan> ParseFaultPlan(absl::string_view json_text, absl::string_vie
       const json& item = faults[i];
       std::string where = absl::StrCat(source, ": faults[", i, "]");
       if (!item.is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": a fault must be an object, got ", item.dump()));
+        return absl::InvalidArgumentError(absl::StrCat(where, ": a fault must be an object, got ", Describe(item)));
       }
       Fields f(item, where);
       std::string id;
@@ -306,6 +357,29 @@ StatusOr<FaultPlan> ParseFaultPlan(absl::string_view json_text, absl::string_vie
   FOREMAN_RETURN_IF_ERROR(top.Finish());
   return plan;
 }
+
+}  // namespace
+
+StatusOr<FaultPlan> ParseFaultPlan(absl::string_view json_text, absl::string_view source_name) {
+  const std::string source(source_name);
+  json doc;
+  try {
+    doc = ParseRefusingDuplicateKeys(json_text);
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON at byte ", e.byte, ": ", e.what()));
+  } catch (const json::exception& e) {  // e.g. out_of_range: a number beyond a double (1e400)
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not a usable JSON plan: ", e.what()));
+  } catch (const DuplicateKey& d) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the key \"", d.key, "\" appears twice in one object (which one was meant?)"));
+  }
+  try {
+    return ParsePlanDocument(doc, source);
+  } catch (const json::exception& e) {  // a conversion the checks above missed: an error, never a crash
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not a usable JSON plan: ", e.what()));
+  }
+}
+
 
 StatusOr<FaultPlan> ReadFaultPlan(Env* env, const std::string& path) {
   FOREMAN_ASSIGN_OR_RETURN(std::string text, env->ReadFileToString(path));
@@ -375,7 +449,9 @@ std::string FaultPlanToJson(const FaultPlan& plan) {
   ojson doc;
   doc["seed"] = plan.seed;
   doc["faults"] = std::move(faults);
-  return doc.dump(2) + "\n";
+  // Text that is not UTF-8 (an id built in code) is written as U+FFFD rather
+  // than thrown about; a plan parsed from JSON never has any.
+  return doc.dump(2, ' ', false, ojson::error_handler_t::replace) + "\n";
 }
 
 // -- the fired-fault record ------------------------------------------------------
@@ -392,7 +468,10 @@ Status WriteFiredFaults(Env* env, const std::string& run_dir, const std::vector<
   }
   ojson doc;
   doc["fired"] = std::move(list);
-  return WriteFileAtomic(env, JoinPath(run_dir, kFaultRecordFile), doc.dump(2) + "\n");
+  // A path is bytes, not necessarily UTF-8 (a Latin-1 directory name): such
+  // bytes are written as U+FFFD. MarkFired matches ids, not paths.
+  return WriteFileAtomic(env, JoinPath(run_dir, kFaultRecordFile),
+                         doc.dump(2, ' ', false, ojson::error_handler_t::replace) + "\n");
 }
 
 StatusOr<std::vector<FiredFault>> ReadFiredFaults(Env* env, const std::string& run_dir) {
@@ -409,6 +488,8 @@ StatusOr<std::vector<FiredFault>> ReadFiredFaults(Env* env, const std::string& r
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
     return corrupt(absl::StrCat("JSON error at byte ", e.byte));
+  } catch (const json::exception& e) {  // e.g. a number beyond a double
+    return corrupt(e.what());
   }
   if (!doc.is_object() || doc.size() != 1 || !doc.contains("fired") || !doc["fired"].is_array()) {
     return corrupt("expected {\"fired\": [...]}");
@@ -420,8 +501,11 @@ StatusOr<std::vector<FiredFault>> ReadFiredFaults(Env* env, const std::string& r
     const std::string where = absl::StrCat("fired[", i, "]");
     if (!j.is_object() || j.size() != 4 || !j.contains("id") || !j["id"].is_string() || !j.contains("path") ||
         !j["path"].is_string() || !j.contains("op") || !j["op"].is_string() || !j.contains("op_index") ||
-        !j["op_index"].is_number_integer()) {
-      return corrupt(absl::StrCat(where, ": expected {\"id\", \"path\", \"op\", \"op_index\"}"));
+        !j["op_index"].is_number_integer() ||
+        (j["op_index"].is_number_unsigned() && j["op_index"].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) ||
+        (!j["op_index"].is_number_unsigned() && j["op_index"].get<int64_t>() < 0)) {
+      return corrupt(
+          absl::StrCat(where, ": expected {\"id\", \"path\", \"op\", \"op_index\" (an integer >= 0)}"));
     }
     FiredFault f;
     f.id = j["id"].get<std::string>();
