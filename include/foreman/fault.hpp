@@ -334,9 +334,15 @@ struct HookFault {
 
 /// A SessionRunHook that injects StepFaults and HookFaults, and records the
 /// ones that fired (FiredFault: path "step" or "hook:<callback>", op kAny,
-/// op_index = the global_step). A probabilistic step fault fires at step n
-/// when FaultDraw(seed, id, "step", EnvOp::kAny, n) < probability: the same
-/// seed selects the same steps in every run and process.
+/// op_index = the global_step). A probabilistic step fault fires at the run
+/// that starts at global_step n when FaultDraw(seed, id, "step", EnvOp::kAny,
+/// StepDrawIndex(n, attempt)) < probability, where attempt (1-based) counts
+/// the sessions of this hook (after_create_session calls; a recovery creates
+/// one) that ran step n, the current one included: the same seed selects the
+/// same (step, attempt) points in every run and process, and the retry of a
+/// step after a recovery draws again, so a repeating probabilistic
+/// preemption can be survived. State: one [first, last] step range per
+/// session.
 ///
 /// Usage: build it, pass it among the session's hooks, and wrap the graph's
 /// step when the plan has kNanLoss faults:
@@ -385,7 +391,11 @@ class FaultInjectionHook : public SessionRunHook {
   /// (it may outlive the hook).
   StepFn WrapStep(StepFn step) const;
 
-  /// Every fault that fired, in order. Thread-safe.
+  /// The op_index key of a step fault's draw: global_step * 2^20 + attempt
+  /// (modulo 2^64). Thread-safe.
+  static int64_t StepDrawIndex(int64_t global_step, int64_t attempt);
+
+  /// Every fault that fired, in order (grows by one per firing). Thread-safe.
   std::vector<FiredFault> fired() const;
   /// Records faults as fired in an earlier process of the run (e.g. from
   /// ReadFiredFaults): a fault without `repeat` whose id is listed does not
