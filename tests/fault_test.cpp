@@ -418,6 +418,50 @@ TEST_CASE("AddFault rejects a malformed fault, naming it and the field") {
   CHECK(absl::IsFailedPrecondition(posix.AddFault(Fault("c", "*", EnvOp::kAny, Kind::kCrash, 1))));
 }
 
+TEST_CASE("AddFault rejects an unbounded latency, and a torn write with no MemEnv to crash") {
+  MemEnv mem;
+  FaultyEnv env(&mem);
+  EnvFault slow = Fault("slow", "*", EnvOp::kSync, Kind::kLatency, 1);
+  slow.latency = absl::InfiniteDuration();
+  Status s = env.AddFault(slow);
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "'slow': latency inf > 1h"), s.message());
+  slow.latency = absl::Hours(1) + absl::Nanoseconds(1);
+  CHECK(absl::IsInvalidArgument(env.AddFault(slow)));
+  slow.latency = absl::Hours(1);
+  CHECK(env.AddFault(slow).ok());
+
+  FaultyEnv posix(Env::Default());
+  s = posix.AddFault(Fault("torn", "*", EnvOp::kAppend, Kind::kTornWrite, 1));
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "'torn': a torn write only has an effect through a crash"),
+                s.message());
+  CHECK(env.AddFault(Fault("torn", "*", EnvOp::kAppend, Kind::kTornWrite, 1)).ok());  // over a MemEnv
+}
+
+TEST_CASE("a non-repeat nth fault shadowed at its nth match by an earlier-armed fault fires at the next match") {
+  MemEnv mem;
+  FaultyEnv env(&mem);
+  REQUIRE(env.AddFault(Fault("first", "/x", EnvOp::kAppend, Kind::kError, 1)).ok());
+  EnvFault second = Fault("second", "/x", EnvOp::kAppend, Kind::kError, 1);
+  second.error = ENOSPC;
+  REQUIRE(env.AddFault(second).ok());
+  auto file = env.NewWritableFile("/x");
+  REQUIRE(file.ok());
+  const Status a1 = (*file)->Append("1");
+  const Status a2 = (*file)->Append("2");
+  const Status a3 = (*file)->Append("3");
+  CHECK(absl::IsInternal(a1));  // "first" (EIO) decided the 1st append
+  CHECK(absl::IsResourceExhausted(a2));  // "second" was pending and fires now
+  CHECK(a3.ok());
+  const std::vector<FiredFault> fired = env.fired();
+  REQUIRE(fired.size() == 2);
+  CHECK(fired[0].id == "first");
+  CHECK(fired[0].op_index == 1);
+  CHECK(fired[1].id == "second");
+  CHECK(fired[1].op_index == 2);
+}
+
 // -- short and torn writes, latency --------------------------------------------------------
 
 TEST_CASE("a short write appends a prefix, then fails as a full disk does") {
@@ -569,6 +613,7 @@ std::vector<Point> Points(const std::vector<FiredFault>& fired) {
   std::sort(out.begin(), out.end());
   return out;
 }
+
 
 /// Two writers append 300 records each to their own files through one
 /// FaultyEnv with seed 5; `order` 0: A then B, 1: B then A, 2: concurrently.

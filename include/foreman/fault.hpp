@@ -165,12 +165,16 @@ struct EnvFault {
   /// kShortWrite, kTornWrite: bytes of the append kept (durably, for a torn
   /// write). -1: half of the append, rounded down.
   int64_t prefix_bytes = -1;
-  /// kLatency: the added delay, >= 0.
+  /// kLatency: the added delay, in [0, 1h] (a plan must not hang a job).
   absl::Duration latency = absl::ZeroDuration();
   /// Fire at the nth operation (1-based) this fault matches, counted over all
-  /// paths; 0: use `probability` instead.
+  /// paths; 0: use `probability` instead. When an earlier-armed fault decides
+  /// the nth operation's outcome, this one stays pending and fires at the
+  /// next matching operation that no earlier fault decides.
   int64_t nth = 0;
-  /// With nth == 0: the chance, in [0, 1], that a matching operation fires.
+  /// With nth == 0: the chance, in [0, 1], that a matching operation fires
+  /// (a draw below it at an operation an earlier fault decides is lost; the
+  /// next matching operation draws again).
   double probability = 0;
   /// false: fires at most once. true: fires at every operation that triggers
   /// it -- with nth, at the nth and every later matching operation (a disk
@@ -210,12 +214,17 @@ class FaultyEnv : public EnvWrapper {
   /// its delay and the first armed of the others decides the outcome; the
   /// rest do not fire there.
   ///   INVALID_ARGUMENT     naming the fault and field: empty id, nth < 0,
-  ///                        probability outside [0, 1], negative latency,
+  ///                        probability outside [0, 1], latency < 0 or > 1h
+  ///                        (InfiniteDuration included),
   ///                        error < 0, prefix_bytes < -1, kShortWrite or
   ///                        kTornWrite on an op other than kAppend, an op or
   ///                        kind out of range
   ///   ALREADY_EXISTS       a fault with this id is armed
-  ///   FAILED_PRECONDITION  kCrash without a MemEnv under this Env
+  ///   FAILED_PRECONDITION  kCrash or kTornWrite (which acts only through a
+  ///                        crash) without a MemEnv under this Env
+  /// State: per-kind operation counters are kept per distinct path the Env
+  /// has touched, and fired() grows by one per firing (a repeat fault: per
+  /// firing operation).
   Status AddFault(EnvFault fault);
   /// Disarms the fault `id` (no-op when none). Its fired record stays.
   void RemoveFault(const std::string& id);

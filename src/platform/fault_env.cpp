@@ -235,7 +235,9 @@ struct FaultyEnv::State {
         const bool is_latency = f.kind == EnvFault::Kind::kLatency;
         if (decided && !is_latency) continue;
         if (!f.repeat && (a.fired || fired_before.count(f.id) != 0)) continue;
-        const bool triggered = f.nth > 0 ? (a.matches == f.nth || (f.repeat && a.matches > f.nth))
+        // An nth fault whose nth match was decided by an earlier-armed fault
+        // stays pending and fires at the next matching operation.
+        const bool triggered = f.nth > 0 ? a.matches >= f.nth
                                          : FaultDraw(seed, f.id, *at, op, at_index) < f.probability;
         if (!triggered) continue;
         a.fired = true;
@@ -394,6 +396,10 @@ Status FaultyEnv::AddFault(EnvFault fault) {
   if (fault.latency < absl::ZeroDuration()) {
     return invalid(absl::StrCat("latency ", absl::FormatDuration(fault.latency), " < 0"));
   }
+  if (fault.latency == absl::InfiniteDuration() || fault.latency > absl::Hours(1)) {
+    return invalid(absl::StrCat("latency ", absl::FormatDuration(fault.latency),
+                                " > 1h (a plan must not hang the job forever)"));
+  }
   if (fault.error < 0) return invalid(absl::StrCat("error ", fault.error, " < 0"));
   if (fault.prefix_bytes < -1) return invalid(absl::StrCat("prefix_bytes ", fault.prefix_bytes, " < -1"));
   if ((fault.kind == EnvFault::Kind::kShortWrite || fault.kind == EnvFault::Kind::kTornWrite) &&
@@ -403,6 +409,12 @@ Status FaultyEnv::AddFault(EnvFault fault) {
   if (fault.kind == EnvFault::Kind::kCrash && FindMemEnv(base()) == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "FaultyEnv::AddFault: ", name, ": crashes are only supported over a MemEnv, and there is none under this Env"));
+  }
+  if (fault.kind == EnvFault::Kind::kTornWrite && FindMemEnv(base()) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("FaultyEnv::AddFault: ", name,
+                     ": a torn write only has an effect through a crash, and crashes are only supported over a "
+                     "MemEnv, and there is none under this Env"));
   }
   MutexLock l(state_->mu);
   for (const State::Armed& a : state_->faults) {
