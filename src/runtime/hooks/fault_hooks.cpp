@@ -33,6 +33,7 @@ struct FaultInjectionHook::State {
   std::vector<HookFault> hooks;
   uint64_t seed = 0;
   bool needs_step = false;  // a step fault, or a before_run / after_run hook fault
+  bool probabilistic = false;  // a step fault with a probability (its draws need the sessions' ranges)
 
   mutable Mutex mu;
   std::set<std::string> fired_ids ABSL_GUARDED_BY(mu);  // non-repeat faults that fired (here or before)
@@ -73,16 +74,17 @@ struct FaultInjectionHook::State {
   // "hook:<callback>" when `callback` is not null) when it fires.
   bool Fire(const std::string& id, int64_t at_step, double probability, bool repeat, int64_t step,
             const char* callback) {
-    MutexLock l(mu);
     bool hit = false;
     if (at_step >= 0) {
       hit = step == at_step;
     } else if (probability > 0) {
+      MutexLock l(mu);
       hit = FaultDraw(seed, id, "step", EnvOp::kAny, StepDrawIndex(step, Attempt(step))) < probability;
     } else {
       hit = true;  // a hook fault with at_step -1: every call (once without repeat)
     }
     if (!hit) return false;
+    MutexLock l(mu);
     if (!repeat && fired_ids.count(id) != 0) return false;
     if (!repeat) fired_ids.insert(id);
     std::string path = callback == nullptr ? "step" : absl::StrCat("hook:", callback);
@@ -135,6 +137,7 @@ StatusOr<std::shared_ptr<FaultInjectionHook>> FaultInjectionHook::Create(const O
       return absl::InvalidArgumentError(absl::StrCat(where, "probability must be in [0, 1]"));
     }
     state->needs_step = true;
+    if (f.at_step < 0 && f.probability > 0) state->probabilistic = true;
   }
   for (std::size_t i = 0; i < options.hooks.size(); ++i) {
     const HookFault& f = options.hooks[i];
@@ -166,7 +169,7 @@ Status FaultInjectionHook::begin() {
 }
 
 Status FaultInjectionHook::after_create_session(Session* session, Coordinator* /*coord*/) {
-  {
+  if (state_->probabilistic) {
     MutexLock l(state_->mu);
     state_->sessions.emplace_back();
   }
@@ -188,7 +191,7 @@ StatusOr<SessionRunArgs> FaultInjectionHook::before_run(SessionRunContext& ctx) 
   StatusOr<int64_t> step = ctx.session()->GlobalStep();
   if (!step.ok()) return Annotate(step.status(), "FaultInjectionHook needs the global_step");
   st.run_step = *step;
-  st.RunStarts(st.run_step);
+  if (st.probabilistic) st.RunStarts(st.run_step);
   for (const StepFault& f : st.steps) {
     if (f.kind != StepFault::Kind::kStatus || (f.at_step < 0 && f.probability <= 0)) continue;
     if (st.Fire(f.id, f.at_step, f.probability, f.repeat, st.run_step, nullptr)) {
