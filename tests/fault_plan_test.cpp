@@ -434,6 +434,33 @@ TEST_CASE("a repeating ABORTED at step 3 recovers until max_recoveries are spent
   sess->close().IgnoreError();
 }
 
+TEST_CASE("a repeating p=0.5 ABORTED is survived: a retried step draws again, and two runs fire alike") {
+  auto run = []() {
+    TempDir dir;
+    ManualClock clock;
+    auto model = std::make_shared<Model>();
+    StepFault f = StatusAt("flaky", absl::StatusCode::kAborted, -1);
+    f.probability = 0.5;
+    f.repeat = true;
+    auto hook = MakeHook({f}, {}, /*seed=*/7);
+    auto o = Options(MakeGraph(model), dir.path(), &clock, {hook}, 12);
+    o.save_checkpoint_steps = int64_t{1};
+    o.recovery.max_recoveries = 200;
+    auto sess = Open(o);
+    const Status last = Train(*sess);
+    CHECK_MESSAGE(last.ok(), last.ToString());
+    CHECK(sess->recoveries() > 0);
+    CHECK(sess->close().ok());
+    CHECK(testing::Checkpoints(dir.path()).back() == "model.ckpt-12");
+    std::vector<int64_t> steps;
+    for (const FiredFault& fired : hook->fired()) steps.push_back(fired.op_index);
+    return steps;
+  };
+  const std::vector<int64_t> first = run();
+  CHECK(!first.empty());
+  CHECK(first == run());
+}
+
 TEST_CASE("INTERNAL at step 3 ends the run with INTERNAL naming the fault") {
   TempDir dir;
   ManualClock clock;
@@ -567,7 +594,7 @@ TEST_CASE("probabilistic step faults fire at the keyed draws' steps, whatever th
     const double p = id_p.second;
     std::vector<int64_t> expected;
     for (int64_t n = 0; n < 40; ++n) {
-      if (FaultDraw(11, id, "step", EnvOp::kAny, n) < p) expected.push_back(n);
+      if (FaultDraw(11, id, "step", EnvOp::kAny, FaultInjectionHook::StepDrawIndex(n, 1)) < p) expected.push_back(n);
     }
     CAPTURE(id);
     CHECK(!expected.empty());

@@ -418,6 +418,125 @@ TEST_CASE("AddFault rejects a malformed fault, naming it and the field") {
   CHECK(absl::IsFailedPrecondition(posix.AddFault(Fault("c", "*", EnvOp::kAny, Kind::kCrash, 1))));
 }
 
+TEST_CASE("AddFault rejects an unbounded latency, and a torn write with no MemEnv to crash") {
+  MemEnv mem;
+  FaultyEnv env(&mem);
+  EnvFault slow = Fault("slow", "*", EnvOp::kSync, Kind::kLatency, 1);
+  slow.latency = absl::InfiniteDuration();
+  Status s = env.AddFault(slow);
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "'slow': latency inf > 1h"), s.message());
+  slow.latency = absl::Hours(1) + absl::Nanoseconds(1);
+  CHECK(absl::IsInvalidArgument(env.AddFault(slow)));
+  slow.latency = absl::Hours(1);
+  CHECK(env.AddFault(slow).ok());
+
+  FaultyEnv posix(Env::Default());
+  s = posix.AddFault(Fault("torn", "*", EnvOp::kAppend, Kind::kTornWrite, 1));
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "'torn': a torn write only has an effect through a crash"),
+                s.message());
+  CHECK(env.AddFault(Fault("torn", "*", EnvOp::kAppend, Kind::kTornWrite, 1)).ok());  // over a MemEnv
+}
+
+TEST_CASE("a non-repeat nth fault shadowed at its nth match by an earlier-armed fault fires at the next match") {
+  MemEnv mem;
+  FaultyEnv env(&mem);
+  REQUIRE(env.AddFault(Fault("first", "/x", EnvOp::kAppend, Kind::kError, 1)).ok());
+  EnvFault second = Fault("second", "/x", EnvOp::kAppend, Kind::kError, 1);
+  second.error = ENOSPC;
+  REQUIRE(env.AddFault(second).ok());
+  auto file = env.NewWritableFile("/x");
+  REQUIRE(file.ok());
+  const Status a1 = (*file)->Append("1");
+  const Status a2 = (*file)->Append("2");
+  const Status a3 = (*file)->Append("3");
+  CHECK(absl::IsInternal(a1));  // "first" (EIO) decided the 1st append
+  CHECK(absl::IsResourceExhausted(a2));  // "second" was pending and fires now
+  CHECK(a3.ok());
+  const std::vector<FiredFault> fired = env.fired();
+  REQUIRE(fired.size() == 2);
+  CHECK(fired[0].id == "first");
+  CHECK(fired[0].op_index == 1);
+  CHECK(fired[1].id == "second");
+  CHECK(fired[1].op_index == 2);
+}
+
+// -- canonical paths ------------------------------------------------------------------------
+
+/// The fired faults as sorted (id, path, op, op_index) points.
+using Point = std::tuple<std::string, std::string, EnvOp, int64_t>;
+
+std::vector<Point> Points(const std::vector<FiredFault>& fired) {
+  std::vector<Point> out;
+  for (const FiredFault& f : fired) out.emplace_back(f.id, f.path, f.op, f.op_index);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+
+TEST_CASE("CanonicalPath strips exactly a trailing .tempstate<digits> or .tmp<digits>-<digits>") {
+  CHECK(FaultyEnv::CanonicalPath("/c/model.ckpt-2.data-00000-of-00001.tempstate1234567890123") ==
+        "/c/model.ckpt-2.data-00000-of-00001");
+  CHECK(FaultyEnv::CanonicalPath("/c/model.ckpt-2.index.tempstate7") == "/c/model.ckpt-2.index");
+  CHECK(FaultyEnv::CanonicalPath("/c/checkpoint.tmp4242-17") == "/c/checkpoint");
+  // Anything else is unchanged.
+  for (const char* kept : {"/c/model.ckpt-2.index", "/c/a.tempstate", "/c/a.tempstate12x", "/c/a.tempstate12/b",
+                           "/c/checkpoint.tmp", "/c/checkpoint.tmp12", "/c/checkpoint.tmp12-", "/c/a.tmp-3",
+                           "/c/a.tmp1-2x", "/tmp1-2/a", ""}) {
+    CAPTURE(kept);
+    CHECK(FaultyEnv::CanonicalPath(kept) == kept);
+  }
+}
+
+/// Writes, through `env`, a bundle data temporary and a state-file temporary
+/// with the given suffixes, 40 appends each, then renames them; returns the
+/// fired faults.
+std::vector<FiredFault> WriteTemporaries(FaultyEnv* env, const std::string& tempstate, const std::string& tmp) {
+  REQUIRE(env->RecursivelyCreateDir("/c").ok());
+  const std::string data = "/c/m-1.data-00000-of-00001.tempstate" + tempstate;
+  const std::string state = "/c/checkpoint.tmp" + tmp;
+  for (const std::string& path : {data, state}) {
+    auto file = env->NewWritableFile(path);
+    REQUIRE(file.ok());
+    for (int i = 0; i < 40; ++i) (*file)->Append("x").IgnoreError();
+    (*file)->Close().IgnoreError();
+  }
+  env->RenameFile(data, "/c/m-1.data-00000-of-00001").IgnoreError();
+  env->RenameFile(state, "/c/checkpoint").IgnoreError();
+  return env->fired();
+}
+
+TEST_CASE("the same seed fires at the same canonical (path, op index) points whatever the temporaries' suffixes") {
+  auto run = [](const std::string& tempstate, const std::string& tmp) {
+    MemEnv mem;
+    FaultyEnv env(&mem, /*seed=*/7);
+    EnvFault coin = Fault("coin", "*", EnvOp::kAppend, Kind::kError, 0);
+    coin.probability = 0.5;
+    coin.repeat = true;
+    REQUIRE(env.AddFault(coin).ok());
+    EnvFault ren = Fault("ren", "*/checkpoint*", EnvOp::kRename, Kind::kError, 0);
+    ren.probability = 1;
+    REQUIRE(env.AddFault(ren).ok());
+    return WriteTemporaries(&env, tempstate, tmp);
+  };
+  const auto a = run("1234567890", "100-0");
+  const auto b = run("987", "4242-17");
+  CHECK(Points(a) == Points(b));
+  int appends = 0;
+  for (const FiredFault& f : a) {
+    CAPTURE(f.path);
+    CHECK((f.path == "/c/m-1.data-00000-of-00001" || f.path == "/c/checkpoint"));  // no suffix recorded
+    if (f.op == EnvOp::kAppend) {
+      ++appends;
+      CHECK(FaultDraw(7, "coin", f.path, EnvOp::kAppend, f.op_index) < 0.5);
+    }
+    if (f.op == EnvOp::kRename) CHECK(f.op_index == 1);  // the temporary and its target count once
+  }
+  CHECK(appends > 10);
+  CHECK(appends < 70);
+}
+
 // -- short and torn writes, latency --------------------------------------------------------
 
 TEST_CASE("a short write appends a prefix, then fails as a full disk does") {
@@ -561,14 +680,6 @@ TEST_CASE("Crash reaches a MemEnv under other EnvWrappers, and needs one") {
 
 // -- determinism across threads ----------------------------------------------------------------
 
-using Point = std::tuple<std::string, std::string, EnvOp, int64_t>;
-
-std::vector<Point> Points(const std::vector<FiredFault>& fired) {
-  std::vector<Point> out;
-  for (const FiredFault& f : fired) out.emplace_back(f.id, f.path, f.op, f.op_index);
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 /// Two writers append 300 records each to their own files through one
 /// FaultyEnv with seed 5; `order` 0: A then B, 1: B then A, 2: concurrently.
@@ -682,7 +793,10 @@ TEST_CASE("ENOSPC appending a checkpoint's data file: the save fails RESOURCE_EX
   const auto saved = saver->Save(vars, kPrefix, 2);
   REQUIRE_FALSE(saved.ok());
   CHECK(absl::IsResourceExhausted(saved.status()));
-  CHECK(absl::StrContains(saved.status().message(), "/ckpt/model.ckpt-2.data-00000-of-00001"));
+  // The message names the real file, the bundle writer's temporary (as the doc says).
+  CHECK(absl::StrContains(saved.status().message(), "write /ckpt/model.ckpt-2.data-00000-of-00001.tempstate"));
+  REQUIRE(!env.fired().empty());
+  CHECK(env.fired()[0].path == "/ckpt/model.ckpt-2.data-00000-of-00001");  // the record: canonical
   env.ClearFaults();
   auto latest = LatestCheckpoint(&env, kDir);
   REQUIRE(latest.ok());
@@ -764,6 +878,32 @@ TEST_CASE("a crash after a completed save restores it; a crash at any point of a
     ++crash_points;
   }
   CHECK(crash_points > 5);
+}
+
+TEST_CASE("a p=0.5 repeating fault on checkpoint files fires at the same points in two runs of a Saver") {
+  auto run = []() {
+    MemEnv mem;
+    ManualClock clock;
+    FaultyEnv env(&mem, /*seed=*/7);
+    VariableStore vars;
+    std::unique_ptr<Saver> saver = SavedStep1(&env, &vars, &clock);
+    EnvFault coin = Fault("coin", "/ckpt/*", EnvOp::kAny, Kind::kError, 0);
+    coin.probability = 0.5;
+    coin.repeat = true;
+    REQUIRE(env.AddFault(coin).ok());
+    std::vector<bool> saved;
+    for (int64_t step = 2; step <= 12; ++step) {
+      Fill(&vars, step);
+      saved.push_back(saver->Save(vars, kPrefix, step).ok());
+    }
+    return std::make_pair(saved, Points(env.fired()));
+  };
+  const auto first = run();
+  const auto second = run();  // BundleWriter's random suffixes differ from the first run's
+  CHECK(first.first == second.first);
+  CHECK(first.second == second.second);
+  CHECK(!first.second.empty());
+  for (const auto& p : first.second) CHECK_FALSE(absl::StrContains(std::get<1>(p), "tmp"));
 }
 
 }  // namespace

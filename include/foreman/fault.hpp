@@ -27,8 +27,9 @@
 //   FOREMAN_ASSIGN_OR_RETURN(auto saver, foreman::Saver::Create(options));
 //   std::map<std::string, foreman::Tensor> tensors = {{"w", foreman::Tensor(foreman::DataType::kFloat, {2})}};
 //   foreman::StatusOr<std::string> saved = saver->Save(tensors, "/run/model.ckpt", 1);
-//   // RESOURCE_EXHAUSTED "write /run/model.ckpt-1.data-00000-of-00001: No space left
-//   // on device (injected fault disk-full)"
+//   // RESOURCE_EXHAUSTED "write /run/model.ckpt-1.data-00000-of-00001.tempstate<N>:
+//   // No space left on device (injected fault disk-full)" (<N>: BundleWriter's
+//   // random temporary suffix; the file is renamed once complete)
 //   if (saved.ok() || !absl::IsResourceExhausted(saved.status())) return absl::InternalError("no fault");
 //   if (faulty.fired().size() != 1) return absl::InternalError("not recorded");
 //   ```
@@ -41,16 +42,26 @@
 // message is the POSIX Env's ("<syscall> <path>: <strerror>") followed by
 // " (injected fault <id>)".
 //
-// Determinism. Every path has, per operation kind, an operation index: the
-// n-th Append to "/run/a" since this FaultyEnv was created (through any of
-// its handles to that file) is index n, 1-based, whichever thread makes it. A
-// probabilistic fault fires at an operation when a draw keyed by (seed,
-// fault id, path, operation kind, operation index) -- a pure function, no
-// shared random stream -- falls below its probability, so the same seed and
-// faults select the same (path, operation index) points however threads
-// interleave. An `nth` fault counts the matching operations of all paths
-// together, so it is reproducible when those operations are ordered (one
-// writer; or a pattern that matches one file).
+// Determinism. Every canonical path (FaultyEnv::CanonicalPath: the path
+// without a writer's unique temporary suffix) has, per operation kind, an
+// operation index: the n-th Append to "/run/a" since this FaultyEnv was
+// created (through any of its handles to that file, or to its temporaries)
+// is index n, 1-based, whichever thread makes it. A probabilistic fault fires
+// at an operation when a draw keyed by (seed, fault id, canonical path,
+// operation kind, operation index) -- a pure function, no shared random
+// stream -- falls below its probability, so the same seed and faults select
+// the same (canonical path, operation index) points however threads
+// interleave, and whatever random or pid suffix a temporary got. An `nth`
+// fault counts the matching operations of all paths together, so it is
+// reproducible when those operations are ordered (one writer; or a pattern
+// that matches one file).
+//
+// Patterns. A glob matches the real path, temporary suffix included: a
+// checkpoint's files are written as "<prefix>.index.tempstate<N>" and
+// "<prefix>.data-00000-of-00001.tempstate<N>" and renamed when complete, so
+// "*.index" matches no checkpoint write -- end such patterns in '*'
+// ("*.index*", "*.data-*"). '[' in a path is a glob bracket: escape it
+// ("\\[") to match it literally.
 #pragma once
 
 #include <cstdint>
@@ -154,8 +165,10 @@ struct EnvFault {
   /// Names the fault in the record of fired faults and keys its random
   /// draws; unique within a FaultyEnv, not empty.
   std::string id;
-  /// fnmatch(3) glob (no flags: '*' matches '/' too) on the full path as
-  /// the caller passed it; "*" or empty matches every path.
+  /// fnmatch(3) glob (no flags: '*' matches '/' too; '[' opens a bracket,
+  /// "\\[" matches a '[') on the full, real path as the caller passed it,
+  /// temporary suffix included (a checkpoint write: end the pattern in '*');
+  /// "*" or empty matches every path.
   std::string path_pattern;
   EnvOp op = EnvOp::kAny;
   Kind kind = Kind::kError;
@@ -165,12 +178,16 @@ struct EnvFault {
   /// kShortWrite, kTornWrite: bytes of the append kept (durably, for a torn
   /// write). -1: half of the append, rounded down.
   int64_t prefix_bytes = -1;
-  /// kLatency: the added delay, >= 0.
+  /// kLatency: the added delay, in [0, 1h] (a plan must not hang a job).
   absl::Duration latency = absl::ZeroDuration();
   /// Fire at the nth operation (1-based) this fault matches, counted over all
-  /// paths; 0: use `probability` instead.
+  /// paths; 0: use `probability` instead. When an earlier-armed fault decides
+  /// the nth operation's outcome, this one stays pending and fires at the
+  /// next matching operation that no earlier fault decides.
   int64_t nth = 0;
-  /// With nth == 0: the chance, in [0, 1], that a matching operation fires.
+  /// With nth == 0: the chance, in [0, 1], that a matching operation fires
+  /// (a draw below it at an operation an earlier fault decides is lost; the
+  /// next matching operation draws again).
   double probability = 0;
   /// false: fires at most once. true: fires at every operation that triggers
   /// it -- with nth, at the nth and every later matching operation (a disk
@@ -178,9 +195,11 @@ struct EnvFault {
   bool repeat = false;
 };
 
-/// A fault that fired: which, where, and that path's operation index (per
-/// operation kind, 1-based). For a FaultInjectionHook's faults: path "step"
-/// or "hook:<callback>", op kAny, op_index the global_step.
+/// A fault that fired: which, where (the canonical path,
+/// FaultyEnv::CanonicalPath: no pid or random temporary suffix), and that
+/// path's operation index (per operation kind, 1-based). For a
+/// FaultInjectionHook's faults: path "step" or "hook:<callback>", op kAny,
+/// op_index the global_step.
 struct FiredFault {
   std::string id;
   std::string path;
@@ -210,12 +229,19 @@ class FaultyEnv : public EnvWrapper {
   /// its delay and the first armed of the others decides the outcome; the
   /// rest do not fire there.
   ///   INVALID_ARGUMENT     naming the fault and field: empty id, nth < 0,
-  ///                        probability outside [0, 1], negative latency,
+  ///                        probability outside [0, 1], latency < 0 or > 1h
+  ///                        (InfiniteDuration included),
   ///                        error < 0, prefix_bytes < -1, kShortWrite or
   ///                        kTornWrite on an op other than kAppend, an op or
   ///                        kind out of range
   ///   ALREADY_EXISTS       a fault with this id is armed
-  ///   FAILED_PRECONDITION  kCrash without a MemEnv under this Env
+  ///   FAILED_PRECONDITION  kCrash or kTornWrite (which acts only through a
+  ///                        crash) without a MemEnv under this Env
+  /// State: per-kind operation counters are kept per distinct canonical path
+  /// the Env has touched, and fired() grows by one per firing (a repeat
+  /// fault: per firing operation). Checkpoint temporaries share their
+  /// canonical path, so a job's checkpoints add one set of counters per
+  /// saved step, not one per save attempt or process.
   Status AddFault(EnvFault fault);
   /// Disarms the fault `id` (no-op when none). Its fired record stays.
   void RemoveFault(const std::string& id);
@@ -248,6 +274,16 @@ class FaultyEnv : public EnvWrapper {
   void Recover();
   /// True between Crash() (or a kCrash fault) and Recover().
   bool crashed() const;
+
+  /// The path that keys draws, operation indexes and FiredFault::path:
+  /// `path` without a writer's unique temporary suffix at its end, which
+  /// would otherwise differ in every run --
+  ///   ".tempstate<digits>"      BundleWriter's checkpoint temporaries (a
+  ///                             random number);
+  ///   ".tmp<digits>-<digits>"   WriteFileAtomic's (e.g. the state file's
+  ///                             "checkpoint.tmp<pid>-<n>").
+  /// Any other path is returned unchanged. Thread-safe.
+  static std::string CanonicalPath(const std::string& path);
 
   // -- Env -------------------------------------------------------------------
 
@@ -334,9 +370,15 @@ struct HookFault {
 
 /// A SessionRunHook that injects StepFaults and HookFaults, and records the
 /// ones that fired (FiredFault: path "step" or "hook:<callback>", op kAny,
-/// op_index = the global_step). A probabilistic step fault fires at step n
-/// when FaultDraw(seed, id, "step", EnvOp::kAny, n) < probability: the same
-/// seed selects the same steps in every run and process.
+/// op_index = the global_step). A probabilistic step fault fires at the run
+/// that starts at global_step n when FaultDraw(seed, id, "step", EnvOp::kAny,
+/// StepDrawIndex(n, attempt)) < probability, where attempt (1-based) counts
+/// the sessions of this hook (after_create_session calls; a recovery creates
+/// one) that ran step n, the current one included: the same seed selects the
+/// same (step, attempt) points in every run and process, and the retry of a
+/// step after a recovery draws again, so a repeating probabilistic
+/// preemption can be survived. State: one [first, last] step range per
+/// session.
 ///
 /// Usage: build it, pass it among the session's hooks, and wrap the graph's
 /// step when the plan has kNanLoss faults:
@@ -385,7 +427,11 @@ class FaultInjectionHook : public SessionRunHook {
   /// (it may outlive the hook).
   StepFn WrapStep(StepFn step) const;
 
-  /// Every fault that fired, in order. Thread-safe.
+  /// The op_index key of a step fault's draw: global_step * 2^20 + attempt
+  /// (modulo 2^64). Thread-safe.
+  static int64_t StepDrawIndex(int64_t global_step, int64_t attempt);
+
+  /// Every fault that fired, in order (grows by one per firing). Thread-safe.
   std::vector<FiredFault> fired() const;
   /// Records faults as fired in an earlier process of the run (e.g. from
   /// ReadFiredFaults): a fault without `repeat` whose id is listed does not

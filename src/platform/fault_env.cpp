@@ -136,6 +136,10 @@ struct Where {
   }
 };
 
+bool AllDigits(absl::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 bool Matches(const std::string& pattern, const std::string& path) {
   return pattern.empty() || fnmatch(pattern.c_str(), path.c_str(), 0) == 0;
 }
@@ -189,8 +193,9 @@ struct FaultyEnv::State {
   /// The per-kind operation counters of `path`; the pointer stays valid for
   /// the state's life (a std::map node). Read and written under mu.
   std::array<int64_t, kNumEnvOps>* CountsFor(const std::string& path) {
+    const std::string canonical = CanonicalPath(path);
     MutexLock l(mu);
-    return &op_counts[path];
+    return &op_counts[canonical];
   }
 
   Status Crash() {
@@ -212,30 +217,38 @@ struct FaultyEnv::State {
     if (crashed.load()) return CrashedError(where, "");
     const std::string& path = where.path;
     const std::string* other = where.other;
+    // Draws, operation indexes and the record use the canonical paths (see
+    // FaultyEnv::CanonicalPath); the globs match the real ones.
+    const std::string canonical = CanonicalPath(path);
+    const std::string other_canonical = other != nullptr ? CanonicalPath(*other) : std::string();
     absl::Duration latency = absl::ZeroDuration();
     bool crash = false;
     Status error;
     {
       MutexLock l(mu);
       const int k = static_cast<int>(op);
-      const int64_t index = ++(counts != nullptr ? *counts : op_counts[path])[k];
-      const int64_t other_index = other != nullptr ? ++op_counts[*other][k] : 0;
+      const int64_t index = ++(counts != nullptr ? *counts : op_counts[canonical])[k];
+      // A rename between two names of one canonical path counts once.
+      const int64_t other_index =
+          other == nullptr ? 0 : other_canonical == canonical ? index : ++op_counts[other_canonical][k];
       bool decided = false;
       for (Armed& a : faults) {
         const EnvFault& f = a.fault;
         if (f.op != EnvOp::kAny && f.op != op) continue;
-        const std::string* at = &path;
+        const std::string* at = &canonical;
         int64_t at_index = index;
         if (!Matches(f.path_pattern, path)) {
           if (other == nullptr || !Matches(f.path_pattern, *other)) continue;
-          at = other;
+          at = &other_canonical;
           at_index = other_index;
         }
         ++a.matches;
         const bool is_latency = f.kind == EnvFault::Kind::kLatency;
         if (decided && !is_latency) continue;
         if (!f.repeat && (a.fired || fired_before.count(f.id) != 0)) continue;
-        const bool triggered = f.nth > 0 ? (a.matches == f.nth || (f.repeat && a.matches > f.nth))
+        // An nth fault whose nth match was decided by an earlier-armed fault
+        // stays pending and fires at the next matching operation.
+        const bool triggered = f.nth > 0 ? a.matches >= f.nth
                                          : FaultDraw(seed, f.id, *at, op, at_index) < f.probability;
         if (!triggered) continue;
         a.fired = true;
@@ -370,6 +383,25 @@ class FaultyRandomAccessFile : public RandomAccessFile {
 
 // -- FaultyEnv -------------------------------------------------------------------------------
 
+std::string FaultyEnv::CanonicalPath(const std::string& path) {
+  const absl::string_view p(path);
+  // BundleWriter's temporaries: "<file>.tempstate<digits>" (a random number).
+  const std::size_t tempstate = p.rfind(".tempstate");
+  if (tempstate != absl::string_view::npos && AllDigits(p.substr(tempstate + 10))) {
+    return std::string(p.substr(0, tempstate));
+  }
+  // WriteFileAtomic's temporaries: "<file>.tmp<pid>-<n>".
+  const std::size_t tmp = p.rfind(".tmp");
+  if (tmp != absl::string_view::npos) {
+    const absl::string_view rest = p.substr(tmp + 4);
+    const std::size_t dash = rest.find('-');
+    if (dash != absl::string_view::npos && AllDigits(rest.substr(0, dash)) && AllDigits(rest.substr(dash + 1))) {
+      return std::string(p.substr(0, tmp));
+    }
+  }
+  return path;
+}
+
 FaultyEnv::FaultyEnv(Env* base, uint64_t seed, Clock* clock)
     : EnvWrapper(base), state_(std::make_shared<State>(base, seed, clock)) {}
 
@@ -394,6 +426,10 @@ Status FaultyEnv::AddFault(EnvFault fault) {
   if (fault.latency < absl::ZeroDuration()) {
     return invalid(absl::StrCat("latency ", absl::FormatDuration(fault.latency), " < 0"));
   }
+  if (fault.latency == absl::InfiniteDuration() || fault.latency > absl::Hours(1)) {
+    return invalid(absl::StrCat("latency ", absl::FormatDuration(fault.latency),
+                                " > 1h (a plan must not hang the job forever)"));
+  }
   if (fault.error < 0) return invalid(absl::StrCat("error ", fault.error, " < 0"));
   if (fault.prefix_bytes < -1) return invalid(absl::StrCat("prefix_bytes ", fault.prefix_bytes, " < -1"));
   if ((fault.kind == EnvFault::Kind::kShortWrite || fault.kind == EnvFault::Kind::kTornWrite) &&
@@ -403,6 +439,12 @@ Status FaultyEnv::AddFault(EnvFault fault) {
   if (fault.kind == EnvFault::Kind::kCrash && FindMemEnv(base()) == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "FaultyEnv::AddFault: ", name, ": crashes are only supported over a MemEnv, and there is none under this Env"));
+  }
+  if (fault.kind == EnvFault::Kind::kTornWrite && FindMemEnv(base()) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("FaultyEnv::AddFault: ", name,
+                     ": a torn write only has an effect through a crash, and crashes are only supported over a "
+                     "MemEnv, and there is none under this Env"));
   }
   MutexLock l(state_->mu);
   for (const State::Armed& a : state_->faults) {

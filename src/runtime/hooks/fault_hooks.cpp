@@ -33,6 +33,7 @@ struct FaultInjectionHook::State {
   std::vector<HookFault> hooks;
   uint64_t seed = 0;
   bool needs_step = false;  // a step fault, or a before_run / after_run hook fault
+  bool probabilistic = false;  // a step fault with a probability (its draws need the sessions' ranges)
 
   mutable Mutex mu;
   std::set<std::string> fired_ids ABSL_GUARDED_BY(mu);  // non-repeat faults that fired (here or before)
@@ -40,6 +41,34 @@ struct FaultInjectionHook::State {
 
   // Training thread only: the global_step the current run started at.
   int64_t run_step = -1;
+
+  // The global_steps each session of this hook ran (after_create_session
+  // starts one): [first, last] run steps, in order; the last is the current
+  // one. A step's attempt is 1 + the earlier sessions whose range holds it.
+  struct Range {
+    int64_t first = -1;
+    int64_t last = -1;
+  };
+  std::vector<Range> sessions ABSL_GUARDED_BY(mu);
+
+  // Notes that a run starts at `step` in the current session (the first run
+  // without after_create_session, e.g. outside a MonitoredSession, opens one).
+  void RunStarts(int64_t step) {
+    MutexLock l(mu);
+    if (sessions.empty()) sessions.emplace_back();
+    Range& r = sessions.back();
+    if (r.first < 0 || step < r.first) r.first = step;
+    if (step > r.last) r.last = step;
+  }
+
+  // How many sessions of this hook, this one included, have run `step`.
+  int64_t Attempt(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    int64_t attempt = 1;
+    for (std::size_t i = 0; i + 1 < sessions.size(); ++i) {
+      if (sessions[i].first >= 0 && sessions[i].first <= step && step <= sessions[i].last) ++attempt;
+    }
+    return attempt;
+  }
 
   // Whether a fault triggers at `step`; records it (path "step", or
   // "hook:<callback>" when `callback` is not null) when it fires.
@@ -49,7 +78,8 @@ struct FaultInjectionHook::State {
     if (at_step >= 0) {
       hit = step == at_step;
     } else if (probability > 0) {
-      hit = FaultDraw(seed, id, "step", EnvOp::kAny, step) < probability;
+      MutexLock l(mu);
+      hit = FaultDraw(seed, id, "step", EnvOp::kAny, StepDrawIndex(step, Attempt(step))) < probability;
     } else {
       hit = true;  // a hook fault with at_step -1: every call (once without repeat)
     }
@@ -71,6 +101,10 @@ struct FaultInjectionHook::State {
     }
   }
 };
+
+int64_t FaultInjectionHook::StepDrawIndex(int64_t global_step, int64_t attempt) {
+  return static_cast<int64_t>((static_cast<uint64_t>(global_step) << 20) + static_cast<uint64_t>(attempt));
+}
 
 StatusOr<std::shared_ptr<FaultInjectionHook>> FaultInjectionHook::Create(const Options& options) {
   auto state = std::make_shared<State>();
@@ -103,6 +137,7 @@ StatusOr<std::shared_ptr<FaultInjectionHook>> FaultInjectionHook::Create(const O
       return absl::InvalidArgumentError(absl::StrCat(where, "probability must be in [0, 1]"));
     }
     state->needs_step = true;
+    if (f.at_step < 0 && f.probability > 0) state->probabilistic = true;
   }
   for (std::size_t i = 0; i < options.hooks.size(); ++i) {
     const HookFault& f = options.hooks[i];
@@ -134,6 +169,10 @@ Status FaultInjectionHook::begin() {
 }
 
 Status FaultInjectionHook::after_create_session(Session* session, Coordinator* /*coord*/) {
+  if (state_->probabilistic) {
+    MutexLock l(state_->mu);
+    state_->sessions.emplace_back();
+  }
   int64_t step = -1;
   for (const HookFault& f : state_->hooks) {
     if (f.callback == "after_create_session") {
@@ -152,6 +191,7 @@ StatusOr<SessionRunArgs> FaultInjectionHook::before_run(SessionRunContext& ctx) 
   StatusOr<int64_t> step = ctx.session()->GlobalStep();
   if (!step.ok()) return Annotate(step.status(), "FaultInjectionHook needs the global_step");
   st.run_step = *step;
+  if (st.probabilistic) st.RunStarts(st.run_step);
   for (const StepFault& f : st.steps) {
     if (f.kind != StepFault::Kind::kStatus || (f.at_step < 0 && f.probability <= 0)) continue;
     if (st.Fire(f.id, f.at_step, f.probability, f.repeat, st.run_step, nullptr)) {
