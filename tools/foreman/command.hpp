@@ -16,6 +16,12 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
 
+/// `foreman chaos`: runs a small `foreman train` job under seeded fault plans,
+/// restarting it as a supervisor would, and checks invariants after every run
+/// (docs/fault-injection.md). Exit codes: 0 every invariant held, 1 one
+/// failed, 2 bad flags or plan.
+void AddChaosCommand(CLI::App& app, int* exit_code);
+
 /// `foreman devices`: CUDA devices visible to this build.
 void AddDevicesCommand(CLI::App& app, int* exit_code);
 

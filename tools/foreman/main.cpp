@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
 
   int exit_code = foreman::cli::kExitOk;
+  foreman::cli::AddChaosCommand(app, &exit_code);
   foreman::cli::AddDevicesCommand(app, &exit_code);
   foreman::cli::AddEventsCommand(app, &exit_code);
   foreman::cli::AddInspectCommand(app, &exit_code);

@@ -1,0 +1,68 @@
+// `foreman chaos`'s invariant checks, each on what a `foreman train` run left
+// in its checkpoint directory or printed to its log (docs/fault-injection.md,
+// "foreman chaos", lists the invariants and what a failure means).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "foreman/env.hpp"
+#include "foreman/status.hpp"
+
+namespace foreman::cli {
+
+/// Every checkpoint the state file of `dir` lists (and its latest) opens and
+/// verifies (the CRC32C of every tensor, BundleReader::VerifyAll), and
+/// LatestCheckpoint finds one to restore when checkpoints exist. No state
+/// file and no checkpoint: OK. DATA_LOSS naming each bad checkpoint and why.
+Status VerifyListedCheckpoints(Env* env, const std::string& dir);
+
+/// The global_step of the checkpoint LatestCheckpoint picks in `dir` (what a
+/// restart restores); -1 when there is none. Errors: LatestCheckpoint's, or
+/// INVALID_ARGUMENT for a prefix without a "-<step>" suffix.
+StatusOr<int64_t> LatestCheckpointStep(Env* env, const std::string& dir);
+
+/// The latest checkpoints of `expected_dir` and `actual_dir` hold the same
+/// tensors bit for bit (names, dtypes, shapes, bytes; optimizer slots,
+/// global_step and the input position included). FAILED_PRECONDITION naming
+/// the differing tensors (at most 5, then a count) or the missing ones.
+Status CompareFinalWeights(Env* env, const std::string& expected_dir, const std::string& actual_dir);
+
+/// TensorBoard's view of the runs in `dir` and `dir`/eval: reading each
+/// directory's event files in name order (= creation order), a SessionLog
+/// START at step s purges the earlier events with step >= s; after that each
+/// (tag, step) scalar may appear at most once. A cut last record (SIGKILL
+/// while writing) is not an error. FAILED_PRECONDITION naming the duplicates
+/// (at most 5, then a count); a file that does not read: its error.
+Status CheckScalarsOnce(Env* env, const std::string& dir);
+
+/// What one `foreman train` process printed (stdout and stderr, one file).
+struct TrainLog {
+  /// The step the process restored at its start ("Restoring parameters from
+  /// <prefix>-<step>"), nullopt when it started fresh (or never got there).
+  std::optional<int64_t> restored_step;
+  /// The last global_step the process reported completing (its progress line
+  /// "step <n>...", printed after every step with --log-step-count-steps 1);
+  /// the start step when it completed none; -1 when it did not start.
+  int64_t last_step = -1;
+  /// In-process recoveries (MonitoredSession's WARNING "Recovered from a
+  /// preemption error ...") and the steps they lost (reported - restored).
+  int64_t recoveries = 0;
+  int64_t recovery_steps_lost = 0;
+  /// The id of the injected fault that ended the process ("foreman train:
+  /// stopped by injected fault <id>: ..."), empty when none did.
+  std::string stopped_by_fault;
+  /// The job stopped after a signal with its final checkpoint ("stopped by
+  /// SIGTERM after its final checkpoint").
+  bool stopped_by_signal = false;
+  /// Each place where global_step moved other than +1 per step, or back to a
+  /// restored checkpoint (empty: it never did).
+  std::vector<std::string> step_errors;
+};
+
+/// Parses a process's log (see TrainLog).
+TrainLog ParseTrainLog(const std::string& text);
+
+}  // namespace foreman::cli

@@ -1,0 +1,133 @@
+// `foreman chaos`'s preset plans (chaos_plan.hpp).
+#include "chaos_plan.hpp"
+
+#include "absl/strings/str_cat.h"
+
+namespace foreman::cli {
+namespace {
+
+// SplitMix64 (Steele, Lea, Flood 2014): a tiny generator whose stream is fixed
+// by its definition, unlike std::uniform_int_distribution's.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t state) : state_(state) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // In [lo, hi]; the modulo bias (< 2^-50 here) does not matter for a plan.
+  int64_t Uniform(int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(Next() % static_cast<uint64_t>(hi - lo + 1));
+  }
+  template <class T, std::size_t N>
+  const T& Pick(const T (&options)[N]) {
+    return options[Uniform(0, static_cast<int64_t>(N) - 1)];
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// FNV-1a 64 of the preset's name: each preset draws its own stream.
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+constexpr int64_t kFirstStep = 1;
+constexpr int64_t kLastStep = 199;
+
+nlohmann::json DiskFault(SplitMix64& rng, const std::string& id) {
+  struct Target {
+    const char* path;
+    const char* what;
+  };
+  // Patterns end in '*': checkpoint files are written as temporaries
+  // (docs/fault-injection.md); "*/checkpoint.tmp*" is the state file's.
+  static constexpr Target kTargets[] = {
+      {"*.data-*", "data"}, {"*.index*", "index"}, {"*/checkpoint.tmp*", "state"}};
+  static constexpr const char* kOps[] = {"append", "sync", "rename"};
+  static constexpr const char* kErrors[] = {"EIO", "ENOSPC"};
+  const Target& target = rng.Pick(kTargets);
+  std::string op = rng.Pick(kOps);
+  // The state file is written in one append.
+  const int64_t max_nth = op == std::string("append") && std::string(target.what) != "state" ? 30 : 10;
+  nlohmann::json f;
+  f["id"] = id;
+  f["type"] = "env";
+  f["path"] = target.path;
+  f["op"] = op;
+  f["error"] = rng.Pick(kErrors);
+  f["nth"] = rng.Uniform(1, max_nth);
+  return f;
+}
+
+nlohmann::json StepFault(SplitMix64& rng, const std::string& id) {
+  static constexpr const char* kKinds[] = {"ABORTED", "UNAVAILABLE", "INTERNAL", "nan_loss"};
+  const std::string kind = rng.Pick(kKinds);
+  nlohmann::json f;
+  f["id"] = id;
+  f["type"] = "step";
+  if (kind == "nan_loss") {
+    f["nan_loss"] = true;
+  } else {
+    f["status"] = kind;
+  }
+  f["at_step"] = rng.Uniform(kFirstStep, kLastStep);
+  return f;
+}
+
+nlohmann::json SignalFault(SplitMix64& rng, const std::string& id) {
+  static constexpr const char* kSignals[] = {"SIGKILL", "SIGTERM"};
+  nlohmann::json f;
+  f["id"] = id;
+  f["type"] = "process";
+  f["signal"] = rng.Pick(kSignals);
+  f["at_step"] = rng.Uniform(kFirstStep, kLastStep);
+  return f;
+}
+
+}  // namespace
+
+const std::vector<std::string>& ChaosPresetNames() {
+  static const std::vector<std::string> names = {"disk", "steps", "signals", "all"};
+  return names;
+}
+
+StatusOr<nlohmann::json> ChaosPresetPlan(const std::string& preset, uint64_t seed) {
+  SplitMix64 rng(Fnv1a(absl::StrCat("foreman-chaos/", preset)) ^ (seed * 0x9e3779b97f4a7c15ULL));
+  nlohmann::json faults = nlohmann::json::array();
+  if (preset == "disk") {
+    const int64_t n = rng.Uniform(1, 2);
+    for (int64_t i = 1; i <= n; ++i) faults.push_back(DiskFault(rng, absl::StrCat("disk-", i)));
+  } else if (preset == "steps") {
+    const int64_t n = rng.Uniform(1, 2);
+    for (int64_t i = 1; i <= n; ++i) faults.push_back(StepFault(rng, absl::StrCat("step-", i)));
+  } else if (preset == "signals") {
+    faults.push_back(SignalFault(rng, "signal-1"));
+  } else if (preset == "all") {
+    const int64_t n = rng.Uniform(1, 3);
+    for (int64_t i = 1; i <= n; ++i) {
+      switch (rng.Uniform(0, 2)) {
+        case 0: faults.push_back(DiskFault(rng, absl::StrCat("disk-", i))); break;
+        case 1: faults.push_back(StepFault(rng, absl::StrCat("step-", i))); break;
+        default: faults.push_back(SignalFault(rng, absl::StrCat("signal-", i))); break;
+      }
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--preset: unknown preset '", preset, "' (disk, steps, signals or all)"));
+  }
+  nlohmann::json plan;
+  plan["seed"] = seed;
+  plan["faults"] = std::move(faults);
+  return plan;
+}
+
+}  // namespace foreman::cli
