@@ -21,6 +21,7 @@
 #include "foreman/checkpoint.hpp"
 #include "foreman/clock.hpp"
 #include "foreman/event_reader.hpp"
+#include "foreman/fault.hpp"
 #include "foreman/monitored_session.hpp"
 #include "foreman/stop.hpp"
 #include "foreman/summary.hpp"
@@ -379,6 +380,47 @@ TEST_CASE("B16 max_wait_secs is ignored by the chief; stop_grace_period_secs bou
 
 // B17 (distribute-coordinator worker contexts) is not emulated: Foreman has
 // no distribute coordinator, so there is nothing to test.
+
+TEST_CASE("an in-process recovery writes SessionLog START at the restored step + 1, so TensorBoard shows each replayed summary once") {
+  // Found by `foreman chaos --preset steps --seed 0`: TF's SummarySaverHook
+  // writes START only after the first run of the hook's life (B114), so the
+  // summaries of the steps a recovery replays were in the event file twice
+  // for TensorBoard's purge rule (B154). As after a restarted process, the
+  // first run of a recovered session now writes START at its post-run step.
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.save_checkpoint_steps = int64_t{5};
+  o.save_summaries_steps = int64_t{1};
+  StepFault preempt;
+  preempt.id = "preempt";
+  preempt.code = absl::StatusCode::kAborted;
+  preempt.at_step = 7;
+  auto faults = FaultInjectionHook::Create({{preempt}, {}, /*seed=*/0});
+  REQUIRE(faults.ok());
+  o.hooks = {*faults};
+  auto sess = Open(o);
+  for (int i = 0; i < 9; ++i) REQUIRE(sess->run({"train_op"}).ok());  // 7 runs lose 2 steps: global_step 7
+  CHECK(sess->recoveries() == 1);
+  CHECK(sess->close().ok());
+  auto events = Events(dir.path());
+  // The first session: START at 1, summaries at 1..7; the recovered one
+  // restores step 5: START at 6 purges 6 and 7, then 6..7 are written again.
+  CHECK(SessionLogSteps(events, SessionLogStatus::kStart) == std::vector<int64_t>{1, 6});
+  std::map<int64_t, int> kept;  // step -> copies TensorBoard keeps
+  for (const Event& e : events) {
+    if (e.kind == Event::Kind::kSessionLog && e.session_status == SessionLogStatus::kStart) {
+      kept.erase(kept.lower_bound(e.step), kept.end());
+    }
+    for (const SummaryValue& v : e.values) {
+      if (v.tag == "loss") ++kept[e.step];
+    }
+  }
+  std::map<int64_t, int> once;
+  for (int64_t step = 1; step <= 7; ++step) once[step] = 1;
+  CHECK(kept == once);
+}
 
 // -- §16 cross-cutting scenarios ----------------------------------------------------------
 

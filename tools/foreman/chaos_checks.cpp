@@ -156,7 +156,7 @@ TrainLog ParseTrainLog(const std::string& text) {
   bool started = false;
   int64_t current = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (auto restored = NumberAfter(line, "Restoring parameters from ")) {
+    if (absl::StrContains(line, "Restoring parameters from ")) {
       // The number is in the prefix's "-<step>" suffix: take the last one.
       const std::size_t dash = line.rfind('-');
       int64_t step = 0;

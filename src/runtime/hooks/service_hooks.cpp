@@ -427,6 +427,12 @@ Status SummarySaverHook::begin() {
 }
 
 Status SummarySaverHook::after_create_session(Session* session, Coordinator* /*coord*/) {
+  // A session after the first is a recovery, which restored a checkpoint:
+  // as in a restarted process, the next run requests the summary and writes
+  // START at its post-run step (B113, B114), so that TensorBoard discards
+  // the summaries of the steps the recovery replays (B154). TF's hook keeps
+  // its state here, and TensorBoard shows those summaries twice.
+  impl_->next_step.reset();
   return internal::RequireGlobalStep(session, *this);
 }
 
