@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# `foreman chaos` (docs/fault-injection.md, "foreman chaos"): bad flags (exit
+# 2); `--preset all --seeds N` holds every invariant (exit 0) with faults
+# fired and restarts made; a replay of one seed gives the same report apart
+# from the *_ms timings; disturbed runs where an invariant must fail (exit 1,
+# the replay command printed): a corrupted checkpoint (the test-only knob
+# FOREMAN_CHAOS_TEST_CORRUPT_CHECKPOINT), a plan that ends training early
+# without declaring it, a job that does not end within --timeout-secs (and
+# leaves no process behind).
+#
+#   chaos_cli_test.sh FOREMAN SEEDS FULL
+# SEEDS: how many seeds of --preset all (30 in the release build, 2 under the
+# sanitizers); FULL=1 also runs the replay and the plan tests (release only:
+# under the sanitizers each foreman train is ~30x slower).
+set -u
+foreman=$1
+seeds=$2
+full=$3
+data=/usr/share/datasets/fashion-mnist
+py=/usr/bin/python3
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+has() { grep -Eq -- "$1" <<<"$2"; }
+mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/chaos_cli_test.XXXXXX") || { echo "cannot create a temporary directory under ${TEST_TMPDIR:-/tmp}" >&2; exit 1; }
+trap 'rm -rf "$tmp"' EXIT
+export TMPDIR=$tmp  # foreman chaos's temporary work directories go here too
+
+if [[ ! -f $data/train-images-idx3-ubyte.gz ]]; then
+  echo "FAIL: $data is missing: install Debian's dataset-fashion-mnist (tools/scripts/install-deps.sh)"
+  exit 1
+fi
+
+# Drops every *_ms field; then the two reports (or one seed of each) must be equal.
+same_report() {
+  "$py" - "$@" <<'EOF'
+import json, sys
+def strip(o):
+    if isinstance(o, dict):
+        return {k: strip(v) for k, v in o.items() if not k.endswith("_ms")}
+    if isinstance(o, list):
+        return [strip(v) for v in o]
+    return o
+a = strip(json.load(open(sys.argv[1])))
+b = strip(json.load(open(sys.argv[2])))
+if len(sys.argv) > 3:  # compare one seed of each
+    a = [s for s in a["seeds"] if s["seed"] == int(sys.argv[3])]
+    b = [s for s in b["seeds"] if s["seed"] == int(sys.argv[3])]
+if a != b or not a:
+    print(json.dumps(a, sort_keys=True)[:2000]); print(json.dumps(b, sort_keys=True)[:2000]); sys.exit(1)
+EOF
+}
+
+# -- 1. bad flags: exit 2, naming what is wrong ----------------------------------------
+check_usage() {
+  local pattern=$1; shift
+  local out rc
+  out=$(timeout 120 "$foreman" chaos "$@" 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || fail "chaos $* exited $rc, expected 2: $out"
+  has "$pattern" "$out" || fail "chaos $*: message should match '$pattern': $out"
+}
+check_usage '--seeds must be in \[1, 1000000\], got 0' --seeds 0
+check_usage "unknown preset 'nope'" --preset nope
+check_usage 'give --preset or --plan, not both' --preset all --plan "$tmp/p.json"
+check_usage 'give --seed K .* not both' --seed 1 --seeds 2
+check_usage 'may not set --checkpoint-dir' --seed 1 -- --checkpoint-dir "$tmp/x"
+check_usage "--plan $tmp/missing.json: no such file" --plan "$tmp/missing.json"
+printf '{"faults": [{"id": "a", "type": "step", "status": "ABORTED", "at_step": 3, "reapeat": true}]}\n' >"$tmp/typo.json"
+check_usage 'typo.json: faults\[0\] \("a"\): unknown field "reapeat"' --plan "$tmp/typo.json"
+check_usage '--timeout-secs must be in' --timeout-secs 0
+# Train flags foreman train refuses: the fault-free run says so (exit 2).
+check_usage 'the fault-free run .* exited 2: foreman train: bad flags: --batch-size must be' --seed 0 -- --batch-size 0
+mkdir -p "$tmp/notmine" && touch "$tmp/notmine/precious"
+check_usage 'is not empty and was not made by foreman chaos' --seed 0 --work-dir "$tmp/notmine"
+[[ -e $tmp/notmine/precious ]] || fail "a refused --work-dir lost its file"
+
+# -- 2. --preset all: every invariant holds, faults fire, the job restarts ---------------
+out=$(timeout 600 "$foreman" chaos --preset all --seeds "$seeds" --json "$tmp/all.json" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "chaos --preset all --seeds $seeds exited $rc: $out"
+has "^$seeds seeds, 0 failed" "$out" || fail "chaos --preset all: no summary line: $out"
+has 'seed +faults +restarts +steps_lost +checkpoints +global_step +final_weights +scalars_once +bounded +finished' "$out" ||
+  fail "chaos --preset all: no table header: $out"
+grep -q "$tmp" "$tmp/all.json" && fail "the JSON report holds an absolute path: $(grep -m1 "$tmp" "$tmp/all.json")"
+"$py" - "$tmp/all.json" "$seeds" <<'EOF' || fail "chaos --preset all: the JSON report is not as expected"
+import json, sys
+r = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+names = {"checkpoints_verify", "global_step", "final_weights", "scalars_once", "bounded", "finished"}
+assert r["ok"] is True and r["failed"] == 0, r["failed"]
+assert [s["seed"] for s in r["seeds"]] == list(range(n)), [s["seed"] for s in r["seeds"]]
+for s in r["seeds"]:
+    assert set(s["invariants"]) == names, s["invariants"].keys()
+    assert all(i["ok"] and i["checked"] for i in s["invariants"].values()), s
+    assert s["runs"][-1]["ended_by"] == "done" and s["runs"][-1]["last_step"] == r["baseline"]["global_step"], s
+    assert s["replay"] == "foreman chaos --preset all --seed %d" % s["seed"], s["replay"]
+# The faults really fired and the job really was restarted.
+assert sum(len(s["faults_fired"]) for s in r["seeds"]) >= n, "too few faults fired"
+assert sum(s["restarts"] for s in r["seeds"]) >= 1, "no restart"
+EOF
+[[ -z $(ls -A "$tmp" | grep '^foreman-chaos-') ]] || fail "a passing chaos run left its temporary work directory"
+
+# -- 3. a disturbed run: a corrupted checkpoint fails checkpoints_verify ----------------
+printf '{"faults": []}\n' >"$tmp/empty.json"
+out=$(FOREMAN_CHAOS_TEST_CORRUPT_CHECKPOINT=1 timeout 120 "$foreman" chaos --plan "$tmp/empty.json" --seed 4 \
+      --json "$tmp/corrupt.json" 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "a corrupted checkpoint: exit $rc, expected 1: $out"
+has '^ +4 +0/0 +0 +0 +FAIL ' "$out" || fail "a corrupted checkpoint: the table does not show checkpoints FAIL: $out"
+has "checkpoints_verify: after run 0: model.ckpt-200: .*model.ckpt-200.data-00000-of-00001: variable '.*': crc32c mismatch" "$out" ||
+  fail "a corrupted checkpoint: the failure is not named: $out"
+has "^  replay: foreman chaos --plan $tmp/empty.json --seed 4\$" "$out" || fail "a corrupted checkpoint: no replay command: $out"
+has '^work directory: ' "$out" || fail "a failing run does not say where its work directory is: $out"
+"$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); i=r["seeds"][0]["invariants"]; sys.exit(0 if not r["ok"] and not i["checkpoints_verify"]["ok"] and i["bounded"]["ok"] else 1)' \
+  "$tmp/corrupt.json" || fail "a corrupted checkpoint: the JSON report does not name checkpoints_verify"
+
+# -- 4. a job that hangs: killed at --timeout-secs, bounded fails, nothing left ---------
+out=$(timeout 120 "$foreman" chaos --plan "$tmp/empty.json" --seed 0 --timeout-secs 0.3 --work-dir "$tmp/hang" \
+      -- --max-steps 1000000 --hidden 32 --threads 1 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "a hanging job: exit $rc, expected 1: $out"
+has 'the fault-free run .* did not end within --timeout-secs' "$out" || fail "a hanging job: not named: $out"
+pgrep -f -- "$tmp/hang" >/dev/null && fail "a hanging job left processes: $(pgrep -af -- "$tmp/hang")"
+
+if [[ $full == 1 ]]; then
+  # -- 4b. a seed that hangs (a 30 s fsync): killed at --timeout-secs, bounded fails -----
+  printf '{"faults": [{"id": "slow-disk", "type": "env", "op": "sync", "latency_ms": 30000, "nth": 1}]}\n' >"$tmp/slow.json"
+  out=$(timeout 120 "$foreman" chaos --plan "$tmp/slow.json" --seed 0 --timeout-secs 5 --work-dir "$tmp/slow" 2>&1); rc=$?
+  [[ $rc -eq 1 ]] || fail "a hanging seed: exit $rc, expected 1: $out"
+  has 'bounded: run 0 did not end within --timeout-secs 5 \(its process group was killed\)' "$out" ||
+    fail "a hanging seed: bounded does not fail: $out"
+  has 'finished: run 0 ended by timeout \(killed\): not restarted' "$out" || fail "a hanging seed: finished: $out"
+  pgrep -f -- "$tmp/slow" >/dev/null && fail "a hanging seed left processes: $(pgrep -af -- "$tmp/slow")"
+
+  # -- 5. replay: the same seed twice gives the same report (apart from *_ms) -------------
+  k=$("$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(max(r["seeds"], key=lambda s: (s["restarts"], len(s["faults_fired"])))["seed"])' "$tmp/all.json")
+  for i in 1 2; do
+    out=$(timeout 120 "$foreman" chaos --preset all --seed "$k" --json "$tmp/replay$i.json" 2>&1); rc=$?
+    [[ $rc -eq 0 ]] || fail "replay $i of seed $k exited $rc: $out"
+  done
+  same_report "$tmp/replay1.json" "$tmp/replay2.json" || fail "two replays of seed $k differ"
+  same_report "$tmp/all.json" "$tmp/replay1.json" "$k" || fail "the replay of seed $k differs from its run among --seeds"
+
+  # -- 6. a plan that changes training: undeclared it fails, declared it passes ----------
+  printf '{"faults": [{"id": "end-of-data", "type": "step", "status": "OUT_OF_RANGE", "at_step": 50}]}\n' >"$tmp/early.json"
+  out=$(timeout 120 "$foreman" chaos --plan "$tmp/early.json" --seed 0 2>&1); rc=$?
+  [[ $rc -eq 1 ]] || fail "an undeclared change of training: exit $rc, expected 1: $out"
+  has 'final_weights: model.ckpt-50 against the fault-free model.ckpt-200: differ: ' "$out" ||
+    fail "an undeclared change of training: final_weights does not fail: $out"
+  has 'finished: ended at step 50, the fault-free run at step 200' "$out" || fail "an undeclared early end: not named: $out"
+  has "replay: foreman chaos --plan $tmp/early.json --seed 0" "$out" || fail "an undeclared change of training: no replay: $out"
+  printf '{"changes_training": true, "faults": [{"id": "end-of-data", "type": "step", "status": "OUT_OF_RANGE", "at_step": 50}]}\n' \
+    >"$tmp/declared.json"
+  out=$(timeout 120 "$foreman" chaos --plan "$tmp/declared.json" --seed 0 2>&1); rc=$?
+  [[ $rc -eq 0 ]] || fail "a declared change of training: exit $rc, expected 0: $out"
+  has '^ +0 +1/1 +0 +0 +ok +ok +- +ok +ok +ok$' "$out" || fail "a declared change of training: final_weights not '-': $out"
+fi
+
+if ((failures > 0)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "chaos_cli_test: OK"
