@@ -867,14 +867,6 @@ ExitCode PrepareFaults(TrainJob& job) {
   options.processes = job.plan.processes;
   options.seed = job.plan.seed;
   options.on_fire = [recorder = job.recorder](const FiredFault& fired) { recorder->OnFire(fired); };
-  // A seed replays exactly (foreman chaos): a SIGTERM fault waits (at most
-  // 10 s) until the signal watcher has requested the stop, so the job stops
-  // at the step boundary of the fault's step, not a few steps later.
-  options.raise_signal = [stop = job.stop](int sig) {
-    kill(getpid(), sig);
-    if (sig != SIGTERM) return;
-    for (int i = 0; i < 10000 && !stop->stop_requested(); ++i) usleep(1000);
-  };
   auto hook = FaultInjectionHook::Create(options);
   if (!hook.ok()) {
     return Fail(kExitUsage, "bad fault plan",
@@ -1058,14 +1050,7 @@ ExitCode AddHooks(TrainJob& job) {
   MonitoredTrainingSessionOptions& mts = job.mts;
   mts.hooks = {*nan_hook, job.progress};
   // First among the job's hooks: a step or process fault fires before the others run.
-  if (job.fault_hook != nullptr) {
-    mts.hooks.insert(mts.hooks.begin(), job.fault_hook);
-    // A seed replays exactly (foreman chaos): with a listener each save is
-    // durable at the step boundary that started it (CheckpointSaverHook), so
-    // a failed save ends the run at its own step and a process fault never
-    // races a save still being written.
-    mts.checkpoint_listeners.push_back(std::make_shared<CheckpointSaverListener>());
-  }
+  if (job.fault_hook != nullptr) mts.hooks.insert(mts.hooks.begin(), job.fault_hook);
   if (f.max_steps > 0) {
     StopAtStepHook::Options stop_options;
     stop_options.last_step = f.max_steps;
