@@ -38,7 +38,8 @@ constexpr char kExamplePlan[] = R"({"seed": 7, "faults": [
   {"id": "preempt", "type": "step", "status": "ABORTED", "at_step": 120},
   {"id": "nan", "type": "step", "nan_loss": true, "probability": 0.01, "repeat": true},
   {"id": "hook-throws", "type": "hook", "callback": "after_run", "at_step": 50},
-  {"id": "slow", "type": "env", "op": "sync", "latency_ms": 20, "probability": 0.5}]})";
+  {"id": "slow", "type": "env", "op": "sync", "latency_ms": 20, "probability": 0.5},
+  {"id": "oom-kill", "type": "process", "signal": "SIGKILL", "at_step": 300}]})";
 
 TEST_CASE("ParseFaultPlan reads every kind of fault of the documented example") {
   auto plan = ParseFaultPlan(kExamplePlan, "plan.json");
@@ -68,6 +69,10 @@ TEST_CASE("ParseFaultPlan reads every kind of fault of the documented example") 
   REQUIRE(plan->hooks.size() == 1);
   CHECK(plan->hooks[0].callback == "after_run");
   CHECK(plan->hooks[0].at_step == 50);
+  REQUIRE(plan->processes.size() == 1);
+  CHECK(plan->processes[0].id == "oom-kill");
+  CHECK(plan->processes[0].signal == SIGKILL);
+  CHECK(plan->processes[0].at_step == 300);
 }
 
 TEST_CASE("FaultPlanToJson round-trips every field") {
