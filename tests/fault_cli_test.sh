@@ -7,7 +7,8 @@
 # rerun of the same command resumes without firing it again and ends with
 # the fault-free weights, bit for bit; ENOSPC on a checkpoint's data file
 # ends the run with exit 3 naming the fault, the previous checkpoint
-# intact, and the rerun finishes; a NaN-loss fault is exit 3 too; the
+# intact, and the rerun finishes; a NaN-loss fault, a hook that throws and
+# an EIO reading the data before training are exit 3 too; the
 # docs' plan run as a supervisor would (SIGTERM: a graceful stop, exit 0;
 # an fsync: exit 3; SIGKILL: 137; then done, with the fault-free weights).
 # Small runs on the real Fashion-MNIST (Debian: dataset-fashion-mnist).
@@ -156,6 +157,21 @@ plan nan '{"faults": [{"id": "nan", "type": "step", "nan_loss": true, "at_step":
 train --checkpoint-dir "$tmp/nan" --fault-plan "$tmp/nan.json" "${small[@]}"
 [[ $rc -eq 3 ]] || fail "NaN loss: exit $rc, expected 3: $out"
 has "^foreman train: stopped by injected fault nan: INTERNAL: .*NaN loss during training" "$out" || fail "NaN loss: message: $out"
+
+# 9b. A hook that throws, and an EIO reading the training data (before
+#     training starts: not exit 2, which says "do not restart"): exit 3.
+plan hook '{"faults": [{"id": "hook-throws", "type": "hook", "callback": "after_run", "at_step": 30}]}'
+train --checkpoint-dir "$tmp/hook" --fault-plan "$tmp/hook.json" "${small[@]}"
+[[ $rc -eq 3 ]] || fail "hook fault: exit $rc, expected 3: $out"
+[[ $(tail -n 1 <<<"$out") == "foreman train: stopped by injected fault hook-throws: INTERNAL: hook FaultInjectionHook::after_run: injected hook fault hook-throws at global_step 30" ]] \
+  || fail "hook fault: the last line: $(tail -n 1 <<<"$out")"
+plan data '{"faults": [{"id": "data-eio", "type": "env", "path": "*/train-images-idx3-ubyte.gz", "op": "read", "nth": 1}]}'
+train --checkpoint-dir "$tmp/data" --fault-plan "$tmp/data.json" "${small[@]}"
+[[ $rc -eq 3 ]] || fail "EIO reading the data: exit $rc, expected 3: $out"
+has "^foreman train: stopped by injected fault data-eio: INTERNAL: read $data/train-images-idx3-ubyte.gz: Input/output error \(injected fault data-eio\)$" "$out" \
+  || fail "EIO reading the data: message: $out"
+[[ $(record "$tmp/data") == "data-eio $data/train-images-idx3-ubyte.gz read 1" ]] \
+  || fail "EIO reading the data: the record is '$(record "$tmp/data")'"
 
 # 10. docs/fault-injection.md's "Faults in foreman train" plan, as a
 #     supervisor runs it: the same command after every exit until it trains
