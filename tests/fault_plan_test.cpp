@@ -158,6 +158,35 @@ TEST_CASE("FaultPlanToJson round-trips every field") {
   CHECK(back->processes[1].repeat);
 }
 
+TEST_CASE("FaultPlanToJson writes a process fault Create would refuse as given, and ParseFaultPlan refuses it") {
+  ProcessFault sigint;
+  sigint.id = "int";
+  sigint.signal = SIGINT;
+  sigint.at_step = 1;
+  ProcessFault both;
+  both.id = "both";
+  both.at_step = 1;
+  both.at_time = absl::Seconds(1);
+  ProcessFault neither;
+  neither.id = "neither";
+  const std::pair<ProcessFault, const char*> cases[] = {
+      {sigint, R"("signal" must be a string, got 2)"},
+      {both, R"(needs exactly one of "at_step" (a global_step) or "at_time_ms")"},
+      {neither, R"("at_step" must be an integer >= 0, got -1)"},
+  };
+  for (const auto& [fault, message] : cases) {
+    CAPTURE(fault.id);
+    FaultPlan plan;
+    plan.processes = {fault};
+    auto back = ParseFaultPlan(FaultPlanToJson(plan), "round");
+    REQUIRE_FALSE(back.ok());
+    CHECK_MESSAGE(absl::StrContains(back.status().message(), message), back.status().message());
+    FaultInjectionHook::Options o;
+    o.processes = {fault};
+    CHECK(absl::IsInvalidArgument(FaultInjectionHook::Create(o).status()));
+  }
+}
+
 TEST_CASE("ParseFaultPlan reads process faults: a signal at a global_step or a time") {
   auto plan = ParseFaultPlan(R"({"faults": [
     {"id": "oom-kill", "type": "process", "signal": "SIGKILL", "at_step": 120},
