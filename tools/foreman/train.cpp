@@ -679,6 +679,15 @@ void RaiseProcessFault(int sig, StopRequest& stop) {
   stop.Unlisten(listener);
 }
 
+// With --fault-plan: every checkpoint is durable before training goes on
+// (CheckpointSaverHook: with a listener the training thread waits at the
+// boundary that started a save until it is durable), as TF's synchronous
+// saves are. Without it a SIGKILL at step k finds the save scheduled just
+// before k committed or not, depending on the saver thread's timing, and a
+// failed save ends the run a few steps later or sooner: the same plan
+// would lose different steps in different runs.
+class DurableSavesListener : public CheckpointSaverListener {};
+
 // The id of the injected fault `s` reports, among those fired in this
 // process: an env fault's "(injected fault <id>)", a step fault's
 // "injected step fault <id> at", a hook fault's "injected hook fault <id>
@@ -1092,6 +1101,7 @@ ExitCode AddHooks(TrainJob& job) {
   mts.hooks.push_back(job.eval);
   mts.graph = job.graph;
   mts.config.env = job.env;
+  if (job.fault_hook != nullptr) mts.checkpoint_listeners.push_back(std::make_shared<DurableSavesListener>());
   mts.runtime.stop = job.stop;
   mts.runtime.held_lock = job.lock;
   mts.runtime.held_lock_directory = f.checkpoint_dir;
