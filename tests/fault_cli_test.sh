@@ -134,6 +134,12 @@ has "injected fault" "$out" && fail "SIGKILL's rerun fired a fault again: $out"
 [[ $(record "$d") == "kill process any 130" ]] || fail "SIGKILL's rerun changed the record: '$(record "$d")'"
 same_as_ref "$d" "SIGKILL at 130, rerun"
 
+# 7b. A process fault by time ("at_time_ms": 0: the first run) on the real clock.
+plan early '{"faults": [{"id": "early", "type": "process", "signal": "SIGKILL", "at_time_ms": 0}]}'
+train --checkpoint-dir "$tmp/early" --fault-plan "$tmp/early.json" "${small[@]}"
+[[ $rc -eq 137 ]] || fail "SIGKILL at 0 ms: exit $rc, expected 137: $out"
+[[ $(record "$tmp/early") == "early process any 0" ]] || fail "SIGKILL at 0 ms: the record is '$(record "$tmp/early")'"
+
 # 8. ENOSPC appending model.ckpt-60's data file: exit 3 naming the fault,
 #    model.ckpt-40 still the latest and intact; the rerun finishes.
 d=$tmp/full
