@@ -5,10 +5,12 @@
 # ABORTED is recovered in the process and ends with the fault-free weights;
 # a SIGKILL process fault is recorded before it kills (exit 137) and the
 # rerun of the same command resumes without firing it again and ends with
-# the fault-free weights, bit for bit; SIGTERM stops gracefully (exit 0)
-# and its rerun does the same; ENOSPC on a checkpoint's data file ends the
-# run with exit 3 naming the fault, the previous checkpoint intact, and
-# the rerun finishes; a NaN-loss fault is exit 3 too.
+# the fault-free weights, bit for bit; ENOSPC on a checkpoint's data file
+# ends the run with exit 3 naming the fault, the previous checkpoint
+# intact, and the rerun finishes; a NaN-loss fault, a hook that throws and
+# an EIO reading the data before training are exit 3 too; the
+# docs' plan run as a supervisor would (SIGTERM: a graceful stop, exit 0;
+# an fsync: exit 3; SIGKILL: 137; then done, with the fault-free weights).
 # Small runs on the real Fashion-MNIST (Debian: dataset-fashion-mnist).
 #
 #   fault_cli_test.sh FOREMAN TOOLS_TESTING_DIR DOCS_DIR
@@ -44,8 +46,9 @@ for f in json.load(open(sys.argv[1]))["fired"]: print(f["id"], f["path"], f["op"
 # The step of the checkpoint <dir>/checkpoint lists as the latest.
 latest_step() { sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\)"$/\1/p' "$1/checkpoint" 2>/dev/null; }
 same_as_ref() {  # <dir> <what>: valid files and bitwise the reference's weights at $steps
-  "$py" -B "$tools/check_train_run.py" "$1" --step "$steps" --hidden 32 --batch-size 32 --same-as "$tmp/ref" >/dev/null \
-    || fail "$2: not bitwise the fault-free weights at step $steps: $("$py" -B "$tools/check_train_run.py" "$1" --step "$steps" --hidden 32 --batch-size 32 --same-as "$tmp/ref" 2>&1)"
+  local check
+  check=$("$py" -B "$tools/check_train_run.py" "$1" --step "$steps" --hidden 32 --batch-size 32 --same-as "$tmp/ref" 2>&1) \
+    || fail "$2: not bitwise the fault-free weights at step $steps: $check"
 }
 
 # 1. --help names the flag.
@@ -120,8 +123,9 @@ train --checkpoint-dir "$d" --fault-plan "$tmp/kill.json" "${small[@]}"
 [[ $(record "$d") == "kill process any 130" ]] || fail "SIGKILL at 130: the record is '$(record "$d")'"
 grep -q "\[W\] injected fault kill fired at global_step 130 (SIGKILL to this process)" "$d/train.log" \
   || fail "SIGKILL at 130: no warning in train.log: $(tail -3 "$d/train.log")"
+# Under a plan every save is durable before the next step: the kill finds model.ckpt-120 committed.
 killed_at=$(latest_step "$d")
-[[ $killed_at =~ ^[0-9]+$ && $killed_at -le 130 && $killed_at -ge 20 ]] || fail "SIGKILL at 130: latest checkpoint '$killed_at'"
+[[ $killed_at == 120 ]] || fail "SIGKILL at 130: the latest checkpoint is '$killed_at', not 120"
 train --checkpoint-dir "$d" --fault-plan "$tmp/kill.json" "${small[@]}"
 [[ $rc -eq 0 ]] || fail "SIGKILL's rerun: exit $rc, expected 0: $out"
 has "Restoring parameters from $d/model.ckpt-$killed_at" "$out" || fail "SIGKILL's rerun did not restore model.ckpt-$killed_at: $out"
@@ -130,22 +134,13 @@ has "injected fault" "$out" && fail "SIGKILL's rerun fired a fault again: $out"
 [[ $(record "$d") == "kill process any 130" ]] || fail "SIGKILL's rerun changed the record: '$(record "$d")'"
 same_as_ref "$d" "SIGKILL at 130, rerun"
 
-# 8. SIGTERM at step 130: the graceful stop (final checkpoint, exit 0); the
-#    rerun finishes with the fault-free weights.
-d=$tmp/terminated
-plan term '{"faults": [{"id": "term", "type": "process", "signal": "SIGTERM", "at_step": 130}]}'
-train --checkpoint-dir "$d" --fault-plan "$tmp/term.json" "${small[@]}"
-[[ $rc -eq 0 ]] || fail "SIGTERM at 130: exit $rc, expected 0: $out"
-has "^stopped by SIGTERM after its final checkpoint" "$out" || fail "SIGTERM at 130: not a graceful stop: $out"
-[[ $(record "$d") == "term process any 130" ]] || fail "SIGTERM at 130: the record is '$(record "$d")'"
-stopped_at=$(latest_step "$d")
-[[ $stopped_at =~ ^[0-9]+$ && $stopped_at -ge 130 && $stopped_at -lt $steps ]] || fail "SIGTERM at 130: final checkpoint '$stopped_at'"
-train --checkpoint-dir "$d" --fault-plan "$tmp/term.json" "${small[@]}"
-[[ $rc -eq 0 ]] || fail "SIGTERM's rerun: exit $rc, expected 0: $out"
-has "injected fault" "$out" && fail "SIGTERM's rerun fired a fault again: $out"
-same_as_ref "$d" "SIGTERM at 130, rerun"
+# 7b. A process fault by time ("at_time_ms": 0: the first run) on the real clock.
+plan early '{"faults": [{"id": "early", "type": "process", "signal": "SIGKILL", "at_time_ms": 0}]}'
+train --checkpoint-dir "$tmp/early" --fault-plan "$tmp/early.json" "${small[@]}"
+[[ $rc -eq 137 ]] || fail "SIGKILL at 0 ms: exit $rc, expected 137: $out"
+[[ $(record "$tmp/early") == "early process any 0" ]] || fail "SIGKILL at 0 ms: the record is '$(record "$tmp/early")'"
 
-# 9. ENOSPC appending model.ckpt-60's data file: exit 3 naming the fault,
+# 8. ENOSPC appending model.ckpt-60's data file: exit 3 naming the fault,
 #    model.ckpt-40 still the latest and intact; the rerun finishes.
 d=$tmp/full
 plan full '{"faults": [{"id": "disk-full", "type": "env", "path": "*/model.ckpt-60.data-*", "op": "append", "error": "ENOSPC", "nth": 1}]}'
@@ -164,11 +159,47 @@ train --checkpoint-dir "$d" --fault-plan "$tmp/full.json" "${small[@]}"
 has "Restoring parameters from $d/model.ckpt-40" "$out" || fail "ENOSPC's rerun did not restore model.ckpt-40: $out"
 same_as_ref "$d" "ENOSPC at 60, rerun"
 
-# 10. A NaN loss at step 30: NanTensorHook fails the run; exit 3 naming the fault.
+# 9. A NaN loss at step 30: NanTensorHook fails the run; exit 3 naming the fault.
 plan nan '{"faults": [{"id": "nan", "type": "step", "nan_loss": true, "at_step": 30}]}'
 train --checkpoint-dir "$tmp/nan" --fault-plan "$tmp/nan.json" "${small[@]}"
 [[ $rc -eq 3 ]] || fail "NaN loss: exit $rc, expected 3: $out"
 has "^foreman train: stopped by injected fault nan: INTERNAL: .*NaN loss during training" "$out" || fail "NaN loss: message: $out"
+
+# 9b. A hook that throws, and an EIO reading the training data (before
+#     training starts: not exit 2, which says "do not restart"): exit 3.
+plan hook '{"faults": [{"id": "hook-throws", "type": "hook", "callback": "after_run", "at_step": 30}]}'
+train --checkpoint-dir "$tmp/hook" --fault-plan "$tmp/hook.json" "${small[@]}"
+[[ $rc -eq 3 ]] || fail "hook fault: exit $rc, expected 3: $out"
+[[ $(tail -n 1 <<<"$out") == "foreman train: stopped by injected fault hook-throws: INTERNAL: hook FaultInjectionHook::after_run: injected hook fault hook-throws at global_step 30" ]] \
+  || fail "hook fault: the last line: $(tail -n 1 <<<"$out")"
+plan data '{"faults": [{"id": "data-eio", "type": "env", "path": "*/train-images-idx3-ubyte.gz", "op": "read", "nth": 1}]}'
+train --checkpoint-dir "$tmp/data" --fault-plan "$tmp/data.json" "${small[@]}"
+[[ $rc -eq 3 ]] || fail "EIO reading the data: exit $rc, expected 3: $out"
+has "^foreman train: stopped by injected fault data-eio: INTERNAL: read $data/train-images-idx3-ubyte.gz: Input/output error \(injected fault data-eio\)$" "$out" \
+  || fail "EIO reading the data: message: $out"
+[[ $(record "$tmp/data") == "data-eio $data/train-images-idx3-ubyte.gz read 1" ]] \
+  || fail "EIO reading the data: the record is '$(record "$tmp/data")'"
+
+# 10. docs/fault-injection.md's "Faults in foreman train" plan, as a
+#     supervisor runs it: the same command after every exit until it trains
+#     to the end: exits 0 (SIGTERM), 3 (fsync), 137 (SIGKILL), 0; the
+#     fault-free weights.
+doc_plan=$(grep -l '"index-fsync"' "$tmp"/doc-plan-*.json | head -n 1)
+d=$tmp/supervised
+codes=()
+for ((i = 0; i < 6; i++)); do
+  train --checkpoint-dir "$d" --fault-plan "$doc_plan" "${small[@]}"
+  codes+=("$rc")
+  if ((i == 0)); then  # SIGTERM at step 70: the graceful stop at the end of that step, a final checkpoint at 71
+    has "^stopped by SIGTERM after its final checkpoint" "$out" || fail "the docs' plan: SIGTERM was not a graceful stop: $out"
+    [[ $(latest_step "$d") == 71 ]] || fail "the docs' plan: SIGTERM's final checkpoint is '$(latest_step "$d")', not 71"
+  fi
+  [[ $rc -eq 0 ]] && ! has "^stopped by" "$out" && break
+done
+[[ "${codes[*]}" == "0 3 137 0" ]] || fail "the docs' plan: exit codes '${codes[*]}', expected '0 3 137 0'"
+[[ "$(record "$d" | cut -d' ' -f1 | tr '\n' ' ')" == "preempt term index-fsync kill " ]] \
+  || fail "the docs' plan: the record is '$(record "$d")'"
+same_as_ref "$d" "the docs' plan"
 
 if ((failures > 0)); then
   echo "$failures failure(s)"

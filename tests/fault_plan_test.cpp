@@ -38,7 +38,8 @@ constexpr char kExamplePlan[] = R"({"seed": 7, "faults": [
   {"id": "preempt", "type": "step", "status": "ABORTED", "at_step": 120},
   {"id": "nan", "type": "step", "nan_loss": true, "probability": 0.01, "repeat": true},
   {"id": "hook-throws", "type": "hook", "callback": "after_run", "at_step": 50},
-  {"id": "slow", "type": "env", "op": "sync", "latency_ms": 20, "probability": 0.5}]})";
+  {"id": "slow", "type": "env", "op": "sync", "latency_ms": 20, "probability": 0.5},
+  {"id": "oom-kill", "type": "process", "signal": "SIGKILL", "at_step": 300}]})";
 
 TEST_CASE("ParseFaultPlan reads every kind of fault of the documented example") {
   auto plan = ParseFaultPlan(kExamplePlan, "plan.json");
@@ -68,6 +69,10 @@ TEST_CASE("ParseFaultPlan reads every kind of fault of the documented example") 
   REQUIRE(plan->hooks.size() == 1);
   CHECK(plan->hooks[0].callback == "after_run");
   CHECK(plan->hooks[0].at_step == 50);
+  REQUIRE(plan->processes.size() == 1);
+  CHECK(plan->processes[0].id == "oom-kill");
+  CHECK(plan->processes[0].signal == SIGKILL);
+  CHECK(plan->processes[0].at_step == 300);
 }
 
 TEST_CASE("FaultPlanToJson round-trips every field") {
@@ -151,6 +156,35 @@ TEST_CASE("FaultPlanToJson round-trips every field") {
   CHECK(back->processes[1].at_step == -1);
   CHECK(back->processes[1].at_time == absl::Milliseconds(1500.5));
   CHECK(back->processes[1].repeat);
+}
+
+TEST_CASE("FaultPlanToJson writes a process fault Create would refuse as given, and ParseFaultPlan refuses it") {
+  ProcessFault sigint;
+  sigint.id = "int";
+  sigint.signal = SIGINT;
+  sigint.at_step = 1;
+  ProcessFault both;
+  both.id = "both";
+  both.at_step = 1;
+  both.at_time = absl::Seconds(1);
+  ProcessFault neither;
+  neither.id = "neither";
+  const std::pair<ProcessFault, const char*> cases[] = {
+      {sigint, R"("signal" must be a string, got 2)"},
+      {both, R"(needs exactly one of "at_step" (a global_step) or "at_time_ms")"},
+      {neither, R"("at_step" must be an integer >= 0, got -1)"},
+  };
+  for (const auto& [fault, message] : cases) {
+    CAPTURE(fault.id);
+    FaultPlan plan;
+    plan.processes = {fault};
+    auto back = ParseFaultPlan(FaultPlanToJson(plan), "round");
+    REQUIRE_FALSE(back.ok());
+    CHECK_MESSAGE(absl::StrContains(back.status().message(), message), back.status().message());
+    FaultInjectionHook::Options o;
+    o.processes = {fault};
+    CHECK(absl::IsInvalidArgument(FaultInjectionHook::Create(o).status()));
+  }
 }
 
 TEST_CASE("ParseFaultPlan reads process faults: a signal at a global_step or a time") {

@@ -570,7 +570,11 @@ StatusOr<FaultPlan> ParseFaultPlan(absl::string_view json_text, absl::string_vie
 StatusOr<FaultPlan> ReadFaultPlan(Env* env, const std::string& path);
 
 /// The plan as JSON in the plan file format; ParseFaultPlan of it gives an
-/// equal plan (errors that have no name are written as numbers). Thread-safe.
+/// equal plan (errors that have no name are written as numbers). A
+/// ProcessFault that FaultInjectionHook::Create would refuse (a signal other
+/// than SIGKILL / SIGTERM, written as its number; both at_step and at_time;
+/// neither, written as "at_step": -1) is written as given, and
+/// ParseFaultPlan refuses it too. Thread-safe.
 std::string FaultPlanToJson(const FaultPlan& plan);
 
 // -- the fired-fault record -----------------------------------------------------

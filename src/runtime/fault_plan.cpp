@@ -494,11 +494,9 @@ std::string FaultPlanToJson(const FaultPlan& plan) {
     } else {
       j["signal"] = p.signal;
     }
-    if (p.at_step >= 0 || p.at_time == absl::InfiniteDuration()) {
-      j["at_step"] = p.at_step;
-    } else {
-      j["at_time_ms"] = absl::ToDoubleMilliseconds(p.at_time);
-    }
+    // Both, or neither ("at_step": -1), as given: ParseFaultPlan refuses them as Create does.
+    if (p.at_step >= 0 || p.at_time == absl::InfiniteDuration()) j["at_step"] = p.at_step;
+    if (p.at_time != absl::InfiniteDuration()) j["at_time_ms"] = absl::ToDoubleMilliseconds(p.at_time);
     j["repeat"] = p.repeat;
     faults.push_back(std::move(j));
   }

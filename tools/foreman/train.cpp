@@ -29,6 +29,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -651,6 +652,42 @@ class FaultRecorder {
   std::vector<FiredFault> record_;
 };
 
+// Raises a process fault's signal on this process (the training thread, in
+// the FaultInjectionHook's before_run). SIGKILL ends it here. SIGTERM goes
+// to the SignalWatcher, which requests the run's stop: wait (at most 10 s)
+// until it has, so that the session stops at the end of this very step --
+// the same step in every run of the plan, not whenever the watcher thread
+// gets to it.
+void RaiseProcessFault(int sig, StopRequest& stop) {
+  if (sig != SIGTERM) {
+    kill(getpid(), sig);
+    return;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool requested = false;
+  const int64_t listener = stop.Listen([&](const Status&) {
+    std::lock_guard<std::mutex> lock(mu);
+    requested = true;
+    cv.notify_all();
+  });
+  kill(getpid(), sig);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return requested; });
+  }
+  stop.Unlisten(listener);
+}
+
+// With --fault-plan: every checkpoint is durable before training goes on
+// (CheckpointSaverHook: with a listener the training thread waits at the
+// boundary that started a save until it is durable), as TF's synchronous
+// saves are. Without it a SIGKILL at step k finds the save scheduled just
+// before k committed or not, depending on the saver thread's timing, and a
+// failed save ends the run a few steps later or sooner: the same plan
+// would lose different steps in different runs.
+class DurableSavesListener : public CheckpointSaverListener {};
+
 // The id of the injected fault `s` reports, among those fired in this
 // process: an env fault's "(injected fault <id>)", a step fault's
 // "injected step fault <id> at", a hook fault's "injected hook fault <id>
@@ -867,6 +904,7 @@ ExitCode PrepareFaults(TrainJob& job) {
   options.processes = job.plan.processes;
   options.seed = job.plan.seed;
   options.on_fire = [recorder = job.recorder](const FiredFault& fired) { recorder->OnFire(fired); };
+  options.raise_signal = [stop = job.stop](int sig) { RaiseProcessFault(sig, *stop); };
   auto hook = FaultInjectionHook::Create(options);
   if (!hook.ok()) {
     return Fail(kExitUsage, "bad fault plan",
@@ -1063,6 +1101,7 @@ ExitCode AddHooks(TrainJob& job) {
   mts.hooks.push_back(job.eval);
   mts.graph = job.graph;
   mts.config.env = job.env;
+  if (job.fault_hook != nullptr) mts.checkpoint_listeners.push_back(std::make_shared<DurableSavesListener>());
   mts.runtime.stop = job.stop;
   mts.runtime.held_lock = job.lock;
   mts.runtime.held_lock_directory = f.checkpoint_dir;
