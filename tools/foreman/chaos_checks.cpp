@@ -155,6 +155,7 @@ TrainLog ParseTrainLog(const std::string& text) {
   TrainLog log;
   bool started = false;
   int64_t current = 0;
+  int64_t last_saved = -1;  // the step of the last "Saving checkpoints for <n> into" line
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (absl::StrContains(line, "Restoring parameters from ")) {
       // The number is in the prefix's "-<step>" suffix: take the last one.
@@ -166,6 +167,11 @@ TrainLog ParseTrainLog(const std::string& text) {
         log.restored_step = step;
       } else if (step > current) {
         log.step_errors.push_back(absl::StrCat("a recovery restored step ", step, " after step ", current));
+      } else if (last_saved >= 0 && step != last_saved) {
+        // A failed save ends the run (it is no preemption), and a recovery
+        // waits for the saves in flight: the last one saved is the latest.
+        log.step_errors.push_back(absl::StrCat("a recovery restored step ", step, ", but the latest checkpoint is step ",
+                                               last_saved));
       }
       current = step;
       log.last_step = current;
@@ -190,6 +196,7 @@ TrainLog ParseTrainLog(const std::string& text) {
       log.last_step = current;
       continue;
     }
+    if (auto saved = NumberAfter(line, "Saving checkpoints for ")) last_saved = *saved;
     if (absl::StrContains(line, "Saving checkpoints for 0 into") && !started) {
       started = true;  // a fresh start
       current = 0;

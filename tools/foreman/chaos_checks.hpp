@@ -58,7 +58,8 @@ struct TrainLog {
   /// SIGTERM after its final checkpoint").
   bool stopped_by_signal = false;
   /// Each place where global_step moved other than +1 per step, or back to a
-  /// restored checkpoint (empty: it never did).
+  /// restored checkpoint, and each in-process recovery that restored another
+  /// checkpoint than the last one saved (empty: none).
   std::vector<std::string> step_errors;
 };
 
