@@ -699,6 +699,9 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
       return absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitFailed;
     }
     PrintRow(*r);
+    // A temporary work directory keeps only what a failure needs (a soak of
+    // thousands of seeds would otherwise fill the disk).
+    if (temporary && !f.keep && r->ok()) fs::remove_all(absl::StrCat(c.work, "/seed-", seed), ec);
     reports.push_back(std::move(*r));
   }
   int64_t failed = 0;
