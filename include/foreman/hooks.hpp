@@ -354,7 +354,7 @@ class StepCounterHook : public SessionRunHook {
 /// Beyond TF: after a MonitoredSession's recovery (a second
 /// after_create_session since begin()) the hook starts over as after
 /// begin(): the first run on the restored session requests the summary and
-/// writes a START at its post-run step, so TensorBoard's purge (B154) hides
+/// writes a START at its post-run step, so TensorBoard's purge hides
 /// what the failed session wrote after the restored checkpoint, as it does
 /// after a process restart. TF writes no START there, and the replayed steps
 /// appear twice.
