@@ -4,6 +4,8 @@
 // (include/foreman/fault.hpp; docs/fault-injection.md).
 #include <doctest/doctest.h>
 
+#include <signal.h>
+
 #include <cerrno>
 #include <cmath>
 #include <map>
@@ -36,7 +38,8 @@ constexpr char kExamplePlan[] = R"({"seed": 7, "faults": [
   {"id": "preempt", "type": "step", "status": "ABORTED", "at_step": 120},
   {"id": "nan", "type": "step", "nan_loss": true, "probability": 0.01, "repeat": true},
   {"id": "hook-throws", "type": "hook", "callback": "after_run", "at_step": 50},
-  {"id": "slow", "type": "env", "op": "sync", "latency_ms": 20, "probability": 0.5}]})";
+  {"id": "slow", "type": "env", "op": "sync", "latency_ms": 20, "probability": 0.5},
+  {"id": "oom-kill", "type": "process", "signal": "SIGKILL", "at_step": 300}]})";
 
 TEST_CASE("ParseFaultPlan reads every kind of fault of the documented example") {
   auto plan = ParseFaultPlan(kExamplePlan, "plan.json");
@@ -66,6 +69,10 @@ TEST_CASE("ParseFaultPlan reads every kind of fault of the documented example") 
   REQUIRE(plan->hooks.size() == 1);
   CHECK(plan->hooks[0].callback == "after_run");
   CHECK(plan->hooks[0].at_step == 50);
+  REQUIRE(plan->processes.size() == 1);
+  CHECK(plan->processes[0].id == "oom-kill");
+  CHECK(plan->processes[0].signal == SIGKILL);
+  CHECK(plan->processes[0].at_step == 300);
 }
 
 TEST_CASE("FaultPlanToJson round-trips every field") {
@@ -104,6 +111,16 @@ TEST_CASE("FaultPlanToJson round-trips every field") {
   end.at_step = 9;
   end.repeat = true;
   plan.hooks = {begin, end};
+  ProcessFault kill;
+  kill.id = "kill";
+  kill.signal = SIGKILL;
+  kill.at_step = 40;
+  ProcessFault term;
+  term.id = "term";
+  term.signal = SIGTERM;
+  term.at_time = absl::Milliseconds(1500.5);
+  term.repeat = true;
+  plan.processes = {kill, term};
 
   const std::string text = FaultPlanToJson(plan);
   auto back = ParseFaultPlan(text, "round");
@@ -129,6 +146,66 @@ TEST_CASE("FaultPlanToJson round-trips every field") {
   CHECK(back->hooks[0].at_step == -1);
   CHECK(back->hooks[1].at_step == 9);
   CHECK(back->hooks[1].repeat);
+  REQUIRE(back->processes.size() == 2);
+  CHECK(back->processes[0].id == "kill");
+  CHECK(back->processes[0].signal == SIGKILL);
+  CHECK(back->processes[0].at_step == 40);
+  CHECK(back->processes[0].at_time == absl::InfiniteDuration());
+  CHECK_FALSE(back->processes[0].repeat);
+  CHECK(back->processes[1].signal == SIGTERM);
+  CHECK(back->processes[1].at_step == -1);
+  CHECK(back->processes[1].at_time == absl::Milliseconds(1500.5));
+  CHECK(back->processes[1].repeat);
+}
+
+TEST_CASE("FaultPlanToJson writes a process fault Create would refuse as given, and ParseFaultPlan refuses it") {
+  ProcessFault sigint;
+  sigint.id = "int";
+  sigint.signal = SIGINT;
+  sigint.at_step = 1;
+  ProcessFault both;
+  both.id = "both";
+  both.at_step = 1;
+  both.at_time = absl::Seconds(1);
+  ProcessFault neither;
+  neither.id = "neither";
+  const std::pair<ProcessFault, const char*> cases[] = {
+      {sigint, R"("signal" must be a string, got 2)"},
+      {both, R"(needs exactly one of "at_step" (a global_step) or "at_time_ms")"},
+      {neither, R"("at_step" must be an integer >= 0, got -1)"},
+  };
+  for (const auto& [fault, message] : cases) {
+    CAPTURE(fault.id);
+    FaultPlan plan;
+    plan.processes = {fault};
+    auto back = ParseFaultPlan(FaultPlanToJson(plan), "round");
+    REQUIRE_FALSE(back.ok());
+    CHECK_MESSAGE(absl::StrContains(back.status().message(), message), back.status().message());
+    FaultInjectionHook::Options o;
+    o.processes = {fault};
+    CHECK(absl::IsInvalidArgument(FaultInjectionHook::Create(o).status()));
+  }
+}
+
+TEST_CASE("ParseFaultPlan reads process faults: a signal at a global_step or a time") {
+  auto plan = ParseFaultPlan(R"({"faults": [
+    {"id": "oom-kill", "type": "process", "signal": "SIGKILL", "at_step": 120},
+    {"id": "preempt", "type": "process", "signal": "SIGTERM", "at_time_ms": 2500, "repeat": true}]})",
+                             "plan.json");
+  REQUIRE_MESSAGE(plan.ok(), plan.status().ToString());
+  REQUIRE(plan->processes.size() == 2);
+  CHECK(plan->processes[0].id == "oom-kill");
+  CHECK(plan->processes[0].signal == SIGKILL);
+  CHECK(plan->processes[0].at_step == 120);
+  CHECK(plan->processes[0].at_time == absl::InfiniteDuration());
+  CHECK_FALSE(plan->processes[0].repeat);
+  CHECK(plan->processes[1].signal == SIGTERM);
+  CHECK(plan->processes[1].at_step == -1);
+  CHECK(plan->processes[1].at_time == absl::Milliseconds(2500));
+  CHECK(plan->processes[1].repeat);
+  CHECK(plan->env.empty());
+  CHECK(plan->steps.empty());
+  CHECK(plan->hooks.empty());
 }
 
 TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the field and what was expected") {
@@ -148,7 +225,7 @@ TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the fi
       {R"({"faults": [{"id": "", "type": "step"}]})", R"(plan.json: faults[0]: "id" must be a non-empty string)"},
       {R"({"faults": [{"id": "a"}]})", R"(plan.json: faults[0] ("a"): missing "type")"},
       {R"({"faults": [{"id": "a", "type": "disk"}]})",
-       R"(plan.json: faults[0] ("a"): "type" must be one of env, step, hook, got "disk")"},
+       R"(plan.json: faults[0] ("a"): "type" must be one of env, step, hook, process, got "disk")"},
       {R"({"faults": [{"id": "a", "type": "step", "status": "ABORTED", "at_step": 1},
                       {"id": "a", "type": "step", "status": "ABORTED", "at_step": 2}]})",
        R"(plan.json: faults[1] ("a"): duplicate id)"},
@@ -222,6 +299,24 @@ TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the fi
        R"("at_step" must be absent for callback begin (it runs before any session), got 2)"},
       {R"({"faults": [{"id": "h", "type": "hook", "callback": "end", "repeat": 1}]})",
        R"("repeat" must be true or false, got 1)"},
+      {R"({"faults": [{"id": "k", "type": "process", "at_step": 3}]})",
+       R"(faults[0] ("k"): missing "signal" (SIGKILL or SIGTERM))"},
+      {R"({"faults": [{"id": "k", "type": "process", "signal": "SIGINT", "at_step": 3}]})",
+       R"(faults[0] ("k"): "signal" must be "SIGKILL" or "SIGTERM", got "SIGINT")"},
+      {R"({"faults": [{"id": "k", "type": "process", "signal": 9, "at_step": 3}]})",
+       R"(faults[0] ("k"): "signal" must be a string, got 9)"},
+      {R"({"faults": [{"id": "k", "type": "process", "signal": "SIGKILL"}]})",
+       R"(faults[0] ("k"): needs exactly one of "at_step" (a global_step) or "at_time_ms" (since the session started))"},
+      {R"({"faults": [{"id": "k", "type": "process", "signal": "SIGKILL", "at_step": 3, "at_time_ms": 5}]})",
+       R"(faults[0] ("k"): needs exactly one of "at_step")"},
+      {R"({"faults": [{"id": "k", "type": "process", "signal": "SIGTERM", "at_time_ms": -1}]})",
+       R"("at_time_ms" must be a number of milliseconds in [0, 2592000000] (30 days), got -1)"},
+      {R"({"faults": [{"id": "k", "type": "process", "signal": "SIGTERM", "at_time_ms": 2592000001}]})",
+       R"("at_time_ms" must be a number of milliseconds in [0, 2592000000] (30 days), got 2592000001)"},
+      {R"({"faults": [{"id": "k", "type": "process", "signal": "SIGTERM", "at_step": -2}]})",
+       R"("at_step" must be an integer >= 0, got -2)"},
+      {R"({"faults": [{"id": "k", "type": "process", "signal": "SIGKILL", "at_step": 1, "nth": 1}]})",
+       R"(faults[0] ("k"): unknown field "nth")"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.json);
@@ -277,7 +372,7 @@ TEST_CASE("ReadFaultPlan reads through an Env and names the file in its errors")
   CHECK(plan->env.size() == 2);
   REQUIRE(WriteStringToFile(&env, "/p/bad.json", R"({"faults": [{"id": "x"}]})").ok());
   auto bad = ReadFaultPlan(&env, "/p/bad.json");
-  CHECK(bad.status().message() == R"(/p/bad.json: faults[0] ("x"): missing "type" (env, step or hook))");
+  CHECK(bad.status().message() == R"(/p/bad.json: faults[0] ("x"): missing "type" (env, step, hook or process))");
   CHECK(absl::IsNotFound(ReadFaultPlan(&env, "/p/none.json").status()));
 }
 
@@ -604,6 +699,155 @@ TEST_CASE("probabilistic step faults fire at the keyed draws' steps, whatever th
   }
 }
 
+// -- process faults and on_fire --------------------------------------------------------
+
+ProcessFault SignalAt(std::string id, int signal, int64_t at_step) {
+  ProcessFault f;
+  f.id = std::move(id);
+  f.signal = signal;
+  f.at_step = at_step;
+  return f;
+}
+
+// What a test's raise_signal saw: the signal, the run's global_step (from
+// the observer's last firing) and how many firings on_fire had reported.
+struct Raised {
+  int signal = 0;
+  std::size_t fired_before = 0;   // hook->fired() at the raise
+  std::size_t observed_before = 0;  // on_fire calls before the raise
+};
+
+TEST_CASE("a process fault at step 3: recorded, then on_fire, then the signal raised, once; the run goes on") {
+  for (int signal : {SIGKILL, SIGTERM}) {
+    CAPTURE(signal);
+    TempDir dir;
+    ManualClock clock;
+    auto model = std::make_shared<Model>();
+    std::vector<FiredFault> observed;
+    std::vector<Raised> raised;
+    std::shared_ptr<FaultInjectionHook> hook;
+    FaultInjectionHook::Options o;
+    o.processes = {SignalAt("kill", signal, 3)};
+    o.on_fire = [&](const FiredFault& f) { observed.push_back(f); };
+    o.raise_signal = [&](int sig) { raised.push_back(Raised{sig, hook->fired().size(), observed.size()}); };
+    auto created = FaultInjectionHook::Create(o);
+    REQUIRE_MESSAGE(created.ok(), created.status().ToString());
+    hook = *created;
+    auto sess = Open(Options(MakeGraph(model), dir.path(), &clock, {hook}, 6));
+    CHECK(Train(*sess).ok());
+    CHECK(sess->close().ok());
+    CHECK(model->train_calls == 6);  // the raise returned: step 3 ran, no recovery
+    REQUIRE(raised.size() == 1);
+    CHECK(raised[0].signal == signal);
+    CHECK(raised[0].fired_before == 1);
+    CHECK(raised[0].observed_before == 1);
+    REQUIRE(observed.size() == 1);
+    CHECK(observed[0].id == "kill");
+    CHECK(observed[0].path == "process");
+    CHECK(observed[0].op == EnvOp::kAny);
+    CHECK(observed[0].op_index == 3);
+    const auto fired = hook->fired();
+    REQUIRE(fired.size() == 1);
+    CHECK(fired[0].path == "process");
+    CHECK(fired[0].op_index == 3);
+  }
+}
+
+TEST_CASE("a process fault at_time fires at the first run at or after that time since the session started") {
+  TempDir dir;
+  ManualClock clock;
+  clock.Advance(absl::Seconds(100));  // the session starts at 100 s, not 0
+  auto model = std::make_shared<Model>();
+  std::vector<int> raised;
+  FaultInjectionHook::Options o;
+  ProcessFault term;
+  term.id = "term";
+  term.signal = SIGTERM;
+  term.at_time = absl::Seconds(10);
+  o.processes = {term};
+  o.clock = &clock;
+  o.raise_signal = [&](int sig) { raised.push_back(sig); };
+  auto hook = FaultInjectionHook::Create(o);
+  REQUIRE(hook.ok());
+  auto sess = Open(Options(MakeGraph(model), dir.path(), &clock, {*hook}, 10));
+  for (int i = 0; i < 4; ++i) REQUIRE(sess->run({"train_op"}).ok());
+  clock.Advance(absl::Seconds(9));
+  REQUIRE(sess->run({"train_op"}).ok());  // 9 s: not yet
+  CHECK(raised.empty());
+  clock.Advance(absl::Seconds(1));
+  REQUIRE(sess->run({"train_op"}).ok());  // the run at global_step 5, 10 s after the start
+  clock.Advance(absl::Seconds(10));
+  CHECK(Train(*sess).ok());  // due again at every later run, but fired once
+  CHECK(sess->close().ok());
+  CHECK(raised == std::vector<int>{SIGTERM});
+  const auto fired = (*hook)->fired();
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].op_index == 5);
+}
+
+TEST_CASE("a process fault in an earlier process's record does not fire again; with repeat once per process") {
+  for (bool repeat : {false, true}) {
+    CAPTURE(repeat);
+    TempDir dir;
+    ManualClock clock;
+    auto model = std::make_shared<Model>();
+    int raised = 0;
+    FaultInjectionHook::Options o;
+    ProcessFault kill = SignalAt("kill", SIGKILL, 2);
+    kill.repeat = repeat;
+    ProcessFault early = SignalAt("early", SIGTERM, -1);
+    early.at_time = absl::ZeroDuration();  // due at every run
+    early.repeat = true;
+    o.processes = {kill, early};
+    o.clock = &clock;
+    o.raise_signal = [&](int) { ++raised; };
+    auto hook = FaultInjectionHook::Create(o);
+    REQUIRE(hook.ok());
+    (*hook)->MarkFired({{"kill", "process", EnvOp::kAny, 2}, {"early", "process", EnvOp::kAny, 0}});
+    auto sess = Open(Options(MakeGraph(model), dir.path(), &clock, {*hook}, 5));
+    CHECK(Train(*sess).ok());
+    CHECK(sess->close().ok());
+    // "early" repeats: once in this process (at step 0), not at every run.
+    CHECK(raised == (repeat ? 2 : 1));
+    std::vector<std::string> ids;
+    for (const FiredFault& f : (*hook)->fired()) ids.push_back(f.id);
+    CHECK(ids == (repeat ? std::vector<std::string>{"early", "kill"} : std::vector<std::string>{"early"}));
+  }
+}
+
+TEST_CASE("on_fire sees step and hook faults before they take effect, and may call fired()") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  std::vector<std::pair<std::string, int64_t>> observed;  // (id, train_calls when observed)
+  std::shared_ptr<FaultInjectionHook> hook;
+  FaultInjectionHook::Options o;
+  o.steps = {StatusAt("preempt", absl::StatusCode::kAborted, 2)};
+  HookFault throws;
+  throws.id = "throws";
+  throws.callback = "after_run";
+  throws.at_step = 4;
+  o.hooks = {throws};
+  o.on_fire = [&](const FiredFault& f) {
+    CHECK(hook->fired().back().id == f.id);  // no lock held; already recorded
+    observed.emplace_back(f.id, model->train_calls);
+  };
+  auto created = FaultInjectionHook::Create(o);
+  REQUIRE(created.ok());
+  hook = *created;
+  auto opts = Options(MakeGraph(model), dir.path(), &clock, {hook}, 8);
+  opts.save_checkpoint_steps = int64_t{1};
+  auto sess = Open(opts);
+  const Status last = Train(*sess);
+  CHECK(absl::IsInternal(last));
+  sess->close().IgnoreError();
+  REQUIRE(observed.size() == 2);
+  CHECK(observed[0].first == "preempt");
+  CHECK(observed[0].second == 2);  // steps 0 and 1 ran; step 2 did not (the error is returned after)
+  CHECK(observed[1].first == "throws");
+  CHECK(observed[1].second == 5);  // after step 4 ran (0, 1, 2 again, 3, 4)
+}
+
 TEST_CASE("FaultInjectionHook::Create rejects bad faults naming the fault and field") {
   StepFault ok = StatusAt("a", absl::StatusCode::kAborted, 1);
   StepFault no_id = ok;
@@ -624,6 +868,12 @@ TEST_CASE("FaultInjectionHook::Create rejects bad faults naming the fault and fi
   HookFault dup;
   dup.id = "a";
   dup.callback = "end";
+  ProcessFault both = SignalAt("both", SIGKILL, 3);
+  both.at_time = absl::Seconds(1);
+  ProcessFault late = SignalAt("late", SIGTERM, -1);
+  late.at_time = absl::Hours(24 * 31);
+  ProcessFault negative = SignalAt("neg", SIGTERM, -1);
+  negative.at_time = absl::Seconds(-1);
   struct Case {
     FaultInjectionHook::Options options;
     const char* message;
@@ -635,6 +885,13 @@ TEST_CASE("FaultInjectionHook::Create rejects bad faults naming the fault and fi
       {{{}, {cb}, 0}, "hooks[0] (\"h\"): callback must be begin"},
       {{{}, {begin}, 0}, "hooks[0] (\"b\"): at_step must be -1 for begin"},
       {{{ok}, {dup}, 0}, "hooks[0] (\"a\"): duplicate id"},
+      {{{}, {}, 0, {SignalAt("i", SIGINT, 1)}}, "processes[0] (\"i\"): signal must be SIGKILL or SIGTERM, got signal 2"},
+      {{{}, {}, 0, {SignalAt("n", SIGKILL, -1)}}, "processes[0] (\"n\"): needs exactly one of at_step >= 0 or at_time"},
+      {{{}, {}, 0, {both}}, "processes[0] (\"both\"): needs exactly one of at_step >= 0 or at_time"},
+      {{{}, {}, 0, {late}}, "processes[0] (\"late\"): at_time must be in [0, 30 days]"},
+      {{{}, {}, 0, {negative}}, "processes[0] (\"neg\"): at_time must be in [0, 30 days]"},
+      {{{}, {}, 0, {SignalAt("s", SIGKILL, -3)}}, "processes[0] (\"s\"): at_step must be >= -1"},
+      {{{ok}, {}, 0, {SignalAt("a", SIGKILL, 1)}}, "processes[0] (\"a\"): duplicate id"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.message);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "foreman/bundle.hpp"
 #include "foreman/checkpoint.hpp"
+#include "foreman/clock.hpp"
 #include "foreman/fault.hpp"
 #include "foreman/mem_env.hpp"
 #include "foreman/variable_store.hpp"
@@ -331,6 +332,61 @@ TEST_CASE("a fault MarkFired by an earlier process does not fire again unless it
   REQUIRE(mem.CreateDir("/r").ok());
   CHECK(absl::IsInternal(env.SyncDir("/r")));
   CHECK(env.fired().size() == 1);
+}
+
+TEST_CASE("on_fire is called once per firing, on the firing thread, after fired() has it, before it takes effect") {
+  MemEnv mem;
+  ManualClock clock;
+  FaultyEnv env(&mem, 0, &clock);
+  EnvFault full = Fault("full", "/f", EnvOp::kAppend, Kind::kError, 2);
+  full.error = ENOSPC;
+  REQUIRE(env.AddFault(full).ok());
+  EnvFault slow = Fault("slow", "/f", EnvOp::kSync, Kind::kLatency, 1);
+  slow.latency = absl::Seconds(3);
+  REQUIRE(env.AddFault(slow).ok());
+  struct Seen {
+    FiredFault fault;
+    std::size_t fired_size;     // env.fired() inside the observer (no lock is held)
+    absl::Duration clock_time;  // the latency not slept yet
+    std::thread::id thread;
+  };
+  std::vector<Seen> seen;
+  env.set_on_fire([&](const FiredFault& f) {
+    seen.push_back(Seen{f, env.fired().size(), clock.MonotonicNow(), std::this_thread::get_id()});
+  });
+  auto file = env.NewWritableFile("/f");
+  REQUIRE(file.ok());
+  REQUIRE((*file)->Append("ab").ok());
+  REQUIRE((*file)->Flush().ok());
+  const Status failed = (*file)->Append("cd");
+  CHECK(absl::IsResourceExhausted(failed));
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].fault.id == "full");
+  CHECK(seen[0].fault.path == "/f");
+  CHECK(seen[0].fault.op == EnvOp::kAppend);
+  CHECK(seen[0].fault.op_index == 2);
+  CHECK(seen[0].fired_size == 1);
+  CHECK(seen[0].thread == std::this_thread::get_id());
+  // The latency fault: the observer runs on the syncing thread before the sleep.
+  const absl::Duration start = clock.MonotonicNow();
+  std::thread::id syncer_id;
+  std::thread syncer([&] {
+    syncer_id = std::this_thread::get_id();
+    CHECK((*file)->Sync().ok());
+  });
+  REQUIRE(clock.BlockUntilWaiters(1, testing::kRealTimeout));
+  clock.Advance(absl::Seconds(3));
+  syncer.join();
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1].fault.id == "slow");
+  CHECK(seen[1].clock_time == start);
+  CHECK(seen[1].thread == syncer_id);
+  CHECK(seen[1].fired_size == 2);
+  // Without an observer nothing is called; a non-repeat fault does not fire again.
+  env.set_on_fire(nullptr);
+  CHECK((*file)->Append("ef").ok());
+  CHECK(seen.size() == 2);
+  CHECK(env.fired().size() == 2);
 }
 
 TEST_CASE("probability: a matching operation fires exactly when its draw is below p") {

@@ -64,7 +64,9 @@
 // ("\\[") to match it literally.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -198,8 +200,8 @@ struct EnvFault {
 /// A fault that fired: which, where (the canonical path,
 /// FaultyEnv::CanonicalPath: no pid or random temporary suffix), and that
 /// path's operation index (per operation kind, 1-based). For a
-/// FaultInjectionHook's faults: path "step" or "hook:<callback>", op kAny,
-/// op_index the global_step.
+/// FaultInjectionHook's faults: path "step", "hook:<callback>" or
+/// "process", op kAny, op_index the global_step.
 struct FiredFault {
   std::string id;
   std::string path;
@@ -207,7 +209,21 @@ struct FiredFault {
   int64_t op_index = 0;
 };
 
-/// An EnvWrapper that injects EnvFaults (see the top of this header).
+/// An observer of fired faults (FaultyEnv::set_on_fire,
+/// FaultInjectionHook::Options::on_fire): called once per firing,
+/// synchronously, on the thread where the fault fires, after the fault is in
+/// fired() and before it takes effect (before the injected error is
+/// returned, the latency slept, the crash made, the exception thrown, the
+/// NaN set or the signal raised), with no lock of the FaultyEnv or hook
+/// held (it may call fired()). Several threads may call it at once: it must
+/// be thread-safe. It must not do I/O through the FaultyEnv that calls it
+/// (use its base(): e.g. WriteFiredFaults(env.base(), ...), which is how a
+/// run persists its record before a process fault kills it).
+using FaultObserver = std::function<void(const FiredFault&)>;
+
+/// An EnvWrapper that injects EnvFaults (see the top of this header). Every
+/// firing is logged at WARNING: "injected fault <id> fired at <op> <canonical
+/// path> (operation <index>)".
 ///
 /// Thread-safe: every Env method and every method below may be called from
 /// any thread; a file object is used by one thread at a time, as any Env's.
@@ -254,6 +270,12 @@ class FaultyEnv : public EnvWrapper {
   /// Records faults as having fired before (in an earlier process of the same
   /// run): a fault without `repeat` whose id is listed does not fire again.
   void MarkFired(const std::vector<FiredFault>& fired);
+
+  /// Calls `on_fire` at every later firing (see FaultObserver: on the
+  /// operation's thread, before the fault takes effect); an empty function
+  /// removes it. Replaces the previous observer; a firing already under
+  /// way may still call the previous one. Thread-safe.
+  void set_on_fire(FaultObserver on_fire);
 
   // -- crash -----------------------------------------------------------------
 
@@ -368,6 +390,39 @@ struct HookFault {
   bool repeat = false;
 };
 
+/// A signal to the job's own process -- a preemption or an OOM kill, as a
+/// cluster manager delivers them -- for a supervisor that restarts the job
+/// (`foreman train`, `foreman chaos`): plain data, so that a plan file can
+/// list it. A FaultInjectionHook fires it in before_run: the firing is
+/// recorded first (fired(), then Options::on_fire, which persists the
+/// record), then the signal is raised (Options::raise_signal; by default
+/// kill(getpid(), signal)). SIGKILL ends the process at once (no final
+/// checkpoint; a shell reports exit 137); SIGTERM asks for a graceful stop,
+/// which the process must handle (`foreman train` stops at the next step
+/// boundary after a final checkpoint; a process that does not handle
+/// SIGTERM dies of it).
+struct ProcessFault {
+  /// As StepFault::id.
+  std::string id;
+  /// SIGKILL or SIGTERM (no other).
+  int signal = SIGKILL;
+  /// The global_step (before the step) of the run it fires at; -1: use
+  /// `at_time`. Exactly one of the two is set.
+  int64_t at_step = -1;
+  /// With at_step == -1: fires at the first run that starts at or after this
+  /// time since the hook's first session of this process was created
+  /// (after_create_session), on the hook's Clock; in [0, 30 days].
+  /// InfiniteDuration: not set.
+  absl::Duration at_time = absl::InfiniteDuration();
+  /// false: fires at most once per run (the record carries it across
+  /// restarts). true: fires again in every restarted process that reaches
+  /// the point (at most once per process: the first signal ends it).
+  bool repeat = false;
+};
+
+/// "SIGKILL", "SIGTERM", or "signal <n>" for another number. Thread-safe.
+std::string SignalName(int signal);
+
 /// A SessionRunHook that injects StepFaults and HookFaults, and records the
 /// ones that fired (FiredFault: path "step" or "hook:<callback>", op kAny,
 /// op_index = the global_step). A probabilistic step fault fires at the run
@@ -393,6 +448,12 @@ struct HookFault {
 ///   foreman::HookList hooks = {faults};
 ///   ```
 ///
+/// Process faults (ProcessFault) fire in before_run, recorded as path
+/// "process", op kAny, op_index the global_step.
+///
+/// Every firing is logged at WARNING: "injected fault <id> fired at
+/// global_step <n> (<what>)".
+///
 /// Thread-safety: the callbacks run on the training thread; fired(),
 /// MarkFired() and the wrapped step may run on any thread.
 class FaultInjectionHook : public SessionRunHook {
@@ -402,19 +463,35 @@ class FaultInjectionHook : public SessionRunHook {
     std::vector<HookFault> hooks;
     /// Keys the probabilistic draws.
     uint64_t seed = 0;
+    /// After `seed`, so that {steps, hooks, seed} still initializes the
+    /// first three.
+    std::vector<ProcessFault> processes;
+    /// Called at every firing, before the fault takes effect (see
+    /// FaultObserver); empty: none.
+    FaultObserver on_fire;
+    /// Raises a ProcessFault's signal; empty: kill(getpid(), signal). Called
+    /// on the training thread after on_fire; when it returns (a test's
+    /// function, or a SIGTERM the process handles), the run goes on.
+    std::function<void(int signal)> raise_signal;
+    /// Times ProcessFault::at_time (not owned; nullptr: Clock::Real()).
+    Clock* clock = nullptr;
   };
   /// INVALID_ARGUMENT naming the fault and field: an empty or duplicate id
-  /// (across steps and hooks), kStatus with code OK, at_step < -1,
-  /// probability outside [0, 1], an empty loss_tensor, an unknown callback,
-  /// "begin" with at_step != -1, a kind out of range.
+  /// (across steps, hooks and processes), kStatus with code OK, at_step <
+  /// -1, probability outside [0, 1], an empty loss_tensor, an unknown
+  /// callback, "begin" with at_step != -1, a kind out of range; a process
+  /// fault with a signal other than SIGKILL or SIGTERM, or without exactly
+  /// one of at_step >= 0 and at_time in [0, 30 days].
   static StatusOr<std::shared_ptr<FaultInjectionHook>> Create(const Options& options);
   ~FaultInjectionHook() override;
 
   std::string name() const override { return "FaultInjectionHook"; }
   Status begin() override;
   Status after_create_session(Session* session, Coordinator* coord) override;
-  /// Reads the global step (Session::GlobalStep()); returns a firing kStatus
-  /// fault's error ("injected step fault <id> at global_step <n>: <message>").
+  /// Reads the global step (Session::GlobalStep()); raises a firing
+  /// ProcessFault's signal (then goes on, if the process lives); returns a
+  /// firing kStatus fault's error ("injected step fault <id> at global_step
+  /// <n>: <message>").
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   Status end(Session* session) override;
@@ -456,6 +533,7 @@ struct FaultPlan {
   std::vector<EnvFault> env;
   std::vector<StepFault> steps;
   std::vector<HookFault> hooks;
+  std::vector<ProcessFault> processes;
 };
 
 /// Parses a JSON plan: {"seed": <integer >= 0, default 0>, "faults": [...]},
@@ -474,6 +552,9 @@ struct FaultPlan {
 ///           "repeat".
 ///   "hook": "callback" (as HookFault::callback), "at_step" (>= 0; absent
 ///           for "begin"), "repeat".
+///   "process": "signal" ("SIGKILL" or "SIGTERM"), exactly one of "at_step"
+///           (a global_step >= 0) or "at_time_ms" (milliseconds in
+///           [0, 2592000000], 30 days), "repeat".
 /// `source_name` (e.g. the file name) starts every error message. Ranges
 /// are checked here; AddFault / FaultInjectionHook::Create check the rest.
 ///   INVALID_ARGUMENT  "<source>: <where>: <what was expected>, got <value>":
@@ -489,7 +570,11 @@ StatusOr<FaultPlan> ParseFaultPlan(absl::string_view json_text, absl::string_vie
 StatusOr<FaultPlan> ReadFaultPlan(Env* env, const std::string& path);
 
 /// The plan as JSON in the plan file format; ParseFaultPlan of it gives an
-/// equal plan (errors that have no name are written as numbers). Thread-safe.
+/// equal plan (errors that have no name are written as numbers). A
+/// ProcessFault that FaultInjectionHook::Create would refuse (a signal other
+/// than SIGKILL / SIGTERM, written as its number; both at_step and at_time;
+/// neither, written as "at_step": -1) is written as given, and
+/// ParseFaultPlan refuses it too. Thread-safe.
 std::string FaultPlanToJson(const FaultPlan& plan);
 
 // -- the fired-fault record -----------------------------------------------------

@@ -29,6 +29,7 @@
 #include "foreman/mem_env.hpp"
 #include "foreman/mutex.hpp"
 #include "platform/errno_status.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 
@@ -178,6 +179,8 @@ struct FaultyEnv::State {
   std::map<std::string, std::array<int64_t, kNumEnvOps>> op_counts ABSL_GUARDED_BY(mu);
   std::vector<FiredFault> fired ABSL_GUARDED_BY(mu);
   std::set<std::string> fired_before ABSL_GUARDED_BY(mu);
+  /// Called outside mu (a copy of the pointer is taken under it).
+  std::shared_ptr<const FaultObserver> on_fire ABSL_GUARDED_BY(mu);
 
   /// Shared by each operation while it runs in the base; exclusive in Crash().
   std::shared_mutex crash_mu;
@@ -224,6 +227,8 @@ struct FaultyEnv::State {
     absl::Duration latency = absl::ZeroDuration();
     bool crash = false;
     Status error;
+    std::vector<FiredFault> now_fired;  // announced outside mu, before they take effect
+    std::shared_ptr<const FaultObserver> observer;
     {
       MutexLock l(mu);
       const int k = static_cast<int>(op);
@@ -253,6 +258,7 @@ struct FaultyEnv::State {
         if (!triggered) continue;
         a.fired = true;
         fired.push_back(FiredFault{f.id, *at, op, at_index});
+        now_fired.push_back(fired.back());
         switch (f.kind) {
           case EnvFault::Kind::kLatency:
             latency += f.latency;
@@ -277,6 +283,12 @@ struct FaultyEnv::State {
             break;
         }
       }
+      if (!now_fired.empty()) observer = on_fire;
+    }
+    for (const FiredFault& f : now_fired) {
+      FOREMAN_LOG_WARN("injected fault {} fired at {} {} (operation {})", f.id, EnvOpName(f.op), f.path,
+                       f.op_index);
+      if (observer != nullptr && *observer) (*observer)(f);
     }
     if (latency > absl::ZeroDuration()) clock->SleepFor(latency);
     if (crash) {
@@ -476,6 +488,12 @@ std::vector<FiredFault> FaultyEnv::fired() const {
 void FaultyEnv::MarkFired(const std::vector<FiredFault>& fired) {
   MutexLock l(state_->mu);
   for (const FiredFault& f : fired) state_->fired_before.insert(f.id);
+}
+
+void FaultyEnv::set_on_fire(FaultObserver on_fire) {
+  auto observer = on_fire ? std::make_shared<const FaultObserver>(std::move(on_fire)) : nullptr;
+  MutexLock l(state_->mu);
+  state_->on_fire = std::move(observer);
 }
 
 Status FaultyEnv::Crash() { return state_->Crash(); }

@@ -1,6 +1,8 @@
 // FaultPlan: a seed and a list of faults, read from or written to JSON
 // (nlohmann-json; kept out of the public headers), and the fired-fault record
 // of a run directory.
+#include <signal.h>
+
 #include <cerrno>
 #include <cstdint>
 #include <set>
@@ -298,6 +300,36 @@ Status ParseHookFault(Fields& f, HookFault* out) {
   return absl::OkStatus();
 }
 
+// 30 days: a process fault later than that is a mistake, not a plan
+// (FaultInjectionHook::Create refuses it too).
+constexpr double kMaxProcessTimeMs = 30.0 * 24 * 3600 * 1000;
+
+Status ParseProcessFault(Fields& f, ProcessFault* out) {
+  if (!f.Has("signal")) return f.Missing("signal", "SIGKILL or SIGTERM");
+  std::string signal;
+  FOREMAN_RETURN_IF_ERROR(f.String("signal", &signal));
+  if (signal == "SIGKILL") {
+    out->signal = SIGKILL;
+  } else if (signal == "SIGTERM") {
+    out->signal = SIGTERM;
+  } else {
+    return f.Error("signal", "\"SIGKILL\" or \"SIGTERM\"");
+  }
+  FOREMAN_RETURN_IF_ERROR(f.Int("at_step", 0, &out->at_step));
+  if (f.Has("at_time_ms")) {
+    double ms = 0;
+    FOREMAN_RETURN_IF_ERROR(f.Number("at_time_ms", 0, kMaxProcessTimeMs,
+                                     "a number of milliseconds in [0, 2592000000] (30 days)", &ms));
+    out->at_time = absl::Milliseconds(ms);
+  }
+  FOREMAN_RETURN_IF_ERROR(f.Bool("repeat", &out->repeat));
+  if (f.Has("at_step") == f.Has("at_time_ms")) {
+    return f.Invalid(
+        "needs exactly one of \"at_step\" (a global_step) or \"at_time_ms\" (since the session started)");
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<FaultPlan> ParsePlanDocument(const json& doc, const std::string& source) {
   if (!doc.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": a plan must be a JSON object, got ", Describe(doc)));
@@ -330,7 +362,7 @@ StatusOr<FaultPlan> ParsePlanDocument(const json& doc, const std::string& source
       Fields g(item, where);
       g.Take("id");
       if (!ids.insert(id).second) return g.Invalid("duplicate id: another fault has it");
-      if (!g.Has("type")) return g.Missing("type", "env, step or hook");
+      if (!g.Has("type")) return g.Missing("type", "env, step, hook or process");
       std::string type;
       FOREMAN_RETURN_IF_ERROR(g.String("type", &type));
       if (type == "env") {
@@ -348,8 +380,13 @@ StatusOr<FaultPlan> ParsePlanDocument(const json& doc, const std::string& source
         h.id = id;
         FOREMAN_RETURN_IF_ERROR(ParseHookFault(g, &h));
         plan.hooks.push_back(std::move(h));
+      } else if (type == "process") {
+        ProcessFault p;
+        p.id = id;
+        FOREMAN_RETURN_IF_ERROR(ParseProcessFault(g, &p));
+        plan.processes.push_back(std::move(p));
       } else {
-        return g.Error("type", "one of env, step, hook");
+        return g.Error("type", "one of env, step, hook, process");
       }
       FOREMAN_RETURN_IF_ERROR(g.Finish());
     }
@@ -444,6 +481,23 @@ std::string FaultPlanToJson(const FaultPlan& plan) {
     j["callback"] = h.callback;
     if (h.at_step >= 0) j["at_step"] = h.at_step;
     j["repeat"] = h.repeat;
+    faults.push_back(std::move(j));
+  }
+  for (const ProcessFault& p : plan.processes) {
+    ojson j;
+    j["id"] = p.id;
+    j["type"] = "process";
+    // A signal that has no name in a plan (a FaultPlan built in code) is
+    // written as its number, which ParseFaultPlan refuses, as Create does.
+    if (p.signal == SIGKILL || p.signal == SIGTERM) {
+      j["signal"] = SignalName(p.signal);
+    } else {
+      j["signal"] = p.signal;
+    }
+    // Both, or neither ("at_step": -1), as given: ParseFaultPlan refuses them as Create does.
+    if (p.at_step >= 0 || p.at_time == absl::InfiniteDuration()) j["at_step"] = p.at_step;
+    if (p.at_time != absl::InfiniteDuration()) j["at_time_ms"] = absl::ToDoubleMilliseconds(p.at_time);
+    j["repeat"] = p.repeat;
     faults.push_back(std::move(j));
   }
   ojson doc;

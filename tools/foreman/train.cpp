@@ -12,6 +12,7 @@
 //   eval/events.out.tfevents.*   test-set loss and accuracy (TF Estimator's layout)
 //   train_settings.txt           the settings of the run, for resuming it
 //   train.log                    the log
+//   fault_record.json            with --fault-plan: the injected faults that fired
 //
 // Resume: the data position (input_pipeline/epoch, input_pipeline/index) and
 // the optimizer's slots are variables, so they are checkpointed with the
@@ -28,6 +29,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +55,7 @@
 #include "foreman/dataset.hpp"
 #include "foreman/env.hpp"
 #include "foreman/event_writer.hpp"
+#include "foreman/fault.hpp"
 #include "foreman/graph.hpp"
 #include "foreman/hooks.hpp"
 #include "foreman/input_pipeline.hpp"
@@ -420,8 +423,8 @@ class ProgressHook : public SessionRunHook {
 // created at the first evaluation.
 class EvalHook : public SessionRunHook {
  public:
-  EvalHook(std::string output_dir, int64_t every_steps)
-      : output_dir_(std::move(output_dir)), every_(every_steps) {}
+  EvalHook(std::string output_dir, int64_t every_steps, Env* env)
+      : output_dir_(std::move(output_dir)), every_(every_steps), env_(env) {}
   std::string name() const override { return "EvalHook"; }
 
   Status after_create_session(Session* session, Coordinator*) override {
@@ -469,7 +472,9 @@ class EvalHook : public SessionRunHook {
     last_ = r;
     if (!write) return absl::OkStatus();
     if (writer_ == nullptr) {
-      FOREMAN_ASSIGN_OR_RETURN(writer_, EventFileWriter::Create(output_dir_));
+      EventFileWriterOptions options;
+      options.env = env_;
+      FOREMAN_ASSIGN_OR_RETURN(writer_, EventFileWriter::Create(output_dir_, options));
     }
     FOREMAN_RETURN_IF_ERROR(
         writer_->AddSummary(values.at("eval_summaries").scalar<std::string>().value(), r.step));
@@ -478,6 +483,7 @@ class EvalHook : public SessionRunHook {
 
   const std::string output_dir_;
   const int64_t every_;
+  Env* const env_;
   std::optional<int64_t> start_step_;
   std::optional<Result> last_;
   std::unique_ptr<EventFileWriter> writer_;
@@ -604,6 +610,108 @@ int Fail(int code, const std::string& what, const Status& s) {
   return code;
 }
 
+// -- --fault-plan -------------------------------------------------------------------
+//
+// The plan's env faults wrap the job's Env (a FaultyEnv over the POSIX Env),
+// its step, hook and process faults go into a FaultInjectionHook. Every
+// firing is appended to <checkpoint-dir>/fault_record.json (through the
+// POSIX Env, never the FaultyEnv) before the fault takes effect, so a
+// process fault is on disk before its signal; the next process of the run
+// reads the record and MarkFired()s it, so a fault without `repeat` fires
+// once per run, not once per process.
+
+// The record of the run: the earlier processes' firings and this one's.
+// OnFire is a FaultObserver: called on the firing thread (the training
+// thread, the saver's, the summary writer's); thread-safe.
+class FaultRecorder {
+ public:
+  FaultRecorder(Env* base, std::string dir) : base_(base), dir_(std::move(dir)) {}
+
+  // The earlier processes' record (before any fault can fire).
+  void Load(std::vector<FiredFault> earlier) {
+    std::lock_guard<std::mutex> lock(mu_);
+    record_ = std::move(earlier);
+  }
+
+  void OnFire(const FiredFault& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    record_.push_back(f);
+    if (Status s = WriteFiredFaults(base_, dir_, record_); !s.ok()) {
+      // Nothing can be undone here: say what a restart may do.
+      std::fprintf(stderr,
+                   "foreman train: warning: cannot record the injected fault %s in %s/%s (%s): a restarted run "
+                   "may inject it again\n",
+                   f.id.c_str(), dir_.c_str(), kFaultRecordFile, std::string(s.message()).c_str());
+    }
+  }
+
+ private:
+  Env* const base_;
+  const std::string dir_;
+  std::mutex mu_;
+  std::vector<FiredFault> record_;
+};
+
+// Raises a process fault's signal on this process (the training thread, in
+// the FaultInjectionHook's before_run). SIGKILL ends it here. SIGTERM goes
+// to the SignalWatcher, which requests the run's stop: wait (at most 10 s)
+// until it has, so that the session stops at the end of this very step --
+// the same step in every run of the plan, not whenever the watcher thread
+// gets to it.
+void RaiseProcessFault(int sig, StopRequest& stop) {
+  if (sig != SIGTERM) {
+    kill(getpid(), sig);
+    return;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool requested = false;
+  const int64_t listener = stop.Listen([&](const Status&) {
+    std::lock_guard<std::mutex> lock(mu);
+    requested = true;
+    cv.notify_all();
+  });
+  kill(getpid(), sig);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return requested; });
+  }
+  stop.Unlisten(listener);
+}
+
+// With --fault-plan: every checkpoint is durable before training goes on
+// (CheckpointSaverHook: with a listener the training thread waits at the
+// boundary that started a save until it is durable), as TF's synchronous
+// saves are. Without it a SIGKILL at step k finds the save scheduled just
+// before k committed or not, depending on the saver thread's timing, and a
+// failed save ends the run a few steps later or sooner: the same plan
+// would lose different steps in different runs.
+class DurableSavesListener : public CheckpointSaverListener {};
+
+// The id of the injected fault `s` reports, among those fired in this
+// process: an env fault's "(injected fault <id>)", a step fault's
+// "injected step fault <id> at", a hook fault's "injected hook fault <id>
+// at", or a NaN-loss fault behind NanTensorHook's "NaN loss".
+std::optional<std::string> InjectedFaultIn(const Status& s, const std::vector<FiredFault>& fired,
+                                           const std::vector<StepFault>& steps) {
+  const absl::string_view message = s.message();
+  for (const FiredFault& f : fired) {
+    if (absl::StrContains(message, absl::StrCat("(injected fault ", f.id, ")")) ||
+        absl::StrContains(message, absl::StrCat("injected step fault ", f.id, " at ")) ||
+        absl::StrContains(message, absl::StrCat("injected hook fault ", f.id, " at "))) {
+      return f.id;
+    }
+  }
+  if (absl::StrContains(message, "NaN loss")) {
+    for (const FiredFault& f : fired) {
+      for (const StepFault& step : steps) {
+        if (step.id == f.id && step.kind == StepFault::Kind::kNanLoss) return f.id;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 // CPUs this process may run on (taskset, cgroups' cpusets), as TF counts them.
 int UsableCpus() {
   cpu_set_t set;
@@ -680,7 +788,12 @@ using ExitCode = std::optional<int>;
 // What the steps build, in their order.
 struct TrainJob {
   TrainFlags f;
-  Env* env = Env::Default();
+  Env* env = Env::Default();  // the FaultyEnv with --fault-plan (once the record is read)
+  // --fault-plan.
+  FaultPlan plan;
+  std::unique_ptr<FaultyEnv> faulty;
+  std::shared_ptr<FaultInjectionHook> fault_hook;
+  std::shared_ptr<FaultRecorder> recorder;
   std::shared_ptr<StopRequest> stop;
   std::shared_ptr<RunPhase> phase;
   std::shared_ptr<FileLock> lock;  // held from the first check to the end of the run
@@ -699,6 +812,23 @@ struct TrainJob {
   std::shared_ptr<ProgressHook> progress;
   std::shared_ptr<EvalHook> eval;
   MonitoredTrainingSessionOptions mts;
+
+  // Fail(), unless `s` reports a fault injected in this process: then
+  // "stopped by injected fault <id>: <status>" and kExitInjectedFault, so
+  // that a supervisor (foreman chaos) can tell it from a real failure.
+  int Exit(int code, const std::string& what, const Status& s) const {
+    if (faulty != nullptr && !s.ok()) {
+      std::vector<FiredFault> fired = faulty->fired();
+      const std::vector<FiredFault> hook_fired = fault_hook->fired();
+      fired.insert(fired.end(), hook_fired.begin(), hook_fired.end());
+      if (auto id = InjectedFaultIn(s, fired, plan.steps)) {
+        std::fprintf(stderr, "foreman train: %s: %s\nforeman train: stopped by injected fault %s: %s\n", what.c_str(),
+                     std::string(s.message()).c_str(), id->c_str(), s.ToString().c_str());
+        return kExitInjectedFault;
+      }
+    }
+    return Fail(code, what, s);
+  }
 };
 
 // A resumed run's checkpoint, found once (each warning about a bad
@@ -713,8 +843,8 @@ ExitCode FindCheckpointToRestore(TrainJob& job) {
   auto latest = LatestCheckpoint(job.env, dir);
   if (!latest.ok()) {
     // DATA_LOSS: checkpoints exist and none verifies (each was named in a warning).
-    if (!absl::IsDataLoss(latest.status())) return Fail(kExitUsage, "cannot resume", latest.status());
-    return Fail(kExitUsage, "cannot resume",
+    if (!absl::IsDataLoss(latest.status())) return job.Exit(kExitUsage, "cannot resume", latest.status());
+    return job.Exit(kExitUsage, "cannot resume",
                 Status(latest.status().code(), absl::StrCat(latest.status().message(), fresh)));
   }
   job.restore_from = *latest;
@@ -737,9 +867,69 @@ ExitCode FindCheckpointToRestore(TrainJob& job) {
                            state.ok() ? std::string("empty") : std::string(state.status().message()),
                            ") and no checkpoint is left");
   }
-  return Fail(kExitUsage, "cannot resume",
+  return job.Exit(kExitUsage, "cannot resume",
               absl::FailedPreconditionError(absl::StrCat(dir, " holds a run (", kTrainSettingsFile, ") but ", missing,
                                                          ": resuming would train again from step 0", fresh)));
+}
+
+// 1a. --fault-plan, read and checked before anything is written: a bad plan
+//     is exit 2 with ParseFaultPlan's message. The faults are armed, but
+//     nothing goes through them before the record is read (1b).
+ExitCode PrepareFaults(TrainJob& job) {
+  const TrainFlags& f = job.f;
+  if (f.fault_plan.empty()) return std::nullopt;
+  auto plan = ReadFaultPlan(Env::Default(), f.fault_plan);
+  if (!plan.ok()) return Fail(kExitUsage, "bad fault plan", plan.status());
+  job.plan = *std::move(plan);
+  job.faulty = std::make_unique<FaultyEnv>(Env::Default(), job.plan.seed);
+  for (const EnvFault& e : job.plan.env) {
+    if (e.kind == EnvFault::Kind::kCrash || e.kind == EnvFault::Kind::kTornWrite) {
+      return Fail(kExitUsage, "bad fault plan",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      f.fault_plan, ": fault \"", e.id, "\": kind ",
+                      e.kind == EnvFault::Kind::kCrash ? "crash" : "torn_write",
+                      " simulates a power cut, which needs an in-memory file system; foreman train writes to the "
+                      "real disk: use a process fault instead ({\"type\": \"process\", \"signal\": \"SIGKILL\", "
+                      "\"at_step\": N} kills the job without a final checkpoint)")));
+    }
+    if (Status s = job.faulty->AddFault(e); !s.ok()) {
+      return Fail(kExitUsage, "bad fault plan", Status(s.code(), absl::StrCat(f.fault_plan, ": ", s.message())));
+    }
+  }
+  job.recorder = std::make_shared<FaultRecorder>(Env::Default(), f.checkpoint_dir);
+  job.faulty->set_on_fire([recorder = job.recorder](const FiredFault& fired) { recorder->OnFire(fired); });
+  FaultInjectionHook::Options options;
+  options.steps = job.plan.steps;
+  options.hooks = job.plan.hooks;
+  options.processes = job.plan.processes;
+  options.seed = job.plan.seed;
+  options.on_fire = [recorder = job.recorder](const FiredFault& fired) { recorder->OnFire(fired); };
+  options.raise_signal = [stop = job.stop](int sig) { RaiseProcessFault(sig, *stop); };
+  auto hook = FaultInjectionHook::Create(options);
+  if (!hook.ok()) {
+    return Fail(kExitUsage, "bad fault plan",
+                Status(hook.status().code(), absl::StrCat(f.fault_plan, ": ", hook.status().message())));
+  }
+  job.fault_hook = *std::move(hook);
+  return std::nullopt;
+}
+
+// 1b. With the lock held: the run's record of fired faults (a corrupt one
+//     is exit 2 naming it), MarkFired on the Env and the hook; from here on
+//     the job's Env is the FaultyEnv.
+ExitCode LoadFaultRecord(TrainJob& job) {
+  if (job.faulty == nullptr) return std::nullopt;
+  auto record = ReadFiredFaults(Env::Default(), job.f.checkpoint_dir);
+  if (!record.ok()) {
+    return Fail(kExitUsage, "bad fault record",
+                Status(record.status().code(),
+                       absl::StrCat(record.status().message(), " (remove it to inject every fault of the plan again)")));
+  }
+  job.faulty->MarkFired(*record);
+  job.fault_hook->MarkFired(*record);
+  job.recorder->Load(*std::move(record));
+  job.env = job.faulty.get();
+  return std::nullopt;
 }
 
 // 1-2. Flags, the directory's lock (a second `foreman train` is refused
@@ -748,35 +938,37 @@ ExitCode FindCheckpointToRestore(TrainJob& job) {
 ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
   TrainFlags& f = job.f;
   const std::string& dir = f.checkpoint_dir;
-  if (Status s = ValidateTrainFlags(f); !s.ok()) return Fail(kExitUsage, "bad flags", s);
+  if (Status s = ValidateTrainFlags(f); !s.ok()) return job.Exit(kExitUsage, "bad flags", s);
+  if (ExitCode code = PrepareFaults(job)) return code;
   job.phase->RecordBeforeLock(job.env, dir);
   auto lock = LockCheckpointDirectory(job.env, dir);
   if (!lock.ok()) {
     // The lock's contract: FAILED_PRECONDITION means another holder.
-    return Fail(kExitUsage,
+    return job.Exit(kExitUsage,
                 absl::IsFailedPrecondition(lock.status()) ? "checkpoint directory in use"
                                                           : "cannot use the checkpoint directory",
                 lock.status());
   }
   job.lock = std::move(*lock);
   job.phase->Locked();
+  if (ExitCode code = LoadFaultRecord(job)) return code;
 
   auto stored = ReadTrainSettings(job.env, dir);
-  if (!stored.ok()) return Fail(kExitUsage, "cannot resume", stored.status());
+  if (!stored.ok()) return job.Exit(kExitUsage, "cannot resume", stored.status());
   job.resuming = stored->has_value();
   if (job.resuming) {
     std::vector<std::string> notes;
-    if (Status s = ResolveTrainFlags(**stored, cmd, dir, f, &notes); !s.ok()) return Fail(kExitUsage, "cannot resume", s);
+    if (Status s = ResolveTrainFlags(**stored, cmd, dir, f, &notes); !s.ok()) return job.Exit(kExitUsage, "cannot resume", s);
     if (Status s = ValidateTrainFlags(f); !s.ok()) {
-      return Fail(kExitUsage, absl::StrCat("bad settings (flags and ", dir, "/", kTrainSettingsFile, ")"), s);
+      return job.Exit(kExitUsage, absl::StrCat("bad settings (flags and ", dir, "/", kTrainSettingsFile, ")"), s);
     }
     for (const std::string& note : notes) std::fprintf(stderr, "foreman train: note: %s\n", note.c_str());
     return FindCheckpointToRestore(job);
   } else {
     auto foreign = HoldsCheckpoints(job.env, dir);
-    if (!foreign.ok()) return Fail(kExitUsage, "cannot use the checkpoint directory", foreign.status());
+    if (!foreign.ok()) return job.Exit(kExitUsage, "cannot use the checkpoint directory", foreign.status());
     if (*foreign) {
-      return Fail(kExitUsage, "cannot resume",
+      return job.Exit(kExitUsage, "cannot resume",
                   absl::FailedPreconditionError(absl::StrCat(dir, " holds checkpoints that foreman train did not "
                                                              "write (no ", kTrainSettingsFile,
                                                              "): use another --checkpoint-dir")));
@@ -796,7 +988,7 @@ ExitCode PlanModel(TrainJob& job) {
   job.optimizer.learning_rate = static_cast<float>(job.learning_rate);
   constexpr double kMaxModelBytes = 16.0 * (1 << 30);
   if (ModelBytes(job.spec, job.optimizer.kind) > kMaxModelBytes) {
-    return Fail(kExitUsage, "bad flags",
+    return job.Exit(kExitUsage, "bad flags",
                 absl::InvalidArgumentError(absl::StrFormat(
                     "--hidden %s: the model and its optimizer slots would take %.1f GiB (at most 16 GiB)", f.hidden,
                     ModelBytes(job.spec, job.optimizer.kind) / (1 << 30))));
@@ -811,7 +1003,7 @@ ExitCode PlanModel(TrainJob& job) {
   mts.stop_grace_period_secs = f.stop_grace_period_secs;
   mts.config.intra_op_parallelism_threads = static_cast<int>(f.threads);
   mts.graph = std::make_shared<Graph>();  // the real one comes below; the plan checks only the schedules
-  if (auto plan = PlanMonitoredTrainingSession(mts); !plan.ok()) return Fail(kExitUsage, "bad flags", plan.status());
+  if (auto plan = PlanMonitoredTrainingSession(mts); !plan.ok()) return job.Exit(kExitUsage, "bad flags", plan.status());
   return std::nullopt;
 }
 
@@ -819,7 +1011,7 @@ ExitCode PlanModel(TrainJob& job) {
 ExitCode LoadData(TrainJob& job) {
   const TrainFlags& f = job.f;
   auto mnist = data::LoadFashionMnist(job.env, f.data_dir);
-  if (!mnist.ok()) return Fail(kExitUsage, "cannot load the data", mnist.status());
+  if (!mnist.ok()) return job.Exit(kExitUsage, "cannot load the data", mnist.status());
   data::DatasetOptions train_options;
   train_options.batch_size = f.batch_size;
   train_options.epochs = f.epochs;
@@ -827,11 +1019,11 @@ ExitCode LoadData(TrainJob& job) {
   train_options.seed = static_cast<uint64_t>(f.seed);
   job.test_examples = mnist->test.labels.num_elements();
   auto train_set = data::Dataset::Create(std::move(mnist->train), train_options);
-  if (!train_set.ok()) return Fail(kExitUsage, absl::StrCat("bad training data in ", f.data_dir), train_set.status());
+  if (!train_set.ok()) return job.Exit(kExitUsage, absl::StrCat("bad training data in ", f.data_dir), train_set.status());
   data::DatasetOptions test_options;
   test_options.shuffle = false;
   auto test_set = data::Dataset::Create(std::move(mnist->test), test_options);
-  if (!test_set.ok()) return Fail(kExitUsage, absl::StrCat("bad test data in ", f.data_dir), test_set.status());
+  if (!test_set.ok()) return job.Exit(kExitUsage, absl::StrCat("bad test data in ", f.data_dir), test_set.status());
   job.train_set = *std::move(train_set);
   job.test_set = *std::move(test_set);
   job.spec.input_dim = job.train_set->feature_dim();
@@ -850,10 +1042,10 @@ ExitCode BuildModel(TrainJob& job) {
   model->decay_rate = f.learning_rate_decay_rate;
   model->eval = std::make_shared<EvalRecord>();
   auto mlp = nn::Mlp::Create(job.spec, job.optimizer);
-  if (!mlp.ok()) return Fail(kExitUsage, "bad model", mlp.status());
+  if (!mlp.ok()) return job.Exit(kExitUsage, "bad model", mlp.status());
   model->mlp = std::move(*mlp);
   auto test = job.test_set->Slice(0, job.test_examples);
-  if (!test.ok()) return Fail(kExitFailed, "test data", test.status());
+  if (!test.ok()) return job.Exit(kExitFailed, "test data", test.status());
   model->test = std::move(*test);
   for (const std::string& name : nn::MlpVariableNames(job.spec, job.optimizer)) {
     if (absl::EndsWith(name, "/kernel") || absl::EndsWith(name, "/bias")) model->histogram_variables.push_back(name);
@@ -864,11 +1056,13 @@ ExitCode BuildModel(TrainJob& job) {
   if (built.ok()) built = graph->AddVariable(kEpochVariable, Tensor::Scalar<int64_t>(0), /*trainable=*/false);
   if (built.ok()) built = graph->AddVariable(kIndexVariable, Tensor::Scalar<int64_t>(0), /*trainable=*/false);
   if (built.ok()) built = graph->AddSummaryOp("summaries");
-  if (built.ok()) built = graph->SetStep([model](StepContext& ctx) { return Step(*model, ctx); });
-  if (!built.ok()) return Fail(kExitFailed, "building the model", built);
+  StepFn step = [model](StepContext& ctx) { return Step(*model, ctx); };
+  if (job.fault_hook != nullptr) step = job.fault_hook->WrapStep(std::move(step));  // NaN-loss faults
+  if (built.ok()) built = graph->SetStep(std::move(step));
+  if (!built.ok()) return job.Exit(kExitFailed, "building the model", built);
   if (job.restore_from.has_value()) {
     if (Status s = CheckCheckpointMatches(job.env, *job.restore_from, *graph); !s.ok()) {
-      return Fail(kExitUsage, "cannot resume", s);
+      return job.Exit(kExitUsage, "cannot resume", s);
     }
   }
   job.model = std::move(model);
@@ -890,20 +1084,24 @@ ExitCode AddHooks(TrainJob& job) {
   NanTensorHook::Options nan;
   nan.loss_tensor = "loss";
   auto nan_hook = NanTensorHook::Create(nan);
-  if (!nan_hook.ok()) return Fail(kExitFailed, "hooks", nan_hook.status());
+  if (!nan_hook.ok()) return job.Exit(kExitFailed, "hooks", nan_hook.status());
   MonitoredTrainingSessionOptions& mts = job.mts;
   mts.hooks = {*nan_hook, job.progress};
+  // First among the job's hooks: a step or process fault fires before the others run.
+  if (job.fault_hook != nullptr) mts.hooks.insert(mts.hooks.begin(), job.fault_hook);
   if (f.max_steps > 0) {
     StopAtStepHook::Options stop_options;
     stop_options.last_step = f.max_steps;
     auto stop = StopAtStepHook::Create(stop_options);
-    if (!stop.ok()) return Fail(kExitUsage, "bad flags", stop.status());
+    if (!stop.ok()) return job.Exit(kExitUsage, "bad flags", stop.status());
     mts.hooks.push_back(*stop);
   }
   // Last: its end() runs after the CheckpointSaverHook's final save.
-  job.eval = std::make_shared<EvalHook>(f.checkpoint_dir + "/eval", f.eval_every_steps);
+  job.eval = std::make_shared<EvalHook>(f.checkpoint_dir + "/eval", f.eval_every_steps, job.env);
   mts.hooks.push_back(job.eval);
   mts.graph = job.graph;
+  mts.config.env = job.env;
+  if (job.fault_hook != nullptr) mts.checkpoint_listeners.push_back(std::make_shared<DurableSavesListener>());
   mts.runtime.stop = job.stop;
   mts.runtime.held_lock = job.lock;
   mts.runtime.held_lock_directory = f.checkpoint_dir;
@@ -917,12 +1115,12 @@ ExitCode WriteRunFiles(TrainJob& job) {
   const TrainFlags& f = job.f;
   const std::string& dir = f.checkpoint_dir;
   if (Status s = WriteTrainSettings(job.env, dir, TrainSettings(f)); !s.ok()) {
-    return Fail(kExitUsage, "cannot write to the checkpoint directory", s);
+    return job.Exit(kExitUsage, "cannot write to the checkpoint directory", s);
   }
   LogOptions log;
   log.file_path = dir + "/train.log";
   log.stderr_level = job.tty ? LogLevel::kWarning : LogLevel::kInfo;
-  if (Status s = ConfigureLogging(log); !s.ok()) return Fail(kExitUsage, "cannot write the log", s);
+  if (Status s = ConfigureLogging(log); !s.ok()) return job.Exit(kExitUsage, "cannot write the log", s);
   std::fprintf(stderr,
                "foreman train: MLP %s, %s (learning rate %g), batch %lld, %s, seed %lld, %lld threads; "
                "checkpoints in %s\n",
@@ -1010,7 +1208,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   data::InputPipelineOptions pipeline_options;
   pipeline_options.prefetch_batches = static_cast<int>(job.f.prefetch_batches);
   auto pipeline = data::InputPipeline::Create(job.train_set, pipeline_options);
-  if (!pipeline.ok()) return Fail(kExitFailed, "input pipeline", pipeline.status());
+  if (!pipeline.ok()) return job.Exit(kExitFailed, "input pipeline", pipeline.status());
   job.model->pipeline = std::move(*pipeline);
   TestPauseBeforeSession();
   const auto started = std::chrono::steady_clock::now();
@@ -1019,7 +1217,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     const auto code = session.status().code();
     const bool bad_input = code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
                            code == absl::StatusCode::kFailedPrecondition;
-    return Fail(bad_input ? kExitUsage : kExitFailed, "cannot start training", session.status());
+    return job.Exit(bad_input ? kExitUsage : kExitFailed, "cannot start training", session.status());
   }
   const std::vector<std::string> fetches = {"train_op"};
   while (!(*session)->should_stop()) {
@@ -1027,7 +1225,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   }
   const Status closed = (*session)->close();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (!closed.ok()) return Fail(kExitFailed, "training failed", closed);
+  if (!closed.ok()) return job.Exit(kExitFailed, "training failed", closed);
   return Report(job, watcher, wall);
 }
 
@@ -1041,7 +1239,8 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       "resume from --checkpoint-dir (flags not given take the run's stored values), graceful stop on "
       "SIGINT/SIGTERM/SIGHUP.\n"
       "Exit codes: 0 done (or stopped by a signal after the final checkpoint), 1 training failed, "
-      "2 bad flags/data or an incompatible or busy --checkpoint-dir, 130 a second signal.");
+      "2 bad flags/data/fault plan or an incompatible or busy --checkpoint-dir (do not restart), "
+      "3 an injected fault (--fault-plan) ended the run, 130 a second signal.");
   AddTrainFlags(*cmd, *flags);
   cmd->callback([cmd, flags, exit_code] {
     try {

@@ -391,6 +391,11 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->transform(DecimalInt64())->capture_default_str();
   cmd.add_option("--prefetch-batches", f.prefetch_batches, "Batches the input pipeline prepares ahead")
       ->transform(DecimalInt64())->capture_default_str();
+  cmd.add_option("--fault-plan", f.fault_plan,
+                 "Inject the faults of this JSON plan (docs/fault-injection.md): env faults into the job's file "
+                 "system, step, hook and process (SIGKILL/SIGTERM) faults into training; those that fire are "
+                 "recorded in <checkpoint-dir>/fault_record.json and, unless marked repeat, do not fire again "
+                 "when the run is restarted. Not stored in the run's settings");
   // A flag given twice takes its last value (a script's defaults, then the user's).
   for (CLI::Option* option : cmd.get_options()) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }

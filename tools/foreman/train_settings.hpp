@@ -42,6 +42,9 @@ struct TrainFlags {
   int64_t threads = 0;  // 0: one per CPU this process may run on
   int64_t eval_every_steps = 500;
   int64_t prefetch_batches = 4;
+  // --fault-plan: a FaultPlan JSON file (foreman/fault.hpp). Not a setting of
+  // the run: never stored, so a resume without the flag injects nothing.
+  std::string fault_plan;
 };
 
 /// Registers every flag of `foreman train` on `cmd`, bound to `flags`.

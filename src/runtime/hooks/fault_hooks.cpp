@@ -1,8 +1,12 @@
 // FaultInjectionHook: step faults (an injected Status, a NaN loss) and hook
 // faults (a callback that throws), fired at a global_step or with a keyed
 // probability, and their record.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -12,6 +16,7 @@
 #include "foreman/fault.hpp"
 #include "foreman/mutex.hpp"
 #include "foreman/variable_store.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 
@@ -26,12 +31,32 @@ bool KnownCallback(const std::string& c) {
   return false;
 }
 
+// The longest ProcessFault::at_time: a later one is a mistake, not a plan.
+constexpr absl::Duration kMaxProcessFaultTime = absl::Hours(24 * 30);
+
 }  // namespace
+
+std::string SignalName(int signal) {
+  switch (signal) {
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    default: return absl::StrCat("signal ", signal);
+  }
+}
 
 struct FaultInjectionHook::State {
   std::vector<StepFault> steps;
   std::vector<HookFault> hooks;
+  std::vector<ProcessFault> processes;
   uint64_t seed = 0;
+  FaultObserver on_fire;
+  std::function<void(int)> raise_signal;
+  Clock* clock = nullptr;
+  bool timed = false;  // a process fault with at_time (needs the session's start time)
+  // Training thread only: when the hook's first session of this process was
+  // created (clock time); the process faults this process already fired.
+  std::optional<absl::Duration> session_start;  // MonotonicNow()
+  std::set<std::string> process_fired_here;
   bool needs_step = false;  // a step fault, or a before_run / after_run hook fault
   bool probabilistic = false;  // a step fault with a probability (its draws need the sessions' ranges)
 
@@ -84,19 +109,53 @@ struct FaultInjectionHook::State {
       hit = true;  // a hook fault with at_step -1: every call (once without repeat)
     }
     if (!hit) return false;
+    return Record(id, repeat, callback == nullptr ? std::string("step") : absl::StrCat("hook:", callback), step);
+  }
+
+  // Records a firing unless a non-repeat fault fired before; true when it
+  // fired. Outside mu the caller then Announce()s it.
+  bool Record(const std::string& id, bool repeat, std::string path, int64_t step) {
     MutexLock l(mu);
     if (!repeat && fired_ids.count(id) != 0) return false;
     if (!repeat) fired_ids.insert(id);
-    std::string path = callback == nullptr ? "step" : absl::StrCat("hook:", callback);
     fired.push_back(FiredFault{id, std::move(path), EnvOp::kAny, step});
     return true;
+  }
+
+  // The WARNING and the observer of a firing, before it takes effect.
+  void Announce(const std::string& id, const std::string& path, int64_t step, const std::string& what) {
+    FOREMAN_LOG_WARN("injected fault {} fired at global_step {} ({})", id, step, what);
+    if (on_fire) on_fire(FiredFault{id, path, EnvOp::kAny, step});
   }
 
   void MaybeThrow(const char* callback, int64_t step) {
     for (const HookFault& f : hooks) {
       if (f.callback != callback) continue;
       if (Fire(f.id, f.at_step, 0, f.repeat, step, callback)) {
+        Announce(f.id, absl::StrCat("hook:", callback), step, absl::StrCat("hook ", callback, " throws"));
         throw std::runtime_error(absl::StrCat("injected hook fault ", f.id, " at global_step ", step));
+      }
+    }
+  }
+
+  // Training thread: fires the process faults due at the run starting at
+  // `step` (recorded and announced first, then the signal).
+  void MaybeSignal(int64_t step) {
+    for (const ProcessFault& f : processes) {
+      if (process_fired_here.count(f.id) != 0) continue;  // once per process: the first signal ends it
+      bool due = false;
+      if (f.at_step >= 0) {
+        due = step == f.at_step;
+      } else if (session_start.has_value()) {
+        due = clock->MonotonicNow() - *session_start >= f.at_time;
+      }
+      if (!due || !Record(f.id, f.repeat, "process", step)) continue;
+      process_fired_here.insert(f.id);
+      Announce(f.id, "process", step, absl::StrCat(SignalName(f.signal), " to this process"));
+      if (raise_signal) {
+        raise_signal(f.signal);
+      } else {
+        kill(getpid(), f.signal);
       }
     }
   }
@@ -154,9 +213,34 @@ StatusOr<std::shared_ptr<FaultInjectionHook>> FaultInjectionHook::Create(const O
     }
     if (f.callback == "before_run" || f.callback == "after_run") state->needs_step = true;
   }
+  for (std::size_t i = 0; i < options.processes.size(); ++i) {
+    const ProcessFault& f = options.processes[i];
+    FOREMAN_RETURN_IF_ERROR(check_id("processes", i, f.id));
+    const std::string where = absl::StrCat("FaultInjectionHook: processes[", i, "] (\"", f.id, "\"): ");
+    if (f.signal != SIGKILL && f.signal != SIGTERM) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "signal must be SIGKILL or SIGTERM, got ", SignalName(f.signal)));
+    }
+    const bool by_time = f.at_time != absl::InfiniteDuration();
+    if (f.at_step < -1) return absl::InvalidArgumentError(absl::StrCat(where, "at_step must be >= -1"));
+    if ((f.at_step >= 0) == by_time) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "needs exactly one of at_step >= 0 or at_time (the other -1 / InfiniteDuration)"));
+    }
+    if (by_time && (f.at_time < absl::ZeroDuration() || f.at_time > kMaxProcessFaultTime)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "at_time must be in [0, 30 days], got ", absl::FormatDuration(f.at_time)));
+    }
+    state->needs_step = true;
+    if (by_time) state->timed = true;
+  }
   state->steps = options.steps;
   state->hooks = options.hooks;
+  state->processes = options.processes;
   state->seed = options.seed;
+  state->on_fire = options.on_fire;
+  state->raise_signal = options.raise_signal;
+  state->clock = options.clock != nullptr ? options.clock : Clock::Real();
   return std::shared_ptr<FaultInjectionHook>(new FaultInjectionHook(std::move(state)));
 }
 
@@ -173,6 +257,7 @@ Status FaultInjectionHook::after_create_session(Session* session, Coordinator* /
     MutexLock l(state_->mu);
     state_->sessions.emplace_back();
   }
+  if (state_->timed && !state_->session_start.has_value()) state_->session_start = state_->clock->MonotonicNow();
   int64_t step = -1;
   for (const HookFault& f : state_->hooks) {
     if (f.callback == "after_create_session") {
@@ -192,9 +277,11 @@ StatusOr<SessionRunArgs> FaultInjectionHook::before_run(SessionRunContext& ctx) 
   if (!step.ok()) return Annotate(step.status(), "FaultInjectionHook needs the global_step");
   st.run_step = *step;
   if (st.probabilistic) st.RunStarts(st.run_step);
+  if (!st.processes.empty()) st.MaybeSignal(st.run_step);
   for (const StepFault& f : st.steps) {
     if (f.kind != StepFault::Kind::kStatus || (f.at_step < 0 && f.probability <= 0)) continue;
     if (st.Fire(f.id, f.at_step, f.probability, f.repeat, st.run_step, nullptr)) {
+      st.Announce(f.id, "step", st.run_step, absl::StrCat("step returns ", absl::StatusCodeToString(f.code)));
       return Status(f.code, absl::StrCat("injected step fault ", f.id, " at global_step ", st.run_step,
                                          f.message.empty() ? "" : ": ", f.message));
     }
@@ -232,6 +319,7 @@ StepFn FaultInjectionHook::WrapStep(StepFn step) const {
       if (f.kind != StepFault::Kind::kNanLoss || !ctx.requested(f.loss_tensor)) continue;
       if (f.at_step < 0 && f.probability <= 0) continue;
       if (st->Fire(f.id, f.at_step, f.probability, f.repeat, global_step, nullptr)) {
+        st->Announce(f.id, "step", global_step, absl::StrCat("NaN ", f.loss_tensor));
         ctx.Set(f.loss_tensor, Tensor::Scalar<float>(std::numeric_limits<float>::quiet_NaN()));
       }
     }
