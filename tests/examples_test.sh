@@ -2,12 +2,13 @@
 # Runs the three example programs (tools/examples) and checks what they print
 # and the checkpoint and event files they leave, reading the files back with
 # `foreman inspect` / `foreman events`.
-# Usage: examples_test.sh FOREMAN SYNC_TRAINING ACTOR_TRAINING SUPERVISOR_TRAINING
+# Usage: examples_test.sh FOREMAN SYNC_TRAINING ACTOR_TRAINING SUPERVISOR_TRAINING FAULT_INJECTION
 set -u
 foreman=$1
 sync_training=$2
 actor_training=$3
 supervisor_training=$4
+fault_injection=$5
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 has() { grep -Eq -- "$1" <<<"$2"; }
@@ -91,6 +92,37 @@ final=$(sed -n 's/^global_step: //p' <<<"$out")
 # 10 minutes) and an event file.
 ls "$dir"/model.ckpt-*.index >/dev/null 2>&1 || fail "no chief checkpoint: $(ls "$dir")"
 ls "$dir"/events.out.tfevents.* >/dev/null 2>&1 || fail "no chief event file: $(ls "$dir")"
+
+# -- fault injection: a preemption survived in-process, a full disk that ends
+# the run, and the restart that resumes without the faults that fired -------------
+dir=$tmp/faults
+out=$(timeout 120 "$fault_injection" "$dir" 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "fault_injection's first run exited $rc, expected 1: $out"
+has '^fault fired: preempt at step \(120\)$' "$out" || fail "preempt did not fire at 120: $out"
+has '^recovered from ABORTED: .*injected step fault preempt at global_step 120.*: global_step 120 -> 100, 20 steps lost$' \
+  "$out" || fail "no in-process recovery from model.ckpt-100: $out"
+has '^training failed: RESOURCE_EXHAUSTED: saving the checkpoint of step 150: write .*/model.ckpt-150.data-00000-of-00001.tempstate[0-9]+: No space left on device \(injected fault disk-full\)$' \
+  "$out" || fail "the full disk did not end the run naming the file: $out"
+has '^model_checkpoint_path: "model.ckpt-100"$' "$(cat "$dir/checkpoint" 2>/dev/null)" \
+  || fail "model.ckpt-100 should stay the latest checkpoint: $(cat "$dir/checkpoint" 2>&1)"
+compgen -G "$dir/model.ckpt-150*" >/dev/null && fail "a failed save left files: $(ls "$dir")"
+record=$(cat "$dir/fault_record.json" 2>&1)
+[[ $(grep -c '"id"' <<<"$record") -eq 2 ]] && has '"id": "preempt"' "$record" && has '"id": "disk-full"' "$record" \
+  || fail "fault_record.json should list both faults: $record"
+out=$(timeout 120 "$fault_injection" "$dir" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "fault_injection's second run exited $rc: $out"
+has '^faults fired before: 2$' "$out" || fail "the record was not read back: $out"
+has 'Restoring parameters from .*/model.ckpt-100$' "$out" || fail "the rerun did not resume from model.ckpt-100: $out"
+has '^fault fired' "$out" && fail "a recorded fault fired again: $out"
+has '^runs: 100, recoveries: 0$' "$out" || fail "the rerun should train 100 steps without a recovery: $out"
+ckpt=$("$foreman" inspect "$dir" --values 2>&1) || fail "inspect --values (reads every tensor, CRC checked) after the rerun: $ckpt"
+has '^model_checkpoint_path: "model.ckpt-200"$' "$(cat "$dir/checkpoint" 2>/dev/null)" \
+  || fail "the rerun did not finish at 200: $(cat "$dir/checkpoint" 2>&1)"
+# A plan file instead of the built-in plan; a bad one is refused before training.
+echo '{"faults": [{"id": "x", "type": "step", "status": "OK", "at_step": 1}]}' >"$tmp/bad_plan.json"
+out=$(timeout 60 "$fault_injection" "$tmp/faults2" "$tmp/bad_plan.json" 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "a bad plan file exited $rc, expected 2: $out"
+has "^error: plan: INVALID_ARGUMENT: $tmp/bad_plan.json: " "$out" || fail "a bad plan file: unclear message: $out"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)"

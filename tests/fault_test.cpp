@@ -24,6 +24,7 @@
 #include "foreman/variable_store.hpp"
 #include "support/gated_env.hpp"
 #include "support/test_util.hpp"
+#include "support/checkpoint_checks.hpp"
 
 namespace foreman {
 namespace {
@@ -804,21 +805,7 @@ void Fill(VariableStore* vars, int64_t step) {
 
 /// `prefix` verifies, restores, and holds step `step`'s values.
 void CheckRestores(Env* env, const std::string& prefix, int64_t step) {
-  CAPTURE(prefix);
-  auto reader = BundleReader::Open(env, prefix);
-  REQUIRE_MESSAGE(reader.ok(), reader.status().ToString());
-  REQUIRE((*reader)->VerifyAll().ok());
-  SaverOptions o;
-  o.env = env;
-  auto saver = Saver::Create(o);
-  REQUIRE(saver.ok());
-  VariableStore vars;
-  CreateVars(&vars);
-  REQUIRE((*saver)->Restore(prefix, &vars).ok());
-  VariableStore expected;
-  CreateVars(&expected);
-  Fill(&expected, step);
-  CHECK((*vars.Get("w"))->Equals(**expected.Get("w")));
+  testing::CheckRestores(env, prefix, step, CreateVars, Fill);
 }
 
 /// A Saver on `env` that has saved step 1 (durably).

@@ -3,8 +3,9 @@
 # libforeman (with a versioned SONAME), foreman.pc and foreman-actors.pc in
 # place; then programs of every kind the docs show build with nothing but
 # the pkg-config line and run: a program using every public header but the
-# actor API, and the three examples (tools/examples) — the synchronous API
-# (MonitoredTrainingSession), the actor API (CAF) and Supervisor.managed_session.
+# actor API, and the four examples (tools/examples) — the synchronous API
+# (MonitoredTrainingSession), the actor API (CAF), Supervisor.managed_session
+# and fault injection (foreman/fault.hpp).
 # No source tree and no build tree is on any include or library path.
 #
 # Usage: install_test.sh BUILD_DIR SOURCE_ROOT [SANITIZE]
@@ -74,6 +75,7 @@ build installed_hello $flags
 build sync_training $flags
 build supervisor_training $flags
 build actor_training $actor_flags
+build fault_injection $flags
 
 # run NAME ARGS...: runs a built program in the stage with the installed
 # library; prints its output; fails the test on a missing binary or a
@@ -95,6 +97,9 @@ run supervisor_training "$stage/sv" 60 && { out=$(cat "$stage/supervisor_trainin
 run actor_training "$stage/actor" 60 && { out=$(cat "$stage/actor_training.out")
   grep -q '^training job finished: OK$' <<<"$out" || fail "actor_training: $out"
   [[ -f $stage/actor/model.ckpt-60.index ]] || fail "actor_training wrote no model.ckpt-60: $(ls "$stage/actor")"; }
+echo '{"seed": 3, "faults": []}' >"$stage/empty_plan.json"
+run fault_injection "$stage/faults" "$stage/empty_plan.json" && { out=$(cat "$stage/fault_injection.out")
+  grep -q '^runs: 200, recoveries: 0$' <<<"$out" || fail "fault_injection with an empty plan: $out"; }
 
 # The CPU kernel modules sit next to libforeman, and the installed library
 # loads them (it logs a warning naming a module it cannot load).

@@ -614,6 +614,95 @@ TEST_CASE("B167 H-07 UNAVAILABLE at step 15 with save_checkpoint_steps=10: resto
   CHECK(saves == std::vector<int64_t>{0, 10, 10, 11});  // 10 again at re-creation, 11 at end()
 }
 
+// Issue 14 point 4 (beyond TF): the recovery's metrics as recovery/... scalars in
+// the chief's event file, equal to the RecoveryReport, surviving TensorBoard's purge.
+TEST_CASE("a recovery is written as recovery/... summaries at the restored step, after its SessionLog START") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.save_checkpoint_steps = int64_t{10};
+  o.save_summaries_steps = int64_t{5};
+  std::vector<RecoveryReport> reports;
+  o.recovery.on_recovered = [&](const RecoveryReport& r) { reports.push_back(r); };
+  auto sess = Open(o);
+  bool injected = false;
+  model->on_train = [&](int64_t step) -> Status {
+    if (step == 15 && !injected) {
+      injected = true;
+      clock.Advance(absl::Milliseconds(250));  // the failure takes a while to come back
+      return absl::AbortedError("preempted");
+    }
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < 17; ++i) REQUIRE(sess->run({"train_op"}).ok());
+  REQUIRE(sess->close().ok());
+  REQUIRE(reports.size() == 1);
+
+  const std::vector<Event> events = Events(dir.path());
+  CHECK(SummarySteps(events, "recovery/steps_lost") == std::vector<int64_t>{10});
+  CHECK(SummarySteps(events, "recovery/recoveries") == std::vector<int64_t>{10});
+  CHECK(SummarySteps(events, "recovery/detect_secs") == std::vector<int64_t>{10});
+  CHECK(SummarySteps(events, "recovery/restore_secs") == std::vector<int64_t>{10});
+  CHECK(SummarySteps(events, "recovery/next_good_step_secs") == std::vector<int64_t>{10});
+  std::map<std::string, float> values;
+  std::size_t summary_at = 0, last_start_at = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    if (e.kind == Event::Kind::kSessionLog && e.session_status == SessionLogStatus::kStart) last_start_at = i;
+    for (const SummaryValue& v : e.values) {
+      if (absl::StartsWith(v.tag, "recovery/")) {
+        values[v.tag] = static_cast<float>(v.scalar);
+        summary_at = i;
+      }
+    }
+  }
+  CHECK(values["recovery/steps_lost"] == static_cast<float>(reports[0].steps_lost));
+  CHECK(values["recovery/steps_lost"] == 5.0f);
+  CHECK(values["recovery/recoveries"] == 1.0f);
+  CHECK(values["recovery/detect_secs"] == static_cast<float>(absl::ToDoubleSeconds(reports[0].detect)));
+  CHECK(values["recovery/restore_secs"] == static_cast<float>(absl::ToDoubleSeconds(reports[0].restore)));
+  REQUIRE(reports[0].next_good_step.has_value());
+  CHECK(values["recovery/next_good_step_secs"] ==
+        static_cast<float>(absl::ToDoubleSeconds(*reports[0].next_good_step)));
+  // Beyond TF: the restored session's first run writes a START at 11, which
+  // purges what the failed session wrote at steps 11..15; the recovery
+  // summary comes after it.
+  CHECK(SessionLogSteps(events, SessionLogStatus::kStart) == std::vector<int64_t>{1, 11});
+  CHECK(summary_at > last_start_at);
+  CHECK(SummarySteps(events, "loss") == std::vector<int64_t>{1, 6, 11, 11});  // the first 11 purged
+}
+
+TEST_CASE("recovery summaries: none when the chief writes no summaries, none for a fault-free run") {
+  for (bool summaries : {false, true}) {
+    CAPTURE(summaries);
+    TempDir dir;
+    ManualClock clock;
+    auto model = std::make_shared<Model>();
+    auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+    o.save_checkpoint_steps = int64_t{10};
+    if (summaries) {
+      o.save_summaries_steps = int64_t{5};
+    } else {
+      o.save_summaries_steps = std::nullopt;
+      o.save_summaries_secs = std::nullopt;
+      o.log_step_count_steps = std::nullopt;
+    }
+    int reports = 0;
+    o.recovery.on_recovered = [&](const RecoveryReport&) { ++reports; };
+    auto sess = Open(o);
+    model->on_train = [&](int64_t step) -> Status {
+      // Without summaries: a recovery that must not write any.
+      if (!summaries && step == 12 && reports == 0) return absl::AbortedError("preempted");
+      return absl::OkStatus();
+    };
+    for (int i = 0; i < 14; ++i) REQUIRE(sess->run({"train_op"}).ok());
+    REQUIRE(sess->close().ok());
+    CHECK(reports == (summaries ? 0 : 1));
+    CHECK(SummarySteps(Events(dir.path()), "recovery/steps_lost").empty());
+  }
+}
+
 TEST_CASE("H-09 OUT_OF_RANGE on run 7 saves the final checkpoint at step 6; INVALID_ARGUMENT does not") {
   for (bool clean : {true, false}) {
     CAPTURE(clean);

@@ -13,6 +13,7 @@
 #include "foreman/checkpoint.hpp"
 #include "foreman/mem_env.hpp"
 #include "platform/log.hpp"
+#include "support/checkpoint_checks.hpp"
 
 namespace foreman {
 namespace {
@@ -34,25 +35,9 @@ void CreateVars(VariableStore* vars) {
   REQUIRE(CreateGlobalStep(*vars).ok());
 }
 
-/// Restores `prefix` into a fresh store and checks it holds step `step`'s values.
+/// `prefix` verifies, restores, and holds step `step`'s values.
 void CheckRestores(Env* env, const std::string& prefix, int64_t step) {
-  auto reader = BundleReader::Open(env, prefix);
-  REQUIRE_MESSAGE(reader.ok(), reader.status().ToString());
-  REQUIRE_MESSAGE((*reader)->VerifyAll().ok(), prefix);
-  SaverOptions o;
-  o.env = env;
-  auto saver = Saver::Create(o);
-  REQUIRE(saver.ok());
-  VariableStore vars;
-  CreateVars(&vars);
-  REQUIRE((*saver)->Restore(prefix, &vars).ok());
-  VariableStore expected;
-  CreateVars(&expected);
-  Fill(&expected, step);
-  for (const std::string& name : expected.Names()) {
-    CAPTURE(name);
-    CHECK((*vars.Get(name))->Equals(**expected.Get(name)));
-  }
+  testing::CheckRestores(env, prefix, step, CreateVars, Fill);
 }
 
 /// Crashes Save(step 2) after k = 0, 1, 2, ... operations until one completes

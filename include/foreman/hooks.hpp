@@ -351,6 +351,13 @@ class StepCounterHook : public SessionRunHook {
 /// the predicted next step; writes SessionLog START at the post-run global
 /// step after the first run and the summaries at the post-run global step
 /// (TF's schedule: 1, 101, 201, ... with save_steps=100); end() flushes.
+/// Beyond TF: after a MonitoredSession's recovery (a second
+/// after_create_session since begin()) the hook starts over as after
+/// begin(): the first run on the restored session requests the summary and
+/// writes a START at its post-run step, so TensorBoard's purge hides
+/// what the failed session wrote after the restored checkpoint, as it does
+/// after a process restart. TF writes no START there, and the replayed steps
+/// appear twice.
 /// The writes go to output_dir's summary_writer actor.
 class SummarySaverHook : public SessionRunHook {
  public:

@@ -28,13 +28,16 @@
 #include <deque>
 #include <optional>
 #include <random>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "foreman/checkpoint.hpp"
 #include "foreman/mutex.hpp"
+#include "foreman/summary.hpp"
 #include "platform/log.hpp"
 #include "platform/path.hpp"
 #include "runtime/runtime.hpp"
@@ -199,6 +202,7 @@ struct MonitoredSession::Impl {
   Status EnsureSession();
   Status BeginRecovery(const Status& cause, absl::Duration failed_at);
   void FinishReport(std::optional<absl::Duration> next_good_step);
+  void WriteRecoverySummary(const RecoveryReport& r);
   absl::Duration Backoff(int k);
   Status TeardownSession(bool recovering);
   template <class Attempt>
@@ -441,7 +445,7 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause, absl::Duration
   }
   recovery_times.push_back(now);
   const int k = static_cast<int>(recovery_times.size());
-  if (recovery.on_recovered) {
+  if (recovery.on_recovered || !recovery.summary_dir.empty()) {
     if (!report.has_value()) {
       report.emplace();
       report->cause = cause;
@@ -588,8 +592,32 @@ void MonitoredSession::Impl::FinishReport(std::optional<absl::Duration> next_goo
   report.reset();
   report_restored = false;
   done.next_good_step = next_good_step;
+  if (!recovery.summary_dir.empty()) WriteRecoverySummary(done);
+  if (!recovery.on_recovered) return;
   Status s = InvokeUserCode("RecoveryOptions::on_recovered", [&] { recovery.on_recovered(done); });
   if (!s.ok()) FOREMAN_LOG_WARN("{}", s.ToString());
+}
+
+// RecoveryOptions::summary_dir: the report as recovery/... scalars, through
+// the logdir's summary_writer actor (fire-and-forget, file order = add order).
+void MonitoredSession::Impl::WriteRecoverySummary(const RecoveryReport& r) {
+  if (runtime == nullptr) return;
+  StatusOr<std::shared_ptr<internal::SummaryWriterService>> writer = runtime->SummaryWriter(recovery.summary_dir);
+  if (!writer.ok()) {
+    FOREMAN_LOG_WARN("RecoveryOptions::summary_dir: the recovery summary is dropped: {}", writer.status().ToString());
+    return;
+  }
+  std::vector<std::string> values = {
+      ScalarSummary("recovery/detect_secs", static_cast<float>(absl::ToDoubleSeconds(r.detect))),
+      ScalarSummary("recovery/restore_secs", static_cast<float>(absl::ToDoubleSeconds(r.restore))),
+  };
+  if (r.next_good_step.has_value()) {
+    values.push_back(
+        ScalarSummary("recovery/next_good_step_secs", static_cast<float>(absl::ToDoubleSeconds(*r.next_good_step))));
+  }
+  values.push_back(ScalarSummary("recovery/steps_lost", static_cast<float>(r.steps_lost)));
+  values.push_back(ScalarSummary("recovery/recoveries", static_cast<float>(r.recoveries)));
+  (*writer)->AddSummary(MergeSummaries(values), std::max<int64_t>(0, r.restored_global_step));
 }
 
 // _HookedSession.run: BeforeRun, the step, AfterRun, and the caller's
@@ -1025,6 +1053,10 @@ StatusOr<std::unique_ptr<MonitoredSession>> MonitoredTrainingSession(MonitoredTr
   ms.stop_grace_period_secs = options.stop_grace_period_secs;  // B16
   ms.recovery = options.recovery;
   ms.runtime = options.runtime;
+  // Recovery metrics go where the chief's other summaries go.
+  if (options.is_chief && ms.recovery.summary_dir.empty() && (plan.summary_saver_hook || plan.step_counter_hook)) {
+    ms.recovery.summary_dir = plan.summary_dir;
+  }
 
   if (!options.is_chief) {
     // B13, B16: wait for the chief; only the caller's hooks; no restore.

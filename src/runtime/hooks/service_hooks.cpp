@@ -396,6 +396,7 @@ struct SummarySaverHook::Impl {
   std::shared_ptr<internal::SummaryWriterService> writer;  // null: no output_dir (B112)
   std::optional<int64_t> next_step;  // B113: the predicted next global step
   bool request_summary = false;
+  int64_t sessions = 0;  // after_create_session calls since begin()
 };
 
 StatusOr<std::shared_ptr<SummarySaverHook>> SummarySaverHook::Create(const Options& options_in) {
@@ -420,6 +421,7 @@ void SummarySaverHook::AttachServices(internal::Services* services) { impl_->ser
 Status SummarySaverHook::begin() {
   Impl& m = *impl_;
   m.next_step.reset();
+  m.sessions = 0;
   if (m.options.output_dir.empty()) return absl::OkStatus();  // B112: no writer, nothing to do.
   if (m.services == nullptr) return NoServices(name());
   FOREMAN_ASSIGN_OR_RETURN(m.writer, m.services->SummaryWriter(m.options.output_dir));
@@ -427,12 +429,8 @@ Status SummarySaverHook::begin() {
 }
 
 Status SummarySaverHook::after_create_session(Session* session, Coordinator* /*coord*/) {
-  // A session after the first is a recovery, which restored a checkpoint:
-  // as in a restarted process, the next run requests the summary and writes
-  // START at its post-run step (B113, B114), so that TensorBoard discards
-  // the summaries of the steps the recovery replays (B154). TF's hook keeps
-  // its state here, and TensorBoard shows those summaries twice.
-  impl_->next_step.reset();
+  // A recovery's restored session: start over (a START at its first run).
+  if (++impl_->sessions > 1) impl_->next_step.reset();
   return internal::RequireGlobalStep(session, *this);
 }
 
