@@ -40,6 +40,7 @@ using testing::CapturedLog;
 using testing::Checkpoints;
 using testing::Events;
 using testing::Int;
+using testing::KeptAfterPurge;
 using testing::MakeGraph;
 using testing::Model;
 using testing::Open;
@@ -408,18 +409,9 @@ TEST_CASE("an in-process recovery writes SessionLog START at the restored step +
   // The first session: START at 1, summaries at 1..7; the recovered one
   // restores step 5: START at 6 purges 6 and 7, then 6..7 are written again.
   CHECK(SessionLogSteps(events, SessionLogStatus::kStart) == std::vector<int64_t>{1, 6});
-  std::map<int64_t, int> kept;  // step -> copies TensorBoard keeps
-  for (const Event& e : events) {
-    if (e.kind == Event::Kind::kSessionLog && e.session_status == SessionLogStatus::kStart) {
-      kept.erase(kept.lower_bound(e.step), kept.end());
-    }
-    for (const SummaryValue& v : e.values) {
-      if (v.tag == "loss") ++kept[e.step];
-    }
-  }
   std::map<int64_t, int> once;
   for (int64_t step = 1; step <= 7; ++step) once[step] = 1;
-  CHECK(kept == once);
+  CHECK(KeptAfterPurge(events, "loss") == once);
 }
 
 // -- §16 cross-cutting scenarios ----------------------------------------------------------
@@ -616,7 +608,7 @@ TEST_CASE("B167 H-07 UNAVAILABLE at step 15 with save_checkpoint_steps=10: resto
 
 // Issue 14 point 4 (beyond TF): the recovery's metrics as recovery/... scalars in
 // the chief's event file, equal to the RecoveryReport, surviving TensorBoard's purge.
-TEST_CASE("a recovery is written as recovery/... summaries at the restored step, after its SessionLog START") {
+TEST_CASE("a recovery is written as recovery/... summaries at its first good step, after that step's SessionLog START") {
   TempDir dir;
   ManualClock clock;
   auto model = std::make_shared<Model>();
@@ -640,11 +632,11 @@ TEST_CASE("a recovery is written as recovery/... summaries at the restored step,
   REQUIRE(reports.size() == 1);
 
   const std::vector<Event> events = Events(dir.path());
-  CHECK(SummarySteps(events, "recovery/steps_lost") == std::vector<int64_t>{10});
-  CHECK(SummarySteps(events, "recovery/recoveries") == std::vector<int64_t>{10});
-  CHECK(SummarySteps(events, "recovery/detect_secs") == std::vector<int64_t>{10});
-  CHECK(SummarySteps(events, "recovery/restore_secs") == std::vector<int64_t>{10});
-  CHECK(SummarySteps(events, "recovery/next_good_step_secs") == std::vector<int64_t>{10});
+  CHECK(SummarySteps(events, "recovery/steps_lost") == std::vector<int64_t>{11});
+  CHECK(SummarySteps(events, "recovery/recoveries") == std::vector<int64_t>{11});
+  CHECK(SummarySteps(events, "recovery/detect_secs") == std::vector<int64_t>{11});
+  CHECK(SummarySteps(events, "recovery/restore_secs") == std::vector<int64_t>{11});
+  CHECK(SummarySteps(events, "recovery/next_good_step_secs") == std::vector<int64_t>{11});
   std::map<std::string, float> values;
   std::size_t summary_at = 0, last_start_at = 0;
   for (std::size_t i = 0; i < events.size(); ++i) {
@@ -671,6 +663,50 @@ TEST_CASE("a recovery is written as recovery/... summaries at the restored step,
   CHECK(SessionLogSteps(events, SessionLogStatus::kStart) == std::vector<int64_t>{1, 11});
   CHECK(summary_at > last_start_at);
   CHECK(SummarySteps(events, "loss") == std::vector<int64_t>{1, 6, 11, 11});  // the first 11 purged
+}
+
+TEST_CASE("two recoveries to one checkpoint: the later purges the earlier's recovery summary with its steps") {
+  // Found by `foreman chaos --preset steps` (seeds 130, 221, 265): written at
+  // the restored step, both recoveries' values sat at step 10 and no START
+  // purged the first.
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.save_checkpoint_steps = int64_t{10};
+  o.save_summaries_steps = int64_t{100};
+  std::vector<RecoveryReport> reports;
+  o.recovery.on_recovered = [&](const RecoveryReport& r) { reports.push_back(r); };
+  StepFault first, second;
+  first.id = "first";
+  first.code = absl::StatusCode::kAborted;
+  first.at_step = 13;
+  second.id = "second";
+  second.code = absl::StatusCode::kUnavailable;
+  second.at_step = 15;
+  auto faults = FaultInjectionHook::Create({{first, second}, {}, /*seed=*/0});
+  REQUIRE(faults.ok());
+  o.hooks = {*faults};
+  auto sess = Open(o);
+  // 13 runs, the 14th recovers (to 10) and re-runs 10; 15th-18th reach 15;
+  // the 19th recovers again and re-runs 10; the 20th reaches 12.
+  for (int i = 0; i < 20; ++i) REQUIRE(sess->run({"train_op"}).ok());
+  REQUIRE(sess->close().ok());
+  REQUIRE(reports.size() == 2);
+  CHECK(reports[0].restored_global_step == 10);
+  CHECK(reports[1].restored_global_step == 10);
+
+  const std::vector<Event> events = Events(dir.path());
+  CHECK(SummarySteps(events, "recovery/steps_lost") == std::vector<int64_t>{11, 11});
+  CHECK(SessionLogSteps(events, SessionLogStatus::kStart) == std::vector<int64_t>{1, 11, 11});
+  CHECK(KeptAfterPurge(events, "recovery/steps_lost") == std::map<int64_t, int>{{11, 1}});
+  float kept_steps_lost = -1;
+  for (const Event& e : events) {
+    for (const SummaryValue& v : e.values) {
+      if (v.tag == "recovery/steps_lost") kept_steps_lost = static_cast<float>(v.scalar);  // the last one
+    }
+  }
+  CHECK(kept_steps_lost == 5.0f);  // the second recovery: 15 - 10
 }
 
 TEST_CASE("recovery summaries: none when the chief writes no summaries, none for a fault-free run") {

@@ -108,14 +108,18 @@ struct RecoveryOptions {
   /// report is built. (The actor API sends it to subscribers as Recovered.)
   std::function<void(const RecoveryReport&)> on_recovered;
   /// When not empty, each RecoveryReport is also written as one Summary into
-  /// this logdir's event file (its summary_writer actor), at global_step =
-  /// restored_global_step (0 when unknown), with the float scalars
+  /// this logdir's event file (its summary_writer actor), with the float
+  /// scalars
   ///   recovery/detect_secs, recovery/restore_secs,
   ///   recovery/next_good_step_secs (only when measured),
-  ///   recovery/steps_lost, recovery/recoveries.
-  /// It is written when the report is complete (the same moment as
-  /// on_recovered), after the restored session's SessionLog START, so
-  /// TensorBoard's purge at that START keeps it. MonitoredTrainingSession
+  ///   recovery/steps_lost, recovery/recoveries,
+  /// at the global_step after the first good step on the restored session
+  /// (when training ended before one: restored_global_step, 0 when
+  /// unknown). It is written when the report is complete (the same moment
+  /// as on_recovered), after the SessionLog START a SummarySaverHook writes
+  /// at that step, so TensorBoard's purge at that START keeps it, and a
+  /// later recovery to the same checkpoint purges it with the rest of the
+  /// abandoned steps (each step's value appears once). MonitoredTrainingSession
   /// sets it to the chief's summary_dir when the chief writes summaries or
   /// step counts there and this is empty. A writer that cannot be created is
   /// logged (WARNING) and the summary dropped; training goes on.

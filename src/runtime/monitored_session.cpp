@@ -617,7 +617,15 @@ void MonitoredSession::Impl::WriteRecoverySummary(const RecoveryReport& r) {
   }
   values.push_back(ScalarSummary("recovery/steps_lost", static_cast<float>(r.steps_lost)));
   values.push_back(ScalarSummary("recovery/recoveries", static_cast<float>(r.recoveries)));
-  (*writer)->AddSummary(MergeSummaries(values), std::max<int64_t>(0, r.restored_global_step));
+  // At the first good step's post-run step: the step of the restored
+  // session's START, so a later recovery to the same checkpoint purges this
+  // one with the rest of its timeline (each step's value appears once).
+  int64_t step = std::max<int64_t>(0, r.restored_global_step);
+  if (r.next_good_step.has_value()) {
+    StatusOr<int64_t> now = session != nullptr ? session->GlobalStep() : StatusOr<int64_t>(step + 1);
+    step = now.ok() ? *now : step + 1;
+  }
+  (*writer)->AddSummary(MergeSummaries(values), step);
 }
 
 // _HookedSession.run: BeforeRun, the step, AfterRun, and the caller's

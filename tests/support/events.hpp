@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,22 @@ inline std::vector<int64_t> SummarySteps(const std::vector<Event>& events, const
     }
   }
   return steps;
+}
+
+// How many values tagged `tag` TensorBoard keeps at each step under its
+// purge rule (B154): a SessionLog START at step s discards the events read
+// before it whose step is >= s.
+inline std::map<int64_t, int> KeptAfterPurge(const std::vector<Event>& events, const std::string& tag) {
+  std::map<int64_t, int> kept;
+  for (const Event& e : events) {
+    if (e.kind == Event::Kind::kSessionLog && e.session_status == SessionLogStatus::kStart) {
+      kept.erase(kept.lower_bound(e.step), kept.end());
+    }
+    for (const SummaryValue& v : e.values) {
+      if (v.tag == tag) ++kept[e.step];
+    }
+  }
+  return kept;
 }
 
 }  // namespace foreman::testing
