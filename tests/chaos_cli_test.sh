@@ -159,6 +159,21 @@ if [[ $full == 1 ]]; then
   out=$(timeout 120 "$foreman" chaos --plan "$tmp/declared.json" --seed 0 2>&1); rc=$?
   [[ $rc -eq 0 ]] || fail "a declared change of training: exit $rc, expected 0: $out"
   has '^ +0 +1/1 +0 +0 +ok +ok +- +ok +ok +ok$' "$out" || fail "a declared change of training: final_weights not '-': $out"
+
+  # The soak script (tools/scripts/chaos_soak.sh, docs/reliability.md) at its
+  # smallest: two presets, seeds split over two chaos processes, one table.
+  soak=$(dirname "$0")/../tools/scripts/chaos_soak.sh
+  build_dir=$(cd "$(dirname "$foreman")/.." && pwd)
+  out=$(timeout 300 "$soak" --seeds 2 --first-seed 5 --presets steps,signals --jobs 2 --build-dir "$build_dir" \
+        --out "$tmp/soak" 2>&1); rc=$?
+  [[ $rc -eq 0 ]] || fail "chaos_soak.sh exited $rc: $out"
+  has '^\| steps \| 2 \| 0 \| [0-9]+ \| [0-9]+ \| ' "$out" || fail "chaos_soak.sh: no steps row of 2 seeds: $out"
+  has '^\| signals \| 2 \| 0 \| [0-9]+ \| [0-9]+ \| ' "$out" || fail "chaos_soak.sh: no signals row of 2 seeds: $out"
+  [[ -f $tmp/soak/table.md && -f $tmp/soak/steps-5.json && -f $tmp/soak/steps-6.json ]] \
+    || fail "chaos_soak.sh: reports not kept: $(ls "$tmp/soak")"
+  out=$(timeout 60 "$soak" --seeds 1 --presets no-such-preset --build-dir "$build_dir" --out "$tmp/soak-bad" 2>&1); rc=$?
+  [[ $rc -eq 1 ]] || fail "chaos_soak.sh with a bad preset exited $rc, expected 1: $out"
+  has 'Reports missing .*no-such-preset-0.json' "$out" || fail "chaos_soak.sh with a bad preset: not named: $out"
 fi
 
 if ((failures > 0)); then
