@@ -48,7 +48,7 @@ caf::behavior checkpoint_saver(caf::stateful_actor<checkpoint_saver_state>* self
         if (st.args.faults != nullptr) {
           if (std::optional<MessageFaults::Action> a = st.args.faults->Next()) {
             if (a->drop) {
-              ticket.Complete(absl::UnavailableError(absl::StrCat("the save of step ", ticket.step,
+              ticket.Complete(absl::DeadlineExceededError(absl::StrCat("the save of step ", ticket.step,
                                                                   " was dropped (injected actor fault ",
                                                                   a->fault_id, ")")),
                               "", absl::ZeroDuration(), std::move(request->snapshot));

@@ -17,7 +17,7 @@
 //       (SaveTicket::buffers), failed save or not, for the next save to
 //       copy into.
 //       An injected actor fault (MessageFaults) may delay it, or drop it:
-//       the ticket then completes with UNAVAILABLE "the save of step <n> was
+//       the ticket then completes with DEADLINE_EXCEEDED "the save of step <n> was
 //       dropped (injected actor fault <id>)" (the CheckpointSaverHook ends
 //       the run with it) and nothing is written.
 //   (kill_atom, caf::error reason)

@@ -470,5 +470,151 @@ TEST_CASE("a restart waits its back-off: the record carries RestartBackoff's val
   CHECK(r[0].backoff >= absl::Milliseconds(10));
 }
 
+// -- actor faults (fault.hpp: ActorFault) -------------------------------------------------
+
+std::shared_ptr<FaultInjectionHook> ActorHook(std::vector<ActorFault> faults) {
+  FaultInjectionHook::Options o;
+  o.actors = std::move(faults);
+  auto hook = FaultInjectionHook::Create(o);
+  REQUIRE_MESSAGE(hook.ok(), hook.status().ToString());
+  return *hook;
+}
+
+ActorFault Fault(std::string id, std::string service, ActorFault::Kind kind, int64_t at_step) {
+  ActorFault f;
+  f.id = std::move(id);
+  f.service = std::move(service);
+  f.kind = kind;
+  f.at_step = at_step;
+  return f;
+}
+
+TEST_CASE("kill checkpoint_saver (TF default): the run fails INTERNAL naming the fault; fired as actor:checkpoint_saver") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = ActorHook({Fault("kill-saver", "checkpoint_saver", ActorFault::Kind::kKill, 3)});
+  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 40);
+  o.save_checkpoint_steps = int64_t{2};
+  auto sess = Open(o);
+  Steps(*sess, 40).IgnoreError();
+  const Status s = sess->close();
+  CHECK(absl::IsInternal(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "injected actor fault kill-saver"), s.ToString());
+  const auto fired = hook->fired();
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].path == "actor:checkpoint_saver");
+  CHECK(fired[0].op_index == 3);
+}
+
+TEST_CASE("kill step_counter (TF default): the run fails INTERNAL naming the fault") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = ActorHook({Fault("kill-counter", "step_counter", ActorFault::Kind::kKill, 2)});
+  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 40, /*step_counter=*/true));
+  Steps(*sess, 40).IgnoreError();
+  const Status s = sess->close();
+  CHECK(absl::IsInternal(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "injected actor fault kill-counter"), s.ToString());
+}
+
+TEST_CASE("kill at_time: fires at the first run once that much Clock time has passed") {
+  TempDir dir;
+  ManualClock clock;
+  ActorFault f = Fault("later", "summary_writer", ActorFault::Kind::kKill, -1);
+  f.at_time = absl::Seconds(10);
+  auto hook = ActorHook({f});
+  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 40);
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 3).ok());
+  CHECK(hook->fired().empty());
+  clock.Advance(absl::Seconds(10));
+  CHECK(Steps(*sess, 1).ok());
+  const auto fired = hook->fired();
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].op_index == 3);  // the run that started at global_step 3
+  REQUIRE(HasRestarts(*sess, 1));
+  CHECK(sess->close().ok());
+}
+
+TEST_CASE("an actor fault marked fired by an earlier process does not fire again") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = ActorHook({Fault("kill-once", "summary_writer", ActorFault::Kind::kKill, 2)});
+  hook->MarkFired({FiredFault{"kill-once", "actor:summary_writer", EnvOp::kAny, 2}});
+  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 6));
+  CHECK(Steps(*sess, 6).ok());
+  CHECK(sess->close().ok());
+  CHECK(hook->fired().empty());
+}
+
+TEST_CASE("delay summary_writer: its next batch waits the delay on the session's Clock, then is written") {
+  TempDir dir;
+  ManualClock clock;
+  ActorFault f = Fault("slow", "summary_writer", ActorFault::Kind::kDelay, 2);
+  f.delay = absl::Seconds(5);
+  auto hook = ActorHook({f});
+  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 6));
+  CHECK(Steps(*sess, 6).ok());
+  // The writer sleeps in the ManualClock until the test moves it on.
+  REQUIRE(clock.BlockUntilWaiters(1, testing::kRealTimeout));
+  clock.Advance(absl::Seconds(5));
+  CHECK(sess->close().ok());
+  const auto steps = testing::SummarySteps(testing::Events(dir.path()), "loss");
+  CHECK(steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6});  // nothing lost, in order
+}
+
+TEST_CASE("drop summary_writer: its next batch of events is dropped with a WARNING; the run goes on") {
+  TempDir dir;
+  ManualClock clock;
+  testing::CapturedLog log;
+  auto hook = ActorHook({Fault("drop", "summary_writer", ActorFault::Kind::kDrop, 2)});
+  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 6));
+  CHECK(Steps(*sess, 6).ok());
+  CHECK(sess->close().ok());
+  const auto steps = testing::SummarySteps(testing::Events(dir.path()), "loss");
+  CHECK(steps.size() < 6);
+  CHECK_MESSAGE(absl::StrContains(log.text(), "event(s) dropped (injected actor fault drop)"), log.text());
+}
+
+TEST_CASE("drop checkpoint_saver: the dropped save's ticket fails DEADLINE_EXCEEDED and the run ends with it") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = ActorHook({Fault("drop-save", "checkpoint_saver", ActorFault::Kind::kDrop, 1)});
+  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 40);
+  o.save_checkpoint_steps = int64_t{2};
+  auto sess = Open(o);
+  Steps(*sess, 40).IgnoreError();
+  const Status s = sess->close();
+  CHECK(absl::IsDeadlineExceeded(s));  // what the hook's wait for a lost save would end with; no recovery
+  CHECK(sess->recoveries() == 0);
+  CHECK_MESSAGE(absl::StrContains(s.message(), "was dropped (injected actor fault drop-save)"), s.ToString());
+}
+
+TEST_CASE("FaultInjectionHook::Create rejects bad actor faults naming the fault and field") {
+  struct Case {
+    std::function<void(ActorFault&)> edit;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {[](ActorFault& f) { f.service = "ps"; }, "service must be summary_writer, checkpoint_saver or step_counter"},
+      {[](ActorFault& f) { f.at_time = absl::Seconds(1); }, "exactly one of at_step (>= 0) and at_time (>= 0)"},
+      {[](ActorFault& f) { f.at_step = -1; }, "exactly one of at_step (>= 0) and at_time (>= 0)"},
+      {[](ActorFault& f) { f.count = 0; }, "count must be >= 1, got 0"},
+      {[](ActorFault& f) { f.delay = -absl::Seconds(1); }, "delay must be >= 0"},
+      {[](ActorFault& f) { f.id = ""; }, "empty id"},
+  };
+  for (const Case& c : cases) {
+    ActorFault f = Fault("a", "summary_writer", ActorFault::Kind::kKill, 3);
+    c.edit(f);
+    FaultInjectionHook::Options o;
+    o.actors = {f};
+    auto hook = FaultInjectionHook::Create(o);
+    REQUIRE_FALSE(hook.ok());
+    CHECK(absl::IsInvalidArgument(hook.status()));
+    CHECK_MESSAGE(absl::StrContains(hook.status().message(), c.expected), hook.status().ToString());
+  }
+}
+
 }  // namespace
 }  // namespace foreman

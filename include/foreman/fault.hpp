@@ -385,10 +385,12 @@ struct HookFault {
 ///           writer's batch of events, a save, a step-rate record) waits
 ///           `delay` on the session's Clock before it is handled.
 ///   kDrop   its next `count` work messages are dropped: a summary writer's
-///           events are lost (a WARNING; counted like a restart's losses),
-///           a save's ticket fails UNAVAILABLE "the save of step <n> was
-///           dropped (injected actor fault <id>)" (the CheckpointSaverHook
-///           ends the run with it), a step-rate record is not written.
+///           batch of events is lost (a WARNING names how many), a save's
+///           ticket fails DEADLINE_EXCEEDED "the save of step <n> was
+///           dropped (injected actor fault <id>)" at once (what waiting for
+///           a lost save would end with; not a preemption, so the
+///           CheckpointSaverHook ends the run with it), a step-rate record
+///           is not written.
 /// A fault whose service is not running when it fires does nothing (it is
 /// still recorded).
 struct ActorFault {
