@@ -7,7 +7,7 @@
 // The services are named by kind: "summary_writer" (one per logdir),
 // "checkpoint_saver" (one per checkpoint directory) and "step_counter". They
 // are reached through stable handles, so a restarted service is transparent
-// to the hooks that use it (design.md §7a).
+// to the hooks that use it.
 //
 // The default policy is TensorFlow's behaviour: a failing service ends the
 // run with its error (a permanent child, intensity 0: the first failure
