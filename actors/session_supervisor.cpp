@@ -155,6 +155,7 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
     }
     ++c.restarts;
     StartService(self, j, actor);
+    if (c.spec.on_restarted) c.spec.on_restarted(actor);
     FOREMAN_LOG_WARN("{} restarted ({} restart {}, {}, at most {} within {}){}{}{}", c.spec.name,
                      RestartTypeName(st.options->policy.TypeOf(KindOf(c.spec))), c.restarts,
                      RestartStrategyName(st.options->policy.strategy), st.options->policy.max_restarts,
@@ -636,8 +637,12 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
                          LostEvents lost = restart ? queue->Reopen() : queue->lost();
                          record->events_lost = lost.events;
                          record->steps_lost = std::move(lost.steps);
-                       }));
-    auto handle = std::make_shared<SummaryWriterHandle>(logdir, std::move(queue), std::move(link));
+                       },
+                       // Bound: take what was queued meanwhile (a drain sent
+                       // before the rebind went to the old incarnation).
+                       [](const caf::actor& actor) { caf::anon_send(actor, drain_atom::value); }));
+    auto handle = std::make_shared<SummaryWriterHandle>(logdir, std::move(queue), std::move(link),
+                                                        args.exit_on_error);
     writers_[logdir] = handle;
     return handle;
   }
@@ -647,11 +652,12 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
   StatusOr<std::shared_ptr<ChildLink>> SpawnChildLocked(
       const std::string& name, const std::string& kind, std::shared_ptr<MessageFaults> faults,
       std::function<caf::actor(caf::local_actor*, const caf::actor&)> spawn,
-      std::function<void(ServiceRestart*, bool)> on_exit = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      std::function<void(ServiceRestart*, bool)> on_exit = {},
+      std::function<void(const caf::actor&)> on_restarted = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto reply = std::make_shared<SpawnReply>();
     auto link = std::make_shared<ChildLink>(name);
     supervisor_->Track(reply->done);
-    ChildSpec spec{name, std::move(spawn), kind, link, std::move(on_exit)};
+    ChildSpec spec{name, std::move(spawn), kind, link, std::move(on_exit), std::move(on_restarted)};
     if (!supervisor_->Send(spawn_atom::value, std::move(spec), reply)) {
       reply->done->Complete(absl::UnavailableError("the session_supervisor is not running"));
     }

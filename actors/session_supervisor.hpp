@@ -68,6 +68,10 @@ struct ChildSpec {
   /// service is removed: fills in what the old incarnation lost (a summary
   /// writer's events). May be empty.
   std::function<void(ServiceRestart* record, bool restart)> on_exit;
+  /// Called on the supervisor once a restarted incarnation is bound to
+  /// `link` (a summary writer is sent a drain there: what was queued while
+  /// no incarnation could be asked). May be empty.
+  std::function<void(const caf::actor& actor)> on_restarted;
 };
 
 /// The supervisor's answer to a spawn request.

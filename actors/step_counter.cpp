@@ -70,6 +70,8 @@ Status StepCounterHandle::Drain(absl::Duration timeout) {
   auto done = std::make_shared<Completion>();
   if (!link_->Track(done)) return done->Wait(absl::ZeroDuration(), "");
   if (!link_->Send(flush_atom::value, done)) {
+    // Exited between Track and Send: `done` then carries its exit status.
+    if (done->IsDone()) return done->Wait(absl::ZeroDuration(), "");
     return absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
   }
   return done->Wait(timeout, absl::StrCat("draining ", link_->name()));

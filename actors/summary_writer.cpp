@@ -257,9 +257,8 @@ caf::behavior summary_writer(caf::stateful_actor<summary_writer_state>* self, Su
   // added later (a drain sent meanwhile was lost with the actor), until a
   // restarted incarnation reopens the queue.
   self->attach_functor([q = st.queue, epoch = st.queue->epoch()] { q->Close(epoch); });
-  // A restarted incarnation: open the file, and take what was queued while
-  // no actor was there to be asked.
-  if (!st.writer) self->send(self, drain_atom::value);
+  // A restarted incarnation opens its file at the first drain, which the
+  // supervisor sends once this incarnation is bound to the link.
   // Finishes a flush or close: the first error (exit_on_error: quit with it).
   auto answer = [self](const std::shared_ptr<Completion>& done, const Status& s) {
     done->Complete(self->state.first_error.ok() ? s : self->state.first_error);
@@ -298,11 +297,14 @@ caf::actor SpawnSummaryWriter(caf::local_actor* parent, SummaryWriterArgs args) 
 // -- SummaryWriterHandle -------------------------------------------------------
 
 SummaryWriterHandle::SummaryWriterHandle(std::string logdir, std::shared_ptr<SummaryQueue> queue,
-                                         std::shared_ptr<ChildLink> link)
-    : logdir_(std::move(logdir)), queue_(std::move(queue)), link_(std::move(link)) {}
+                                         std::shared_ptr<ChildLink> link, bool restartable)
+    : logdir_(std::move(logdir)), queue_(std::move(queue)), link_(std::move(link)), restartable_(restartable) {}
 
 void SummaryWriterHandle::RequestDrain() {
   if (link_->Send(drain_atom::value)) return;
+  // Between two incarnations: the restarted one is sent a drain once bound
+  // (and if the restart escalates instead, the run is failing anyway).
+  if (restartable_ && !link_->removed()) return;
   const std::size_t dropped = queue_->Close();
   FOREMAN_LOG_DEBUG("{} is not running: {} event(s) dropped", link_->name(), dropped);
 }
@@ -323,6 +325,8 @@ Status SummaryWriterHandle::Flush(absl::Duration timeout) {
   auto done = std::make_shared<Completion>();
   if (!link_->Track(done)) return done->Wait(absl::ZeroDuration(), "");
   if (!link_->Send(flush_atom::value, done)) {
+    // Exited between Track and Send: `done` then carries its exit status.
+    if (done->IsDone()) return done->Wait(absl::ZeroDuration(), "");
     return absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
   }
   return done->Wait(timeout, absl::StrCat("flushing ", link_->name()));
@@ -332,6 +336,8 @@ Status SummaryWriterHandle::Close(absl::Duration timeout) {
   auto done = std::make_shared<Completion>();
   if (!link_->Track(done)) return done->Wait(absl::ZeroDuration(), "");
   if (!link_->Send(close_atom::value, done)) {
+    // Exited between Track and Send: `done` then carries its exit status.
+    if (done->IsDone()) return done->Wait(absl::ZeroDuration(), "");
     return absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
   }
   return done->Wait(timeout, absl::StrCat("closing ", link_->name()));

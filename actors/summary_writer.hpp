@@ -164,8 +164,11 @@ caf::actor SpawnSummaryWriter(caf::local_actor* parent, SummaryWriterArgs args);
 /// checkpoint_saver use (services.hpp). Thread-safe.
 class SummaryWriterHandle : public SummaryWriterService {
  public:
-  /// `queue`: the one the actor behind `link` drains.
-  SummaryWriterHandle(std::string logdir, std::shared_ptr<SummaryQueue> queue, std::shared_ptr<ChildLink> link);
+  /// `queue`: the one the actor behind `link` drains. `restartable`: a
+  /// restart policy may bring the actor back (events added while it is down
+  /// stay queued for the next incarnation, unless the service is removed).
+  SummaryWriterHandle(std::string logdir, std::shared_ptr<SummaryQueue> queue, std::shared_ptr<ChildLink> link,
+                      bool restartable = false);
   void AddSummary(absl::string_view serialized_summary, int64_t step) override;
   void AddSessionLog(SessionLogStatus status, std::optional<int64_t> step, std::string checkpoint_path = "",
                      std::string msg = "") override;
@@ -177,12 +180,13 @@ class SummaryWriterHandle : public SummaryWriterService {
   const std::shared_ptr<ChildLink>& link() const { return link_; }
 
  private:
-  /// Sends drain_atom; when the actor is gone, closes the queue.
+  /// Sends drain_atom; when the actor is gone for good, closes the queue.
   void RequestDrain();
 
   std::string logdir_;
   std::shared_ptr<SummaryQueue> queue_;
   std::shared_ptr<ChildLink> link_;
+  bool restartable_ = false;
 };
 
 }  // namespace foreman::internal
