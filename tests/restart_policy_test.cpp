@@ -113,6 +113,23 @@ std::shared_ptr<FaultInjectionHook> KillAt(const std::string& service, int64_t s
   return *hook;
 }
 
+std::shared_ptr<FaultInjectionHook> ActorHook(std::vector<ActorFault> faults) {
+  FaultInjectionHook::Options o;
+  o.actors = std::move(faults);
+  auto hook = FaultInjectionHook::Create(o);
+  REQUIRE_MESSAGE(hook.ok(), hook.status().ToString());
+  return *hook;
+}
+
+ActorFault Fault(std::string id, std::string service, ActorFault::Kind kind, int64_t at_step) {
+  ActorFault f;
+  f.id = std::move(id);
+  f.service = std::move(service);
+  f.kind = kind;
+  f.at_step = at_step;
+  return f;
+}
+
 std::vector<std::string> EventFiles(const std::string& dir) {
   auto files = ListEventFiles(Env::Default(), dir);
   REQUIRE_MESSAGE(files.ok(), files.status().ToString());
@@ -338,6 +355,28 @@ TEST_CASE("temporary: never restarted, even after an abnormal exit; the run ends
   CHECK(EventFiles(dir.path()).size() == 1);
 }
 
+TEST_CASE("permanent checkpoint_saver: killed, restarted with the same directory lock; later saves land") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = ActorHook({Fault("kill-saver", "checkpoint_saver", ActorFault::Kind::kKill, 2)});
+  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 8);
+  o.save_checkpoint_steps = int64_t{4};
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 3).ok());  // the kill fires at the run of global_step 2
+  // A save requested while the saver is down would fail: wait for the restart.
+  REQUIRE(HasRestarts(*sess, 1));
+  CHECK(Steps(*sess, 8).ok());
+  CHECK(sess->close().ok());
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].service == absl::StrCat("checkpoint_saver(", dir.path(), ")"));
+  CHECK(r[0].events_lost == -1);  // not a summary writer
+  const auto checkpoints = testing::Checkpoints(dir.path());
+  CHECK(std::find(checkpoints.begin(), checkpoints.end(), "model.ckpt-4") != checkpoints.end());
+  CHECK(checkpoints.back() == "model.ckpt-8");
+}
+
 // -- strategies ------------------------------------------------------------------------
 // Services in start order: summary_writer(<dir>), then step_counter(<dir>).
 
@@ -471,23 +510,6 @@ TEST_CASE("a restart waits its back-off: the record carries RestartBackoff's val
 }
 
 // -- actor faults (fault.hpp: ActorFault) -------------------------------------------------
-
-std::shared_ptr<FaultInjectionHook> ActorHook(std::vector<ActorFault> faults) {
-  FaultInjectionHook::Options o;
-  o.actors = std::move(faults);
-  auto hook = FaultInjectionHook::Create(o);
-  REQUIRE_MESSAGE(hook.ok(), hook.status().ToString());
-  return *hook;
-}
-
-ActorFault Fault(std::string id, std::string service, ActorFault::Kind kind, int64_t at_step) {
-  ActorFault f;
-  f.id = std::move(id);
-  f.service = std::move(service);
-  f.kind = kind;
-  f.at_step = at_step;
-  return f;
-}
 
 TEST_CASE("kill checkpoint_saver (TF default): the run fails INTERNAL naming the fault; fired as actor:checkpoint_saver") {
   TempDir dir;
