@@ -24,6 +24,7 @@
 #include "foreman/hooks.hpp"
 #include "foreman/monitored_session.hpp"
 #include "foreman/restart_policy.hpp"
+#include "foreman/supervisor.hpp"
 #include "support/events.hpp"
 #include "support/log_capture.hpp"
 #include "support/test_util.hpp"
@@ -375,6 +376,32 @@ TEST_CASE("permanent checkpoint_saver: killed, restarted with the same directory
   const auto checkpoints = testing::Checkpoints(dir.path());
   CHECK(std::find(checkpoints.begin(), checkpoints.end(), "model.ckpt-4") != checkpoints.end());
   CHECK(checkpoints.back() == "model.ckpt-8");
+}
+
+TEST_CASE("Supervisor takes the policy too: its summary writer is restarted after EIO") {
+  TempDir dir;
+  ManualClock clock;
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(EventFileEio(4)).ok());  // the first event (START) fails
+  SupervisorOptions so;
+  so.graph = MakeGraph(std::make_shared<Model>());
+  so.logdir = dir.path();
+  so.save_model_secs = std::nullopt;
+  so.save_summaries_secs = std::nullopt;
+  so.config.clock = &clock;
+  so.config.env = &env;
+  so.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sv = Supervisor::Create(so);
+  REQUIRE_MESSAGE(sv.ok(), sv.status().ToString());
+  auto session = (*sv)->prepare_or_wait_for_session();
+  REQUIRE_MESSAGE(session.ok(), session.status().ToString());
+  REQUIRE(Eventually([&] { return !(*sv)->service_restarts().empty(); }));
+  CHECK((*sv)->stop().ok());
+  const auto r = (*sv)->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].restarted);
+  CHECK(absl::StrContains(r[0].reason.message(), "Input/output error (injected fault eio)"));
+  CHECK(EventFiles(dir.path()).size() == 2);
 }
 
 // -- strategies ------------------------------------------------------------------------
