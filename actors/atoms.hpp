@@ -45,6 +45,8 @@ using record_atom = caf::atom_constant<caf::atom("record")>;        // step_coun
 using seek_atom = caf::atom_constant<caf::atom("seek")>;            // input_pipeline: restart at a position
 using credit_atom = caf::atom_constant<caf::atom("credit")>;        // input_pipeline: room for more batches
 using produce_atom = caf::atom_constant<caf::atom("produce")>;      // input_pipeline: decode one batch (to self)
+using restart_atom = caf::atom_constant<caf::atom("restart")>;      // session_supervisor: a back-off is over (to self)
+using kill_atom = caf::atom_constant<caf::atom("kill")>;            // services: an injected actor fault, quit
 
 /// A one-shot answer from an actor to a plain thread: the actor calls
 /// Complete(), the thread Wait()s with a real-time timeout. The first
@@ -124,6 +126,43 @@ inline void MakeQuiet(caf::scheduled_actor* self, std::string name) {
     return StatusToError(StatusFromException(ep, name));
   });
 }
+
+// -- MessageFaults -------------------------------------------------------------
+
+/// Injected delays and drops of one service's incoming work messages
+/// (ActorFault kDelay / kDrop, fault.hpp): the runtime adds them, the actor
+/// asks Next() as each work message arrives (summary_writer: a drain of the
+/// queue; checkpoint_saver: a save; step_counter: a record). Shared between
+/// the service's handle and every incarnation of its actor. Thread-safe.
+class MessageFaults {
+ public:
+  struct Action {
+    std::string fault_id;
+    bool drop = false;
+    absl::Duration delay;  // when !drop: waited on the session's Clock
+  };
+  /// The next `count` (>= 1) work messages are dropped or delayed.
+  void Add(std::string fault_id, bool drop, int64_t count, absl::Duration delay) {
+    MutexLock l(mu_);
+    pending_.push_back(Pending{Action{std::move(fault_id), drop, delay}, count});
+  }
+  /// What to do with the work message that just arrived (nullopt: handle it).
+  std::optional<Action> Next() {
+    MutexLock l(mu_);
+    if (pending_.empty()) return std::nullopt;
+    Action a = pending_.front().action;
+    if (--pending_.front().left <= 0) pending_.erase(pending_.begin());
+    return a;
+  }
+
+ private:
+  struct Pending {
+    Action action;
+    int64_t left = 0;
+  };
+  Mutex mu_;
+  std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
+};
 
 // -- ChildLink ----------------------------------------------------------------
 
@@ -212,6 +251,18 @@ class ChildLink {
     handle_ = nullptr;
     detached_ = true;
   }
+  /// The supervisor's restart policy removed the service for good
+  /// (temporary, or transient after a normal exit): the run goes on without
+  /// it. Its handle then drops requests instead of failing them (summary
+  /// writer, step counter); a save still fails (UNAVAILABLE).
+  void MarkRemoved() {
+    MutexLock l(mu_);
+    removed_ = true;
+  }
+  bool removed() {
+    MutexLock l(mu_);
+    return removed_;
+  }
   /// How many actors this link has been bound to (1 after Attach).
   int incarnation() {
     MutexLock l(mu_);
@@ -236,12 +287,26 @@ class ChildLink {
  private:
   static void Bind(const std::shared_ptr<ChildLink>& link, caf::actor actor) {
     int incarnation = 0;
+    // Requests the previous incarnation took and never answered: its exit
+    // may not have been seen here yet (the supervisor's down_msg can come
+    // first), and once rebound it is ignored, so they are completed now.
+    std::vector<std::weak_ptr<Completion>> completions;
+    std::vector<std::weak_ptr<SaveTicket>> tickets;
+    const Status restarted = absl::UnavailableError(absl::StrCat(link->name(), " restarted"));
     {
       MutexLock l(link->mu_);
+      completions.swap(link->completions_);
+      tickets.swap(link->tickets_);
       link->handle_ = actor;
       link->alive_ = true;
       link->exit_status_ = absl::OkStatus();
       incarnation = ++link->incarnation_;
+    }
+    for (auto& weak : completions) {
+      if (auto c = weak.lock()) c->Complete(restarted);
+    }
+    for (auto& weak : tickets) {
+      if (auto t = weak.lock()) t->Complete(restarted, "", absl::ZeroDuration());
     }
     std::weak_ptr<ChildLink> weak = link;
     // Runs at once when the actor is already gone.
@@ -295,6 +360,7 @@ class ChildLink {
   caf::actor handle_ ABSL_GUARDED_BY(mu_);
   bool alive_ ABSL_GUARDED_BY(mu_) = true;
   bool detached_ ABSL_GUARDED_BY(mu_) = false;
+  bool removed_ ABSL_GUARDED_BY(mu_) = false;
   int incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   Status exit_status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<Completion>> completions_ ABSL_GUARDED_BY(mu_);

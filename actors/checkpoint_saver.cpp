@@ -45,6 +45,18 @@ caf::behavior checkpoint_saver(caf::stateful_actor<checkpoint_saver_state>* self
       [=](save_atom, const std::shared_ptr<SaveRequest>& request) {
         auto& st = self->state;
         SaveTicket& ticket = *request->ticket;
+        if (st.args.faults != nullptr) {
+          if (std::optional<MessageFaults::Action> a = st.args.faults->Next()) {
+            if (a->drop) {
+              ticket.Complete(absl::DeadlineExceededError(absl::StrCat("the save of step ", ticket.step,
+                                                                  " was dropped (injected actor fault ",
+                                                                  a->fault_id, ")")),
+                              "", absl::ZeroDuration(), std::move(request->snapshot));
+              return;
+            }
+            st.args.clock->SleepFor(a->delay);
+          }
+        }
         const absl::Duration start = st.args.clock->MonotonicNow();
         StatusOr<std::string> prefix = st.args.saver->Save(request->snapshot, st.save_path, ticket.step);
         const absl::Duration took = st.args.clock->MonotonicNow() - start;
@@ -69,6 +81,7 @@ caf::behavior checkpoint_saver(caf::stateful_actor<checkpoint_saver_state>* self
         if (st.args.observers != nullptr) st.args.observers->Notify(ticket.step, *prefix);
         ticket.Complete(absl::OkStatus(), *std::move(prefix), took, std::move(buffers));
       },
+      [=](kill_atom, const caf::error& reason) { self->quit(reason); },
   };
 }
 

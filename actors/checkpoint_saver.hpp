@@ -16,6 +16,12 @@
 //       The snapshot's tensors go back with the completed ticket
 //       (SaveTicket::buffers), failed save or not, for the next save to
 //       copy into.
+//       An injected actor fault (MessageFaults) may delay it, or drop it:
+//       the ticket then completes with DEADLINE_EXCEEDED "the save of step <n> was
+//       dropped (injected actor fault <id>)" (the CheckpointSaverHook ends
+//       the run with it) and nothing is written.
+//   (kill_atom, caf::error reason)
+//       Quits with `reason` (an injected actor fault).
 // Errors: a failed save completes its ticket with the error and is sent to
 // the coordinator as (report_atom, "checkpoint_saver(<dir>)", status). When
 // the actor dies with saves queued, the runtime completes their tickets with
@@ -61,6 +67,8 @@ struct CheckpointSaverArgs {
   Clock* clock = nullptr;     // measures SaveTicket::write_time
   /// Told of each durable save (may be null).
   std::shared_ptr<SaveObservers> observers;
+  /// Injected delays (on `clock`) and drops of save requests (may be null).
+  std::shared_ptr<MessageFaults> faults;
 };
 
 /// Spawns the saver (detached) as a child of `parent`.

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -25,74 +27,267 @@ namespace foreman::internal {
 
 namespace {
 
+struct ServiceChild {
+  ChildSpec spec;
+  caf::actor actor;          // null while down
+  int64_t restarts = 0;      // how many times it was restarted
+  bool removed = false;      // not restarted (temporary / transient): gone for good
+  bool awaiting_down = false;  // stopped by a restart group; its down_msg is expected
+};
+
+// Services restarting together after one failure (its back-off, then every
+// member down, then all are spawned again in start order).
+struct PendingRestart {
+  std::vector<std::size_t> members;  // indexes into services, in start order
+  std::size_t failed = 0;
+  Status reason;  // the failed service's exit status (OK: a normal exit)
+  absl::Duration backoff;
+  bool timer_done = false;
+};
+
 struct session_supervisor_state {
   std::shared_ptr<FailureCell> cell;
+  std::shared_ptr<const SupervisorOptions> options;
   caf::actor coordinator;  // null once it is down
-  std::map<caf::actor_addr, std::string> names;  // every live child
-  std::vector<caf::actor> children;              // the same, as handles
+  caf::actor_addr coordinator_addr;
+  std::vector<ServiceChild> services;  // in start order
+  std::map<uint64_t, PendingRestart> pending;
+  uint64_t next_pending = 0;
+  std::deque<absl::Duration> restart_times;  // on options.clock, within the period
   bool shutting_down = false;
+  std::set<caf::actor_addr> children_ever;  // every incarnation's address
   static const char* name;
 };
 const char* session_supervisor_state::name = "session_supervisor";
 
 using supervisor_actor = caf::stateful_actor<session_supervisor_state>;
 
-void AddChild(supervisor_actor* self, const caf::actor& child, std::string name) {
-  self->link_to(child);  // Our abnormal death takes the children down.
-  self->monitor(child);
-  self->state.names[child.address()] = std::move(name);
-  self->state.children.push_back(child);
+std::string KindOf(const ChildSpec& spec) {
+  if (!spec.kind.empty()) return spec.kind;
+  return spec.name.substr(0, spec.name.find('('));
+}
+
+// Every child still running, the coordinator last.
+std::vector<caf::actor> Running(supervisor_actor* self) {
+  std::vector<caf::actor> out;
+  for (const ServiceChild& c : self->state.services) {
+    if (c.actor) out.push_back(c.actor);
+  }
+  if (self->state.coordinator) out.push_back(self->state.coordinator);
+  return out;
 }
 
 // Services go first, the coordinator last, so that a failure reported while
 // the services stop still finds it.
 void StopChildren(supervisor_actor* self) {
   auto& st = self->state;
-  if (st.children.empty()) {
+  std::vector<caf::actor> running = Running(self);
+  if (running.empty()) {
     self->quit();
     return;
   }
-  const bool only_coordinator = st.children.size() == 1 && st.children.front() == st.coordinator;
-  for (const caf::actor& child : st.children) {
+  const bool only_coordinator = running.size() == 1 && running.front() == st.coordinator;
+  for (const caf::actor& child : running) {
     if (child != st.coordinator || only_coordinator) self->send_exit(child, caf::exit_reason::user_shutdown);
   }
 }
 
-caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<FailureCell> cell) {
+// The run fails with `s` (TF: a failing service ends the run).
+void Escalate(supervisor_actor* self, const std::string& name, const Status& s) {
+  auto& st = self->state;
+  if (st.coordinator && !st.shutting_down) {
+    self->send(st.coordinator, report_atom::value, name, ToMessage(s));
+  } else {
+    st.cell->Report(name, s);
+  }
+}
+
+void StartService(supervisor_actor* self, std::size_t i, const caf::actor& actor) {
+  ServiceChild& c = self->state.services[i];
+  c.actor = actor;
+  self->state.children_ever.insert(actor.address());
+  self->link_to(actor);  // Our abnormal death takes the children down.
+  self->monitor(actor);
+  if (c.spec.link) ChildLink::Rebind(c.spec.link, actor);
+}
+
+std::string LossText(const ServiceRestart& r) {
+  if (r.events_lost < 0) return "";
+  std::vector<int64_t> shown(r.steps_lost.begin(),
+                             r.steps_lost.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(
+                                                        r.steps_lost.size(), 20)));
+  return absl::StrCat("; ", r.events_lost, " queued event(s) lost, at step(s) [", absl::StrJoin(shown, ", "),
+                      r.steps_lost.size() > shown.size() ? ", ..." : "", "]");
+}
+
+// Spawns the group again once its back-off is over and every member is down.
+void MaybeRestart(supervisor_actor* self, uint64_t id) {
+  auto& st = self->state;
+  auto it = st.pending.find(id);
+  if (it == st.pending.end()) return;
+  PendingRestart& p = it->second;
+  if (st.shutting_down || !st.coordinator) {
+    st.pending.erase(it);
+    return;
+  }
+  if (!p.timer_done) return;
+  for (std::size_t j : p.members) {
+    if (st.services[j].awaiting_down) return;
+  }
+  PendingRestart group = std::move(p);
+  st.pending.erase(it);
+  for (std::size_t j : group.members) {
+    ServiceChild& c = st.services[j];
+    ServiceRestart record;
+    record.service = c.spec.name;
+    record.reason = j == group.failed ? group.reason : absl::OkStatus();
+    record.restarted = true;
+    record.by_strategy = j != group.failed;
+    record.backoff = j == group.failed ? group.backoff : absl::ZeroDuration();
+    if (c.spec.on_exit) c.spec.on_exit(&record, true);
+    caf::actor actor;
+    Status s = InvokeUserCode(absl::StrCat("restarting ", c.spec.name), [&] { actor = c.spec.spawn(self, st.coordinator); });
+    if (s.ok() && !actor) s = absl::InternalError(absl::StrCat("restarting ", c.spec.name, ": no actor"));
+    if (!s.ok()) {
+      c.removed = true;
+      Escalate(self, c.spec.name, s);
+      continue;
+    }
+    ++c.restarts;
+    StartService(self, j, actor);
+    if (c.spec.on_restarted) c.spec.on_restarted(actor);
+    FOREMAN_LOG_WARN("{} restarted ({} restart {}, {}, at most {} within {}){}{}{}", c.spec.name,
+                     RestartTypeName(st.options->policy.TypeOf(KindOf(c.spec))), c.restarts,
+                     RestartStrategyName(st.options->policy.strategy), st.options->policy.max_restarts,
+                     absl::FormatDuration(st.options->policy.period),
+                     record.by_strategy ? " with a failed sibling" : "",
+                     record.reason.ok() ? std::string(" after a normal exit")
+                                        : absl::StrCat(" after: ", record.reason.ToString()),
+                     LossText(record));
+    st.options->log->Add(std::move(record));
+  }
+}
+
+// A service went down while the tree runs: the policy decides.
+void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason) {
+  auto& st = self->state;
+  ServiceChild& c = st.services[i];
+  const RestartPolicy& policy = st.options->policy;
+  const bool normal = !reason;
+  if (policy.IsTensorFlowDefault()) {
+    if (!normal) Escalate(self, c.spec.name, ErrorToStatus(reason, c.spec.name));
+    return;
+  }
+  const Status status = normal ? absl::OkStatus() : ErrorToStatus(reason, c.spec.name);
+  const RestartType type = policy.TypeOf(KindOf(c.spec));
+  const bool restart = type == RestartType::kPermanent || (type == RestartType::kTransient && !normal);
+  if (!restart) {
+    c.removed = true;
+    if (c.spec.link) c.spec.link->MarkRemoved();
+    ServiceRestart record;
+    record.service = c.spec.name;
+    record.reason = status;
+    if (c.spec.on_exit) c.spec.on_exit(&record, false);
+    FOREMAN_LOG_WARN("{} ({}) exited{}; not restarted, the run goes on without it{}", c.spec.name,
+                     RestartTypeName(type), normal ? " normally" : absl::StrCat(": ", status.ToString()),
+                     LossText(record));
+    st.options->log->Add(std::move(record));
+    return;
+  }
+  // Restart intensity (OTP): at most max_restarts within period.
+  const absl::Duration now = st.options->clock->MonotonicNow();
+  while (!st.restart_times.empty() && st.restart_times.front() <= now - policy.period) st.restart_times.pop_front();
+  if (static_cast<int64_t>(st.restart_times.size()) >= policy.max_restarts) {
+    const Status escalated =
+        normal ? absl::InternalError(absl::StrCat(c.spec.name, " exited normally"))
+               : status;
+    if (policy.max_restarts > 0) {
+      FOREMAN_LOG_ERROR("{}: restart intensity exceeded (at most {} restart(s) within {}); the run fails with {}",
+                        c.spec.name, policy.max_restarts, absl::FormatDuration(policy.period), escalated.ToString());
+    }
+    c.removed = true;
+    Escalate(self, c.spec.name, escalated);
+    return;
+  }
+  st.restart_times.push_back(now);
+  PendingRestart group;
+  group.failed = i;
+  group.reason = status;
+  group.backoff = RestartBackoff(policy, c.spec.name, c.restarts + 1);
+  for (std::size_t j = 0; j < st.services.size(); ++j) {
+    ServiceChild& other = st.services[j];
+    const bool member = j == i || (policy.strategy == RestartStrategy::kOneForAll) ||
+                        (policy.strategy == RestartStrategy::kRestForOne && j > i);
+    if (!member || other.removed) continue;
+    if (j != i) {
+      if (!other.actor || other.awaiting_down) continue;  // down already: its own failure handles it
+      other.awaiting_down = true;
+      self->send_exit(other.actor, caf::exit_reason::user_shutdown);
+    }
+    group.members.push_back(j);
+  }
+  const uint64_t id = st.next_pending++;
+  const absl::Duration backoff = group.backoff;
+  st.pending.emplace(id, std::move(group));
+  if (backoff <= absl::ZeroDuration()) {
+    st.pending[id].timer_done = true;
+    MaybeRestart(self, id);
+  } else {
+    self->delayed_send(self, absl::ToChronoNanoseconds(backoff), restart_atom::value, id);
+  }
+}
+
+caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<FailureCell> cell,
+                                 std::shared_ptr<const SupervisorOptions> options) {
   MakeQuiet(self, "session_supervisor");
   self->state.cell = std::move(cell);
+  self->state.options = std::move(options);
   self->state.coordinator = SpawnCoordinator(self, self->state.cell);
-  AddChild(self, self->state.coordinator, "coordinator");
+  self->state.coordinator_addr = self->state.coordinator.address();
+  self->state.children_ever.insert(self->state.coordinator_addr);
+  self->link_to(self->state.coordinator);
+  self->monitor(self->state.coordinator);
 
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
-    auto it = st.names.find(dm.source);
-    if (it == st.names.end()) return;
-    const std::string name = it->second;
-    st.names.erase(it);
-    st.children.erase(std::remove_if(st.children.begin(), st.children.end(),
-                                     [&](const caf::actor& a) { return a.address() == dm.source; }),
-                      st.children.end());
-    const bool coordinator_down = st.coordinator && st.coordinator.address() == dm.source;
-    if (coordinator_down) st.coordinator = nullptr;
-    const bool expected = !dm.reason || (st.shutting_down && dm.reason == caf::exit_reason::user_shutdown);
-    if (!expected) {
-      Status s = ErrorToStatus(dm.reason, name);
-      if (st.coordinator && !st.shutting_down) {
-        self->send(st.coordinator, report_atom::value, name, ToMessage(s));
-      } else {
-        st.cell->Report(name, s);
-      }
+    if (dm.source == st.coordinator_addr && st.coordinator) {
+      st.coordinator = nullptr;
+      const bool expected = !dm.reason || (st.shutting_down && dm.reason == caf::exit_reason::user_shutdown);
+      if (!expected) st.cell->Report("coordinator", ErrorToStatus(dm.reason, "coordinator"));
+      if (st.shutting_down) StopChildren(self);
+      return;
     }
-    if (st.shutting_down) StopChildren(self);
+    std::size_t i = 0;
+    while (i < st.services.size() && !(st.services[i].actor && st.services[i].actor.address() == dm.source)) ++i;
+    if (i == st.services.size()) return;
+    ServiceChild& c = st.services[i];
+    c.actor = nullptr;
+    if (st.shutting_down) {
+      const bool expected = !dm.reason || dm.reason == caf::exit_reason::user_shutdown;
+      if (!expected) st.cell->Report(c.spec.name, ErrorToStatus(dm.reason, c.spec.name));
+      StopChildren(self);
+      return;
+    }
+    if (c.awaiting_down) {  // stopped for a restart group
+      c.awaiting_down = false;
+      for (auto& [id, p] : st.pending) {
+        if (std::find(p.members.begin(), p.members.end(), i) != p.members.end()) {
+          MaybeRestart(self, id);
+          break;
+        }
+      }
+      return;
+    }
+    ServiceDown(self, i, dm.reason);
   });
 
   self->set_exit_handler([=](caf::exit_msg& em) {
     auto& st = self->state;
-    // A child's link: its down_msg says the rest.
-    if (em.source && st.names.count(em.source) != 0) return;
+    // A child's link (any incarnation's): its down_msg says the rest.
+    if (em.source && st.children_ever.count(em.source) != 0) return;
     if (st.shutting_down) return;
     st.shutting_down = true;
+    st.pending.clear();
     StopChildren(self);
   });
 
@@ -104,25 +299,43 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
               absl::StrCat("cannot start ", spec.name, ": the session's actors are shutting down")));
           return;
         }
-        caf::actor child;
+        ServiceChild child;
+        child.spec = spec;
+        caf::actor actor;
         Status s = InvokeUserCode(absl::StrCat("starting ", spec.name),
-                                  [&] { child = spec.spawn(self, st.coordinator); });
-        if (s.ok() && !child) s = absl::InternalError(absl::StrCat("starting ", spec.name, ": no actor"));
+                                  [&] { actor = child.spec.spawn(self, st.coordinator); });
+        if (s.ok() && !actor) s = absl::InternalError(absl::StrCat("starting ", spec.name, ": no actor"));
         if (!s.ok()) {
           reply->done->Complete(std::move(s));
           return;
         }
-        AddChild(self, child, spec.name);
-        reply->actor = child;
+        st.services.push_back(std::move(child));
+        StartService(self, st.services.size() - 1, actor);
+        reply->actor = actor;
         reply->done->Complete(absl::OkStatus());
+      },
+      [=](restart_atom, uint64_t id) {
+        auto it = self->state.pending.find(id);
+        if (it == self->state.pending.end()) return;
+        it->second.timer_done = true;
+        MaybeRestart(self, id);
       },
   };
 }
 
 }  // namespace
 
+caf::actor SpawnSessionSupervisor(caf::actor_system& system, std::shared_ptr<FailureCell> cell,
+                                  const SupervisorOptions& options) {
+  // Shared, not moved into CAF's spawn tuple (GCC 12 warns maybe-uninitialized
+  // on a moved std::map there).
+  auto shared = std::make_shared<const SupervisorOptions>(options);
+  return system.spawn(session_supervisor, std::move(cell), std::move(shared));
+}
+
 caf::actor SpawnSessionSupervisor(caf::actor_system& system, std::shared_ptr<FailureCell> cell) {
-  return system.spawn(session_supervisor, std::move(cell));
+  auto shared = std::make_shared<const SupervisorOptions>();
+  return system.spawn(session_supervisor, std::move(cell), std::move(shared));
 }
 
 // -- Runtime ------------------------------------------------------------------------
@@ -135,7 +348,7 @@ constexpr absl::Duration kSpawnTimeout = absl::Seconds(30);
 // What the destructor allows a Shutdown() nobody called.
 constexpr absl::Duration kDestructorShutdownTimeout = absl::Seconds(60);
 
-class RuntimeImpl : public Runtime {
+class RuntimeImpl : public Runtime, public ServiceFaults {
  public:
   RuntimeImpl(const RuntimeOptions& options, const SessionConfig& config)
       : options_(WithoutLock(options)),
@@ -162,7 +375,11 @@ class RuntimeImpl : public Runtime {
     // Spawned from a thread that ends at once (actor_system.hpp).
     return RunOnShortLivedThread([&] {
       auto supervisor = std::make_shared<ChildLink>("session_supervisor");
-      ChildLink::Attach(supervisor, SpawnSessionSupervisor(*system_, cell_));
+      SupervisorOptions sup;
+      sup.policy = options_.restart;
+      sup.clock = config_.clock;
+      sup.log = restart_log_;
+      ChildLink::Attach(supervisor, SpawnSessionSupervisor(*system_, cell_, sup));
       supervisor_ = std::move(supervisor);
       return absl::OkStatus();
     });
@@ -214,12 +431,16 @@ class RuntimeImpl : public Runtime {
     args.clock = config_.clock;
     args.cell = cell_;
     args.observers = save_observers_;
+    args.faults = std::make_shared<MessageFaults>();
+    auto faults = args.faults;
     const std::string name = absl::StrCat("checkpoint_saver(", dir, ")");
     FOREMAN_ASSIGN_OR_RETURN(
-        auto link, SpawnChildLocked(name, [args](caf::local_actor* parent, const caf::actor& coordinator) mutable {
-          args.coordinator = coordinator;
-          return SpawnCheckpointSaver(parent, std::move(args));
-        }));
+        auto link, SpawnChildLocked(name, "checkpoint_saver", faults,
+                                    [args](caf::local_actor* parent, const caf::actor& coordinator) {
+                                      CheckpointSaverArgs a = args;  // a restart spawns from the same args
+                                      a.coordinator = coordinator;
+                                      return SpawnCheckpointSaver(parent, std::move(a));
+                                    }));
     auto handle = std::make_shared<CheckpointHandle>(dir, basename, std::move(saver), std::move(link));
     savers_[dir] = handle;
     return {handle};
@@ -237,10 +458,12 @@ class RuntimeImpl : public Runtime {
     if (!output_dir.empty()) {
       FOREMAN_ASSIGN_OR_RETURN(writer, SummaryWriterLocked(output_dir));
     }
+    auto faults = std::make_shared<MessageFaults>();
+    Clock* clock = config_.clock;
     FOREMAN_ASSIGN_OR_RETURN(
-        auto link, SpawnChildLocked(absl::StrCat("step_counter(", output_dir, ")"),
-                                    [tag, writer](caf::local_actor* parent, const caf::actor&) {
-                                      return SpawnStepCounter(parent, tag, writer);
+        auto link, SpawnChildLocked(absl::StrCat("step_counter(", output_dir, ")"), "step_counter", faults,
+                                    [tag, writer, faults, clock](caf::local_actor* parent, const caf::actor&) {
+                                      return SpawnStepCounter(parent, tag, writer, faults, clock);
                                     }));
     auto handle = std::make_shared<StepCounterHandle>(std::move(link));
     counters_[key] = handle;
@@ -262,6 +485,28 @@ class RuntimeImpl : public Runtime {
 
   Clock* clock() override { return config_.clock; }
   Env* env() override { return config_.env; }
+  ServiceFaults* service_faults() override { return this; }
+  std::vector<ServiceRestart> restarts() override { return restart_log_->Get(); }
+
+  // -- ServiceFaults --
+
+  int Kill(const std::string& service, const std::string& fault_id, bool normal_exit) override {
+    const caf::error reason =
+        normal_exit ? caf::error{} : StatusToError(absl::InternalError(absl::StrCat("injected actor fault ", fault_id)));
+    int n = 0;
+    for (const Registered& r : RegisteredOf(service)) n += r.link->Send(kill_atom::value, reason) ? 1 : 0;
+    return n;
+  }
+
+  int DelayOrDrop(const std::string& service, const std::string& fault_id, bool drop, int64_t count,
+                  absl::Duration delay) override {
+    int n = 0;
+    for (const Registered& r : RegisteredOf(service)) {
+      r.faults->Add(fault_id, drop, std::max<int64_t>(count, 1), delay);
+      ++n;
+    }
+    return n;
+  }
 
   // -- Runtime --
 
@@ -302,11 +547,15 @@ class RuntimeImpl : public Runtime {
     // step counters still hold for the writers. 2. Flush and close every event
     // file. 3. Stop the actors, the coordinator last.
     Status status = WaitForSaves(savers, deadline);
+    // A service that is down (removed by the restart policy, or between
+    // two incarnations) is skipped: its failure, if any, is in error().
     for (auto& counter : counters) {
+      if (!counter->link()->alive()) continue;
       Status s = counter->Drain(remaining());
       if (status.ok()) status = s;
     }
     for (auto& writer : writers) {
+      if (!writer->link()->alive()) continue;
       Status s = writer->Close(remaining());
       if (status.ok()) status = s;
     }
@@ -361,32 +610,81 @@ class RuntimeImpl : public Runtime {
     options.clock = config_.clock;
     FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<EventFileWriter> file_writer,
                              EventFileWriter::Create(logdir, options));
-    std::shared_ptr<EventFileWriter> writer = std::move(file_writer);
     auto queue = std::make_shared<SummaryQueue>();
+    SummaryWriterArgs args;
+    args.writer = std::move(file_writer);
+    args.options = options;
+    args.logdir = logdir;
+    args.queue = queue;
+    // Under a restart policy a write error ends the incarnation, and the
+    // supervisor decides; under TF's the writer reports it and runs on.
+    args.exit_on_error = !options_.restart.IsTensorFlowDefault();
+    args.faults = std::make_shared<MessageFaults>();
+    auto faults = args.faults;
+    // The first spawn hands over the open writer; a restart opens a new file.
+    auto first = std::make_shared<std::shared_ptr<EventFileWriter>>(std::move(args.writer));
     FOREMAN_ASSIGN_OR_RETURN(
-        auto link,
-        SpawnChildLocked(absl::StrCat("summary_writer(", logdir, ")"),
-                         [writer, queue, logdir](caf::local_actor* parent, const caf::actor& coordinator) {
-                           return SpawnSummaryWriter(parent, writer, queue, coordinator, logdir);
-                         }));
-    auto handle = std::make_shared<SummaryWriterHandle>(logdir, std::move(queue), std::move(link));
+        auto link, SpawnChildLocked(
+                       absl::StrCat("summary_writer(", logdir, ")"), "summary_writer", faults,
+                       [args, first](caf::local_actor* parent, const caf::actor& coordinator) {
+                         SummaryWriterArgs a = args;
+                         a.writer = std::move(*first);  // null after the first incarnation
+                         *first = nullptr;
+                         a.coordinator = coordinator;
+                         return SpawnSummaryWriter(parent, std::move(a));
+                       },
+                       [queue](ServiceRestart* record, bool restart) {
+                         LostEvents lost = restart ? queue->Reopen() : queue->lost();
+                         record->events_lost = lost.events;
+                         record->steps_lost = std::move(lost.steps);
+                       },
+                       // Bound: take what was queued meanwhile (a drain sent
+                       // before the rebind went to the old incarnation).
+                       [](const caf::actor& actor) { caf::anon_send(actor, drain_atom::value); }));
+    auto handle = std::make_shared<SummaryWriterHandle>(logdir, std::move(queue), std::move(link),
+                                                        args.exit_on_error);
     writers_[logdir] = handle;
     return handle;
   }
 
+  // The supervisor attaches the actor (and every later incarnation) to the
+  // returned link, the service's stable address.
   StatusOr<std::shared_ptr<ChildLink>> SpawnChildLocked(
-      const std::string& name,
-      std::function<caf::actor(caf::local_actor*, const caf::actor&)> spawn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      const std::string& name, const std::string& kind, std::shared_ptr<MessageFaults> faults,
+      std::function<caf::actor(caf::local_actor*, const caf::actor&)> spawn,
+      std::function<void(ServiceRestart*, bool)> on_exit = {},
+      std::function<void(const caf::actor&)> on_restarted = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto reply = std::make_shared<SpawnReply>();
+    auto link = std::make_shared<ChildLink>(name);
     supervisor_->Track(reply->done);
-    if (!supervisor_->Send(spawn_atom::value, ChildSpec{name, std::move(spawn)}, reply)) {
+    ChildSpec spec{name, std::move(spawn), kind, link, std::move(on_exit), std::move(on_restarted)};
+    if (!supervisor_->Send(spawn_atom::value, std::move(spec), reply)) {
       reply->done->Complete(absl::UnavailableError("the session_supervisor is not running"));
     }
-    FOREMAN_RETURN_IF_ERROR(reply->done->Wait(kSpawnTimeout, absl::StrCat("starting ", name)));
-    auto link = std::make_shared<ChildLink>(name);
-    ChildLink::Attach(link, std::move(reply->actor));
+    Status s = reply->done->Wait(kSpawnTimeout, absl::StrCat("starting ", name));
     reply->actor = nullptr;
+    if (!s.ok()) {
+      link->Detach();
+      return s;
+    }
+    MutexLock l(registry_mu_);
+    registered_.push_back(Registered{kind, link, std::move(faults)});
     return link;
+  }
+
+  // Every service spawned, for the actor faults.
+  struct Registered {
+    std::string kind;
+    std::shared_ptr<ChildLink> link;
+    std::shared_ptr<MessageFaults> faults;
+  };
+  std::vector<Registered> RegisteredOf(const std::string& kind) {
+    MutexLock l(registry_mu_);
+    std::vector<Registered> out;
+    for (const Registered& r : registered_) {
+      if (r.kind == kind) out.push_back(r);
+    }
+    return out;
   }
 
   static Status WaitForSaves(const std::vector<std::shared_ptr<CheckpointHandle>>& savers, absl::Time deadline) {
@@ -410,6 +708,9 @@ class RuntimeImpl : public Runtime {
   SessionConfig config_;
   std::shared_ptr<FailureCell> cell_;
   const std::shared_ptr<SaveObservers> save_observers_ = std::make_shared<SaveObservers>();
+  const std::shared_ptr<RestartLog> restart_log_ = std::make_shared<RestartLog>();
+  Mutex registry_mu_;  // after mu_ when both are taken
+  std::vector<Registered> registered_ ABSL_GUARDED_BY(registry_mu_);
   // Declared before the handles: released after them.
   ActorSystemRef process_system_;
   caf::actor_system* system_ = nullptr;
@@ -436,6 +737,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   if (config.env == nullptr || config.clock == nullptr) {
     return absl::InvalidArgumentError("Runtime::Create: the session config needs an env and a clock");
   }
+  FOREMAN_RETURN_IF_ERROR(ValidateRestartPolicy(options.restart));
   auto runtime = std::make_unique<RuntimeImpl>(options, config);
   FOREMAN_RETURN_IF_ERROR(runtime->Start());
   return std::unique_ptr<Runtime>(std::move(runtime));

@@ -9,6 +9,9 @@
 //       {tag, simple_value = steps_per_sec} at `global_step` to that
 //       directory's summary writer (its handle's queue, so in order with
 //       what the hooks add there).
+//       An injected actor fault (MessageFaults) may drop or delay it.
+//   (kill_atom, caf::error reason)
+//       Quits with `reason` (an injected actor fault).
 //   (flush_atom, std::shared_ptr<Completion> done)
 //       Completes `done` once every earlier record has been handed on
 //       (Runtime::Shutdown drains the counters before it closes the writers).
@@ -25,8 +28,10 @@ namespace foreman::internal {
 
 /// Spawns the counter (detached) as a child of `parent`. `summary_writer`
 /// may be null (log only).
+/// `faults` (may be null): injected delays (on `clock`) and drops of records.
 caf::actor SpawnStepCounter(caf::local_actor* parent, std::string tag,
-                            std::shared_ptr<SummaryWriterService> summary_writer);
+                            std::shared_ptr<SummaryWriterService> summary_writer,
+                            std::shared_ptr<MessageFaults> faults = nullptr, Clock* clock = nullptr);
 
 /// The service facade the training thread uses (services.hpp).
 class StepCounterHandle : public StepCounterService {

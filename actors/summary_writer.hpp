@@ -85,8 +85,22 @@ struct SummaryBatch {
   }
 };
 
-/// The queue between a logdir's handle (any thread) and its actor.
-/// Thread-safe.
+/// Events that never reached an event file: how many, and their steps in
+/// the order they were added (-1: a SessionLog without a step), at most
+/// kMaxSteps of them.
+struct LostEvents {
+  static constexpr std::size_t kMaxSteps = 10000;
+  int64_t events = 0;
+  std::vector<int64_t> steps;
+  void Add(int64_t step) {
+    ++events;
+    if (steps.size() < kMaxSteps) steps.push_back(step);
+  }
+};
+
+/// The queue between a logdir's handle (any thread) and its actor, which
+/// outlives the actor's incarnations (restart_policy.hpp): each
+/// incarnation's epoch is the queue's epoch when it started. Thread-safe.
 class SummaryQueue {
  public:
   /// Appends; true when the caller must send (drain_atom) to the actor: no
@@ -97,28 +111,64 @@ class SummaryQueue {
   /// Swaps everything queued into *batch (cleared first; its buffers become
   /// the queue's), so that the next add asks for a drain again.
   void TakeAll(SummaryBatch* batch) ABSL_LOCKS_EXCLUDED(mu_);
-  /// The actor is gone (it is never restarted): drops what is queued and
-  /// every later add; returns how many events were queued.
+  /// The actor is gone: drops what is queued and every later add (each
+  /// counted in lost()); returns how many events were queued. With `epoch`,
+  /// only when the queue is still in that epoch (a late exit of an old
+  /// incarnation does not close its successor's queue).
   std::size_t Close() ABSL_LOCKS_EXCLUDED(mu_);
+  std::size_t Close(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  /// Counts events an incarnation took and could not write.
+  void RecordLost(const std::vector<int64_t>& steps) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t epoch() ABSL_LOCKS_EXCLUDED(mu_);
+  /// For a restarted actor: a new epoch, open again, no drain pending (the
+  /// new incarnation drains at start); returns and resets what was lost.
+  LostEvents Reopen() ABSL_LOCKS_EXCLUDED(mu_);
+  /// What was lost since the last Reopen (or creation).
+  LostEvents lost() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  std::size_t CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   Mutex mu_;
   SummaryBatch batch_ ABSL_GUARDED_BY(mu_);
   bool drain_pending_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  LostEvents lost_ ABSL_GUARDED_BY(mu_);
+};
+
+/// What a summary_writer incarnation needs besides its queue.
+struct SummaryWriterArgs {
+  /// The open writer (the first incarnation: the Runtime creates it, so that
+  /// SummaryWriter() returns EventFileWriter::Create's error), or null: the
+  /// actor creates a new event file in `logdir` with `options` when it starts
+  /// (a restart) and quits with Create's error when that fails.
+  std::shared_ptr<EventFileWriter> writer;
+  EventFileWriterOptions options;
+  std::string logdir;
+  std::shared_ptr<SummaryQueue> queue;
+  caf::actor coordinator;
+  /// A write error quits the actor with it (for the supervisor's restart
+  /// policy) instead of being reported to `coordinator` (TF's default: the
+  /// actor keeps running and the run fails with the report).
+  bool exit_on_error = false;
+  std::shared_ptr<MessageFaults> faults;  // may be null
 };
 
 /// Spawns the writer (detached) as a child of `parent`, taking its events
-/// from `queue`; failures go to `coordinator`.
-caf::actor SpawnSummaryWriter(caf::local_actor* parent, std::shared_ptr<EventFileWriter> writer,
-                              std::shared_ptr<SummaryQueue> queue, caf::actor coordinator, std::string logdir);
+/// from args.queue; failures go to args.coordinator (or quit it, see
+/// SummaryWriterArgs::exit_on_error).
+caf::actor SpawnSummaryWriter(caf::local_actor* parent, SummaryWriterArgs args);
 
 /// The service facade the training thread, step_counter and
 /// checkpoint_saver use (services.hpp). Thread-safe.
 class SummaryWriterHandle : public SummaryWriterService {
  public:
-  /// `queue`: the one the actor behind `link` drains.
-  SummaryWriterHandle(std::string logdir, std::shared_ptr<SummaryQueue> queue, std::shared_ptr<ChildLink> link);
+  /// `queue`: the one the actor behind `link` drains. `restartable`: a
+  /// restart policy may bring the actor back (events added while it is down
+  /// stay queued for the next incarnation, unless the service is removed).
+  SummaryWriterHandle(std::string logdir, std::shared_ptr<SummaryQueue> queue, std::shared_ptr<ChildLink> link,
+                      bool restartable = false);
   void AddSummary(absl::string_view serialized_summary, int64_t step) override;
   void AddSessionLog(SessionLogStatus status, std::optional<int64_t> step, std::string checkpoint_path = "",
                      std::string msg = "") override;
@@ -130,12 +180,13 @@ class SummaryWriterHandle : public SummaryWriterService {
   const std::shared_ptr<ChildLink>& link() const { return link_; }
 
  private:
-  /// Sends drain_atom; when the actor is gone, closes the queue.
+  /// Sends drain_atom; when the actor is gone for good, closes the queue.
   void RequestDrain();
 
   std::string logdir_;
   std::shared_ptr<SummaryQueue> queue_;
   std::shared_ptr<ChildLink> link_;
+  bool restartable_ = false;
 };
 
 }  // namespace foreman::internal

@@ -480,6 +480,37 @@ TEST_CASE("ChildLink is a stable address: after Rebind, sends reach the new inca
   CHECK(ts.AllDone());
 }
 
+// A restart can rebind the link before the old incarnation's exit is seen
+// there (the supervisor's down_msg may come first); what the old one took
+// and never answered must not wait forever.
+TEST_CASE("ChildLink: Rebind completes the previous incarnation's unanswered requests with UNAVAILABLE") {
+  TestSystem ts;
+  {
+    auto silent = [&] {
+      return ts.sys->spawn([](caf::event_based_actor*, int) -> caf::behavior {
+        return {[](const std::shared_ptr<internal::Completion>&) {}};
+      }, 0);
+    };
+    auto link = std::make_shared<internal::ChildLink>("service");
+    caf::actor first = silent();
+    internal::ChildLink::Attach(link, first);
+    auto c = std::make_shared<internal::Completion>();
+    REQUIRE(link->Track(c));
+    REQUIRE(link->Send(c));
+    caf::actor second = silent();
+    internal::ChildLink::Rebind(link, second);
+    const Status s = c->Wait(kWait, "answer");
+    CHECK(absl::IsUnavailable(s));
+    CHECK(s.message() == "service restarted");
+    CHECK(link->incarnation() == 2);
+    caf::anon_send_exit(first, caf::exit_reason::kill);
+    caf::anon_send_exit(second, caf::exit_reason::kill);
+    CHECK(link->WaitExited(kWait));
+    link->Detach();
+  }
+  CHECK(ts.AllDone());
+}
+
 TEST_CASE("session_supervisor: a child killed from outside is reported as INTERNAL naming it") {
   TestSystem ts;
   auto cell = std::make_shared<internal::FailureCell>();

@@ -173,7 +173,7 @@ if [[ $full == 1 ]]; then
     || fail "chaos_soak.sh: reports not kept: $(ls "$tmp/soak")"
   out=$(timeout 60 "$soak" --seeds 1 --presets no-such-preset --build-dir "$build_dir" --out "$tmp/soak-bad" 2>&1); rc=$?
   [[ $rc -eq 1 ]] || fail "chaos_soak.sh with a bad preset exited $rc, expected 1: $out"
-  has 'Reports missing .*no-such-preset-0.json' "$out" || fail "chaos_soak.sh with a bad preset: not named: $out"
+  has 'no-such-preset-0.json .*unknown preset .no-such-preset.' "$out" || fail "chaos_soak.sh with a bad preset: not named: $out"
 fi
 
 if ((failures > 0)); then

@@ -208,6 +208,47 @@ TEST_CASE("ParseFaultPlan reads process faults: a signal at a global_step or a t
   CHECK(plan->hooks.empty());
 }
 
+TEST_CASE("ParseFaultPlan reads actor faults: kill (default kind), delay, drop, at_step or at_time_ms") {
+  auto plan = ParseFaultPlan(R"({"faults": [
+    {"id": "k", "type": "actor", "service": "summary_writer", "at_step": 5},
+    {"id": "n", "type": "actor", "service": "step_counter", "kind": "kill", "at_time_ms": 1500, "exit_normally": true},
+    {"id": "d", "type": "actor", "service": "checkpoint_saver", "kind": "delay", "at_step": 2, "delay_ms": 250,
+     "count": 3, "repeat": true},
+    {"id": "x", "type": "actor", "service": "summary_writer", "kind": "drop", "at_step": 9}]})",
+                             "plan.json");
+  REQUIRE_MESSAGE(plan.ok(), plan.status().ToString());
+  REQUIRE(plan->actors.size() == 4);
+  const auto& a = plan->actors;
+  CHECK(a[0].kind == ActorFault::Kind::kKill);
+  CHECK(a[0].service == "summary_writer");
+  CHECK(a[0].at_step == 5);
+  CHECK(a[0].at_time == absl::InfiniteDuration());
+  CHECK_FALSE(a[0].exit_normally);
+  CHECK(a[1].at_step == -1);
+  CHECK(a[1].at_time == absl::Milliseconds(1500));
+  CHECK(a[1].exit_normally);
+  CHECK(a[2].kind == ActorFault::Kind::kDelay);
+  CHECK(a[2].delay == absl::Milliseconds(250));
+  CHECK(a[2].count == 3);
+  CHECK(a[2].repeat);
+  CHECK(a[3].kind == ActorFault::Kind::kDrop);
+  CHECK(a[3].count == 1);
+  // Every one is accepted by the hook as parsed.
+  FaultInjectionHook::Options o;
+  o.actors = plan->actors;
+  CHECK(FaultInjectionHook::Create(o).ok());
+  // And written back the same.
+  const std::string text = FaultPlanToJson(*plan);
+  auto back = ParseFaultPlan(text, "round");
+  REQUIRE_MESSAGE(back.ok(), back.status().ToString(), "\n", text);
+  CHECK(FaultPlanToJson(*back) == text);
+  REQUIRE(back->actors.size() == 4);
+  CHECK(back->actors[1].at_time == absl::Milliseconds(1500));
+  CHECK(back->actors[2].delay == absl::Milliseconds(250));
+  CHECK(back->actors[2].count == 3);
+  CHECK(back->actors[3].kind == ActorFault::Kind::kDrop);
+}
+
 TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the field and what was expected") {
   struct Case {
     const char* json;
@@ -225,7 +266,7 @@ TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the fi
       {R"({"faults": [{"id": "", "type": "step"}]})", R"(plan.json: faults[0]: "id" must be a non-empty string)"},
       {R"({"faults": [{"id": "a"}]})", R"(plan.json: faults[0] ("a"): missing "type")"},
       {R"({"faults": [{"id": "a", "type": "disk"}]})",
-       R"(plan.json: faults[0] ("a"): "type" must be one of env, step, hook, process, got "disk")"},
+       R"(plan.json: faults[0] ("a"): "type" must be one of env, step, hook, process, actor, got "disk")"},
       {R"({"faults": [{"id": "a", "type": "step", "status": "ABORTED", "at_step": 1},
                       {"id": "a", "type": "step", "status": "ABORTED", "at_step": 2}]})",
        R"(plan.json: faults[1] ("a"): duplicate id)"},
@@ -317,6 +358,35 @@ TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the fi
        R"("at_step" must be an integer >= 0, got -2)"},
       {R"({"faults": [{"id": "k", "type": "process", "signal": "SIGKILL", "at_step": 1, "nth": 1}]})",
        R"(faults[0] ("k"): unknown field "nth")"},
+      {R"({"faults": [{"id": "k", "type": "actor", "at_step": 1}]})",
+       R"(faults[0] ("k"): missing "service" (summary_writer, checkpoint_saver or step_counter))"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "ps", "at_step": 1}]})",
+       R"("service" must be one of summary_writer, checkpoint_saver, step_counter, got "ps")"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "step_counter", "kind": "crash", "at_step": 1}]})",
+       R"("kind" must be one of kill, delay, drop, got "crash")"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "step_counter"}]})",
+       R"(faults[0] ("k"): needs exactly one of "at_step" (a global_step) or "at_time_ms" (on the session's Clock))"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "step_counter", "at_step": 1, "at_time_ms": 5}]})",
+       R"(needs exactly one of "at_step")"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "step_counter", "at_time_ms": -5}]})",
+       R"("at_time_ms" must be a number of milliseconds >= 0 (since the services started), got -5)"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "summary_writer", "kind": "delay", "at_step": 1}]})",
+       R"(faults[0] ("k"): missing "delay_ms" (how long each message waits, in milliseconds))"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "summary_writer", "kind": "delay", "at_step": 1,
+                       "delay_ms": 4000000}]})",
+       R"("delay_ms" must be a number of milliseconds in [0, 3600000] (an hour), got 4000000)"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "summary_writer", "at_step": 1, "delay_ms": 5}]})",
+       R"(faults[0] ("k"): "delay_ms" applies only to kind delay, not kill)"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "summary_writer", "at_step": 1, "count": 2}]})",
+       R"("count" applies only to kinds delay and drop, not kill)"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "summary_writer", "kind": "drop", "at_step": 1,
+                       "count": 0}]})",
+       R"("count" must be an integer >= 1, got 0)"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "summary_writer", "kind": "drop", "at_step": 1,
+                       "exit_normally": true}]})",
+       R"("exit_normally" applies only to kind kill, not drop)"},
+      {R"({"faults": [{"id": "k", "type": "actor", "service": "summary_writer", "at_step": 1, "signal": 9}]})",
+       R"(faults[0] ("k"): unknown field "signal")"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.json);
@@ -372,7 +442,7 @@ TEST_CASE("ReadFaultPlan reads through an Env and names the file in its errors")
   CHECK(plan->env.size() == 2);
   REQUIRE(WriteStringToFile(&env, "/p/bad.json", R"({"faults": [{"id": "x"}]})").ok());
   auto bad = ReadFaultPlan(&env, "/p/bad.json");
-  CHECK(bad.status().message() == R"(/p/bad.json: faults[0] ("x"): missing "type" (env, step, hook or process))");
+  CHECK(bad.status().message() == R"(/p/bad.json: faults[0] ("x"): missing "type" (env, step, hook, process or actor))");
   CHECK(absl::IsNotFound(ReadFaultPlan(&env, "/p/none.json").status()));
 }
 

@@ -201,7 +201,7 @@ struct EnvFault {
 /// FaultyEnv::CanonicalPath: no pid or random temporary suffix), and that
 /// path's operation index (per operation kind, 1-based). For a
 /// FaultInjectionHook's faults: path "step", "hook:<callback>" or
-/// "process", op kAny, op_index the global_step.
+/// "process" or "actor:<service>", op kAny, op_index the global_step.
 struct FiredFault {
   std::string id;
   std::string path;
@@ -423,6 +423,53 @@ struct ProcessFault {
 /// "SIGKILL", "SIGTERM", or "signal <n>" for another number. Thread-safe.
 std::string SignalName(int signal);
 
+/// A fault in one of the session's service actors (the checkpoint saver, the
+/// summary writers, the step counter): plain data, like StepFault. It fires
+/// in FaultInjectionHook::before_run, at the run that starts at global_step
+/// `at_step`, or at the first run that starts once `at_time` has passed on
+/// the session's Clock since the hook got the services (AttachServices, at
+/// session creation); it acts on every running service of kind `service`.
+/// Outcomes (restart_policy.hpp says what the supervisor does then):
+///   kKill   the actor quits with exit reason INTERNAL "injected actor fault
+///           <id>" (`exit_normally`: a normal exit, OTP's exit(normal), to
+///           exercise transient services). Under TF's default policy the run
+///           then fails with that error, reported by the service's name
+///           (e.g. "summary_writer(/logs)"); under a restart policy the
+///           service is restarted or removed.
+///   kDelay  each of the service's next `count` work messages (a summary
+///           writer's batch of events, a save, a step-rate record) waits
+///           `delay` on the session's Clock before it is handled.
+///   kDrop   its next `count` work messages are dropped: a summary writer's
+///           batch of events is lost (a WARNING names how many), a save's
+///           ticket fails DEADLINE_EXCEEDED "the save of step <n> was
+///           dropped (injected actor fault <id>)" at once (what waiting for
+///           a lost save would end with; not a preemption, so the
+///           CheckpointSaverHook ends the run with it), a step-rate record
+///           is not written.
+/// A fault whose service is not running when it fires does nothing (it is
+/// still recorded).
+struct ActorFault {
+  enum class Kind : int { kKill = 0, kDelay, kDrop };
+  /// As StepFault::id.
+  std::string id;
+  /// "summary_writer", "checkpoint_saver" or "step_counter".
+  std::string service;
+  Kind kind = Kind::kKill;
+  /// Exactly one of: the global_step (before the step) it fires at, or the
+  /// time on the Clock since the services started (-1 / negative: unset).
+  int64_t at_step = -1;
+  absl::Duration at_time = absl::InfiniteDuration();
+  /// kDelay: how long each message waits (>= 0).
+  absl::Duration delay = absl::ZeroDuration();
+  /// kDelay, kDrop: how many messages (>= 1).
+  int64_t count = 1;
+  /// kKill: exit normally instead of with an error.
+  bool exit_normally = false;
+  /// false: fires at most once per run; true: at every run that triggers it
+  /// (with at_time: every run from then on).
+  bool repeat = false;
+};
+
 /// A SessionRunHook that injects StepFaults and HookFaults, and records the
 /// ones that fired (FiredFault: path "step" or "hook:<callback>", op kAny,
 /// op_index = the global_step). A probabilistic step fault fires at the run
@@ -475,13 +522,18 @@ class FaultInjectionHook : public SessionRunHook {
     std::function<void(int signal)> raise_signal;
     /// Times ProcessFault::at_time (not owned; nullptr: Clock::Real()).
     Clock* clock = nullptr;
+    /// Faults in the service actors; need a session that hands the hook its
+    /// services (MonitoredSession and MonitoredTrainingSession do).
+    std::vector<ActorFault> actors;
   };
   /// INVALID_ARGUMENT naming the fault and field: an empty or duplicate id
-  /// (across steps, hooks and processes), kStatus with code OK, at_step <
-  /// -1, probability outside [0, 1], an empty loss_tensor, an unknown
-  /// callback, "begin" with at_step != -1, a kind out of range; a process
-  /// fault with a signal other than SIGKILL or SIGTERM, or without exactly
-  /// one of at_step >= 0 and at_time in [0, 30 days].
+  /// (across steps, hooks, processes and actors), kStatus with code OK,
+  /// at_step < -1, probability outside [0, 1], an empty loss_tensor, an
+  /// unknown callback, "begin" with at_step != -1, a kind out of range; a
+  /// process fault with a signal other than SIGKILL or SIGTERM, or without
+  /// exactly one of at_step >= 0 and at_time in [0, 30 days]; an actor fault
+  /// with an unknown service, not exactly one of at_step (>= 0) and at_time
+  /// (>= 0), a negative delay or a count < 1.
   static StatusOr<std::shared_ptr<FaultInjectionHook>> Create(const Options& options);
   ~FaultInjectionHook() override;
 
@@ -491,8 +543,12 @@ class FaultInjectionHook : public SessionRunHook {
   /// Reads the global step (Session::GlobalStep()); raises a firing
   /// ProcessFault's signal (then goes on, if the process lives); returns a
   /// firing kStatus fault's error ("injected step fault <id> at global_step
-  /// <n>: <message>").
+  /// <n>: <message>"). Also fires the ActorFaults that are due (recorded as
+  /// path "actor:<service>", op kAny, op_index = the global_step).
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
+  /// Keeps the services' fault seam (internal::Services::service_faults)
+  /// and starts the at_time clock.
+  void AttachServices(internal::Services* services) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   Status end(Session* session) override;
 
@@ -520,6 +576,7 @@ class FaultInjectionHook : public SessionRunHook {
 
  private:
   explicit FaultInjectionHook(std::shared_ptr<State> state);
+  Status FireActorFaults(int64_t global_step);
   std::shared_ptr<State> state_;
 };
 
@@ -534,6 +591,7 @@ struct FaultPlan {
   std::vector<StepFault> steps;
   std::vector<HookFault> hooks;
   std::vector<ProcessFault> processes;
+  std::vector<ActorFault> actors;
 };
 
 /// Parses a JSON plan: {"seed": <integer >= 0, default 0>, "faults": [...]},
@@ -555,13 +613,20 @@ struct FaultPlan {
 ///   "process": "signal" ("SIGKILL" or "SIGTERM"), exactly one of "at_step"
 ///           (a global_step >= 0) or "at_time_ms" (milliseconds in
 ///           [0, 2592000000], 30 days), "repeat".
+///   "actor": "service" ("summary_writer", "checkpoint_saver",
+///           "step_counter"), "kind" ("kill", "delay", "drop"; default
+///           "kill"), exactly one of "at_step" (>= 0) or "at_time_ms"
+///           (milliseconds >= 0 on the session's Clock), "delay_ms" (kind
+///           delay only, required, [0, 3600000]), "count" (delay and drop
+///           only, >= 1, default 1), "exit_normally" (kill only), "repeat".
 /// `source_name` (e.g. the file name) starts every error message. Ranges
 /// are checked here; AddFault / FaultInjectionHook::Create check the rest.
 ///   INVALID_ARGUMENT  "<source>: <where>: <what was expected>, got <value>":
 ///                     a JSON syntax error (with nlohmann's byte position), a
 ///                     missing or mistyped field, an unknown field, an
 ///                     unknown type / op / kind / errno / status / callback
-///                     name, a probability outside [0, 1], a duplicate id.
+///                     / service name, a field that does not apply to the
+///                     kind, a probability outside [0, 1], a duplicate id.
 /// Thread-safe.
 StatusOr<FaultPlan> ParseFaultPlan(absl::string_view json_text, absl::string_view source_name);
 

@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "foreman/coordinator.hpp"
 #include "foreman/hooks.hpp"
+#include "foreman/restart_policy.hpp"
 #include "foreman/session.hpp"
 #include "foreman/session_manager.hpp"
 #include "foreman/status.hpp"
@@ -152,6 +153,10 @@ struct RuntimeOptions {
   /// keeps the lock after that.
   std::shared_ptr<FileLock> held_lock;
   std::string held_lock_directory;
+  /// How the service actors are restarted (restart_policy.hpp; OTP's
+  /// supervisor flags). The default is TF's: a failing service ends the
+  /// run. Checked by Create (INVALID_ARGUMENT, ValidateRestartPolicy).
+  RestartPolicy restart;
 };
 
 struct MonitoredSessionOptions {
@@ -267,6 +272,11 @@ class MonitoredSession {
   /// Recoveries so far and the global steps they lost.
   int64_t recoveries() const;
   int64_t steps_lost() const;
+
+  /// Every restart or removal of a service actor so far, in order
+  /// (RuntimeOptions::restart; empty under TF's default policy, where a
+  /// failing service ends the run). Also after close(). Thread-safe.
+  std::vector<ServiceRestart> service_restarts() const;
 
   /// The coordinator of the latest created session (a new one per created
   /// session, as TF). Never null after Create(): between two sessions of a

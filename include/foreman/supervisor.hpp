@@ -112,6 +112,12 @@ class Supervisor {
   /// reported to the coordinator; OK after a clean stop).
   Status stop(bool close_summary_writer = true, bool ignore_live_threads = false);
 
+  /// Every restart or removal of a service actor so far, over every session
+  /// this Supervisor prepared (options.runtime.restart, restart_policy.hpp;
+  /// empty under TF's default policy). Call from the thread that uses the
+  /// Supervisor.
+  std::vector<ServiceRestart> service_restarts() const;
+
   /// As TF: prepare_or_wait_for_session, then `block(session)`; an error
   /// the block returns (or throws) goes to request_stop (dropped when stop
   /// was already requested); then stop(), then the session is closed

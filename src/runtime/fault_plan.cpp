@@ -330,6 +330,69 @@ Status ParseProcessFault(Fields& f, ProcessFault* out) {
   return absl::OkStatus();
 }
 
+const char* ActorKindName(ActorFault::Kind k) {
+  switch (k) {
+    case ActorFault::Kind::kKill:
+      return "kill";
+    case ActorFault::Kind::kDelay:
+      return "delay";
+    case ActorFault::Kind::kDrop:
+      return "drop";
+  }
+  return "unknown";
+}
+
+Status ParseActorFault(Fields& f, ActorFault* out) {
+  if (!f.Has("service")) return f.Missing("service", "summary_writer, checkpoint_saver or step_counter");
+  FOREMAN_RETURN_IF_ERROR(f.String("service", &out->service));
+  if (out->service != "summary_writer" && out->service != "checkpoint_saver" && out->service != "step_counter") {
+    return f.Error("service", "one of summary_writer, checkpoint_saver, step_counter");
+  }
+  if (f.Take("kind")) {
+    std::string kind;
+    FOREMAN_RETURN_IF_ERROR(f.String("kind", &kind));
+    if (kind == "kill") {
+      out->kind = ActorFault::Kind::kKill;
+    } else if (kind == "delay") {
+      out->kind = ActorFault::Kind::kDelay;
+    } else if (kind == "drop") {
+      out->kind = ActorFault::Kind::kDrop;
+    } else {
+      return f.Error("kind", "one of kill, delay, drop");
+    }
+  }
+  const ActorFault::Kind k = out->kind;
+  if (f.Has("at_step") == f.Has("at_time_ms")) {
+    return f.Invalid("needs exactly one of \"at_step\" (a global_step) or \"at_time_ms\" (on the session's Clock)");
+  }
+  FOREMAN_RETURN_IF_ERROR(f.Int("at_step", 0, &out->at_step));
+  if (f.Has("at_time_ms")) {
+    double ms = 0;
+    FOREMAN_RETURN_IF_ERROR(
+        f.Number("at_time_ms", 0, 1e15, "a number of milliseconds >= 0 (since the services started)", &ms));
+    out->at_time = absl::Milliseconds(ms);
+  }
+  if (k == ActorFault::Kind::kDelay) {
+    if (!f.Has("delay_ms")) return f.Missing("delay_ms", "how long each message waits, in milliseconds");
+    double ms = 0;
+    FOREMAN_RETURN_IF_ERROR(
+        f.Number("delay_ms", 0, kMaxLatencyMs, "a number of milliseconds in [0, 3600000] (an hour)", &ms));
+    out->delay = absl::Milliseconds(ms);
+  } else if (f.Has("delay_ms")) {
+    return f.Invalid(absl::StrCat("\"delay_ms\" applies only to kind delay, not ", ActorKindName(k)));
+  }
+  if (k == ActorFault::Kind::kKill && f.Has("count")) {
+    return f.Invalid("\"count\" applies only to kinds delay and drop, not kill");
+  }
+  FOREMAN_RETURN_IF_ERROR(f.Int("count", 1, &out->count));
+  if (k != ActorFault::Kind::kKill && f.Has("exit_normally")) {
+    return f.Invalid(absl::StrCat("\"exit_normally\" applies only to kind kill, not ", ActorKindName(k)));
+  }
+  FOREMAN_RETURN_IF_ERROR(f.Bool("exit_normally", &out->exit_normally));
+  FOREMAN_RETURN_IF_ERROR(f.Bool("repeat", &out->repeat));
+  return absl::OkStatus();
+}
+
 StatusOr<FaultPlan> ParsePlanDocument(const json& doc, const std::string& source) {
   if (!doc.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": a plan must be a JSON object, got ", Describe(doc)));
@@ -362,7 +425,7 @@ StatusOr<FaultPlan> ParsePlanDocument(const json& doc, const std::string& source
       Fields g(item, where);
       g.Take("id");
       if (!ids.insert(id).second) return g.Invalid("duplicate id: another fault has it");
-      if (!g.Has("type")) return g.Missing("type", "env, step, hook or process");
+      if (!g.Has("type")) return g.Missing("type", "env, step, hook, process or actor");
       std::string type;
       FOREMAN_RETURN_IF_ERROR(g.String("type", &type));
       if (type == "env") {
@@ -385,8 +448,13 @@ StatusOr<FaultPlan> ParsePlanDocument(const json& doc, const std::string& source
         p.id = id;
         FOREMAN_RETURN_IF_ERROR(ParseProcessFault(g, &p));
         plan.processes.push_back(std::move(p));
+      } else if (type == "actor") {
+        ActorFault a;
+        a.id = id;
+        FOREMAN_RETURN_IF_ERROR(ParseActorFault(g, &a));
+        plan.actors.push_back(std::move(a));
       } else {
-        return g.Error("type", "one of env, step, hook, process");
+        return g.Error("type", "one of env, step, hook, process, actor");
       }
       FOREMAN_RETURN_IF_ERROR(g.Finish());
     }
@@ -498,6 +566,23 @@ std::string FaultPlanToJson(const FaultPlan& plan) {
     if (p.at_step >= 0 || p.at_time == absl::InfiniteDuration()) j["at_step"] = p.at_step;
     if (p.at_time != absl::InfiniteDuration()) j["at_time_ms"] = absl::ToDoubleMilliseconds(p.at_time);
     j["repeat"] = p.repeat;
+    faults.push_back(std::move(j));
+  }
+  for (const ActorFault& a : plan.actors) {
+    ojson j;
+    j["id"] = a.id;
+    j["type"] = "actor";
+    j["service"] = a.service;
+    j["kind"] = ActorKindName(a.kind);
+    if (a.at_step >= 0) {
+      j["at_step"] = a.at_step;
+    } else {
+      j["at_time_ms"] = absl::ToDoubleMilliseconds(a.at_time);
+    }
+    if (a.kind == ActorFault::Kind::kDelay) j["delay_ms"] = absl::ToDoubleMilliseconds(a.delay);
+    if (a.kind != ActorFault::Kind::kKill) j["count"] = a.count;
+    if (a.kind == ActorFault::Kind::kKill) j["exit_normally"] = a.exit_normally;
+    j["repeat"] = a.repeat;
     faults.push_back(std::move(j));
   }
   ojson doc;

@@ -923,6 +923,10 @@ Status MonitoredSession::close() { return impl_->Close(); }
 int64_t MonitoredSession::recoveries() const { return impl_->recoveries.load(std::memory_order_relaxed); }
 int64_t MonitoredSession::steps_lost() const { return impl_->steps_lost.load(std::memory_order_relaxed); }
 
+std::vector<ServiceRestart> MonitoredSession::service_restarts() const {
+  return impl_->runtime ? impl_->runtime->restarts() : std::vector<ServiceRestart>{};
+}
+
 // The latest: between sessions and after close() too (kept alive by
 // `coordinators` until the session is destroyed).
 Coordinator* MonitoredSession::coordinator() const { return impl_->last_coord.load(std::memory_order_acquire); }

@@ -8,9 +8,14 @@
 //   ├── summary_writer            one per logdir (TF's FileWriterCache)
 //   └── step_counter              one per output_dir
 //
-// A child that fails (returns an error, throws, or dies) is reported to the
-// coordinator as a Status (first error wins); the session sees should_stop()
-// and ends with that error.
+// A child that fails (returns an error, throws, or dies) is handled by the
+// session's RestartPolicy (RuntimeOptions::restart; OTP's supervisor, see
+// actors/session_supervisor.hpp): restarted behind its stable address
+// (ChildLink), or removed. Under TF's default policy, or once the restart
+// intensity is exceeded, it is reported to the coordinator as a Status
+// (first error wins); the session sees should_stop() and ends with that
+// error. Create() returns INVALID_ARGUMENT for a policy that
+// ValidateRestartPolicy refuses.
 #pragma once
 
 #include <memory>

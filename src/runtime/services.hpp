@@ -27,6 +27,7 @@
 #include "foreman/env.hpp"
 #include "foreman/event_writer.hpp"
 #include "foreman/mutex.hpp"
+#include "foreman/restart_policy.hpp"
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
 
@@ -141,6 +142,28 @@ class StepCounterService {
   virtual void Record(int64_t global_step, double steps_per_sec) = 0;
 };
 
+/// The seam through which a FaultInjectionHook injects ActorFaults
+/// (fault.hpp) into the runtime's service actors, without CAF: the Runtime
+/// implements it and hands it out as Services::service_faults(); the
+/// MonitoredSession gives every hook the Services at creation
+/// (SessionRunHook::AttachServices). `service` is a kind:
+/// "summary_writer", "checkpoint_saver" or "step_counter"; each call acts on
+/// every running service of that kind. Thread-safe.
+class ServiceFaults {
+ public:
+  virtual ~ServiceFaults() = default;
+  /// Makes each such service actor quit: with INTERNAL "injected actor fault
+  /// <fault_id>" as its exit reason, or normally when `normal_exit` (OTP:
+  /// exit(normal)); the session_supervisor then applies the restart policy.
+  /// Returns how many were sent the fault; 0 when none runs.
+  virtual int Kill(const std::string& service, const std::string& fault_id, bool normal_exit) = 0;
+  /// The next `count` (>= 1) work messages of each such service are dropped,
+  /// or delayed by `delay` (waited on the session's Clock by the actor).
+  /// Returns how many services got it.
+  virtual int DelayOrDrop(const std::string& service, const std::string& fault_id, bool drop, int64_t count,
+                          absl::Duration delay) = 0;
+};
+
 class Services {
  public:
   virtual ~Services() = default;
@@ -180,6 +203,10 @@ class Services {
   virtual void ObserveSaves(SaveObservers::Fn fn) = 0;
   virtual Clock* clock() = 0;
   virtual Env* env() = 0;
+  /// Actor fault injection (null when the services cannot be reached).
+  virtual ServiceFaults* service_faults() { return nullptr; }
+  /// Every restart or removal the supervisor performed (RestartPolicy).
+  virtual std::vector<ServiceRestart> restarts() { return {}; }
 };
 
 }  // namespace foreman::internal

@@ -43,6 +43,8 @@ struct Supervisor::Impl {
   // The error stop() last returned (managed_session's, say): the caller has
   // it, so the destructor's join, which finds it again, does not log it.
   Status returned_by_stop;
+  // The restarts of the runtimes already shut down (service_restarts()).
+  std::vector<ServiceRestart> past_restarts;
 
   Status EnsureRuntime(const SessionConfig& config) {
     if (runtime != nullptr) return absl::OkStatus();
@@ -74,6 +76,7 @@ struct Supervisor::Impl {
     if (runtime == nullptr) return absl::OkStatus();
     runtime->SetCoordinator(nullptr);
     Status s = runtime->Shutdown(kServiceTimeout);
+    for (ServiceRestart& r : runtime->restarts()) past_restarts.push_back(std::move(r));
     runtime.reset();
     return s;
   }
@@ -271,6 +274,14 @@ Status Supervisor::StartServices(Session* session, std::shared_ptr<Session> keep
         LooperThread::Start(coord, "SVTimerCheckpointThread", absl::Seconds(*o.save_model_secs), target).status());
   }
   return absl::OkStatus();
+}
+
+std::vector<ServiceRestart> Supervisor::service_restarts() const {
+  std::vector<ServiceRestart> out = impl_->past_restarts;
+  if (impl_->runtime != nullptr) {
+    for (ServiceRestart& r : impl_->runtime->restarts()) out.push_back(std::move(r));
+  }
+  return out;
 }
 
 Status Supervisor::stop(bool close_summary_writer, bool ignore_live_threads) {

@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   hook_options.steps = plan.steps;
   hook_options.hooks = plan.hooks;
   hook_options.processes = plan.processes;
+  hook_options.actors = plan.actors;
   hook_options.seed = plan.seed;
   hook_options.on_fire = on_fire;
   auto faults = foreman::FaultInjectionHook::Create(hook_options);

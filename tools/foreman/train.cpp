@@ -691,14 +691,18 @@ class DurableSavesListener : public CheckpointSaverListener {};
 // The id of the injected fault `s` reports, among those fired in this
 // process: an env fault's "(injected fault <id>)", a step fault's
 // "injected step fault <id> at", a hook fault's "injected hook fault <id>
-// at", or a NaN-loss fault behind NanTensorHook's "NaN loss".
+// at", an actor fault's "injected actor fault <id>" (a killed service's exit
+// reason, at the end of the message or before ")"), or a NaN-loss fault
+// behind NanTensorHook's "NaN loss".
 std::optional<std::string> InjectedFaultIn(const Status& s, const std::vector<FiredFault>& fired,
                                            const std::vector<StepFault>& steps) {
   const absl::string_view message = s.message();
   for (const FiredFault& f : fired) {
+    const std::string actor = absl::StrCat("injected actor fault ", f.id);
     if (absl::StrContains(message, absl::StrCat("(injected fault ", f.id, ")")) ||
         absl::StrContains(message, absl::StrCat("injected step fault ", f.id, " at ")) ||
-        absl::StrContains(message, absl::StrCat("injected hook fault ", f.id, " at "))) {
+        absl::StrContains(message, absl::StrCat("injected hook fault ", f.id, " at ")) ||
+        absl::EndsWith(message, actor) || absl::StrContains(message, absl::StrCat(actor, ")"))) {
       return f.id;
     }
   }
@@ -902,6 +906,7 @@ ExitCode PrepareFaults(TrainJob& job) {
   options.steps = job.plan.steps;
   options.hooks = job.plan.hooks;
   options.processes = job.plan.processes;
+  options.actors = job.plan.actors;
   options.seed = job.plan.seed;
   options.on_fire = [recorder = job.recorder](const FiredFault& fired) { recorder->OnFire(fired); };
   options.raise_signal = [stop = job.stop](int sig) { RaiseProcessFault(sig, *stop); };

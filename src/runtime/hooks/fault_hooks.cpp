@@ -1,6 +1,7 @@
-// FaultInjectionHook: step faults (an injected Status, a NaN loss) and hook
-// faults (a callback that throws), fired at a global_step or with a keyed
-// probability, and their record.
+// FaultInjectionHook: step faults (an injected Status, a NaN loss), hook
+// faults (a callback that throws), process faults (a signal) and actor faults
+// (a service actor killed, delayed or dropping work), fired at a global_step,
+// a Clock time or with a keyed probability, and their record.
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,10 +18,13 @@
 #include "foreman/mutex.hpp"
 #include "foreman/variable_store.hpp"
 #include "platform/log.hpp"
+#include "runtime/services.hpp"
 
 namespace foreman {
 
 namespace {
+
+constexpr const char* kActorServices[] = {"summary_writer", "checkpoint_saver", "step_counter"};
 
 constexpr const char* kCallbacks[] = {"begin", "after_create_session", "before_run", "after_run", "end"};
 
@@ -57,6 +61,12 @@ struct FaultInjectionHook::State {
   // created (clock time); the process faults this process already fired.
   std::optional<absl::Duration> session_start;  // MonotonicNow()
   std::set<std::string> process_fired_here;
+  std::vector<ActorFault> actors;
+  // Training thread only (AttachServices, before_run): the actor faults'
+  // seam and the services' Clock time they started at.
+  internal::ServiceFaults* service_faults = nullptr;
+  Clock* service_clock = nullptr;
+  absl::Duration services_start;
   bool needs_step = false;  // a step fault, or a before_run / after_run hook fault
   bool probabilistic = false;  // a step fault with a probability (its draws need the sessions' ranges)
 
@@ -234,6 +244,31 @@ StatusOr<std::shared_ptr<FaultInjectionHook>> FaultInjectionHook::Create(const O
     state->needs_step = true;
     if (by_time) state->timed = true;
   }
+  for (std::size_t i = 0; i < options.actors.size(); ++i) {
+    const ActorFault& f = options.actors[i];
+    FOREMAN_RETURN_IF_ERROR(check_id("actors", i, f.id));
+    const std::string where = absl::StrCat("FaultInjectionHook: actors[", i, "] (\"", f.id, "\"): ");
+    bool known = false;
+    for (const char* k : kActorServices) known = known || f.service == k;
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "service must be summary_writer, checkpoint_saver or step_counter, got \"", f.service, "\""));
+    }
+    const int kind = static_cast<int>(f.kind);
+    if (kind < 0 || kind > static_cast<int>(ActorFault::Kind::kDrop)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "kind out of range"));
+    }
+    const bool has_step = f.at_step >= 0;
+    const bool has_time = f.at_time >= absl::ZeroDuration() && f.at_time != absl::InfiniteDuration();
+    if (f.at_step < -1) return absl::InvalidArgumentError(absl::StrCat(where, "at_step must be >= -1"));
+    if (has_step == has_time) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "exactly one of at_step (>= 0) and at_time (>= 0) must be set"));
+    }
+    if (f.delay < absl::ZeroDuration()) return absl::InvalidArgumentError(absl::StrCat(where, "delay must be >= 0"));
+    if (f.count < 1) return absl::InvalidArgumentError(absl::StrCat(where, "count must be >= 1, got ", f.count));
+    state->needs_step = true;
+  }
+  state->actors = options.actors;
   state->steps = options.steps;
   state->hooks = options.hooks;
   state->processes = options.processes;
@@ -286,8 +321,44 @@ StatusOr<SessionRunArgs> FaultInjectionHook::before_run(SessionRunContext& ctx) 
                                          f.message.empty() ? "" : ": ", f.message));
     }
   }
+  FOREMAN_RETURN_IF_ERROR(FireActorFaults(st.run_step));
   st.MaybeThrow("before_run", st.run_step);
   return SessionRunArgs{};
+}
+
+void FaultInjectionHook::AttachServices(internal::Services* services) {
+  State& st = *state_;
+  st.service_faults = services == nullptr ? nullptr : services->service_faults();
+  st.service_clock = services == nullptr ? nullptr : services->clock();
+  if (st.service_clock != nullptr) st.services_start = st.service_clock->MonotonicNow();
+}
+
+Status FaultInjectionHook::FireActorFaults(int64_t step) {
+  State& st = *state_;
+  if (st.actors.empty()) return absl::OkStatus();
+  const absl::Duration elapsed =
+      st.service_clock == nullptr ? absl::ZeroDuration() : st.service_clock->MonotonicNow() - st.services_start;
+  for (const ActorFault& f : st.actors) {
+    const bool due = f.at_step >= 0 ? step == f.at_step : (st.service_clock != nullptr && elapsed >= f.at_time);
+    if (!due) continue;
+    const std::string path = absl::StrCat("actor:", f.service);
+    if (!st.Record(f.id, f.repeat, path, step)) continue;
+    const char* kind =
+        f.kind == ActorFault::Kind::kKill ? "kill" : f.kind == ActorFault::Kind::kDelay ? "delay" : "drop";
+    st.Announce(f.id, path, step, absl::StrCat(kind, " ", f.service));
+    if (st.service_faults == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "injected actor fault ", f.id, ": this session gave the FaultInjectionHook no services (AttachServices)"));
+    }
+    int n = 0;
+    if (f.kind == ActorFault::Kind::kKill) {
+      n = st.service_faults->Kill(f.service, f.id, f.exit_normally);
+    } else {
+      n = st.service_faults->DelayOrDrop(f.service, f.id, f.kind == ActorFault::Kind::kDrop, f.count, f.delay);
+    }
+    if (n == 0) FOREMAN_LOG_WARN("injected fault {}: no {} service is running: nothing to {}", f.id, f.service, kind);
+  }
+  return absl::OkStatus();
 }
 
 Status FaultInjectionHook::after_run(SessionRunContext& /*ctx*/, const SessionRunValues& /*values*/) {

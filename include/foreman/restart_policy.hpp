@@ -1,0 +1,138 @@
+// Restart policies for a session's service actors, in Erlang/OTP's
+// supervisor vocabulary (supervisor:start_link's restart type, strategy and
+// intensity). Set RuntimeOptions::restart (monitored_session.hpp) to use one
+// with MonitoredSession, MonitoredTrainingSession, SingularMonitoredSession
+// or Supervisor.
+//
+// The services are named by kind: "summary_writer" (one per logdir),
+// "checkpoint_saver" (one per checkpoint directory) and "step_counter". They
+// are reached through stable handles, so a restarted service is transparent
+// to the hooks that use it.
+//
+// The default policy is TensorFlow's behaviour: a failing service ends the
+// run with its error (a permanent child, intensity 0: the first failure
+// escalates). With restarts allowed, a summary writer whose event file
+// fails (EIO) is restarted, opens a new event file in the same logdir, and
+// training continues; the events it had queued are lost and reported:
+//   ```cpp
+//   #include "foreman/monitored_session.hpp"
+//   foreman::MonitoredTrainingSessionOptions opts;
+//   opts.graph = graph;
+//   opts.checkpoint_dir = "train_dir";
+//   opts.runtime.restart.services["summary_writer"] = foreman::RestartType::kPermanent;
+//   opts.runtime.restart.max_restarts = 3;              // at most 3 restarts
+//   opts.runtime.restart.period = absl::Seconds(60);    // within 60 s
+//   FOREMAN_ASSIGN_OR_RETURN(auto sess, foreman::MonitoredTrainingSession(std::move(opts)));
+//   FOREMAN_RETURN_IF_ERROR(sess->run({"train_op"}).status());
+//   FOREMAN_RETURN_IF_ERROR(sess->close());
+//   for (const foreman::ServiceRestart& r : sess->service_restarts()) {
+//     if (r.events_lost > 0) return absl::InternalError("no fault was injected here");
+//   }
+//   ```
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "foreman/status.hpp"
+
+namespace foreman {
+
+/// When a service is restarted (OTP's child restart type).
+enum class RestartType : int {
+  /// Always restarted, whatever its exit reason (OTP: permanent).
+  kPermanent = 0,
+  /// Restarted only after an abnormal exit (an error, an exception, a kill);
+  /// a normal exit removes it (OTP: transient).
+  kTransient,
+  /// Never restarted: any exit removes it and the run goes on without it
+  /// (its handle's messages are then dropped or fail UNAVAILABLE; a summary
+  /// writer's events are lost) (OTP: temporary).
+  kTemporary,
+};
+
+/// Which services restart together (OTP's supervisor strategy). The order is
+/// the services' start order in the session.
+enum class RestartStrategy : int {
+  kOneForOne = 0,  ///< only the service that exited
+  kOneForAll,      ///< every service (the others are stopped first)
+  kRestForOne,     ///< it and every service started after it
+};
+
+/// "permanent" | "transient" | "temporary"; "one_for_one" | "one_for_all" |
+/// "rest_for_one" (static strings).
+const char* RestartTypeName(RestartType type);
+const char* RestartStrategyName(RestartStrategy strategy);
+
+/// A session's restart policy. Plain data; copyable.
+struct RestartPolicy {
+  /// The restart type of every service not named in `services`.
+  RestartType type = RestartType::kPermanent;
+  /// Per service kind: "summary_writer", "checkpoint_saver", "step_counter".
+  std::map<std::string, RestartType> services;
+  RestartStrategy strategy = RestartStrategy::kOneForOne;
+  /// Restart intensity (OTP: intensity, period): at most `max_restarts`
+  /// restarts (of all services together) within `period` on the session's
+  /// Clock. The failure that would exceed it escalates: the run fails with
+  /// that service's error, exactly as without restarts. 0 (the default):
+  /// TensorFlow's behaviour, the first failure ends the run.
+  int max_restarts = 0;
+  absl::Duration period = absl::Seconds(5);
+  /// Back-off before the k-th consecutive restart of a service (k >= 1):
+  /// min(max_backoff, initial_backoff * 2^(k-1)) times a jitter in
+  /// [0.5, 1.5) drawn from `seed` (RestartBackoff). A real-time wait on the
+  /// supervisor (a CAF timer, never blocking a thread); at most
+  /// kMaxRestartBackoff. Zero: restart at once.
+  absl::Duration initial_backoff = absl::ZeroDuration();
+  absl::Duration max_backoff = absl::Seconds(1);
+  uint64_t seed = 0;
+
+  /// The restart type of service kind `service`.
+  RestartType TypeOf(absl::string_view service) const;
+  /// True for the default: every failure escalates (TF).
+  bool IsTensorFlowDefault() const { return max_restarts == 0 && services.empty() && type == RestartType::kPermanent; }
+};
+
+/// The longest back-off a policy may ask for.
+inline constexpr absl::Duration kMaxRestartBackoff = absl::Seconds(60);
+
+/// INVALID_ARGUMENT naming the field: an unknown service kind in
+/// `services`, max_restarts < 0, period <= 0 with max_restarts > 0, a
+/// negative back-off, initial_backoff > max_backoff, max_backoff >
+/// kMaxRestartBackoff, a type or strategy out of range. Thread-safe.
+Status ValidateRestartPolicy(const RestartPolicy& policy);
+
+/// The back-off before the `restart`-th (>= 1) consecutive restart of
+/// `service` (its full name, e.g. "summary_writer(/logs)"): a pure function
+/// of the policy, the name and `restart` (the jitter is FaultDraw(seed,
+/// "restart", service, EnvOp::kAny, restart)), so a seed reproduces it.
+/// Thread-safe.
+absl::Duration RestartBackoff(const RestartPolicy& policy, const std::string& service, int64_t restart);
+
+/// One restart (or removal) the session's supervisor performed.
+struct ServiceRestart {
+  /// The service's full name, e.g. "summary_writer(/logs)".
+  std::string service;
+  /// Why it exited: OK for a normal exit, else its error (for an injected
+  /// kill, INTERNAL "injected actor fault <id>").
+  Status reason;
+  /// True when it was restarted; false when it was removed (temporary, or
+  /// transient after a normal exit).
+  bool restarted = false;
+  /// True when it was restarted only because a sibling failed
+  /// (one_for_all, rest_for_one).
+  bool by_strategy = false;
+  /// The back-off waited before the restart.
+  absl::Duration backoff;
+  /// Summary writers: events queued or buffered in the old incarnation and
+  /// never written (-1 for other services), and their steps (a SessionLog
+  /// without a step counts as -1), in the order they were added.
+  int64_t events_lost = -1;
+  std::vector<int64_t> steps_lost;
+};
+
+}  // namespace foreman

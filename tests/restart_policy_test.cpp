@@ -1,0 +1,669 @@
+// Restart policies for the service actors (include/foreman/restart_policy.hpp),
+// OTP's supervisor vocabulary, through a real MonitoredTrainingSession: TF's
+// default (a failing service ends the run), a summary writer restarted after
+// EIO onto a new event file with its lost events reported, intensity
+// exceeded, permanent / transient / temporary, the three strategies, and
+// the policy's validation and back-off. Faults come from FaultyEnv and from
+// FaultInjectionHook's ActorFaults (fault.hpp). No sleeps: a ManualClock for
+// the session, bounded polls for what the actors do.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "foreman/clock.hpp"
+#include "foreman/event_reader.hpp"
+#include "foreman/fault.hpp"
+#include "foreman/hooks.hpp"
+#include "foreman/monitored_session.hpp"
+#include "foreman/restart_policy.hpp"
+#include "foreman/supervisor.hpp"
+#include "support/events.hpp"
+#include "support/log_capture.hpp"
+#include "support/test_util.hpp"
+#include "support/training_graph.hpp"
+
+namespace foreman {
+namespace {
+
+using testing::MakeGraph;
+using testing::Model;
+using testing::TempDir;
+
+// A session writing the "loss" summary at every step into `dir` (TF's
+// SummarySaverHook, save_summaries_steps = 1), with a step counter there
+// too when `step_counter`; no checkpoint saver.
+MonitoredTrainingSessionOptions Options(const std::string& dir, Env* env, ManualClock* clock, HookList hooks,
+                                        int64_t last_step, bool step_counter = false) {
+  MonitoredTrainingSessionOptions o;
+  o.graph = MakeGraph(std::make_shared<Model>());
+  o.checkpoint_dir = dir;
+  o.config.clock = clock;
+  o.config.env = env;
+  o.stop_grace_period_secs = 0;
+  o.save_checkpoint_secs = std::nullopt;
+  o.save_checkpoint_steps = std::nullopt;
+  o.save_summaries_steps = int64_t{1};
+  o.log_step_count_steps = step_counter ? Defaultable<int64_t>(int64_t{1}) : Defaultable<int64_t>(std::nullopt);
+  auto stop = StopAtStepHook::Create({std::nullopt, last_step});
+  REQUIRE(stop.ok());
+  hooks.push_back(*stop);
+  o.hooks = std::move(hooks);
+  return o;
+}
+
+std::unique_ptr<MonitoredSession> Open(MonitoredTrainingSessionOptions o) {
+  auto sess = MonitoredTrainingSession(std::move(o));
+  REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
+  return std::move(sess).value();
+}
+
+// Runs at most `n` steps (fewer when the session stops); the last status.
+Status Steps(MonitoredSession& sess, int n) {
+  Status last;
+  for (int i = 0; i < n && !sess.should_stop(); ++i) last = sess.run({"train_op"}).status();
+  return last;
+}
+
+// Polls (bounded, real time) until `pred` holds.
+bool Eventually(const std::function<bool()>& pred) {
+  const absl::Time deadline = absl::Now() + testing::kRealTimeout;
+  while (!pred()) {
+    if (absl::Now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+bool HasRestarts(const MonitoredSession& sess, std::size_t n) {
+  return Eventually([&] { return sess.service_restarts().size() >= n; });
+}
+
+// The nth append to an event file: its file_version record takes appends
+// 1-3 (header, data, footer), then each event is one append.
+EnvFault EventFileEio(int64_t nth, bool repeat = false) {
+  EnvFault f;
+  f.id = "eio";
+  f.path_pattern = "*events.out.tfevents*";
+  f.op = EnvOp::kAppend;
+  f.kind = EnvFault::Kind::kError;
+  f.error = EIO;
+  f.nth = nth;
+  f.repeat = repeat;
+  return f;
+}
+
+std::shared_ptr<FaultInjectionHook> KillAt(const std::string& service, int64_t step, bool normal = false) {
+  ActorFault f;
+  f.id = absl::StrCat("kill-", service);
+  f.service = service;
+  f.kind = ActorFault::Kind::kKill;
+  f.at_step = step;
+  f.exit_normally = normal;
+  FaultInjectionHook::Options o;
+  o.actors = {f};
+  auto hook = FaultInjectionHook::Create(o);
+  REQUIRE_MESSAGE(hook.ok(), hook.status().ToString());
+  return *hook;
+}
+
+std::shared_ptr<FaultInjectionHook> ActorHook(std::vector<ActorFault> faults) {
+  FaultInjectionHook::Options o;
+  o.actors = std::move(faults);
+  auto hook = FaultInjectionHook::Create(o);
+  REQUIRE_MESSAGE(hook.ok(), hook.status().ToString());
+  return *hook;
+}
+
+ActorFault Fault(std::string id, std::string service, ActorFault::Kind kind, int64_t at_step) {
+  ActorFault f;
+  f.id = std::move(id);
+  f.service = std::move(service);
+  f.kind = kind;
+  f.at_step = at_step;
+  return f;
+}
+
+std::vector<std::string> EventFiles(const std::string& dir) {
+  auto files = ListEventFiles(Env::Default(), dir);
+  REQUIRE_MESSAGE(files.ok(), files.status().ToString());
+  return *files;
+}
+
+RestartPolicy Restarting(RestartType type, int max_restarts = 3) {
+  RestartPolicy p;
+  p.type = type;
+  p.max_restarts = max_restarts;
+  p.period = absl::Seconds(60);
+  return p;
+}
+
+// -- TF's default -----------------------------------------------------------------------
+
+TEST_CASE("default policy (TF): a summary writer whose event file fails EIO ends the run with that error") {
+  TempDir dir;
+  ManualClock clock;
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(EventFileEio(8)).ok());
+  auto sess = Open(Options(dir.path(), &env, &clock, {}, 40));
+  Steps(*sess, 40).IgnoreError();
+  const Status s = sess->close();
+  CHECK(absl::IsInternal(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "Input/output error (injected fault eio)"), s.ToString());
+  CHECK(sess->service_restarts().empty());
+  CHECK(EventFiles(dir.path()).size() == 1);
+}
+
+TEST_CASE("default policy (TF): a killed service actor ends the run, naming the injected actor fault") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = KillAt("summary_writer", 3);
+  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 40));
+  Steps(*sess, 40).IgnoreError();
+  const Status s = sess->close();
+  CHECK(absl::IsInternal(s));
+  // The coordinator's report, or the summary hook's end() finding the
+  // writer gone, whichever the run meets first: both name the fault.
+  CHECK_MESSAGE(absl::StrContains(s.message(), "injected actor fault kill-summary_writer"), s.ToString());
+  CHECK(sess->service_restarts().empty());
+  const auto fired = hook->fired();
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].path == "actor:summary_writer");
+  CHECK(fired[0].op == EnvOp::kAny);
+  CHECK(fired[0].op_index == 3);
+}
+
+// -- the summary writer example ----------------------------------------------------------
+
+TEST_CASE("permanent summary_writer: after EIO it restarts onto a new event file and training continues; "
+          "the lost events are reported") {
+  TempDir dir;
+  ManualClock clock;
+  testing::CapturedLog log;
+  FaultyEnv env(Env::Default(), 1);
+  // The first event file (named for the ManualClock's first second) fails
+  // from its 8th append on; the restarted writer's next file is fine.
+  EnvFault broken = EventFileEio(8, /*repeat=*/true);
+  broken.path_pattern = "*events.out.tfevents.1700000000.*";
+  REQUIRE(env.AddFault(broken).ok());
+  auto o = Options(dir.path(), &env, &clock, {}, 30);
+  o.runtime.restart.services["summary_writer"] = RestartType::kPermanent;
+  o.runtime.restart.max_restarts = 3;
+  o.runtime.restart.period = absl::Seconds(60);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 30).ok());
+  REQUIRE(HasRestarts(*sess, 1));
+  CHECK(sess->close().ok());
+  CHECK(!env.fired().empty());
+
+  const auto restarts = sess->service_restarts();
+  REQUIRE(restarts.size() == 1);
+  const ServiceRestart& r = restarts[0];
+  CHECK(r.service == absl::StrCat("summary_writer(", dir.path(), ")"));
+  CHECK(r.restarted);
+  CHECK_FALSE(r.by_strategy);
+  CHECK(absl::IsInternal(r.reason));
+  CHECK(absl::StrContains(r.reason.message(), "Input/output error (injected fault eio)"));
+  CHECK(r.events_lost > 0);
+  CHECK(r.events_lost == static_cast<int64_t>(r.steps_lost.size()));
+
+  // A new file in the same logdir; every step's summary is in a file or
+  // reported lost, never both.
+  const auto files = EventFiles(dir.path());
+  REQUIRE(files.size() == 2);
+  std::multiset<int64_t> seen;
+  for (int64_t step : testing::SummarySteps(testing::Events(dir.path()), "loss")) seen.insert(step);
+  for (int64_t step : r.steps_lost) {
+    if (step < 0) continue;  // a SessionLog without a step
+    CHECK_MESSAGE(seen.count(step) == 0, "step ", step, " both written and reported lost");
+    seen.insert(step);
+  }
+  // (SummarySaverHook writes at global_step 1..30.)
+  for (int64_t step = 1; step <= 30; ++step) CHECK_MESSAGE(seen.count(step) == 1, "step ", step);
+  const std::string text = log.text();
+  CHECK_MESSAGE(absl::StrContains(text, absl::StrCat(r.events_lost, " queued event(s) lost, at step(s) [")), text);
+  CHECK(absl::StrContains(text, "restarted (permanent restart 1"));
+}
+
+TEST_CASE("intensity exceeded: a summary writer failing on every write escalates; the run fails with its last error") {
+  TempDir dir;
+  ManualClock clock;
+  FaultyEnv env(Env::Default(), 1);
+  // From the first event on, every append fails, the new files' too.
+  REQUIRE(env.AddFault(EventFileEio(4, /*repeat=*/true)).ok());
+  auto o = Options(dir.path(), &env, &clock, {}, 1000000);
+  o.runtime.restart = Restarting(RestartType::kPermanent, 2);
+  auto sess = Open(o);
+  // Trains until the escalation stops the run (bounded).
+  Status last;
+  CHECK(Eventually([&] {
+    if (!sess->should_stop()) last = sess->run({"train_op"}).status();
+    return sess->should_stop();
+  }));
+  const Status s = sess->close();
+  CHECK(absl::IsInternal(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "Input/output error (injected fault eio)"), s.ToString());
+  CHECK(sess->service_restarts().size() == 2);  // the third failure escalates
+  (void)last;
+}
+
+TEST_CASE("intensity is counted within the period on the session's Clock") {
+  TempDir dir;
+  ManualClock clock;
+  ActorFault a;
+  a.service = "summary_writer";
+  a.kind = ActorFault::Kind::kKill;
+  FaultInjectionHook::Options fo;
+  for (int64_t step : {2, 6}) {
+    a.id = absl::StrCat("kill-", step);
+    a.at_step = step;
+    fo.actors.push_back(a);
+  }
+  auto hook = FaultInjectionHook::Create(fo);
+  REQUIRE(hook.ok());
+  auto o = Options(dir.path(), Env::Default(), &clock, {*hook}, 10);
+  o.runtime.restart = Restarting(RestartType::kPermanent, 1);
+  o.runtime.restart.period = absl::Seconds(10);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 4).ok());
+  REQUIRE(HasRestarts(*sess, 1));
+  clock.Advance(absl::Seconds(11));  // the first restart leaves the period
+  CHECK(Steps(*sess, 10).ok());
+  REQUIRE(HasRestarts(*sess, 2));
+  CHECK(sess->close().ok());
+  CHECK(sess->service_restarts().size() == 2);
+}
+
+// -- restart types (OTP) -----------------------------------------------------------------
+
+TEST_CASE("permanent: restarted after a normal exit too") {
+  TempDir dir;
+  ManualClock clock;
+  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt("summary_writer", 3, /*normal=*/true)}, 8);
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 5).ok());
+  REQUIRE(HasRestarts(*sess, 1));
+  CHECK(Steps(*sess, 8).ok());
+  CHECK(sess->close().ok());
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].restarted);
+  CHECK(r[0].reason.ok());  // a normal exit
+  CHECK(EventFiles(dir.path()).size() == 2);
+  // The steps after the restart reach the new file.
+  const auto steps = testing::SummarySteps(testing::Events(dir.path()), "loss");
+  CHECK(std::count(steps.begin(), steps.end(), 7) == 1);
+}
+
+TEST_CASE("transient: restarted after an abnormal exit") {
+  TempDir dir;
+  ManualClock clock;
+  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt("summary_writer", 3)}, 8);
+  o.runtime.restart = Restarting(RestartType::kTransient);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 5).ok());
+  REQUIRE(HasRestarts(*sess, 1));
+  CHECK(Steps(*sess, 8).ok());
+  CHECK(sess->close().ok());
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].restarted);
+  CHECK(r[0].reason.message() == "injected actor fault kill-summary_writer");
+}
+
+TEST_CASE("transient: a normal exit removes it; the run goes on without it and ends OK") {
+  TempDir dir;
+  ManualClock clock;
+  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt("summary_writer", 3, /*normal=*/true)}, 8);
+  o.runtime.restart = Restarting(RestartType::kTransient);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 5).ok());
+  REQUIRE(HasRestarts(*sess, 1));
+  CHECK(Steps(*sess, 8).ok());
+  CHECK(sess->close().ok());
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK_FALSE(r[0].restarted);
+  CHECK(r[0].reason.ok());
+  CHECK(EventFiles(dir.path()).size() == 1);
+  const auto steps = testing::SummarySteps(testing::Events(dir.path()), "loss");
+  CHECK(std::count(steps.begin(), steps.end(), 7) == 0);  // nobody wrote it
+}
+
+TEST_CASE("temporary: never restarted, even after an abnormal exit; the run ends OK") {
+  TempDir dir;
+  ManualClock clock;
+  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt("summary_writer", 3)}, 8);
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  o.runtime.restart.services["summary_writer"] = RestartType::kTemporary;
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 5).ok());
+  REQUIRE(HasRestarts(*sess, 1));
+  CHECK(Steps(*sess, 8).ok());
+  CHECK(sess->close().ok());
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK_FALSE(r[0].restarted);
+  CHECK(r[0].reason.message() == "injected actor fault kill-summary_writer");
+  CHECK(EventFiles(dir.path()).size() == 1);
+}
+
+TEST_CASE("permanent checkpoint_saver: killed, restarted with the same directory lock; later saves land") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = ActorHook({Fault("kill-saver", "checkpoint_saver", ActorFault::Kind::kKill, 2)});
+  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 8);
+  o.save_checkpoint_steps = int64_t{4};
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 3).ok());  // the kill fires at the run of global_step 2
+  // A save requested while the saver is down would fail: wait for the restart.
+  REQUIRE(HasRestarts(*sess, 1));
+  CHECK(Steps(*sess, 8).ok());
+  CHECK(sess->close().ok());
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].service == absl::StrCat("checkpoint_saver(", dir.path(), ")"));
+  CHECK(r[0].events_lost == -1);  // not a summary writer
+  const auto checkpoints = testing::Checkpoints(dir.path());
+  CHECK(std::find(checkpoints.begin(), checkpoints.end(), "model.ckpt-4") != checkpoints.end());
+  CHECK(checkpoints.back() == "model.ckpt-8");
+}
+
+TEST_CASE("Supervisor takes the policy too: its summary writer is restarted after EIO") {
+  TempDir dir;
+  ManualClock clock;
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(EventFileEio(4)).ok());  // the first event (START) fails
+  SupervisorOptions so;
+  so.graph = MakeGraph(std::make_shared<Model>());
+  so.logdir = dir.path();
+  so.save_model_secs = std::nullopt;
+  so.save_summaries_secs = std::nullopt;
+  so.config.clock = &clock;
+  so.config.env = &env;
+  so.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sv = Supervisor::Create(so);
+  REQUIRE_MESSAGE(sv.ok(), sv.status().ToString());
+  auto session = (*sv)->prepare_or_wait_for_session();
+  REQUIRE_MESSAGE(session.ok(), session.status().ToString());
+  REQUIRE(Eventually([&] { return !(*sv)->service_restarts().empty(); }));
+  CHECK((*sv)->stop().ok());
+  const auto r = (*sv)->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].restarted);
+  CHECK(absl::StrContains(r[0].reason.message(), "Input/output error (injected fault eio)"));
+  CHECK(EventFiles(dir.path()).size() == 2);
+}
+
+// -- strategies ------------------------------------------------------------------------
+// Services in start order: summary_writer(<dir>), then step_counter(<dir>).
+
+std::vector<std::pair<std::string, bool>> Restarted(const MonitoredSession& sess) {
+  std::vector<std::pair<std::string, bool>> out;
+  for (const ServiceRestart& r : sess.service_restarts()) {
+    out.emplace_back(r.service.substr(0, r.service.find('(')), r.by_strategy);
+  }
+  return out;
+}
+
+void RunStrategy(RestartStrategy strategy, const std::string& victim, std::size_t expected_records,
+                 std::vector<std::pair<std::string, bool>>* restarted) {
+  TempDir dir;
+  ManualClock clock;
+  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt(victim, 3)}, 8, /*step_counter=*/true);
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  o.runtime.restart.strategy = strategy;
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 5).ok());
+  REQUIRE(HasRestarts(*sess, expected_records));
+  CHECK(Steps(*sess, 8).ok());
+  CHECK(sess->close().ok());
+  *restarted = Restarted(*sess);
+}
+
+TEST_CASE("one_for_one: only the service that exited is restarted") {
+  std::vector<std::pair<std::string, bool>> r;
+  RunStrategy(RestartStrategy::kOneForOne, "summary_writer", 1, &r);
+  CHECK(r == std::vector<std::pair<std::string, bool>>{{"summary_writer", false}});
+}
+
+TEST_CASE("one_for_all: a step_counter's exit restarts every service, in start order") {
+  std::vector<std::pair<std::string, bool>> r;
+  RunStrategy(RestartStrategy::kOneForAll, "step_counter", 2, &r);
+  CHECK(r == std::vector<std::pair<std::string, bool>>{{"summary_writer", true}, {"step_counter", false}});
+}
+
+TEST_CASE("rest_for_one: the summary writer's exit restarts it and the step counter started after it") {
+  std::vector<std::pair<std::string, bool>> r;
+  RunStrategy(RestartStrategy::kRestForOne, "summary_writer", 2, &r);
+  CHECK(r == std::vector<std::pair<std::string, bool>>{{"summary_writer", false}, {"step_counter", true}});
+}
+
+TEST_CASE("rest_for_one: the step counter's exit restarts only it (nothing started after it)") {
+  std::vector<std::pair<std::string, bool>> r;
+  RunStrategy(RestartStrategy::kRestForOne, "step_counter", 1, &r);
+  CHECK(r == std::vector<std::pair<std::string, bool>>{{"step_counter", false}});
+}
+
+// -- the policy itself --------------------------------------------------------------------
+
+TEST_CASE("ValidateRestartPolicy: the default is TF's and valid; bad fields are INVALID_ARGUMENT naming them") {
+  RestartPolicy p;
+  CHECK(p.IsTensorFlowDefault());
+  CHECK(ValidateRestartPolicy(p).ok());
+  struct Case {
+    std::function<void(RestartPolicy&)> edit;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {[](RestartPolicy& q) { q.services["input"] = RestartType::kPermanent; }, "unknown service \"input\""},
+      {[](RestartPolicy& q) { q.max_restarts = -1; }, "max_restarts must be >= 0, got -1"},
+      {[](RestartPolicy& q) {
+         q.max_restarts = 1;
+         q.period = absl::ZeroDuration();
+       },
+       "period must be > 0"},
+      {[](RestartPolicy& q) { q.initial_backoff = absl::Seconds(2); }, "initial_backoff 2s exceeds max_backoff 1s"},
+      {[](RestartPolicy& q) { q.max_backoff = absl::Seconds(61); }, "max_backoff must be <= 1m"},
+      {[](RestartPolicy& q) { q.initial_backoff = -absl::Seconds(1); }, "back-off must be >= 0"},
+      {[](RestartPolicy& q) { q.strategy = static_cast<RestartStrategy>(7); }, "strategy out of range: 7"},
+  };
+  for (const Case& c : cases) {
+    RestartPolicy q;
+    c.edit(q);
+    const Status s = ValidateRestartPolicy(q);
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK_MESSAGE(absl::StrContains(s.message(), c.expected), s.ToString());
+  }
+}
+
+TEST_CASE("a session with an invalid restart policy is not created") {
+  TempDir dir;
+  ManualClock clock;
+  auto o = Options(dir.path(), Env::Default(), &clock, {}, 3);
+  o.runtime.restart.max_restarts = -2;
+  auto sess = MonitoredTrainingSession(std::move(o));
+  CHECK(absl::IsInvalidArgument(sess.status()));
+}
+
+TEST_CASE("RestartBackoff doubles to max_backoff with a seeded jitter in [0.5, 1.5)") {
+  RestartPolicy p;
+  p.initial_backoff = absl::Milliseconds(100);
+  p.max_backoff = absl::Milliseconds(350);
+  const std::string svc = "summary_writer(/logs)";
+  const absl::Duration bases[] = {absl::Milliseconds(100), absl::Milliseconds(200), absl::Milliseconds(350),
+                                  absl::Milliseconds(350)};
+  for (int k = 1; k <= 4; ++k) {
+    const absl::Duration b = RestartBackoff(p, svc, k);
+    CHECK(b >= bases[k - 1] * 0.5);
+    CHECK(b < bases[k - 1] * 1.5);
+    CHECK(b == RestartBackoff(p, svc, k));  // a pure function
+  }
+  RestartPolicy other = p;
+  other.seed = 99;
+  bool differs = false;
+  for (int k = 1; k <= 4; ++k) differs = differs || RestartBackoff(other, svc, k) != RestartBackoff(p, svc, k);
+  CHECK(differs);
+  p.initial_backoff = absl::ZeroDuration();
+  CHECK(RestartBackoff(p, svc, 3) == absl::ZeroDuration());
+}
+
+TEST_CASE("a restart waits its back-off: the record carries RestartBackoff's value") {
+  TempDir dir;
+  ManualClock clock;
+  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt("summary_writer", 2)}, 6);
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  o.runtime.restart.initial_backoff = absl::Milliseconds(20);
+  o.runtime.restart.max_backoff = absl::Milliseconds(20);
+  o.runtime.restart.seed = 5;
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 4).ok());
+  REQUIRE(HasRestarts(*sess, 1));
+  CHECK(Steps(*sess, 6).ok());
+  CHECK(sess->close().ok());
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].backoff == RestartBackoff(o.runtime.restart, r[0].service, 1));
+  CHECK(r[0].backoff >= absl::Milliseconds(10));
+}
+
+// -- actor faults (fault.hpp: ActorFault) -------------------------------------------------
+
+TEST_CASE("kill checkpoint_saver (TF default): the run fails INTERNAL naming the fault; fired as actor:checkpoint_saver") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = ActorHook({Fault("kill-saver", "checkpoint_saver", ActorFault::Kind::kKill, 3)});
+  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 40);
+  o.save_checkpoint_steps = int64_t{2};
+  auto sess = Open(o);
+  Steps(*sess, 40).IgnoreError();
+  const Status s = sess->close();
+  CHECK(absl::IsInternal(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "injected actor fault kill-saver"), s.ToString());
+  const auto fired = hook->fired();
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].path == "actor:checkpoint_saver");
+  CHECK(fired[0].op_index == 3);
+}
+
+TEST_CASE("kill step_counter (TF default): the run fails INTERNAL naming the fault") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = ActorHook({Fault("kill-counter", "step_counter", ActorFault::Kind::kKill, 2)});
+  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 40, /*step_counter=*/true));
+  Steps(*sess, 40).IgnoreError();
+  const Status s = sess->close();
+  CHECK(absl::IsInternal(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "injected actor fault kill-counter"), s.ToString());
+}
+
+TEST_CASE("kill at_time: fires at the first run once that much Clock time has passed") {
+  TempDir dir;
+  ManualClock clock;
+  ActorFault f = Fault("later", "summary_writer", ActorFault::Kind::kKill, -1);
+  f.at_time = absl::Seconds(10);
+  auto hook = ActorHook({f});
+  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 40);
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 3).ok());
+  CHECK(hook->fired().empty());
+  clock.Advance(absl::Seconds(10));
+  CHECK(Steps(*sess, 1).ok());
+  const auto fired = hook->fired();
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].op_index == 3);  // the run that started at global_step 3
+  REQUIRE(HasRestarts(*sess, 1));
+  CHECK(sess->close().ok());
+}
+
+TEST_CASE("an actor fault marked fired by an earlier process does not fire again") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = ActorHook({Fault("kill-once", "summary_writer", ActorFault::Kind::kKill, 2)});
+  hook->MarkFired({FiredFault{"kill-once", "actor:summary_writer", EnvOp::kAny, 2}});
+  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 6));
+  CHECK(Steps(*sess, 6).ok());
+  CHECK(sess->close().ok());
+  CHECK(hook->fired().empty());
+}
+
+TEST_CASE("delay summary_writer: its next batch waits the delay on the session's Clock, then is written") {
+  TempDir dir;
+  ManualClock clock;
+  ActorFault f = Fault("slow", "summary_writer", ActorFault::Kind::kDelay, 2);
+  f.delay = absl::Seconds(5);
+  auto hook = ActorHook({f});
+  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 6));
+  CHECK(Steps(*sess, 6).ok());
+  // The writer sleeps in the ManualClock until the test moves it on.
+  REQUIRE(clock.BlockUntilWaiters(1, testing::kRealTimeout));
+  clock.Advance(absl::Seconds(5));
+  CHECK(sess->close().ok());
+  const auto steps = testing::SummarySteps(testing::Events(dir.path()), "loss");
+  CHECK(steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6});  // nothing lost, in order
+}
+
+TEST_CASE("drop summary_writer: its next batch of events is dropped with a WARNING; the run goes on") {
+  TempDir dir;
+  ManualClock clock;
+  testing::CapturedLog log;
+  auto hook = ActorHook({Fault("drop", "summary_writer", ActorFault::Kind::kDrop, 2)});
+  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 6));
+  CHECK(Steps(*sess, 6).ok());
+  CHECK(sess->close().ok());
+  const auto steps = testing::SummarySteps(testing::Events(dir.path()), "loss");
+  CHECK(steps.size() < 6);
+  CHECK_MESSAGE(absl::StrContains(log.text(), "event(s) dropped (injected actor fault drop)"), log.text());
+}
+
+TEST_CASE("drop checkpoint_saver: the dropped save's ticket fails DEADLINE_EXCEEDED and the run ends with it") {
+  TempDir dir;
+  ManualClock clock;
+  auto hook = ActorHook({Fault("drop-save", "checkpoint_saver", ActorFault::Kind::kDrop, 1)});
+  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 40);
+  o.save_checkpoint_steps = int64_t{2};
+  auto sess = Open(o);
+  Steps(*sess, 40).IgnoreError();
+  const Status s = sess->close();
+  CHECK(absl::IsDeadlineExceeded(s));  // what the hook's wait for a lost save would end with; no recovery
+  CHECK(sess->recoveries() == 0);
+  CHECK_MESSAGE(absl::StrContains(s.message(), "was dropped (injected actor fault drop-save)"), s.ToString());
+}
+
+TEST_CASE("FaultInjectionHook::Create rejects bad actor faults naming the fault and field") {
+  struct Case {
+    std::function<void(ActorFault&)> edit;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {[](ActorFault& f) { f.service = "ps"; }, "service must be summary_writer, checkpoint_saver or step_counter"},
+      {[](ActorFault& f) { f.at_time = absl::Seconds(1); }, "exactly one of at_step (>= 0) and at_time (>= 0)"},
+      {[](ActorFault& f) { f.at_step = -1; }, "exactly one of at_step (>= 0) and at_time (>= 0)"},
+      {[](ActorFault& f) { f.count = 0; }, "count must be >= 1, got 0"},
+      {[](ActorFault& f) { f.delay = -absl::Seconds(1); }, "delay must be >= 0"},
+      {[](ActorFault& f) { f.id = ""; }, "empty id"},
+  };
+  for (const Case& c : cases) {
+    ActorFault f = Fault("a", "summary_writer", ActorFault::Kind::kKill, 3);
+    c.edit(f);
+    FaultInjectionHook::Options o;
+    o.actors = {f};
+    auto hook = FaultInjectionHook::Create(o);
+    REQUIRE_FALSE(hook.ok());
+    CHECK(absl::IsInvalidArgument(hook.status()));
+    CHECK_MESSAGE(absl::StrContains(hook.status().message(), c.expected), hook.status().ToString());
+  }
+}
+
+}  // namespace
+}  // namespace foreman
