@@ -97,9 +97,9 @@ for s in r["seeds"]:
 # machine and library version: seed 1 of `all` is pinned here.
 if n > 1:
     assert s and r["seeds"][1]["plan"] == {"seed": 1, "faults": [
-        {"id": "disk-1", "type": "env", "path": "*.data-*", "op": "sync", "error": "EIO", "nth": 4},
-        {"id": "disk-2", "type": "env", "path": "*/checkpoint.tmp*", "op": "append", "error": "ENOSPC", "nth": 4},
-        {"id": "disk-3", "type": "env", "path": "*.index*", "op": "append", "error": "ENOSPC", "nth": 30}]}, \
+        {"id": "signal-1", "type": "process", "signal": "SIGKILL", "at_step": 68},
+        {"id": "actor-2", "type": "actor", "service": "checkpoint_saver", "kind": "kill", "at_step": 97},
+        {"id": "step-3", "type": "step", "status": "UNAVAILABLE", "at_step": 29}]}, \
         r["seeds"][1]["plan"]
 # The faults really fired and the job really was restarted.
 assert sum(len(s["faults_fired"]) for s in r["seeds"]) >= n, "too few faults fired"

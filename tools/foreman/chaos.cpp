@@ -591,7 +591,7 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
   if (!f.preset.empty() && !f.plan_file.empty()) return Usage("give --preset or --plan, not both");
   if (f.preset.empty() && f.plan_file.empty()) f.preset = "all";
   if (!f.preset.empty() && !ChaosPresetPlan(f.preset, 0).ok()) {
-    return Usage(absl::StrCat("--preset: unknown preset '", f.preset, "' (disk, steps, signals or all)"));
+    return Usage(absl::StrCat("--preset: unknown preset '", f.preset, "' (disk, steps, actors, signals or all)"));
   }
   if (f.seed.has_value() && (cmd.count("--seeds") > 0 || cmd.count("--first-seed") > 0)) {
     return Usage("give --seed K (one seed) or --seeds N [--first-seed K], not both");
@@ -770,7 +770,7 @@ void AddChaosCommand(CLI::App& app, int* exit_code) {
       "supervisor would, and check invariants (checkpoints verify, global_step, final weights equal a fault-free "
       "run's, scalars once, bounded, finished). Train flags go after --.\n"
       "Exit codes: 0 every invariant held for every seed, 1 one failed, 2 bad flags or plan.");
-  cmd->add_option("--preset", flags->preset, "disk | steps | signals | all (default: all, unless --plan)");
+  cmd->add_option("--preset", flags->preset, "disk | steps | actors | signals | all (default: all, unless --plan)");
   cmd->add_option("--plan", flags->plan_file, "A JSON fault plan (docs/fault-injection.md); its seed is replaced");
   cmd->add_option("--seeds", flags->seeds, "Seeds first-seed .. first-seed+N-1")->capture_default_str();
   cmd->add_option("--first-seed", flags->first_seed, "The first of --seeds")->capture_default_str();

@@ -93,10 +93,29 @@ nlohmann::json SignalFault(SplitMix64& rng, const std::string& id) {
   return f;
 }
 
+// A service actor killed (TF's default policy: the run ends, naming the
+// fault, and the supervisor restarts the job), delayed, or dropping its next
+// messages (a summary batch, a step-rate record: lost; a save: the run ends
+// with DEADLINE_EXCEEDED). None changes training.
+nlohmann::json ActorFault(SplitMix64& rng, const std::string& id) {
+  static constexpr const char* kServices[] = {"summary_writer", "step_counter", "checkpoint_saver"};
+  static constexpr const char* kKinds[] = {"kill", "delay", "drop"};
+  nlohmann::json f;
+  f["id"] = id;
+  f["type"] = "actor";
+  f["service"] = rng.Pick(kServices);
+  const std::string kind = rng.Pick(kKinds);
+  f["kind"] = kind;
+  f["at_step"] = rng.Uniform(kFirstStep, kLastStep);
+  if (kind == "delay") f["delay_ms"] = rng.Uniform(1, 50);
+  if (kind != "kill") f["count"] = rng.Uniform(1, 3);
+  return f;
+}
+
 }  // namespace
 
 const std::vector<std::string>& ChaosPresetNames() {
-  static const std::vector<std::string> names = {"disk", "steps", "signals", "all"};
+  static const std::vector<std::string> names = {"disk", "steps", "actors", "signals", "all"};
   return names;
 }
 
@@ -109,20 +128,24 @@ StatusOr<nlohmann::json> ChaosPresetPlan(const std::string& preset, uint64_t see
   } else if (preset == "steps") {
     const int64_t n = rng.Uniform(1, 2);
     for (int64_t i = 1; i <= n; ++i) faults.push_back(StepFault(rng, absl::StrCat("step-", i)));
+  } else if (preset == "actors") {
+    const int64_t n = rng.Uniform(1, 2);
+    for (int64_t i = 1; i <= n; ++i) faults.push_back(ActorFault(rng, absl::StrCat("actor-", i)));
   } else if (preset == "signals") {
     faults.push_back(SignalFault(rng, "signal-1"));
   } else if (preset == "all") {
     const int64_t n = rng.Uniform(1, 3);
     for (int64_t i = 1; i <= n; ++i) {
-      switch (rng.Uniform(0, 2)) {
+      switch (rng.Uniform(0, 3)) {
         case 0: faults.push_back(DiskFault(rng, absl::StrCat("disk-", i))); break;
         case 1: faults.push_back(StepFault(rng, absl::StrCat("step-", i))); break;
+        case 2: faults.push_back(ActorFault(rng, absl::StrCat("actor-", i))); break;
         default: faults.push_back(SignalFault(rng, absl::StrCat("signal-", i))); break;
       }
     }
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--preset: unknown preset '", preset, "' (disk, steps, signals or all)"));
+        absl::StrCat("--preset: unknown preset '", preset, "' (disk, steps, actors, signals or all)"));
   }
   nlohmann::json plan;
   plan["seed"] = seed;
