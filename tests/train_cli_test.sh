@@ -16,6 +16,22 @@ py=/usr/bin/python3
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 has() { grep -Eq -- "$1" <<<"$2"; }
+# Signals are safe to send once the job blocks them (SigBlk bit 15: SIGTERM;
+# foreman's signal watcher takes them from there). The process must be
+# foreman itself: bash's forked child blocks SIGTERM too for a moment before
+# it execs, and a SIGTERM taken there kills the child before foreman runs.
+# Bounded: 60 s.
+wait_blocks_sigterm() {
+  local pid=$1 i blk
+  for ((i = 0; i < 1200; i++)); do
+    if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == foreman ]]; then
+      blk=$(sed -n 's/^SigBlk:\t//p' "/proc/$pid/status" 2>/dev/null)
+      [[ -n $blk ]] && (( (16#$blk >> 14) & 1 )) && return 0
+    fi
+    sleep 0.05
+  done
+  return 1
+}
 mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/train_cli_test.XXXXXX") || { echo "cannot create a temporary directory under ${TEST_TMPDIR:-/tmp}" >&2; exit 1; }
 pids=()
@@ -329,12 +345,7 @@ mkfifo "$tmp/stuck/train-images-idx3-ubyte.gz"
 "$foreman" train --checkpoint-dir "$tmp/stuckrun" --data-dir "$tmp/stuck" "${small[@]}" \
   --stop-grace-period-secs 1 >"$tmp/stuck.out" 2>&1 &
 stuck=$!; pids+=("$stuck")
-# Signals are safe to send once the job blocks them (SigBlk bit 15: SIGTERM).
-for ((i = 0; i < 1200; i++)); do
-  blk=$(sed -n 's/^SigBlk:\t//p' "/proc/$stuck/status" 2>/dev/null)
-  [[ -n $blk ]] && (( (16#$blk >> 14) & 1 )) && break
-  sleep 0.05
-done
+wait_blocks_sigterm "$stuck"
 kill -TERM "$stuck"
 wait_exit "$stuck"; rc=$exit_rc
 out=$(cat "$tmp/stuck.out")
@@ -354,11 +365,7 @@ cp "$data"/t10k-*.gz "$data"/train-labels-idx1-ubyte.gz "$tmp/slow/"
 mkfifo "$tmp/slow/train-images-idx3-ubyte.gz"
 "$foreman" train --checkpoint-dir "$tmp/slowrun" --data-dir "$tmp/slow" "${small[@]}" >"$tmp/slow.out" 2>&1 &
 slow=$!; pids+=("$slow")
-for ((i = 0; i < 1200; i++)); do
-  blk=$(sed -n 's/^SigBlk:\t//p' "/proc/$slow/status" 2>/dev/null)
-  [[ -n $blk ]] && (( (16#$blk >> 14) & 1 )) && break
-  sleep 0.05
-done
+wait_blocks_sigterm "$slow"
 kill -TERM "$slow"
 wait_for_text 'received before training started' "$tmp/slow.out" || fail "the signal was not taken: $(cat "$tmp/slow.out")"
 timeout 60 cat "$data/train-images-idx3-ubyte.gz" >"$tmp/slow/train-images-idx3-ubyte.gz"
