@@ -10,7 +10,8 @@
 #   --jobs        chaos processes at once, each on its own slice of the seeds
 #                 (default 1; each process runs one foreman train at a time)
 #   --build-dir   a release build (default build-release, built when missing)
-#   --out         where the JSON reports, logs and table.md go (default a new
+#   --out         where the JSON reports, logs, table.md and a frozen copy of the
+#                 binaries (bin/) go (default a new
 #                 directory under ${TMPDIR:-/tmp})
 # Prints table.md: per preset, seeds, failed seeds, faults planned / fired,
 # process restarts, in-process recoveries, steps lost, seconds per seed (mean,
@@ -44,9 +45,19 @@ if [[ ! -x $build_dir/tools/foreman ]]; then
   tools/scripts/build.sh release >/dev/null || { echo "chaos_soak.sh: the release build failed" >&2; exit 1; }
   build_dir=build-release
 fi
-foreman=$(cd "$build_dir" && pwd)/tools/foreman
 [[ -n $out ]] || out=$(mktemp -d "${TMPDIR:-/tmp}/chaos-soak.XXXXXX")
 mkdir -p "$out" || exit 1
+# A frozen copy of the binaries (foreman finds libforeman at $ORIGIN/../src):
+# a rebuild of the build directory during a soak of an hour would otherwise
+# swap libforeman under running jobs, and every later seed would fail.
+mkdir -p "$out/bin/tools" "$out/bin/src" || exit 1
+cp "$build_dir/tools/foreman" "$out/bin/tools/" || { echo "chaos_soak.sh: cannot copy $build_dir/tools/foreman" >&2; exit 1; }
+for lib in "$build_dir"/src/libforeman*; do
+  [[ -d $lib ]] && continue  # meson's object directories
+  cp -P "$lib" "$out/bin/src/" || { echo "chaos_soak.sh: cannot copy $lib" >&2; exit 1; }
+done
+foreman=$(cd "$out/bin/tools" && pwd)/foreman
+echo "foreman: $("$foreman" --version 2>&1 | head -1) (git $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
 echo "chaos soak: $seeds seeds from $first of ${presets//,/ }, $jobs at once; reports in $out"
 
 IFS=, read -r -a preset_list <<<"$presets"
