@@ -104,6 +104,16 @@ if n > 1:
 # The faults really fired and the job really was restarted.
 assert sum(len(s["faults_fired"]) for s in r["seeds"]) >= n, "too few faults fired"
 assert sum(s["restarts"] for s in r["seeds"]) >= 1, "no restart"
+# Recovery metrics (issue 14 point 4): the in-process recoveries the event
+# files show (a later process restart may purge some), each with its times.
+for s in r["seeds"]:
+    m = s["recovery_metrics"]
+    assert len(m) <= s["in_process_recoveries"], (s["seed"], m, s["in_process_recoveries"])
+    assert sum(x["steps_lost"] for x in m) <= s["in_process_steps_lost"], (s["seed"], m)
+    for x in m:
+        assert x["recoveries"] >= 1 and x["steps_lost"] >= 0 and x["detect_ms"] >= 0 and x["restore_ms"] >= 0, x
+if n >= 10:
+    assert any(s["recovery_metrics"] for s in r["seeds"]), "no recovery/... summaries in any seed"
 EOF
 [[ -z $(ls -A "$tmp" | grep '^foreman-chaos-') ]] || fail "a passing chaos run left its temporary work directory"
 

@@ -284,6 +284,8 @@ struct SeedReport {
   int64_t steps_lost = 0;
   int64_t recoveries = 0;
   int64_t recovery_steps_lost = 0;
+  // The in-process recoveries TensorBoard shows in the run's event files.
+  std::vector<RecoveryMetrics> recovery_metrics;
   std::vector<RunRecord> runs;
   std::map<std::string, Invariant> invariants;
   std::string replay;
@@ -481,6 +483,7 @@ StatusOr<SeedReport> RunSeed(Chaos& c, int64_t seed) {
   if (Status s = CheckScalarsOnce(c.env, run_dir); !s.ok()) {
     r.invariants["scalars_once"].Fail(c.Rel(std::string(s.message())));
   }
+  if (auto metrics = ReadRecoveryMetrics(c.env, run_dir); metrics.ok()) r.recovery_metrics = *std::move(metrics);
   auto fired = ReadFiredFaults(c.env, run_dir);
   if (fired.ok()) {
     for (const FiredFault& f : *fired) r.faults_fired.push_back(f.id);
@@ -515,6 +518,16 @@ json SeedJson(const SeedReport& r) {
   j["steps_lost"] = r.steps_lost;
   j["in_process_recoveries"] = r.recoveries;
   j["in_process_steps_lost"] = r.recovery_steps_lost;
+  json metrics = json::array();
+  for (const RecoveryMetrics& m : r.recovery_metrics) {
+    metrics.push_back({{"global_step", m.step},
+                       {"recoveries", m.recoveries},
+                       {"steps_lost", m.steps_lost},
+                       {"detect_ms", m.detect_ms},
+                       {"restore_ms", m.restore_ms},
+                       {"next_good_step_ms", m.next_good_step_ms}});
+  }
+  j["recovery_metrics"] = metrics;
   json runs = json::array();
   for (const RunRecord& run : r.runs) runs.push_back(RunJson(run));
   j["runs"] = runs;

@@ -1,6 +1,7 @@
 // `foreman chaos`'s invariant checks (chaos_checks.hpp).
 #include "chaos_checks.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -149,6 +150,47 @@ Status CheckScalarsOnce(Env* env, const std::string& dir) {
   if (duplicates.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat("scalars TensorBoard would show twice: ", FirstFew(duplicates)));
+}
+
+StatusOr<std::vector<RecoveryMetrics>> ReadRecoveryMetrics(Env* env, const std::string& dir) {
+  std::map<int64_t, RecoveryMetrics> kept;  // by step, as TensorBoard keeps them
+  if (!env->FileExists(dir).ok()) return std::vector<RecoveryMetrics>{};
+  FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> files, ListEventFiles(env, dir));
+  for (const std::string& file : files) {
+    FOREMAN_ASSIGN_OR_RETURN(std::vector<Event> events, ReadEventFile(env, file, /*allow_truncated_tail=*/true));
+    for (const Event& e : events) {
+      if (e.kind == Event::Kind::kSessionLog && e.session_status == SessionLogStatus::kStart) {
+        kept.erase(kept.lower_bound(e.step), kept.end());
+        continue;
+      }
+      if (e.kind != Event::Kind::kSummary) continue;
+      bool any = false;
+      RecoveryMetrics m;
+      m.step = e.step;
+      for (const SummaryValue& v : e.values) {
+        const auto ms = static_cast<int64_t>(std::llround(v.scalar * 1000));
+        const auto n = static_cast<int64_t>(std::llround(v.scalar));
+        if (v.tag == "recovery/detect_secs") {
+          m.detect_ms = ms;
+        } else if (v.tag == "recovery/restore_secs") {
+          m.restore_ms = ms;
+        } else if (v.tag == "recovery/next_good_step_secs") {
+          m.next_good_step_ms = ms;
+        } else if (v.tag == "recovery/steps_lost") {
+          m.steps_lost = n;
+        } else if (v.tag == "recovery/recoveries") {
+          m.recoveries = n;
+        } else {
+          continue;
+        }
+        any = true;
+      }
+      if (any) kept[e.step] = m;
+    }
+  }
+  std::vector<RecoveryMetrics> out;
+  for (const auto& [step, m] : kept) out.push_back(m);
+  return out;
 }
 
 TrainLog ParseTrainLog(const std::string& text) {

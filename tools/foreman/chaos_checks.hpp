@@ -38,6 +38,26 @@ Status CompareFinalWeights(Env* env, const std::string& expected_dir, const std:
 /// (at most 5, then a count); a file that does not read: its error.
 Status CheckScalarsOnce(Env* env, const std::string& dir);
 
+/// One in-process recovery as the run's event file records it (the
+/// `recovery/...` summary MonitoredTrainingSession writes, RecoveryOptions::
+/// summary_dir): at `step` (the first good step after it), its detect,
+/// restore and next-good-step times in milliseconds (-1: not measured) and
+/// the steps it lost.
+struct RecoveryMetrics {
+  int64_t step = 0;
+  int64_t recoveries = 0;
+  int64_t steps_lost = 0;
+  int64_t detect_ms = 0;
+  int64_t restore_ms = 0;
+  int64_t next_good_step_ms = -1;
+};
+
+/// The recoveries TensorBoard shows in `dir`'s event files (after its purge
+/// rule: a recovery a later one abandoned with its steps is not shown), in
+/// step order. A cut last record is not an error; a file that does not read:
+/// its error.
+StatusOr<std::vector<RecoveryMetrics>> ReadRecoveryMetrics(Env* env, const std::string& dir);
+
 /// What one `foreman train` process printed (stdout and stderr, one file).
 struct TrainLog {
   /// The step the process restored at its start ("Restoring parameters from
