@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "foreman/fault.hpp"
 #include "foreman/mutex.hpp"
 #include "foreman/variable_store.hpp"
@@ -64,6 +65,7 @@ struct FaultInjectionHook::State {
   std::vector<ActorFault> actors;
   // Training thread only (AttachServices, before_run): the actor faults'
   // seam and the services' Clock time they started at.
+  internal::Services* services = nullptr;
   internal::ServiceFaults* service_faults = nullptr;
   Clock* service_clock = nullptr;
   absl::Duration services_start;
@@ -328,6 +330,7 @@ StatusOr<SessionRunArgs> FaultInjectionHook::before_run(SessionRunContext& ctx) 
 
 void FaultInjectionHook::AttachServices(internal::Services* services) {
   State& st = *state_;
+  st.services = services;
   st.service_faults = services == nullptr ? nullptr : services->service_faults();
   st.service_clock = services == nullptr ? nullptr : services->clock();
   if (st.service_clock != nullptr) st.services_start = st.service_clock->MonotonicNow();
@@ -352,7 +355,22 @@ Status FaultInjectionHook::FireActorFaults(int64_t step) {
     }
     int n = 0;
     if (f.kind == ActorFault::Kind::kKill) {
+      const std::size_t restarts_before = st.services->restarts().size();
       n = st.service_faults->Kill(f.service, f.id, f.exit_normally);
+      // A kill is asynchronous: the service takes it after its queued work,
+      // then the supervisor applies the policy. Wait (real time, bounded)
+      // until it has -- the run's error is set (TF's default: the
+      // coordinator is stopped at the same moment, so the run ends after
+      // this step) or a restart or removal is recorded -- so that the same
+      // plan ends the run at the same step in every replay. (A normal exit
+      // under TF's default policy is forgotten: nothing to wait for.)
+      if (n > 0 && !f.exit_normally) {
+        const absl::Time deadline = absl::Now() + absl::Seconds(5);
+        while (st.services->error().ok() && st.services->restarts().size() == restarts_before &&
+               absl::Now() < deadline) {
+          absl::SleepFor(absl::Milliseconds(1));
+        }
+      }
     } else {
       n = st.service_faults->DelayOrDrop(f.service, f.id, f.kind == ActorFault::Kind::kDrop, f.count, f.delay);
     }
