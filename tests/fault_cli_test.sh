@@ -189,6 +189,20 @@ has "^foreman train: stopped by injected fault data-eio: INTERNAL: read $data/tr
 [[ $(record "$tmp/data") == "data-eio $data/train-images-idx3-ubyte.gz read 1" ]] \
   || fail "EIO reading the data: the record is '$(record "$tmp/data")'"
 
+# 9c. A stat that fails (EACCES) on the settings file of a finished run is
+#     that error (exit 3, the fault named), not "no train_settings.txt" (a
+#     refusal as another program's directory); the rerun resumes.
+cp -r "$tmp/ref" "$tmp/statted" && rm -f "$tmp/statted/fault_record.json"
+plan stat '{"faults": [{"id": "stat", "type": "env", "path": "*train_settings*", "op": "stat", "error": "EACCES", "nth": 1}]}'
+train --checkpoint-dir "$tmp/statted" --fault-plan "$tmp/stat.json" "${small[@]/#$steps/260}"
+[[ $rc -eq 3 ]] || fail "EACCES on stat of train_settings.txt: exit $rc, expected 3: $out"
+has "^foreman train: stopped by injected fault stat: PERMISSION_DENIED: " "$out" \
+  || fail "EACCES on stat of train_settings.txt: message: $out"
+has "did not write" "$out" && fail "EACCES on stat of train_settings.txt: taken for a missing file: $out"
+train --checkpoint-dir "$tmp/statted" --fault-plan "$tmp/stat.json" "${small[@]/#$steps/260}"
+[[ $rc -eq 0 ]] && has "Restoring parameters from $tmp/statted/model.ckpt-200" "$out" \
+  || fail "EACCES on stat: the rerun did not resume from model.ckpt-200 (exit $rc): $out"
+
 # 10. docs/fault-injection.md's "Faults in foreman train" plan, as a
 #     supervisor runs it: the same command after every exit until it trains
 #     to the end: exits 0 (SIGTERM), 3 (fsync), 137 (SIGKILL), 0; the

@@ -739,7 +739,11 @@ double ModelBytes(const nn::MlpSpec& spec, nn::OptimizerKind kind) {
 // A directory without a settings file may still hold checkpoints (a settings
 // file deleted, another program's run): foreman train did not write them.
 StatusOr<bool> HoldsCheckpoints(Env* env, const std::string& dir) {
-  if (env->FileExists(dir + "/checkpoint").ok()) return true;
+  if (Status exists = env->FileExists(dir + "/checkpoint"); exists.ok()) {
+    return true;
+  } else if (!absl::IsNotFound(exists)) {
+    return exists;
+  }
   auto children = env->GetChildren(dir);
   if (!children.ok()) return absl::IsNotFound(children.status()) ? StatusOr<bool>(false) : children.status();
   for (const std::string& name : *children) {

@@ -246,7 +246,14 @@ Status ValidateTrainFlags(const TrainFlags& f) {
 
 StatusOr<std::optional<Settings>> ReadTrainSettings(Env* env, const std::string& dir) {
   const std::string path = SettingsPath(dir);
-  if (!env->FileExists(path).ok()) return std::optional<Settings>();
+  // Only a missing file means a fresh run: any other error (EACCES, EIO)
+  // is returned, never taken for "no settings" (which would refuse the
+  // directory as another program's, or train again from step 0).
+  if (Status exists = env->FileExists(path); absl::IsNotFound(exists)) {
+    return std::optional<Settings>();
+  } else if (!exists.ok()) {
+    return exists;
+  }
   FOREMAN_ASSIGN_OR_RETURN(std::string text, env->ReadFileToString(path));
   Settings settings;
   int line_number = 0;
