@@ -174,6 +174,13 @@ train --checkpoint-dir "$tmp/nan" --fault-plan "$tmp/nan.json" "${small[@]}"
 [[ $rc -eq 3 ]] || fail "NaN loss: exit $rc, expected 3: $out"
 has "^foreman train: stopped by injected fault nan: INTERNAL: .*NaN loss during training" "$out" || fail "NaN loss: message: $out"
 
+# 9a. A NaN-loss fault on a fetch foreman train does not request would never
+#     fire: refused (exit 2) naming the field.
+plan nanname '{"faults": [{"id": "nn", "type": "step", "nan_loss": true, "loss_tensor": "nope", "at_step": 10}]}'
+train --checkpoint-dir "$tmp/nanname" --fault-plan "$tmp/nanname.json" "${small[@]}"
+[[ $rc -eq 2 ]] || fail "nan_loss on an unknown fetch: exit $rc, expected 2: $out"
+has "fault \"nn\": \"loss_tensor\" must be \"loss\"" "$out" || fail "nan_loss on an unknown fetch: message: $out"
+
 # 9b. A hook that throws, and an EIO reading the training data (before
 #     training starts: not exit 2, which says "do not restart"): exit 3.
 plan hook '{"faults": [{"id": "hook-throws", "type": "hook", "callback": "after_run", "at_step": 30}]}'

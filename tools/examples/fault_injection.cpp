@@ -135,7 +135,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(r.global_step_before), static_cast<long long>(r.restored_global_step),
                 static_cast<long long>(r.steps_lost));
   };
-  options.hooks = {*faults, *stop};
+  // A NaN loss (a plan's nan_loss faults, on the "loss" fetch) fails the run.
+  foreman::NanTensorHook::Options nan_options;
+  nan_options.loss_tensor = "loss";
+  auto nan = foreman::NanTensorHook::Create(nan_options);
+  if (!nan.ok()) return Fail("NanTensorHook", nan.status());
+  options.hooks = {*faults, *stop, *nan};
 
   auto session = foreman::MonitoredTrainingSession(std::move(options));
   if (!session.ok()) {
@@ -144,7 +149,7 @@ int main(int argc, char** argv) {
   }
   int64_t runs = 0;
   while (!(*session)->should_stop()) {
-    if (!(*session)->run({"train_op"}).ok()) break;  // close() returns the error
+    if (!(*session)->run({"train_op", "loss"}).ok()) break;  // close() returns the error
     ++runs;
   }
   foreman::Status closed = (*session)->close();

@@ -784,13 +784,20 @@ void AddChaosCommand(CLI::App& app, int* exit_code) {
       "run's, scalars once, bounded, finished). Train flags go after --.\n"
       "Exit codes: 0 every invariant held for every seed, 1 one failed, 2 bad flags or plan.");
   cmd->add_option("--preset", flags->preset, "disk | steps | actors | signals | all (default: all, unless --plan)");
-  cmd->add_option("--plan", flags->plan_file, "A JSON fault plan (docs/fault-injection.md); its seed is replaced");
-  cmd->add_option("--seeds", flags->seeds, "Seeds first-seed .. first-seed+N-1")->capture_default_str();
-  cmd->add_option("--first-seed", flags->first_seed, "The first of --seeds")->capture_default_str();
-  cmd->add_option("--seed", flags->seed, "One seed (a replay)");
-  cmd->add_option("--json", flags->json_path, "Write the report as JSON (no absolute paths; timings in *_ms)");
+  cmd->add_option("--plan", flags->plan_file, "A JSON fault plan (docs/fault-injection.md); its seed is replaced")
+      ->check(NonEmpty());
+  cmd->add_option("--seeds", flags->seeds, "Seeds first-seed .. first-seed+N-1")
+      ->transform(DecimalInt64())
+      ->capture_default_str();
+  cmd->add_option("--first-seed", flags->first_seed, "The first of --seeds")
+      ->transform(DecimalInt64())
+      ->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "One seed (a replay)")->transform(DecimalInt64());
+  cmd->add_option("--json", flags->json_path, "Write the report as JSON (no absolute paths; timings in *_ms)")
+      ->check(NonEmpty());
   cmd->add_option("--work-dir", flags->work_dir,
-                  "Where the runs go (kept); default a new temporary directory, removed when every seed passed");
+                  "Where the runs go (kept); default a new temporary directory, removed when every seed passed")
+      ->check(NonEmpty());
   cmd->add_flag("--keep", flags->keep, "Keep the temporary work directory");
   cmd->add_option("--timeout-secs", flags->timeout_secs, "Limit per foreman train process (then: a hang)")
       ->capture_default_str();

@@ -11,7 +11,39 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
 namespace foreman::cli {
+
+/// CLI11 reads integers with strtoll in base 0: "99999999999999999999" became
+/// INT64_MAX and "010" 8. Every integer flag goes through this first: a
+/// decimal int64 (absl::SimpleAtoi, which refuses overflow) is rewritten to
+/// its canonical text, anything else is a ValidationError (exit 2) that
+/// CLI11 prefixes with the flag's name.
+inline CLI::Validator DecimalInt64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (!absl::SimpleAtoi(text, &value)) {
+          return absl::StrCat("'", text, "' is not a whole number in [", INT64_MIN, ", ", INT64_MAX, "]");
+        }
+        text = std::to_string(value);
+        return std::string();
+      },
+      "");
+}
+
+/// A path flag given as "" (an unset shell variable) is an error, never
+/// "not given".
+inline CLI::Validator NonEmpty() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? std::string("must not be empty") : std::string(); },
+      "");
+}
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;

@@ -904,6 +904,16 @@ ExitCode PrepareFaults(TrainJob& job) {
       return Fail(kExitUsage, "bad fault plan", Status(s.code(), absl::StrCat(f.fault_plan, ": ", s.message())));
     }
   }
+  // A NaN-loss fault acts on a fetch the runs request: foreman train's is
+  // "loss" (another name would silently never fire).
+  for (const StepFault& s : job.plan.steps) {
+    if (s.kind == StepFault::Kind::kNanLoss && s.loss_tensor != "loss") {
+      return Fail(kExitUsage, "bad fault plan",
+                  absl::InvalidArgumentError(absl::StrCat(f.fault_plan, ": fault \"", s.id, "\": \"loss_tensor\" must be "
+                                                          "\"loss\" (the fetch foreman train's runs request), got \"",
+                                                          s.loss_tensor, "\"")));
+    }
+  }
   job.recorder = std::make_shared<FaultRecorder>(Env::Default(), f.checkpoint_dir);
   job.faulty->set_on_fire([recorder = job.recorder](const FiredFault& fired) { recorder->OnFire(fired); });
   FaultInjectionHook::Options options;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "command.hpp"
 
 namespace foreman::cli {
 namespace {
@@ -145,23 +146,6 @@ Status CheckPositive(const char* flag, const std::optional<int64_t>& v) {
   return absl::OkStatus();
 }
 
-// CLI11 reads integers with strtoll in base 0: "99999999999999999999" became
-// INT64_MAX and "010" 8. Every integer flag goes through this first: a
-// decimal int64 (absl::SimpleAtoi, which refuses overflow) is rewritten to
-// its canonical text, anything else is a ValidationError (exit 2) that
-// CLI11 prefixes with the flag's name.
-CLI::Validator DecimalInt64() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        int64_t value = 0;
-        if (!absl::SimpleAtoi(text, &value)) {
-          return absl::StrCat("'", text, "' is not a whole number in [", INT64_MIN, ", ", INT64_MAX, "]");
-        }
-        text = std::to_string(value);
-        return std::string();
-      },
-      "");
-}
 
 }  // namespace
 
@@ -402,7 +386,8 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
                  "Inject the faults of this JSON plan (docs/fault-injection.md): env faults into the job's file "
                  "system, step, hook and process (SIGKILL/SIGTERM) faults into training; those that fire are "
                  "recorded in <checkpoint-dir>/fault_record.json and, unless marked repeat, do not fire again "
-                 "when the run is restarted. Not stored in the run's settings");
+                 "when the run is restarted. Not stored in the run's settings")
+      ->check(NonEmpty());
   // A flag given twice takes its last value (a script's defaults, then the user's).
   for (CLI::Option* option : cmd.get_options()) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
