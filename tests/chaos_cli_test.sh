@@ -155,6 +155,14 @@ if [[ $full == 1 ]]; then
   done
   same_report "$tmp/replay1.json" "$tmp/replay2.json" || fail "two replays of seed $k differ"
   same_report "$tmp/all.json" "$tmp/replay1.json" "$k" || fail "the replay of seed $k differs from its run among --seeds"
+  # A seed that kills a service actor (the checkpoint saver at step 70): the
+  # kill is asynchronous, and the run once ended at step 71 or 75.
+  for i in 1 2 3; do
+    out=$(timeout 120 "$foreman" chaos --preset actors --seed 0 --json "$tmp/actors$i.json" 2>&1); rc=$?
+    [[ $rc -eq 0 ]] || fail "replay $i of --preset actors --seed 0 exited $rc: $out"
+  done
+  same_report "$tmp/actors1.json" "$tmp/actors2.json" && same_report "$tmp/actors1.json" "$tmp/actors3.json" \
+    || fail "three replays of --preset actors --seed 0 differ"
 
   # -- 6. a plan that changes training: undeclared it fails, declared it passes ----------
   printf '{"faults": [{"id": "end-of-data", "type": "step", "status": "OUT_OF_RANGE", "at_step": 50}]}\n' >"$tmp/early.json"
