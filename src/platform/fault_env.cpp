@@ -29,6 +29,7 @@
 #include "foreman/mem_env.hpp"
 #include "foreman/mutex.hpp"
 #include "platform/errno_status.hpp"
+#include "platform/hash.hpp"
 #include "platform/log.hpp"
 
 namespace foreman {
@@ -63,31 +64,13 @@ StatusOr<std::unique_ptr<FileLock>> EnvWrapper::LockFile(const std::string& path
 
 // -- the draw --------------------------------------------------------------------------
 
-namespace {
-
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 double FaultDraw(uint64_t seed, const std::string& fault_id, const std::string& path, EnvOp op,
                  int64_t op_index) {
+  using internal::Fnv1a64;
+  using internal::SplitMix64;
   uint64_t h = SplitMix64(seed);
-  h = SplitMix64(h ^ Fnv1a(fault_id));
-  h = SplitMix64(h ^ Fnv1a(path));
+  h = SplitMix64(h ^ Fnv1a64(fault_id));
+  h = SplitMix64(h ^ Fnv1a64(path));
   h = SplitMix64(h ^ static_cast<uint64_t>(op));
   h = SplitMix64(h ^ static_cast<uint64_t>(op_index));
   return static_cast<double>(h >> 11) * 0x1.0p-53;  // 53 random bits in [0, 1)

@@ -2,20 +2,20 @@
 #include "chaos_plan.hpp"
 
 #include "absl/strings/str_cat.h"
+#include "platform/hash.hpp"
 
 namespace foreman::cli {
 namespace {
 
-// SplitMix64 (Steele, Lea, Flood 2014): a tiny generator whose stream is fixed
-// by its definition, unlike std::uniform_int_distribution's.
+// A SplitMix64 stream (platform/hash.hpp): fixed by its definition, unlike
+// std::uniform_int_distribution's.
 class SplitMix64 {
  public:
   explicit SplitMix64(uint64_t state) : state_(state) {}
   uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    const uint64_t out = internal::SplitMix64(state_);
+    state_ += internal::kSplitMix64Gamma;
+    return out;
   }
   // In [lo, hi]; the modulo bias (< 2^-50 here) does not matter for a plan.
   int64_t Uniform(int64_t lo, int64_t hi) {
@@ -29,16 +29,6 @@ class SplitMix64 {
  private:
   uint64_t state_;
 };
-
-// FNV-1a 64 of the preset's name: each preset draws its own stream.
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
 
 constexpr int64_t kFirstStep = 1;
 constexpr int64_t kLastStep = 199;
@@ -120,7 +110,8 @@ const std::vector<std::string>& ChaosPresetNames() {
 }
 
 StatusOr<nlohmann::json> ChaosPresetPlan(const std::string& preset, uint64_t seed) {
-  SplitMix64 rng(Fnv1a(absl::StrCat("foreman-chaos/", preset)) ^ (seed * 0x9e3779b97f4a7c15ULL));
+  // FNV-1a of the preset's name: each preset draws its own stream.
+  SplitMix64 rng(internal::Fnv1a64(absl::StrCat("foreman-chaos/", preset)) ^ (seed * internal::kSplitMix64Gamma));
   nlohmann::json faults = nlohmann::json::array();
   if (preset == "disk") {
     const int64_t n = rng.Uniform(1, 2);
