@@ -868,3 +868,39 @@ TEST_CASE("ListEventFiles lists the names containing tfevents, sorted; NOT_FOUND
 
 }  // namespace
 }  // namespace foreman
+
+namespace foreman {
+namespace {
+
+Event SummaryAt(int64_t step) {
+  Event e;
+  e.kind = Event::Kind::kSummary;
+  e.step = step;
+  return e;
+}
+
+Event StartAt(int64_t step) {
+  Event e;
+  e.kind = Event::Kind::kSessionLog;
+  e.session_status = SessionLogStatus::kStart;
+  e.step = step;
+  return e;
+}
+
+TEST_CASE("B154: EventsKeptAfterPurge drops the earlier events at or after a START's step, in reading order") {
+  // Run 1: summaries at 1..4; a restart from step 2 (START at 3); run 2
+  // replays 3, 4; a restart from step 1 (START at 2) drops all but step 1.
+  const std::vector<Event> events = {SummaryAt(1), SummaryAt(2), SummaryAt(3), SummaryAt(4), StartAt(3),
+                                     SummaryAt(3), SummaryAt(4), StartAt(2),   SummaryAt(2)};
+  CHECK(EventsKeptAfterPurge(std::vector<Event>(events.begin(), events.begin() + 7)) ==
+        std::vector<std::size_t>{0, 1, 4, 5, 6});
+  CHECK(EventsKeptAfterPurge(events) == std::vector<std::size_t>{0, 7, 8});
+  // Other session logs purge nothing; an empty input keeps nothing.
+  Event stop = StartAt(1);
+  stop.session_status = SessionLogStatus::kStop;
+  CHECK(EventsKeptAfterPurge({SummaryAt(5), stop}) == std::vector<std::size_t>{0, 1});
+  CHECK(EventsKeptAfterPurge({}).empty());
+}
+
+}  // namespace
+}  // namespace foreman

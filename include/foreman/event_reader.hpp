@@ -10,6 +10,7 @@
 //   ```
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -70,5 +71,16 @@ Status ReadEventFileInto(Env* env, const std::string& path, std::vector<Event>* 
 /// Paths of the event files in `logdir` (names containing "tfevents"),
 /// sorted by name (= by creation time). NOT_FOUND for a missing directory.
 StatusOr<std::vector<std::string>> ListEventFiles(Env* env, const std::string& logdir);
+
+/// TensorBoard's purge of orphaned data (its event accumulator's
+/// purge_orphaned_data, on by default): what a restarted run shows.
+/// `events` are one run directory's events in the order TensorBoard reads
+/// them (the files of ListEventFiles in order, each file's events in order);
+/// a SessionLog START at step s discards every event before it whose step is
+/// >= s (the events a restart from the checkpoint before s replays). The
+/// START itself stays (a later START at a step <= its own discards it).
+/// Returns the indices into `events` of the events that stay, ascending.
+/// O(events) per START. Thread-safe (a pure function).
+std::vector<std::size_t> EventsKeptAfterPurge(const std::vector<Event>& events);
 
 }  // namespace foreman

@@ -1,6 +1,7 @@
 // Event file reading (include/foreman/event_reader.hpp).
 #include "foreman/event_reader.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -147,6 +148,20 @@ StatusOr<std::vector<std::string>> ListEventFiles(Env* env, const std::string& l
     if (absl::StrContains(name, "tfevents")) paths.push_back(JoinPath(logdir, name));
   }
   return paths;  // GetChildren's names are sorted
+}
+
+std::vector<std::size_t> EventsKeptAfterPurge(const std::vector<Event>& events) {
+  std::vector<std::size_t> kept;
+  kept.reserve(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    if (e.kind == Event::Kind::kSessionLog && e.session_status == SessionLogStatus::kStart) {
+      kept.erase(std::remove_if(kept.begin(), kept.end(), [&](std::size_t k) { return events[k].step >= e.step; }),
+                 kept.end());
+    }
+    kept.push_back(i);
+  }
+  return kept;
 }
 
 }  // namespace foreman

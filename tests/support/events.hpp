@@ -49,16 +49,13 @@ inline std::vector<int64_t> SummarySteps(const std::vector<Event>& events, const
 }
 
 // How many values tagged `tag` TensorBoard keeps at each step under its
-// purge rule (B154): a SessionLog START at step s discards the events read
-// before it whose step is >= s.
+// purge rule (B154, EventsKeptAfterPurge): a SessionLog START at step s
+// discards the events read before it whose step is >= s.
 inline std::map<int64_t, int> KeptAfterPurge(const std::vector<Event>& events, const std::string& tag) {
   std::map<int64_t, int> kept;
-  for (const Event& e : events) {
-    if (e.kind == Event::Kind::kSessionLog && e.session_status == SessionLogStatus::kStart) {
-      kept.erase(kept.lower_bound(e.step), kept.end());
-    }
-    for (const SummaryValue& v : e.values) {
-      if (v.tag == tag) ++kept[e.step];
+  for (std::size_t i : EventsKeptAfterPurge(events)) {
+    for (const SummaryValue& v : events[i].values) {
+      if (v.tag == tag) ++kept[events[i].step];
     }
   }
   return kept;

@@ -122,27 +122,44 @@ Status CompareFinalWeights(Env* env, const std::string& expected_dir, const std:
                                                     Basename(*expected), ": ", absl::StrJoin(parts, "; ")));
 }
 
+namespace {
+
+// The events of `logdir`'s event files in TensorBoard's reading order, and
+// the file each came from (an index into *files).
+struct RunEvents {
+  std::vector<std::string> files;
+  std::vector<Event> events;
+  std::vector<std::size_t> file_of;
+};
+
+StatusOr<RunEvents> ReadRunEvents(Env* env, const std::string& logdir) {
+  RunEvents run;
+  FOREMAN_ASSIGN_OR_RETURN(run.files, ListEventFiles(env, logdir));
+  for (std::size_t f = 0; f < run.files.size(); ++f) {
+    FOREMAN_ASSIGN_OR_RETURN(std::vector<Event> events,
+                             ReadEventFile(env, run.files[f], /*allow_truncated_tail=*/true));
+    run.events.insert(run.events.end(), events.begin(), events.end());
+    run.file_of.resize(run.events.size(), f);
+  }
+  return run;
+}
+
+}  // namespace
+
 Status CheckScalarsOnce(Env* env, const std::string& dir) {
   std::vector<std::string> duplicates;
   for (const std::string& logdir : {dir, dir + "/eval"}) {
     if (!env->FileExists(logdir).ok()) continue;
-    FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> files, ListEventFiles(env, logdir));
-    // tag -> steps of the scalars TensorBoard keeps so far.
-    std::map<std::string, std::set<int64_t>> kept;
-    for (const std::string& file : files) {
-      FOREMAN_ASSIGN_OR_RETURN(std::vector<Event> events, ReadEventFile(env, file, /*allow_truncated_tail=*/true));
-      for (const Event& e : events) {
-        if (e.kind == Event::Kind::kSessionLog && e.session_status == SessionLogStatus::kStart) {
-          for (auto& [tag, steps] : kept) steps.erase(steps.lower_bound(e.step), steps.end());
-          continue;
-        }
-        if (e.kind != Event::Kind::kSummary) continue;
-        for (const SummaryValue& v : e.values) {
-          if (v.kind != SummaryValue::Kind::kScalar && v.kind != SummaryValue::Kind::kTensor) continue;
-          if (!kept[v.tag].insert(e.step).second) {
-            duplicates.push_back(absl::StrCat(logdir == dir ? "" : "eval: ", v.tag, " at step ", e.step, " (",
-                                              Basename(file), ")"));
-          }
+    FOREMAN_ASSIGN_OR_RETURN(RunEvents run, ReadRunEvents(env, logdir));
+    std::set<std::pair<std::string, int64_t>> seen;  // (tag, step) TensorBoard shows
+    for (std::size_t i : EventsKeptAfterPurge(run.events)) {
+      const Event& e = run.events[i];
+      if (e.kind != Event::Kind::kSummary) continue;
+      for (const SummaryValue& v : e.values) {
+        if (v.kind != SummaryValue::Kind::kScalar && v.kind != SummaryValue::Kind::kTensor) continue;
+        if (!seen.emplace(v.tag, e.step).second) {
+          duplicates.push_back(absl::StrCat(logdir == dir ? "" : "eval: ", v.tag, " at step ", e.step, " (",
+                                            Basename(run.files[run.file_of[i]]), ")"));
         }
       }
     }
@@ -153,40 +170,34 @@ Status CheckScalarsOnce(Env* env, const std::string& dir) {
 }
 
 StatusOr<std::vector<RecoveryMetrics>> ReadRecoveryMetrics(Env* env, const std::string& dir) {
-  std::map<int64_t, RecoveryMetrics> kept;  // by step, as TensorBoard keeps them
   if (!env->FileExists(dir).ok()) return std::vector<RecoveryMetrics>{};
-  FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> files, ListEventFiles(env, dir));
-  for (const std::string& file : files) {
-    FOREMAN_ASSIGN_OR_RETURN(std::vector<Event> events, ReadEventFile(env, file, /*allow_truncated_tail=*/true));
-    for (const Event& e : events) {
-      if (e.kind == Event::Kind::kSessionLog && e.session_status == SessionLogStatus::kStart) {
-        kept.erase(kept.lower_bound(e.step), kept.end());
+  FOREMAN_ASSIGN_OR_RETURN(RunEvents run, ReadRunEvents(env, dir));
+  std::map<int64_t, RecoveryMetrics> kept;  // by step: the last one TensorBoard shows at a step
+  for (std::size_t i : EventsKeptAfterPurge(run.events)) {
+    const Event& e = run.events[i];
+    if (e.kind != Event::Kind::kSummary) continue;
+    bool any = false;
+    RecoveryMetrics m;
+    m.step = e.step;
+    for (const SummaryValue& v : e.values) {
+      const auto ms = static_cast<int64_t>(std::llround(v.scalar * 1000));
+      const auto n = static_cast<int64_t>(std::llround(v.scalar));
+      if (v.tag == "recovery/detect_secs") {
+        m.detect_ms = ms;
+      } else if (v.tag == "recovery/restore_secs") {
+        m.restore_ms = ms;
+      } else if (v.tag == "recovery/next_good_step_secs") {
+        m.next_good_step_ms = ms;
+      } else if (v.tag == "recovery/steps_lost") {
+        m.steps_lost = n;
+      } else if (v.tag == "recovery/recoveries") {
+        m.recoveries = n;
+      } else {
         continue;
       }
-      if (e.kind != Event::Kind::kSummary) continue;
-      bool any = false;
-      RecoveryMetrics m;
-      m.step = e.step;
-      for (const SummaryValue& v : e.values) {
-        const auto ms = static_cast<int64_t>(std::llround(v.scalar * 1000));
-        const auto n = static_cast<int64_t>(std::llround(v.scalar));
-        if (v.tag == "recovery/detect_secs") {
-          m.detect_ms = ms;
-        } else if (v.tag == "recovery/restore_secs") {
-          m.restore_ms = ms;
-        } else if (v.tag == "recovery/next_good_step_secs") {
-          m.next_good_step_ms = ms;
-        } else if (v.tag == "recovery/steps_lost") {
-          m.steps_lost = n;
-        } else if (v.tag == "recovery/recoveries") {
-          m.recoveries = n;
-        } else {
-          continue;
-        }
-        any = true;
-      }
-      if (any) kept[e.step] = m;
+      any = true;
     }
+    if (any) kept[e.step] = m;
   }
   std::vector<RecoveryMetrics> out;
   for (const auto& [step, m] : kept) out.push_back(m);

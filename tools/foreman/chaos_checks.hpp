@@ -30,12 +30,13 @@ StatusOr<int64_t> LatestCheckpointStep(Env* env, const std::string& dir);
 /// the differing tensors (at most 5, then a count) or the missing ones.
 Status CompareFinalWeights(Env* env, const std::string& expected_dir, const std::string& actual_dir);
 
-/// TensorBoard's view of the runs in `dir` and `dir`/eval: reading each
-/// directory's event files in name order (= creation order), a SessionLog
-/// START at step s purges the earlier events with step >= s; after that each
-/// (tag, step) scalar may appear at most once. A cut last record (SIGKILL
-/// while writing) is not an error. FAILED_PRECONDITION naming the duplicates
-/// (at most 5, then a count); a file that does not read: its error.
+/// TensorBoard's view of the runs in `dir` and `dir`/eval: each directory's
+/// event files read in name order (= creation order), then TensorBoard's
+/// purge rule (EventsKeptAfterPurge: a SessionLog START at step s purges the
+/// earlier events with step >= s); in what stays each (tag, step) scalar may
+/// appear at most once. A cut last record (SIGKILL while writing) is not an
+/// error. FAILED_PRECONDITION naming the duplicates (at most 5, then a
+/// count); a file that does not read: its error.
 Status CheckScalarsOnce(Env* env, const std::string& dir);
 
 /// One in-process recovery as the run's event file records it (the
@@ -53,7 +54,8 @@ struct RecoveryMetrics {
 };
 
 /// The recoveries TensorBoard shows in `dir`'s event files (after its purge
-/// rule: a recovery a later one abandoned with its steps is not shown), in
+/// rule, EventsKeptAfterPurge: a recovery a later one abandoned with its
+/// steps is not shown; of two at one step, the later), in
 /// step order. A cut last record is not an error; a file that does not read:
 /// its error.
 StatusOr<std::vector<RecoveryMetrics>> ReadRecoveryMetrics(Env* env, const std::string& dir);
