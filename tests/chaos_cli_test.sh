@@ -68,8 +68,24 @@ check_usage "--plan $tmp/missing.json: no such file" --plan "$tmp/missing.json"
 printf '{"faults": [{"id": "a", "type": "step", "status": "ABORTED", "at_step": 3, "reapeat": true}]}\n' >"$tmp/typo.json"
 check_usage 'typo.json: faults\[0\] \("a"\): unknown field "reapeat"' --plan "$tmp/typo.json"
 check_usage '--timeout-secs must be in' --timeout-secs 0
+printf '{"changes_training": "yes", "faults": []}\n' >"$tmp/yes.json"
+check_usage 'yes.json: "changes_training" must be true or false, got "yes"' --plan "$tmp/yes.json"
+# An unwritable --json is refused before any run (no work directory made).
+check_usage "--json $tmp/no-such-dir/r.json: No such file or directory" --seed 0 --json "$tmp/no-such-dir/r.json" \
+  --work-dir "$tmp/json-refused"
+[[ ! -e $tmp/json-refused ]] || fail "a refused --json still made the work directory"
+check_usage "--json $tmp: Is a directory" --seed 0 --json "$tmp"
+# A --json that passes the check but is never written leaves no file behind.
+check_usage 'exited 2: foreman train: bad flags: --batch-size must be' --seed 0 --json "$tmp/never.json" -- --batch-size 0
+[[ ! -e $tmp/never.json ]] || fail "the up-front --json check left $tmp/never.json behind"
 # Train flags foreman train refuses: the fault-free run says so (exit 2).
 check_usage 'the fault-free run .* exited 2: foreman train: bad flags: --batch-size must be' --seed 0 -- --batch-size 0
+# ... and CLI11's refusals: the error line, not only its "Run 'foreman --help'" hint.
+check_usage "exited 2: foreman: error: --max-steps: 'abc' is not a whole number" --seed 0 -- --max-steps abc
+# A --timeout-secs below the job's run time: the message names the value given.
+out=$(timeout 120 "$foreman" chaos --seed 0 --timeout-secs 0.01 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "--timeout-secs 0.01 exited $rc, expected 1: $out"
+has 'did not end within --timeout-secs 0.01 \(allowed: \(0, 86400\]' "$out" || fail "--timeout-secs 0.01: value not named: $out"
 mkdir -p "$tmp/notmine" && touch "$tmp/notmine/precious"
 check_usage 'is not empty and was not made by foreman chaos' --seed 0 --work-dir "$tmp/notmine"
 [[ -e $tmp/notmine/precious ]] || fail "a refused --work-dir lost its file"
@@ -78,7 +94,7 @@ check_usage 'is not empty and was not made by foreman chaos' --seed 0 --work-dir
 out=$(timeout 600 "$foreman" chaos --preset all --seeds "$seeds" --json "$tmp/all.json" 2>&1); rc=$?
 [[ $rc -eq 0 ]] || fail "chaos --preset all --seeds $seeds exited $rc: $out"
 has "^$seeds seeds, 0 failed" "$out" || fail "chaos --preset all: no summary line: $out"
-has 'seed +faults +restarts +steps_lost +checkpoints +global_step +final_weights +scalars_once +bounded +finished' "$out" ||
+has 'seed +faults +firings +restarts +steps_lost +checkpoints +global_step +final_weights +scalars_once +bounded +finished' "$out" ||
   fail "chaos --preset all: no table header: $out"
 grep -q "$tmp" "$tmp/all.json" && fail "the JSON report holds an absolute path: $(grep -m1 "$tmp" "$tmp/all.json")"
 "$py" - "$tmp/all.json" "$seeds" <<'EOF' || fail "chaos --preset all: the JSON report is not as expected"
@@ -122,7 +138,7 @@ printf '{"faults": []}\n' >"$tmp/empty.json"
 out=$(FOREMAN_CHAOS_TEST_CORRUPT_CHECKPOINT=1 timeout 120 "$foreman" chaos --plan "$tmp/empty.json" --seed 4 \
       --json "$tmp/corrupt.json" 2>&1); rc=$?
 [[ $rc -eq 1 ]] || fail "a corrupted checkpoint: exit $rc, expected 1: $out"
-has '^ +4 +0/0 +0 +0 +FAIL ' "$out" || fail "a corrupted checkpoint: the table does not show checkpoints FAIL: $out"
+has '^ +4 +0/0 +0 +0 +0 +FAIL ' "$out" || fail "a corrupted checkpoint: the table does not show checkpoints FAIL: $out"
 has "checkpoints_verify: after run 0: model.ckpt-200: .*model.ckpt-200.data-00000-of-00001: variable '.*': crc32c mismatch" "$out" ||
   fail "a corrupted checkpoint: the failure is not named: $out"
 has "^  replay: foreman chaos --plan $tmp/empty.json --seed 4\$" "$out" || fail "a corrupted checkpoint: no replay command: $out"
@@ -176,7 +192,41 @@ if [[ $full == 1 ]]; then
     >"$tmp/declared.json"
   out=$(timeout 120 "$foreman" chaos --plan "$tmp/declared.json" --seed 0 2>&1); rc=$?
   [[ $rc -eq 0 ]] || fail "a declared change of training: exit $rc, expected 0: $out"
-  has '^ +0 +1/1 +0 +0 +ok +ok +- +ok +ok +ok$' "$out" || fail "a declared change of training: final_weights not '-': $out"
+  has '^ +0 +1/1 +1 +0 +0 +ok +ok +- +ok +ok +ok$' "$out" || fail "a declared change of training: final_weights not '-': $out"
+
+  # A plan foreman train refuses (a crash fault over the real disk): the first
+  # seed's refusal is chaos's exit 2, with train's message; no further seed runs.
+  printf '{"faults": [{"id": "power-cut", "type": "env", "kind": "crash", "op": "sync", "nth": 1}]}\n' >"$tmp/crash.json"
+  out=$(timeout 120 "$foreman" chaos --plan "$tmp/crash.json" --seeds 3 --work-dir "$tmp/refused" \
+        -- --max-steps 5 --hidden 8 --threads 1 --eval-every-steps 0 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || fail "a plan train refuses: exit $rc, expected 2: $out"
+  has "seed 0: foreman train refused .*: foreman train: bad fault plan: $tmp/crash.json: fault \"power-cut\": kind crash" \
+    "$out" || fail "a plan train refuses: train's message not shown: $out"
+  [[ ! -e $tmp/refused/seed-1 ]] || fail "a plan train refuses: seed 1 still ran"
+
+  # A repeat fault that fires at every checkpoint: faults 1/1, firings 4; the
+  # report holds no absolute path though --plan and --data-dir are absolute.
+  printf '{"faults": [{"id": "slow-index", "type": "env", "path": "*.index*", "op": "sync", "latency_ms": 0, "probability": 1, "repeat": true}]}\n' \
+    >"$tmp/repeat.json"
+  out=$(timeout 120 "$foreman" chaos --plan "$tmp/repeat.json" --seed 0 --json "$tmp/repeat-report.json" \
+        -- --max-steps 60 --hidden 8 --save-checkpoint-steps 20 --threads 1 --eval-every-steps 0 --data-dir "$data" 2>&1); rc=$?
+  [[ $rc -eq 0 ]] || fail "a repeat fault: exit $rc, expected 0: $out"
+  has '^ +0 +1/1 +4 +0 +0 +ok +ok +ok +ok +ok +ok$' "$out" || fail "a repeat fault: not faults 1/1, firings 4: $out"
+  "$py" - "$tmp/repeat-report.json" <<'EOF' || fail "the report of a run with absolute --plan and --data-dir holds an absolute path"
+import json, re, sys
+def strings(o):
+    if isinstance(o, dict):
+        for k, v in o.items():
+            yield k; yield from strings(v)
+    elif isinstance(o, list):
+        for v in o: yield from strings(v)
+    elif isinstance(o, str):
+        yield o
+r = json.load(open(sys.argv[1]))
+bad = [s for s in strings(r) if re.search(r"(^|[\s='])/", s)]
+assert not bad, bad
+assert "--data-dir" in r["train_flags"] and r["seeds"][0]["replay"].startswith("foreman chaos --plan "), r
+EOF
 
   # The soak script (tools/scripts/chaos_soak.sh, docs/reliability.md) at its
   # smallest: two presets, seeds split over two chaos processes, one table.

@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +49,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -60,6 +62,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "chaos_checks.hpp"
 #include "chaos_plan.hpp"
@@ -126,6 +129,50 @@ std::string ReadWholeFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The last `n` non-empty lines of a process's log, the first after ": " and
+// the others each on a line of its own, indented ("" for an empty log): what
+// foreman train said last (an error and CLI11's "Run 'foreman --help'").
+std::string LastLines(const std::string& log, std::size_t n) {
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    line = absl::StripTrailingAsciiWhitespace(line);
+    if (!line.empty()) lines.emplace_back(line);
+  }
+  if (lines.size() > n) lines.erase(lines.begin(), lines.end() - static_cast<std::ptrdiff_t>(n));
+  return lines.empty() ? "" : absl::StrCat(": ", absl::StrJoin(lines, "\n  "));
+}
+
+// `path` as the report spells it: an absolute path relative to `cwd` (the
+// report holds no absolute path), any other as given.
+std::string ReportPath(const std::string& path, const fs::path& cwd) {
+  if (path.empty() || path[0] != '/') return path;
+  const fs::path rel = fs::path(path).lexically_normal().lexically_relative(cwd);
+  return rel.empty() ? fs::path(path).filename().string() : rel.string();
+}
+
+// A train flag as the report spells it: a word that is an absolute path, or
+// the value of "--flag=/path", relative to `cwd` (ReportPath).
+std::string ReportWord(const std::string& word, const fs::path& cwd) {
+  if (absl::StartsWith(word, "--")) {
+    const std::size_t eq = word.find('=');
+    if (eq != std::string::npos) return absl::StrCat(word.substr(0, eq + 1), ReportPath(word.substr(eq + 1), cwd));
+    return word;
+  }
+  return ReportPath(word, cwd);
+}
+
+// The --json path can be written: opened for writing (not truncated), and
+// removed again when it did not exist. Refused up front, before any run.
+Status CheckWritable(const std::string& path) {
+  struct stat st {};
+  const bool existed = lstat(path.c_str(), &st) == 0;
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InvalidArgumentError(absl::StrCat("--json ", path, ": ", std::strerror(errno)));
+  close(fd);
+  if (!existed) unlink(path.c_str());
+  return absl::OkStatus();
 }
 
 // -- the child process ------------------------------------------------------------
@@ -289,6 +336,10 @@ struct SeedReport {
   std::vector<RunRecord> runs;
   std::map<std::string, Invariant> invariants;
   std::string replay;
+  std::string replay_report;  // the replay with no absolute path (the JSON report's)
+  // Set when foreman train refused the seed's first process (exit 2): its
+  // last lines, the seed's plan.json named as the user's --plan.
+  std::string refused;
   int64_t elapsed_ms = 0;
   bool ok() const {
     for (const auto& [name, inv] : invariants) {
@@ -308,6 +359,7 @@ struct Chaos {
   bool changes_training = false;  // declared by a --plan file
   json user_plan;                 // --plan's faults
   Env* env = Env::Default();
+  fs::path cwd;  // where foreman chaos runs: the report's paths are relative to it
 
   // A path or message without the work directory (the report has no
   // absolute paths).
@@ -346,10 +398,13 @@ std::string EndedBy(const ChildResult& child, const TrainLog& log) {
   return absl::StrCat("exit ", child.exit_code);
 }
 
-std::string ReplayCommand(const Chaos& c, int64_t seed) {
+// The command that replays `seed`; with `for_report`, absolute paths made
+// relative to the working directory (ReportWord).
+std::string ReplayCommand(const Chaos& c, int64_t seed, bool for_report) {
+  auto word = [&](const std::string& w) { return ShellQuote(for_report ? ReportWord(w, c.cwd) : w); };
   std::string cmd = "foreman chaos";
   if (!c.flags.plan_file.empty()) {
-    absl::StrAppend(&cmd, " --plan ", ShellQuote(c.flags.plan_file));
+    absl::StrAppend(&cmd, " --plan ", word(c.flags.plan_file));
   } else {
     absl::StrAppend(&cmd, " --preset ", c.flags.preset);
   }
@@ -357,7 +412,7 @@ std::string ReplayCommand(const Chaos& c, int64_t seed) {
   if (c.flags.timeout_secs != 60) absl::StrAppend(&cmd, " --timeout-secs ", c.flags.timeout_secs);
   if (!c.flags.train_flags.empty()) {
     absl::StrAppend(&cmd, " --");
-    for (const std::string& f : c.flags.train_flags) absl::StrAppend(&cmd, " ", ShellQuote(f));
+    for (const std::string& f : c.flags.train_flags) absl::StrAppend(&cmd, " ", word(f));
   }
   return cmd;
 }
@@ -376,7 +431,8 @@ StatusOr<SeedReport> RunSeed(Chaos& c, int64_t seed) {
   const auto start = std::chrono::steady_clock::now();
   SeedReport r;
   r.seed = seed;
-  r.replay = ReplayCommand(c, seed);
+  r.replay = ReplayCommand(c, seed, /*for_report=*/false);
+  r.replay_report = ReplayCommand(c, seed, /*for_report=*/true);
   for (const std::string& name : InvariantNames()) r.invariants[name] = Invariant();
   const std::string seed_dir = absl::StrCat(c.work, "/seed-", seed);
   std::error_code ec;
@@ -415,6 +471,10 @@ StatusOr<SeedReport> RunSeed(Chaos& c, int64_t seed) {
     FOREMAN_ASSIGN_OR_RETURN(ChildResult child, RunChild(args, log_path, c.flags.timeout_secs));
     const TrainLog log = ParseTrainLog(ReadWholeFile(log_path));
     if (n == 0) MaybeCorruptForTest(c.env, run_dir);
+    if (n == 0 && child.exit_code == kExitUsage && !child.timed_out) {
+      r.refused = absl::StrReplaceAll(LastLines(ReadWholeFile(log_path), 4),
+                                      {{plan_path, c.flags.plan_file.empty() ? "plan.json" : c.flags.plan_file}});
+    }
     RunRecord run;
     run.exit_code = child.exit_code;
     run.ended_by = EndedBy(child, log);
@@ -536,7 +596,7 @@ json SeedJson(const SeedReport& r) {
     inv[name] = {{"ok", i.ok}, {"checked", i.checked}, {"details", i.details}};
   }
   j["invariants"] = inv;
-  j["replay"] = r.replay;
+  j["replay"] = r.replay_report;
   j["elapsed_ms"] = r.elapsed_ms;
   return j;
 }
@@ -544,15 +604,20 @@ json SeedJson(const SeedReport& r) {
 std::string Cell(const Invariant& i) { return !i.ok ? "FAIL" : i.checked ? "ok" : "-"; }
 
 void PrintHeader() {
-  std::printf("%6s %7s %8s %10s %11s %11s %13s %12s %7s %8s\n", "seed", "faults", "restarts", "steps_lost",
+  std::printf("%6s %7s %7s %8s %10s %11s %11s %13s %12s %7s %8s\n", "seed", "faults", "firings", "restarts",
+              "steps_lost",
               "checkpoints", "global_step", "final_weights", "scalars_once", "bounded", "finished");
   std::fflush(stdout);
 }
 
 void PrintRow(const SeedReport& r) {
   const auto& i = r.invariants;
-  std::printf("%6lld %7s %8lld %10lld %11s %11s %13s %12s %7s %8s\n", static_cast<long long>(r.seed),
-              absl::StrCat(r.faults_fired.size(), "/", r.faults_planned).c_str(),
+  // faults: the plan's faults that fired / its faults; firings: how often
+  // they fired (a "repeat" fault fires in every process, and a repeating
+  // step fault again after every in-process recovery).
+  const std::set<std::string> fired(r.faults_fired.begin(), r.faults_fired.end());
+  std::printf("%6lld %7s %7zu %8lld %10lld %11s %11s %13s %12s %7s %8s\n", static_cast<long long>(r.seed),
+              absl::StrCat(fired.size(), "/", r.faults_planned).c_str(), r.faults_fired.size(),
               static_cast<long long>(r.restarts), static_cast<long long>(r.steps_lost),
               Cell(i.at("checkpoints_verify")).c_str(), Cell(i.at("global_step")).c_str(),
               Cell(i.at("final_weights")).c_str(), Cell(i.at("scalars_once")).c_str(), Cell(i.at("bounded")).c_str(),
@@ -626,7 +691,8 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
     json plan = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (plan.is_object() && plan.contains("changes_training")) {
       if (!plan["changes_training"].is_boolean()) {
-        return Usage(absl::StrCat(f.plan_file, ": \"changes_training\" must be true or false"));
+        return Usage(absl::StrCat(f.plan_file, ": \"changes_training\" must be true or false, got ",
+                                  plan["changes_training"].dump()));
       }
       c.changes_training = plan["changes_training"].get<bool>();
       plan.erase("changes_training");
@@ -636,6 +702,9 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
     if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
     if (!plan.contains("faults")) plan["faults"] = json::array();
     c.user_plan = plan;
+  }
+  if (!f.json_path.empty()) {
+    if (Status s = CheckWritable(f.json_path); !s.ok()) return Usage(std::string(s.message()));
   }
   c.train_flags = f.train_flags.empty() ? DefaultTrainFlags() : f.train_flags;
   // Forced: a fixed thread count (bit-for-bit results) and a progress line
@@ -658,6 +727,8 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
   auto work = PrepareWorkDir(f, &temporary);
   if (!work.ok()) return Usage(std::string(work.status().message()));
   c.work = *work;
+  std::error_code cwd_ec;
+  c.cwd = fs::current_path(cwd_ec);
   InstallSignalHandlers();
   const auto started = std::chrono::steady_clock::now();
 
@@ -676,13 +747,15 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
   }
   auto base_step = LatestCheckpointStep(c.env, c.baseline_dir);
   if (base->exit_code != kExitOk || !base_step.ok() || *base_step < 0) {
-    const std::string log = ReadWholeFile(baseline + "/run-0.log");
-    std::string last_line = std::string(absl::StripTrailingAsciiWhitespace(log));
-    last_line = last_line.substr(last_line.rfind('\n') == std::string::npos ? 0 : last_line.rfind('\n') + 1);
-    std::fprintf(stderr, "foreman chaos: the fault-free run (foreman train %s) %s: %s\n",
-                 absl::StrJoin(c.train_flags, " ").c_str(),
-                 base->timed_out ? "did not end within --timeout-secs" : absl::StrCat("exited ", base->exit_code).c_str(),
-                 last_line.c_str());
+    // foreman train's last lines: its error, and CLI11's usage hint.
+    const std::string said = LastLines(ReadWholeFile(baseline + "/run-0.log"), 4);
+    const std::string how =
+        base->timed_out
+            ? absl::StrCat("did not end within --timeout-secs ", f.timeout_secs,
+                           " (allowed: (0, 86400]; give more than the job needs)")
+            : absl::StrCat("exited ", base->exit_code);
+    std::fprintf(stderr, "foreman chaos: the fault-free run (foreman train %s) %s%s\n",
+                 absl::StrJoin(c.train_flags, " ").c_str(), how.c_str(), said.c_str());
     if (temporary && !f.keep) fs::remove_all(c.work, ec);
     return base->exit_code == kExitUsage ? kExitUsage : kExitFailed;
   }
@@ -710,6 +783,15 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
       std::fprintf(stderr, "foreman chaos: seed %lld: %s\n", static_cast<long long>(seed),
                    std::string(r.status().message()).c_str());
       return absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitFailed;
+    }
+    if (!r->refused.empty()) {
+      // A refused plan or flags: every seed would be refused the same way.
+      std::fprintf(stderr,
+                   "foreman chaos: seed %lld: foreman train refused the job's first run (exit 2: the same command "
+                   "fails the same way); stopped before any further seed%s\n",
+                   static_cast<long long>(seed), r->refused.c_str());
+      if (temporary && !f.keep) fs::remove_all(c.work, ec);
+      return kExitUsage;
     }
     PrintRow(*r);
     // A temporary work directory keeps only what a failure needs (a soak of
@@ -747,7 +829,9 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
       report["plan"] = fs::path(f.plan_file).filename().string();
       report["changes_training"] = c.changes_training;
     }
-    report["train_flags"] = c.train_flags;
+    json flags_json = json::array();
+    for (const std::string& w : c.train_flags) flags_json.push_back(ReportWord(w, c.cwd));
+    report["train_flags"] = flags_json;
     report["timeout_secs"] = f.timeout_secs;
     report["max_restarts"] = kMaxRestarts;
     report["baseline"] = {{"global_step", c.baseline_step}, {"elapsed_ms", baseline_ms}};
