@@ -866,7 +866,8 @@ void AddChaosCommand(CLI::App& app, int* exit_code) {
       "Run a small foreman train job under seeded fault plans, restart it after each process-level fault as a "
       "supervisor would, and check invariants (checkpoints verify, global_step, final weights equal a fault-free "
       "run's, scalars once, bounded, finished). Train flags go after --.\n"
-      "Exit codes: 0 every invariant held for every seed, 1 one failed, 2 bad flags or plan.");
+      "Exit codes: 0 every invariant held for every seed, 1 one failed, 2 bad flags or plan (also a plan or train "
+      "flags foreman train refuses, or a --json path that cannot be written).");
   cmd->add_option("--preset", flags->preset, "disk | steps | actors | signals | all (default: all, unless --plan)");
   cmd->add_option("--plan", flags->plan_file, "A JSON fault plan (docs/fault-injection.md); its seed is replaced")
       ->check(NonEmpty());
