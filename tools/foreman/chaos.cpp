@@ -337,9 +337,10 @@ struct SeedReport {
   std::map<std::string, Invariant> invariants;
   std::string replay;
   std::string replay_report;  // the replay with no absolute path (the JSON report's)
-  // Set when foreman train refused the seed's first process (exit 2): its
-  // last lines, the seed's plan.json named as the user's --plan.
-  std::string refused;
+  // foreman train refused the seed's first process (exit 2); what it said
+  // last (LastLines), the seed's plan.json named as the user's --plan.
+  bool refused = false;
+  std::string refused_lines;
   int64_t elapsed_ms = 0;
   bool ok() const {
     for (const auto& [name, inv] : invariants) {
@@ -472,7 +473,8 @@ StatusOr<SeedReport> RunSeed(Chaos& c, int64_t seed) {
     const TrainLog log = ParseTrainLog(ReadWholeFile(log_path));
     if (n == 0) MaybeCorruptForTest(c.env, run_dir);
     if (n == 0 && child.exit_code == kExitUsage && !child.timed_out) {
-      r.refused = absl::StrReplaceAll(LastLines(ReadWholeFile(log_path), 4),
+      r.refused = true;
+      r.refused_lines = absl::StrReplaceAll(LastLines(ReadWholeFile(log_path), 4),
                                       {{plan_path, c.flags.plan_file.empty() ? "plan.json" : c.flags.plan_file}});
     }
     RunRecord run;
@@ -605,8 +607,7 @@ std::string Cell(const Invariant& i) { return !i.ok ? "FAIL" : i.checked ? "ok" 
 
 void PrintHeader() {
   std::printf("%6s %7s %7s %8s %10s %11s %11s %13s %12s %7s %8s\n", "seed", "faults", "firings", "restarts",
-              "steps_lost",
-              "checkpoints", "global_step", "final_weights", "scalars_once", "bounded", "finished");
+              "steps_lost", "checkpoints", "global_step", "final_weights", "scalars_once", "bounded", "finished");
   std::fflush(stdout);
 }
 
@@ -784,12 +785,12 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
                    std::string(r.status().message()).c_str());
       return absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitFailed;
     }
-    if (!r->refused.empty()) {
+    if (r->refused) {
       // A refused plan or flags: every seed would be refused the same way.
       std::fprintf(stderr,
                    "foreman chaos: seed %lld: foreman train refused the job's first run (exit 2: the same command "
                    "fails the same way); stopped before any further seed%s\n",
-                   static_cast<long long>(seed), r->refused.c_str());
+                   static_cast<long long>(seed), r->refused_lines.c_str());
       if (temporary && !f.keep) fs::remove_all(c.work, ec);
       return kExitUsage;
     }

@@ -125,7 +125,7 @@ Status CompareFinalWeights(Env* env, const std::string& expected_dir, const std:
 namespace {
 
 // The events of `logdir`'s event files in TensorBoard's reading order, and
-// the file each came from (an index into *files).
+// the file each came from (an index into `files`).
 struct RunEvents {
   std::vector<std::string> files;
   std::vector<Event> events;
