@@ -153,7 +153,7 @@ struct InputPipeline::Impl {
     if (supervised) {
       // The supervisor forgets the producer's exit (no failure, no restart).
       producer->Retire();
-      buffer->ProducerGone(absl::UnavailableError("input pipeline: the pipeline is destroyed"));
+      buffer->Destroyed(absl::UnavailableError("input pipeline: the pipeline is destroyed"));
       if (producer->SendExit(caf::exit_reason::user_shutdown) && !producer->WaitExited(kStopTimeout)) {
         FOREMAN_LOG_ERROR("The input pipeline's producer is still decoding after {}; the session's close() "
                           "reports it", absl::FormatDuration(kStopTimeout));

@@ -65,6 +65,9 @@ struct PrefetchBuffer {
   // Supervised: bumped each time the supervisor binds a restarted producer;
   // the consumer re-seeks when it differs from the one it last saw.
   int64_t incarnation ABSL_GUARDED_BY(mu) = 0;
+  // Supervised: the pipeline is destroyed; a producer restarted meanwhile
+  // is stopped at once (its link is retired: the supervisor forgets it).
+  bool destroyed ABSL_GUARDED_BY(mu) = false;
 
   uint64_t current_generation() {
     MutexLock l(mu);
@@ -88,12 +91,22 @@ struct PrefetchBuffer {
     }
     cv.notify_all();
   }
-  void ProducerRestarted() {
+  /// False when the pipeline is destroyed: the new producer must stop.
+  bool ProducerRestarted() {
     {
       MutexLock l(mu);
+      if (destroyed) return false;
       ++incarnation;
     }
     cv.notify_all();
+    return true;
+  }
+  void Destroyed(Status why) {
+    {
+      MutexLock l(mu);
+      destroyed = true;
+    }
+    ProducerGone(std::move(why));
   }
 };
 

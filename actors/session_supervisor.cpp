@@ -523,8 +523,13 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
                     ") after ", record->reason.ok() ? std::string("a normal exit") : record->reason.ToString())));
               }
             },
-            [weak](const caf::actor&) {
-              if (auto b = weak.lock()) b->ProducerRestarted();
+            [weak](const caf::actor& actor) {
+              // Restarted while its pipeline was being destroyed (after the
+              // destructor found no producer to stop): stop it; its link is
+              // retired, so the supervisor forgets it.
+              if (auto b = weak.lock(); b == nullptr || !b->ProducerRestarted()) {
+                caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+              }
             },
             [weak, name](const Status& reason) {
               if (auto b = weak.lock()) {
