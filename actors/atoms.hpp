@@ -263,6 +263,18 @@ class ChildLink {
     MutexLock l(mu_);
     return removed_;
   }
+  /// Its owner stops the service for good (an input pipeline destroyed
+  /// while the session runs): call before asking it to quit, so that the
+  /// supervisor forgets its exit (no failure, no restart) and restarts no
+  /// pending incarnation.
+  void Retire() {
+    MutexLock l(mu_);
+    retired_ = true;
+  }
+  bool retired() {
+    MutexLock l(mu_);
+    return retired_;
+  }
   /// How many actors this link has been bound to (1 after Attach).
   int incarnation() {
     MutexLock l(mu_);
@@ -361,6 +373,7 @@ class ChildLink {
   bool alive_ ABSL_GUARDED_BY(mu_) = true;
   bool detached_ ABSL_GUARDED_BY(mu_) = false;
   bool removed_ ABSL_GUARDED_BY(mu_) = false;
+  bool retired_ ABSL_GUARDED_BY(mu_) = false;
   int incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   Status exit_status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<Completion>> completions_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "actor_system.hpp"
 #include "input_pipeline.hpp"
@@ -19,6 +20,8 @@ namespace {
 
 using internal::ChildLink;
 using internal::credit_atom;
+using internal::kill_atom;
+using internal::MessageFaults;
 using internal::produce_atom;
 using internal::seek_atom;
 using internal_pipeline::PrefetchBuffer;
@@ -71,10 +74,33 @@ caf::behavior producer(caf::stateful_actor<producer_state>* self, ProducerArgs a
         // A seek for a newer generation is already on its way: skip the work.
         if (st.args.buffer->current_generation() != st.generation) return;
         const DatasetPosition position = st.next;
+        if (st.args.faults != nullptr) {
+          if (std::optional<MessageFaults::Action> a = st.args.faults->Next()) {
+            if (a->drop) {
+              // Lost: nothing is pushed, and the generation stalls (what
+              // follows would not be contiguous) until the consumer, whose
+              // Next() timed out, re-seeks.
+              FOREMAN_LOG_WARN("input_pipeline: the batch at {} dropped (injected actor fault {})",
+                               position.ToString(), a->fault_id);
+              --st.credits;
+              st.ended = true;
+              return;
+            }
+            if (st.args.clock != nullptr) st.args.clock->SleepFor(a->delay);
+          }
+        }
+        bool threw = true;
         StatusOr<Batch> batch = InvokeUserCode("input pipeline producer", [&]() -> StatusOr<Batch> {
           if (st.args.before_batch) st.args.before_batch(position);
-          return st.args.dataset->GetBatch(position);
+          StatusOr<Batch> b = st.args.dataset->GetBatch(position);
+          threw = false;
+          return b;
         });
+        if (threw && st.args.supervised) {
+          // The producer dies with it; the session's RestartPolicy decides.
+          self->quit(internal::StatusToError(batch.status()));
+          return;
+        }
         --st.credits;
         if (batch.ok()) {
           st.next = batch->next;
@@ -84,6 +110,7 @@ caf::behavior producer(caf::stateful_actor<producer_state>* self, ProducerArgs a
         st.args.buffer->Push(st.generation, position, std::move(batch));
         Schedule(self);
       },
+      [=](kill_atom, const caf::error& reason) { self->quit(reason); },
   };
 }
 
@@ -96,14 +123,43 @@ struct InputPipeline::Impl {
   // Declared before the link: released after it.
   internal::ActorSystemRef process_system;
   std::shared_ptr<ChildLink> producer = std::make_shared<ChildLink>(kProducerName);
+  // A session's service (MonitoredSession::NewInputPipeline): the link is the
+  // runtime's, the supervisor restarts the producer behind it.
+  bool supervised = false;
 
   // The consumer's side, guarded by buffer->mu (stats() reads them from any
   // thread; Next() runs on one thread at a time).
   bool seeked = false;
   DatasetPosition expected;  // position of the batch at the buffer's head
+  int64_t seen_incarnation = 0;  // the buffer's incarnation at the last seek
+  bool reseek = false;  // supervised: the last Next() timed out, re-request
   Stats stats;
 
+  static std::unique_ptr<InputPipeline> MakeSupervised(std::shared_ptr<const Dataset> dataset,
+                                                       InputPipelineOptions options,
+                                                       std::shared_ptr<PrefetchBuffer> buffer,
+                                                       std::shared_ptr<ChildLink> link) {
+    auto impl = std::make_unique<Impl>();
+    impl->dataset = std::move(dataset);
+    impl->options = std::move(options);
+    impl->options.before_batch = nullptr;
+    impl->buffer = std::move(buffer);
+    impl->producer = std::move(link);
+    impl->supervised = true;
+    return std::unique_ptr<InputPipeline>(new InputPipeline(std::move(impl)));
+  }
+
   ~Impl() {
+    if (supervised) {
+      // The supervisor forgets the producer's exit (no failure, no restart).
+      producer->Retire();
+      buffer->Destroyed(absl::UnavailableError("input pipeline: the pipeline is destroyed"));
+      if (producer->SendExit(caf::exit_reason::user_shutdown) && !producer->WaitExited(kStopTimeout)) {
+        FOREMAN_LOG_ERROR("The input pipeline's producer is still decoding after {}; the session's close() "
+                          "reports it", absl::FormatDuration(kStopTimeout));
+      }
+      return;  // The runtime detaches the link at close() (it owns the actor system).
+    }
     // SendExit is false when the actor is gone or was never started.
     if (producer->SendExit(caf::exit_reason::user_shutdown) && !producer->WaitExited(kStopTimeout)) {
       FOREMAN_LOG_ERROR("The input pipeline's producer is still decoding after {}",
@@ -166,30 +222,51 @@ StatusOr<Batch> InputPipeline::Next(const DatasetPosition& position, absl::Durat
   Clock* clock = im.options.clock;
   const absl::Duration deadline = clock->MonotonicNow() + timeout;
   MutexLock lock(buf.mu);
-  if (!im.seeked || position != im.expected) {
-    // The first call, or a restore moved the position: what is buffered is
-    // for another place.
+  auto gone = [&buf]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(buf.mu) {
+    // A supervised producer's status is already this pipeline's message.
+    if (absl::IsUnavailable(buf.producer_status) &&
+        absl::StartsWith(buf.producer_status.message(), "input pipeline: ")) {
+      return buf.producer_status;
+    }
+    return absl::UnavailableError(
+        absl::StrCat("input pipeline: the producer stopped: ", buf.producer_status.ToString()));
+  };
+  // A supervised producer that is down for good fails at once, buffered
+  // batches or not, so the outcome does not depend on how far it had got.
+  if (im.supervised && buf.producer_gone) return gone();
+  auto seek = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(buf.mu) {
     const uint64_t generation = ++buf.generation;
     buf.items.clear();
     im.seeked = true;
     im.expected = position;
+    im.seen_incarnation = buf.incarnation;
     ++im.stats.seeks;
     lock.unlock();
     im.producer->Send(seek_atom::value, generation, position.epoch, position.index,
                       static_cast<int64_t>(im.options.prefetch_batches));
     lock.lock();
-  }
+  };
+  // The first call, a restore that moved the position, a restarted producer
+  // (it knows nothing), or a retry after a timeout (a dropped batch): what
+  // is buffered is for another place, or nothing is coming.
+  if (!im.seeked || position != im.expected || im.reseek || buf.incarnation != im.seen_incarnation) seek();
+  im.reseek = false;
   if (buf.items.empty() && !buf.producer_gone) ++im.stats.waits;
-  const bool ready =
-      clock->WaitUntil(buf.mu, buf.cv, deadline,
-                       [&buf]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(buf.mu) { return !buf.items.empty() || buf.producer_gone; });
-  if (!ready) {
-    return absl::DeadlineExceededError(absl::StrCat("input pipeline: no batch for ", position.ToString(),
-                                                    " within ", absl::FormatDuration(timeout)));
-  }
-  if (buf.items.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("input pipeline: the producer stopped: ", buf.producer_status.ToString()));
+  for (;;) {
+    const bool ready = clock->WaitUntil(buf.mu, buf.cv, deadline, [&buf, &im]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(buf.mu) {
+      return !buf.items.empty() || buf.producer_gone || buf.incarnation != im.seen_incarnation;
+    });
+    if (!ready) {
+      im.reseek = im.supervised;
+      return absl::DeadlineExceededError(absl::StrCat("input pipeline: no batch for ", position.ToString(),
+                                                      " within ", absl::FormatDuration(timeout)));
+    }
+    if (buf.producer_gone && (im.supervised || buf.items.empty())) return gone();
+    if (buf.incarnation != im.seen_incarnation) {
+      seek();  // restarted: the new producer starts at this position
+      continue;
+    }
+    break;
   }
   PrefetchBuffer::Item& head = buf.items.front();
   if (head.position != position) {
@@ -206,6 +283,18 @@ StatusOr<Batch> InputPipeline::Next(const DatasetPosition& position, absl::Durat
   lock.unlock();
   im.producer->Send(credit_atom::value, generation, int64_t{1});
   return batch;
+}
+
+std::unique_ptr<InputPipeline> internal_pipeline::MakeSupervisedPipeline(std::shared_ptr<const Dataset> dataset,
+                                                                        InputPipelineOptions options,
+                                                                        std::shared_ptr<PrefetchBuffer> buffer,
+                                                                        std::shared_ptr<internal::ChildLink> link) {
+  return InputPipeline::Impl::MakeSupervised(std::move(dataset), std::move(options), std::move(buffer),
+                                             std::move(link));
+}
+
+caf::actor internal_pipeline::SpawnProducer(caf::local_actor* parent, ProducerArgs args) {
+  return parent->spawn<caf::detached>(producer, std::move(args));
 }
 
 InputPipeline::Stats InputPipeline::stats() const {

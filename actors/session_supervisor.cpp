@@ -15,6 +15,7 @@
 #include "actor_system.hpp"
 #include "checkpoint_saver.hpp"
 #include "formats/saver.hpp"
+#include "input_pipeline.hpp"
 #include "platform/log.hpp"
 #include "platform/path.hpp"
 #include "runtime/runtime.hpp"
@@ -138,6 +139,10 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
   st.pending.erase(it);
   for (std::size_t j : group.members) {
     ServiceChild& c = st.services[j];
+    if (c.spec.link && c.spec.link->retired()) {  // its owner stopped it meanwhile
+      c.removed = true;
+      continue;
+    }
     ServiceRestart record;
     record.service = c.spec.name;
     record.reason = j == group.failed ? group.reason : absl::OkStatus();
@@ -150,6 +155,7 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
     if (s.ok() && !actor) s = absl::InternalError(absl::StrCat("restarting ", c.spec.name, ": no actor"));
     if (!s.ok()) {
       c.removed = true;
+      if (c.spec.on_stopped) c.spec.on_stopped(s);
       Escalate(self, c.spec.name, s);
       continue;
     }
@@ -174,8 +180,14 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
   ServiceChild& c = st.services[i];
   const RestartPolicy& policy = st.options->policy;
   const bool normal = !reason;
+  if (c.spec.link && c.spec.link->retired()) {  // its owner stopped it: not a failure
+    c.removed = true;
+    return;
+  }
   if (policy.IsTensorFlowDefault()) {
-    if (!normal) Escalate(self, c.spec.name, ErrorToStatus(reason, c.spec.name));
+    const Status status = normal ? absl::OkStatus() : ErrorToStatus(reason, c.spec.name);
+    if (c.spec.on_stopped) c.spec.on_stopped(status);
+    if (!normal) Escalate(self, c.spec.name, status);
     return;
   }
   const Status status = normal ? absl::OkStatus() : ErrorToStatus(reason, c.spec.name);
@@ -206,6 +218,7 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
                         c.spec.name, policy.max_restarts, absl::FormatDuration(policy.period), escalated.ToString());
     }
     c.removed = true;
+    if (c.spec.on_stopped) c.spec.on_stopped(escalated);
     Escalate(self, c.spec.name, escalated);
     return;
   }
@@ -470,6 +483,65 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
     return {handle};
   }
 
+  StatusOr<std::unique_ptr<data::InputPipeline>> NewInputPipeline(std::shared_ptr<const data::Dataset> dataset,
+                                                                   data::InputPipelineOptions options) override {
+    if (dataset == nullptr) return absl::InvalidArgumentError("NewInputPipeline: no dataset");
+    if (options.prefetch_batches < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("NewInputPipeline: prefetch_batches must be >= 1, got ", options.prefetch_batches));
+    }
+    if (options.actor_system != nullptr) {
+      return absl::InvalidArgumentError(
+          "NewInputPipeline: options.actor_system must be null: the producer lives in the session's actor system");
+    }
+    if (options.clock != Clock::Real()) {
+      return absl::InvalidArgumentError(
+          "NewInputPipeline: options.clock must be left at its default: the session's Clock (SessionConfig::clock) "
+          "measures Next()'s timeout");
+    }
+    options.clock = config_.clock;
+    MutexLock l(mu_);
+    FOREMAN_RETURN_IF_ERROR(CheckRunningLocked());
+    namespace ip = data::internal_pipeline;
+    auto buffer = std::make_shared<ip::PrefetchBuffer>();
+    auto faults = std::make_shared<MessageFaults>();
+    ip::ProducerArgs args{dataset, buffer, std::move(options.before_batch), faults, config_.clock, true};
+    options.before_batch = nullptr;
+    const std::string name = absl::StrCat("input_pipeline(", ++pipelines_started_, ")");
+    const RestartType type = options_.restart.TypeOf("input_pipeline");
+    std::weak_ptr<ip::PrefetchBuffer> weak = buffer;
+    FOREMAN_ASSIGN_OR_RETURN(
+        auto link,
+        SpawnChildLocked(
+            name, "input_pipeline", faults,
+            [args](caf::local_actor* parent, const caf::actor&) { return ip::SpawnProducer(parent, args); },
+            [weak, name, type](ServiceRestart* record, bool restart) {
+              if (restart) return;
+              if (auto b = weak.lock()) {
+                b->ProducerGone(absl::UnavailableError(absl::StrCat(
+                    "input pipeline: the producer ", name, " was removed by the restart policy (", RestartTypeName(type),
+                    ") after ", record->reason.ok() ? std::string("a normal exit") : record->reason.ToString())));
+              }
+            },
+            [weak](const caf::actor& actor) {
+              // Restarted while its pipeline was being destroyed (after the
+              // destructor found no producer to stop): stop it; its link is
+              // retired, so the supervisor forgets it.
+              if (auto b = weak.lock(); b == nullptr || !b->ProducerRestarted()) {
+                caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+              }
+            },
+            [weak, name](const Status& reason) {
+              if (auto b = weak.lock()) {
+                b->ProducerGone(absl::UnavailableError(
+                    absl::StrCat("input pipeline: the producer ", name, " stopped and is not restarted: ",
+                                 reason.ok() ? std::string("it exited normally") : reason.ToString())));
+              }
+            }));
+    pipelines_.push_back(Pipeline{buffer, link});
+    return ip::MakeSupervisedPipeline(std::move(dataset), std::move(options), std::move(buffer), std::move(link));
+  }
+
   void SetCoordinator(Coordinator* coord) override { cell_->SetCoordinator(coord); }
   Status error() override { return cell_->error(); }
   void ObserveSaves(SaveObservers::Fn fn) override { save_observers_->Add(std::move(fn)); }
@@ -540,6 +612,14 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
       for (auto& [key, c] : counters_) {
         counters.push_back(c);
         links.push_back(c->link());
+      }
+      for (Pipeline& p : pipelines_) {
+        // Next() fails at once from here on (its producer is stopped below).
+        if (auto b = p.buffer.lock()) {
+          b->ProducerGone(absl::UnavailableError(
+              absl::StrCat("input pipeline: the session is closed (close()): ", p.link->name(), " is shut down")));
+        }
+        links.push_back(p.link);
       }
     }
 
@@ -653,11 +733,13 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
       const std::string& name, const std::string& kind, std::shared_ptr<MessageFaults> faults,
       std::function<caf::actor(caf::local_actor*, const caf::actor&)> spawn,
       std::function<void(ServiceRestart*, bool)> on_exit = {},
-      std::function<void(const caf::actor&)> on_restarted = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      std::function<void(const caf::actor&)> on_restarted = {},
+      std::function<void(const Status&)> on_stopped = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto reply = std::make_shared<SpawnReply>();
     auto link = std::make_shared<ChildLink>(name);
     supervisor_->Track(reply->done);
-    ChildSpec spec{name, std::move(spawn), kind, link, std::move(on_exit), std::move(on_restarted)};
+    ChildSpec spec{name, std::move(spawn), kind, link, std::move(on_exit), std::move(on_restarted),
+                   std::move(on_stopped)};
     if (!supervisor_->Send(spawn_atom::value, std::move(spec), reply)) {
       reply->done->Complete(absl::UnavailableError("the session_supervisor is not running"));
     }
@@ -726,6 +808,14 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
   std::map<std::string, std::shared_ptr<SummaryWriterHandle>> writers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<CheckpointHandle>> savers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<StepCounterHandle>> counters_ ABSL_GUARDED_BY(mu_);
+  // Session-owned input pipelines: their buffers (the pipelines own them)
+  // and the producers' links, which Shutdown stops and detaches.
+  struct Pipeline {
+    std::weak_ptr<data::internal_pipeline::PrefetchBuffer> buffer;
+    std::shared_ptr<ChildLink> link;
+  };
+  std::vector<Pipeline> pipelines_ ABSL_GUARDED_BY(mu_);
+  int64_t pipelines_started_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace

@@ -28,7 +28,9 @@
 //       lost). When a restart would exceed the intensity (max_restarts
 //       within period, on the session's Clock) the failure escalates as
 //       above, with the child's own Status. A service that is not restarted
-//       is removed (logged, recorded with restarted = false).
+//       is removed (logged, recorded with restarted = false). A child whose
+//       ChildLink was retired by its owner (an input pipeline destroyed
+//       while the session runs) is forgotten: no report, no restart.
 //   (restart_atom, uint64_t id)                                  to itself
 //       A back-off is over: restart that group once every member is down.
 //   exit_msg not from a child (the Runtime's anon_send_exit, user_shutdown)
@@ -72,6 +74,12 @@ struct ChildSpec {
   /// `link` (a summary writer is sent a drain there: what was queued while
   /// no incarnation could be asked). May be empty.
   std::function<void(const caf::actor& actor)> on_restarted;
+  /// Called on the supervisor when the service is down for good without
+  /// being removed: TF's default policy (an error escalates, a normal exit
+  /// is forgotten), the restart intensity exceeded, or a restart that failed
+  /// to spawn. `reason`: its exit status (OK: a normal exit) or the spawn's
+  /// error. May be empty.
+  std::function<void(const Status& reason)> on_stopped;
 };
 
 /// The supervisor's answer to a spawn request.

@@ -114,7 +114,7 @@ for s in r["seeds"]:
 if n > 1:
     assert s and r["seeds"][1]["plan"] == {"seed": 1, "faults": [
         {"id": "signal-1", "type": "process", "signal": "SIGKILL", "at_step": 68},
-        {"id": "actor-2", "type": "actor", "service": "checkpoint_saver", "kind": "kill", "at_step": 97},
+        {"id": "actor-2", "type": "actor", "service": "step_counter", "kind": "kill", "at_step": 97},
         {"id": "step-3", "type": "step", "status": "UNAVAILABLE", "at_step": 29}]}, \
         r["seeds"][1]["plan"]
 # The faults really fired and the job really was restarted.
@@ -171,7 +171,7 @@ if [[ $full == 1 ]]; then
   done
   same_report "$tmp/replay1.json" "$tmp/replay2.json" || fail "two replays of seed $k differ"
   same_report "$tmp/all.json" "$tmp/replay1.json" "$k" || fail "the replay of seed $k differs from its run among --seeds"
-  # A seed that kills a service actor (the checkpoint saver at step 70): the
+  # A seed that kills a service actor (the step counter at step 70): the
   # kill is asynchronous, and the run once ended at step 71 or 75.
   for i in 1 2 3; do
     out=$(timeout 120 "$foreman" chaos --preset actors --seed 0 --json "$tmp/actors$i.json" 2>&1); rc=$?

@@ -8,7 +8,9 @@
 # the fault-free weights, bit for bit; ENOSPC on a checkpoint's data file
 # ends the run with exit 3 naming the fault, the previous checkpoint
 # intact, and the rerun finishes; a NaN-loss fault, a hook that throws and
-# an EIO reading the data before training are exit 3 too; the
+# an EIO reading the data before training and an actor fault killing the
+# input pipeline's producer are exit 3 too (the latter's rerun resumes with
+# the fault-free weights); the
 # docs' plan run as a supervisor would (SIGTERM: a graceful stop, exit 0;
 # an fsync: exit 3; SIGKILL: 137; then done, with the fault-free weights).
 # Small runs on the real Fashion-MNIST (Debian: dataset-fashion-mnist).
@@ -209,6 +211,24 @@ has "did not write" "$out" && fail "EACCES on stat of train_settings.txt: taken 
 train --checkpoint-dir "$tmp/statted" --fault-plan "$tmp/stat.json" "${small[@]/#$steps/260}"
 [[ $rc -eq 0 ]] && has "Restoring parameters from $tmp/statted/model.ckpt-200" "$out" \
   || fail "EACCES on stat: the rerun did not resume from model.ckpt-200 (exit $rc): $out"
+
+# 9d. An actor fault that kills the input pipeline's producer at step 70
+#     (TF's default policy): exit 3 naming the fault, model.ckpt-60 the
+#     latest; the rerun resumes from it, does not fire it again and ends
+#     with the fault-free weights.
+d=$tmp/input-killed
+plan input '{"faults": [{"id": "kill-input", "type": "actor", "service": "input_pipeline", "kind": "kill", "at_step": 70}]}'
+train --checkpoint-dir "$d" --fault-plan "$tmp/input.json" "${small[@]}"
+[[ $rc -eq 3 ]] || fail "input pipeline killed at 70: exit $rc, expected 3: $out"
+[[ $(tail -n 1 <<<"$out") == "foreman train: stopped by injected fault kill-input: INTERNAL: injected actor fault kill-input" ]] \
+  || fail "input pipeline killed at 70: the last line: $(tail -n 1 <<<"$out")"
+[[ $(record "$d") == "kill-input actor:input_pipeline any 70" ]] || fail "input pipeline killed at 70: the record is '$(record "$d")'"
+[[ $(latest_step "$d") == 60 ]] || fail "input pipeline killed at 70: the latest checkpoint is '$(latest_step "$d")', not 60"
+train --checkpoint-dir "$d" --fault-plan "$tmp/input.json" "${small[@]}"
+[[ $rc -eq 0 ]] || fail "input pipeline killed at 70, rerun: exit $rc, expected 0: $out"
+has "Restoring parameters from $d/model.ckpt-60" "$out" || fail "input pipeline killed, rerun: no restore of model.ckpt-60: $out"
+has "injected fault" "$out" && fail "input pipeline killed, rerun: fired a fault again: $out"
+same_as_ref "$d" "input pipeline killed at 70, rerun"
 
 # 10. docs/fault-injection.md's "Faults in foreman train" plan, as a
 #     supervisor runs it: the same command after every exit until it trains

@@ -646,7 +646,7 @@ TEST_CASE("FaultInjectionHook::Create rejects bad actor faults naming the fault 
     const char* expected;
   };
   const std::vector<Case> cases = {
-      {[](ActorFault& f) { f.service = "ps"; }, "service must be summary_writer, checkpoint_saver or step_counter"},
+      {[](ActorFault& f) { f.service = "ps"; }, "service must be summary_writer, checkpoint_saver, step_counter or input_pipeline"},
       {[](ActorFault& f) { f.at_time = absl::Seconds(1); }, "exactly one of at_step (>= 0) and at_time (>= 0)"},
       {[](ActorFault& f) { f.at_step = -1; }, "exactly one of at_step (>= 0) and at_time (>= 0)"},
       {[](ActorFault& f) { f.count = 0; }, "count must be >= 1, got 0"},

@@ -424,7 +424,8 @@ struct ProcessFault {
 std::string SignalName(int signal);
 
 /// A fault in one of the session's service actors (the checkpoint saver, the
-/// summary writers, the step counter): plain data, like StepFault. It fires
+/// summary writers, the step counter, the producers of the session's input
+/// pipelines): plain data, like StepFault. It fires
 /// in FaultInjectionHook::before_run, at the run that starts at global_step
 /// `at_step`, or at the first run that starts once `at_time` has passed on
 /// the session's Clock since the hook got the services (AttachServices, at
@@ -437,22 +438,27 @@ std::string SignalName(int signal);
 ///           (e.g. "summary_writer(/logs)"); under a restart policy the
 ///           service is restarted or removed.
 ///   kDelay  each of the service's next `count` work messages (a summary
-///           writer's batch of events, a save, a step-rate record) waits
-///           `delay` on the session's Clock before it is handled.
+///           writer's batch of events, a save, a step-rate record, an input
+///           pipeline's batch decode) waits `delay` on the session's Clock
+///           before it is handled.
 ///   kDrop   its next `count` work messages are dropped: a summary writer's
 ///           batch of events is lost (a WARNING names how many), a save's
 ///           ticket fails DEADLINE_EXCEEDED "the save of step <n> was
 ///           dropped (injected actor fault <id>)" at once (what waiting for
 ///           a lost save would end with; not a preemption, so the
 ///           CheckpointSaverHook ends the run with it), a step-rate record
-///           is not written.
+///           is not written, an input pipeline's batch is lost (a WARNING
+///           names its position): the Next() waiting for it is
+///           DEADLINE_EXCEEDED after its timeout, and the next call
+///           re-requests it (MonitoredSession::NewInputPipeline).
 /// A fault whose service is not running when it fires does nothing (it is
 /// still recorded).
 struct ActorFault {
   enum class Kind : int { kKill = 0, kDelay, kDrop };
   /// As StepFault::id.
   std::string id;
-  /// "summary_writer", "checkpoint_saver" or "step_counter".
+  /// "summary_writer", "checkpoint_saver", "step_counter" or
+  /// "input_pipeline".
   std::string service;
   Kind kind = Kind::kKill;
   /// Exactly one of: the global_step (before the step) it fires at, or the
@@ -614,7 +620,7 @@ struct FaultPlan {
 ///           (a global_step >= 0) or "at_time_ms" (milliseconds in
 ///           [0, 2592000000], 30 days), "repeat".
 ///   "actor": "service" ("summary_writer", "checkpoint_saver",
-///           "step_counter"), "kind" ("kill", "delay", "drop"; default
+///           "step_counter", "input_pipeline"), "kind" ("kill", "delay", "drop"; default
 ///           "kill"), exactly one of "at_step" (>= 0) or "at_time_ms"
 ///           (milliseconds >= 0 on the session's Clock), "delay_ms" (kind
 ///           delay only, required, [0, 3600000]), "count" (delay and drop

@@ -10,6 +10,12 @@
 // buffer and re-seeks the producer. Either way its result is exactly
 // dataset->GetBatch(position), so prefetching never changes what a run sees.
 //
+// InputPipeline::Create's producer is not supervised: when it dies, Next()
+// is UNAVAILABLE for good. MonitoredSession::NewInputPipeline returns the
+// same class with its producer in the session's supervision tree (service
+// kind "input_pipeline": restart policies and actor faults apply, and a
+// restart is invisible to Next()); monitored_session.hpp documents it.
+//
 // Usage:
 //   ```cpp
 //   FOREMAN_ASSIGN_OR_RETURN(auto pipeline, foreman::data::InputPipeline::Create(dataset, {}));

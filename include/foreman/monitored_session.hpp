@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "foreman/coordinator.hpp"
 #include "foreman/hooks.hpp"
+#include "foreman/input_pipeline.hpp"
 #include "foreman/restart_policy.hpp"
 #include "foreman/session.hpp"
 #include "foreman/session_manager.hpp"
@@ -277,6 +278,55 @@ class MonitoredSession {
   /// (RuntimeOptions::restart; empty under TF's default policy, where a
   /// failing service ends the run). Also after close(). Thread-safe.
   std::vector<ServiceRestart> service_restarts() const;
+
+  /// An input pipeline (TF: a tf.data prefetching iterator) whose producer
+  /// actor is one of this session's services: a child of its
+  /// session_supervisor, service kind "input_pipeline", named
+  /// "input_pipeline(<k>)" (k: 1 for the session's first pipeline). It is a
+  /// member of the session, not a free function next to
+  /// data::InputPipeline::Create, because the session owns what it joins:
+  /// the supervision tree, the RestartPolicy, the Clock, the actor faults.
+  /// Next() is as data::InputPipeline documents it (exactly
+  /// dataset->GetBatch(position)), and its timeout is measured on the
+  /// session's Clock (SessionConfig::clock). Under the session's policy
+  /// (RuntimeOptions::restart, restart_policy.hpp):
+  ///   TF's default: a producer that dies (an injected kill, or user code --
+  ///     GetBatch, before_batch -- that throws) ends the run with its error,
+  ///     reported as "input_pipeline(<k>)" like the other services; Next()
+  ///     then returns UNAVAILABLE "input pipeline: the producer
+  ///     input_pipeline(<k>) stopped and is not restarted: <reason>" at
+  ///     once, batches already decoded or not (a normal exit is not a
+  ///     failure, but nothing restarts it: Next() is UNAVAILABLE too).
+  ///   permanent / transient (restarted): the supervisor spawns a new
+  ///     producer behind the same address; the next Next() re-seeks it to
+  ///     the position asked for (waiting for the restart within its
+  ///     timeout), so it still returns exactly dataset->GetBatch(position):
+  ///     a restart never changes what training sees. It is recorded in
+  ///     service_restarts() like the other services'.
+  ///   temporary (or transient after a normal exit): the producer is removed;
+  ///     Next() returns UNAVAILABLE "input pipeline: the producer
+  ///     input_pipeline(<k>) was removed by the restart policy (<type>) after
+  ///     <reason>".
+  /// ActorFault (fault.hpp) with service "input_pipeline": kKill as above;
+  /// kDelay: each of the producer's next `count` batch decodes first waits
+  /// `delay` on the session's Clock; kDrop: each of its next `count` batches
+  /// is lost (a WARNING names its position) and the producer decodes nothing
+  /// more until asked again: the Next() waiting for it returns
+  /// DEADLINE_EXCEEDED after its timeout, and the next call re-requests that
+  /// position (a re-seek), so a retry returns exactly GetBatch(position).
+  /// Lifetime: the pipeline may outlive close() and the session: from
+  /// close() on (the producer is stopped with the other services) Next()
+  /// returns UNAVAILABLE "input pipeline: the session is closed ...", and
+  /// the destructor returns at once. Destroyed while the session runs, it
+  /// stops its producer (waiting, real time, for the batch being decoded);
+  /// the supervisor forgets it (no failure, no restart).
+  /// Errors: INVALID_ARGUMENT for a null dataset, prefetch_batches < 1, or
+  /// options.actor_system / options.clock not left at their defaults (the
+  /// session's are used); FAILED_PRECONDITION after close(); INTERNAL or
+  /// DEADLINE_EXCEEDED when the actor cannot be started. Thread-safe; the
+  /// pipeline's Next() is called by one thread at a time.
+  StatusOr<std::unique_ptr<data::InputPipeline>> NewInputPipeline(std::shared_ptr<const data::Dataset> dataset,
+                                                                  data::InputPipelineOptions options = {});
 
   /// The coordinator of the latest created session (a new one per created
   /// session, as TF). Never null after Create(): between two sessions of a

@@ -5,7 +5,9 @@
 // or Supervisor.
 //
 // The services are named by kind: "summary_writer" (one per logdir),
-// "checkpoint_saver" (one per checkpoint directory) and "step_counter". They
+// "checkpoint_saver" (one per checkpoint directory), "step_counter" and
+// "input_pipeline" (the producer of each MonitoredSession::NewInputPipeline;
+// a restarted one is re-seeked, so the batches served do not change). They
 // are reached through stable handles, so a restarted service is transparent
 // to the hooks that use it.
 //
@@ -72,7 +74,8 @@ const char* RestartStrategyName(RestartStrategy strategy);
 struct RestartPolicy {
   /// The restart type of every service not named in `services`.
   RestartType type = RestartType::kPermanent;
-  /// Per service kind: "summary_writer", "checkpoint_saver", "step_counter".
+  /// Per service kind: "summary_writer", "checkpoint_saver", "step_counter",
+  /// "input_pipeline".
   std::map<std::string, RestartType> services;
   RestartStrategy strategy = RestartStrategy::kOneForOne;
   /// Restart intensity (OTP: intensity, period): at most `max_restarts`

@@ -343,10 +343,11 @@ const char* ActorKindName(ActorFault::Kind k) {
 }
 
 Status ParseActorFault(Fields& f, ActorFault* out) {
-  if (!f.Has("service")) return f.Missing("service", "summary_writer, checkpoint_saver or step_counter");
+  if (!f.Has("service")) return f.Missing("service", "summary_writer, checkpoint_saver, step_counter or input_pipeline");
   FOREMAN_RETURN_IF_ERROR(f.String("service", &out->service));
-  if (out->service != "summary_writer" && out->service != "checkpoint_saver" && out->service != "step_counter") {
-    return f.Error("service", "one of summary_writer, checkpoint_saver, step_counter");
+  if (out->service != "summary_writer" && out->service != "checkpoint_saver" && out->service != "step_counter" &&
+      out->service != "input_pipeline") {
+    return f.Error("service", "one of summary_writer, checkpoint_saver, step_counter, input_pipeline");
   }
   if (f.Take("kind")) {
     std::string kind;

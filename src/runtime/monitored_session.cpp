@@ -927,6 +927,15 @@ std::vector<ServiceRestart> MonitoredSession::service_restarts() const {
   return impl_->runtime ? impl_->runtime->restarts() : std::vector<ServiceRestart>{};
 }
 
+StatusOr<std::unique_ptr<data::InputPipeline>> MonitoredSession::NewInputPipeline(
+    std::shared_ptr<const data::Dataset> dataset, data::InputPipelineOptions options) {
+  if (!impl_->runtime) return absl::FailedPreconditionError("NewInputPipeline: the session has no services");
+  if (impl_->closed.load(std::memory_order_acquire)) {
+    return absl::FailedPreconditionError("NewInputPipeline: the session is closed");
+  }
+  return impl_->runtime->NewInputPipeline(std::move(dataset), std::move(options));
+}
+
 // The latest: between sessions and after close() too (kept alive by
 // `coordinators` until the session is destroyed).
 Coordinator* MonitoredSession::coordinator() const { return impl_->last_coord.load(std::memory_order_acquire); }

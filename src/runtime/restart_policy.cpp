@@ -11,7 +11,7 @@
 namespace foreman {
 
 namespace {
-constexpr const char* kServiceKinds[] = {"summary_writer", "checkpoint_saver", "step_counter"};
+constexpr const char* kServiceKinds[] = {"summary_writer", "checkpoint_saver", "step_counter", "input_pipeline"};
 }  // namespace
 
 const char* RestartTypeName(RestartType type) {
@@ -52,7 +52,7 @@ Status ValidateRestartPolicy(const RestartPolicy& policy) {
   for (const auto& [name, type] : policy.services) {
     if (std::find(std::begin(kServiceKinds), std::end(kServiceKinds), name) == std::end(kServiceKinds)) {
       return bad(absl::StrCat("services: unknown service \"", name,
-                              "\" (expected summary_writer, checkpoint_saver or step_counter)"));
+                              "\" (expected summary_writer, checkpoint_saver, step_counter or input_pipeline)"));
     }
     if (!valid_type(type)) return bad(absl::StrCat("services[", name, "]: type out of range: ", static_cast<int>(type)));
   }

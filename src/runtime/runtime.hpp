@@ -6,7 +6,8 @@
 //   ├── coordinator               forwards service failures to the session's Coordinator
 //   ├── checkpoint_saver          one per checkpoint directory (holds its lock)
 //   ├── summary_writer            one per logdir (TF's FileWriterCache)
-//   └── step_counter              one per output_dir
+//   ├── step_counter              one per output_dir
+//   └── input_pipeline            one per NewInputPipeline (its producer)
 //
 // A child that fails (returns an error, throws, or dies) is handled by the
 // session's RestartPolicy (RuntimeOptions::restart; OTP's supervisor, see

@@ -26,6 +26,7 @@
 #include "foreman/coordinator.hpp"
 #include "foreman/env.hpp"
 #include "foreman/event_writer.hpp"
+#include "foreman/input_pipeline.hpp"
 #include "foreman/mutex.hpp"
 #include "foreman/restart_policy.hpp"
 #include "foreman/status.hpp"
@@ -147,8 +148,8 @@ class StepCounterService {
 /// implements it and hands it out as Services::service_faults(); the
 /// MonitoredSession gives every hook the Services at creation
 /// (SessionRunHook::AttachServices). `service` is a kind:
-/// "summary_writer", "checkpoint_saver" or "step_counter"; each call acts on
-/// every running service of that kind. Thread-safe.
+/// "summary_writer", "checkpoint_saver", "step_counter" or "input_pipeline";
+/// each call acts on every running service of that kind. Thread-safe.
 class ServiceFaults {
  public:
   virtual ~ServiceFaults() = default;
@@ -203,6 +204,14 @@ class Services {
   virtual void ObserveSaves(SaveObservers::Fn fn) = 0;
   virtual Clock* clock() = 0;
   virtual Env* env() = 0;
+  /// An input pipeline whose producer is a service child of the session's
+  /// supervisor, kind "input_pipeline" (MonitoredSession::NewInputPipeline
+  /// documents it). FAILED_PRECONDITION after Shutdown; INVALID_ARGUMENT
+  /// for bad options.
+  virtual StatusOr<std::unique_ptr<data::InputPipeline>> NewInputPipeline(
+      std::shared_ptr<const data::Dataset> /*dataset*/, data::InputPipelineOptions /*options*/) {
+    return absl::UnimplementedError("these services have no input pipelines");
+  }
   /// Actor fault injection (null when the services cannot be reached).
   virtual ServiceFaults* service_faults() { return nullptr; }
   /// Every restart or removal the supervisor performed (RestartPolicy).

@@ -86,15 +86,21 @@ nlohmann::json SignalFault(SplitMix64& rng, const std::string& id) {
 // A service actor killed (TF's default policy: the run ends, naming the
 // fault, and the supervisor restarts the job), delayed, or dropping its next
 // messages (a summary batch, a step-rate record: lost; a save: the run ends
-// with DEADLINE_EXCEEDED). None changes training.
+// with DEADLINE_EXCEEDED). The input pipeline's producer is killed or
+// delayed, never dropped: a dropped batch leaves the step waiting for
+// --batch-timeout (60 s) before the run fails, too long for a seed. None
+// changes training (a restarted job re-reads its batches from the restored
+// position: the same ones).
 nlohmann::json ActorFault(SplitMix64& rng, const std::string& id) {
-  static constexpr const char* kServices[] = {"summary_writer", "step_counter", "checkpoint_saver"};
+  static constexpr const char* kServices[] = {"summary_writer", "step_counter", "checkpoint_saver", "input_pipeline"};
   static constexpr const char* kKinds[] = {"kill", "delay", "drop"};
+  static constexpr const char* kInputKinds[] = {"kill", "delay"};
   nlohmann::json f;
   f["id"] = id;
   f["type"] = "actor";
-  f["service"] = rng.Pick(kServices);
-  const std::string kind = rng.Pick(kKinds);
+  const std::string service = rng.Pick(kServices);
+  f["service"] = service;
+  const std::string kind = service == "input_pipeline" ? rng.Pick(kInputKinds) : rng.Pick(kKinds);
   f["kind"] = kind;
   f["at_step"] = rng.Uniform(kFirstStep, kLastStep);
   if (kind == "delay") f["delay_ms"] = rng.Uniform(1, 50);

@@ -1220,15 +1220,8 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   }
   if (ExitCode code = WriteRunFiles(job)) return *code;
 
-  // 8. Train. The input pipeline starts now (its actor inherits the blocked
-  //    signals) in the process's actor system, which the session's services
-  //    share; the directory stays locked (the session's checkpoint saver
+  // 8. Train. The directory stays locked (the session's checkpoint saver
   //    uses the lock taken in step 1).
-  data::InputPipelineOptions pipeline_options;
-  pipeline_options.prefetch_batches = static_cast<int>(job.f.prefetch_batches);
-  auto pipeline = data::InputPipeline::Create(job.train_set, pipeline_options);
-  if (!pipeline.ok()) return job.Exit(kExitFailed, "input pipeline", pipeline.status());
-  job.model->pipeline = std::move(*pipeline);
   TestPauseBeforeSession();
   const auto started = std::chrono::steady_clock::now();
   auto session = MonitoredTrainingSession(std::move(job.mts));
@@ -1238,6 +1231,18 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
                            code == absl::StatusCode::kFailedPrecondition;
     return job.Exit(bad_input ? kExitUsage : kExitFailed, "cannot start training", session.status());
   }
+  // The input pipeline is one of the session's services (its producer actor
+  // inherits the blocked signals): the session's restart policy and actor
+  // faults ("input_pipeline") cover it. It starts before the first step.
+  data::InputPipelineOptions pipeline_options;
+  pipeline_options.prefetch_batches = static_cast<int>(job.f.prefetch_batches);
+  auto pipeline = (*session)->NewInputPipeline(job.train_set, pipeline_options);
+  if (!pipeline.ok()) {
+    (*session)->request_stop(pipeline.status());
+    (*session)->close().IgnoreError();
+    return job.Exit(kExitFailed, "input pipeline", pipeline.status());
+  }
+  job.model->pipeline = std::move(*pipeline);
   const std::vector<std::string> fetches = {"train_op"};
   while (!(*session)->should_stop()) {
     if (!(*session)->run(fetches).ok()) break;  // close() returns the error (OK after a clean stop)

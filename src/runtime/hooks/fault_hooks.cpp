@@ -25,7 +25,7 @@ namespace foreman {
 
 namespace {
 
-constexpr const char* kActorServices[] = {"summary_writer", "checkpoint_saver", "step_counter"};
+constexpr const char* kActorServices[] = {"summary_writer", "checkpoint_saver", "step_counter", "input_pipeline"};
 
 constexpr const char* kCallbacks[] = {"begin", "after_create_session", "before_run", "after_run", "end"};
 
@@ -254,7 +254,7 @@ StatusOr<std::shared_ptr<FaultInjectionHook>> FaultInjectionHook::Create(const O
     for (const char* k : kActorServices) known = known || f.service == k;
     if (!known) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "service must be summary_writer, checkpoint_saver or step_counter, got \"", f.service, "\""));
+          where, "service must be summary_writer, checkpoint_saver, step_counter or input_pipeline, got \"", f.service, "\""));
     }
     const int kind = static_cast<int>(f.kind);
     if (kind < 0 || kind > static_cast<int>(ActorFault::Kind::kDrop)) {
