@@ -153,7 +153,7 @@ struct InputPipeline::Impl {
     if (supervised) {
       // The supervisor forgets the producer's exit (no failure, no restart).
       producer->Retire();
-      buffer->Destroyed(absl::UnavailableError("input pipeline: the pipeline is destroyed"));
+      buffer->Destroyed(absl::FailedPreconditionError("input pipeline: the pipeline is destroyed"));
       if (producer->SendExit(caf::exit_reason::user_shutdown) && !producer->WaitExited(kStopTimeout)) {
         FOREMAN_LOG_ERROR("The input pipeline's producer is still decoding after {}; the session's close() "
                           "reports it", absl::FormatDuration(kStopTimeout));
@@ -223,8 +223,9 @@ StatusOr<Batch> InputPipeline::Next(const DatasetPosition& position, absl::Durat
   const absl::Duration deadline = clock->MonotonicNow() + timeout;
   MutexLock lock(buf.mu);
   auto gone = [&buf]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(buf.mu) {
-    // A supervised producer's status is already this pipeline's message.
-    if (absl::IsUnavailable(buf.producer_status) &&
+    // A supervised producer's status is already this pipeline's message
+    // (FAILED_PRECONDITION, not a preemption code: see NewInputPipeline).
+    if (absl::IsFailedPrecondition(buf.producer_status) &&
         absl::StartsWith(buf.producer_status.message(), "input pipeline: ")) {
       return buf.producer_status;
     }

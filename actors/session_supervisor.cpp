@@ -518,7 +518,7 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
             [weak, name, type](ServiceRestart* record, bool restart) {
               if (restart) return;
               if (auto b = weak.lock()) {
-                b->ProducerGone(absl::UnavailableError(absl::StrCat(
+                b->ProducerGone(absl::FailedPreconditionError(absl::StrCat(
                     "input pipeline: the producer ", name, " was removed by the restart policy (", RestartTypeName(type),
                     ") after ", record->reason.ok() ? std::string("a normal exit") : record->reason.ToString())));
               }
@@ -533,7 +533,7 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
             },
             [weak, name](const Status& reason) {
               if (auto b = weak.lock()) {
-                b->ProducerGone(absl::UnavailableError(
+                b->ProducerGone(absl::FailedPreconditionError(
                     absl::StrCat("input pipeline: the producer ", name, " stopped and is not restarted: ",
                                  reason.ok() ? std::string("it exited normally") : reason.ToString())));
               }
@@ -616,7 +616,7 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
       for (Pipeline& p : pipelines_) {
         // Next() fails at once from here on (its producer is stopped below).
         if (auto b = p.buffer.lock()) {
-          b->ProducerGone(absl::UnavailableError(
+          b->ProducerGone(absl::FailedPreconditionError(
               absl::StrCat("input pipeline: the session is closed (close()): ", p.link->name(), " is shut down")));
         }
         links.push_back(p.link);

@@ -174,7 +174,7 @@ std::vector<DatasetPosition> Walk(const Dataset& ds, std::size_t n) {
 
 // -- TF's default policy ---------------------------------------------------------------------
 
-TEST_CASE("default policy (TF): a killed producer ends the run naming the fault; Next() is UNAVAILABLE") {
+TEST_CASE("default policy (TF): a killed producer ends the run naming the fault; Next() is FAILED_PRECONDITION") {
   TempDir dir;
   ManualClock clock;
   auto ds = MakeDataset();
@@ -186,7 +186,7 @@ TEST_CASE("default policy (TF): a killed producer ends the run naming the fault;
   // waits until the supervisor has applied the policy: the 4th step still
   // runs (its batch was taken before), the next Next() fails.
   CHECK(served.positions == Walk(*ds, 4));
-  CHECK(absl::IsUnavailable(served.failed));
+  CHECK(absl::IsFailedPrecondition(served.failed));
   CHECK_MESSAGE(absl::StrContains(served.failed.message(),
                                   "input pipeline: the producer input_pipeline(1) stopped and is not restarted"),
                 served.failed.ToString());
@@ -216,7 +216,7 @@ TEST_CASE("default policy (TF): user code that throws in the producer ends the r
   auto pipe = Pipeline(*sess, ds, o);
   const Served served = Train(*sess, *pipe, *ds, 20);
   CHECK(served.positions == Walk(*ds, 2));
-  CHECK(absl::IsUnavailable(served.failed));
+  CHECK(absl::IsFailedPrecondition(served.failed));
   CHECK_MESSAGE(absl::StrContains(served.failed.message(), "decoder exploded"), served.failed.ToString());
   const Status closed = sess->close();
   CHECK(absl::IsInternal(closed));
@@ -248,7 +248,7 @@ TEST_CASE("permanent: a killed producer is restarted; Next() serves exactly GetB
   CHECK(pipe->stats().batches == 13);  // and the one after the last step
 }
 
-TEST_CASE("temporary: a killed producer is removed; Next() is UNAVAILABLE saying so; the run ends OK") {
+TEST_CASE("temporary: a killed producer is removed; Next() is FAILED_PRECONDITION saying so; the run ends OK") {
   TempDir dir;
   ManualClock clock;
   auto ds = MakeDataset();
@@ -258,7 +258,7 @@ TEST_CASE("temporary: a killed producer is removed; Next() is UNAVAILABLE saying
   auto pipe = Pipeline(*sess, ds);
   const Served served = Train(*sess, *pipe, *ds, 30);
   CHECK(served.positions == Walk(*ds, 3));
-  CHECK(absl::IsUnavailable(served.failed));
+  CHECK(absl::IsFailedPrecondition(served.failed));
   CHECK_MESSAGE(absl::StrContains(served.failed.message(),
                                   "the producer input_pipeline(1) was removed by the restart policy (temporary) after "
                                   "INTERNAL: injected actor fault kill-ip"),
@@ -281,7 +281,7 @@ TEST_CASE("intensity exceeded: the second kill within the period escalates; the 
   auto pipe = Pipeline(*sess, ds);
   const Served served = Train(*sess, *pipe, *ds, 30);
   CHECK(served.positions == Walk(*ds, 6));
-  CHECK(absl::IsUnavailable(served.failed));
+  CHECK(absl::IsFailedPrecondition(served.failed));
   CHECK_MESSAGE(absl::StrContains(served.failed.message(), "stopped and is not restarted: INTERNAL: injected actor "
                                                            "fault kill-2"),
                 served.failed.ToString());
@@ -364,7 +364,7 @@ TEST_CASE("drop: the next batch is lost; Next() is DEADLINE_EXCEEDED, and a retr
 
 // -- lifetime ----------------------------------------------------------------------------------
 
-TEST_CASE("a pipeline used after close() fails UNAVAILABLE at once; destroying it after the session is safe") {
+TEST_CASE("a pipeline used after close() fails FAILED_PRECONDITION at once; destroying it after the session is safe") {
   TempDir dir;
   ManualClock clock;
   auto ds = MakeDataset();
@@ -378,7 +378,7 @@ TEST_CASE("a pipeline used after close() fails UNAVAILABLE at once; destroying i
     CHECK(absl::IsFailedPrecondition(later.status()));
   }  // the session, and its actor system reference, are gone
   const StatusOr<Batch> b = pipe->Next(Walk(*ds, 2)[1], absl::Hours(1));
-  CHECK(absl::IsUnavailable(b.status()));
+  CHECK(absl::IsFailedPrecondition(b.status()));
   CHECK_MESSAGE(absl::StrContains(b.status().message(), "input pipeline: the session is closed (close())"),
                 b.status().ToString());
   pipe.reset();  // returns: its link was detached at close()

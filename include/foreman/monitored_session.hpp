@@ -293,10 +293,10 @@ class MonitoredSession {
   ///   TF's default: a producer that dies (an injected kill, or user code --
   ///     GetBatch, before_batch -- that throws) ends the run with its error,
   ///     reported as "input_pipeline(<k>)" like the other services; Next()
-  ///     then returns UNAVAILABLE "input pipeline: the producer
+  ///     then returns FAILED_PRECONDITION "input pipeline: the producer
   ///     input_pipeline(<k>) stopped and is not restarted: <reason>" at
   ///     once, batches already decoded or not (a normal exit is not a
-  ///     failure, but nothing restarts it: Next() is UNAVAILABLE too).
+  ///     failure, but nothing restarts it: Next() fails the same way).
   ///   permanent / transient (restarted): the supervisor spawns a new
   ///     producer behind the same address; the next Next() re-seeks it to
   ///     the position asked for (waiting for the restart within its
@@ -304,7 +304,7 @@ class MonitoredSession {
   ///     a restart never changes what training sees. It is recorded in
   ///     service_restarts() like the other services'.
   ///   temporary (or transient after a normal exit): the producer is removed;
-  ///     Next() returns UNAVAILABLE "input pipeline: the producer
+  ///     Next() returns FAILED_PRECONDITION "input pipeline: the producer
   ///     input_pipeline(<k>) was removed by the restart policy (<type>) after
   ///     <reason>".
   /// ActorFault (fault.hpp) with service "input_pipeline": kKill as above;
@@ -314,9 +314,12 @@ class MonitoredSession {
   /// more until asked again: the Next() waiting for it returns
   /// DEADLINE_EXCEEDED after its timeout, and the next call re-requests that
   /// position (a re-seek), so a retry returns exactly GetBatch(position).
+  /// A producer gone for good is FAILED_PRECONDITION, not UNAVAILABLE (a
+  /// preemption code, from which a MonitoredSession would recover again and
+  /// again, asking the dead pipeline each time).
   /// Lifetime: the pipeline may outlive close() and the session: from
   /// close() on (the producer is stopped with the other services) Next()
-  /// returns UNAVAILABLE "input pipeline: the session is closed ...", and
+  /// returns FAILED_PRECONDITION "input pipeline: the session is closed ...", and
   /// the destructor returns at once. Destroyed while the session runs, it
   /// stops its producer (waiting, real time, for the batch being decoded);
   /// the supervisor forgets it (no failure, no restart).
