@@ -71,11 +71,21 @@ struct SaveTicket {
   /// died: the request, and its buffers, went down with it).
   std::map<std::string, Tensor> buffers ABSL_GUARDED_BY(mu);
 
+  /// Set with a failed completion when the save was lost with an
+  /// incarnation of a checkpoint_saver that the session's restart policy
+  /// may restart (its own save error, or it exited with the save queued):
+  /// the run does not fail for it (the supervisor escalates if it does not
+  /// restart the saver); the hooks log a WARNING naming the step.
+  bool lost ABSL_GUARDED_BY(mu) = false;
+
   /// The first completion wins; a later one (and its `returned_buffers`) is
-  /// dropped.
+  /// dropped. `lost_to_restart`: see `lost`.
   void Complete(Status s, std::string saved_prefix, absl::Duration took,
-                std::map<std::string, Tensor> returned_buffers = {}) ABSL_LOCKS_EXCLUDED(mu);
+                std::map<std::string, Tensor> returned_buffers = {}, bool lost_to_restart = false)
+      ABSL_LOCKS_EXCLUDED(mu);
   bool IsDone() ABSL_LOCKS_EXCLUDED(mu);
+  /// True once completed with `lost` set.
+  bool IsLost() ABSL_LOCKS_EXCLUDED(mu);
   /// Moves the handed-back buffers out (empty before completion or when none
   /// came back). Only a completed ticket's buffers are free: the actor no
   /// longer reads them.

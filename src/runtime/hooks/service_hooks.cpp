@@ -107,6 +107,15 @@ struct CheckpointSaverHook::Impl {
     in_flight = nullptr;
     Status s = ticket->Wait(absl::ZeroDuration());
     spare = ticket->TakeBuffers();
+    if (!s.ok() && ticket->IsLost()) {
+      // The restart policy restarts the checkpoint_saver (or escalates, and
+      // the run fails with its error): this save is lost, the next one goes
+      // to the new incarnation.
+      FOREMAN_LOG_WARN("The checkpoint of step {} was lost: {}; the checkpoint_saver is restarted by the "
+                       "session's restart policy and training goes on",
+                       ticket->step, s.ToString());
+      return absl::OkStatus();
+    }
     if (!s.ok()) return s;
     {
       MutexLock l(mu);
