@@ -441,6 +441,28 @@ TEST_CASE("permanent checkpoint_saver: its own save error (EIO) ends that incarn
   CHECK(absl::StrContains(text, "the checkpoint save(s) of step(s) [4] lost"));
 }
 
+TEST_CASE("permanent checkpoint_saver: a lost final checkpoint is saved again at end() on the restarted saver") {
+  TempDir dir;
+  ManualClock clock;
+  testing::CapturedLog log;
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(CheckpointDataEio(12)).ok());
+  auto o = Options(dir.path(), &env, &clock, {}, 12);
+  o.save_checkpoint_steps = int64_t{4};
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 12).ok());
+  CHECK(sess->close().ok());
+  CHECK(env.fired().size() == 1);
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].saves_lost == std::vector<int64_t>{12});
+  const auto checkpoints = testing::Checkpoints(dir.path());
+  REQUIRE_FALSE(checkpoints.empty());
+  CHECK(checkpoints.back() == "model.ckpt-12");
+  CHECK_MESSAGE(absl::StrContains(log.text(), "Saving the final checkpoint of step 12 again"), log.text());
+}
+
 TEST_CASE("permanent checkpoint_saver: save errors beyond the restart intensity escalate; the run fails with the "
           "save's error") {
   TempDir dir;
