@@ -343,7 +343,13 @@ Status SummaryWriterHandle::AskAcrossRestarts(const flush_or_close& op, absl::Du
   for (;;) {
     if (link_->removed()) return absl::OkStatus();  // the policy let it go: nothing to flush
     const int incarnation = link_->incarnation();
-    Status s = link_->alive() ? Ask(op, remaining()) : absl::UnavailableError(link_->name() + " is down");
+    Status s;
+    if (link_->alive()) {
+      s = Ask(op, remaining());
+    } else {  // between incarnations: its exit status, if any
+      s = link_->exit_status();
+      if (s.ok()) s = absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
+    }
     // Under a restart policy a write error ends the incarnation (what it
     // held is lost and listed in service_restarts()): wait for the
     // supervisor's decision, and ask the next incarnation. A timeout is

@@ -139,6 +139,11 @@ class CheckpointService {
   /// ticket before starting the next one (one save in flight). A failed save
   /// completes the ticket with its error and is also reported (error()).
   /// When the actor is gone, the ticket comes back completed with an error.
+  /// Under a restart policy that may restart the saver (restart_policy.hpp):
+  /// a failed save ends the saver's incarnation instead, and its ticket
+  /// completes with the error marked lost (SaveTicket::lost; the run goes
+  /// on); a save started while the saver is down is parked and sent to the
+  /// restarted one (the caller's bounded Wait on the ticket bounds it).
   virtual std::shared_ptr<SaveTicket> StartSave(std::map<std::string, Tensor> snapshot, int64_t step) = 0;
   virtual const std::string& directory() const = 0;
   virtual const std::shared_ptr<Saver>& saver() const = 0;
