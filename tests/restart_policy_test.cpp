@@ -1,7 +1,9 @@
 // Restart policies for the service actors (include/foreman/restart_policy.hpp),
 // OTP's supervisor vocabulary, through a real MonitoredTrainingSession: TF's
 // default (a failing service ends the run), a summary writer restarted after
-// EIO onto a new event file with its lost events reported, intensity
+// EIO onto a new event file with its lost events reported, a checkpoint
+// saver restarted after its own save error (the save lost, the final one
+// saved again; also under a Supervisor), intensity
 // exceeded, permanent / transient / temporary, the three strategies, and
 // the policy's validation and back-off. Faults come from FaultyEnv and from
 // FaultInjectionHook's ActorFaults (fault.hpp). No sleeps: a ManualClock for
@@ -509,6 +511,43 @@ TEST_CASE("Supervisor takes the policy too: its summary writer is restarted afte
   CHECK(r[0].restarted);
   CHECK(absl::StrContains(r[0].reason.message(), "Input/output error (injected fault eio)"));
   CHECK(EventFiles(dir.path()).size() == 2);
+}
+
+TEST_CASE("Supervisor: under a permanent policy its checkpoint thread's failed save is lost with a WARNING; the "
+          "saver restarts and the next save lands") {
+  TempDir dir;
+  ManualClock clock;
+  testing::CapturedLog log;
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(CheckpointDataEio(-1)).ok());  // the first save's data file
+  SupervisorOptions so;
+  so.graph = MakeGraph(std::make_shared<Model>());
+  so.logdir = dir.path();
+  so.save_model_secs = 10.0;
+  so.save_summaries_secs = std::nullopt;
+  so.config.clock = &clock;
+  so.config.env = &env;
+  so.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sv = Supervisor::Create(so);
+  REQUIRE_MESSAGE(sv.ok(), sv.status().ToString());
+  auto session = (*sv)->prepare_or_wait_for_session();
+  REQUIRE_MESSAGE(session.ok(), session.status().ToString());
+  // The checkpoint thread saves at once (TF's LooperThread), and that save fails.
+  REQUIRE(Eventually([&] { return !(*sv)->service_restarts().empty(); }));
+  REQUIRE(Eventually([&] { return absl::StrContains(log.text(), "The checkpoint of step 0 was lost"); }));
+  // Its next firing saves on the restarted saver.
+  REQUIRE(clock.BlockUntilWaiters(1, testing::kRealTimeout));
+  clock.Advance(absl::Seconds(10));
+  REQUIRE(Eventually([&] {
+    auto prefixes = ListCheckpointPrefixes(Env::Default(), dir.path());
+    return prefixes.ok() && !prefixes->empty();
+  }));
+  CHECK((*sv)->stop().ok());
+  const auto r = (*sv)->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].restarted);
+  CHECK(r[0].saves_lost == std::vector<int64_t>{0});
+  CHECK(testing::Checkpoints(dir.path()) == std::vector<std::string>{"model.ckpt-0"});
 }
 
 // -- strategies ------------------------------------------------------------------------
