@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -178,7 +179,14 @@ class MessageFaults {
 /// answer that cannot come.
 class ChildLink {
  public:
-  explicit ChildLink(std::string name) : name_(std::move(name)) {}
+  /// `restartable`: the session's restart policy may bring the service back
+  /// after it exits (its kind is not temporary and max_restarts > 0); then a
+  /// request sent while it is down is parked for the next incarnation
+  /// (SendTracked) and tickets lost with an incarnation are marked so
+  /// (SaveTicket::lost), their steps kept for the restart record
+  /// (TakeLostSaves).
+  explicit ChildLink(std::string name, bool restartable = false)
+      : name_(std::move(name)), restartable_(restartable) {}
   ChildLink(const ChildLink&) = delete;
   ChildLink& operator=(const ChildLink&) = delete;
 
@@ -191,6 +199,8 @@ class ChildLink {
   /// restart): later Send()s reach it, and the old incarnation's exit, even
   /// one reported late, no longer counts. Requests tracked before were
   /// completed (UNAVAILABLE) when the old one exited. No-op after Detach().
+  /// Requests parked while the service was down (SendTracked) are sent to
+  /// `actor` now, before any later Send().
   static void Rebind(const std::shared_ptr<ChildLink>& link, caf::actor actor) {
     {
       MutexLock l(link->mu_);
@@ -240,6 +250,74 @@ class ChildLink {
     return true;
   }
 
+  /// Tracks `t` and sends `xs` (a request that `t` answers). While the
+  /// service is down and may still be restarted (restartable, neither
+  /// removed, escalated nor detached), the request is parked instead: the
+  /// next incarnation gets it once bound (Rebind), in the order parked;
+  /// MarkRemoved / Detach complete `t` with UNAVAILABLE naming the service,
+  /// MarkFailed with the escalated error's code. No wait here: the caller's bounded wait on `t` is the
+  /// bound (the supervisor's back-off is at most kMaxRestartBackoff). When
+  /// the service is gone for good, `t` is completed at once. Never blocks.
+  template <class... Ts>
+  void SendTracked(const std::shared_ptr<SaveTicket>& t, Ts... xs) {
+    MutexLock l(mu_);
+    auto send = [t, xs...](const caf::actor& actor) { caf::anon_send(actor, xs...); };
+    if (alive_ && handle_) {
+      Prune();
+      tickets_.push_back(t);
+      send(handle_);
+      return;
+    }
+    if (ParkableLocked()) {
+      parked_.push_back(Parked{t, std::move(send)});
+      return;
+    }
+    // Removed (temporary, or transient after a normal exit): UNAVAILABLE
+    // naming the service, whatever it exited with.
+    t->Complete(removed_ || (restartable_ && failed_) ? ParkedGoneLocked() : GoneLocked(), "",
+                absl::ZeroDuration());
+  }
+
+  /// Waits (real time, at most `timeout`) until the supervisor has decided
+  /// about the incarnation `incarnation` (incarnation() when the caller saw
+  /// it fail): kRestarted once a later incarnation is bound; kGone when the
+  /// service was removed, escalated or detached; kPending on timeout.
+  enum class Fate { kRestarted, kGone, kPending };
+  Fate WaitDecided(int incarnation, absl::Duration timeout) {
+    MutexLock lock(mu_);
+    auto decided = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return (incarnation_ > incarnation && alive_) || removed_ || failed_ || detached_;
+    };
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), decided);
+    if (incarnation_ > incarnation && alive_) return Fate::kRestarted;
+    if (removed_ || failed_ || detached_) return Fate::kGone;
+    return Fate::kPending;
+  }
+
+  /// The supervisor will not restart the service (the restart intensity was
+  /// exceeded, a restart failed, the tree shuts down): parked requests, and
+  /// later ones, fail with `why`'s code naming the service and `why`.
+  void MarkFailed(const Status& why) {
+    std::vector<Parked> parked;
+    {
+      MutexLock l(mu_);
+      if (failed_) return;
+      failed_ = true;
+      failed_why_ = why;
+      parked.swap(parked_);
+    }
+    cv_.notify_all();
+    FailParked(parked);
+  }
+
+  /// The steps of the save tickets lost with incarnations since the last
+  /// call (restartable links only; for the supervisor's restart record).
+  std::vector<int64_t> TakeLostSaves() {
+    MutexLock l(mu_);
+    return std::exchange(lost_saves_, {});
+  }
+  bool restartable() const { return restartable_; }
+
   /// A copy of the handle (for a sibling's spawn arguments); null when gone.
   caf::actor handle() {
     MutexLock l(mu_);
@@ -247,17 +325,29 @@ class ChildLink {
   }
   /// Drops the handle for good; later Send()s return false.
   void Detach() {
-    MutexLock l(mu_);
-    handle_ = nullptr;
-    detached_ = true;
+    std::vector<Parked> parked;
+    {
+      MutexLock l(mu_);
+      handle_ = nullptr;
+      detached_ = true;
+      parked.swap(parked_);
+    }
+    cv_.notify_all();
+    FailParked(parked);
   }
   /// The supervisor's restart policy removed the service for good
   /// (temporary, or transient after a normal exit): the run goes on without
   /// it. Its handle then drops requests instead of failing them (summary
-  /// writer, step counter); a save still fails (UNAVAILABLE).
+  /// writer, step counter); a save still fails (UNAVAILABLE), parked ones too.
   void MarkRemoved() {
-    MutexLock l(mu_);
-    removed_ = true;
+    std::vector<Parked> parked;
+    {
+      MutexLock l(mu_);
+      removed_ = true;
+      parked.swap(parked_);
+    }
+    cv_.notify_all();
+    FailParked(parked);
   }
   bool removed() {
     MutexLock l(mu_);
@@ -313,12 +403,20 @@ class ChildLink {
       link->alive_ = true;
       link->exit_status_ = absl::OkStatus();
       incarnation = ++link->incarnation_;
+      link->NoteLostLocked(tickets);
+      // Parked requests first, under the lock: no later Send() overtakes them.
+      for (Parked& p : link->parked_) {
+        link->tickets_.push_back(p.ticket);
+        p.send(actor);
+      }
+      link->parked_.clear();
     }
+    link->cv_.notify_all();
     for (auto& weak : completions) {
       if (auto c = weak.lock()) c->Complete(restarted);
     }
     for (auto& weak : tickets) {
-      if (auto t = weak.lock()) t->Complete(restarted, "", absl::ZeroDuration());
+      if (auto t = weak.lock()) t->Complete(restarted, "", absl::ZeroDuration(), {}, link->restartable_);
     }
     std::weak_ptr<ChildLink> weak = link;
     // Runs at once when the actor is already gone.
@@ -340,18 +438,59 @@ class ChildLink {
       completions.swap(completions_);
       tickets.swap(tickets_);
       gone = GoneLocked();
+      NoteLostLocked(tickets);
     }
     cv_.notify_all();
     for (auto& weak : completions) {
       if (auto c = weak.lock()) c->Complete(gone);
     }
+    // Under a policy that may restart the service these saves are lost
+    // with the incarnation, not the run's failure (SaveTicket::lost): if
+    // the supervisor escalates instead, the run fails with its error.
     for (auto& weak : tickets) {
-      if (auto t = weak.lock()) t->Complete(gone, "", absl::ZeroDuration());
+      if (auto t = weak.lock()) t->Complete(gone, "", absl::ZeroDuration(), {}, restartable_);
     }
   }
   Status GoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!exit_status_.ok()) return Annotate(exit_status_, absl::StrCat(name_, " stopped"));
     return absl::UnavailableError(absl::StrCat(name_, " is not running"));
+  }
+  // What a parked request fails with.
+  Status ParkedGoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (removed_) {
+      return absl::UnavailableError(
+          absl::StrCat(name_, " is not running: removed by the session's restart policy"));
+    }
+    if (failed_) {
+      // The escalated error's code, not UNAVAILABLE: a preemption code would
+      // make a MonitoredSession try to recover from a run that is failing.
+      const absl::StatusCode code =
+          failed_why_.ok() ? absl::StatusCode::kUnavailable : failed_why_.code();
+      return Status(code, absl::StrCat(name_, " is not running: not restarted (", failed_why_.ToString(), ")"));
+    }
+    return absl::UnavailableError(absl::StrCat(name_, " is not running: the session's services shut down"));
+  }
+  bool ParkableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return restartable_ && !removed_ && !failed_ && !detached_;
+  }
+  struct Parked {
+    std::shared_ptr<SaveTicket> ticket;
+    std::function<void(const caf::actor&)> send;
+  };
+  void FailParked(std::vector<Parked>& parked) {
+    if (parked.empty()) return;
+    Status gone;
+    {
+      MutexLock l(mu_);
+      gone = ParkedGoneLocked();
+    }
+    for (Parked& p : parked) p.ticket->Complete(gone, "", absl::ZeroDuration());
+  }
+  void NoteLostLocked(const std::vector<std::weak_ptr<SaveTicket>>& tickets) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!restartable_) return;
+    for (const auto& weak : tickets) {
+      if (auto t = weak.lock(); t && !t->IsDone()) lost_saves_.push_back(t->step);
+    }
   }
   void Prune() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto gone_c = [](const std::weak_ptr<Completion>& w) {
@@ -374,6 +513,11 @@ class ChildLink {
   bool detached_ ABSL_GUARDED_BY(mu_) = false;
   bool removed_ ABSL_GUARDED_BY(mu_) = false;
   bool retired_ ABSL_GUARDED_BY(mu_) = false;
+  const bool restartable_ = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  Status failed_why_ ABSL_GUARDED_BY(mu_);
+  std::vector<Parked> parked_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> lost_saves_ ABSL_GUARDED_BY(mu_);
   int incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   Status exit_status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<Completion>> completions_ ABSL_GUARDED_BY(mu_);

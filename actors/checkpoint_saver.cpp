@@ -67,6 +67,15 @@ caf::behavior checkpoint_saver(caf::stateful_actor<checkpoint_saver_state>* self
         request->snapshot.clear();
         if (!prefix.ok()) {
           Status s = Annotate(prefix.status(), absl::StrCat("saving the checkpoint of step ", ticket.step));
+          if (st.args.exit_on_error) {
+            // The restart policy decides: this incarnation ends with the
+            // error; its link completes the ticket with it, marked lost, once
+            // the link sees the exit (so that the next save, started after
+            // the ticket completes, is parked for the next incarnation rather
+            // than sent to this one). Its buffers go with it.
+            self->quit(StatusToError(s));
+            return;
+          }
           if (st.args.cell != nullptr) {
             st.args.cell->Report(st.source, s);
           } else {
@@ -107,14 +116,12 @@ std::shared_ptr<SaveTicket> CheckpointHandle::StartSave(std::map<std::string, Te
     MutexLock l(mu_);
     last_ = ticket;
   }
-  if (!link_->Track(ticket)) return ticket;  // Completed with the actor's exit status.
   auto request = std::make_shared<SaveRequest>();
   request->snapshot = std::move(snapshot);
   request->ticket = ticket;
-  if (!link_->Send(save_atom::value, std::move(request))) {
-    ticket->Complete(absl::UnavailableError(absl::StrCat(link_->name(), " is not running")), "",
-                     absl::ZeroDuration());
-  }
+  // Parked while a restartable saver is down (ChildLink::SendTracked);
+  // completed at once with an error when it is gone for good.
+  link_->SendTracked(ticket, save_atom::value, std::move(request));
   return ticket;
 }
 

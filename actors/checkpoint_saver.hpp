@@ -23,9 +23,13 @@
 //   (kill_atom, caf::error reason)
 //       Quits with `reason` (an injected actor fault).
 // Errors: a failed save completes its ticket with the error and is sent to
-// the coordinator as (report_atom, "checkpoint_saver(<dir>)", status). When
-// the actor dies with saves queued, the runtime completes their tickets with
-// an error (ChildLink).
+// the coordinator as (report_atom, "checkpoint_saver(<dir>)", status) --
+// unless args.exit_on_error (a restart policy that may restart the saver):
+// then the actor quits with the error, and its link completes the ticket
+// with it, marked lost (SaveTicket::lost). When the actor dies with saves
+// queued, the runtime completes their tickets with an error (ChildLink),
+// marked lost when the policy may restart it. A save requested while a
+// restartable saver is down is parked for the next incarnation.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +73,11 @@ struct CheckpointSaverArgs {
   std::shared_ptr<SaveObservers> observers;
   /// Injected delays (on `clock`) and drops of save requests (may be null).
   std::shared_ptr<MessageFaults> faults;
+  /// A failed save ends the incarnation with its error (exit reason), for
+  /// the supervisor's restart policy, instead of being reported (TF's
+  /// default: reported, the actor runs on, the run fails with it). Set when
+  /// the policy may restart checkpoint savers.
+  bool exit_on_error = false;
 };
 
 /// Spawns the saver (detached) as a child of `parent`.

@@ -113,12 +113,26 @@ void StartService(supervisor_actor* self, std::size_t i, const caf::actor& actor
 }
 
 std::string LossText(const ServiceRestart& r) {
+  if (!r.saves_lost.empty()) {
+    return absl::StrCat("; the checkpoint save(s) of step(s) [", absl::StrJoin(r.saves_lost, ", "), "] lost");
+  }
   if (r.events_lost < 0) return "";
   std::vector<int64_t> shown(r.steps_lost.begin(),
                              r.steps_lost.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(
                                                         r.steps_lost.size(), 20)));
   return absl::StrCat("; ", r.events_lost, " queued event(s) lost, at step(s) [", absl::StrJoin(shown, ", "),
                       r.steps_lost.size() > shown.size() ? ", ..." : "", "]");
+}
+
+// A pending restart that will not happen (the tree shuts down): requests
+// parked for its members fail.
+void DropPending(supervisor_actor* self, const PendingRestart& p) {
+  for (std::size_t j : p.members) {
+    const ServiceChild& c = self->state.services[j];
+    if (c.spec.link) {
+      c.spec.link->MarkFailed(absl::UnavailableError("the session's actors are shutting down"));
+    }
+  }
 }
 
 // Spawns the group again once its back-off is over and every member is down.
@@ -128,6 +142,7 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
   if (it == st.pending.end()) return;
   PendingRestart& p = it->second;
   if (st.shutting_down || !st.coordinator) {
+    DropPending(self, it->second);
     st.pending.erase(it);
     return;
   }
@@ -149,6 +164,7 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
     record.restarted = true;
     record.by_strategy = j != group.failed;
     record.backoff = j == group.failed ? group.backoff : absl::ZeroDuration();
+    if (c.spec.link) record.saves_lost = c.spec.link->TakeLostSaves();
     if (c.spec.on_exit) c.spec.on_exit(&record, true);
     caf::actor actor;
     Status s = InvokeUserCode(absl::StrCat("restarting ", c.spec.name), [&] { actor = c.spec.spawn(self, st.coordinator); });
@@ -156,6 +172,7 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
     if (!s.ok()) {
       c.removed = true;
       if (c.spec.on_stopped) c.spec.on_stopped(s);
+      if (c.spec.link) c.spec.link->MarkFailed(s);
       Escalate(self, c.spec.name, s);
       continue;
     }
@@ -187,7 +204,10 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
   if (policy.IsTensorFlowDefault()) {
     const Status status = normal ? absl::OkStatus() : ErrorToStatus(reason, c.spec.name);
     if (c.spec.on_stopped) c.spec.on_stopped(status);
-    if (!normal) Escalate(self, c.spec.name, status);
+    if (!normal) {
+      if (c.spec.link) c.spec.link->MarkFailed(status);
+      Escalate(self, c.spec.name, status);
+    }
     return;
   }
   const Status status = normal ? absl::OkStatus() : ErrorToStatus(reason, c.spec.name);
@@ -199,6 +219,7 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
     ServiceRestart record;
     record.service = c.spec.name;
     record.reason = status;
+    if (c.spec.link) record.saves_lost = c.spec.link->TakeLostSaves();
     if (c.spec.on_exit) c.spec.on_exit(&record, false);
     FOREMAN_LOG_WARN("{} ({}) exited{}; not restarted, the run goes on without it{}", c.spec.name,
                      RestartTypeName(type), normal ? " normally" : absl::StrCat(": ", status.ToString()),
@@ -219,6 +240,7 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
     }
     c.removed = true;
     if (c.spec.on_stopped) c.spec.on_stopped(escalated);
+    if (c.spec.link) c.spec.link->MarkFailed(escalated);
     Escalate(self, c.spec.name, escalated);
     return;
   }
@@ -300,6 +322,7 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
     if (em.source && st.children_ever.count(em.source) != 0) return;
     if (st.shutting_down) return;
     st.shutting_down = true;
+    for (const auto& [id, p] : st.pending) DropPending(self, p);
     st.pending.clear();
     StopChildren(self);
   });
@@ -445,6 +468,7 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
     args.cell = cell_;
     args.observers = save_observers_;
     args.faults = std::make_shared<MessageFaults>();
+    args.exit_on_error = Restartable("checkpoint_saver");
     auto faults = args.faults;
     const std::string name = absl::StrCat("checkpoint_saver(", dir, ")");
     FOREMAN_ASSIGN_OR_RETURN(
@@ -736,7 +760,7 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
       std::function<void(const caf::actor&)> on_restarted = {},
       std::function<void(const Status&)> on_stopped = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto reply = std::make_shared<SpawnReply>();
-    auto link = std::make_shared<ChildLink>(name);
+    auto link = std::make_shared<ChildLink>(name, Restartable(kind));
     supervisor_->Track(reply->done);
     ChildSpec spec{name, std::move(spawn), kind, link, std::move(on_exit), std::move(on_restarted),
                    std::move(on_stopped)};
@@ -775,9 +799,19 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
       std::shared_ptr<SaveTicket> ticket = saver->last_ticket();
       if (ticket == nullptr) continue;
       Status s = ticket->Wait(std::max(absl::ZeroDuration(), deadline - absl::Now()));
+      // Lost with a restarted saver: logged by the hook; the run goes on
+      // (an escalation is in error()).
+      if (!s.ok() && ticket->IsLost()) continue;
       if (status.ok()) status = s;
     }
     return status;
+  }
+
+  // The policy may restart services of `kind` (not temporary, some restarts
+  // allowed): their links park requests and mark lost saves.
+  bool Restartable(const std::string& kind) const {
+    const RestartPolicy& p = options_.restart;
+    return !p.IsTensorFlowDefault() && p.max_restarts > 0 && p.TypeOf(kind) != RestartType::kTemporary;
   }
 
   // The caller's lock, kept (for the checkpoint saver) until Shutdown().

@@ -25,12 +25,16 @@
 //       (a real-time CAF timer), through its ChildLink (ChildLink::Rebind:
 //       the same address for its users). Each restart is recorded in the
 //       RestartLog and logged as a WARNING (with the events a summary writer
-//       lost). When a restart would exceed the intensity (max_restarts
-//       within period, on the session's Clock) the failure escalates as
-//       above, with the child's own Status. A service that is not restarted
-//       is removed (logged, recorded with restarted = false). A child whose
-//       ChildLink was retired by its owner (an input pipeline destroyed
-//       while the session runs) is forgotten: no report, no restart.
+//       lost, or the steps of the saves a checkpoint saver lost:
+//       ChildLink::TakeLostSaves). When a restart would exceed the intensity
+//       (max_restarts within period, on the session's Clock) the failure
+//       escalates as above, with the child's own Status, and its link is
+//       marked failed (ChildLink::MarkFailed: requests parked for a next
+//       incarnation fail). A service that is not restarted is removed
+//       (logged, recorded with restarted = false, ChildLink::MarkRemoved).
+//       A child whose ChildLink was retired by its owner (an input pipeline
+//       destroyed while the session runs) is forgotten: no report, no
+//       restart.
 //   (restart_atom, uint64_t id)                                  to itself
 //       A back-off is over: restart that group once every member is down.
 //   exit_msg not from a child (the Runtime's anon_send_exit, user_shutdown)

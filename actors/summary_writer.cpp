@@ -1,5 +1,6 @@
 #include "summary_writer.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <utility>
 
@@ -320,27 +321,56 @@ void SummaryWriterHandle::AddSessionLog(SessionLogStatus status, std::optional<i
   }
 }
 
-Status SummaryWriterHandle::Flush(absl::Duration timeout) {
-  if (link_->removed()) return absl::OkStatus();  // the policy let it go: nothing to flush
+Status SummaryWriterHandle::Ask(const flush_or_close& op, absl::Duration timeout) {
   auto done = std::make_shared<Completion>();
   if (!link_->Track(done)) return done->Wait(absl::ZeroDuration(), "");
-  if (!link_->Send(flush_atom::value, done)) {
+  const bool sent = op.close ? link_->Send(close_atom::value, done) : link_->Send(flush_atom::value, done);
+  if (!sent) {
     // Exited between Track and Send: `done` then carries its exit status.
     if (done->IsDone()) return done->Wait(absl::ZeroDuration(), "");
     return absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
   }
-  return done->Wait(timeout, absl::StrCat("flushing ", link_->name()));
+  return done->Wait(timeout, absl::StrCat(op.close ? "closing " : "flushing ", link_->name()));
 }
 
-Status SummaryWriterHandle::Close(absl::Duration timeout) {
-  auto done = std::make_shared<Completion>();
-  if (!link_->Track(done)) return done->Wait(absl::ZeroDuration(), "");
-  if (!link_->Send(close_atom::value, done)) {
-    // Exited between Track and Send: `done` then carries its exit status.
-    if (done->IsDone()) return done->Wait(absl::ZeroDuration(), "");
-    return absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
+Status SummaryWriterHandle::AskAcrossRestarts(const flush_or_close& op, absl::Duration timeout) {
+  if (!restartable_) {
+    if (!op.close && link_->removed()) return absl::OkStatus();
+    return Ask(op, timeout);
   }
-  return done->Wait(timeout, absl::StrCat("closing ", link_->name()));
+  const absl::Time deadline = absl::Now() + timeout;
+  auto remaining = [&] { return std::max(absl::ZeroDuration(), deadline - absl::Now()); };
+  for (;;) {
+    if (link_->removed()) return absl::OkStatus();  // the policy let it go: nothing to flush
+    const int incarnation = link_->incarnation();
+    Status s;
+    if (link_->alive()) {
+      s = Ask(op, remaining());
+    } else {  // between incarnations: its exit status, if any
+      s = link_->exit_status();
+      if (s.ok()) s = absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
+    }
+    // Under a restart policy a write error ends the incarnation (what it
+    // held is lost and listed in service_restarts()): wait for the
+    // supervisor's decision, and ask the next incarnation. A timeout is
+    // the caller's.
+    if (s.ok() || s.code() == absl::StatusCode::kDeadlineExceeded) return s;
+    switch (link_->WaitDecided(incarnation, remaining())) {
+      case ChildLink::Fate::kRestarted:
+        continue;
+      case ChildLink::Fate::kGone:
+        if (link_->removed()) return absl::OkStatus();
+        return s;  // escalated (the run fails with the writer's error) or shut down
+      case ChildLink::Fate::kPending:
+        return absl::DeadlineExceededError(absl::StrCat(op.close ? "closing " : "flushing ", link_->name(),
+                                                        ": not restarted within ", absl::FormatDuration(timeout),
+                                                        " after: ", s.ToString()));
+    }
+  }
 }
+
+Status SummaryWriterHandle::Flush(absl::Duration timeout) { return AskAcrossRestarts({false}, timeout); }
+
+Status SummaryWriterHandle::Close(absl::Duration timeout) { return AskAcrossRestarts({true}, timeout); }
 
 }  // namespace foreman::internal

@@ -172,16 +172,32 @@ class SummaryWriterHandle : public SummaryWriterService {
   void AddSummary(absl::string_view serialized_summary, int64_t step) override;
   void AddSessionLog(SessionLogStatus status, std::optional<int64_t> step, std::string checkpoint_path = "",
                      std::string msg = "") override;
+  /// Under a restart policy (`restartable`), a flush that meets the write
+  /// error that ends the writer's incarnation is retried on the restarted
+  /// one (the events lost are in service_restarts()): OK once it succeeds
+  /// there, OK when the policy removes the writer, the error when the
+  /// supervisor escalates. Waits (real time) at most `timeout` in all,
+  /// back-off included.
   Status Flush(absl::Duration timeout) override;
   const std::string& logdir() const override { return logdir_; }
 
-  /// Flush and close the file (Runtime::Shutdown).
+  /// Flush and close the file (Runtime::Shutdown); across restarts as Flush.
   Status Close(absl::Duration timeout);
   const std::shared_ptr<ChildLink>& link() const { return link_; }
 
  private:
   /// Sends drain_atom; when the actor is gone for good, closes the queue.
   void RequestDrain();
+  struct flush_or_close {
+    bool close = false;
+  };
+  /// One flush or close of the current incarnation.
+  Status Ask(const flush_or_close& op, absl::Duration timeout);
+  /// Ask(), and when `restartable_` and the incarnation failed (its write
+  /// error ended it), again on the restarted incarnation; OK when the policy
+  /// removed the writer; the error when it escalated. Bounded by `timeout`
+  /// (real time) in all.
+  Status AskAcrossRestarts(const flush_or_close& op, absl::Duration timeout);
 
   std::string logdir_;
   std::shared_ptr<SummaryQueue> queue_;

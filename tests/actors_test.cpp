@@ -11,10 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -27,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "actors/actor_system.hpp"
+#include "actors/checkpoint_saver.hpp"
 #include "actors/messages.hpp"
 #include "actors/session_supervisor.hpp"
 #include "foreman/checkpoint.hpp"
@@ -34,7 +37,9 @@
 #include "foreman/dataset.hpp"
 #include "foreman/input_pipeline.hpp"
 #include "foreman/event_reader.hpp"
+#include "foreman/fault.hpp"
 #include "foreman/mem_env.hpp"
+#include "foreman/restart_policy.hpp"
 #include "foreman/summary.hpp"
 #include "runtime/runtime.hpp"
 #include "support/gated_env.hpp"
@@ -715,6 +720,135 @@ TEST_CASE("checkpoint_saver: a failed save completes its ticket with the error a
   CHECK(runtime->Shutdown(kWait).code() == absl::StatusCode::kResourceExhausted);
   // No CHECKPOINT event for a save that failed.
   for (const Event& e : ReadEvents(&mem, "/ckpt")) CHECK(e.kind != Event::Kind::kSessionLog);
+}
+
+// -- restart policies: requests across a service's restart --------------------------------
+
+std::unique_ptr<Runtime> MakeRuntime(const RestartPolicy& policy, const SessionConfig& config) {
+  RuntimeOptions options;
+  options.restart = policy;
+  auto runtime = Runtime::Create(options, config);
+  REQUIRE_MESSAGE(runtime.ok(), runtime.status().ToString());
+  return *std::move(runtime);
+}
+
+// Polls (real time, bounded) until `pred` holds.
+bool Within(absl::Duration timeout, const std::function<bool()>& pred) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!pred()) {
+    if (absl::Now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST_CASE("restart policy: a save started while the checkpoint_saver is down (its back-off) is parked and lands "
+          "on the restarted incarnation") {
+  MemEnv env;
+  RestartPolicy policy;
+  policy.services["checkpoint_saver"] = RestartType::kPermanent;
+  policy.max_restarts = 3;
+  policy.period = absl::Seconds(60);
+  // Back-off: 2 s times a jitter in [0.5, 1.5): the saver stays down >= 1 s.
+  policy.initial_backoff = absl::Seconds(2);
+  policy.max_backoff = absl::Seconds(2);
+  auto runtime = MakeRuntime(policy, Config(&env));
+  auto service = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+  auto handle = std::dynamic_pointer_cast<internal::CheckpointHandle>(service);
+  REQUIRE(handle != nullptr);
+  REQUIRE(service->StartSave(Snapshot(1, 1), 1)->Wait(kWait).ok());
+  REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "kill", /*normal_exit=*/false) == 1);
+  REQUIRE(Within(kWait, [&] { return !handle->link()->alive(); }));
+  auto ticket = service->StartSave(Snapshot(5, 2), 5);
+  // Parked, not failed at once (before: "... stopped: injected actor fault").
+  CHECK_FALSE(ticket->IsDone());
+  Status s = ticket->Wait(kWait);
+  CHECK_MESSAGE(s.ok(), s.ToString());
+  CHECK(ticket->prefix == "/ckpt/model.ckpt-5");
+  CHECK(handle->link()->incarnation() == 2);
+  REQUIRE(Within(kWait, [&] { return runtime->restarts().size() == 1; }));
+  const ServiceRestart r = runtime->restarts()[0];
+  CHECK(r.restarted);
+  CHECK(r.backoff >= absl::Seconds(1));
+  CHECK(r.saves_lost.empty());  // nothing was in flight at the kill
+  CHECK(*ListCheckpointPrefixes(&env, "/ckpt") == std::vector<std::string>{"/ckpt/model.ckpt-1", "/ckpt/model.ckpt-5"});
+  CHECK(runtime->error().ok());
+  CHECK(runtime->Shutdown(kWait).ok());
+}
+
+TEST_CASE("restart policy: a save for a removed (temporary) checkpoint_saver fails at once, UNAVAILABLE naming it") {
+  MemEnv env;
+  RestartPolicy policy;
+  policy.services["checkpoint_saver"] = RestartType::kTemporary;
+  policy.max_restarts = 3;
+  policy.period = absl::Seconds(60);
+  auto runtime = MakeRuntime(policy, Config(&env));
+  auto service = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+  REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "kill", /*normal_exit=*/false) == 1);
+  REQUIRE(Within(kWait, [&] { return runtime->restarts().size() == 1; }));
+  CHECK_FALSE(runtime->restarts()[0].restarted);
+  auto ticket = service->StartSave(Snapshot(5, 2), 5);
+  REQUIRE(ticket->IsDone());
+  const Status s = ticket->Wait(absl::ZeroDuration());
+  CHECK(s.code() == absl::StatusCode::kUnavailable);
+  CHECK_MESSAGE(absl::StrContains(Msg(s), "checkpoint_saver(/ckpt) is not running: removed by the session's "
+                                          "restart policy"),
+                s.ToString());
+  CHECK(runtime->Shutdown(kWait).code() == absl::StatusCode::kUnavailable);  // that save failed
+}
+
+// The event file's first event append (its file_version record takes
+// appends 1-3) fails once with EIO: the writer meets it at the flush.
+EnvFault FirstEventEio() {
+  EnvFault f;
+  f.id = "eio";
+  f.path_pattern = "*events.out.tfevents*";
+  f.op = EnvOp::kAppend;
+  f.error = EIO;
+  f.nth = 4;
+  return f;
+}
+
+TEST_CASE("restart policy: a Flush that meets the write error ending the summary writer's incarnation succeeds on "
+          "the restarted one; Close too") {
+  MemEnv mem;
+  FaultyEnv env(&mem, 1);
+  REQUIRE(env.AddFault(FirstEventEio()).ok());
+  RestartPolicy policy;
+  policy.services["summary_writer"] = RestartType::kPermanent;
+  policy.max_restarts = 3;
+  policy.period = absl::Seconds(60);
+  auto runtime = MakeRuntime(policy, Config(&env));
+  auto writer = *runtime->SummaryWriter("/logs");
+  writer->AddSummary(ScalarSummary("loss", 1.0f), 1);
+  Status flushed = writer->Flush(kWait);  // before: INTERNAL ... Input/output error
+  CHECK_MESSAGE(flushed.ok(), flushed.ToString());
+  CHECK(env.fired().size() == 1);
+  REQUIRE(Within(kWait, [&] { return runtime->restarts().size() == 1; }));
+  CHECK(runtime->restarts()[0].restarted);
+  writer->AddSummary(ScalarSummary("loss", 2.0f), 2);
+  CHECK(writer->Flush(kWait).ok());
+  CHECK(ListEventFiles(&mem, "/logs")->size() == 2);
+  CHECK(runtime->error().ok());
+  CHECK(runtime->Shutdown(kWait).ok());
+}
+
+TEST_CASE("restart policy: a Flush that meets the write error returns it when the writer is not restarted "
+          "(intensity 0: escalated)") {
+  MemEnv mem;
+  FaultyEnv env(&mem, 1);
+  REQUIRE(env.AddFault(FirstEventEio()).ok());
+  RestartPolicy policy;
+  policy.services["summary_writer"] = RestartType::kPermanent;
+  policy.max_restarts = 0;  // every failure escalates
+  auto runtime = MakeRuntime(policy, Config(&env));
+  auto writer = *runtime->SummaryWriter("/logs");
+  writer->AddSummary(ScalarSummary("loss", 1.0f), 1);
+  const Status flushed = writer->Flush(kWait);
+  CHECK_FALSE(flushed.ok());
+  CHECK_MESSAGE(absl::StrContains(Msg(flushed), "Input/output error (injected fault eio)"), flushed.ToString());
+  CHECK(runtime->restarts().empty());
+  CHECK_FALSE(runtime->Shutdown(kWait).ok());
 }
 
 TEST_CASE("WaitForPendingSaves and Shutdown are bounded while a save hangs, and finish once it completes") {

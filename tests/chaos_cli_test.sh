@@ -228,6 +228,33 @@ assert not bad, bad
 assert "--data-dir" in r["train_flags"] and r["seeds"][0]["replay"].startswith("foreman chaos --plan "), r
 EOF
 
+  # -- 7. under a restart policy (issue 14): a killed service actor is restarted in
+  #    process (the job does not exit for it), every invariant holds, and the
+  #    report lists the restarts and the summary steps a restarted writer lost.
+  small=(--max-steps 200 --hidden 32 --batch-size 32 --save-checkpoint-steps 20 --save-summaries-steps 10
+         --threads 1 --eval-every-steps 0)
+  policy=(--restart-policy one_for_one,permanent,max_restarts=5,period_secs=60)
+  out=$(timeout 120 "$foreman" chaos --preset actors --seeds 3 --json "$tmp/policy.json" -- "${small[@]}" "${policy[@]}" 2>&1); rc=$?
+  [[ $rc -eq 0 ]] || fail "--preset actors under a permanent restart policy: exit $rc, expected 0: $out"
+  n=$("$py" -c 'import json,sys; print(sum(s["service_restarts"] for s in json.load(open(sys.argv[1]))["seeds"]))' "$tmp/policy.json")
+  [[ $n -gt 0 ]] || fail "--preset actors under a permanent restart policy: no service restart in the report: $out"
+  has '^  seed 0: 1 service restart\(s\); summary steps lost: \[\]$' "$out" \
+    || fail "--preset actors under a restart policy: seed 0's restart (its checkpoint saver) not listed: $out"
+  has '^    checkpoint_saver\(seed-0/run\) restarted; after: INTERNAL: injected actor fault actor-1$' "$out" \
+    || fail "--preset actors under a restart policy: the restart is not described: $out"
+  # Two failed appends in a row (the write, then the writer's retry as it
+  # closes the file): what it held is lost, and listed.
+  printf '%s\n' '{"faults": [' \
+    '{"id": "events-eio", "type": "env", "path": "*events.out.tfevents*", "op": "append", "error": "EIO", "nth": 20},' \
+    '{"id": "events-eio-again", "type": "env", "path": "*events.out.tfevents*", "op": "append", "error": "EIO", "nth": 21}]}' \
+    >"$tmp/events-eio.json"
+  out=$(timeout 120 "$foreman" chaos --plan "$tmp/events-eio.json" --seed 0 -- "${small[@]}" "${policy[@]}" 2>&1); rc=$?
+  [[ $rc -eq 0 ]] || fail "a summary writer restarted after EIO: exit $rc, expected 0: $out"
+  has '^  seed 0: 1 service restart\(s\); summary steps lost: \[[0-9]+(, [0-9]+)*\]$' "$out" \
+    || fail "a summary writer restarted after EIO: its lost steps are not listed: $out"
+  has '^    summary_writer\(seed-0/run\) restarted; summary steps lost: \[[0-9]' "$out" \
+    || fail "a summary writer restarted after EIO: the restart is not described: $out"
+
   # The soak script (tools/scripts/chaos_soak.sh, docs/reliability.md) at its
   # smallest: two presets, seeds split over two chaos processes, one table.
   soak=$(dirname "$0")/../tools/scripts/chaos_soak.sh

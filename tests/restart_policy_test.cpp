@@ -1,7 +1,9 @@
 // Restart policies for the service actors (include/foreman/restart_policy.hpp),
 // OTP's supervisor vocabulary, through a real MonitoredTrainingSession: TF's
 // default (a failing service ends the run), a summary writer restarted after
-// EIO onto a new event file with its lost events reported, intensity
+// EIO onto a new event file with its lost events reported, a checkpoint
+// saver restarted after its own save error (the save lost, the final one
+// saved again; also under a Supervisor), intensity
 // exceeded, permanent / transient / temporary, the three strategies, and
 // the policy's validation and back-off. Faults come from FaultyEnv and from
 // FaultInjectionHook's ActorFaults (fault.hpp). No sleeps: a ManualClock for
@@ -378,6 +380,113 @@ TEST_CASE("permanent checkpoint_saver: killed, restarted with the same directory
   CHECK(checkpoints.back() == "model.ckpt-8");
 }
 
+// EIO on the first append to the data file of the checkpoint of `step`
+// (every one of them with `repeat`, then `step` < 0: any checkpoint's).
+EnvFault CheckpointDataEio(int64_t step, bool repeat = false) {
+  EnvFault f;
+  f.id = "ckpt-eio";
+  f.path_pattern = step < 0 ? "*.data-*" : absl::StrCat("*model.ckpt-", step, ".data-*");
+  f.op = EnvOp::kAppend;
+  f.kind = EnvFault::Kind::kError;
+  f.error = EIO;
+  f.nth = 1;
+  f.repeat = repeat;
+  return f;
+}
+
+TEST_CASE("default policy (TF): a checkpoint_saver's own save error (EIO) ends the run with it") {
+  TempDir dir;
+  ManualClock clock;
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(CheckpointDataEio(4)).ok());
+  auto o = Options(dir.path(), &env, &clock, {}, 12);
+  o.save_checkpoint_steps = int64_t{4};
+  auto sess = Open(o);
+  Status last;
+  for (int i = 0; i < 12 && !sess->should_stop() && last.ok(); ++i) last = sess->run({"train_op"}).status();
+  const Status closed = sess->close();
+  CHECK_FALSE(closed.ok());
+  CHECK_MESSAGE(absl::StrContains(closed.message(), "saving the checkpoint of step 4"), closed.ToString());
+  CHECK(sess->service_restarts().empty());
+  CHECK(testing::Checkpoints(dir.path()) == std::vector<std::string>{"model.ckpt-0"});
+}
+
+TEST_CASE("permanent checkpoint_saver: its own save error (EIO) ends that incarnation; the save is lost with a "
+          "WARNING naming its step, the saver restarts, the next saves land, the run ends OK") {
+  TempDir dir;
+  ManualClock clock;
+  testing::CapturedLog log;
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(CheckpointDataEio(4)).ok());
+  auto o = Options(dir.path(), &env, &clock, {}, 12);
+  o.save_checkpoint_steps = int64_t{4};
+  o.runtime.restart.services["checkpoint_saver"] = RestartType::kPermanent;
+  o.runtime.restart.max_restarts = 3;
+  o.runtime.restart.period = absl::Seconds(60);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 12).ok());
+  CHECK(sess->close().ok());
+  CHECK(env.fired().size() == 1);
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].service == absl::StrCat("checkpoint_saver(", dir.path(), ")"));
+  CHECK(r[0].restarted);
+  CHECK_MESSAGE(absl::StrContains(r[0].reason.message(), "saving the checkpoint of step 4"), r[0].reason.ToString());
+  CHECK(absl::StrContains(r[0].reason.message(), "Input/output error (injected fault ckpt-eio)"));
+  CHECK(r[0].saves_lost == std::vector<int64_t>{4});
+  CHECK(r[0].events_lost == -1);
+  // Only verified checkpoints are listed; the one lost is not, the next ones are.
+  CHECK(testing::Checkpoints(dir.path()) ==
+        std::vector<std::string>{"model.ckpt-0", "model.ckpt-8", "model.ckpt-12"});
+  const std::string text = log.text();
+  CHECK_MESSAGE(absl::StrContains(text, "The checkpoint of step 4 was lost"), text);
+  CHECK(absl::StrContains(text, "the checkpoint save(s) of step(s) [4] lost"));
+}
+
+TEST_CASE("permanent checkpoint_saver: a lost final checkpoint is saved again at end() on the restarted saver") {
+  TempDir dir;
+  ManualClock clock;
+  testing::CapturedLog log;
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(CheckpointDataEio(12)).ok());
+  auto o = Options(dir.path(), &env, &clock, {}, 12);
+  o.save_checkpoint_steps = int64_t{4};
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sess = Open(o);
+  CHECK(Steps(*sess, 12).ok());
+  CHECK(sess->close().ok());
+  CHECK(env.fired().size() == 1);
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].saves_lost == std::vector<int64_t>{12});
+  const auto checkpoints = testing::Checkpoints(dir.path());
+  REQUIRE_FALSE(checkpoints.empty());
+  CHECK(checkpoints.back() == "model.ckpt-12");
+  CHECK_MESSAGE(absl::StrContains(log.text(), "Saving the final checkpoint of step 12 again"), log.text());
+}
+
+TEST_CASE("permanent checkpoint_saver: save errors beyond the restart intensity escalate; the run fails with the "
+          "save's error") {
+  TempDir dir;
+  ManualClock clock;
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(CheckpointDataEio(-1, /*repeat=*/true)).ok());
+  auto o = Options(dir.path(), &env, &clock, {}, 20);
+  o.save_checkpoint_steps = int64_t{4};
+  o.runtime.restart = Restarting(RestartType::kPermanent, /*max_restarts=*/1);
+  auto sess = Open(o);
+  Status last;
+  for (int i = 0; i < 20 && !sess->should_stop() && last.ok(); ++i) last = sess->run({"train_op"}).status();
+  const Status closed = sess->close();
+  CHECK_FALSE(closed.ok());
+  CHECK_MESSAGE(absl::StrContains(closed.message(), "saving the checkpoint of step"), closed.ToString());
+  CHECK(absl::StrContains(closed.message(), "Input/output error"));
+  const auto r = sess->service_restarts();
+  REQUIRE(r.size() == 1);  // the first failure restarted it, the second escalated
+  CHECK(r[0].saves_lost == std::vector<int64_t>{0});
+  CHECK(testing::Checkpoints(dir.path()).empty());
+}
+
 TEST_CASE("Supervisor takes the policy too: its summary writer is restarted after EIO") {
   TempDir dir;
   ManualClock clock;
@@ -402,6 +511,43 @@ TEST_CASE("Supervisor takes the policy too: its summary writer is restarted afte
   CHECK(r[0].restarted);
   CHECK(absl::StrContains(r[0].reason.message(), "Input/output error (injected fault eio)"));
   CHECK(EventFiles(dir.path()).size() == 2);
+}
+
+TEST_CASE("Supervisor: under a permanent policy its checkpoint thread's failed save is lost with a WARNING; the "
+          "saver restarts and the next save lands") {
+  TempDir dir;
+  ManualClock clock;
+  testing::CapturedLog log;
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(CheckpointDataEio(-1)).ok());  // the first save's data file
+  SupervisorOptions so;
+  so.graph = MakeGraph(std::make_shared<Model>());
+  so.logdir = dir.path();
+  so.save_model_secs = 10.0;
+  so.save_summaries_secs = std::nullopt;
+  so.config.clock = &clock;
+  so.config.env = &env;
+  so.runtime.restart = Restarting(RestartType::kPermanent);
+  auto sv = Supervisor::Create(so);
+  REQUIRE_MESSAGE(sv.ok(), sv.status().ToString());
+  auto session = (*sv)->prepare_or_wait_for_session();
+  REQUIRE_MESSAGE(session.ok(), session.status().ToString());
+  // The checkpoint thread saves at once (TF's LooperThread), and that save fails.
+  REQUIRE(Eventually([&] { return !(*sv)->service_restarts().empty(); }));
+  REQUIRE(Eventually([&] { return absl::StrContains(log.text(), "The checkpoint of step 0 was lost"); }));
+  // Its next firing saves on the restarted saver.
+  REQUIRE(clock.BlockUntilWaiters(1, testing::kRealTimeout));
+  clock.Advance(absl::Seconds(10));
+  REQUIRE(Eventually([&] {
+    auto prefixes = ListCheckpointPrefixes(Env::Default(), dir.path());
+    return prefixes.ok() && !prefixes->empty();
+  }));
+  CHECK((*sv)->stop().ok());
+  const auto r = (*sv)->service_restarts();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].restarted);
+  CHECK(r[0].saves_lost == std::vector<int64_t>{0});
+  CHECK(testing::Checkpoints(dir.path()) == std::vector<std::string>{"model.ckpt-0"});
 }
 
 // -- strategies ------------------------------------------------------------------------

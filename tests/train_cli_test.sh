@@ -116,6 +116,14 @@ done
 check_usage "--max-steps: '12x' is not a whole number" --max-steps 12x
 # An empty --hidden (an unset variable) is refused; softmax regression is 'none'.
 check_usage "--hidden is empty: .*'none' for softmax regression" --hidden ''
+# --restart-policy (issue 14): strict, naming the bad part; empty refused (an unset variable).
+check_usage '--restart-policy "bogus": part 1 "bogus": expected a strategy' --restart-policy bogus
+check_usage 'part 2 "max_restarts=x": max_restarts must be an integer' --restart-policy one_for_one,max_restarts=x
+check_usage 'part 2 "max_restarts=4": max_restarts given twice' --restart-policy max_restarts=3,max_restarts=4
+check_usage 'unknown service "writer"' --restart-policy writer=permanent,max_restarts=1
+check_usage 'part 1 "period_secs=0": period_secs must be a positive number' --restart-policy period_secs=0
+check_usage 'part 2 "": empty' --restart-policy 'permanent,,max_restarts=1'
+check_usage '--restart-policy: must not be empty' --restart-policy ''
 # Refused starts leave nothing behind: --hidden 1048576,1048576 was refused
 # after the directory's lock was taken.
 [[ -e $tmp/never ]] && fail "a refused start left $tmp/never: $(ls -A "$tmp/never")"
@@ -376,6 +384,20 @@ has "^stopped by SIGTERM before training started; nothing was changed in $tmp/sl
   || fail "a signal while loading, then the data: no final message: $out"
 has 'final checkpoint' "$out" && fail "a signal while loading, then the data: promised a final checkpoint: $out"
 [[ -e $tmp/slowrun ]] && fail "a run stopped while loading left $tmp/slowrun: $(ls -A "$tmp/slowrun")"
+
+# -- 8b. --restart-policy: printed in the header, not stored: a resume takes any policy -----
+policy=one_for_one,max_restarts=3,period_secs=60,summary_writer=permanent,checkpoint_saver=transient
+out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/policy" "${small[@]}" --max-steps 10 \
+      --restart-policy "$policy" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "a run under --restart-policy exited $rc: $out"
+has '^foreman train: restart policy one_for_one,permanent,checkpoint_saver=transient,summary_writer=permanent,max_restarts=3,period_secs=60,' "$out" \
+  || fail "--restart-policy: not in the run's header: $out"
+grep -q restart "$tmp/policy/train_settings.txt" && fail "--restart-policy was stored in the settings"
+out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/policy" "${small[@]}" --max-steps 20 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "a resume without the run's --restart-policy exited $rc: $out"
+out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/policy" "${small[@]}" --max-steps 30 \
+      --restart-policy temporary,max_restarts=1 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "a resume under another --restart-policy exited $rc: $out"
 
 # -- 9. a NaN loss fails the run: exit 1, one line ----------------------------------------------
 out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/nan" "${small[@]}" --optimizer sgd \

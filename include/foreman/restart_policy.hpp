@@ -136,6 +136,11 @@ struct ServiceRestart {
   /// without a step counts as -1), in the order they were added.
   int64_t events_lost = -1;
   std::vector<int64_t> steps_lost;
+  /// Checkpoint savers: the global steps of the saves lost with the old
+  /// incarnation (the save whose own error ended it, or saves queued when it
+  /// exited), oldest first; their tickets failed, the run went on, and the
+  /// next save goes to the new incarnation. Empty for other services.
+  std::vector<int64_t> saves_lost;
 };
 
 }  // namespace foreman

@@ -11,7 +11,7 @@
 namespace foreman::internal {
 
 void SaveTicket::Complete(Status s, std::string saved_prefix, absl::Duration took,
-                          std::map<std::string, Tensor> returned_buffers) {
+                          std::map<std::string, Tensor> returned_buffers, bool lost_to_restart) {
   {
     MutexLock l(mu);
     // The first completion wins: the actor's, or the runtime's error when the
@@ -23,6 +23,7 @@ void SaveTicket::Complete(Status s, std::string saved_prefix, absl::Duration too
     prefix = std::move(saved_prefix);
     write_time = took;
     buffers = std::move(returned_buffers);
+    lost = lost_to_restart && !status.ok();
   }
   cv.notify_all();
 }
@@ -32,6 +33,11 @@ std::map<std::string, Tensor> SaveTicket::TakeBuffers() {
   std::map<std::string, Tensor> out = std::move(buffers);
   buffers.clear();
   return out;
+}
+
+bool SaveTicket::IsLost() {
+  MutexLock l(mu);
+  return done && lost;
 }
 
 bool SaveTicket::IsDone() {

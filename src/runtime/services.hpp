@@ -72,11 +72,21 @@ struct SaveTicket {
   /// died: the request, and its buffers, went down with it).
   std::map<std::string, Tensor> buffers ABSL_GUARDED_BY(mu);
 
+  /// Set with a failed completion when the save was lost with an
+  /// incarnation of a checkpoint_saver that the session's restart policy
+  /// may restart (its own save error, or it exited with the save queued):
+  /// the run does not fail for it (the supervisor escalates if it does not
+  /// restart the saver); the hooks log a WARNING naming the step.
+  bool lost ABSL_GUARDED_BY(mu) = false;
+
   /// The first completion wins; a later one (and its `returned_buffers`) is
-  /// dropped.
+  /// dropped. `lost_to_restart`: see `lost`.
   void Complete(Status s, std::string saved_prefix, absl::Duration took,
-                std::map<std::string, Tensor> returned_buffers = {}) ABSL_LOCKS_EXCLUDED(mu);
+                std::map<std::string, Tensor> returned_buffers = {}, bool lost_to_restart = false)
+      ABSL_LOCKS_EXCLUDED(mu);
   bool IsDone() ABSL_LOCKS_EXCLUDED(mu);
+  /// True once completed with `lost` set.
+  bool IsLost() ABSL_LOCKS_EXCLUDED(mu);
   /// Moves the handed-back buffers out (empty before completion or when none
   /// came back). Only a completed ticket's buffers are free: the actor no
   /// longer reads them.
@@ -130,6 +140,11 @@ class CheckpointService {
   /// ticket before starting the next one (one save in flight). A failed save
   /// completes the ticket with its error and is also reported (error()).
   /// When the actor is gone, the ticket comes back completed with an error.
+  /// Under a restart policy that may restart the saver (restart_policy.hpp):
+  /// a failed save ends the saver's incarnation instead, and its ticket
+  /// completes with the error marked lost (SaveTicket::lost; the run goes
+  /// on); a save started while the saver is down is parked and sent to the
+  /// restarted one (the caller's bounded Wait on the ticket bounds it).
   virtual std::shared_ptr<SaveTicket> StartSave(std::map<std::string, Tensor> snapshot, int64_t step) = 0;
   virtual const std::string& directory() const = 0;
   virtual const std::shared_ptr<Saver>& saver() const = 0;

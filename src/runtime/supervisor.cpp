@@ -268,6 +268,13 @@ Status Supervisor::StartServices(Session* session, std::shared_ptr<Session> keep
       Status saved = ticket->Wait(kServiceTimeout);
       // A save still in flight (timed out) keeps its buffers.
       if (ticket->IsDone()) *spare = ticket->TakeBuffers();
+      if (!saved.ok() && ticket->IsLost()) {
+        // As CheckpointSaverHook: the policy restarts the saver (or escalates).
+        FOREMAN_LOG_WARN("The checkpoint of step {} was lost: {}; the checkpoint_saver is restarted by the "
+                         "session's restart policy and training goes on",
+                         step, saved.ToString());
+        return absl::OkStatus();
+      }
       return saved;
     };
     FOREMAN_RETURN_IF_ERROR(

@@ -304,6 +304,9 @@ struct RunRecord {
   bool timed_out = false;
   bool left_processes = false;
   int64_t elapsed_ms = 0;
+  // Under --restart-policy: in-process service restarts, as printed.
+  std::vector<std::string> service_restarts;
+  std::vector<int64_t> summary_steps_lost;
 };
 
 struct Invariant {
@@ -331,6 +334,10 @@ struct SeedReport {
   int64_t steps_lost = 0;
   int64_t recoveries = 0;
   int64_t recovery_steps_lost = 0;
+  // Under --restart-policy: service restarts (and removals) of every run,
+  // and the summary steps the restarted writers lost.
+  int64_t service_restarts = 0;
+  std::vector<int64_t> summary_steps_lost;
   // The in-process recoveries TensorBoard shows in the run's event files.
   std::vector<RecoveryMetrics> recovery_metrics;
   std::vector<RunRecord> runs;
@@ -485,6 +492,11 @@ StatusOr<SeedReport> RunSeed(Chaos& c, int64_t seed) {
     run.elapsed_ms = child.elapsed_ms;
     run.recoveries = log.recoveries;
     run.recovery_steps_lost = log.recovery_steps_lost;
+    for (const std::string& t : log.service_restarts) run.service_restarts.push_back(c.Rel(t));
+    run.summary_steps_lost = log.summary_steps_lost;
+    r.service_restarts += static_cast<int64_t>(log.service_restarts.size());
+    r.summary_steps_lost.insert(r.summary_steps_lost.end(), log.summary_steps_lost.begin(),
+                                log.summary_steps_lost.end());
     run.start_step = log.restored_step ? *log.restored_step : (log.last_step >= 0 ? 0 : -1);
     // 1. After every exit: the listed checkpoints verify, one restores.
     if (Status s = VerifyListedCheckpoints(c.env, run_dir); !s.ok()) {
@@ -565,6 +577,8 @@ json RunJson(const RunRecord& run) {
   j["checkpoint_step"] = run.checkpoint_step;
   j["recoveries"] = run.recoveries;
   j["recovery_steps_lost"] = run.recovery_steps_lost;
+  j["service_restarts"] = run.service_restarts;  // without the work directory
+  j["summary_steps_lost"] = run.summary_steps_lost;
   j["elapsed_ms"] = run.elapsed_ms;
   return j;
 }
@@ -580,6 +594,8 @@ json SeedJson(const SeedReport& r) {
   j["steps_lost"] = r.steps_lost;
   j["in_process_recoveries"] = r.recoveries;
   j["in_process_steps_lost"] = r.recovery_steps_lost;
+  j["service_restarts"] = r.service_restarts;
+  j["summary_steps_lost"] = r.summary_steps_lost;
   json metrics = json::array();
   for (const RecoveryMetrics& m : r.recovery_metrics) {
     metrics.push_back({{"global_step", m.step},
@@ -816,6 +832,19 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
                                                     static_cast<long long>(run.last_step));
     std::printf("\n  logs: %s/seed-%lld\n  replay: %s\n", c.work.c_str(), static_cast<long long>(r.seed),
                 r.replay.c_str());
+  }
+  // Under --restart-policy: what the session's supervisor restarted in
+  // process (the job did not exit for it), and the summary steps lost.
+  bool restarts_title = false;
+  for (const SeedReport& r : reports) {
+    if (r.service_restarts == 0) continue;
+    if (!restarts_title) std::printf("\nservice restarts (in process, --restart-policy):\n");
+    restarts_title = true;
+    std::printf("  seed %lld: %lld service restart(s); summary steps lost: [%s]\n", static_cast<long long>(r.seed),
+                static_cast<long long>(r.service_restarts), absl::StrJoin(r.summary_steps_lost, ", ").c_str());
+    for (const RunRecord& run : r.runs) {
+      for (const std::string& t : run.service_restarts) std::printf("    %s\n", t.c_str());
+    }
   }
   const int64_t total_ms = MillisSince(started);
   std::printf("\n%zu seeds, %lld failed, %.1f s\n", reports.size(), static_cast<long long>(failed),

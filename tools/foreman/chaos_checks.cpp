@@ -209,7 +209,30 @@ TrainLog ParseTrainLog(const std::string& text) {
   bool started = false;
   int64_t current = 0;
   int64_t last_saved = -1;  // the step of the last "Saving checkpoints for <n> into" line
+  int64_t saved_before = -1;  // the one before it (a restarted saver may lose the last)
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StartsWith(line, "service restart ")) {
+      const std::size_t colon = line.find(": ");
+      if (colon != absl::string_view::npos) {
+        log.service_restarts.emplace_back(line.substr(colon + 2));
+        constexpr absl::string_view kLost = "summary steps lost: [";
+        if (const std::size_t at = line.find(kLost); at != absl::string_view::npos) {
+          absl::string_view list = line.substr(at + kLost.size());
+          list = list.substr(0, list.find(']'));
+          for (absl::string_view n : absl::StrSplit(list, ", ", absl::SkipEmpty())) {
+            int64_t step = 0;
+            if (absl::SimpleAtoi(n, &step)) log.summary_steps_lost.push_back(step);
+          }
+        }
+      }
+      continue;
+    }
+    // A save lost with a checkpoint_saver that the restart policy restarted
+    // (CheckpointSaverHook's WARNING): the latest checkpoint is the one before.
+    if (auto lost = NumberAfter(line, "The checkpoint of step "); lost && absl::StrContains(line, " was lost")) {
+      if (*lost == last_saved) last_saved = saved_before;
+      continue;
+    }
     if (absl::StrContains(line, "Restoring parameters from ")) {
       // The number is in the prefix's "-<step>" suffix: take the last one.
       const std::size_t dash = line.rfind('-');
@@ -249,7 +272,10 @@ TrainLog ParseTrainLog(const std::string& text) {
       log.last_step = current;
       continue;
     }
-    if (auto saved = NumberAfter(line, "Saving checkpoints for ")) last_saved = *saved;
+    if (auto saved = NumberAfter(line, "Saving checkpoints for ")) {
+      saved_before = last_saved;
+      last_saved = *saved;
+    }
     if (absl::StrContains(line, "Saving checkpoints for 0 into") && !started) {
       started = true;  // a fresh start
       current = 0;

@@ -73,6 +73,13 @@ struct TrainLog {
   /// preemption error ...") and the steps they lost (reported - restored).
   int64_t recoveries = 0;
   int64_t recovery_steps_lost = 0;
+  /// Under `foreman train --restart-policy`: the service restarts (and
+  /// removals) the process printed ("service restart <n>: <service>
+  /// restarted|removed; ..."), one text per line after "service restart
+  /// <n>: ", and the summary steps the restarted writers lost ("summary
+  /// steps lost: [...]"), in order.
+  std::vector<std::string> service_restarts;
+  std::vector<int64_t> summary_steps_lost;
   /// The id of the injected fault that ended the process ("foreman train:
   /// stopped by injected fault <id>: ..."), empty when none did.
   std::string stopped_by_fault;

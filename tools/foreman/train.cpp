@@ -1124,6 +1124,7 @@ ExitCode AddHooks(TrainJob& job) {
   mts.runtime.stop = job.stop;
   mts.runtime.held_lock = job.lock;
   mts.runtime.held_lock_directory = f.checkpoint_dir;
+  if (!f.restart_policy.empty()) mts.runtime.restart = *ParseRestartPolicy(f.restart_policy);  // validated
   return std::nullopt;
 }
 
@@ -1147,7 +1148,28 @@ ExitCode WriteRunFiles(TrainJob& job) {
                static_cast<long long>(f.batch_size),
                job.total_steps > 0 ? absl::StrCat(job.total_steps, " steps").c_str() : "until stopped",
                static_cast<long long>(f.seed), static_cast<long long>(f.threads), dir.c_str());
+  if (!f.restart_policy.empty()) {
+    std::fprintf(stderr, "foreman train: restart policy %s\n",
+                 RestartPolicyText(*ParseRestartPolicy(f.restart_policy)).c_str());
+  }
   return std::nullopt;
+}
+
+// Under --restart-policy: one line per restart or removal the session's
+// supervisor performed, on stdout (foreman chaos reads them), with every
+// summary step and checkpoint save it lost; the reason last (free text).
+void PrintServiceRestarts(const std::vector<ServiceRestart>& restarts) {
+  int n = 0;
+  for (const ServiceRestart& r : restarts) {
+    std::string line = absl::StrCat("service restart ", ++n, ": ", r.service, r.restarted ? " restarted" : " removed");
+    if (r.events_lost >= 0) {
+      absl::StrAppend(&line, "; summary steps lost: [", absl::StrJoin(r.steps_lost, ", "), "]");
+    }
+    if (!r.saves_lost.empty()) absl::StrAppend(&line, "; checkpoint saves lost: [", absl::StrJoin(r.saves_lost, ", "), "]");
+    absl::StrAppend(&line, "; after: ", r.reason.ok() ? "a normal exit" : r.reason.ToString());
+    std::printf("%s\n", line.c_str());
+  }
+  if (n > 0) std::fflush(stdout);
 }
 
 // 9. The report on stdout.
@@ -1249,6 +1271,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   }
   const Status closed = (*session)->close();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  PrintServiceRestarts((*session)->service_restarts());
   if (!closed.ok()) return job.Exit(kExitFailed, "training failed", closed);
   return Report(job, watcher, wall);
 }

@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -179,6 +183,100 @@ double DefaultLearningRate(nn::OptimizerKind kind) {
   return 0.001;
 }
 
+StatusOr<RestartPolicy> ParseRestartPolicy(const std::string& text) {
+  RestartPolicy policy;
+  auto bad = [&](std::size_t index, absl::string_view part, const std::string& why) {
+    return Usage(absl::StrCat("--restart-policy \"", absl::CHexEscape(text), "\": part ", index + 1, " \"",
+                              absl::CHexEscape(part), "\": ", why));
+  };
+  if (absl::StripAsciiWhitespace(text).empty()) {
+    return Usage("--restart-policy must not be empty (leave it out for TF's default)");
+  }
+  auto parse_type = [](absl::string_view word) -> std::optional<RestartType> {
+    for (RestartType t : {RestartType::kPermanent, RestartType::kTransient, RestartType::kTemporary}) {
+      if (word == RestartTypeName(t)) return t;
+    }
+    return std::nullopt;
+  };
+  std::set<std::string> seen;
+  const std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const absl::string_view part = absl::StripAsciiWhitespace(parts[i]);
+    if (part.empty()) return bad(i, part, "empty");
+    const std::size_t eq = part.find('=');
+    if (eq == absl::string_view::npos) {
+      std::optional<RestartStrategy> strategy;
+      for (RestartStrategy st : {RestartStrategy::kOneForOne, RestartStrategy::kOneForAll, RestartStrategy::kRestForOne}) {
+        if (part == RestartStrategyName(st)) strategy = st;
+      }
+      if (strategy) {
+        if (!seen.insert("strategy").second) return bad(i, part, "a second strategy");
+        policy.strategy = *strategy;
+        continue;
+      }
+      if (auto type = parse_type(part)) {
+        if (!seen.insert("type").second) return bad(i, part, "a second default restart type");
+        policy.type = *type;
+        continue;
+      }
+      return bad(i, part,
+                 "expected a strategy (one_for_one, one_for_all, rest_for_one), a restart type (permanent, transient, "
+                 "temporary) or key=value");
+    }
+    const std::string key(absl::StripAsciiWhitespace(part.substr(0, eq)));
+    const std::string value(absl::StripAsciiWhitespace(part.substr(eq + 1)));
+    if (key.empty()) return bad(i, part, "no key before '='");
+    if (!seen.insert(key).second) return bad(i, part, absl::StrCat(key, " given twice"));
+    auto integer = [&](int64_t min, int64_t max) -> std::optional<int64_t> {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(value, &v) || v < min || v > max) return std::nullopt;
+      return v;
+    };
+    if (key == "max_restarts") {
+      auto v = integer(0, 1000000);
+      if (!v) return bad(i, part, "max_restarts must be an integer in [0, 1000000]");
+      policy.max_restarts = static_cast<int>(*v);
+    } else if (key == "period_secs") {
+      double v = 0;
+      if (!absl::SimpleAtod(value, &v) || !(v > 0) || !std::isfinite(v) || v > 1e9) {
+        return bad(i, part, "period_secs must be a positive number of seconds");
+      }
+      policy.period = absl::Seconds(v);
+    } else if (key == "initial_backoff_ms" || key == "max_backoff_ms") {
+      auto v = integer(0, absl::ToInt64Milliseconds(kMaxRestartBackoff));
+      if (!v) {
+        return bad(i, part, absl::StrCat(key, " must be an integer number of milliseconds in [0, ",
+                                         absl::ToInt64Milliseconds(kMaxRestartBackoff), "]"));
+      }
+      (key == "initial_backoff_ms" ? policy.initial_backoff : policy.max_backoff) = absl::Milliseconds(*v);
+    } else if (key == "seed") {
+      uint64_t v = 0;
+      if (!absl::SimpleAtoi(value, &v)) return bad(i, part, "seed must be a non-negative integer");
+      policy.seed = v;
+    } else if (auto type = parse_type(value)) {
+      policy.services[key] = *type;  // the service kind: ValidateRestartPolicy names an unknown one
+    } else {
+      return bad(i, part,
+                 absl::StrCat("unknown key \"", absl::CHexEscape(key),
+                              "\" (max_restarts, period_secs, initial_backoff_ms, max_backoff_ms, seed) or a "
+                              "service's restart type (permanent, transient, temporary)"));
+    }
+  }
+  if (Status s = ValidateRestartPolicy(policy); !s.ok()) {
+    return Usage(absl::StrCat("--restart-policy \"", absl::CHexEscape(text), "\": ", s.message()));
+  }
+  return policy;
+}
+
+std::string RestartPolicyText(const RestartPolicy& p) {
+  std::string out = absl::StrCat(RestartStrategyName(p.strategy), ",", RestartTypeName(p.type));
+  for (const auto& [kind, type] : p.services) absl::StrAppend(&out, ",", kind, "=", RestartTypeName(type));
+  absl::StrAppend(&out, ",max_restarts=", p.max_restarts, ",period_secs=", absl::ToDoubleSeconds(p.period),
+                  ",initial_backoff_ms=", absl::ToInt64Milliseconds(p.initial_backoff),
+                  ",max_backoff_ms=", absl::ToInt64Milliseconds(p.max_backoff), ",seed=", p.seed);
+  return out;
+}
+
 Status ValidateTrainFlags(const TrainFlags& f) {
   if (f.checkpoint_dir.empty()) return Usage("--checkpoint-dir must not be empty");
   if (f.batch_size < 1 || f.batch_size > (1 << 20)) {
@@ -225,6 +323,7 @@ Status ValidateTrainFlags(const TrainFlags& f) {
   if (auto kind = nn::ParseOptimizerKind(f.optimizer); !kind.ok()) {
     return Usage(absl::StrCat("--optimizer: ", kind.status().message()));
   }
+  if (!f.restart_policy.empty()) FOREMAN_RETURN_IF_ERROR(ParseRestartPolicy(f.restart_policy).status());
   return absl::OkStatus();
 }
 
@@ -387,6 +486,12 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
                  "system, step, hook and process (SIGKILL/SIGTERM) faults into training; those that fire are "
                  "recorded in <checkpoint-dir>/fault_record.json and, unless marked repeat, do not fire again "
                  "when the run is restarted. Not stored in the run's settings")
+      ->check(NonEmpty());
+  cmd.add_option("--restart-policy", f.restart_policy,
+                 "Restart failing service actors (summary writer, checkpoint saver, step counter) instead of "
+                 "ending the run, in Erlang/OTP's terms, e.g. \"one_for_one,max_restarts=3,period_secs=60,"
+                 "summary_writer=permanent,checkpoint_saver=permanent\" (docs/train.md). Default: TF's (a "
+                 "failing service ends the run). Not stored in the run's settings")
       ->check(NonEmpty());
   // A flag given twice takes its last value (a script's defaults, then the user's).
   for (CLI::Option* option : cmd.get_options()) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

@@ -14,6 +14,7 @@
 #include "foreman/dataset.hpp"
 #include "foreman/env.hpp"
 #include "foreman/nn.hpp"
+#include "foreman/restart_policy.hpp"
 #include "foreman/status.hpp"
 
 namespace foreman::cli {
@@ -45,6 +46,11 @@ struct TrainFlags {
   // --fault-plan: a FaultPlan JSON file (foreman/fault.hpp). Not a setting of
   // the run: never stored, so a resume without the flag injects nothing.
   std::string fault_plan;
+  // --restart-policy: the session's RestartPolicy (foreman/restart_policy.hpp)
+  // in ParseRestartPolicy's syntax; empty: TF's default. Not a setting of
+  // the run either (how to survive a failing service, not what is trained):
+  // never stored or compared, so a resume takes any policy.
+  std::string restart_policy;
 };
 
 /// Registers every flag of `foreman train` on `cmd`, bound to `flags`.
@@ -57,6 +63,24 @@ Status ValidateTrainFlags(const TrainFlags& flags);
 /// naming the text, and for an empty (or blank) text: softmax regression is
 /// asked for by name, an empty value is more likely an unset variable.
 StatusOr<std::vector<int64_t>> ParseHidden(const std::string& text);
+
+/// `--restart-policy`'s text: comma-separated parts, each one of
+///   one_for_one | one_for_all | rest_for_one     the strategy (OTP)
+///   permanent | transient | temporary            the type of every service not named
+///   <service>=permanent|transient|temporary      one service kind's type
+///                                                (summary_writer, checkpoint_saver, ...)
+///   max_restarts=<n>, period_secs=<s>            the restart intensity
+///   initial_backoff_ms=<n>, max_backoff_ms=<n>   the back-off
+///   seed=<n>                                     the back-off's jitter
+/// e.g. "one_for_one,max_restarts=3,period_secs=60,summary_writer=permanent".
+/// Unset fields keep RestartPolicy's defaults (TF's). INVALID_ARGUMENT naming
+/// the part (and its position) that does not parse, is given twice, or that
+/// ValidateRestartPolicy refuses.
+StatusOr<RestartPolicy> ParseRestartPolicy(const std::string& text);
+
+/// The policy in ParseRestartPolicy's syntax (every field; parses back to
+/// an equal policy), for the run's header.
+std::string RestartPolicyText(const RestartPolicy& policy);
 
 /// The learning rate of `--optimizer` when --learning-rate is not given.
 double DefaultLearningRate(nn::OptimizerKind kind);

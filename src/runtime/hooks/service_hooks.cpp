@@ -95,6 +95,9 @@ struct CheckpointSaverHook::Impl {
   // so they are never overwritten while it writes them; when none came back
   // (the first save, a ticket the runtime failed), new ones are allocated.
   std::map<std::string, Tensor> spare;
+  // The step of the last save lost with a restarted checkpoint_saver (-1:
+  // none): end() saves the final step again when its save was lost.
+  int64_t last_lost_step = -1;
 
   mutable Mutex mu;  // for the accessors below (read from other threads)
   std::vector<int64_t> saved_steps ABSL_GUARDED_BY(mu);
@@ -107,6 +110,16 @@ struct CheckpointSaverHook::Impl {
     in_flight = nullptr;
     Status s = ticket->Wait(absl::ZeroDuration());
     spare = ticket->TakeBuffers();
+    if (!s.ok() && ticket->IsLost()) {
+      // The restart policy restarts the checkpoint_saver (or escalates, and
+      // the run fails with its error): this save is lost, the next one goes
+      // to the new incarnation.
+      FOREMAN_LOG_WARN("The checkpoint of step {} was lost: {}; the checkpoint_saver is restarted by the "
+                       "session's restart policy and training goes on",
+                       ticket->step, s.ToString());
+      last_lost_step = ticket->step;
+      return absl::OkStatus();
+    }
     if (!s.ok()) return s;
     {
       MutexLock l(mu);
@@ -276,6 +289,23 @@ Status CheckpointSaverHook::end(Session* session) {
     FOREMAN_RETURN_IF_ERROR(m.Save(session, last_step, &stop));
   }
   FOREMAN_RETURN_IF_ERROR(m.WaitAndFinish(session, &stop));
+  // The final checkpoint lost with a restarted checkpoint_saver (restart
+  // policy): no later save would replace it, so save it again on the new
+  // incarnation. Bounded: each loss is a restart, and once the restart
+  // intensity is exceeded the save fails with the escalated error.
+  constexpr int kFinalSaveTries = 10;
+  for (int tries = 1; m.last_lost_step == last_step && tries < kFinalSaveTries; ++tries) {
+    FOREMAN_LOG_WARN("Saving the final checkpoint of step {} again: its save was lost with a restarted "
+                     "checkpoint_saver",
+                     last_step);
+    m.last_lost_step = -1;
+    FOREMAN_RETURN_IF_ERROR(m.Save(session, last_step, &stop));
+    FOREMAN_RETURN_IF_ERROR(m.WaitAndFinish(session, &stop));
+  }
+  if (m.last_lost_step == last_step) {
+    return absl::InternalError(absl::StrCat("CheckpointSaverHook: the final checkpoint of step ", last_step,
+                                               " was lost ", kFinalSaveTries, " times"));
+  }
   m.spare.clear();  // No save until the next session: give the copy back.
   for (const auto& listener : m.options.listeners) {
     FOREMAN_RETURN_IF_ERROR(
