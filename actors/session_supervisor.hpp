@@ -29,6 +29,13 @@
 //       within period, on the session's Clock) the failure escalates as
 //       above, with the child's own Status. A service that is not restarted
 //       is removed (logged, recorded with restarted = false).
+//   (kill_atom, std::string name, caf::error reason, std::shared_ptr<Completion> done)
+//       An injected actor fault (ServiceFaults::Kill): sends (kill_atom,
+//       reason) to the running service `name` and completes `done` once its
+//       exit is handled as above -- escalated (after the coordinator has
+//       taken the report: a flush_atom sent behind it), removed, forgotten,
+//       or restarted (after the back-off) -- or the tree shuts down. When
+//       `name` is not running, `done` completes at once.
 //   (restart_atom, uint64_t id)                                  to itself
 //       A back-off is over: restart that group once every member is down.
 //   exit_msg not from a child (the Runtime's anon_send_exit, user_shutdown)

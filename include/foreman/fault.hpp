@@ -68,6 +68,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -208,6 +209,29 @@ struct FiredFault {
   EnvOp op = EnvOp::kAny;
   int64_t op_index = 0;
 };
+
+/// Payload type URL (absl::Status::SetPayload) that marks an error as caused
+/// by an injected fault; the value is the fault's id.
+inline constexpr char kInjectedFaultPayload[] = "foreman.InjectedFault";
+
+/// The id of the injected fault that caused `s`, from its
+/// kInjectedFaultPayload; std::nullopt when `s` is OK or carries none. (In
+/// the spirit of TF's error payloads, e.g. NanLossDuringTrainingError's.)
+/// Carried by: every error a FaultyEnv injects (kError, kShortWrite, and the
+/// CANCELLED errors after a kCrash fault); a FaultInjectionHook's kStatus
+/// step fault, hook fault (the thrown StatusError) and actor kill (the
+/// service's exit reason, as the run's error or a restart record's reason).
+/// The mark survives Annotate(), the actors' exit reasons and reports, and
+/// the MonitoredSession's recovery and close. A kNanLoss step fault's NaN is
+/// reported by whoever checks the loss (NanTensorHook: a
+/// NanLossDuringTrainingError without this mark). Thread-safe.
+///   ```cpp
+///   #include "absl/strings/cord.h"
+///   foreman::Status s = absl::InternalError("write failed");
+///   s.SetPayload(foreman::kInjectedFaultPayload, absl::Cord("disk-full"));
+///   if (foreman::InjectedFaultId(s) != "disk-full") return absl::InternalError("no mark");
+///   ```
+std::optional<std::string> InjectedFaultId(const Status& s);
 
 /// An observer of fired faults (FaultyEnv::set_on_fire,
 /// FaultInjectionHook::Options::on_fire): called once per firing,

@@ -19,19 +19,35 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "foreman/mem_env.hpp"
 #include "foreman/mutex.hpp"
 #include "platform/errno_status.hpp"
+#include "platform/injected_fault.hpp"
 #include "platform/log.hpp"
 
 namespace foreman {
+
+// -- the injected-fault payload ------------------------------------------------------
+
+Status WithInjectedFault(Status s, absl::string_view fault_id) {
+  if (!s.ok()) s.SetPayload(kInjectedFaultPayload, absl::Cord(fault_id));
+  return s;
+}
+
+std::optional<std::string> InjectedFaultId(const Status& s) {
+  auto id = s.GetPayload(kInjectedFaultPayload);  // absl::optional (C++17 build of Abseil)
+  if (!id.has_value()) return std::nullopt;
+  return std::string(*id);
+}
 
 // -- EnvWrapper --------------------------------------------------------------------
 
@@ -146,7 +162,7 @@ bool Matches(const std::string& pattern, const std::string& path) {
 }
 
 Status WithFaultId(const Status& s, const std::string& id) {
-  return Status(s.code(), absl::StrCat(s.message(), " (injected fault ", id, ")"));
+  return WithInjectedFault(Status(s.code(), absl::StrCat(s.message(), " (injected fault ", id, ")")), id);
 }
 
 /// The MemEnv under `env` through any chain of EnvWrappers, or nullptr.
@@ -188,9 +204,10 @@ struct FaultyEnv::State {
 
   /// The error of an operation refused because of a crash.
   static Status CrashedError(const Where& where, const std::string& id) {
-    return absl::CancelledError(absl::StrCat(where.str(), ": simulated crash",
-                                             id.empty() ? "" : absl::StrCat(" (injected fault ", id, ")"),
-                                             ": the file system is down until FaultyEnv::Recover()"));
+    Status s = absl::CancelledError(absl::StrCat(where.str(), ": simulated crash",
+                                                 id.empty() ? "" : absl::StrCat(" (injected fault ", id, ")"),
+                                                 ": the file system is down until FaultyEnv::Recover()"));
+    return id.empty() ? s : WithInjectedFault(std::move(s), id);
   }
 
   /// The per-kind operation counters of `path`; the pointer stays valid for
