@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -594,6 +595,7 @@ TEST_CASE("a repeating ABORTED at step 3 recovers until max_recoveries are spent
   const Status last = Train(*sess);
   CHECK(absl::IsAborted(last));
   CHECK(absl::StrContains(last.message(), "injected step fault preempt at global_step 3"));
+  CHECK(InjectedFaultId(last) == std::optional<std::string>("preempt"));  // through the recoveries
   CHECK(sess->recoveries() == 2);
   CHECK(hook->fired().size() == 3);  // the first error and one per recovery
   sess->close().IgnoreError();
@@ -638,7 +640,10 @@ TEST_CASE("INTERNAL at step 3 ends the run with INTERNAL naming the fault") {
                 last.ToString());
   CHECK(model->train_calls == 3);  // steps 0, 1, 2; step 3 never ran
   CHECK(sess->recoveries() == 0);
-  CHECK(absl::IsInternal(sess->close()));
+  CHECK(InjectedFaultId(last) == std::optional<std::string>("boom"));
+  const Status closed = sess->close();
+  CHECK(absl::IsInternal(closed));
+  CHECK(InjectedFaultId(closed) == std::optional<std::string>("boom"));
 }
 
 TEST_CASE("OUT_OF_RANGE at step 3 is a clean end: close() saves the final checkpoint at step 3") {
@@ -669,6 +674,7 @@ TEST_CASE("a NaN loss at step 4: NanTensorHook fails the run, or stops it withou
     const Status last = Train(*sess);
     if (fail) {
       CHECK(IsNanLossDuringTraining(last));
+      CHECK_FALSE(InjectedFaultId(last).has_value());  // NanTensorHook's error: the fired record names the fault
       CHECK(absl::IsInternal(sess->close()));
     } else {
       CHECK(last.ok());
@@ -696,8 +702,11 @@ TEST_CASE("a hook that throws in after_run at step 3 ends the run naming the hoo
       absl::StartsWith(last.message(), "hook FaultInjectionHook::after_run: injected hook fault hook-throws at "
                                        "global_step 3"),
       last.ToString());
+  CHECK(InjectedFaultId(last) == std::optional<std::string>("hook-throws"));
   CHECK(model->train_calls == 4);
-  CHECK_FALSE(sess->close().ok());
+  const Status closed = sess->close();
+  CHECK_FALSE(closed.ok());
+  CHECK(InjectedFaultId(closed) == std::optional<std::string>("hook-throws"));
   REQUIRE(hook->fired().size() == 1);
   CHECK(hook->fired()[0].path == "hook:after_run");
   CHECK(hook->fired()[0].op_index == 3);

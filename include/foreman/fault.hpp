@@ -218,7 +218,8 @@ inline constexpr char kInjectedFaultPayload[] = "foreman.InjectedFault";
 /// kInjectedFaultPayload; std::nullopt when `s` is OK or carries none. (In
 /// the spirit of TF's error payloads, e.g. NanLossDuringTrainingError's.)
 /// Carried by: every error a FaultyEnv injects (kError, kShortWrite, and the
-/// CANCELLED errors after a kCrash fault); a FaultInjectionHook's kStatus
+/// CANCELLED error of the operation a kCrash fault crashes; not the later
+/// refusals until Recover(), which name no fault); a FaultInjectionHook's kStatus
 /// step fault, hook fault (the thrown StatusError) and actor kill (the
 /// service's exit reason, as the run's error or a restart record's reason).
 /// The mark survives Annotate(), the actors' exit reasons and reports, and
