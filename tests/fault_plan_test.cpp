@@ -265,6 +265,12 @@ TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the fi
       {R"({"faults": [3]})", "plan.json: faults[0]: a fault must be an object, got 3"},
       {R"({"faults": [{"type": "step"}]})", R"(plan.json: faults[0]: missing "id")"},
       {R"({"faults": [{"id": "", "type": "step"}]})", R"(plan.json: faults[0]: "id" must be a non-empty string)"},
+      {R"({"faults": [{"id": "a", "type": "step", "status": "ABORTED", "at_step": 1},
+                      {"id": "two\nlines", "type": "step"}]})",
+       R"(plan.json: faults[1]: "id" must be a string without control characters (newline, tab, ...: ids are logged as they are), got "two\nlines")"},
+      {R"({"faults": [{"id": "tab\there", "type": "step"}]})",
+       R"(plan.json: faults[0]: "id" must be a string without control characters)"},
+      {R"({"faults": [{"id": "esc\u001b[31m", "type": "step"}]})", R"(got "esc\u001b[31m")"},
       {R"({"faults": [{"id": "a"}]})", R"(plan.json: faults[0] ("a"): missing "type")"},
       {R"({"faults": [{"id": "a", "type": "disk"}]})",
        R"(plan.json: faults[0] ("a"): "type" must be one of env, step, hook, process, actor, got "disk")"},
@@ -953,6 +959,11 @@ TEST_CASE("FaultInjectionHook::Create rejects bad faults naming the fault and fi
   late.at_time = absl::Hours(24 * 31);
   ProcessFault negative = SignalAt("neg", SIGTERM, -1);
   negative.at_time = absl::Seconds(-1);
+  StepFault newline = ok;
+  newline.id = "a\nb";
+  HookFault tab;
+  tab.id = "h\tt";
+  tab.callback = "end";
   struct Case {
     FaultInjectionHook::Options options;
     const char* message;
@@ -971,6 +982,10 @@ TEST_CASE("FaultInjectionHook::Create rejects bad faults naming the fault and fi
       {{{}, {}, 0, {negative}}, "processes[0] (\"neg\"): at_time must be in [0, 30 days]"},
       {{{}, {}, 0, {SignalAt("s", SIGKILL, -3)}}, "processes[0] (\"s\"): at_step must be >= -1"},
       {{{ok}, {}, 0, {SignalAt("a", SIGKILL, 1)}}, "processes[0] (\"a\"): duplicate id"},
+      // Control characters in an id (logged and recorded raw) are refused.
+      {{{newline}, {}, 0}, "FaultInjectionHook: steps[0]: id \"a\\nb\" has a control character (0x0a) at byte 1"},
+      {{{}, {tab}, 0}, "hooks[0]: id \"h\\tt\" has a control character (0x09) at byte 1"},
+      {{{}, {}, 0, {SignalAt("k\r", SIGKILL, 1)}}, "processes[0]: id \"k\\r\" has a control character (0x0d)"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.message);

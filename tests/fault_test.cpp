@@ -445,6 +445,13 @@ TEST_CASE("AddFault rejects a malformed fault, naming it and the field") {
   f.id = "";
   rejects(f, "id is empty");
   f = ok;
+  f.id = "disk\nfull";  // would be logged raw, as two lines
+  rejects(f, R"(FaultyEnv::AddFault: id "disk\nfull" has a control character (0x0a) at byte 4)");
+  f.id = std::string("nul\0", 4);
+  rejects(f, R"(id "nul\000" has a control character (0x00) at byte 3)");
+  f.id = "del\x7f";
+  rejects(f, "(0x7f) at byte 3");
+  f = ok;
   f.nth = -1;
   rejects(f, "'f': nth -1");
   f = ok;

@@ -649,6 +649,7 @@ TEST_CASE("FaultInjectionHook::Create rejects bad actor faults naming the fault 
       {[](ActorFault& f) { f.count = 0; }, "count must be >= 1, got 0"},
       {[](ActorFault& f) { f.delay = -absl::Seconds(1); }, "delay must be >= 0"},
       {[](ActorFault& f) { f.id = ""; }, "empty id"},
+      {[](ActorFault& f) { f.id = "a\x1b"; }, "actors[0]: id \"a\\033\" has a control character (0x1b) at byte 1"},
   };
   for (const Case& c : cases) {
     ActorFault f = Fault("a", "summary_writer", ActorFault::Kind::kKill, 3);

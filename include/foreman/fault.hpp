@@ -269,7 +269,8 @@ class FaultyEnv : public EnvWrapper {
   /// When several faults trigger at one operation, each kLatency one adds
   /// its delay and the first armed of the others decides the outcome; the
   /// rest do not fire there.
-  ///   INVALID_ARGUMENT     naming the fault and field: empty id, nth < 0,
+  ///   INVALID_ARGUMENT     naming the fault and field: empty id, an id with
+  ///                        a control character (below 0x20, or 0x7f), nth < 0,
   ///                        probability outside [0, 1], latency < 0 or > 1h
   ///                        (InfiniteDuration included),
   ///                        error < 0, prefix_bytes < -1, kShortWrite or
@@ -552,7 +553,8 @@ class FaultInjectionHook : public SessionRunHook {
     std::vector<ActorFault> actors;
   };
   /// INVALID_ARGUMENT naming the fault and field: an empty or duplicate id
-  /// (across steps, hooks, processes and actors), kStatus with code OK,
+  /// (across steps, hooks, processes and actors), an id with a control
+  /// character (below 0x20, or 0x7f: ids are logged), kStatus with code OK,
   /// at_step < -1, probability outside [0, 1], an empty loss_tensor, an
   /// unknown callback, "begin" with at_step != -1, a kind out of range; a
   /// process fault with a signal other than SIGKILL or SIGTERM, or without
@@ -620,7 +622,8 @@ struct FaultPlan {
 };
 
 /// Parses a JSON plan: {"seed": <integer >= 0, default 0>, "faults": [...]},
-/// each fault an object with "id" (non-empty, unique) and "type":
+/// each fault an object with "id" (non-empty, unique, no control character:
+/// no byte below 0x20, no 0x7f) and "type":
 ///   "env":  "path" (glob, default every path), "op" (an EnvOpName, default
 ///           "any"), "kind" ("error", "short_write", "torn_write", "latency",
 ///           "crash"; default "latency" when latency_ms is given, else

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "foreman/mem_env.hpp"
 #include "foreman/mutex.hpp"
@@ -41,6 +42,18 @@ namespace foreman {
 Status WithInjectedFault(Status s, absl::string_view fault_id) {
   if (!s.ok()) s.SetPayload(kInjectedFaultPayload, absl::Cord(fault_id));
   return s;
+}
+
+Status CheckFaultIdCharacters(absl::string_view id) {
+  for (std::size_t i = 0; i < id.size(); ++i) {
+    const auto c = static_cast<unsigned char>(id[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrCat("id \"", absl::CEscape(id), "\" has a control character (0x",
+                                                     absl::Hex(c, absl::kZeroPad2), ") at byte ", i,
+                                                     " (ids are logged and recorded as they are)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::optional<std::string> InjectedFaultId(const Status& s) {
@@ -442,6 +455,7 @@ Status FaultyEnv::AddFault(EnvFault fault) {
     return absl::InvalidArgumentError(absl::StrCat("FaultyEnv::AddFault: ", name, ": ", what));
   };
   if (fault.id.empty()) return invalid("id is empty");
+  if (Status s = CheckFaultIdCharacters(fault.id); !s.ok()) return Annotate(s, "FaultyEnv::AddFault");
   const int op = static_cast<int>(fault.op);
   if (op < 0 || op >= kNumEnvOps) return invalid(absl::StrCat("op ", op, " is not an EnvOp"));
   const int kind = static_cast<int>(fault.kind);

@@ -14,4 +14,10 @@ namespace foreman {
 /// one already there). OK stays OK. Thread-safe.
 Status WithInjectedFault(Status s, absl::string_view fault_id);
 
+/// INVALID_ARGUMENT "id \"<id, C-escaped>\" has a control character (0x0a)
+/// at byte <i> (ids are logged and recorded as they are)" when `id` holds a
+/// byte below 0x20 or 0x7f (a newline, a tab, an escape, ...); else OK. The
+/// caller puts where the fault is before the message. Thread-safe.
+Status CheckFaultIdCharacters(absl::string_view id);
+
 }  // namespace foreman

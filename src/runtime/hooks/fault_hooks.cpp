@@ -192,6 +192,9 @@ StatusOr<std::shared_ptr<FaultInjectionHook>> FaultInjectionHook::Create(const O
     if (id.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("FaultInjectionHook: ", what, "[", i, "]: empty id"));
     }
+    if (Status s = CheckFaultIdCharacters(id); !s.ok()) {
+      return Annotate(s, absl::StrCat("FaultInjectionHook: ", what, "[", i, "]"));
+    }
     if (!ids.insert(id).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("FaultInjectionHook: ", what, "[", i, "] (\"", id, "\"): duplicate id"));
