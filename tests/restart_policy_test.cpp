@@ -635,6 +635,7 @@ TEST_CASE_FIXTURE(SessionFixture, "drop checkpoint_saver: the dropped save's tic
   CHECK(absl::IsDeadlineExceeded(s));  // what the hook's wait for a lost save would end with; no recovery
   CHECK(sess->recoveries() == 0);
   CHECK_MESSAGE(absl::StrContains(s.message(), "was dropped (injected actor fault drop-save)"), s.ToString());
+  CHECK(InjectedFaultId(s) == std::optional<std::string>("drop-save"));
 }
 
 TEST_CASE("FaultInjectionHook::Create rejects bad actor faults naming the fault and field") {

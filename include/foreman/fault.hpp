@@ -220,8 +220,9 @@ inline constexpr char kInjectedFaultPayload[] = "foreman.InjectedFault";
 /// Carried by: every error a FaultyEnv injects (kError, kShortWrite, and the
 /// CANCELLED error of the operation a kCrash fault crashes; not the later
 /// refusals until Recover(), which name no fault); a FaultInjectionHook's kStatus
-/// step fault, hook fault (the thrown StatusError) and actor kill (the
-/// service's exit reason, as the run's error or a restart record's reason).
+/// step fault, hook fault (the thrown StatusError), actor kill (the
+/// service's exit reason, as the run's error or a restart record's reason)
+/// and dropped save (the save's DEADLINE_EXCEEDED).
 /// The mark survives Annotate(), the actors' exit reasons and reports, and
 /// the MonitoredSession's recovery and close. A kNanLoss step fault's NaN is
 /// reported by whoever checks the loss (NanTensorHook: a
