@@ -462,7 +462,11 @@ std::string SignalName(int signal);
 ///           exercise transient services). Under TF's default policy the run
 ///           then fails with that error, reported by the service's name
 ///           (e.g. "summary_writer(/logs)"); under a restart policy the
-///           service is restarted or removed.
+///           service is restarted or removed. before_run returns once the
+///           supervisor has applied the policy (the run's error set, the
+///           restart made after its back-off, the removal recorded), so a
+///           plan ends or changes the run at the same step in every replay;
+///           after 5 s real time it goes on with a WARNING.
 ///   kDelay  each of the service's next `count` work messages (a summary
 ///           writer's batch of events, a save, a step-rate record) waits
 ///           `delay` on the session's Clock before it is handled.
