@@ -26,6 +26,8 @@
 #include "foreman/monitored_session.hpp"
 #include "foreman/restart_policy.hpp"
 #include "foreman/supervisor.hpp"
+#include "foreman/variable_store.hpp"
+#include "runtime/services.hpp"
 #include "support/events.hpp"
 #include "support/log_capture.hpp"
 #include "support/test_util.hpp"
@@ -571,6 +573,71 @@ TEST_CASE_FIXTURE(SessionFixture, "a kill's run returns once the policy is appli
     CHECK_FALSE(r[0].restarted);
     CHECK(sess->close().ok());
   }
+}
+
+// Services whose kills the supervisor never answers (ServiceFaults::Kill's
+// Completions stay open): only what a FaultInjectionHook uses.
+class UnansweredKills : public internal::Services, public internal::ServiceFaults {
+ public:
+  StatusOr<std::shared_ptr<internal::SummaryWriterService>> SummaryWriter(const std::string&) override {
+    return absl::UnimplementedError("UnansweredKills");
+  }
+  StatusOr<std::shared_ptr<internal::CheckpointService>> CheckpointSaver(const std::string&, std::shared_ptr<Saver>,
+                                                                         const std::string&) override {
+    return absl::UnimplementedError("UnansweredKills");
+  }
+  StatusOr<std::shared_ptr<internal::StepCounterService>> StepCounter(const std::string&,
+                                                                      const std::string&) override {
+    return absl::UnimplementedError("UnansweredKills");
+  }
+  void SetCoordinator(Coordinator*) override {}
+  Status error() override { return absl::OkStatus(); }
+  Status WaitForPendingSaves(absl::Duration) override { return absl::OkStatus(); }
+  void ObserveSaves(internal::SaveObservers::Fn) override {}
+  Clock* clock() override { return &clock_; }
+  Env* env() override { return Env::Default(); }
+  internal::ServiceFaults* service_faults() override { return this; }
+  int Kill(const std::string& service, const std::string& fault_id, bool,
+           std::vector<std::shared_ptr<internal::Completion>>* applied) override {
+    kills.push_back(absl::StrCat(service, " ", fault_id));
+    applied->push_back(never_);
+    return 1;
+  }
+  int DelayOrDrop(const std::string&, const std::string&, bool, int64_t, absl::Duration) override { return 0; }
+
+  std::vector<std::string> kills;
+
+ private:
+  ManualClock clock_;
+  std::shared_ptr<internal::Completion> never_ = std::make_shared<internal::Completion>();
+};
+
+TEST_CASE("a kill the supervisor never answers: before_run goes on after 5 s (real time) with a WARNING") {
+  testing::CapturedLog log;
+  UnansweredKills services;
+  auto hook = KillAt("summary_writer", 0);
+  hook->AttachServices(&services);
+  auto session = Session::Create(MakeGraph(std::make_shared<Model>()));
+  REQUIRE(session.ok());
+  const std::shared_ptr<Graph>& graph = (*session)->graph();
+  REQUIRE((*session)
+              ->WithVariables([&graph](VariableStore& vars) -> Status {
+                for (const VariableDef& def : graph->variables()) {
+                  FOREMAN_ASSIGN_OR_RETURN(Tensor value, def.initializer());
+                  FOREMAN_RETURN_IF_ERROR(vars.Create(def.name, std::move(value), def.trainable));
+                }
+                return absl::OkStatus();
+              })
+              .ok());
+  SessionRunArgs original;
+  SessionRunContext ctx(&original, session->get());
+  const absl::Time start = absl::Now();
+  CHECK(hook->before_run(ctx).ok());  // the run goes on
+  CHECK(absl::Now() - start >= absl::Seconds(5));
+  CHECK(services.kills == std::vector<std::string>{"summary_writer kill-summary_writer"});
+  CHECK_MESSAGE(absl::StrContains(log.text(), "injected fault kill-summary_writer: the supervisor did not apply the "
+                                              "policy to the kill of summary_writer within 5s; the run goes on"),
+                log.text());
 }
 
 TEST_CASE_FIXTURE(SessionFixture, "kill at_time: fires at the first run once that much Clock time has passed") {

@@ -377,9 +377,14 @@ Status FaultInjectionHook::FireActorFaults(int64_t step) {
       n = st.service_faults->Kill(f.service, f.id, f.exit_normally, &applied);
       const absl::Time deadline = absl::Now() + kKillAppliedTimeout;
       for (const auto& done : applied) {
-        const Status s = done->Wait(std::max(absl::ZeroDuration(), deadline - absl::Now()),
-                                    absl::StrCat("the supervisor's handling of the kill of ", f.service));
-        if (!s.ok()) FOREMAN_LOG_WARN("injected fault {}: {}; the run goes on", f.id, s.ToString());
+        const Status s = done->Wait(std::max(absl::ZeroDuration(), deadline - absl::Now()), "");
+        if (!done->IsDone()) {
+          FOREMAN_LOG_WARN("injected fault {}: the supervisor did not apply the policy to the kill of {} within {}; "
+                           "the run goes on",
+                           f.id, f.service, absl::FormatDuration(kKillAppliedTimeout));
+        } else if (!s.ok()) {
+          FOREMAN_LOG_WARN("injected fault {}: the kill of {}: {}; the run goes on", f.id, f.service, s.ToString());
+        }
       }
     } else {
       n = st.service_faults->DelayOrDrop(f.service, f.id, f.kind == ActorFault::Kind::kDrop, f.count, f.delay);
