@@ -29,6 +29,7 @@
 #include "foreman/variable_store.hpp"
 #include "runtime/services.hpp"
 #include "support/events.hpp"
+#include "support/fake_services.hpp"
 #include "support/log_capture.hpp"
 #include "support/test_util.hpp"
 #include "support/training_graph.hpp"
@@ -577,25 +578,9 @@ TEST_CASE_FIXTURE(SessionFixture, "a kill's run returns once the policy is appli
 
 // Services whose kills the supervisor never answers (ServiceFaults::Kill's
 // Completions stay open): only what a FaultInjectionHook uses.
-class UnansweredKills : public internal::Services, public internal::ServiceFaults {
+class UnansweredKills : public testing::FakeServices, public internal::ServiceFaults {
  public:
-  StatusOr<std::shared_ptr<internal::SummaryWriterService>> SummaryWriter(const std::string&) override {
-    return absl::UnimplementedError("UnansweredKills");
-  }
-  StatusOr<std::shared_ptr<internal::CheckpointService>> CheckpointSaver(const std::string&, std::shared_ptr<Saver>,
-                                                                         const std::string&) override {
-    return absl::UnimplementedError("UnansweredKills");
-  }
-  StatusOr<std::shared_ptr<internal::StepCounterService>> StepCounter(const std::string&,
-                                                                      const std::string&) override {
-    return absl::UnimplementedError("UnansweredKills");
-  }
-  void SetCoordinator(Coordinator*) override {}
-  Status error() override { return absl::OkStatus(); }
-  Status WaitForPendingSaves(absl::Duration) override { return absl::OkStatus(); }
-  void ObserveSaves(internal::SaveObservers::Fn) override {}
-  Clock* clock() override { return &clock_; }
-  Env* env() override { return Env::Default(); }
+  explicit UnansweredKills(Clock* clock) : FakeServices(Env::Default(), clock) {}
   internal::ServiceFaults* service_faults() override { return this; }
   int Kill(const std::string& service, const std::string& fault_id, bool,
            std::vector<std::shared_ptr<internal::Completion>>* applied) override {
@@ -608,13 +593,13 @@ class UnansweredKills : public internal::Services, public internal::ServiceFault
   std::vector<std::string> kills;
 
  private:
-  ManualClock clock_;
   std::shared_ptr<internal::Completion> never_ = std::make_shared<internal::Completion>();
 };
 
 TEST_CASE("a kill the supervisor never answers: before_run goes on after 5 s (real time) with a WARNING") {
   testing::CapturedLog log;
-  UnansweredKills services;
+  ManualClock clock;
+  UnansweredKills services(&clock);
   auto hook = KillAt("summary_writer", 0);
   hook->AttachServices(&services);
   auto session = Session::Create(MakeGraph(std::make_shared<Model>()));
