@@ -16,6 +16,7 @@
 
 #include "foreman/actor_api.hpp"
 #include "foreman/mutex.hpp"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "atoms.hpp"
 #include "messages.hpp"
@@ -39,10 +40,11 @@ class ThreadNamer : public caf::thread_hook {
   const std::string name_;
 };
 
-// "CODE: message" (StatusToError puts the message into the context).
+// "CODE: message" (StatusToError puts the message, then any payloads, into
+// the context).
 std::string RenderForemanError(uint8_t code, caf::atom_value /*category*/, const caf::message& context) {
   std::string text;
-  if (context.match_elements<std::string>()) text = context.get_as<std::string>(0);
+  if (context.size() >= 1 && context.match_element<std::string>(0)) text = context.get_as<std::string>(0);
   const std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
   return text.empty() ? name : absl::StrCat(name, ": ", text);
 }
@@ -98,15 +100,30 @@ void ConfigureActorSystemConfig(caf::actor_system_config& config) {
 
 // -- messages.hpp ---------------------------------------------------------------
 
+std::vector<std::string> PayloadsOf(const Status& s) {
+  std::vector<std::string> out;
+  s.ForEachPayload([&out](absl::string_view url, const absl::Cord& value) {
+    out.emplace_back(url);
+    out.emplace_back(std::string(value));
+  });
+  return out;
+}
+
+void SetPayloads(Status* s, const std::vector<std::string>& payloads) {
+  for (std::size_t i = 0; i + 1 < payloads.size(); i += 2) s->SetPayload(payloads[i], absl::Cord(payloads[i + 1]));
+}
+
 StatusMessage ToMessage(const Status& status) {
-  return StatusMessage{static_cast<int32_t>(status.code()), std::string(status.message())};
+  return StatusMessage{static_cast<int32_t>(status.code()), std::string(status.message()), PayloadsOf(status)};
 }
 
 Status FromMessage(const StatusMessage& message) {
   if (message.code == 0) return absl::OkStatus();
   const bool known = message.code > 0 && message.code <= static_cast<int32_t>(absl::StatusCode::kUnauthenticated);
   if (!known) return absl::UnknownError(absl::StrCat("status code ", message.code, ": ", message.message));
-  return Status(static_cast<absl::StatusCode>(message.code), message.message);
+  Status s(static_cast<absl::StatusCode>(message.code), message.message);
+  SetPayloads(&s, message.payloads);
+  return s;
 }
 
 StatusOr<TensorMessage> ToMessage(const std::string& name, const Tensor& tensor) {

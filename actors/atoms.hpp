@@ -49,55 +49,22 @@ using produce_atom = caf::atom_constant<caf::atom("produce")>;      // input_pip
 using restart_atom = caf::atom_constant<caf::atom("restart")>;      // session_supervisor: a back-off is over (to self)
 using kill_atom = caf::atom_constant<caf::atom("kill")>;            // services: an injected actor fault, quit
 
-/// A one-shot answer from an actor to a plain thread: the actor calls
-/// Complete(), the thread Wait()s with a real-time timeout. The first
-/// Complete() wins (a ChildLink also completes it with an error when the
-/// actor dies first).
-class Completion {
- public:
-  void Complete(Status s) {
-    {
-      MutexLock l(mu_);
-      if (done_) return;
-      done_ = true;
-      status_ = std::move(s);
-    }
-    cv_.notify_all();
-  }
-  bool IsDone() {
-    MutexLock l(mu_);
-    return done_;
-  }
-  /// The completed status; DEADLINE_EXCEEDED "<what> did not complete within
-  /// <timeout>" when `timeout` (real time) passes first.
-  Status Wait(absl::Duration timeout, const std::string& what) {
-    MutexLock lock(mu_);
-    const bool done = cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                                   [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
-    if (!done) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, " did not complete within ", absl::FormatDuration(timeout)));
-    }
-    return status_;
-  }
-
- private:
-  Mutex mu_;
-  std::condition_variable_any cv_;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  Status status_ ABSL_GUARDED_BY(mu_);
-};
+// Completion (runtime/completion.hpp): a one-shot answer from an actor to a
+// plain thread.
 
 // -- Status <-> caf::error ----------------------------------------------------
 
 /// The error category of Foreman's Statuses inside CAF (exit reasons).
 constexpr caf::atom_value kForemanErrorCategory = caf::atom("foreman");
 
-/// An exit reason carrying `s` (code and message); none for OK.
+/// An exit reason carrying `s` (code, message and payloads: the context is
+/// (message) or (message, payloads), see PayloadsOf); none for OK.
 inline caf::error StatusToError(const Status& s) {
   if (s.ok()) return caf::error{};
+  std::vector<std::string> payloads = PayloadsOf(s);
   return caf::error{static_cast<uint8_t>(s.code()), kForemanErrorCategory,
-                    caf::make_message(std::string(s.message()))};
+                    payloads.empty() ? caf::make_message(std::string(s.message()))
+                                     : caf::make_message(std::string(s.message()), std::move(payloads))};
 }
 
 /// The Status that StatusToError() packed into `e`: OK for no error,
@@ -106,9 +73,14 @@ inline caf::error StatusToError(const Status& s) {
 inline std::optional<Status> StatusFromForemanError(const caf::error& e) {
   if (!e) return absl::OkStatus();
   if (e.category() != kForemanErrorCategory) return std::nullopt;
+  const caf::message& context = e.context();
   std::string message;
-  if (e.context().match_elements<std::string>()) message = e.context().get_as<std::string>(0);
-  return Status(static_cast<absl::StatusCode>(e.code()), message);
+  if (context.size() >= 1 && context.match_element<std::string>(0)) message = context.get_as<std::string>(0);
+  Status s(static_cast<absl::StatusCode>(e.code()), message);
+  if (context.size() == 2 && context.match_element<std::vector<std::string>>(1)) {
+    SetPayloads(&s, context.get_as<std::vector<std::string>>(1));
+  }
+  return s;
 }
 
 /// The Status an actor's exit reason stands for: OK for a normal exit; the

@@ -7,6 +7,7 @@
 
 #include "foreman/mutex.hpp"
 #include "absl/strings/str_cat.h"
+#include "platform/injected_fault.hpp"
 #include "platform/log.hpp"
 #include "summary_writer.hpp"
 
@@ -48,9 +49,10 @@ caf::behavior checkpoint_saver(caf::stateful_actor<checkpoint_saver_state>* self
         if (st.args.faults != nullptr) {
           if (std::optional<MessageFaults::Action> a = st.args.faults->Next()) {
             if (a->drop) {
-              ticket.Complete(absl::DeadlineExceededError(absl::StrCat("the save of step ", ticket.step,
-                                                                  " was dropped (injected actor fault ",
-                                                                  a->fault_id, ")")),
+              ticket.Complete(WithInjectedFault(absl::DeadlineExceededError(absl::StrCat(
+                                                    "the save of step ", ticket.step,
+                                                    " was dropped (injected actor fault ", a->fault_id, ")")),
+                                                a->fault_id),
                               "", absl::ZeroDuration(), std::move(request->snapshot));
               return;
             }

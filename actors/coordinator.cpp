@@ -42,6 +42,7 @@ caf::behavior coordinator(caf::stateful_actor<coordinator_state>* self, std::sha
       [=](report_atom, const std::string& source, const StatusMessage& status) {
         self->state.cell->Report(source, FromMessage(status));
       },
+      [=](flush_atom, const std::shared_ptr<Completion>& done) { done->Complete(absl::OkStatus()); },
   };
 }
 

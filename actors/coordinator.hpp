@@ -7,6 +7,9 @@
 //       and passed to the current session's foreman::Coordinator with
 //       request_stop(status), which the training loop reads every step. OK
 //       statuses are ignored. Every report is logged at ERROR once.
+//   (flush_atom, std::shared_ptr<Completion> done)
+//       Completes `done` (OK): every report sent before has been taken (the
+//       session_supervisor's answer to an injected kill, ServiceFaults::Kill).
 //
 // The state lives in a FailureCell shared with the Runtime: the training
 // thread sets the session's Coordinator (Services::SetCoordinator) and reads

@@ -25,12 +25,21 @@
 
 namespace foreman::internal {
 
-/// A Status: its code (absl::StatusCode's value) and message. Stop requests
-/// and service failures travel as this.
+/// A Status: its code (absl::StatusCode's value), message and payloads
+/// (type URL, value, type URL, value, ...: PayloadsOf). Stop requests and
+/// service failures travel as this.
 struct StatusMessage {
   int32_t code = 0;
   std::string message;
+  std::vector<std::string> payloads;
 };
+
+/// `s`'s payloads flattened: type URL, value, type URL, value, ... (in
+/// absl's order). Thread-safe.
+std::vector<std::string> PayloadsOf(const Status& s);
+/// Sets on `*s` (not OK) the payloads PayloadsOf() flattened; a trailing odd
+/// element is ignored.
+void SetPayloads(Status* s, const std::vector<std::string>& payloads);
 
 /// One named tensor of a numeric dtype: variables, gradients, step results.
 struct TensorMessage {
@@ -61,7 +70,7 @@ struct StepResultMessage {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StatusMessage& x) {
-  return f(caf::meta::type_name("foreman.StatusMessage"), x.code, x.message);
+  return f(caf::meta::type_name("foreman.StatusMessage"), x.code, x.message, x.payloads);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TensorMessage& x) {

@@ -16,6 +16,7 @@
 #include "checkpoint_saver.hpp"
 #include "formats/saver.hpp"
 #include "input_pipeline.hpp"
+#include "platform/injected_fault.hpp"
 #include "platform/log.hpp"
 #include "platform/path.hpp"
 #include "runtime/runtime.hpp"
@@ -34,6 +35,9 @@ struct ServiceChild {
   int64_t restarts = 0;      // how many times it was restarted
   bool removed = false;      // not restarted (temporary / transient): gone for good
   bool awaiting_down = false;  // stopped by a restart group; its down_msg is expected
+  // Injected kills (ServiceFaults::Kill) waiting for this incarnation's exit
+  // to be handled.
+  std::vector<std::shared_ptr<Completion>> kill_waiters;
 };
 
 // Services restarting together after one failure (its back-off, then every
@@ -44,6 +48,7 @@ struct PendingRestart {
   Status reason;  // the failed service's exit status (OK: a normal exit)
   absl::Duration backoff;
   bool timer_done = false;
+  std::vector<std::shared_ptr<Completion>> kill_waiters;  // the failed service's, completed once it is restarted
 };
 
 struct session_supervisor_state {
@@ -103,6 +108,19 @@ void Escalate(supervisor_actor* self, const std::string& name, const Status& s) 
   }
 }
 
+// The kill waiters of an exit just handled: completed once the coordinator
+// has taken every report sent before (its mailbox is in order), so a waiter
+// finds the run's error set when the exit escalated.
+void KillApplied(supervisor_actor* self, std::vector<std::shared_ptr<Completion>> waiters) {
+  for (auto& done : waiters) {
+    if (self->state.coordinator) {
+      self->send(self->state.coordinator, flush_atom::value, std::move(done));
+    } else {
+      done->Complete(absl::OkStatus());
+    }
+  }
+}
+
 void StartService(supervisor_actor* self, std::size_t i, const caf::actor& actor) {
   ServiceChild& c = self->state.services[i];
   c.actor = actor;
@@ -143,6 +161,7 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
   PendingRestart& p = it->second;
   if (st.shutting_down || !st.coordinator) {
     DropPending(self, it->second);
+    KillApplied(self, std::move(it->second.kill_waiters));
     st.pending.erase(it);
     return;
   }
@@ -189,6 +208,7 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
                      LossText(record));
     st.options->log->Add(std::move(record));
   }
+  KillApplied(self, std::move(group.kill_waiters));
 }
 
 // A service went down while the tree runs: the policy decides.
@@ -249,6 +269,7 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
   group.failed = i;
   group.reason = status;
   group.backoff = RestartBackoff(policy, c.spec.name, c.restarts + 1);
+  group.kill_waiters.swap(c.kill_waiters);
   for (std::size_t j = 0; j < st.services.size(); ++j) {
     ServiceChild& other = st.services[j];
     const bool member = j == i || (policy.strategy == RestartStrategy::kOneForAll) ||
@@ -300,11 +321,13 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
     if (st.shutting_down) {
       const bool expected = !dm.reason || dm.reason == caf::exit_reason::user_shutdown;
       if (!expected) st.cell->Report(c.spec.name, ErrorToStatus(dm.reason, c.spec.name));
+      KillApplied(self, std::move(c.kill_waiters));
       StopChildren(self);
       return;
     }
     if (c.awaiting_down) {  // stopped for a restart group
       c.awaiting_down = false;
+      KillApplied(self, std::move(c.kill_waiters));
       for (auto& [id, p] : st.pending) {
         if (std::find(p.members.begin(), p.members.end(), i) != p.members.end()) {
           MaybeRestart(self, id);
@@ -314,6 +337,9 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
       return;
     }
     ServiceDown(self, i, dm.reason);
+    // Escalated, removed or forgotten: applied now (a restart's group holds
+    // its waiters until the restart).
+    KillApplied(self, std::move(st.services[i].kill_waiters));
   });
 
   self->set_exit_handler([=](caf::exit_msg& em) {
@@ -322,7 +348,10 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
     if (em.source && st.children_ever.count(em.source) != 0) return;
     if (st.shutting_down) return;
     st.shutting_down = true;
-    for (const auto& [id, p] : st.pending) DropPending(self, p);
+    for (auto& [id, p] : st.pending) {
+      DropPending(self, p);
+      KillApplied(self, std::move(p.kill_waiters));
+    }
     st.pending.clear();
     StopChildren(self);
   });
@@ -349,6 +378,16 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
         StartService(self, st.services.size() - 1, actor);
         reply->actor = actor;
         reply->done->Complete(absl::OkStatus());
+      },
+      [=](kill_atom, const std::string& name, const caf::error& reason, const std::shared_ptr<Completion>& done) {
+        auto& st = self->state;
+        for (ServiceChild& c : st.services) {
+          if (c.spec.name != name || !c.actor) continue;
+          c.kill_waiters.push_back(done);
+          self->send(c.actor, kill_atom::value, reason);
+          return;
+        }
+        done->Complete(absl::OkStatus());  // not running: nothing to apply
       },
       [=](restart_atom, uint64_t id) {
         auto it = self->state.pending.find(id);
@@ -586,11 +625,22 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
 
   // -- ServiceFaults --
 
-  int Kill(const std::string& service, const std::string& fault_id, bool normal_exit) override {
+  // The supervisor sends each kill (so it knows whose exit to wait for).
+  int Kill(const std::string& service, const std::string& fault_id, bool normal_exit,
+           std::vector<std::shared_ptr<Completion>>* applied) override {
     const caf::error reason =
-        normal_exit ? caf::error{} : StatusToError(absl::InternalError(absl::StrCat("injected actor fault ", fault_id)));
+        normal_exit ? caf::error{}
+                    : StatusToError(WithInjectedFault(
+                          absl::InternalError(absl::StrCat("injected actor fault ", fault_id)), fault_id));
     int n = 0;
-    for (const Registered& r : RegisteredOf(service)) n += r.link->Send(kill_atom::value, reason) ? 1 : 0;
+    for (const Registered& r : RegisteredOf(service)) {
+      if (!r.link->alive()) continue;
+      auto done = std::make_shared<Completion>();
+      supervisor_->Track(done);
+      if (!supervisor_->Send(kill_atom::value, r.link->name(), reason, done)) continue;
+      ++n;
+      if (applied != nullptr) applied->push_back(std::move(done));
+    }
     return n;
   }
 

@@ -35,6 +35,13 @@
 //       A child whose ChildLink was retired by its owner (an input pipeline
 //       destroyed while the session runs) is forgotten: no report, no
 //       restart.
+//   (kill_atom, std::string name, caf::error reason, std::shared_ptr<Completion> done)
+//       An injected actor fault (ServiceFaults::Kill): sends (kill_atom,
+//       reason) to the running service `name` and completes `done` once its
+//       exit is handled as above -- escalated (after the coordinator has
+//       taken the report: a flush_atom sent behind it), removed, forgotten,
+//       or restarted (after the back-off) -- or the tree shuts down. When
+//       `name` is not running, `done` completes at once.
 //   (restart_atom, uint64_t id)                                  to itself
 //       A back-off is over: restart that group once every member is down.
 //   exit_msg not from a child (the Runtime's anon_send_exit, user_shutdown)

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "foreman/checkpoint.hpp"
 #include "foreman/hooks.hpp"
 #include "support/test_util.hpp"
@@ -174,6 +175,9 @@ TEST_CASE("Status and exit reasons map both ways, code and message kept") {
     Status s(code, "message of " + absl::StatusCodeToString(code));
     CHECK(StatusFromExitReason(ExitReasonFromStatus(s)) == s);
   }
+  Status marked = absl::InternalError("injected actor fault k");
+  marked.SetPayload("foreman.InjectedFault", absl::Cord("k"));
+  CHECK(StatusFromExitReason(ExitReasonFromStatus(marked)) == marked);  // payloads kept too
   CHECK(StatusFromExitReason(caf::error{}).ok());
   CHECK(StatusFromExitReason(caf::make_error(caf::exit_reason::normal)).ok());
   CHECK(StatusFromExitReason(caf::make_error(caf::exit_reason::user_shutdown)).code() ==

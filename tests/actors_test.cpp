@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -267,6 +268,12 @@ TEST_CASE("typed messages: Status and tensors round-trip through CAF's serialisa
   internal::StatusMessage s = RoundTrip(internal::ToMessage(absl::AbortedError("ps 0 restarted")));
   CHECK(internal::FromMessage(s) == absl::AbortedError("ps 0 restarted"));
   CHECK(internal::FromMessage(internal::StatusMessage{99, "?"}).code() == absl::StatusCode::kUnknown);
+  // Payloads (an injected fault's id, TF's NaN-loss mark) travel too.
+  Status marked = NanLossDuringTrainingError("NaN loss");
+  marked.SetPayload("foreman.InjectedFault", absl::Cord("nan-at-4"));
+  const Status marked_back = internal::FromMessage(RoundTrip(internal::ToMessage(marked)));
+  CHECK(marked_back == marked);
+  CHECK(IsNanLossDuringTraining(marked_back));
 
   Tensor w(DataType::kFloat, TensorShape({2, 3}));
   for (int i = 0; i < 6; ++i) w.data<float>()[i] = 0.5f * static_cast<float>(i) - 1.f;
@@ -400,6 +407,13 @@ TEST_CASE("a child that throws: its Status reaches the coordinator, its open tic
 }
 
 // Pure protocol: the supervisor and a child of the test's own making.
+// An error with a payload (as an injected fault's id is carried).
+Status BadBytes() {
+  Status s = absl::DataLossError("bad bytes");
+  s.SetPayload("test.Mark", absl::Cord("quitter"));
+  return s;
+}
+
 TEST_CASE("session_supervisor: a child that exits with an error is reported; shutdown stops every child") {
   TestSystem ts;
   auto cell = std::make_shared<internal::FailureCell>();
@@ -420,7 +434,7 @@ TEST_CASE("session_supervisor: a child that exits with an error is reported; shu
     };
     using fail_atom = caf::atom_constant<caf::atom("fail")>;
     caf::actor quitter = spawn("quitter", [](caf::event_based_actor* self, int) -> caf::behavior {
-      return {[=](fail_atom) { self->quit(internal::StatusToError(absl::DataLossError("bad bytes"))); }};
+      return {[=](fail_atom) { self->quit(internal::StatusToError(BadBytes())); }};
     });
     caf::actor idle = spawn("idle", [](caf::event_based_actor*, int) -> caf::behavior {
       return {[](int) {}};
@@ -428,8 +442,10 @@ TEST_CASE("session_supervisor: a child that exits with an error is reported; shu
     CHECK(ts.sys->registry().running() == 4);  // supervisor, coordinator, quitter, idle
     caf::anon_send(quitter, fail_atom::value);
     REQUIRE(coord.wait_for_stop(kWait));
-    CHECK(coord.status() == absl::DataLossError("bad bytes"));
-    CHECK(cell->error() == absl::DataLossError("bad bytes"));
+    // Code, message and payload crossed the exit reason and the report.
+    CHECK(coord.status() == BadBytes());
+    CHECK(cell->error() == BadBytes());
+    CHECK(coord.status().GetPayload("test.Mark").has_value());
     // Ordered shutdown: the supervisor stops the rest and then itself.
     caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
     quitter = nullptr;

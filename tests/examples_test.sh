@@ -103,6 +103,7 @@ has '^recovered from ABORTED: .*injected step fault preempt at global_step 120.*
   "$out" || fail "no in-process recovery from model.ckpt-100: $out"
 has '^training failed: RESOURCE_EXHAUSTED: saving the checkpoint of step 150: write .*/model.ckpt-150.data-00000-of-00001.tempstate[0-9]+: No space left on device \(injected fault disk-full\)$' \
   "$out" || fail "the full disk did not end the run naming the file: $out"
+has '^caused by injected fault disk-full$' "$out" || fail "the run's error does not carry the fault's id (InjectedFaultId): $out"
 has '^model_checkpoint_path: "model.ckpt-100"$' "$(cat "$dir/checkpoint" 2>/dev/null)" \
   || fail "model.ckpt-100 should stay the latest checkpoint: $(cat "$dir/checkpoint" 2>&1)"
 compgen -G "$dir/model.ckpt-150*" >/dev/null && fail "a failed save left files: $(ls "$dir")"

@@ -8,9 +8,9 @@
 # the fault-free weights, bit for bit; ENOSPC on a checkpoint's data file
 # ends the run with exit 3 naming the fault, the previous checkpoint
 # intact, and the rerun finishes; a NaN-loss fault, a hook that throws and
-# an EIO reading the data before training and an actor fault killing the
-# input pipeline's producer are exit 3 too (the latter's rerun resumes with
-# the fault-free weights); the
+# an EIO reading the data before training, a killed service (the input
+# pipeline's producer among them: its rerun resumes with the fault-free
+# weights) and an INTERNAL step fault are exit 3 too; the
 # docs' plan run as a supervisor would (SIGTERM: a graceful stop, exit 0;
 # an fsync: exit 3; SIGKILL: 137; then done, with the fault-free weights).
 # Small runs on the real Fashion-MNIST (Debian: dataset-fashion-mnist).
@@ -197,6 +197,20 @@ has "^foreman train: stopped by injected fault data-eio: INTERNAL: read $data/tr
   || fail "EIO reading the data: message: $out"
 [[ $(record "$tmp/data") == "data-eio $data/train-images-idx3-ubyte.gz read 1" ]] \
   || fail "EIO reading the data: the record is '$(record "$tmp/data")'"
+
+# 9d. A killed service (the checkpoint saver, under TF's default policy) and
+#     an INTERNAL step fault: exit 3 naming the fault, known by the error's
+#     injected-fault payload (the kill's exit reason crosses the actors).
+plan kill '{"faults": [{"id": "kill-saver", "type": "actor", "service": "checkpoint_saver", "at_step": 30}]}'
+train --checkpoint-dir "$tmp/kill" --fault-plan "$tmp/kill.json" "${small[@]}"
+[[ $rc -eq 3 ]] || fail "actor kill: exit $rc, expected 3: $out"
+has "^foreman train: stopped by injected fault kill-saver: INTERNAL: injected actor fault kill-saver$" "$out" \
+  || fail "actor kill: message: $out"
+plan internal '{"faults": [{"id": "step-internal", "type": "step", "status": "INTERNAL", "message": "boom", "at_step": 30}]}'
+train --checkpoint-dir "$tmp/internal" --fault-plan "$tmp/internal.json" "${small[@]}"
+[[ $rc -eq 3 ]] || fail "INTERNAL step fault: exit $rc, expected 3: $out"
+has "^foreman train: stopped by injected fault step-internal: INTERNAL: .*injected step fault step-internal at global_step 30: boom$" "$out" \
+  || fail "INTERNAL step fault: message: $out"
 
 # 9c. A stat that fails (EACCES) on the settings file of a finished run is
 #     that error (exit 3, the fault named), not "no train_settings.txt" (a

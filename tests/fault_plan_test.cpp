@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -264,6 +265,12 @@ TEST_CASE("ParseFaultPlan rejects bad input naming the source, the fault, the fi
       {R"({"faults": [3]})", "plan.json: faults[0]: a fault must be an object, got 3"},
       {R"({"faults": [{"type": "step"}]})", R"(plan.json: faults[0]: missing "id")"},
       {R"({"faults": [{"id": "", "type": "step"}]})", R"(plan.json: faults[0]: "id" must be a non-empty string)"},
+      {R"({"faults": [{"id": "a", "type": "step", "status": "ABORTED", "at_step": 1},
+                      {"id": "two\nlines", "type": "step"}]})",
+       R"(plan.json: faults[1]: "id" must be a string without control characters (newline, tab, ...: ids are logged as they are), got "two\nlines")"},
+      {R"({"faults": [{"id": "tab\there", "type": "step"}]})",
+       R"(plan.json: faults[0]: "id" must be a string without control characters)"},
+      {R"({"faults": [{"id": "esc\u001b[31m", "type": "step"}]})", R"(got "esc\u001b[31m")"},
       {R"({"faults": [{"id": "a"}]})", R"(plan.json: faults[0] ("a"): missing "type")"},
       {R"({"faults": [{"id": "a", "type": "disk"}]})",
        R"(plan.json: faults[0] ("a"): "type" must be one of env, step, hook, process, actor, got "disk")"},
@@ -594,6 +601,7 @@ TEST_CASE("a repeating ABORTED at step 3 recovers until max_recoveries are spent
   const Status last = Train(*sess);
   CHECK(absl::IsAborted(last));
   CHECK(absl::StrContains(last.message(), "injected step fault preempt at global_step 3"));
+  CHECK(InjectedFaultId(last) == std::optional<std::string>("preempt"));  // through the recoveries
   CHECK(sess->recoveries() == 2);
   CHECK(hook->fired().size() == 3);  // the first error and one per recovery
   sess->close().IgnoreError();
@@ -638,7 +646,10 @@ TEST_CASE("INTERNAL at step 3 ends the run with INTERNAL naming the fault") {
                 last.ToString());
   CHECK(model->train_calls == 3);  // steps 0, 1, 2; step 3 never ran
   CHECK(sess->recoveries() == 0);
-  CHECK(absl::IsInternal(sess->close()));
+  CHECK(InjectedFaultId(last) == std::optional<std::string>("boom"));
+  const Status closed = sess->close();
+  CHECK(absl::IsInternal(closed));
+  CHECK(InjectedFaultId(closed) == std::optional<std::string>("boom"));
 }
 
 TEST_CASE("OUT_OF_RANGE at step 3 is a clean end: close() saves the final checkpoint at step 3") {
@@ -669,6 +680,7 @@ TEST_CASE("a NaN loss at step 4: NanTensorHook fails the run, or stops it withou
     const Status last = Train(*sess);
     if (fail) {
       CHECK(IsNanLossDuringTraining(last));
+      CHECK_FALSE(InjectedFaultId(last).has_value());  // NanTensorHook's error: the fired record names the fault
       CHECK(absl::IsInternal(sess->close()));
     } else {
       CHECK(last.ok());
@@ -696,8 +708,11 @@ TEST_CASE("a hook that throws in after_run at step 3 ends the run naming the hoo
       absl::StartsWith(last.message(), "hook FaultInjectionHook::after_run: injected hook fault hook-throws at "
                                        "global_step 3"),
       last.ToString());
+  CHECK(InjectedFaultId(last) == std::optional<std::string>("hook-throws"));
   CHECK(model->train_calls == 4);
-  CHECK_FALSE(sess->close().ok());
+  const Status closed = sess->close();
+  CHECK_FALSE(closed.ok());
+  CHECK(InjectedFaultId(closed) == std::optional<std::string>("hook-throws"));
   REQUIRE(hook->fired().size() == 1);
   CHECK(hook->fired()[0].path == "hook:after_run");
   CHECK(hook->fired()[0].op_index == 3);
@@ -944,6 +959,11 @@ TEST_CASE("FaultInjectionHook::Create rejects bad faults naming the fault and fi
   late.at_time = absl::Hours(24 * 31);
   ProcessFault negative = SignalAt("neg", SIGTERM, -1);
   negative.at_time = absl::Seconds(-1);
+  StepFault newline = ok;
+  newline.id = "a\nb";
+  HookFault tab;
+  tab.id = "h\tt";
+  tab.callback = "end";
   struct Case {
     FaultInjectionHook::Options options;
     const char* message;
@@ -962,6 +982,10 @@ TEST_CASE("FaultInjectionHook::Create rejects bad faults naming the fault and fi
       {{{}, {}, 0, {negative}}, "processes[0] (\"neg\"): at_time must be in [0, 30 days]"},
       {{{}, {}, 0, {SignalAt("s", SIGKILL, -3)}}, "processes[0] (\"s\"): at_step must be >= -1"},
       {{{ok}, {}, 0, {SignalAt("a", SIGKILL, 1)}}, "processes[0] (\"a\"): duplicate id"},
+      // Control characters in an id (logged and recorded raw) are refused.
+      {{{newline}, {}, 0}, "FaultInjectionHook: steps[0]: id \"a\\nb\" has a control character (0x0a) at byte 1"},
+      {{{}, {tab}, 0}, "hooks[0]: id \"h\\tt\" has a control character (0x09) at byte 1"},
+      {{{}, {}, 0, {SignalAt("k\r", SIGKILL, 1)}}, "processes[0]: id \"k\\r\" has a control character (0x0d)"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.message);

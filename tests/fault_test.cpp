@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -148,6 +149,10 @@ TEST_CASE("an injected errno has the POSIX Env's code and message, plus the faul
   const Status injected = env.NewWritableFile(dir / "missing/real").status();
   CHECK(injected.code() == real.code());
   CHECK(std::string(injected.message()) == absl::StrCat(real.message(), " (injected fault gone)"));
+  // The fault's id travels as a payload; a real error has none.
+  CHECK(InjectedFaultId(injected) == std::optional<std::string>("gone"));
+  CHECK_FALSE(InjectedFaultId(real).has_value());
+  CHECK_FALSE(InjectedFaultId(absl::OkStatus()).has_value());
   CHECK(absl::IsNotFound(env.FileExists(dir / "missing/real")));  // nothing was created
 
   // The documented codes for the disk faults.
@@ -440,6 +445,13 @@ TEST_CASE("AddFault rejects a malformed fault, naming it and the field") {
   f.id = "";
   rejects(f, "id is empty");
   f = ok;
+  f.id = "disk\nfull";  // would be logged raw, as two lines
+  rejects(f, R"(FaultyEnv::AddFault: id "disk\nfull" has a control character (0x0a) at byte 4)");
+  f.id = std::string("nul\0", 4);
+  rejects(f, R"(id "nul\000" has a control character (0x00) at byte 3)");
+  f.id = "del\x7f";
+  rejects(f, "(0x7f) at byte 3");
+  f = ok;
   f.nth = -1;
   rejects(f, "'f': nth -1");
   f = ok;
@@ -690,6 +702,7 @@ TEST_CASE("Crash drops what was not durable and fails every operation CANCELLED 
   const Status s = (*open)->Append("more");
   CHECK(absl::IsCancelled(s));
   CHECK(absl::StrContains(s.message(), "write /volatile: simulated crash"));
+  CHECK_FALSE(InjectedFaultId(s).has_value());  // Crash() called by hand: no fault to name
   CHECK(absl::IsNotFound(mem.FileExists("/new")));  // the refused create changed nothing
   env.Recover();
   CHECK_FALSE(env.crashed());
@@ -711,6 +724,9 @@ TEST_CASE("a kCrash fault crashes at its operation, which does not run") {
   const Status s = (*file)->Sync();
   CHECK(absl::IsCancelled(s));
   CHECK(absl::StrContains(s.message(), "(injected fault power)"));
+  CHECK(InjectedFaultId(s) == std::optional<std::string>("power"));
+  // The later refusals name no fault (as after a Crash() by hand).
+  CHECK_FALSE(InjectedFaultId(env.FileExists("/f")).has_value());
   CHECK(env.crashed());
   env.Recover();
   CHECK(Read(&env, "/f") == "one");

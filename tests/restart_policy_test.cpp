@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <functional>
 #include <set>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,7 +28,10 @@
 #include "foreman/monitored_session.hpp"
 #include "foreman/restart_policy.hpp"
 #include "foreman/supervisor.hpp"
+#include "foreman/variable_store.hpp"
+#include "runtime/services.hpp"
 #include "support/events.hpp"
+#include "support/fake_services.hpp"
 #include "support/log_capture.hpp"
 #include "support/test_util.hpp"
 #include "support/training_graph.hpp"
@@ -139,6 +143,31 @@ std::vector<std::string> EventFiles(const std::string& dir) {
   return *files;
 }
 
+// What most tests share: a fresh directory and the session's ManualClock,
+// Options() over them, and the usual course of a run through a restart.
+struct SessionFixture {
+  TempDir dir;
+  ManualClock clock;
+
+  MonitoredTrainingSessionOptions Opts(HookList hooks, int64_t last_step, bool step_counter = false,
+                                       Env* env = Env::Default()) {
+    return Options(dir.path(), env, &clock, std::move(hooks), last_step, step_counter);
+  }
+
+  // Opens a session with `o`, runs `before` steps (each OK), waits (bounded)
+  // until `records` restarts or removals are recorded, runs on to
+  // `last_step` (each OK) and closes it (OK); the records.
+  std::vector<ServiceRestart> TrainThroughRestart(const MonitoredTrainingSessionOptions& o, int before,
+                                                  std::size_t records, int last_step) {
+    auto sess = Open(o);
+    CHECK(Steps(*sess, before).ok());
+    REQUIRE(HasRestarts(*sess, records));
+    CHECK(Steps(*sess, last_step).ok());
+    CHECK(sess->close().ok());
+    return sess->service_restarts();
+  }
+};
+
 RestartPolicy Restarting(RestartType type, int max_restarts = 3) {
   RestartPolicy p;
   p.type = type;
@@ -149,31 +178,30 @@ RestartPolicy Restarting(RestartType type, int max_restarts = 3) {
 
 // -- TF's default -----------------------------------------------------------------------
 
-TEST_CASE("default policy (TF): a summary writer whose event file fails EIO ends the run with that error") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "default policy (TF): a summary writer whose event file fails EIO ends the run with that error") {
   FaultyEnv env(Env::Default(), 1);
   REQUIRE(env.AddFault(EventFileEio(8)).ok());
-  auto sess = Open(Options(dir.path(), &env, &clock, {}, 40));
+  auto sess = Open(Opts({}, 40, false, &env));
   Steps(*sess, 40).IgnoreError();
   const Status s = sess->close();
   CHECK(absl::IsInternal(s));
   CHECK_MESSAGE(absl::StrContains(s.message(), "Input/output error (injected fault eio)"), s.ToString());
+  CHECK(InjectedFaultId(s) == std::optional<std::string>("eio"));
   CHECK(sess->service_restarts().empty());
   CHECK(EventFiles(dir.path()).size() == 1);
 }
 
-TEST_CASE("default policy (TF): a killed service actor ends the run, naming the injected actor fault") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "default policy (TF): a killed service actor ends the run, naming the injected actor fault") {
   auto hook = KillAt("summary_writer", 3);
-  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 40));
+  auto sess = Open(Opts({hook}, 40));
   Steps(*sess, 40).IgnoreError();
   const Status s = sess->close();
   CHECK(absl::IsInternal(s));
   // The coordinator's report, or the summary hook's end() finding the
   // writer gone, whichever the run meets first: both name the fault.
   CHECK_MESSAGE(absl::StrContains(s.message(), "injected actor fault kill-summary_writer"), s.ToString());
+  // The exit reason's payload crossed the actors (exit reason, report).
+  CHECK(InjectedFaultId(s) == std::optional<std::string>("kill-summary_writer"));
   CHECK(sess->service_restarts().empty());
   const auto fired = hook->fired();
   REQUIRE(fired.size() == 1);
@@ -184,10 +212,8 @@ TEST_CASE("default policy (TF): a killed service actor ends the run, naming the 
 
 // -- the summary writer example ----------------------------------------------------------
 
-TEST_CASE("permanent summary_writer: after EIO it restarts onto a new event file and training continues; "
+TEST_CASE_FIXTURE(SessionFixture, "permanent summary_writer: after EIO it restarts onto a new event file and training continues; "
           "the lost events are reported") {
-  TempDir dir;
-  ManualClock clock;
   testing::CapturedLog log;
   FaultyEnv env(Env::Default(), 1);
   // The first event file (named for the ManualClock's first second) fails
@@ -195,7 +221,7 @@ TEST_CASE("permanent summary_writer: after EIO it restarts onto a new event file
   EnvFault broken = EventFileEio(8, /*repeat=*/true);
   broken.path_pattern = "*events.out.tfevents.1700000000.*";
   REQUIRE(env.AddFault(broken).ok());
-  auto o = Options(dir.path(), &env, &clock, {}, 30);
+  auto o = Opts({}, 30, false, &env);
   o.runtime.restart.services["summary_writer"] = RestartType::kPermanent;
   o.runtime.restart.max_restarts = 3;
   o.runtime.restart.period = absl::Seconds(60);
@@ -234,13 +260,11 @@ TEST_CASE("permanent summary_writer: after EIO it restarts onto a new event file
   CHECK(absl::StrContains(text, "restarted (permanent restart 1"));
 }
 
-TEST_CASE("intensity exceeded: a summary writer failing on every write escalates; the run fails with its last error") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "intensity exceeded: a summary writer failing on every write escalates; the run fails with its last error") {
   FaultyEnv env(Env::Default(), 1);
   // From the first event on, every append fails, the new files' too.
   REQUIRE(env.AddFault(EventFileEio(4, /*repeat=*/true)).ok());
-  auto o = Options(dir.path(), &env, &clock, {}, 1000000);
+  auto o = Opts({}, 1000000, false, &env);
   o.runtime.restart = Restarting(RestartType::kPermanent, 2);
   auto sess = Open(o);
   // Trains until the escalation stops the run (bounded).
@@ -256,9 +280,7 @@ TEST_CASE("intensity exceeded: a summary writer failing on every write escalates
   (void)last;
 }
 
-TEST_CASE("intensity is counted within the period on the session's Clock") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "intensity is counted within the period on the session's Clock") {
   ActorFault a;
   a.service = "summary_writer";
   a.kind = ActorFault::Kind::kKill;
@@ -270,7 +292,7 @@ TEST_CASE("intensity is counted within the period on the session's Clock") {
   }
   auto hook = FaultInjectionHook::Create(fo);
   REQUIRE(hook.ok());
-  auto o = Options(dir.path(), Env::Default(), &clock, {*hook}, 10);
+  auto o = Opts({*hook}, 10);
   o.runtime.restart = Restarting(RestartType::kPermanent, 1);
   o.runtime.restart.period = absl::Seconds(10);
   auto sess = Open(o);
@@ -285,17 +307,10 @@ TEST_CASE("intensity is counted within the period on the session's Clock") {
 
 // -- restart types (OTP) -----------------------------------------------------------------
 
-TEST_CASE("permanent: restarted after a normal exit too") {
-  TempDir dir;
-  ManualClock clock;
-  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt("summary_writer", 3, /*normal=*/true)}, 8);
+TEST_CASE_FIXTURE(SessionFixture, "permanent: restarted after a normal exit too") {
+  auto o = Opts({KillAt("summary_writer", 3, /*normal=*/true)}, 8);
   o.runtime.restart = Restarting(RestartType::kPermanent);
-  auto sess = Open(o);
-  CHECK(Steps(*sess, 5).ok());
-  REQUIRE(HasRestarts(*sess, 1));
-  CHECK(Steps(*sess, 8).ok());
-  CHECK(sess->close().ok());
-  const auto r = sess->service_restarts();
+  const auto r = TrainThroughRestart(o, 5, 1, 8);
   REQUIRE(r.size() == 1);
   CHECK(r[0].restarted);
   CHECK(r[0].reason.ok());  // a normal exit
@@ -305,33 +320,20 @@ TEST_CASE("permanent: restarted after a normal exit too") {
   CHECK(std::count(steps.begin(), steps.end(), 7) == 1);
 }
 
-TEST_CASE("transient: restarted after an abnormal exit") {
-  TempDir dir;
-  ManualClock clock;
-  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt("summary_writer", 3)}, 8);
+TEST_CASE_FIXTURE(SessionFixture, "transient: restarted after an abnormal exit") {
+  auto o = Opts({KillAt("summary_writer", 3)}, 8);
   o.runtime.restart = Restarting(RestartType::kTransient);
-  auto sess = Open(o);
-  CHECK(Steps(*sess, 5).ok());
-  REQUIRE(HasRestarts(*sess, 1));
-  CHECK(Steps(*sess, 8).ok());
-  CHECK(sess->close().ok());
-  const auto r = sess->service_restarts();
+  const auto r = TrainThroughRestart(o, 5, 1, 8);
   REQUIRE(r.size() == 1);
   CHECK(r[0].restarted);
   CHECK(r[0].reason.message() == "injected actor fault kill-summary_writer");
+  CHECK(InjectedFaultId(r[0].reason) == std::optional<std::string>("kill-summary_writer"));
 }
 
-TEST_CASE("transient: a normal exit removes it; the run goes on without it and ends OK") {
-  TempDir dir;
-  ManualClock clock;
-  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt("summary_writer", 3, /*normal=*/true)}, 8);
+TEST_CASE_FIXTURE(SessionFixture, "transient: a normal exit removes it; the run goes on without it and ends OK") {
+  auto o = Opts({KillAt("summary_writer", 3, /*normal=*/true)}, 8);
   o.runtime.restart = Restarting(RestartType::kTransient);
-  auto sess = Open(o);
-  CHECK(Steps(*sess, 5).ok());
-  REQUIRE(HasRestarts(*sess, 1));
-  CHECK(Steps(*sess, 8).ok());
-  CHECK(sess->close().ok());
-  const auto r = sess->service_restarts();
+  const auto r = TrainThroughRestart(o, 5, 1, 8);
   REQUIRE(r.size() == 1);
   CHECK_FALSE(r[0].restarted);
   CHECK(r[0].reason.ok());
@@ -340,38 +342,26 @@ TEST_CASE("transient: a normal exit removes it; the run goes on without it and e
   CHECK(std::count(steps.begin(), steps.end(), 7) == 0);  // nobody wrote it
 }
 
-TEST_CASE("temporary: never restarted, even after an abnormal exit; the run ends OK") {
-  TempDir dir;
-  ManualClock clock;
-  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt("summary_writer", 3)}, 8);
+TEST_CASE_FIXTURE(SessionFixture, "temporary: never restarted, even after an abnormal exit; the run ends OK") {
+  auto o = Opts({KillAt("summary_writer", 3)}, 8);
   o.runtime.restart = Restarting(RestartType::kPermanent);
   o.runtime.restart.services["summary_writer"] = RestartType::kTemporary;
-  auto sess = Open(o);
-  CHECK(Steps(*sess, 5).ok());
-  REQUIRE(HasRestarts(*sess, 1));
-  CHECK(Steps(*sess, 8).ok());
-  CHECK(sess->close().ok());
-  const auto r = sess->service_restarts();
+  const auto r = TrainThroughRestart(o, 5, 1, 8);
   REQUIRE(r.size() == 1);
   CHECK_FALSE(r[0].restarted);
   CHECK(r[0].reason.message() == "injected actor fault kill-summary_writer");
   CHECK(EventFiles(dir.path()).size() == 1);
 }
 
-TEST_CASE("permanent checkpoint_saver: killed, restarted with the same directory lock; later saves land") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture,
+                  "permanent checkpoint_saver: killed, restarted with the same directory lock; later saves land") {
   auto hook = ActorHook({Fault("kill-saver", "checkpoint_saver", ActorFault::Kind::kKill, 2)});
-  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 8);
+  auto o = Opts({hook}, 8);
   o.save_checkpoint_steps = int64_t{4};
   o.runtime.restart = Restarting(RestartType::kPermanent);
-  auto sess = Open(o);
-  CHECK(Steps(*sess, 3).ok());  // the kill fires at the run of global_step 2
-  // A save requested while the saver is down would fail: wait for the restart.
-  REQUIRE(HasRestarts(*sess, 1));
-  CHECK(Steps(*sess, 8).ok());
-  CHECK(sess->close().ok());
-  const auto r = sess->service_restarts();
+  // The kill fires at the run of global_step 2 (of the first 3). A save
+  // requested while the saver is down would fail: wait for the restart.
+  const auto r = TrainThroughRestart(o, 3, 1, 8);
   REQUIRE(r.size() == 1);
   CHECK(r[0].service == absl::StrCat("checkpoint_saver(", dir.path(), ")"));
   CHECK(r[0].events_lost == -1);  // not a summary writer
@@ -487,9 +477,7 @@ TEST_CASE("permanent checkpoint_saver: save errors beyond the restart intensity 
   CHECK(testing::Checkpoints(dir.path()).empty());
 }
 
-TEST_CASE("Supervisor takes the policy too: its summary writer is restarted after EIO") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "Supervisor takes the policy too: its summary writer is restarted after EIO") {
   FaultyEnv env(Env::Default(), 1);
   REQUIRE(env.AddFault(EventFileEio(4)).ok());  // the first event (START) fails
   SupervisorOptions so;
@@ -553,9 +541,9 @@ TEST_CASE("Supervisor: under a permanent policy its checkpoint thread's failed s
 // -- strategies ------------------------------------------------------------------------
 // Services in start order: summary_writer(<dir>), then step_counter(<dir>).
 
-std::vector<std::pair<std::string, bool>> Restarted(const MonitoredSession& sess) {
+std::vector<std::pair<std::string, bool>> Restarted(const std::vector<ServiceRestart>& records) {
   std::vector<std::pair<std::string, bool>> out;
-  for (const ServiceRestart& r : sess.service_restarts()) {
+  for (const ServiceRestart& r : records) {
     out.emplace_back(r.service.substr(0, r.service.find('(')), r.by_strategy);
   }
   return out;
@@ -563,17 +551,11 @@ std::vector<std::pair<std::string, bool>> Restarted(const MonitoredSession& sess
 
 void RunStrategy(RestartStrategy strategy, const std::string& victim, std::size_t expected_records,
                  std::vector<std::pair<std::string, bool>>* restarted) {
-  TempDir dir;
-  ManualClock clock;
-  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt(victim, 3)}, 8, /*step_counter=*/true);
+  SessionFixture f;
+  auto o = f.Opts({KillAt(victim, 3)}, 8, /*step_counter=*/true);
   o.runtime.restart = Restarting(RestartType::kPermanent);
   o.runtime.restart.strategy = strategy;
-  auto sess = Open(o);
-  CHECK(Steps(*sess, 5).ok());
-  REQUIRE(HasRestarts(*sess, expected_records));
-  CHECK(Steps(*sess, 8).ok());
-  CHECK(sess->close().ok());
-  *restarted = Restarted(*sess);
+  *restarted = Restarted(f.TrainThroughRestart(o, 5, expected_records, 8));
 }
 
 TEST_CASE("one_for_one: only the service that exited is restarted") {
@@ -632,10 +614,8 @@ TEST_CASE("ValidateRestartPolicy: the default is TF's and valid; bad fields are 
   }
 }
 
-TEST_CASE("a session with an invalid restart policy is not created") {
-  TempDir dir;
-  ManualClock clock;
-  auto o = Options(dir.path(), Env::Default(), &clock, {}, 3);
+TEST_CASE_FIXTURE(SessionFixture, "a session with an invalid restart policy is not created") {
+  auto o = Opts({}, 3);
   o.runtime.restart.max_restarts = -2;
   auto sess = MonitoredTrainingSession(std::move(o));
   CHECK(absl::IsInvalidArgument(sess.status()));
@@ -663,20 +643,13 @@ TEST_CASE("RestartBackoff doubles to max_backoff with a seeded jitter in [0.5, 1
   CHECK(RestartBackoff(p, svc, 3) == absl::ZeroDuration());
 }
 
-TEST_CASE("a restart waits its back-off: the record carries RestartBackoff's value") {
-  TempDir dir;
-  ManualClock clock;
-  auto o = Options(dir.path(), Env::Default(), &clock, {KillAt("summary_writer", 2)}, 6);
+TEST_CASE_FIXTURE(SessionFixture, "a restart waits its back-off: the record carries RestartBackoff's value") {
+  auto o = Opts({KillAt("summary_writer", 2)}, 6);
   o.runtime.restart = Restarting(RestartType::kPermanent);
   o.runtime.restart.initial_backoff = absl::Milliseconds(20);
   o.runtime.restart.max_backoff = absl::Milliseconds(20);
   o.runtime.restart.seed = 5;
-  auto sess = Open(o);
-  CHECK(Steps(*sess, 4).ok());
-  REQUIRE(HasRestarts(*sess, 1));
-  CHECK(Steps(*sess, 6).ok());
-  CHECK(sess->close().ok());
-  const auto r = sess->service_restarts();
+  const auto r = TrainThroughRestart(o, 4, 1, 6);
   REQUIRE(r.size() == 1);
   CHECK(r[0].backoff == RestartBackoff(o.runtime.restart, r[0].service, 1));
   CHECK(r[0].backoff >= absl::Milliseconds(10));
@@ -684,41 +657,125 @@ TEST_CASE("a restart waits its back-off: the record carries RestartBackoff's val
 
 // -- actor faults (fault.hpp: ActorFault) -------------------------------------------------
 
-TEST_CASE("kill checkpoint_saver (TF default): the run fails INTERNAL naming the fault; fired as actor:checkpoint_saver") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "kill checkpoint_saver (TF default): the run fails INTERNAL naming the fault; fired as actor:checkpoint_saver") {
   auto hook = ActorHook({Fault("kill-saver", "checkpoint_saver", ActorFault::Kind::kKill, 3)});
-  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 40);
+  auto o = Opts({hook}, 40);
   o.save_checkpoint_steps = int64_t{2};
   auto sess = Open(o);
   Steps(*sess, 40).IgnoreError();
   const Status s = sess->close();
   CHECK(absl::IsInternal(s));
   CHECK_MESSAGE(absl::StrContains(s.message(), "injected actor fault kill-saver"), s.ToString());
+  CHECK(InjectedFaultId(s) == std::optional<std::string>("kill-saver"));
   const auto fired = hook->fired();
   REQUIRE(fired.size() == 1);
   CHECK(fired[0].path == "actor:checkpoint_saver");
   CHECK(fired[0].op_index == 3);
 }
 
-TEST_CASE("kill step_counter (TF default): the run fails INTERNAL naming the fault") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "kill step_counter (TF default): the run fails INTERNAL naming the fault") {
   auto hook = ActorHook({Fault("kill-counter", "step_counter", ActorFault::Kind::kKill, 2)});
-  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 40, /*step_counter=*/true));
+  auto sess = Open(Opts({hook}, 40, /*step_counter=*/true));
   Steps(*sess, 40).IgnoreError();
   const Status s = sess->close();
   CHECK(absl::IsInternal(s));
   CHECK_MESSAGE(absl::StrContains(s.message(), "injected actor fault kill-counter"), s.ToString());
+  CHECK(InjectedFaultId(s) == std::optional<std::string>("kill-counter"));
 }
 
-TEST_CASE("kill at_time: fires at the first run once that much Clock time has passed") {
-  TempDir dir;
+// The kill waits (ServiceFaults::Kill's Completions) until the supervisor
+// has applied the policy, so what it did is visible as soon as the run of
+// the kill's step returns: no poll.
+TEST_CASE_FIXTURE(SessionFixture, "a kill's run returns once the policy is applied: the run stopped (TF), the "
+                                  "restart after its back-off or the removal recorded") {
+  SUBCASE("TF's default: the run's error is set, so it stops after the kill's step") {
+    auto sess = Open(Opts({KillAt("summary_writer", 3)}, 40));
+    for (int i = 0; i < 3; ++i) REQUIRE(sess->run({"train_op"}).ok());
+    CHECK_FALSE(sess->should_stop());
+    sess->run({"train_op"}).IgnoreError();  // global_step 3: the kill
+    CHECK(sess->should_stop());
+    const Status s = sess->close();
+    CHECK(InjectedFaultId(s) == std::optional<std::string>("kill-summary_writer"));
+  }
+  SUBCASE("permanent with a back-off: restarted and recorded") {
+    auto o = Opts({KillAt("summary_writer", 3)}, 40);
+    o.runtime.restart = Restarting(RestartType::kPermanent);
+    o.runtime.restart.initial_backoff = absl::Milliseconds(20);
+    o.runtime.restart.max_backoff = absl::Milliseconds(20);
+    auto sess = Open(o);
+    CHECK(Steps(*sess, 4).ok());  // global_steps 0-3
+    const auto r = sess->service_restarts();
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].restarted);
+    CHECK(r[0].backoff > absl::ZeroDuration());
+    CHECK(sess->close().ok());
+  }
+  SUBCASE("temporary: removed and recorded") {
+    auto o = Opts({KillAt("summary_writer", 3)}, 40);
+    o.runtime.restart = Restarting(RestartType::kTemporary);
+    auto sess = Open(o);
+    CHECK(Steps(*sess, 4).ok());
+    const auto r = sess->service_restarts();
+    REQUIRE(r.size() == 1);
+    CHECK_FALSE(r[0].restarted);
+    CHECK(sess->close().ok());
+  }
+}
+
+// Services whose kills the supervisor never answers (ServiceFaults::Kill's
+// Completions stay open): only what a FaultInjectionHook uses.
+class UnansweredKills : public testing::FakeServices, public internal::ServiceFaults {
+ public:
+  explicit UnansweredKills(Clock* clock) : FakeServices(Env::Default(), clock) {}
+  internal::ServiceFaults* service_faults() override { return this; }
+  int Kill(const std::string& service, const std::string& fault_id, bool,
+           std::vector<std::shared_ptr<internal::Completion>>* applied) override {
+    kills.push_back(absl::StrCat(service, " ", fault_id));
+    applied->push_back(never_);
+    return 1;
+  }
+  int DelayOrDrop(const std::string&, const std::string&, bool, int64_t, absl::Duration) override { return 0; }
+
+  std::vector<std::string> kills;
+
+ private:
+  std::shared_ptr<internal::Completion> never_ = std::make_shared<internal::Completion>();
+};
+
+TEST_CASE("a kill the supervisor never answers: before_run goes on after 5 s (real time) with a WARNING") {
+  testing::CapturedLog log;
   ManualClock clock;
+  UnansweredKills services(&clock);
+  auto hook = KillAt("summary_writer", 0);
+  hook->AttachServices(&services);
+  auto session = Session::Create(MakeGraph(std::make_shared<Model>()));
+  REQUIRE(session.ok());
+  const std::shared_ptr<Graph>& graph = (*session)->graph();
+  REQUIRE((*session)
+              ->WithVariables([&graph](VariableStore& vars) -> Status {
+                for (const VariableDef& def : graph->variables()) {
+                  FOREMAN_ASSIGN_OR_RETURN(Tensor value, def.initializer());
+                  FOREMAN_RETURN_IF_ERROR(vars.Create(def.name, std::move(value), def.trainable));
+                }
+                return absl::OkStatus();
+              })
+              .ok());
+  SessionRunArgs original;
+  SessionRunContext ctx(&original, session->get());
+  const absl::Time start = absl::Now();
+  CHECK(hook->before_run(ctx).ok());  // the run goes on
+  CHECK(absl::Now() - start >= absl::Seconds(5));
+  CHECK(services.kills == std::vector<std::string>{"summary_writer kill-summary_writer"});
+  CHECK_MESSAGE(absl::StrContains(log.text(), "injected fault kill-summary_writer: the supervisor did not apply the "
+                                              "policy to the kill of summary_writer within 5s; the run goes on"),
+                log.text());
+}
+
+TEST_CASE_FIXTURE(SessionFixture, "kill at_time: fires at the first run once that much Clock time has passed") {
   ActorFault f = Fault("later", "summary_writer", ActorFault::Kind::kKill, -1);
   f.at_time = absl::Seconds(10);
   auto hook = ActorHook({f});
-  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 40);
+  auto o = Opts({hook}, 40);
   o.runtime.restart = Restarting(RestartType::kPermanent);
   auto sess = Open(o);
   CHECK(Steps(*sess, 3).ok());
@@ -732,24 +789,20 @@ TEST_CASE("kill at_time: fires at the first run once that much Clock time has pa
   CHECK(sess->close().ok());
 }
 
-TEST_CASE("an actor fault marked fired by an earlier process does not fire again") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "an actor fault marked fired by an earlier process does not fire again") {
   auto hook = ActorHook({Fault("kill-once", "summary_writer", ActorFault::Kind::kKill, 2)});
   hook->MarkFired({FiredFault{"kill-once", "actor:summary_writer", EnvOp::kAny, 2}});
-  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 6));
+  auto sess = Open(Opts({hook}, 6));
   CHECK(Steps(*sess, 6).ok());
   CHECK(sess->close().ok());
   CHECK(hook->fired().empty());
 }
 
-TEST_CASE("delay summary_writer: its next batch waits the delay on the session's Clock, then is written") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "delay summary_writer: its next batch waits the delay on the session's Clock, then is written") {
   ActorFault f = Fault("slow", "summary_writer", ActorFault::Kind::kDelay, 2);
   f.delay = absl::Seconds(5);
   auto hook = ActorHook({f});
-  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 6));
+  auto sess = Open(Opts({hook}, 6));
   CHECK(Steps(*sess, 6).ok());
   // The writer sleeps in the ManualClock until the test moves it on.
   REQUIRE(clock.BlockUntilWaiters(1, testing::kRealTimeout));
@@ -759,12 +812,10 @@ TEST_CASE("delay summary_writer: its next batch waits the delay on the session's
   CHECK(steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6});  // nothing lost, in order
 }
 
-TEST_CASE("drop summary_writer: its next batch of events is dropped with a WARNING; the run goes on") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "drop summary_writer: its next batch of events is dropped with a WARNING; the run goes on") {
   testing::CapturedLog log;
   auto hook = ActorHook({Fault("drop", "summary_writer", ActorFault::Kind::kDrop, 2)});
-  auto sess = Open(Options(dir.path(), Env::Default(), &clock, {hook}, 6));
+  auto sess = Open(Opts({hook}, 6));
   CHECK(Steps(*sess, 6).ok());
   CHECK(sess->close().ok());
   const auto steps = testing::SummarySteps(testing::Events(dir.path()), "loss");
@@ -772,11 +823,9 @@ TEST_CASE("drop summary_writer: its next batch of events is dropped with a WARNI
   CHECK_MESSAGE(absl::StrContains(log.text(), "event(s) dropped (injected actor fault drop)"), log.text());
 }
 
-TEST_CASE("drop checkpoint_saver: the dropped save's ticket fails DEADLINE_EXCEEDED and the run ends with it") {
-  TempDir dir;
-  ManualClock clock;
+TEST_CASE_FIXTURE(SessionFixture, "drop checkpoint_saver: the dropped save's ticket fails DEADLINE_EXCEEDED and the run ends with it") {
   auto hook = ActorHook({Fault("drop-save", "checkpoint_saver", ActorFault::Kind::kDrop, 1)});
-  auto o = Options(dir.path(), Env::Default(), &clock, {hook}, 40);
+  auto o = Opts({hook}, 40);
   o.save_checkpoint_steps = int64_t{2};
   auto sess = Open(o);
   Steps(*sess, 40).IgnoreError();
@@ -784,6 +833,7 @@ TEST_CASE("drop checkpoint_saver: the dropped save's ticket fails DEADLINE_EXCEE
   CHECK(absl::IsDeadlineExceeded(s));  // what the hook's wait for a lost save would end with; no recovery
   CHECK(sess->recoveries() == 0);
   CHECK_MESSAGE(absl::StrContains(s.message(), "was dropped (injected actor fault drop-save)"), s.ToString());
+  CHECK(InjectedFaultId(s) == std::optional<std::string>("drop-save"));
 }
 
 TEST_CASE("FaultInjectionHook::Create rejects bad actor faults naming the fault and field") {
@@ -798,6 +848,7 @@ TEST_CASE("FaultInjectionHook::Create rejects bad actor faults naming the fault 
       {[](ActorFault& f) { f.count = 0; }, "count must be >= 1, got 0"},
       {[](ActorFault& f) { f.delay = -absl::Seconds(1); }, "delay must be >= 0"},
       {[](ActorFault& f) { f.id = ""; }, "empty id"},
+      {[](ActorFault& f) { f.id = "a\x1b"; }, "actors[0]: id \"a\\033\" has a control character (0x1b) at byte 1"},
   };
   for (const Case& c : cases) {
     ActorFault f = Fault("a", "summary_writer", ActorFault::Kind::kKill, 3);

@@ -35,6 +35,7 @@
 #include "runtime/runtime.hpp"
 #include "runtime/services.hpp"
 #include "support/events.hpp"
+#include "support/fake_services.hpp"
 #include "support/gated_env.hpp"
 #include "support/log_capture.hpp"
 
@@ -566,7 +567,7 @@ TEST_CASE("decision 11 a failed save ends training with its Status at a later st
 
 /// Services whose checkpoint saver only records each save's snapshot; the
 /// test completes the tickets, handing the buffers back or not.
-class RecordingServices : public internal::Services {
+class RecordingServices : public testing::FakeServices {
  public:
   struct Save {
     std::map<std::string, Tensor> snapshot;
@@ -590,32 +591,15 @@ class RecordingServices : public internal::Services {
     std::shared_ptr<Saver> saver_;
   };
 
-  RecordingServices(Env* env, Clock* clock) : env_(env), clock_(clock) {}
-  StatusOr<std::shared_ptr<internal::SummaryWriterService>> SummaryWriter(const std::string&) override {
-    return absl::UnimplementedError("no summary writer here");
-  }
+  using FakeServices::FakeServices;
   StatusOr<std::shared_ptr<internal::CheckpointService>> CheckpointSaver(const std::string&,
                                                                           std::shared_ptr<Saver> saver,
                                                                           const std::string&) override {
     if (checkpoints == nullptr) checkpoints = std::make_shared<Checkpoints>(std::move(saver));
     return std::shared_ptr<internal::CheckpointService>(checkpoints);
   }
-  StatusOr<std::shared_ptr<internal::StepCounterService>> StepCounter(const std::string&,
-                                                                      const std::string&) override {
-    return absl::UnimplementedError("no step counter here");
-  }
-  void SetCoordinator(Coordinator*) override {}
-  Status error() override { return absl::OkStatus(); }
-  Status WaitForPendingSaves(absl::Duration) override { return absl::OkStatus(); }
-  void ObserveSaves(internal::SaveObservers::Fn) override {}
-  Clock* clock() override { return clock_; }
-  Env* env() override { return env_; }
 
   std::shared_ptr<Checkpoints> checkpoints;
-
- private:
-  Env* env_;
-  Clock* clock_;
 };
 
 /// The data pointers of a snapshot's tensors, by name.

@@ -68,6 +68,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -209,6 +210,31 @@ struct FiredFault {
   int64_t op_index = 0;
 };
 
+/// Payload type URL (absl::Status::SetPayload) that marks an error as caused
+/// by an injected fault; the value is the fault's id.
+inline constexpr char kInjectedFaultPayload[] = "foreman.InjectedFault";
+
+/// The id of the injected fault that caused `s`, from its
+/// kInjectedFaultPayload; std::nullopt when `s` is OK or carries none. (In
+/// the spirit of TF's error payloads, e.g. NanLossDuringTrainingError's.)
+/// Carried by: every error a FaultyEnv injects (kError, kShortWrite, and the
+/// CANCELLED error of the operation a kCrash fault crashes; not the later
+/// refusals until Recover(), which name no fault); a FaultInjectionHook's kStatus
+/// step fault, hook fault (the thrown StatusError), actor kill (the
+/// service's exit reason, as the run's error or a restart record's reason)
+/// and dropped save (the save's DEADLINE_EXCEEDED).
+/// The mark survives Annotate(), the actors' exit reasons and reports, and
+/// the MonitoredSession's recovery and close. A kNanLoss step fault's NaN is
+/// reported by whoever checks the loss (NanTensorHook: a
+/// NanLossDuringTrainingError without this mark). Thread-safe.
+///   ```cpp
+///   #include "absl/strings/cord.h"
+///   foreman::Status s = absl::InternalError("write failed");
+///   s.SetPayload(foreman::kInjectedFaultPayload, absl::Cord("disk-full"));
+///   if (foreman::InjectedFaultId(s) != "disk-full") return absl::InternalError("no mark");
+///   ```
+std::optional<std::string> InjectedFaultId(const Status& s);
+
 /// An observer of fired faults (FaultyEnv::set_on_fire,
 /// FaultInjectionHook::Options::on_fire): called once per firing,
 /// synchronously, on the thread where the fault fires, after the fault is in
@@ -244,7 +270,8 @@ class FaultyEnv : public EnvWrapper {
   /// When several faults trigger at one operation, each kLatency one adds
   /// its delay and the first armed of the others decides the outcome; the
   /// rest do not fire there.
-  ///   INVALID_ARGUMENT     naming the fault and field: empty id, nth < 0,
+  ///   INVALID_ARGUMENT     naming the fault and field: empty id, an id with
+  ///                        a control character (below 0x20, or 0x7f), nth < 0,
   ///                        probability outside [0, 1], latency < 0 or > 1h
   ///                        (InfiniteDuration included),
   ///                        error < 0, prefix_bytes < -1, kShortWrite or
@@ -436,7 +463,11 @@ std::string SignalName(int signal);
 ///           exercise transient services). Under TF's default policy the run
 ///           then fails with that error, reported by the service's name
 ///           (e.g. "summary_writer(/logs)"); under a restart policy the
-///           service is restarted or removed.
+///           service is restarted or removed. before_run returns once the
+///           supervisor has applied the policy (the run's error set, the
+///           restart made after its back-off, the removal recorded), so a
+///           plan ends or changes the run at the same step in every replay;
+///           after 5 s real time it goes on with a WARNING.
 ///   kDelay  each of the service's next `count` work messages (a summary
 ///           writer's batch of events, a save, a step-rate record, an input
 ///           pipeline's batch decode) waits `delay` on the session's Clock
@@ -533,7 +564,8 @@ class FaultInjectionHook : public SessionRunHook {
     std::vector<ActorFault> actors;
   };
   /// INVALID_ARGUMENT naming the fault and field: an empty or duplicate id
-  /// (across steps, hooks, processes and actors), kStatus with code OK,
+  /// (across steps, hooks, processes and actors), an id with a control
+  /// character (below 0x20, or 0x7f: ids are logged), kStatus with code OK,
   /// at_step < -1, probability outside [0, 1], an empty loss_tensor, an
   /// unknown callback, "begin" with at_step != -1, a kind out of range; a
   /// process fault with a signal other than SIGKILL or SIGTERM, or without
@@ -601,7 +633,8 @@ struct FaultPlan {
 };
 
 /// Parses a JSON plan: {"seed": <integer >= 0, default 0>, "faults": [...]},
-/// each fault an object with "id" (non-empty, unique) and "type":
+/// each fault an object with "id" (non-empty, unique, no control character:
+/// no byte below 0x20, no 0x7f) and "type":
 ///   "env":  "path" (glob, default every path), "op" (an EnvOpName, default
 ///           "any"), "kind" ("error", "short_write", "torn_write", "latency",
 ///           "crash"; default "latency" when latency_ms is given, else

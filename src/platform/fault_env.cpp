@@ -19,20 +19,49 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "foreman/mem_env.hpp"
 #include "foreman/mutex.hpp"
 #include "platform/errno_status.hpp"
 #include "platform/hash.hpp"
+#include "platform/injected_fault.hpp"
 #include "platform/log.hpp"
 
 namespace foreman {
+
+// -- the injected-fault payload ------------------------------------------------------
+
+Status WithInjectedFault(Status s, absl::string_view fault_id) {
+  if (!s.ok()) s.SetPayload(kInjectedFaultPayload, absl::Cord(fault_id));
+  return s;
+}
+
+Status CheckFaultIdCharacters(absl::string_view id) {
+  for (std::size_t i = 0; i < id.size(); ++i) {
+    const auto c = static_cast<unsigned char>(id[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrCat("id \"", absl::CEscape(id), "\" has a control character (0x",
+                                                     absl::Hex(c, absl::kZeroPad2), ") at byte ", i,
+                                                     " (ids are logged and recorded as they are)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::optional<std::string> InjectedFaultId(const Status& s) {
+  auto id = s.GetPayload(kInjectedFaultPayload);  // absl::optional (C++17 build of Abseil)
+  if (!id.has_value()) return std::nullopt;
+  return std::string(*id);
+}
 
 // -- EnvWrapper --------------------------------------------------------------------
 
@@ -129,7 +158,7 @@ bool Matches(const std::string& pattern, const std::string& path) {
 }
 
 Status WithFaultId(const Status& s, const std::string& id) {
-  return Status(s.code(), absl::StrCat(s.message(), " (injected fault ", id, ")"));
+  return WithInjectedFault(Status(s.code(), absl::StrCat(s.message(), " (injected fault ", id, ")")), id);
 }
 
 /// The MemEnv under `env` through any chain of EnvWrappers, or nullptr.
@@ -171,9 +200,10 @@ struct FaultyEnv::State {
 
   /// The error of an operation refused because of a crash.
   static Status CrashedError(const Where& where, const std::string& id) {
-    return absl::CancelledError(absl::StrCat(where.str(), ": simulated crash",
-                                             id.empty() ? "" : absl::StrCat(" (injected fault ", id, ")"),
-                                             ": the file system is down until FaultyEnv::Recover()"));
+    Status s = absl::CancelledError(absl::StrCat(where.str(), ": simulated crash",
+                                                 id.empty() ? "" : absl::StrCat(" (injected fault ", id, ")"),
+                                                 ": the file system is down until FaultyEnv::Recover()"));
+    return id.empty() ? s : WithInjectedFault(std::move(s), id);
   }
 
   /// The per-kind operation counters of `path`; the pointer stays valid for
@@ -408,6 +438,7 @@ Status FaultyEnv::AddFault(EnvFault fault) {
     return absl::InvalidArgumentError(absl::StrCat("FaultyEnv::AddFault: ", name, ": ", what));
   };
   if (fault.id.empty()) return invalid("id is empty");
+  if (Status s = CheckFaultIdCharacters(fault.id); !s.ok()) return Annotate(s, "FaultyEnv::AddFault");
   const int op = static_cast<int>(fault.op);
   if (op < 0 || op >= kNumEnvOps) return invalid(absl::StrCat("op ", op, " is not an EnvOp"));
   const int kind = static_cast<int>(fault.kind);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "foreman/fault.hpp"
+#include "platform/injected_fault.hpp"
 
 namespace foreman {
 
@@ -422,6 +423,9 @@ StatusOr<FaultPlan> ParsePlanDocument(const json& doc, const std::string& source
       if (!f.Has("id")) return f.Missing("id", "a name for the fault, unique in the plan");
       FOREMAN_RETURN_IF_ERROR(f.String("id", &id));
       if (id.empty()) return f.Error("id", "a non-empty string");
+      if (!CheckFaultIdCharacters(id).ok()) {
+        return f.Error("id", "a string without control characters (newline, tab, ...: ids are logged as they are)");
+      }
       where = absl::StrCat(where, " (\"", id, "\")");
       Fields g(item, where);
       g.Take("id");

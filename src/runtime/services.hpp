@@ -31,6 +31,7 @@
 #include "foreman/restart_policy.hpp"
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
+#include "runtime/completion.hpp"
 
 namespace foreman {
 class Session;
@@ -171,8 +172,15 @@ class ServiceFaults {
   /// Makes each such service actor quit: with INTERNAL "injected actor fault
   /// <fault_id>" as its exit reason, or normally when `normal_exit` (OTP:
   /// exit(normal)); the session_supervisor then applies the restart policy.
-  /// Returns how many were sent the fault; 0 when none runs.
-  virtual int Kill(const std::string& service, const std::string& fault_id, bool normal_exit) = 0;
+  /// The exit reason carries the kInjectedFaultPayload (fault.hpp) with
+  /// `fault_id`. For each service sent the fault, one Completion is appended
+  /// to `*applied` (when not null): the session_supervisor completes it (OK)
+  /// once it has handled that service's exit -- the failure escalated (and
+  /// the coordinator has taken the report), the service removed or restarted
+  /// (after its back-off), or the normal exit forgotten -- or the tree shut
+  /// down. Returns how many were sent the fault; 0 when none runs.
+  virtual int Kill(const std::string& service, const std::string& fault_id, bool normal_exit,
+                   std::vector<std::shared_ptr<Completion>>* applied) = 0;
   /// The next `count` (>= 1) work messages of each such service are dropped,
   /// or delayed by `delay` (waited on the session's Clock by the actor).
   /// Returns how many services got it.

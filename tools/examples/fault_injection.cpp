@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,7 +132,8 @@ int main(int argc, char** argv) {
   options.config.intra_op_parallelism_threads = 1;
   options.recovery.initial_backoff = absl::Milliseconds(10);
   options.recovery.on_recovered = [](const foreman::RecoveryReport& r) {
-    std::printf("recovered from %s: global_step %lld -> %lld, %lld steps lost\n", r.cause.ToString().c_str(),
+    std::printf("recovered from %s: global_step %lld -> %lld, %lld steps lost\n",
+                r.cause.ToString(absl::StatusToStringMode::kWithNoExtraData).c_str(),
                 static_cast<long long>(r.global_step_before), static_cast<long long>(r.restored_global_step),
                 static_cast<long long>(r.steps_lost));
   };
@@ -156,7 +158,11 @@ int main(int argc, char** argv) {
   std::printf("runs: %lld, recoveries: %lld\n", static_cast<long long>(runs),
               static_cast<long long>((*session)->recoveries()));
   if (!closed.ok()) {
-    std::fprintf(stderr, "training failed: %s\n", closed.ToString().c_str());
+    // The message without its payloads; the injected fault's id is one.
+    std::fprintf(stderr, "training failed: %s\n", closed.ToString(absl::StatusToStringMode::kWithNoExtraData).c_str());
+    if (std::optional<std::string> id = foreman::InjectedFaultId(closed)) {
+      std::fprintf(stderr, "caused by injected fault %s\n", id->c_str());
+    }
     std::fprintf(stderr, "run me again on %s to resume without the faults that fired\n", run_dir.c_str());
     return 1;
   }

@@ -688,29 +688,17 @@ void RaiseProcessFault(int sig, StopRequest& stop) {
 // would lose different steps in different runs.
 class DurableSavesListener : public CheckpointSaverListener {};
 
-// The id of the injected fault `s` reports, among those fired in this
-// process: an env fault's "(injected fault <id>)", a step fault's
-// "injected step fault <id> at", a hook fault's "injected hook fault <id>
-// at", an actor fault's "injected actor fault <id>" (a killed service's exit
-// reason, at the end of the message or before ")"), or a NaN-loss fault
-// behind NanTensorHook's "NaN loss".
+// The id of the injected fault `s` reports: its InjectedFaultId (an env,
+// step, hook or actor fault's mark), or a kNanLoss fault fired in this
+// process behind a NanLossDuringTrainingError (NanTensorHook's, which does
+// not know of faults).
 std::optional<std::string> InjectedFaultIn(const Status& s, const std::vector<FiredFault>& fired,
                                            const std::vector<StepFault>& steps) {
-  const absl::string_view message = s.message();
+  if (std::optional<std::string> id = InjectedFaultId(s)) return id;
+  if (!IsNanLossDuringTraining(s)) return std::nullopt;
   for (const FiredFault& f : fired) {
-    const std::string actor = absl::StrCat("injected actor fault ", f.id);
-    if (absl::StrContains(message, absl::StrCat("(injected fault ", f.id, ")")) ||
-        absl::StrContains(message, absl::StrCat("injected step fault ", f.id, " at ")) ||
-        absl::StrContains(message, absl::StrCat("injected hook fault ", f.id, " at ")) ||
-        absl::EndsWith(message, actor) || absl::StrContains(message, absl::StrCat(actor, ")"))) {
-      return f.id;
-    }
-  }
-  if (absl::StrContains(message, "NaN loss")) {
-    for (const FiredFault& f : fired) {
-      for (const StepFault& step : steps) {
-        if (step.id == f.id && step.kind == StepFault::Kind::kNanLoss) return f.id;
-      }
+    for (const StepFault& step : steps) {
+      if (step.id == f.id && step.kind == StepFault::Kind::kNanLoss) return f.id;
     }
   }
   return std::nullopt;
@@ -831,7 +819,8 @@ struct TrainJob {
       fired.insert(fired.end(), hook_fired.begin(), hook_fired.end());
       if (auto id = InjectedFaultIn(s, fired, plan.steps)) {
         std::fprintf(stderr, "foreman train: %s: %s\nforeman train: stopped by injected fault %s: %s\n", what.c_str(),
-                     std::string(s.message()).c_str(), id->c_str(), s.ToString().c_str());
+                     std::string(s.message()).c_str(), id->c_str(),
+                     s.ToString(absl::StatusToStringMode::kWithNoExtraData).c_str());
         return kExitInjectedFault;
       }
     }

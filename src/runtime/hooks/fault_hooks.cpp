@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "foreman/fault.hpp"
 #include "foreman/mutex.hpp"
 #include "foreman/variable_store.hpp"
+#include "platform/injected_fault.hpp"
 #include "platform/log.hpp"
 #include "runtime/services.hpp"
 
@@ -35,6 +37,10 @@ bool KnownCallback(const std::string& c) {
   }
   return false;
 }
+
+// How long (real time) an actor kill waits for the supervisor to apply the
+// policy before the run goes on (with a WARNING).
+constexpr absl::Duration kKillAppliedTimeout = absl::Seconds(5);
 
 // The longest ProcessFault::at_time: a later one is a mistake, not a plan.
 constexpr absl::Duration kMaxProcessFaultTime = absl::Hours(24 * 30);
@@ -145,7 +151,9 @@ struct FaultInjectionHook::State {
       if (f.callback != callback) continue;
       if (Fire(f.id, f.at_step, 0, f.repeat, step, callback)) {
         Announce(f.id, absl::StrCat("hook:", callback), step, absl::StrCat("hook ", callback, " throws"));
-        throw std::runtime_error(absl::StrCat("injected hook fault ", f.id, " at global_step ", step));
+        // A StatusError (a std::runtime_error) keeps the injected-fault mark.
+        throw StatusError(WithInjectedFault(
+            absl::InternalError(absl::StrCat("injected hook fault ", f.id, " at global_step ", step)), f.id));
       }
     }
   }
@@ -183,6 +191,9 @@ StatusOr<std::shared_ptr<FaultInjectionHook>> FaultInjectionHook::Create(const O
   auto check_id = [&](const std::string& what, std::size_t i, const std::string& id) -> Status {
     if (id.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("FaultInjectionHook: ", what, "[", i, "]: empty id"));
+    }
+    if (Status s = CheckFaultIdCharacters(id); !s.ok()) {
+      return Annotate(s, absl::StrCat("FaultInjectionHook: ", what, "[", i, "]"));
     }
     if (!ids.insert(id).second) {
       return absl::InvalidArgumentError(
@@ -319,8 +330,9 @@ StatusOr<SessionRunArgs> FaultInjectionHook::before_run(SessionRunContext& ctx) 
     if (f.kind != StepFault::Kind::kStatus || (f.at_step < 0 && f.probability <= 0)) continue;
     if (st.Fire(f.id, f.at_step, f.probability, f.repeat, st.run_step, nullptr)) {
       st.Announce(f.id, "step", st.run_step, absl::StrCat("step returns ", absl::StatusCodeToString(f.code)));
-      return Status(f.code, absl::StrCat("injected step fault ", f.id, " at global_step ", st.run_step,
-                                         f.message.empty() ? "" : ": ", f.message));
+      return WithInjectedFault(Status(f.code, absl::StrCat("injected step fault ", f.id, " at global_step ",
+                                                           st.run_step, f.message.empty() ? "" : ": ", f.message)),
+                               f.id);
     }
   }
   FOREMAN_RETURN_IF_ERROR(FireActorFaults(st.run_step));
@@ -355,20 +367,23 @@ Status FaultInjectionHook::FireActorFaults(int64_t step) {
     }
     int n = 0;
     if (f.kind == ActorFault::Kind::kKill) {
-      const std::size_t restarts_before = st.services->restarts().size();
-      n = st.service_faults->Kill(f.service, f.id, f.exit_normally);
       // A kill is asynchronous: the service takes it after its queued work,
       // then the supervisor applies the policy. Wait (real time, bounded)
-      // until it has -- the run's error is set (TF's default: the
-      // coordinator is stopped at the same moment, so the run ends after
-      // this step) or a restart or removal is recorded -- so that the same
-      // plan ends the run at the same step in every replay. (A normal exit
-      // under TF's default policy is forgotten: nothing to wait for.)
-      if (n > 0 && !f.exit_normally) {
-        const absl::Time deadline = absl::Now() + absl::Seconds(5);
-        while (st.services->error().ok() && st.services->restarts().size() == restarts_before &&
-               absl::Now() < deadline) {
-          absl::SleepFor(absl::Milliseconds(1));
+      // until it has -- the run's error set (TF's default: the coordinator
+      // is stopped at the same moment, so the run ends after this step), the
+      // service restarted or removed, a normal exit forgotten -- so that the
+      // same plan ends the run at the same step in every replay.
+      std::vector<std::shared_ptr<internal::Completion>> applied;
+      n = st.service_faults->Kill(f.service, f.id, f.exit_normally, &applied);
+      const absl::Time deadline = absl::Now() + kKillAppliedTimeout;
+      for (const auto& done : applied) {
+        const Status s = done->Wait(std::max(absl::ZeroDuration(), deadline - absl::Now()), "");
+        if (!done->IsDone()) {
+          FOREMAN_LOG_WARN("injected fault {}: the supervisor did not apply the policy to the kill of {} within {}; "
+                           "the run goes on",
+                           f.id, f.service, absl::FormatDuration(kKillAppliedTimeout));
+        } else if (!s.ok()) {
+          FOREMAN_LOG_WARN("injected fault {}: the kill of {}: {}; the run goes on", f.id, f.service, s.ToString());
         }
       }
     } else {

@@ -1,0 +1,23 @@
+// The mark an injected fault's error carries (fault.hpp: kInjectedFaultPayload,
+// InjectedFaultId): set by FaultyEnv and FaultInjectionHook, and by the
+// runtime on an actor kill's exit reason. Internal.
+#pragma once
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "foreman/status.hpp"
+
+namespace foreman {
+
+/// `s` with the kInjectedFaultPayload payload set to `fault_id` (replacing
+/// one already there). OK stays OK. Thread-safe.
+Status WithInjectedFault(Status s, absl::string_view fault_id);
+
+/// INVALID_ARGUMENT "id \"<id, C-escaped>\" has a control character (0x0a)
+/// at byte <i> (ids are logged and recorded as they are)" when `id` holds a
+/// byte below 0x20 or 0x7f (a newline, a tab, an escape, ...); else OK. The
+/// caller puts where the fault is before the message. Thread-safe.
+Status CheckFaultIdCharacters(absl::string_view id);
+
+}  // namespace foreman
