@@ -773,7 +773,7 @@ TEST_CASE("restart policy: a save started while the checkpoint_saver is down (it
   auto handle = std::dynamic_pointer_cast<internal::CheckpointHandle>(service);
   REQUIRE(handle != nullptr);
   REQUIRE(service->StartSave(Snapshot(1, 1), 1)->Wait(kWait).ok());
-  REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "kill", /*normal_exit=*/false) == 1);
+  REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "kill", /*normal_exit=*/false, /*applied=*/nullptr) == 1);
   REQUIRE(Within(kWait, [&] { return !handle->link()->alive(); }));
   auto ticket = service->StartSave(Snapshot(5, 2), 5);
   // Parked, not failed at once (before: "... stopped: injected actor fault").
@@ -800,7 +800,7 @@ TEST_CASE("restart policy: a save for a removed (temporary) checkpoint_saver fai
   policy.period = absl::Seconds(60);
   auto runtime = MakeRuntime(policy, Config(&env));
   auto service = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
-  REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "kill", /*normal_exit=*/false) == 1);
+  REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "kill", /*normal_exit=*/false, /*applied=*/nullptr) == 1);
   REQUIRE(Within(kWait, [&] { return runtime->restarts().size() == 1; }));
   CHECK_FALSE(runtime->restarts()[0].restarted);
   auto ticket = service->StartSave(Snapshot(5, 2), 5);
