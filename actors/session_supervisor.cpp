@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "foreman/mutex.hpp"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "actor_system.hpp"
@@ -204,7 +205,7 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
                      absl::FormatDuration(st.options->policy.period),
                      record.by_strategy ? " with a failed sibling" : "",
                      record.reason.ok() ? std::string(" after a normal exit")
-                                        : absl::StrCat(" after: ", record.reason.ToString()),
+                                        : absl::StrCat(" after: ", record.reason.ToString(absl::StatusToStringMode::kWithNoExtraData)),
                      LossText(record));
     st.options->log->Add(std::move(record));
   }
@@ -242,7 +243,7 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
     if (c.spec.link) record.saves_lost = c.spec.link->TakeLostSaves();
     if (c.spec.on_exit) c.spec.on_exit(&record, false);
     FOREMAN_LOG_WARN("{} ({}) exited{}; not restarted, the run goes on without it{}", c.spec.name,
-                     RestartTypeName(type), normal ? " normally" : absl::StrCat(": ", status.ToString()),
+                     RestartTypeName(type), normal ? " normally" : absl::StrCat(": ", status.ToString(absl::StatusToStringMode::kWithNoExtraData)),
                      LossText(record));
     st.options->log->Add(std::move(record));
     return;
@@ -256,7 +257,7 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
                : status;
     if (policy.max_restarts > 0) {
       FOREMAN_LOG_ERROR("{}: restart intensity exceeded (at most {} restart(s) within {}); the run fails with {}",
-                        c.spec.name, policy.max_restarts, absl::FormatDuration(policy.period), escalated.ToString());
+                        c.spec.name, policy.max_restarts, absl::FormatDuration(policy.period), escalated.ToString(absl::StatusToStringMode::kWithNoExtraData));
     }
     c.removed = true;
     if (c.spec.on_stopped) c.spec.on_stopped(escalated);
@@ -416,6 +417,13 @@ caf::actor SpawnSessionSupervisor(caf::actor_system& system, std::shared_ptr<Fai
 // -- Runtime ------------------------------------------------------------------------
 
 namespace {
+
+// `s` with the payloads of `cause` (the fault id of an injected kill among
+// them), whose text `s`'s message already quotes.
+Status Caused(Status s, const Status& cause) {
+  cause.ForEachPayload([&s](absl::string_view url, const absl::Cord& value) { s.SetPayload(url, value); });
+  return s;
+}
 
 // Spawning is a round trip to the supervisor on the shared scheduler; it
 // only takes long when the process is starved.
@@ -581,9 +589,12 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
             [weak, name, type](ServiceRestart* record, bool restart) {
               if (restart) return;
               if (auto b = weak.lock()) {
-                b->ProducerGone(absl::FailedPreconditionError(absl::StrCat(
-                    "input pipeline: the producer ", name, " was removed by the restart policy (", RestartTypeName(type),
-                    ") after ", record->reason.ok() ? std::string("a normal exit") : record->reason.ToString())));
+                b->ProducerGone(Caused(absl::FailedPreconditionError(absl::StrCat(
+                                           "input pipeline: the producer ", name, " was removed by the restart policy (",
+                                           RestartTypeName(type), ") after ",
+                                           record->reason.ok() ? std::string("a normal exit")
+                                                               : record->reason.ToString(absl::StatusToStringMode::kWithNoExtraData))),
+                                       record->reason));
               }
             },
             [weak](const caf::actor& actor) {
@@ -596,9 +607,11 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
             },
             [weak, name](const Status& reason) {
               if (auto b = weak.lock()) {
-                b->ProducerGone(absl::FailedPreconditionError(
-                    absl::StrCat("input pipeline: the producer ", name, " stopped and is not restarted: ",
-                                 reason.ok() ? std::string("it exited normally") : reason.ToString())));
+                b->ProducerGone(Caused(absl::FailedPreconditionError(absl::StrCat(
+                                           "input pipeline: the producer ", name, " stopped and is not restarted: ",
+                                           reason.ok() ? std::string("it exited normally")
+                                                       : reason.ToString(absl::StatusToStringMode::kWithNoExtraData))),
+                                       reason));
               }
             }));
     pipelines_.push_back(Pipeline{buffer, link});

@@ -234,14 +234,18 @@ EOF
   small=(--max-steps 200 --hidden 32 --batch-size 32 --save-checkpoint-steps 20 --save-summaries-steps 10
          --threads 1 --eval-every-steps 0)
   policy=(--restart-policy one_for_one,permanent,max_restarts=5,period_secs=60)
-  out=$(timeout 120 "$foreman" chaos --preset actors --seeds 3 --json "$tmp/policy.json" -- "${small[@]}" "${policy[@]}" 2>&1); rc=$?
+  # Seed 14 kills the summary writer and then the input pipeline's producer,
+  # seed 15 the producer (the final weights must still be the baseline's).
+  out=$(timeout 120 "$foreman" chaos --preset actors --first-seed 14 --seeds 2 --json "$tmp/policy.json" -- "${small[@]}" "${policy[@]}" 2>&1); rc=$?
   [[ $rc -eq 0 ]] || fail "--preset actors under a permanent restart policy: exit $rc, expected 0: $out"
   n=$("$py" -c 'import json,sys; print(sum(s["service_restarts"] for s in json.load(open(sys.argv[1]))["seeds"]))' "$tmp/policy.json")
   [[ $n -gt 0 ]] || fail "--preset actors under a permanent restart policy: no service restart in the report: $out"
-  has '^  seed 0: 1 service restart\(s\); summary steps lost: \[\]$' "$out" \
-    || fail "--preset actors under a restart policy: seed 0's restart (its checkpoint saver) not listed: $out"
-  has '^    checkpoint_saver\(seed-0/run\) restarted; after: INTERNAL: injected actor fault actor-1$' "$out" \
-    || fail "--preset actors under a restart policy: the restart is not described: $out"
+  has '^  seed 14: 2 service restart\(s\); summary steps lost: \[\]$' "$out" \
+    || fail "--preset actors under a restart policy: seed 14's restarts (writer, input pipeline) not listed: $out"
+  has '^    summary_writer\(seed-14/run\) restarted; summary steps lost: \[\]; after: INTERNAL: injected actor fault actor-1$' "$out" \
+    || fail "--preset actors under a restart policy: the writer's restart is not described: $out"
+  has '^    input_pipeline\(1\) restarted; after: INTERNAL: injected actor fault actor-2$' "$out" \
+    || fail "--preset actors under a restart policy: the input pipeline's restart is not described: $out"
   # Two failed appends in a row (the write, then the writer's retry as it
   # closes the file): what it held is lost, and listed.
   printf '%s\n' '{"faults": [' \

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -191,6 +192,7 @@ TEST_CASE("default policy (TF): a killed producer ends the run naming the fault;
                                   "input pipeline: the producer input_pipeline(1) stopped and is not restarted"),
                 served.failed.ToString());
   CHECK_MESSAGE(absl::EndsWith(served.failed.message(), "injected actor fault kill-ip"), served.failed.ToString());
+  CHECK(InjectedFaultId(served.failed) == std::optional<std::string>("kill-ip"));  // the kill's payload, kept
   CHECK(sess->should_stop());
   const Status closed = sess->close();
   CHECK(absl::IsInternal(closed));
