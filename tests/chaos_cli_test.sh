@@ -163,6 +163,21 @@ if [[ $full == 1 ]]; then
   has 'finished: run 0 ended by timeout \(killed\): not restarted' "$out" || fail "a hanging seed: finished: $out"
   pgrep -f -- "$tmp/slow" >/dev/null && fail "a hanging seed left processes: $(pgrep -af -- "$tmp/slow")"
 
+  # -- 4c. SIGTERM to chaos mid-seed: the job is killed, exit 143, the work directory named -
+  mkdir -p "$tmp/sig"
+  TMPDIR="$tmp/sig" timeout 120 "$foreman" chaos --plan "$tmp/slow.json" --seed 0 >"$tmp/sig.out" 2>&1 &
+  chaos_pid=$!
+  for _ in $(seq 300); do  # at most 30 s for seed 0's job to start (and hang in its fsync)
+    pgrep -f -- "$tmp/sig/foreman-chaos-.*/seed-0/" >/dev/null && break
+    sleep 0.1
+  done
+  kill -TERM "$chaos_pid"
+  wait "$chaos_pid"; rc=$?
+  out=$(cat "$tmp/sig.out")
+  [[ $rc -eq 143 ]] || fail "SIGTERM to chaos: exit $rc, expected 143 (128 + SIGTERM): $out"
+  has "^foreman chaos: work directory kept: $tmp/sig/foreman-chaos-" "$out" || fail "SIGTERM to chaos: the work directory is not named: $out"
+  pgrep -f -- "$tmp/sig/" >/dev/null && fail "SIGTERM to chaos left processes: $(pgrep -af -- "$tmp/sig/")"
+
   # -- 5. replay: the same seed twice gives the same report (apart from *_ms) -------------
   k=$("$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(max(r["seeds"], key=lambda s: (s["restarts"], len(s["faults_fired"])))["seed"])' "$tmp/all.json")
   for i in 1 2; do
@@ -258,6 +273,16 @@ EOF
     || fail "a summary writer restarted after EIO: its lost steps are not listed: $out"
   has '^    summary_writer\(seed-0/run\) restarted; summary steps lost: \[[0-9]' "$out" \
     || fail "a summary writer restarted after EIO: the restart is not described: $out"
+  # Replays under a policy compare equal too: seed 1 of --preset disk loses two
+  # saves, and the reasons name temporary files that differ from run to run
+  # (".tempstate<n>", "checkpoint.tmp<pid>-<n>"): the JSON keeps their codes.
+  for i in 1 2; do
+    out=$(timeout 120 "$foreman" chaos --preset disk --seed 1 --json "$tmp/disk-policy$i.json" -- "${small[@]}" "${policy[@]}" 2>&1); rc=$?
+    [[ $rc -eq 0 ]] || fail "replay $i of --preset disk --seed 1 under a policy exited $rc: $out"
+  done
+  grep -q 'checkpoint saves lost: \[160\]; after: RESOURCE_EXHAUSTED"' "$tmp/disk-policy1.json" \
+    || fail "--preset disk --seed 1 under a policy: the lost save is not in the JSON: $(cat "$tmp/disk-policy1.json")"
+  same_report "$tmp/disk-policy1.json" "$tmp/disk-policy2.json" || fail "two replays of --preset disk --seed 1 under a policy differ"
 
   # The soak script (tools/scripts/chaos_soak.sh, docs/reliability.md) at its
   # smallest: two presets, seeds split over two chaos processes, one table.

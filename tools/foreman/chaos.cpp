@@ -43,6 +43,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -181,14 +182,31 @@ Status CheckWritable(const std::string& path) {
 // SIGINT / SIGTERM / SIGHUP to `foreman chaos` kills it before exiting (it
 // is in its own group, so a terminal's ^C does not reach it).
 volatile sig_atomic_t g_child_pgid = 0;
+// "foreman chaos: work directory kept: <dir>\n", written by the handler
+// (set once, before the first child starts; empty before).
+char g_work_dir_line[PATH_MAX + 64] = {};
+std::size_t g_work_dir_line_size = 0;
 
-void OnSignal(int) {
+// Exits as a shell reports a death by `sig` (130 for SIGINT, 143 for
+// SIGTERM, 129 for SIGHUP), saying where the work directory is: what the
+// interrupted seed wrote is kept for a look (remove it when done).
+void OnSignal(int sig) {
   const pid_t pgid = g_child_pgid;
   if (pgid > 0) kill(-pgid, SIGKILL);
   static const char kMessage[] = "\nforeman chaos: interrupted; the running job was killed\n";
   ssize_t ignored = write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  if (g_work_dir_line_size > 0) ignored = write(STDERR_FILENO, g_work_dir_line, g_work_dir_line_size);
   (void)ignored;
-  _exit(130);
+  _exit(128 + sig);
+}
+
+// Sets what OnSignal prints about `dir` (called before the handlers can run
+// a child; a path too long for the buffer is left out).
+void NoteWorkDirForSignals(const std::string& dir) {
+  const std::string line = absl::StrCat("foreman chaos: work directory kept: ", dir, "\n");
+  if (line.size() > sizeof g_work_dir_line) return;
+  std::memcpy(g_work_dir_line, line.data(), line.size());
+  g_work_dir_line_size = line.size();
 }
 
 void InstallSignalHandlers() {
@@ -568,6 +586,19 @@ StatusOr<SeedReport> RunSeed(Chaos& c, int64_t seed) {
 
 // -- the report ------------------------------------------------------------------
 
+// A service restart as the JSON report keeps it: the text up to "; after: "
+// and the reason's status code only ("...; after: INTERNAL", or "a normal
+// exit"). The reason's message may name temporary files whose names differ
+// from replay to replay (".tempstate<n>"), and the report of one seed must
+// compare equal across replays; the printed report keeps the whole text.
+std::string ReplayableRestart(const std::string& text) {
+  static const std::string kAfter = "; after: ";
+  const std::size_t at = text.find(kAfter);
+  if (at == std::string::npos) return text;
+  const std::string reason = text.substr(at + kAfter.size());
+  return text.substr(0, at + kAfter.size()) + reason.substr(0, reason.find(':'));
+}
+
 json RunJson(const RunRecord& run) {
   json j;
   j["exit_code"] = run.exit_code;
@@ -577,7 +608,9 @@ json RunJson(const RunRecord& run) {
   j["checkpoint_step"] = run.checkpoint_step;
   j["recoveries"] = run.recoveries;
   j["recovery_steps_lost"] = run.recovery_steps_lost;
-  j["service_restarts"] = run.service_restarts;  // without the work directory
+  json restarts = json::array();  // without the work directory or the reasons' messages
+  for (const std::string& t : run.service_restarts) restarts.push_back(ReplayableRestart(t));
+  j["service_restarts"] = restarts;
   j["summary_steps_lost"] = run.summary_steps_lost;
   j["elapsed_ms"] = run.elapsed_ms;
   return j;
@@ -746,6 +779,7 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
   c.work = *work;
   std::error_code cwd_ec;
   c.cwd = fs::current_path(cwd_ec);
+  NoteWorkDirForSignals(c.work);
   InstallSignalHandlers();
   const auto started = std::chrono::steady_clock::now();
 
@@ -897,7 +931,8 @@ void AddChaosCommand(CLI::App& app, int* exit_code) {
       "supervisor would, and check invariants (checkpoints verify, global_step, final weights equal a fault-free "
       "run's, scalars once, bounded, finished). Train flags go after --.\n"
       "Exit codes: 0 every invariant held for every seed, 1 one failed, 2 bad flags or plan (also a plan or train "
-      "flags foreman train refuses, or a --json path that cannot be written).");
+      "flags foreman train refuses, or a --json path that cannot be written), 128 + the signal when interrupted "
+      "(the running job is killed; the work directory is kept and named).");
   cmd->add_option("--preset", flags->preset, "disk | steps | actors | signals | all (default: all, unless --plan)");
   cmd->add_option("--plan", flags->plan_file, "A JSON fault plan (docs/fault-injection.md); its seed is replaced")
       ->check(NonEmpty());
