@@ -67,10 +67,12 @@ plan syntax '{"faults": [}'
 plan type '{"faults": [{"id": "x", "type": "disk", "nth": 1}]}'
 plan crash '{"faults": [{"id": "power-cut", "type": "env", "kind": "crash", "nth": 3}]}'
 plan signal '{"faults": [{"id": "k", "type": "process", "signal": "SIGINT", "at_step": 3}]}'
+plan lock '{"faults": [{"id": "lk", "type": "env", "op": "lock", "error": "EIO", "nth": 1}]}'
 for bad in "syntax:$tmp/syntax.json: not valid JSON at byte" \
            "type:faults\[0\] \(\"x\"\): \"type\" must be one of env, step, hook, process" \
            "crash:fault \"power-cut\": kind crash simulates a power cut.*use a process fault instead" \
            "signal:\"signal\" must be \"SIGKILL\" or \"SIGTERM\", got \"SIGINT\"" \
+           "lock:fault \"lk\": op lock: foreman train takes its directory's lock before any fault applies" \
            "missing:$tmp/missing.json"; do
   name=${bad%%:*}
   train --checkpoint-dir "$tmp/bad-$name" --fault-plan "$tmp/$name.json" "${small[@]}"

@@ -889,6 +889,16 @@ ExitCode PrepareFaults(TrainJob& job) {
                       "real disk: use a process fault instead ({\"type\": \"process\", \"signal\": \"SIGKILL\", "
                       "\"at_step\": N} kills the job without a final checkpoint)")));
     }
+    if (e.op == EnvOp::kLock) {
+      // The lock is taken before the record of fired faults (which lives in
+      // the locked directory) is read, so through the real Env: such a
+      // fault would silently never fire.
+      return Fail(kExitUsage, "bad fault plan",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      f.fault_plan, ": fault \"", e.id,
+                      "\": op lock: foreman train takes its directory's lock before any fault applies, so this fault "
+                      "would never fire (a lock held by another process is exit 2 already)")));
+    }
     if (Status s = job.faulty->AddFault(e); !s.ok()) {
       return Fail(kExitUsage, "bad fault plan", Status(s.code(), absl::StrCat(f.fault_plan, ": ", s.message())));
     }
