@@ -14,7 +14,8 @@
 //   (produce_atom)  the producer to itself: decode one batch
 //   (kill_atom, caf::error reason)  an injected actor fault: quit with it
 // A supervised producer asks its MessageFaults before each decode (a
-// delay waits on the session's Clock; a drop discards the decoded batch
+// delay waits on the session's Clock; a drop discards the decoded batch,
+// records the fault in the PrefetchBuffer (the consumer's timeout names it)
 // and stalls the generation until the consumer re-seeks), and quits with
 // the error when user code (GetBatch, before_batch) throws.
 // The producer decodes one batch per message, so a seek or an exit waits for
