@@ -12,6 +12,7 @@
 #include "actor_system.hpp"
 #include "input_pipeline.hpp"
 #include "atoms.hpp"
+#include "platform/injected_fault.hpp"
 #include "platform/log.hpp"
 
 namespace foreman::data {
@@ -79,7 +80,8 @@ caf::behavior producer(caf::stateful_actor<producer_state>* self, ProducerArgs a
             if (a->drop) {
               // Lost: nothing is pushed, and the generation stalls (what
               // follows would not be contiguous) until the consumer, whose
-              // Next() timed out, re-seeks.
+              // Next() timed out (naming the fault), re-seeks.
+              st.args.buffer->Dropped(st.generation, position, a->fault_id);
               FOREMAN_LOG_WARN("input_pipeline: the batch at {} dropped (injected actor fault {})",
                                position.ToString(), a->fault_id);
               --st.credits;
@@ -259,8 +261,16 @@ StatusOr<Batch> InputPipeline::Next(const DatasetPosition& position, absl::Durat
     });
     if (!ready) {
       im.reseek = im.supervised;
-      return absl::DeadlineExceededError(absl::StrCat("input pipeline: no batch for ", position.ToString(),
-                                                      " within ", absl::FormatDuration(timeout)));
+      Status late = absl::DeadlineExceededError(absl::StrCat("input pipeline: no batch for ", position.ToString(),
+                                                             " within ", absl::FormatDuration(timeout)));
+      if (!buf.dropped_by.empty() && buf.dropped_generation == buf.generation && buf.dropped_at == position) {
+        // The batch was lost to an injected fault: say so, and carry its
+        // payload, as every injected error does (foreman train: exit 3).
+        late = WithInjectedFault(absl::DeadlineExceededError(absl::StrCat(
+                                     late.message(), " (dropped by injected actor fault ", buf.dropped_by, ")")),
+                                 buf.dropped_by);
+      }
+      return late;
     }
     if (buf.producer_gone && (im.supervised || buf.items.empty())) return gone();
     if (buf.incarnation != im.seen_incarnation) {

@@ -14,7 +14,8 @@
 //   (produce_atom)  the producer to itself: decode one batch
 //   (kill_atom, caf::error reason)  an injected actor fault: quit with it
 // A supervised producer asks its MessageFaults before each decode (a
-// delay waits on the session's Clock; a drop discards the decoded batch
+// delay waits on the session's Clock; a drop discards the decoded batch,
+// records the fault in the PrefetchBuffer (the consumer's timeout names it)
 // and stalls the generation until the consumer re-seeks), and quits with
 // the error when user code (GetBatch, before_batch) throws.
 // The producer decodes one batch per message, so a seek or an exit waits for
@@ -30,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "foreman/mutex.hpp"
 #include "foreman/dataset.hpp"
@@ -68,6 +70,12 @@ struct PrefetchBuffer {
   // Supervised: the pipeline is destroyed; a producer restarted meanwhile
   // is stopped at once (its link is retired: the supervisor forgets it).
   bool destroyed ABSL_GUARDED_BY(mu) = false;
+  // Supervised: the injected actor fault that dropped the batch at
+  // `dropped_at` in generation `dropped_generation` (empty: none), so that
+  // the consumer's timeout waiting for that batch names it.
+  std::string dropped_by ABSL_GUARDED_BY(mu);
+  uint64_t dropped_generation ABSL_GUARDED_BY(mu) = 0;
+  DatasetPosition dropped_at ABSL_GUARDED_BY(mu);
 
   uint64_t current_generation() {
     MutexLock l(mu);
@@ -100,6 +108,14 @@ struct PrefetchBuffer {
     }
     cv.notify_all();
     return true;
+  }
+  /// The producer dropped the batch at `position` of generation `gen`
+  /// (injected actor fault `fault_id`): nothing more comes in `gen`.
+  void Dropped(uint64_t gen, DatasetPosition position, std::string fault_id) {
+    MutexLock l(mu);
+    dropped_by = std::move(fault_id);
+    dropped_generation = gen;
+    dropped_at = position;
   }
   void Destroyed(Status why) {
     {

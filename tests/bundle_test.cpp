@@ -7,9 +7,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "formats/bundle/leveldb_env.hpp"
 #include "foreman/crc32c.hpp"
+#include "foreman/fault.hpp"
 #include "foreman/mem_env.hpp"
 #include "support/test_util.hpp"
 #include "tensor_bundle.pb.h"
@@ -588,6 +591,49 @@ TEST_CASE("a write error fails Finish() and leaves neither the bundle nor tempor
   f.env.SetFilesystemActive(true);
   w->reset();
   CHECK(f.env.GetChildren("/ckpt")->empty());
+}
+
+TEST_CASE("an injected error in the index's writes fails Finish() with the Env's Status: code, message, fault id") {
+  // LevelDB's TableBuilder writes the whole index inside Finish(); its
+  // leveldb::Status has room for neither our code nor the payload, so the
+  // writer must return the Status the Env gave, not one rebuilt from LevelDB's.
+  struct Case {
+    EnvOp op;
+    int error;
+    absl::StatusCode code;
+    std::string what;  // the message the Env gives, as the POSIX Env would
+  };
+  const Case cases[] = {
+      {EnvOp::kAppend, ENOSPC, absl::StatusCode::kResourceExhausted, ": No space left on device (injected fault idx)"},
+      {EnvOp::kFlush, EIO, absl::StatusCode::kInternal, ": Input/output error (injected fault idx)"},
+      {EnvOp::kSync, ENOSPC, absl::StatusCode::kResourceExhausted, ": No space left on device (injected fault idx)"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(static_cast<int>(c.op));
+    Fixture f;
+    FaultyEnv faulty(&f.env, /*seed=*/1);
+    EnvFault fault;
+    fault.id = "idx";
+    fault.path_pattern = "*.index*";
+    fault.op = c.op;
+    fault.kind = EnvFault::Kind::kError;
+    fault.error = c.error;
+    fault.nth = 1;
+    REQUIRE(faulty.AddFault(fault).ok());
+    auto w = BundleWriter::Create(&faulty, "/ckpt/m");
+    REQUIRE(w.ok());
+    REQUIRE((*w)->Add("a", Tensor::Scalar(1.0f)).ok());
+    const Status s = (*w)->Finish();
+    CHECK(s.code() == c.code);
+    CHECK_MESSAGE(absl::StrContains(s.message(), "/ckpt/m.index.tempstate"), s.ToString());
+    CHECK_MESSAGE(absl::EndsWith(s.message(), c.what), s.ToString());
+    CHECK_MESSAGE(absl::StrContains(s.message(), "IO error") == false, s.ToString());  // not LevelDB's text
+    CHECK(InjectedFaultId(s) == std::optional<std::string>("idx"));
+    REQUIRE(faulty.fired().size() == 1);
+    CHECK(faulty.fired()[0].op == c.op);
+    w->reset();
+    CHECK(f.env.GetChildren("/ckpt")->empty());  // nothing left behind
+  }
 }
 
 TEST_CASE("BundleDataPath and BundleIndexPath follow TF's names") {

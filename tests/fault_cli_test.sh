@@ -6,7 +6,8 @@
 # a SIGKILL process fault is recorded before it kills (exit 137) and the
 # rerun of the same command resumes without firing it again and ends with
 # the fault-free weights, bit for bit; ENOSPC on a checkpoint's data file
-# ends the run with exit 3 naming the fault, the previous checkpoint
+# (and on its index, written through LevelDB) ends the run with exit 3
+# naming the fault, the previous checkpoint
 # intact, and the rerun finishes; a NaN-loss fault, a hook that throws and
 # an EIO reading the data before training, a killed service (the input
 # pipeline's producer among them: its rerun resumes with the fault-free
@@ -171,6 +172,19 @@ train --checkpoint-dir "$d" --fault-plan "$tmp/full.json" "${small[@]}"
 [[ $rc -eq 0 ]] || fail "ENOSPC's rerun: exit $rc, expected 0: $out"
 has "Restoring parameters from $d/model.ckpt-40" "$out" || fail "ENOSPC's rerun did not restore model.ckpt-40: $out"
 same_as_ref "$d" "ENOSPC at 60, rerun"
+
+# 8a. ENOSPC appending model.ckpt-20's index (written by LevelDB's table
+#     builder, whose own error type has no code or payload): the same as
+#     on the data file, exit 3 naming the fault, RESOURCE_EXHAUSTED, the Env's
+#     message (not LevelDB's "IO error: ..."); model.ckpt-0 stays the latest.
+d=$tmp/index-full
+plan index-full '{"faults": [{"id": "idx", "type": "env", "path": "*/model.ckpt-20.index*", "op": "append", "error": "ENOSPC", "nth": 1}]}'
+train --checkpoint-dir "$d" --fault-plan "$tmp/index-full.json" "${small[@]}"
+[[ $rc -eq 3 ]] || fail "ENOSPC on the index: exit $rc, expected 3: $out"
+[[ $(tail -n 1 <<<"$out") =~ ^"foreman train: stopped by injected fault idx: RESOURCE_EXHAUSTED: ".*": write $d/model.ckpt-20.index.tempstate"[0-9]+": No space left on device (injected fault idx)"$ ]] \
+  || fail "ENOSPC on the index: the last line: $(tail -n 1 <<<"$out")"
+has "IO error" "$out" && fail "ENOSPC on the index: LevelDB's message instead of the Env's: $out"
+[[ $(latest_step "$d") == 0 ]] || fail "ENOSPC on the index: the latest checkpoint is '$(latest_step "$d")', not 0"
 
 # 9. A NaN loss at step 30: NanTensorHook fails the run; exit 3 naming the fault.
 plan nan '{"faults": [{"id": "nan", "type": "step", "nan_loss": true, "at_step": 30}]}'

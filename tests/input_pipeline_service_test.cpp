@@ -333,7 +333,7 @@ TEST_CASE("delay: the producer's next decode waits the delay on the session's Cl
   CHECK(sess->close().ok());
 }
 
-TEST_CASE("drop: the next batch is lost; Next() is DEADLINE_EXCEEDED, and a retry re-requests it") {
+TEST_CASE("drop: the next batch is lost; Next() is DEADLINE_EXCEEDED naming the fault, and a retry re-requests it") {
   TempDir dir;
   ManualClock clock;
   testing::CapturedLog log;
@@ -354,6 +354,10 @@ TEST_CASE("drop: the next batch is lost; Next() is DEADLINE_EXCEEDED, and a retr
     REQUIRE(next.WaitDone());
   }
   CHECK(absl::IsDeadlineExceeded(got.status()));
+  // The timeout names the fault and carries its payload (foreman train: exit 3).
+  CHECK(got.status().message() == "input pipeline: no batch for " + DatasetPosition{}.ToString() +
+                                      " within 1s (dropped by injected actor fault drop)");
+  CHECK(InjectedFaultId(got.status()) == std::optional<std::string>("drop"));
   CHECK_MESSAGE(absl::StrContains(log.text(), "input_pipeline: the batch at " + DatasetPosition{}.ToString() +
                                                   " dropped (injected actor fault drop)"),
                 log.text());

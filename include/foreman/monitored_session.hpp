@@ -312,8 +312,10 @@ class MonitoredSession {
   /// `delay` on the session's Clock; kDrop: each of its next `count` batches
   /// is lost (a WARNING names its position) and the producer decodes nothing
   /// more until asked again: the Next() waiting for it returns
-  /// DEADLINE_EXCEEDED after its timeout, and the next call re-requests that
-  /// position (a re-seek), so a retry returns exactly GetBatch(position).
+  /// DEADLINE_EXCEEDED after its timeout, "... (dropped by injected actor
+  /// fault <id>)" with the fault's kInjectedFaultPayload, and the next call
+  /// re-requests that position (a re-seek), so a retry returns exactly
+  /// GetBatch(position).
   /// A producer gone for good is FAILED_PRECONDITION, not UNAVAILABLE (a
   /// preemption code, from which a MonitoredSession would recover again and
   /// again, asking the dead pipeline each time).

@@ -88,7 +88,7 @@ nlohmann::json SignalFault(SplitMix64& rng, const std::string& id) {
 // messages (a summary batch, a step-rate record: lost; a save: the run ends
 // with DEADLINE_EXCEEDED). The input pipeline's producer is killed or
 // delayed, never dropped: a dropped batch leaves the step waiting for
-// --batch-timeout (60 s) before the run fails, too long for a seed. None
+// foreman train's 60 s batch timeout before the run fails, too long for a seed. None
 // changes training (a restarted job re-reads its batches from the restored
 // position: the same ones).
 nlohmann::json ActorFault(SplitMix64& rng, const std::string& id) {

@@ -100,7 +100,13 @@ struct BundleWriter::Impl {
     header.mutable_version()->set_producer(internal::kBundleVersion);
     builder.Add(internal::kBundleHeaderKey, header.SerializeAsString());
     for (const auto& [name, entry] : entries) builder.Add(name, entry.SerializeAsString());
-    FOREMAN_RETURN_IF_ERROR(internal::FromLevelDb(builder.Finish(), adapter.error(), index_tmp));
+    // Finish() first, in its own statement: the index's writes happen in it
+    // (the whole table is buffered until then), and only after it has the
+    // adapter seen their error. As two arguments of one call the order of
+    // the two would be unspecified (GCC reads adapter.error() first, which
+    // lost the foreman Status: code, message and payloads).
+    const leveldb::Status finished = builder.Finish();
+    FOREMAN_RETURN_IF_ERROR(internal::FromLevelDb(finished, adapter.error(), index_tmp));
     FOREMAN_RETURN_IF_ERROR(file->Sync());
     return file->Close();
   }

@@ -3,7 +3,7 @@
 // written through whatever Env the caller passed (MemEnv in tests).
 //
 // LevelDB's Status has no room for our codes, so each adapter keeps the first
-// foreman::Status a call failed with; ToStatus() returns that one when LevelDB
+// foreman::Status a call failed with; FromLevelDb() returns that one when LevelDB
 // reports an error caused by it, and otherwise maps LevelDB's error (a corrupt
 // table becomes DATA_LOSS naming the file).
 #pragma once
@@ -66,7 +66,9 @@ class LevelDbRandomAccessFile : public leveldb::RandomAccessFile {
 
 /// The Status for a failed LevelDB call on `path`: `io_error` (annotated with
 /// `path`) when the adapter saw one, else DATA_LOSS for corruption and
-/// INTERNAL for the rest, naming `path`. OK stays OK.
+/// INTERNAL for the rest, naming `path`. OK stays OK. Read `io_error` (the
+/// adapter's error()) only after the LevelDB call returned: not as another
+/// argument of the same call, whose evaluation order is unspecified.
 Status FromLevelDb(const leveldb::Status& s, const Status& io_error, const std::string& path);
 
 }  // namespace foreman::internal
