@@ -541,7 +541,8 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
                  "when the run is restarted. Not stored in the run's settings")
       ->check(NonEmpty());
   cmd.add_option("--restart-policy", f.restart_policy,
-                 "Restart failing service actors (summary writer, checkpoint saver, step counter) instead of "
+                 "Restart failing service actors (summary writer, checkpoint saver, step counter, input pipeline) "
+                 "instead of "
                  "ending the run, in Erlang/OTP's terms, e.g. \"one_for_one,max_restarts=3,period_secs=60,"
                  "summary_writer=permanent,checkpoint_saver=permanent\" (docs/train.md). Default: TF's (a "
                  "failing service ends the run). Not stored in the run's settings")
