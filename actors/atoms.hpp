@@ -226,7 +226,9 @@ class ChildLink {
   /// service is down and may still be restarted (restartable, neither
   /// removed, escalated nor detached), the request is parked instead: the
   /// next incarnation gets it once bound (Rebind), in the order parked;
-  /// MarkRemoved / Detach complete `t` with UNAVAILABLE naming the service,
+  /// MarkRemoved completes `t` with FAILED_PRECONDITION naming the service
+  /// (not a preemption code: nothing will take the request, so a
+  /// MonitoredSession must not try to recover), Detach with UNAVAILABLE,
   /// MarkFailed with the escalated error's code. No wait here: the caller's bounded wait on `t` is the
   /// bound (the supervisor's back-off is at most kMaxRestartBackoff). When
   /// the service is gone for good, `t` is completed at once. Never blocks.
@@ -244,8 +246,9 @@ class ChildLink {
       parked_.push_back(Parked{t, std::move(send)});
       return;
     }
-    // Removed (temporary, or transient after a normal exit): UNAVAILABLE
-    // naming the service, whatever it exited with.
+    // Removed (temporary, or transient after a normal exit) or escalated:
+    // FAILED_PRECONDITION (or the escalated error's code) naming the
+    // service, with the exit's payloads (the kill's fault id).
     t->Complete(removed_ || (restartable_ && failed_) ? ParkedGoneLocked() : GoneLocked(), "",
                 absl::ZeroDuration());
   }
@@ -310,12 +313,15 @@ class ChildLink {
   /// The supervisor's restart policy removed the service for good
   /// (temporary, or transient after a normal exit): the run goes on without
   /// it. Its handle then drops requests instead of failing them (summary
-  /// writer, step counter); a save still fails (UNAVAILABLE), parked ones too.
-  void MarkRemoved() {
+  /// writer, step counter); a save still fails (FAILED_PRECONDITION, with
+  /// the payloads of `why`, the exit reason: OK for a normal exit, then
+  /// those of the kill NoteKill() recorded), parked ones too.
+  void MarkRemoved(const Status& why = absl::OkStatus()) {
     std::vector<Parked> parked;
     {
       MutexLock l(mu_);
       removed_ = true;
+      removed_why_ = why;
       parked.swap(parked_);
     }
     cv_.notify_all();
@@ -356,6 +362,31 @@ class ChildLink {
   Status exit_status() {
     MutexLock l(mu_);
     return exit_status_;
+  }
+  /// An injected kill (its exit reason, carrying the fault id as payload)
+  /// is being sent to the current incarnation: when that incarnation exits,
+  /// even normally, the errors for requests it cannot take carry the
+  /// payloads of `kill` (ExitCause), so a run that fails with them is
+  /// known to be an injected fault's.
+  void NoteKill(const Status& kill) {
+    MutexLock l(mu_);
+    kill_ = kill;
+    kill_incarnation_ = incarnation_;
+  }
+  /// The status whose payloads explain the last exit: the exit reason when
+  /// abnormal, else the kill noted for that incarnation, else OK.
+  Status ExitCause() {
+    MutexLock l(mu_);
+    return CauseLocked();
+  }
+  /// What a request to the service fails with now that it is not running:
+  /// its exit error; FAILED_PRECONDITION when it is gone for good (not
+  /// restartable, removed, escalated); UNAVAILABLE between incarnations
+  /// or after the session's services shut down. Carries ExitCause()'s
+  /// payloads.
+  Status NotRunning() {
+    MutexLock l(mu_);
+    return GoneLocked();
   }
 
  private:
@@ -423,22 +454,46 @@ class ChildLink {
       if (auto t = weak.lock()) t->Complete(gone, "", absl::ZeroDuration(), {}, restartable_);
     }
   }
+  Status CauseLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!removed_why_.ok()) return removed_why_;
+    if (!failed_why_.ok()) return failed_why_;
+    if (!exit_status_.ok()) return exit_status_;
+    if (!alive_ && kill_incarnation_ == incarnation_) return kill_;
+    return absl::OkStatus();
+  }
+  // `s` with CauseLocked()'s payloads.
+  Status WithCauseLocked(Status s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    CauseLocked().ForEachPayload([&s](absl::string_view url, const absl::Cord& value) { s.SetPayload(url, value); });
+    return s;
+  }
   Status GoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!exit_status_.ok()) return Annotate(exit_status_, absl::StrCat(name_, " stopped"));
-    return absl::UnavailableError(absl::StrCat(name_, " is not running"));
+    if (removed_ || failed_) return ParkedGoneLocked();
+    // Not restartable (TF's default, or temporary) and exited normally:
+    // nothing will take a request again. Not UNAVAILABLE, a preemption code.
+    if (!restartable_ && !detached_) {
+      return WithCauseLocked(absl::FailedPreconditionError(absl::StrCat(name_, " is not running")));
+    }
+    return WithCauseLocked(absl::UnavailableError(absl::StrCat(name_, " is not running")));
   }
   // What a parked request fails with.
   Status ParkedGoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (removed_) {
-      return absl::UnavailableError(
-          absl::StrCat(name_, " is not running: removed by the session's restart policy"));
+      // Gone for good: FAILED_PRECONDITION, not UNAVAILABLE (a preemption
+      // code would make a MonitoredSession recover, again and again, from a
+      // save that cannot succeed; as an input pipeline's Next()).
+      return WithCauseLocked(absl::FailedPreconditionError(absl::StrCat(
+          name_, " is not running: removed by the session's restart policy after ",
+          removed_why_.ok() ? std::string("a normal exit")
+                            : removed_why_.ToString(absl::StatusToStringMode::kWithNoExtraData))));
     }
     if (failed_) {
       // The escalated error's code, not UNAVAILABLE: a preemption code would
       // make a MonitoredSession try to recover from a run that is failing.
       const absl::StatusCode code =
           failed_why_.ok() ? absl::StatusCode::kUnavailable : failed_why_.code();
-      return Status(code, absl::StrCat(name_, " is not running: not restarted (", failed_why_.ToString(), ")"));
+      return WithCauseLocked(Status(code, absl::StrCat(name_, " is not running: not restarted (",
+                                                       failed_why_.ToString(absl::StatusToStringMode::kWithNoExtraData), ")")));
     }
     return absl::UnavailableError(absl::StrCat(name_, " is not running: the session's services shut down"));
   }
@@ -488,6 +543,9 @@ class ChildLink {
   const bool restartable_ = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   Status failed_why_ ABSL_GUARDED_BY(mu_);
+  Status removed_why_ ABSL_GUARDED_BY(mu_);
+  Status kill_ ABSL_GUARDED_BY(mu_);
+  int kill_incarnation_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<Parked> parked_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> lost_saves_ ABSL_GUARDED_BY(mu_);
   int incarnation_ ABSL_GUARDED_BY(mu_) = 0;

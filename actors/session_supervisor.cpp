@@ -236,7 +236,7 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
   const bool restart = type == RestartType::kPermanent || (type == RestartType::kTransient && !normal);
   if (!restart) {
     c.removed = true;
-    if (c.spec.link) c.spec.link->MarkRemoved();
+    if (c.spec.link) c.spec.link->MarkRemoved(status);
     ServiceRestart record;
     record.service = c.spec.name;
     record.reason = status;
@@ -270,7 +270,15 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
   group.failed = i;
   group.reason = status;
   group.backoff = RestartBackoff(policy, c.spec.name, c.restarts + 1);
-  group.kill_waiters.swap(c.kill_waiters);
+  // The kill's waiters: with no back-off the restart is made in this
+  // handler (or once the group's other members are down), and they are
+  // completed then; with a back-off, the decision (a restart scheduled) is
+  // what they wait for, completed now by the down handler, not after the
+  // back-off (up to kMaxRestartBackoff, longer than FaultInjectionHook's
+  // bounded wait).
+  if (group.backoff <= absl::ZeroDuration()) {
+    group.kill_waiters.swap(c.kill_waiters);
+  }
   for (std::size_t j = 0; j < st.services.size(); ++j) {
     ServiceChild& other = st.services[j];
     const bool member = j == i || (policy.strategy == RestartStrategy::kOneForAll) ||
@@ -581,12 +589,20 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
     const std::string name = absl::StrCat("input_pipeline(", ++pipelines_started_, ")");
     const RestartType type = options_.restart.TypeOf("input_pipeline");
     std::weak_ptr<ip::PrefetchBuffer> weak = buffer;
+    // The producer's link, once spawned: a normal exit carries no payload,
+    // the link has the kill's (ChildLink::ExitCause).
+    auto link_slot = std::make_shared<std::weak_ptr<ChildLink>>();
+    auto cause = [link_slot](const Status& reason) {
+      if (!reason.ok()) return reason;
+      auto l = link_slot->lock();
+      return l ? l->ExitCause() : reason;
+    };
     FOREMAN_ASSIGN_OR_RETURN(
         auto link,
         SpawnChildLocked(
             name, "input_pipeline", faults,
             [args](caf::local_actor* parent, const caf::actor&) { return ip::SpawnProducer(parent, args); },
-            [weak, name, type](ServiceRestart* record, bool restart) {
+            [weak, name, type, cause](ServiceRestart* record, bool restart) {
               if (restart) return;
               if (auto b = weak.lock()) {
                 b->ProducerGone(Caused(absl::FailedPreconditionError(absl::StrCat(
@@ -594,7 +610,7 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
                                            RestartTypeName(type), ") after ",
                                            record->reason.ok() ? std::string("a normal exit")
                                                                : record->reason.ToString(absl::StatusToStringMode::kWithNoExtraData))),
-                                       record->reason));
+                                       cause(record->reason)));
               }
             },
             [weak](const caf::actor& actor) {
@@ -605,15 +621,16 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
                 caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
               }
             },
-            [weak, name](const Status& reason) {
+            [weak, name, cause](const Status& reason) {
               if (auto b = weak.lock()) {
                 b->ProducerGone(Caused(absl::FailedPreconditionError(absl::StrCat(
                                            "input pipeline: the producer ", name, " stopped and is not restarted: ",
                                            reason.ok() ? std::string("it exited normally")
                                                        : reason.ToString(absl::StatusToStringMode::kWithNoExtraData))),
-                                       reason));
+                                       cause(reason)));
               }
             }));
+    *link_slot = link;
     pipelines_.push_back(Pipeline{buffer, link});
     return ip::MakeSupervisedPipeline(std::move(dataset), std::move(options), std::move(buffer), std::move(link));
   }
@@ -641,13 +658,15 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
   // The supervisor sends each kill (so it knows whose exit to wait for).
   int Kill(const std::string& service, const std::string& fault_id, bool normal_exit,
            std::vector<std::shared_ptr<Completion>>* applied) override {
-    const caf::error reason =
-        normal_exit ? caf::error{}
-                    : StatusToError(WithInjectedFault(
-                          absl::InternalError(absl::StrCat("injected actor fault ", fault_id)), fault_id));
+    const Status kill =
+        WithInjectedFault(absl::InternalError(absl::StrCat("injected actor fault ", fault_id)), fault_id);
+    const caf::error reason = normal_exit ? caf::error{} : StatusToError(kill);
     int n = 0;
     for (const Registered& r : RegisteredOf(service)) {
       if (!r.link->alive()) continue;
+      // A normal exit carries no payload: the link keeps the kill's, for
+      // the errors of requests the service cannot take any more.
+      r.link->NoteKill(kill);
       auto done = std::make_shared<Completion>();
       supervisor_->Track(done);
       if (!supervisor_->Send(kill_atom::value, r.link->name(), reason, done)) continue;

@@ -40,7 +40,8 @@
 //       reason) to the running service `name` and completes `done` once its
 //       exit is handled as above -- escalated (after the coordinator has
 //       taken the report: a flush_atom sent behind it), removed, forgotten,
-//       or restarted (after the back-off) -- or the tree shuts down. When
+//       restarted (no back-off), or a restart scheduled (with a back-off:
+//       not after it) -- or the tree shuts down. When
 //       `name` is not running, `done` completes at once.
 //   (restart_atom, uint64_t id)                                  to itself
 //       A back-off is over: restart that group once every member is down.

@@ -72,7 +72,7 @@ Status StepCounterHandle::Drain(absl::Duration timeout) {
   if (!link_->Send(flush_atom::value, done)) {
     // Exited between Track and Send: `done` then carries its exit status.
     if (done->IsDone()) return done->Wait(absl::ZeroDuration(), "");
-    return absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
+    return link_->NotRunning();
   }
   return done->Wait(timeout, absl::StrCat("draining ", link_->name()));
 }

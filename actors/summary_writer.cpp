@@ -328,7 +328,7 @@ Status SummaryWriterHandle::Ask(const flush_or_close& op, absl::Duration timeout
   if (!sent) {
     // Exited between Track and Send: `done` then carries its exit status.
     if (done->IsDone()) return done->Wait(absl::ZeroDuration(), "");
-    return absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
+    return link_->NotRunning();
   }
   return done->Wait(timeout, absl::StrCat(op.close ? "closing " : "flushing ", link_->name()));
 }
@@ -348,7 +348,7 @@ Status SummaryWriterHandle::AskAcrossRestarts(const flush_or_close& op, absl::Du
       s = Ask(op, remaining());
     } else {  // between incarnations: its exit status, if any
       s = link_->exit_status();
-      if (s.ok()) s = absl::UnavailableError(absl::StrCat(link_->name(), " is not running"));
+      if (s.ok()) s = link_->NotRunning();
     }
     // Under a restart policy a write error ends the incarnation (what it
     // held is lost and listed in service_restarts()): wait for the

@@ -792,7 +792,35 @@ TEST_CASE("restart policy: a save started while the checkpoint_saver is down (it
   CHECK(runtime->Shutdown(kWait).ok());
 }
 
-TEST_CASE("restart policy: a save for a removed (temporary) checkpoint_saver fails at once, UNAVAILABLE naming it") {
+TEST_CASE("restart policy: a kill's applied completion completes once a restart is scheduled, not after its "
+          "back-off") {
+  MemEnv env;
+  RestartPolicy policy;
+  policy.type = RestartType::kPermanent;
+  policy.max_restarts = 3;
+  policy.period = absl::Seconds(60);
+  // Back-off: 60 s times a jitter in [0.5, 1.5), capped at 60 s: >= 30 s.
+  policy.initial_backoff = absl::Seconds(60);
+  policy.max_backoff = absl::Seconds(60);
+  auto runtime = MakeRuntime(policy, Config(&env));
+  auto service = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+  auto handle = std::dynamic_pointer_cast<internal::CheckpointHandle>(service);
+  REQUIRE(handle != nullptr);
+  std::vector<std::shared_ptr<internal::Completion>> applied;
+  REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "kill", /*normal_exit=*/false, &applied) == 1);
+  REQUIRE(applied.size() == 1);
+  // FaultInjectionHook waits 5 s for this; the restart itself is >= 30 s away.
+  CHECK(applied[0]->Wait(absl::Seconds(5), "").ok());
+  CHECK(applied[0]->IsDone());
+  CHECK_FALSE(handle->link()->alive());
+  CHECK(handle->link()->incarnation() == 1);  // not restarted yet
+  CHECK(runtime->restarts().empty());
+  CHECK(runtime->error().ok());
+  (void)runtime->Shutdown(kWait);  // drops the pending restart
+}
+
+TEST_CASE("restart policy: a save for a removed (temporary) checkpoint_saver fails at once, FAILED_PRECONDITION "
+          "naming it and carrying the kill's fault id") {
   MemEnv env;
   RestartPolicy policy;
   policy.services["checkpoint_saver"] = RestartType::kTemporary;
@@ -806,11 +834,51 @@ TEST_CASE("restart policy: a save for a removed (temporary) checkpoint_saver fai
   auto ticket = service->StartSave(Snapshot(5, 2), 5);
   REQUIRE(ticket->IsDone());
   const Status s = ticket->Wait(absl::ZeroDuration());
-  CHECK(s.code() == absl::StatusCode::kUnavailable);
+  // Not UNAVAILABLE: a preemption code would make a MonitoredSession
+  // recover again and again from a save nothing will take.
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
   CHECK_MESSAGE(absl::StrContains(Msg(s), "checkpoint_saver(/ckpt) is not running: removed by the session's "
-                                          "restart policy"),
+                                          "restart policy after INTERNAL: injected actor fault kill"),
                 s.ToString());
-  CHECK(runtime->Shutdown(kWait).code() == absl::StatusCode::kUnavailable);  // that save failed
+  CHECK(InjectedFaultId(s) == "kill");
+  CHECK(runtime->Shutdown(kWait).code() == absl::StatusCode::kFailedPrecondition);  // that save failed
+}
+
+TEST_CASE("restart policy: a save for a checkpoint_saver removed after a normal exit (transient) carries the "
+          "kill's fault id") {
+  MemEnv env;
+  RestartPolicy policy;
+  policy.type = RestartType::kTransient;
+  policy.max_restarts = 3;
+  policy.period = absl::Seconds(60);
+  auto runtime = MakeRuntime(policy, Config(&env));
+  auto service = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
+  REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "bye", /*normal_exit=*/true, /*applied=*/nullptr) == 1);
+  REQUIRE(Within(kWait, [&] { return runtime->restarts().size() == 1; }));
+  CHECK_FALSE(runtime->restarts()[0].restarted);
+  auto ticket = service->StartSave(Snapshot(5, 2), 5);
+  REQUIRE(Within(kWait, [&] { return ticket->IsDone(); }));
+  const Status s = ticket->Wait(absl::ZeroDuration());
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(Msg(s), "removed by the session's restart policy after a normal exit"), s.ToString());
+  CHECK(InjectedFaultId(s) == "bye");
+  CHECK(runtime->Shutdown(kWait).code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("TF's default policy: a summary_writer killed with a normal exit fails its Flush FAILED_PRECONDITION "
+          "\"not running\", carrying the kill's fault id") {
+  MemEnv env;
+  auto runtime = MakeRuntime(nullptr, Config(&env));
+  auto writer = *runtime->SummaryWriter("/logs");
+  std::vector<std::shared_ptr<internal::Completion>> applied;
+  REQUIRE(runtime->service_faults()->Kill("summary_writer", "quiet", /*normal_exit=*/true, &applied) == 1);
+  for (const auto& done : applied) CHECK(done->Wait(kWait, "").ok());
+  const Status s = writer->Flush(kWait);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(Msg(s), "summary_writer(/logs) is not running"), s.ToString());
+  CHECK(InjectedFaultId(s) == "quiet");
+  CHECK(runtime->error().ok());  // a normal exit is not the run's failure
+  (void)runtime->Shutdown(kWait);
 }
 
 // The event file's first event append (its file_version record takes

@@ -260,6 +260,27 @@ has "Restoring parameters from $d/model.ckpt-60" "$out" || fail "input pipeline 
 has "injected fault" "$out" && fail "input pipeline killed, rerun: fired a fault again: $out"
 same_as_ref "$d" "input pipeline killed at 70, rerun"
 
+# 9e. A service gone for good after a kill ends the run at once with the
+#     kill's fault id (exit 3): a save to a checkpoint saver the policy
+#     removed is FAILED_PRECONDITION, not UNAVAILABLE (which would be
+#     recovered from ten times, ~100 s, then exit 1); under TF's default a
+#     normal exit of the summary writer or the input pipeline fails the run
+#     "not running" carrying the fault id (a normal exit has no payload).
+plan removed-saver '{"faults": [{"id": "kill-saver-at-50", "type": "actor", "service": "checkpoint_saver", "at_step": 50}]}'
+train --checkpoint-dir "$tmp/removed-saver" --fault-plan "$tmp/removed-saver.json" "${small[@]}" \
+  --restart-policy checkpoint_saver=temporary,max_restarts=2
+[[ $rc -eq 3 ]] || fail "a save to a removed saver: exit $rc, expected 3: $out"
+has "^foreman train: stopped by injected fault kill-saver-at-50: FAILED_PRECONDITION: .*checkpoint_saver\(.*\) is not running: removed by the session's restart policy" "$out" \
+  || fail "a save to a removed saver: message: $out"
+has "Recovered from a preemption error" "$out" && fail "a save to a removed saver: recovered from: $out"
+for service in summary_writer input_pipeline; do
+  plan "quiet-$service" "{\"faults\": [{\"id\": \"quiet-$service\", \"type\": \"actor\", \"service\": \"$service\", \"exit_normally\": true, \"at_step\": 50}]}"
+  train --checkpoint-dir "$tmp/quiet-$service" --fault-plan "$tmp/quiet-$service.json" "${small[@]}"
+  [[ $rc -eq 3 ]] || fail "$service killed with a normal exit: exit $rc, expected 3: $out"
+  has "^foreman train: stopped by injected fault quiet-$service: FAILED_PRECONDITION: " "$out" \
+    || fail "$service killed with a normal exit: message: $out"
+done
+
 # 10. docs/fault-injection.md's "Faults in foreman train" plan, as a
 #     supervisor runs it: the same command after every exit until it trains
 #     to the end: exits 0 (SIGTERM), 3 (fsync), 137 (SIGKILL), 0; the

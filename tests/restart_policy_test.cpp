@@ -684,10 +684,11 @@ TEST_CASE_FIXTURE(SessionFixture, "kill step_counter (TF default): the run fails
 }
 
 // The kill waits (ServiceFaults::Kill's Completions) until the supervisor
-// has applied the policy, so what it did is visible as soon as the run of
-// the kill's step returns: no poll.
+// has decided, so what it did is visible as soon as the run of the kill's
+// step returns: no poll (but for a restart after a back-off: scheduled
+// then, made later).
 TEST_CASE_FIXTURE(SessionFixture, "a kill's run returns once the policy is applied: the run stopped (TF), the "
-                                  "restart after its back-off or the removal recorded") {
+                                  "restart scheduled after its back-off or the removal recorded") {
   SUBCASE("TF's default: the run's error is set, so it stops after the kill's step") {
     auto sess = Open(Opts({KillAt("summary_writer", 3)}, 40));
     for (int i = 0; i < 3; ++i) REQUIRE(sess->run({"train_op"}).ok());
@@ -704,6 +705,8 @@ TEST_CASE_FIXTURE(SessionFixture, "a kill's run returns once the policy is appli
     o.runtime.restart.max_backoff = absl::Milliseconds(20);
     auto sess = Open(o);
     CHECK(Steps(*sess, 4).ok());  // global_steps 0-3
+    // Scheduled when the kill's run returned; made after the back-off.
+    REQUIRE(HasRestarts(*sess, 1));
     const auto r = sess->service_restarts();
     REQUIRE(r.size() == 1);
     CHECK(r[0].restarted);

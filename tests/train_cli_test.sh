@@ -121,7 +121,23 @@ check_usage '--restart-policy "bogus": part 1 "bogus": expected a strategy' --re
 check_usage 'part 2 "max_restarts=x": max_restarts must be an integer' --restart-policy one_for_one,max_restarts=x
 check_usage 'part 2 "max_restarts=4": max_restarts given twice' --restart-policy max_restarts=3,max_restarts=4
 check_usage 'unknown service "writer"' --restart-policy writer=permanent,max_restarts=1
-check_usage 'part 1 "period_secs=0": period_secs must be a positive number' --restart-policy period_secs=0
+check_usage 'part 1 "period_secs=0": period_secs must be a positive decimal' --restart-policy period_secs=0
+# Strict (issue F4): no whitespace trimmed, decimal digits only, period_secs at
+# most millisecond resolution, a bad service type named as a bad VALUE, an
+# unknown service and a back-off above its maximum named with their part.
+check_usage 'part 1 " one_for_one": whitespace is not allowed' --restart-policy ' one_for_one'
+check_usage 'part 2 "max_restarts = 3": whitespace is not allowed' --restart-policy 'permanent,max_restarts = 3'
+check_usage 'part 1 "max_restarts=\+3": max_restarts must be an integer' --restart-policy max_restarts=+3
+check_usage 'part 1 "max_restarts=0x10": max_restarts must be an integer' --restart-policy max_restarts=0x10
+check_usage 'part 1 "seed=-1": seed must be a non-negative' --restart-policy seed=-1
+check_usage 'part 1 "period_secs=1e-300": period_secs must be a positive decimal' --restart-policy period_secs=1e-300
+check_usage 'part 1 "period_secs=0.0001": .*millisecond resolution' --restart-policy period_secs=0.0001
+check_usage 'part 1 "summary_writer=": bad restart type "" for summary_writer' --restart-policy summary_writer=
+check_usage 'part 1 "checkpoint_saver=Permanent": bad restart type "Permanent" for checkpoint_saver' \
+  --restart-policy checkpoint_saver=Permanent
+check_usage 'part 2 "foo=permanent": .*unknown service "foo"' --restart-policy max_restarts=1,foo=permanent
+check_usage 'part 2 "initial_backoff_ms=5000": initial_backoff_ms \(5000\) must not exceed max_backoff_ms \(1000, the default\)' \
+  --restart-policy max_restarts=1,initial_backoff_ms=5000
 check_usage 'part 2 "": empty' --restart-policy 'permanent,,max_restarts=1'
 check_usage '--restart-policy: must not be empty' --restart-policy ''
 # Refused starts leave nothing behind: --hidden 1048576,1048576 was refused

@@ -464,10 +464,15 @@ std::string SignalName(int signal);
 ///           then fails with that error, reported by the service's name
 ///           (e.g. "summary_writer(/logs)"); under a restart policy the
 ///           service is restarted or removed. before_run returns once the
-///           supervisor has applied the policy (the run's error set, the
-///           restart made after its back-off, the removal recorded), so a
-///           plan ends or changes the run at the same step in every replay;
-///           after 5 s real time it goes on with a WARNING.
+///           supervisor has decided (the run's error set, the removal
+///           recorded, the restart made -- or, with a back-off
+///           (RestartPolicy::initial_backoff > 0), scheduled: the restart
+///           then comes after the back-off, at a step that depends on
+///           time), so a plan ends or changes the run at the same step in
+///           every replay; after 5 s real time it goes on with a WARNING.
+///           A request the killed service can no longer take fails with
+///           the fault's id as payload (InjectedFaultId), even after a
+///           normal exit.
 ///   kDelay  each of the service's next `count` work messages (a summary
 ///           writer's batch of events, a save, a step-rate record, an input
 ///           pipeline's batch decode) waits `delay` on the session's Clock

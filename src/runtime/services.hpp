@@ -176,9 +176,13 @@ class ServiceFaults {
   /// `fault_id`. For each service sent the fault, one Completion is appended
   /// to `*applied` (when not null): the session_supervisor completes it (OK)
   /// once it has handled that service's exit -- the failure escalated (and
-  /// the coordinator has taken the report), the service removed or restarted
-  /// (after its back-off), or the normal exit forgotten -- or the tree shut
-  /// down. Returns how many were sent the fault; 0 when none runs.
+  /// the coordinator has taken the report), the service removed, restarted
+  /// (no back-off) or its restart scheduled (with a back-off: completed
+  /// then, not after it), or the normal exit forgotten -- or the tree shut
+  /// down. The service's link (ChildLink::NoteKill, actors/) notes the
+  /// kill, so requests it can no longer take fail with `fault_id` as
+  /// payload even after a normal exit. Returns how many were sent the
+  /// fault; 0 when none runs.
   virtual int Kill(const std::string& service, const std::string& fault_id, bool normal_exit,
                    std::vector<std::shared_ptr<Completion>>* applied) = 0;
   /// The next `count` (>= 1) work messages of each such service are dropped,

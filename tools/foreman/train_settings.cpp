@@ -1,15 +1,18 @@
 // `foreman train`'s flags and settings file (train_settings.hpp).
 #include "train_settings.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -198,11 +201,19 @@ StatusOr<RestartPolicy> ParseRestartPolicy(const std::string& text) {
     }
     return std::nullopt;
   };
+  // Decimal digits only: no sign, no base prefix, no exponent, no spaces.
+  auto all_digits = [](absl::string_view v) {
+    return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
   std::set<std::string> seen;
+  std::map<std::string, std::size_t> where;  // key -> part index
   const std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
   for (std::size_t i = 0; i < parts.size(); ++i) {
-    const absl::string_view part = absl::StripAsciiWhitespace(parts[i]);
+    const absl::string_view part = parts[i];
     if (part.empty()) return bad(i, part, "empty");
+    if (std::any_of(part.begin(), part.end(), [](char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); })) {
+      return bad(i, part, "whitespace is not allowed (write e.g. \"one_for_one,max_restarts=3\")");
+    }
     const std::size_t eq = part.find('=');
     if (eq == absl::string_view::npos) {
       std::optional<RestartStrategy> strategy;
@@ -223,44 +234,86 @@ StatusOr<RestartPolicy> ParseRestartPolicy(const std::string& text) {
                  "expected a strategy (one_for_one, one_for_all, rest_for_one), a restart type (permanent, transient, "
                  "temporary) or key=value");
     }
-    const std::string key(absl::StripAsciiWhitespace(part.substr(0, eq)));
-    const std::string value(absl::StripAsciiWhitespace(part.substr(eq + 1)));
+    const std::string key(part.substr(0, eq));
+    const std::string value(part.substr(eq + 1));
     if (key.empty()) return bad(i, part, "no key before '='");
     if (!seen.insert(key).second) return bad(i, part, absl::StrCat(key, " given twice"));
+    where[key] = i;
     auto integer = [&](int64_t min, int64_t max) -> std::optional<int64_t> {
       int64_t v = 0;
-      if (!absl::SimpleAtoi(value, &v) || v < min || v > max) return std::nullopt;
+      if (!all_digits(value) || value.size() > 18 || !absl::SimpleAtoi(value, &v) || v < min || v > max) {
+        return std::nullopt;
+      }
       return v;
     };
     if (key == "max_restarts") {
       auto v = integer(0, 1000000);
-      if (!v) return bad(i, part, "max_restarts must be an integer in [0, 1000000]");
+      if (!v) return bad(i, part, "max_restarts must be an integer in [0, 1000000] (decimal digits)");
       policy.max_restarts = static_cast<int>(*v);
     } else if (key == "period_secs") {
-      double v = 0;
-      if (!absl::SimpleAtod(value, &v) || !(v > 0) || !std::isfinite(v) || v > 1e9) {
-        return bad(i, part, "period_secs must be a positive number of seconds");
+      // A positive decimal with at most millisecond resolution: digits,
+      // optionally '.' and 1-3 digits (no sign, exponent, inf or nan).
+      const std::size_t dot = value.find('.');
+      const absl::string_view whole = absl::string_view(value).substr(0, dot);
+      const absl::string_view frac =
+          dot == std::string::npos ? absl::string_view() : absl::string_view(value).substr(dot + 1);
+      int64_t secs = 0;
+      int64_t ms = 0;
+      const bool ok = all_digits(whole) && whole.size() <= 10 && absl::SimpleAtoi(whole, &secs) &&
+                      (dot == std::string::npos || (all_digits(frac) && frac.size() <= 3));
+      if (ok && !frac.empty()) {
+        (void)absl::SimpleAtoi(frac, &ms);
+        for (std::size_t k = frac.size(); k < 3; ++k) ms *= 10;
       }
-      policy.period = absl::Seconds(v);
+      if (!ok || secs > 1000000000 || (secs == 0 && ms == 0)) {
+        return bad(i, part,
+                   "period_secs must be a positive decimal number of seconds, at most 1000000000, with at most 3 "
+                   "decimals (millisecond resolution), e.g. 60 or 0.5");
+      }
+      policy.period = absl::Seconds(secs) + absl::Milliseconds(ms);
     } else if (key == "initial_backoff_ms" || key == "max_backoff_ms") {
       auto v = integer(0, absl::ToInt64Milliseconds(kMaxRestartBackoff));
       if (!v) {
         return bad(i, part, absl::StrCat(key, " must be an integer number of milliseconds in [0, ",
-                                         absl::ToInt64Milliseconds(kMaxRestartBackoff), "]"));
+                                         absl::ToInt64Milliseconds(kMaxRestartBackoff), "] (decimal digits)"));
       }
       (key == "initial_backoff_ms" ? policy.initial_backoff : policy.max_backoff) = absl::Milliseconds(*v);
     } else if (key == "seed") {
       uint64_t v = 0;
-      if (!absl::SimpleAtoi(value, &v)) return bad(i, part, "seed must be a non-negative integer");
+      if (!all_digits(value) || !absl::SimpleAtoi(value, &v)) {
+        return bad(i, part, "seed must be a non-negative 64-bit integer (decimal digits)");
+      }
       policy.seed = v;
-    } else if (auto type = parse_type(value)) {
-      policy.services[key] = *type;  // the service kind: ValidateRestartPolicy names an unknown one
     } else {
-      return bad(i, part,
-                 absl::StrCat("unknown key \"", absl::CHexEscape(key),
-                              "\" (max_restarts, period_secs, initial_backoff_ms, max_backoff_ms, seed) or a "
-                              "service's restart type (permanent, transient, temporary)"));
+      // A service kind's type: the kind must be known, then the value a type.
+      RestartPolicy one;
+      one.services[key] = RestartType::kPermanent;
+      if (Status s = ValidateRestartPolicy(one); !s.ok()) {
+        if (parse_type(value)) return bad(i, part, std::string(s.message()));
+        return bad(i, part,
+                   absl::StrCat("unknown key \"", absl::CHexEscape(key),
+                                "\" (max_restarts, period_secs, initial_backoff_ms, max_backoff_ms, seed) or a "
+                                "service's restart type (summary_writer, checkpoint_saver, step_counter, "
+                                "input_pipeline = permanent, transient, temporary)"));
+      }
+      auto type = parse_type(value);
+      if (!type) {
+        return bad(i, part,
+                   absl::StrCat("bad restart type \"", absl::CHexEscape(value), "\" for ", key,
+                                " (expected permanent, transient or temporary)"));
+      }
+      policy.services[key] = *type;
     }
+  }
+  if (policy.initial_backoff > policy.max_backoff) {
+    // Name the part that set the larger one (the other may be a default).
+    const bool initial_given = where.count("initial_backoff_ms") != 0;
+    const std::string key = initial_given ? "initial_backoff_ms" : "max_backoff_ms";
+    const std::size_t i = where.at(key);
+    return bad(i, parts[i],
+               absl::StrCat("initial_backoff_ms (", absl::ToInt64Milliseconds(policy.initial_backoff),
+                            ") must not exceed max_backoff_ms (", absl::ToInt64Milliseconds(policy.max_backoff),
+                            where.count("max_backoff_ms") != 0 ? ")" : ", the default)"));
   }
   if (Status s = ValidateRestartPolicy(policy); !s.ok()) {
     return Usage(absl::StrCat("--restart-policy \"", absl::CHexEscape(text), "\": ", s.message()));
@@ -488,7 +541,8 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
                  "when the run is restarted. Not stored in the run's settings")
       ->check(NonEmpty());
   cmd.add_option("--restart-policy", f.restart_policy,
-                 "Restart failing service actors (summary writer, checkpoint saver, step counter) instead of "
+                 "Restart failing service actors (summary writer, checkpoint saver, step counter, input pipeline) "
+                 "instead of "
                  "ending the run, in Erlang/OTP's terms, e.g. \"one_for_one,max_restarts=3,period_secs=60,"
                  "summary_writer=permanent,checkpoint_saver=permanent\" (docs/train.md). Default: TF's (a "
                  "failing service ends the run). Not stored in the run's settings")
