@@ -36,6 +36,10 @@ struct ServiceChild {
   int64_t restarts = 0;      // how many times it was restarted
   bool removed = false;      // not restarted (temporary / transient): gone for good
   bool awaiting_down = false;  // stopped by a restart group; its down_msg is expected
+  // A temporary service stopped with a failed sibling (one_for_all,
+  // rest_for_one): removed once down, never restarted (OTP). Why it was
+  // stopped (CANCELLED naming the sibling); OK when not.
+  Status removed_with_sibling;
   // Injected kills (ServiceFaults::Kill) waiting for this incarnation's exit
   // to be handled.
   std::vector<std::shared_ptr<Completion>> kill_waiters;
@@ -288,6 +292,14 @@ void ServiceDown(supervisor_actor* self, std::size_t i, const caf::error& reason
       if (!other.actor || other.awaiting_down) continue;  // down already: its own failure handles it
       other.awaiting_down = true;
       self->send_exit(other.actor, caf::exit_reason::user_shutdown);
+      if (policy.TypeOf(KindOf(other.spec)) == RestartType::kTemporary) {
+        // OTP: a temporary child is never restarted, not even when its
+        // group is: it is stopped with the others and removed once down.
+        other.removed_with_sibling = absl::CancelledError(absl::StrCat(
+            "stopped by the restart strategy (", RestartStrategyName(policy.strategy), ") when ", c.spec.name,
+            " failed"));
+        continue;
+      }
     }
     group.members.push_back(j);
   }
@@ -337,6 +349,20 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
     if (c.awaiting_down) {  // stopped for a restart group
       c.awaiting_down = false;
       KillApplied(self, std::move(c.kill_waiters));
+      if (!c.removed_with_sibling.ok()) {  // temporary: not a member, removed
+        c.removed = true;
+        if (c.spec.link) c.spec.link->MarkRemoved(c.removed_with_sibling);
+        ServiceRestart record;
+        record.service = c.spec.name;
+        record.reason = c.removed_with_sibling;
+        record.by_strategy = true;
+        if (c.spec.link) record.saves_lost = c.spec.link->TakeLostSaves();
+        if (c.spec.on_exit) c.spec.on_exit(&record, false);
+        FOREMAN_LOG_WARN("{} (temporary) {}; not restarted, the run goes on without it{}", c.spec.name,
+                         std::string(record.reason.message()), LossText(record));
+        st.options->log->Add(std::move(record));
+        return;
+      }
       for (auto& [id, p] : st.pending) {
         if (std::find(p.members.begin(), p.members.end(), i) != p.members.end()) {
           MaybeRestart(self, id);

@@ -570,6 +570,29 @@ TEST_CASE("one_for_all: a step_counter's exit restarts every service, in start o
   CHECK(r == std::vector<std::pair<std::string, bool>>{{"summary_writer", true}, {"step_counter", false}});
 }
 
+TEST_CASE("one_for_all: a temporary sibling is stopped with the group and removed, never restarted (OTP)") {
+  SessionFixture f;
+  auto o = f.Opts({KillAt("step_counter", 3)}, 8, /*step_counter=*/true);
+  o.runtime.restart = Restarting(RestartType::kPermanent);
+  o.runtime.restart.strategy = RestartStrategy::kOneForAll;
+  o.runtime.restart.services["summary_writer"] = RestartType::kTemporary;
+  const std::vector<ServiceRestart> records = f.TrainThroughRestart(o, 5, 2, 8);
+  REQUIRE(records.size() == 2);
+  const ServiceRestart* writer = nullptr;
+  const ServiceRestart* counter = nullptr;
+  for (const ServiceRestart& r : records) (absl::StartsWith(r.service, "summary_writer") ? writer : counter) = &r;
+  REQUIRE(writer != nullptr);
+  REQUIRE(counter != nullptr);
+  CHECK_FALSE(writer->restarted);
+  CHECK(writer->by_strategy);
+  CHECK(absl::IsCancelled(writer->reason));
+  CHECK_MESSAGE(absl::StrContains(writer->reason.message(), "stopped by the restart strategy (one_for_all) when step_counter("),
+                writer->reason.ToString());
+  CHECK(absl::StartsWith(counter->service, "step_counter"));
+  CHECK(counter->restarted);
+  CHECK_FALSE(counter->by_strategy);
+}
+
 TEST_CASE("rest_for_one: the summary writer's exit restarts it and the step counter started after it") {
   std::vector<std::pair<std::string, bool>> r;
   RunStrategy(RestartStrategy::kRestForOne, "summary_writer", 2, &r);

@@ -121,13 +121,16 @@ struct ServiceRestart {
   /// The service's full name, e.g. "summary_writer(/logs)".
   std::string service;
   /// Why it exited: OK for a normal exit, else its error (for an injected
-  /// kill, INTERNAL "injected actor fault <id>").
+  /// kill, INTERNAL "injected actor fault <id>"); for a service stopped with
+  /// a failed sibling (by_strategy), OK when restarted, CANCELLED "stopped by
+  /// the restart strategy (<strategy>) when <sibling> failed" when removed.
   Status reason;
   /// True when it was restarted; false when it was removed (temporary, or
-  /// transient after a normal exit).
+  /// transient after a normal exit). A temporary service stopped with a
+  /// failed sibling is removed, never restarted (OTP).
   bool restarted = false;
-  /// True when it was restarted only because a sibling failed
-  /// (one_for_all, rest_for_one).
+  /// True when it was stopped only because a sibling failed (one_for_all,
+  /// rest_for_one), then restarted or (temporary) removed.
   bool by_strategy = false;
   /// The back-off waited before the restart.
   absl::Duration backoff;

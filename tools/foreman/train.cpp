@@ -1165,8 +1165,12 @@ void PrintServiceRestarts(const std::vector<ServiceRestart>& restarts) {
       absl::StrAppend(&line, "; summary steps lost: [", absl::StrJoin(r.steps_lost, ", "), "]");
     }
     if (!r.saves_lost.empty()) absl::StrAppend(&line, "; checkpoint saves lost: [", absl::StrJoin(r.saves_lost, ", "), "]");
-    absl::StrAppend(&line, "; after: ",
-                    r.reason.ok() ? "a normal exit" : r.reason.ToString(absl::StatusToStringMode::kWithNoExtraData));
+    if (r.by_strategy && r.restarted) {
+      absl::StrAppend(&line, "; stopped with a failed sibling (the restart strategy)");
+    } else {
+      absl::StrAppend(&line, "; after: ",
+                      r.reason.ok() ? "a normal exit" : r.reason.ToString(absl::StatusToStringMode::kWithNoExtraData));
+    }
     std::printf("%s\n", line.c_str());
   }
   if (n > 0) std::fflush(stdout);
