@@ -237,7 +237,9 @@ StatusOr<Batch> InputPipeline::Next(const DatasetPosition& position, absl::Durat
   // A supervised producer that is down for good fails at once, buffered
   // batches or not, so the outcome does not depend on how far it had got.
   if (im.supervised && buf.producer_gone) return gone();
-  auto seek = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(buf.mu) {
+  // Called with `lock` held; unlocks it around the send and takes it again
+  // (clang's analysis cannot follow a scoped lock into a lambda).
+  auto seek = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const uint64_t generation = ++buf.generation;
     buf.items.clear();
     im.seeked = true;

@@ -83,6 +83,8 @@ class StopRequest {
 
   /// The stop has done its work (the final checkpoint is durable): the grace
   /// period no longer applies. Idempotent; also fine before any request.
+  /// Joins the grace-period watchdog (which returns at once), unless called
+  /// on it (from on_grace_expired).
   void Complete();
   /// Whether Complete() was called.
   bool completed() const;
