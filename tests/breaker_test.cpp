@@ -768,6 +768,19 @@ Status AwaitDown(caf::scoped_actor& self, const caf::actor& job) {
   return outcome;
 }
 
+// Polls the job's JobStatus until its state is `state` (10 s at most).
+bool AwaitJobState(caf::scoped_actor& self, const caf::actor& job, const std::string& state) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool reached = false;
+    self->request(job, std::chrono::seconds(1), job_status_atom::value)
+        .receive([&](const JobStatus& s) { reached = s.state == state; }, [&](caf::error&) {});
+    if (reached) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 // actor_api.hpp: "Killing the job ... closes the session (no end(): not a
 // clean stop)".
 TEST_CASE("actor API: a job shut down mid-run calls no end() and writes no final checkpoint") {
@@ -798,6 +811,10 @@ TEST_CASE("actor API: a job shut down mid-run calls no end() and writes no final
     for (int i = 0; i < 20000 && !blocked.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     REQUIRE(blocked.load());
     self->send_exit(job, caf::exit_reason::user_shutdown);
+    // Release the step only once the job took the exit ("stopping"): released
+    // earlier, a loaded machine ran the loop to step 100 (a periodic save)
+    // before the job actor read its exit_msg.
+    REQUIRE(AwaitJobState(self, job, "stopping"));
     release = true;
     CHECK(AwaitDown(self, job).code() == absl::StatusCode::kCancelled);
   }

@@ -135,13 +135,16 @@ EOF
 
 # -- 3. a disturbed run: a corrupted checkpoint fails checkpoints_verify ----------------
 printf '{"faults": []}\n' >"$tmp/empty.json"
+# 40 steps (a fifth of the default): enough for two checkpoints, and cheap
+# under the sanitizers.
+corrupt_flags=(--max-steps 40 --hidden 32 --batch-size 32 --save-checkpoint-steps 20 --threads 1)
 out=$(FOREMAN_CHAOS_TEST_CORRUPT_CHECKPOINT=1 timeout 120 "$foreman" chaos --plan "$tmp/empty.json" --seed 4 \
-      --json "$tmp/corrupt.json" 2>&1); rc=$?
+      --json "$tmp/corrupt.json" -- "${corrupt_flags[@]}" 2>&1); rc=$?
 [[ $rc -eq 1 ]] || fail "a corrupted checkpoint: exit $rc, expected 1: $out"
 has '^ +4 +0/0 +0 +0 +0 +FAIL ' "$out" || fail "a corrupted checkpoint: the table does not show checkpoints FAIL: $out"
-has "checkpoints_verify: after run 0: model.ckpt-200: .*model.ckpt-200.data-00000-of-00001: variable '.*': crc32c mismatch" "$out" ||
+has "checkpoints_verify: after run 0: model.ckpt-40: .*model.ckpt-40.data-00000-of-00001: variable '.*': crc32c mismatch" "$out" ||
   fail "a corrupted checkpoint: the failure is not named: $out"
-has "^  replay: foreman chaos --plan $tmp/empty.json --seed 4\$" "$out" || fail "a corrupted checkpoint: no replay command: $out"
+has "^  replay: foreman chaos --plan $tmp/empty.json --seed 4 -- ${corrupt_flags[*]}\$" "$out" || fail "a corrupted checkpoint: no replay command: $out"
 has '^work directory: ' "$out" || fail "a failing run does not say where its work directory is: $out"
 "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); i=r["seeds"][0]["invariants"]; sys.exit(0 if not r["ok"] and not i["checkpoints_verify"]["ok"] and i["bounded"]["ok"] else 1)' \
   "$tmp/corrupt.json" || fail "a corrupted checkpoint: the JSON report does not name checkpoints_verify"

@@ -4,7 +4,11 @@
 # Prints, per target, the runs, the coverage reached and the corpus size, and
 # fails if a target crashed, hung (-timeout per input) or leaked.
 #
-# Usage: tools/scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 60)
+# The targets run side by side, each for SECONDS x targets / cores of wall
+# time when there are more targets than cores (3 targets on 2 cores: 90 s
+# each), so each still gets about SECONDS of CPU time while no core idles.
+#
+# Usage: tools/scripts/fuzz.sh [CPU_SECONDS_PER_TARGET]   (default 60)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-60}
@@ -23,22 +27,32 @@ mkdir -p "$work/seeds" "$work/corpus/record" "$work/corpus/checkpoint" "$work/co
 "$dir/tests/fuzz/make_corpus" "$work/seeds" tests/testdata
 
 # One JSON line per target, in meson's testlog format, for summarize_tests.py.
+targets=(record checkpoint idx)
+cores=$(nproc)
+wall=$secs
+(( ${#targets[@]} > cores )) && wall=$(( (secs * ${#targets[@]} + cores - 1) / cores ))
+pids=()
+for target in "${targets[@]}"; do
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    "$dir/tests/fuzz/${target}_fuzzer" "$work/corpus/$target" "$work/seeds/$target" \
+    -max_total_time="$wall" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+    -artifact_prefix="$work/artifacts/$target-" >"$work/$target.log" 2>&1 &
+  pids+=($!)
+done
 results=$work/fuzzlog.json
 : >"$results"
 status=0
-for target in record checkpoint idx; do
+for i in "${!targets[@]}"; do
+  target=${targets[$i]}
   log=$work/$target.log
   set +e
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    "$dir/tests/fuzz/${target}_fuzzer" "$work/corpus/$target" "$work/seeds/$target" \
-    -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
-    -artifact_prefix="$work/artifacts/$target-" >"$log" 2>&1
+  wait "${pids[$i]}"
   rc=$?
   set -e
   done_line=$(grep -E '^#[0-9]+.*DONE' "$log" | tail -1 || true)
   [[ -n $done_line ]] || done_line=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
   if [[ $rc -eq 0 ]]; then
-    echo "fuzz $target: ok after ${secs}s: $done_line"
+    echo "fuzz $target: ok after ${wall}s (${#targets[@]} targets on $cores cores): $done_line"
     echo "{\"name\": \"fuzz_$target\", \"result\": \"OK\"}" >>"$results"
   else
     echo "{\"name\": \"fuzz_$target\", \"result\": \"FAIL\"}" >>"$results"
