@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "foreman/status.hpp"
 #include "messages.hpp"
+#include "platform/injected_fault.hpp"
 #include "runtime/services.hpp"
 
 namespace foreman::internal {
@@ -299,34 +300,14 @@ class ChildLink {
     return alive_ ? handle_ : caf::actor{};
   }
   /// Drops the handle for good; later Send()s return false.
-  void Detach() {
-    std::vector<Parked> parked;
-    {
-      MutexLock l(mu_);
-      handle_ = nullptr;
-      detached_ = true;
-      parked.swap(parked_);
-    }
-    cv_.notify_all();
-    FailParked(parked);
-  }
+  void Detach() { EndForGood(/*detach=*/true, absl::OkStatus()); }
   /// The supervisor's restart policy removed the service for good
   /// (temporary, or transient after a normal exit): the run goes on without
   /// it. Its handle then drops requests instead of failing them (summary
   /// writer, step counter); a save still fails (FAILED_PRECONDITION, with
   /// the payloads of `why`, the exit reason: OK for a normal exit, then
   /// those of the kill NoteKill() recorded), parked ones too.
-  void MarkRemoved(const Status& why = absl::OkStatus()) {
-    std::vector<Parked> parked;
-    {
-      MutexLock l(mu_);
-      removed_ = true;
-      removed_why_ = why;
-      parked.swap(parked_);
-    }
-    cv_.notify_all();
-    FailParked(parked);
-  }
+  void MarkRemoved(const Status& why = absl::OkStatus()) { EndForGood(/*detach=*/false, why); }
   bool removed() {
     MutexLock l(mu_);
     return removed_;
@@ -463,8 +444,7 @@ class ChildLink {
   }
   // `s` with CauseLocked()'s payloads.
   Status WithCauseLocked(Status s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    CauseLocked().ForEachPayload([&s](absl::string_view url, const absl::Cord& value) { s.SetPayload(url, value); });
-    return s;
+    return WithPayloadsOf(std::move(s), CauseLocked());
   }
   Status GoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!exit_status_.ok()) return Annotate(exit_status_, absl::StrCat(name_, " stopped"));
@@ -504,6 +484,24 @@ class ChildLink {
     std::shared_ptr<SaveTicket> ticket;
     std::function<void(const caf::actor&)> send;
   };
+  // Detach() (detach) or MarkRemoved(why): the service is gone for good;
+  // waiters wake and the parked saves fail.
+  void EndForGood(bool detach, const Status& why) {
+    std::vector<Parked> parked;
+    {
+      MutexLock l(mu_);
+      if (detach) {
+        handle_ = nullptr;
+        detached_ = true;
+      } else {
+        removed_ = true;
+        removed_why_ = why;
+      }
+      parked.swap(parked_);
+    }
+    cv_.notify_all();
+    FailParked(parked);
+  }
   void FailParked(std::vector<Parked>& parked) {
     if (parked.empty()) return;
     Status gone;

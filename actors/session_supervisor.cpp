@@ -452,13 +452,6 @@ caf::actor SpawnSessionSupervisor(caf::actor_system& system, std::shared_ptr<Fai
 
 namespace {
 
-// `s` with the payloads of `cause` (the fault id of an injected kill among
-// them), whose text `s`'s message already quotes.
-Status Caused(Status s, const Status& cause) {
-  cause.ForEachPayload([&s](absl::string_view url, const absl::Cord& value) { s.SetPayload(url, value); });
-  return s;
-}
-
 // Spawning is a round trip to the supervisor on the shared scheduler; it
 // only takes long when the process is starved.
 constexpr absl::Duration kSpawnTimeout = absl::Seconds(30);
@@ -631,12 +624,13 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
             [weak, name, type, cause](ServiceRestart* record, bool restart) {
               if (restart) return;
               if (auto b = weak.lock()) {
-                b->ProducerGone(Caused(absl::FailedPreconditionError(absl::StrCat(
-                                           "input pipeline: the producer ", name, " was removed by the restart policy (",
-                                           RestartTypeName(type), ") after ",
-                                           record->reason.ok() ? std::string("a normal exit")
-                                                               : record->reason.ToString(absl::StatusToStringMode::kWithNoExtraData))),
-                                       cause(record->reason)));
+                b->ProducerGone(WithPayloadsOf(
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "input pipeline: the producer ", name, " was removed by the restart policy (",
+                        RestartTypeName(type), ") after ",
+                        record->reason.ok() ? std::string("a normal exit")
+                                            : record->reason.ToString(absl::StatusToStringMode::kWithNoExtraData))),
+                    cause(record->reason)));
               }
             },
             [weak](const caf::actor& actor) {
@@ -649,11 +643,12 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
             },
             [weak, name, cause](const Status& reason) {
               if (auto b = weak.lock()) {
-                b->ProducerGone(Caused(absl::FailedPreconditionError(absl::StrCat(
-                                           "input pipeline: the producer ", name, " stopped and is not restarted: ",
-                                           reason.ok() ? std::string("it exited normally")
-                                                       : reason.ToString(absl::StatusToStringMode::kWithNoExtraData))),
-                                       cause(reason)));
+                b->ProducerGone(
+                    WithPayloadsOf(absl::FailedPreconditionError(absl::StrCat(
+                                       "input pipeline: the producer ", name, " stopped and is not restarted: ",
+                                       reason.ok() ? std::string("it exited normally")
+                                                   : reason.ToString(absl::StatusToStringMode::kWithNoExtraData))),
+                                   cause(reason)));
               }
             }));
     *link_slot = link;

@@ -758,20 +758,33 @@ bool Within(absl::Duration timeout, const std::function<bool()>& pred) {
   return true;
 }
 
+// At most 3 restarts in 60 s, each after `backoff` (times the jitter).
+RestartPolicy BackingOff(absl::Duration backoff) {
+  RestartPolicy policy;
+  policy.max_restarts = 3;
+  policy.period = absl::Seconds(60);
+  policy.initial_backoff = backoff;
+  policy.max_backoff = backoff;
+  return policy;
+}
+
+// The runtime's checkpoint saver in /ckpt of `env`, and its handle.
+std::pair<std::shared_ptr<internal::CheckpointService>, std::shared_ptr<internal::CheckpointHandle>> BackedOffSaver(
+    Runtime& runtime, MemEnv* env) {
+  auto service = *runtime.CheckpointSaver("/ckpt", MakeSaver(env), "model.ckpt");
+  auto handle = std::dynamic_pointer_cast<internal::CheckpointHandle>(service);
+  REQUIRE(handle != nullptr);
+  return {service, handle};
+}
+
 TEST_CASE("restart policy: a save started while the checkpoint_saver is down (its back-off) is parked and lands "
           "on the restarted incarnation") {
   MemEnv env;
-  RestartPolicy policy;
-  policy.services["checkpoint_saver"] = RestartType::kPermanent;
-  policy.max_restarts = 3;
-  policy.period = absl::Seconds(60);
   // Back-off: 2 s times a jitter in [0.5, 1.5): the saver stays down >= 1 s.
-  policy.initial_backoff = absl::Seconds(2);
-  policy.max_backoff = absl::Seconds(2);
+  RestartPolicy policy = BackingOff(absl::Seconds(2));
+  policy.services["checkpoint_saver"] = RestartType::kPermanent;
   auto runtime = MakeRuntime(policy, Config(&env));
-  auto service = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
-  auto handle = std::dynamic_pointer_cast<internal::CheckpointHandle>(service);
-  REQUIRE(handle != nullptr);
+  auto [service, handle] = BackedOffSaver(*runtime, &env);
   REQUIRE(service->StartSave(Snapshot(1, 1), 1)->Wait(kWait).ok());
   REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "kill", /*normal_exit=*/false, /*applied=*/nullptr) == 1);
   REQUIRE(Within(kWait, [&] { return !handle->link()->alive(); }));
@@ -795,17 +808,11 @@ TEST_CASE("restart policy: a save started while the checkpoint_saver is down (it
 TEST_CASE("restart policy: a kill's applied completion completes once a restart is scheduled, not after its "
           "back-off") {
   MemEnv env;
-  RestartPolicy policy;
-  policy.type = RestartType::kPermanent;
-  policy.max_restarts = 3;
-  policy.period = absl::Seconds(60);
   // Back-off: 60 s times a jitter in [0.5, 1.5), capped at 60 s: >= 30 s.
-  policy.initial_backoff = absl::Seconds(60);
-  policy.max_backoff = absl::Seconds(60);
+  RestartPolicy policy = BackingOff(absl::Seconds(60));
+  policy.type = RestartType::kPermanent;
   auto runtime = MakeRuntime(policy, Config(&env));
-  auto service = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
-  auto handle = std::dynamic_pointer_cast<internal::CheckpointHandle>(service);
-  REQUIRE(handle != nullptr);
+  auto [service, handle] = BackedOffSaver(*runtime, &env);
   std::vector<std::shared_ptr<internal::Completion>> applied;
   REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "kill", /*normal_exit=*/false, &applied) == 1);
   REQUIRE(applied.size() == 1);
@@ -822,10 +829,8 @@ TEST_CASE("restart policy: a kill's applied completion completes once a restart 
 TEST_CASE("restart policy: a save for a removed (temporary) checkpoint_saver fails at once, FAILED_PRECONDITION "
           "naming it and carrying the kill's fault id") {
   MemEnv env;
-  RestartPolicy policy;
+  RestartPolicy policy = BackingOff(absl::Seconds(1));
   policy.services["checkpoint_saver"] = RestartType::kTemporary;
-  policy.max_restarts = 3;
-  policy.period = absl::Seconds(60);
   auto runtime = MakeRuntime(policy, Config(&env));
   auto service = *runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt");
   REQUIRE(runtime->service_faults()->Kill("checkpoint_saver", "kill", /*normal_exit=*/false, /*applied=*/nullptr) == 1);

@@ -40,6 +40,7 @@ using data::DatasetPosition;
 using data::InputPipeline;
 using testing::Background;
 using testing::kRealTimeout;
+using testing::Open;
 using testing::TempDir;
 
 /// `n` images of 4x4 in batches of 4, shuffled with seed 1, endless.
@@ -69,27 +70,7 @@ void CheckSameAsGetBatch(const Dataset& ds, const StatusOr<Batch>& got, const Da
 
 MonitoredTrainingSessionOptions Options(const std::string& dir, ManualClock* clock, HookList hooks,
                                         int64_t last_step = 40) {
-  MonitoredTrainingSessionOptions o;
-  o.graph = testing::MakeGraph(std::make_shared<testing::Model>());
-  o.checkpoint_dir = dir;
-  o.config.clock = clock;
-  o.stop_grace_period_secs = 0;
-  o.save_checkpoint_secs = std::nullopt;
-  o.save_checkpoint_steps = std::nullopt;
-  o.save_summaries_steps = std::nullopt;
-  o.save_summaries_secs = std::nullopt;
-  o.log_step_count_steps = std::nullopt;
-  auto stop = StopAtStepHook::Create({std::nullopt, last_step});
-  REQUIRE(stop.ok());
-  hooks.push_back(*stop);
-  o.hooks = std::move(hooks);
-  return o;
-}
-
-std::unique_ptr<MonitoredSession> Open(MonitoredTrainingSessionOptions o) {
-  auto sess = MonitoredTrainingSession(std::move(o));
-  REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
-  return std::move(sess).value();
+  return testing::QuietOptions(dir, clock, std::move(hooks), last_step);
 }
 
 std::unique_ptr<InputPipeline> Pipeline(MonitoredSession& sess, std::shared_ptr<const Dataset> ds,

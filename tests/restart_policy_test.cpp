@@ -41,6 +41,7 @@ namespace {
 
 using testing::MakeGraph;
 using testing::Model;
+using testing::Open;
 using testing::TempDir;
 
 // A session writing the "loss" summary at every step into `dir` (TF's
@@ -48,27 +49,11 @@ using testing::TempDir;
 // too when `step_counter`; no checkpoint saver.
 MonitoredTrainingSessionOptions Options(const std::string& dir, Env* env, ManualClock* clock, HookList hooks,
                                         int64_t last_step, bool step_counter = false) {
-  MonitoredTrainingSessionOptions o;
-  o.graph = MakeGraph(std::make_shared<Model>());
-  o.checkpoint_dir = dir;
-  o.config.clock = clock;
+  MonitoredTrainingSessionOptions o = testing::QuietOptions(dir, clock, std::move(hooks), last_step);
   o.config.env = env;
-  o.stop_grace_period_secs = 0;
-  o.save_checkpoint_secs = std::nullopt;
-  o.save_checkpoint_steps = std::nullopt;
   o.save_summaries_steps = int64_t{1};
-  o.log_step_count_steps = step_counter ? Defaultable<int64_t>(int64_t{1}) : Defaultable<int64_t>(std::nullopt);
-  auto stop = StopAtStepHook::Create({std::nullopt, last_step});
-  REQUIRE(stop.ok());
-  hooks.push_back(*stop);
-  o.hooks = std::move(hooks);
+  if (step_counter) o.log_step_count_steps = int64_t{1};
   return o;
-}
-
-std::unique_ptr<MonitoredSession> Open(MonitoredTrainingSessionOptions o) {
-  auto sess = MonitoredTrainingSession(std::move(o));
-  REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
-  return std::move(sess).value();
 }
 
 // Runs at most `n` steps (fewer when the session stops); the last status.
@@ -477,24 +462,38 @@ TEST_CASE("permanent checkpoint_saver: save errors beyond the restart intensity 
   CHECK(testing::Checkpoints(dir.path()).empty());
 }
 
-TEST_CASE_FIXTURE(SessionFixture, "Supervisor takes the policy too: its summary writer is restarted after EIO") {
-  FaultyEnv env(Env::Default(), 1);
-  REQUIRE(env.AddFault(EventFileEio(4)).ok());  // the first event (START) fails
+// A Supervisor on `env` under a permanent restart policy, summaries off, and
+// its prepared session (which must outlive the Supervisor's services: the
+// members are destroyed Supervisor first).
+struct PreparedSupervisor {
+  std::unique_ptr<Session> session;
+  std::unique_ptr<Supervisor> sv;
+  Supervisor* operator->() const { return sv.get(); }
+};
+PreparedSupervisor PermanentSupervisor(const std::string& logdir, ManualClock* clock, Env* env,
+                                       std::optional<double> save_model_secs) {
   SupervisorOptions so;
   so.graph = MakeGraph(std::make_shared<Model>());
-  so.logdir = dir.path();
-  so.save_model_secs = std::nullopt;
+  so.logdir = logdir;
+  so.save_model_secs = save_model_secs;
   so.save_summaries_secs = std::nullopt;
-  so.config.clock = &clock;
-  so.config.env = &env;
+  so.config.clock = clock;
+  so.config.env = env;
   so.runtime.restart = Restarting(RestartType::kPermanent);
   auto sv = Supervisor::Create(so);
   REQUIRE_MESSAGE(sv.ok(), sv.status().ToString());
   auto session = (*sv)->prepare_or_wait_for_session();
   REQUIRE_MESSAGE(session.ok(), session.status().ToString());
-  REQUIRE(Eventually([&] { return !(*sv)->service_restarts().empty(); }));
-  CHECK((*sv)->stop().ok());
-  const auto r = (*sv)->service_restarts();
+  return PreparedSupervisor{*std::move(session), *std::move(sv)};
+}
+
+TEST_CASE_FIXTURE(SessionFixture, "Supervisor takes the policy too: its summary writer is restarted after EIO") {
+  FaultyEnv env(Env::Default(), 1);
+  REQUIRE(env.AddFault(EventFileEio(4)).ok());  // the first event (START) fails
+  auto sv = PermanentSupervisor(dir.path(), &clock, &env, /*save_model_secs=*/std::nullopt);
+  REQUIRE(Eventually([&] { return !sv->service_restarts().empty(); }));
+  CHECK(sv->stop().ok());
+  const auto r = sv->service_restarts();
   REQUIRE(r.size() == 1);
   CHECK(r[0].restarted);
   CHECK(absl::StrContains(r[0].reason.message(), "Input/output error (injected fault eio)"));
@@ -508,20 +507,9 @@ TEST_CASE("Supervisor: under a permanent policy its checkpoint thread's failed s
   testing::CapturedLog log;
   FaultyEnv env(Env::Default(), 1);
   REQUIRE(env.AddFault(CheckpointDataEio(-1)).ok());  // the first save's data file
-  SupervisorOptions so;
-  so.graph = MakeGraph(std::make_shared<Model>());
-  so.logdir = dir.path();
-  so.save_model_secs = 10.0;
-  so.save_summaries_secs = std::nullopt;
-  so.config.clock = &clock;
-  so.config.env = &env;
-  so.runtime.restart = Restarting(RestartType::kPermanent);
-  auto sv = Supervisor::Create(so);
-  REQUIRE_MESSAGE(sv.ok(), sv.status().ToString());
-  auto session = (*sv)->prepare_or_wait_for_session();
-  REQUIRE_MESSAGE(session.ok(), session.status().ToString());
+  auto sv = PermanentSupervisor(dir.path(), &clock, &env, /*save_model_secs=*/10.0);
   // The checkpoint thread saves at once (TF's LooperThread), and that save fails.
-  REQUIRE(Eventually([&] { return !(*sv)->service_restarts().empty(); }));
+  REQUIRE(Eventually([&] { return !sv->service_restarts().empty(); }));
   REQUIRE(Eventually([&] { return absl::StrContains(log.text(), "The checkpoint of step 0 was lost"); }));
   // Its next firing saves on the restarted saver.
   REQUIRE(clock.BlockUntilWaiters(1, testing::kRealTimeout));
@@ -530,8 +518,8 @@ TEST_CASE("Supervisor: under a permanent policy its checkpoint thread's failed s
     auto prefixes = ListCheckpointPrefixes(Env::Default(), dir.path());
     return prefixes.ok() && !prefixes->empty();
   }));
-  CHECK((*sv)->stop().ok());
-  const auto r = (*sv)->service_restarts();
+  CHECK(sv->stop().ok());
+  const auto r = sv->service_restarts();
   REQUIRE(r.size() == 1);
   CHECK(r[0].restarted);
   CHECK(r[0].saves_lost == std::vector<int64_t>{0});

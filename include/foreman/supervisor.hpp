@@ -93,7 +93,8 @@ class Supervisor {
   /// from logdir (waiting for a checkpoint when asked), then, with
   /// start_standard_services, the standard services and a SessionLog START at
   /// the current step; worker: wait_for_session (max_wait). The session is
-  /// owned by the caller.
+  /// owned by the caller and must outlive stop() (the chief's services read
+  /// it until then).
   StatusOr<std::unique_ptr<Session>> prepare_or_wait_for_session(const std::string& master = "",
                                                                  std::optional<SessionConfig> config = std::nullopt,
                                                                  bool wait_for_checkpoint = false,

@@ -14,6 +14,11 @@ namespace foreman {
 /// one already there). OK stays OK. Thread-safe.
 Status WithInjectedFault(Status s, absl::string_view fault_id);
 
+/// `s` with every payload of `from` added (replacing those of the same
+/// URL): a Status that quotes `from`'s message keeps its marks, the injected
+/// fault's among them. OK stays OK. Thread-safe.
+Status WithPayloadsOf(Status s, const Status& from);
+
 /// INVALID_ARGUMENT "id \"<id, C-escaped>\" has a control character (0x0a)
 /// at byte <i> (ids are logged and recorded as they are)" when `id` holds a
 /// byte below 0x20 or 0x7f (a newline, a tab, an escape, ...); else OK. The

@@ -5,6 +5,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "platform/injected_fault.hpp"
 
 namespace foreman {
 
@@ -36,13 +37,15 @@ Status StatusFromException(std::exception_ptr ep, const std::string& where) {
   }
 }
 
+Status WithPayloadsOf(Status s, const Status& from) {
+  if (s.ok()) return s;
+  from.ForEachPayload([&s](absl::string_view url, const absl::Cord& payload) { s.SetPayload(url, payload); });
+  return s;
+}
+
 Status Annotate(const Status& s, const std::string& context) {
   if (s.ok() || context.empty()) return s;
-  Status out(s.code(), absl::StrCat(context, ": ", s.message()));
-  s.ForEachPayload([&out](absl::string_view url, const absl::Cord& payload) {
-    out.SetPayload(url, payload);
-  });
-  return out;
+  return WithPayloadsOf(Status(s.code(), absl::StrCat(context, ": ", s.message())), s);
 }
 
 Status NanLossDuringTrainingError(const std::string& message) {

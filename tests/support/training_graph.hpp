@@ -1,6 +1,6 @@
 // A small training graph and the helpers the MonitoredTrainingSession tests
 // share: Model / MakeGraph (global_step, "w" +1 per train_op, one summary
-// op), Int, Checkpoints, Open.
+// op), Int, Checkpoints, QuietOptions, Open.
 #pragma once
 
 #include <atomic>
@@ -14,7 +14,9 @@
 #include <doctest/doctest.h>
 
 #include "foreman/checkpoint.hpp"
+#include "foreman/clock.hpp"
 #include "foreman/graph.hpp"
+#include "foreman/hooks.hpp"
 #include "foreman/monitored_session.hpp"
 #include "foreman/summary.hpp"
 #include "foreman/variable_store.hpp"
@@ -71,6 +73,28 @@ inline std::vector<std::string> Checkpoints(const std::string& dir, Env* env = E
   std::vector<std::string> out;
   for (const auto& p : *prefixes) out.push_back(p.substr(p.find_last_of('/') + 1));
   return out;
+}
+
+// Options with every periodic service off (no saver, summaries or step
+// counter), no grace period, time from `clock`, and `hooks` followed by a
+// StopAtStepHook(last_step); tests turn on what they check.
+inline MonitoredTrainingSessionOptions QuietOptions(const std::string& dir, Clock* clock, HookList hooks,
+                                                    int64_t last_step) {
+  MonitoredTrainingSessionOptions o;
+  o.graph = MakeGraph(std::make_shared<Model>());
+  o.checkpoint_dir = dir;
+  o.config.clock = clock;
+  o.stop_grace_period_secs = 0;
+  o.save_checkpoint_secs = std::nullopt;
+  o.save_checkpoint_steps = std::nullopt;
+  o.save_summaries_steps = std::nullopt;
+  o.save_summaries_secs = std::nullopt;
+  o.log_step_count_steps = std::nullopt;
+  auto stop = StopAtStepHook::Create({std::nullopt, last_step});
+  REQUIRE(stop.ok());
+  hooks.push_back(*stop);
+  o.hooks = std::move(hooks);
+  return o;
 }
 
 inline std::unique_ptr<MonitoredSession> Open(MonitoredTrainingSessionOptions o) {
