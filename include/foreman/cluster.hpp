@@ -8,10 +8,19 @@
 // Everything here is a pure function or value type: no network, no threads.
 // CheckTlsFiles reads files; the rest touches nothing outside its arguments.
 //
-//   auto spec = foreman::ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2223,127.0.0.1:2224");
-//   // spec->num_tasks("worker") == 2; spec->task_address("ps", 0)->port == 2222
-//   foreman::ClusterTask task{"worker", 0};   // task.is_chief()
-//   foreman::Status ok = foreman::ValidateClusterOptions(*spec, task, foreman::ClusterOptions{});
+//   ```cpp
+//   #include "foreman/cluster.hpp"
+//   FOREMAN_ASSIGN_OR_RETURN(foreman::ClusterSpec cluster,
+//                            foreman::ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2223,127.0.0.1:2224"));
+//   foreman::ClusterTask task{"worker", 0};  // worker 0: the chief
+//   foreman::ClusterOptions options;         // heartbeat 200 ms, timeout 1000 ms, no TLS: loopback only
+//   FOREMAN_RETURN_IF_ERROR(foreman::ValidateClusterOptions(cluster, task, options));
+//   // global_step and the variables in creation order -> their ps task (one ps: all on task 0)
+//   FOREMAN_ASSIGN_OR_RETURN(std::vector<int> ps_task,
+//                            foreman::PlaceVariablesOnPs({"global_step", "dense/kernel", "dense/bias"},
+//                                                        cluster.num_tasks("ps")));
+//   if (!task.is_chief() || ps_task[2] != 0) return absl::InternalError("unexpected");
+//   ```
 #pragma once
 
 #include <cstdint>
