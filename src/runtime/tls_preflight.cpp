@@ -153,8 +153,7 @@ Status CheckTlsFiles(const std::string& cert_path, const std::string& key_path, 
     if (!key) {
       return absl::InvalidArgumentError(absl::StrCat(Name("--tls-key", key_path),
                                                      ": no PEM private key found (expected a '-----BEGIN PRIVATE "
-                                                     "KEY-----' block or its RSA/EC form)",
-                                                     SslReason()));
+                                                     "KEY-----' block or its RSA/EC form)"));
     }
   }
   if (X509_check_private_key(cert, key.get()) != 1) {
