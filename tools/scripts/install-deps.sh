@@ -13,7 +13,9 @@ packages=(
   # libraries
   libcaf-dev libprotobuf-dev protobuf-compiler libeigen3-dev doctest-dev
   libabsl-dev libspdlog-dev zlib1g-dev libleveldb-dev libsnappy-dev
-  libcli11-dev libbenchmark-dev nlohmann-json3-dev
+  libcli11-dev libbenchmark-dev nlohmann-json3-dev libssl-dev
+  # the openssl CLI: tools/scripts/gen-tls-certs.sh (test certificates)
+  openssl
   # data for the main job
   dataset-fashion-mnist
   # independent readers used by tests, on Debian's /usr/bin/python3
