@@ -16,7 +16,19 @@
 // each peer (ConnectActor's result): when the connection drops (a killed
 // process at once; a frozen or partitioned one after connection_timeout_ms,
 // only when heartbeats are on at both ends) the monitor gets a down_msg whose
-// reason is exit_reason::remote_link_unreachable (IsPeerLost).
+// reason is exit_reason::remote_link_unreachable (IsPeerLost). A monitor
+// that reaches the peer after its actor is gone gets exit_reason::unknown.
+//
+// Plain BASP is unauthenticated and trusts the length in a header (measured,
+// CAF 0.17.6): a 32-byte header that passes basp::valid() (e.g. a
+// direct_message with dest_actor != 0) claiming a 4 GiB payload makes the
+// node allocate and zero-fill a 4 GiB read buffer for that connection, before
+// any handshake (RSS 14 MiB -> 4.1 GiB; freed when the connection closes);
+// under a memory limit std::bad_alloc on the multiplexer thread aborts the
+// process. Anyone who can reach a plain port can do this (N connections: N x
+// 4 GiB). Mutual TLS stops it (the TLS handshake comes first); without TLS,
+// bind only to loopback. Headers that fail basp::valid() (a heartbeat with a
+// payload, garbage) are refused before any allocation.
 #pragma once
 
 #include <chrono>
