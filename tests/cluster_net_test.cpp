@@ -325,6 +325,21 @@ TEST_CASE("a monitor sees the peer's actor exit, and a dropped connection as pee
     CHECK_FALSE(internal::IsPeerLost(*down));
   }
 
+  // The publishing system shuts down (its actors exit, then its middleman
+  // closes the connection): a down_msg, bounded.
+  {
+    auto closing = std::make_unique<Node>(Plain());
+    const uint16_t closing_port = closing->PublishEcho();
+    auto remote = ConnectActor(*client.sys, "127.0.0.1", closing_port, false, kConnect);
+    REQUIRE(remote.ok());
+    self->monitor(*remote);
+    REQUIRE(Pong(*client.sys, *remote));
+    closing.reset();
+    auto down = AwaitDown(self, milliseconds(3000));
+    REQUIRE(down.has_value());
+    MESSAGE("publishing system shut down -> down_msg ", client.sys->render(down->reason));
+  }
+
   // The connection drops (a killed process: the kernel closes its sockets).
   Relay relay(port);
   auto remote = ConnectActor(*client.sys, "127.0.0.1", relay.port(), false, kConnect);
