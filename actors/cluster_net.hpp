@@ -46,11 +46,12 @@ namespace foreman::internal {
 /// a peer's heartbeat interval drops healthy links): caf-0.17.md §6.
 struct NetConfig {
   /// middleman.heartbeat-interval: a BASP heartbeat is sent to every
-  /// connected node this often (ms; 0: off, CAF's default).
+  /// connected node this often (ms; 0 or less: off, CAF's default).
   int heartbeat_ms = 200;
   /// middleman.connection-timeout: a node not heard from for this long is
   /// dropped, and monitors of its actors see remote_link_unreachable (ms;
-  /// 0: never; should be >= 3 * heartbeat_ms).
+  /// 0 or less: never; should be >= 3 * heartbeat_ms; checked only at
+  /// heartbeat ticks, so detection takes timeout + up to one interval).
   int connection_timeout_ms = 1000;
   /// PEM files: the node's certificate (chain), its private key, and the CA
   /// bundle its peers' certificates must chain to. TLS (mutual) is on when
@@ -112,6 +113,11 @@ StatusOr<uint16_t> PublishActor(caf::actor_system& system, const caf::actor& act
 ///  - DEADLINE_EXCEEDED: no handshake within `timeout` (a peer that accepts
 ///    and never speaks); the message gives the timeout.
 ///  - FAILED_PRECONDITION: the system lacks the needed module.
+/// The TCP connect itself runs inside CAF's middleman actor and is blocking
+/// there: to a host that drops SYNs (not loopback) this call still returns
+/// at `timeout`, but the middleman actor stays busy for the kernel's connect
+/// timeout and later connects/publishes of this system queue behind it.
+/// A connect already pending to the same host:port is joined, not repeated.
 /// Thread-safe; call from outside an actor (it waits on a scoped actor).
 /// TF: the gRPC channel a worker opens to a ps task.
 StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& host, uint16_t port, bool tls,
