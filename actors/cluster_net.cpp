@@ -118,6 +118,11 @@ StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& 
                     absl::StrCat(where, ": no handshake within ", timeout.count(), " ms"));
               } else if (err == caf::sec::connection_timeout) {
                 retry = true;  // dropped by a heartbeat tick (above)
+              } else if (err == caf::sec::incompatible_application_ids) {
+                status = absl::UnavailableError(absl::StrCat(
+                    where, ": the server's application id is not ours (middleman.app-identifiers); refused here, "
+                           "at the connecting side: ",
+                    system.render(err)));
               } else if (err == caf::sec::disconnect_during_handshake) {
                 status = absl::UnavailableError(absl::StrCat(
                     where, ": the peer closed the connection during the ", tls ? "TLS/" : "",

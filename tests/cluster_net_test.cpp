@@ -437,6 +437,7 @@ TEST_CASE("another application id: the connecting side refuses, the server keeps
   CHECK(Clock::now() - t0 < kConnect);
   CHECK(absl::IsUnavailable(refused.status()));
   CHECK(absl::StrContains(refused.status().message(), absl::StrCat("127.0.0.1:", port)));
+  CHECK(absl::StrContains(refused.status().message(), "application id"));
   MESSAGE("wrong app id: ", refused.status().ToString());
   auto ok = ConnectActor(*friend_node.sys, "127.0.0.1", port, false, kConnect);
   REQUIRE_MESSAGE(ok.ok(), ok.status().ToString());
