@@ -503,6 +503,15 @@ TEST_CASE("mutual TLS: same-CA nodes talk; a rogue-CA client and a plain client 
     MESSAGE("plain client on a TLS port: ", refused.status().ToString());
   }
   Node client(pki.Net("node2", "ca"));
+  {
+    Node plain_server(Plain());
+    const uint16_t plain_port = plain_server.PublishEcho();
+    auto t0 = Clock::now();
+    auto refused = ConnectActor(*client.sys, "127.0.0.1", plain_port, true, milliseconds(1000));
+    CHECK(Clock::now() - t0 < milliseconds(2000));
+    CHECK_FALSE(refused.ok());
+    MESSAGE("TLS client on a plain port: ", refused.status().ToString());
+  }
   auto remote = ConnectActor(*client.sys, "127.0.0.1", port, true, kConnect);
   REQUIRE_MESSAGE(remote.ok(), remote.status().ToString());
   CheckEchoWorks(client, *remote, (1 << 20) / 4);
