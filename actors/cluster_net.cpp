@@ -1,0 +1,142 @@
+// The cluster's network layer (cluster_net.hpp): the one translation unit
+// that includes CAF's io and openssl headers.
+#include "cluster_net.hpp"
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "actor_system.hpp"
+
+namespace foreman::internal {
+namespace {
+
+constexpr std::chrono::seconds kPublishTimeout{10};
+
+caf::io::middleman_actor MiddlemanActor(caf::actor_system& system, bool tls) {
+  return tls ? system.openssl_manager().actor_handle() : system.middleman().actor_handle();
+}
+
+Status CheckModules(caf::actor_system& system, bool tls, const std::string& where) {
+  if (!system.has_middleman()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": the actor system has no middleman (ConfigureClusterNetwork was not called)"));
+  }
+  if (tls && !system.has_openssl_manager()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": TLS asked but the actor system has no openssl manager (ConfigureClusterNetwork without TLS files)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ConfigureClusterNetwork(caf::actor_system_config& config, const NetConfig& net) {
+  ConfigureActorSystemConfig(config);
+  config.load<caf::io::middleman>();
+  config.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(net.heartbeat_ms)});
+  config.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(net.connection_timeout_ms)});
+  // Checked by the connecting side only (basp::instance, server_handshake):
+  // see the header.
+  config.set("middleman.app-identifiers", std::vector<std::string>{net.app_id});
+  if (net.tls()) {
+    config.load<caf::openssl::manager>();  // after the middleman, which it uses
+    config.openssl_certificate = net.tls_cert;
+    config.openssl_key = net.tls_key;
+    config.openssl_cafile = net.tls_ca;
+  }
+}
+
+StatusOr<uint16_t> PublishActor(caf::actor_system& system, const caf::actor& actor, const std::string& host,
+                                uint16_t port, bool tls) {
+  const std::string where = absl::StrCat("publish on ", host, ":", port, tls ? " (TLS)" : "");
+  // CAF binds an empty address to every interface: never by accident.
+  if (host.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": empty host (use 0.0.0.0 for all)"));
+  if (!actor) return absl::InvalidArgumentError(absl::StrCat(where, ": no actor"));
+  FOREMAN_RETURN_IF_ERROR(CheckModules(system, tls, where));
+  Status status;
+  uint16_t bound = 0;
+  caf::scoped_actor self{system};
+  self->request(MiddlemanActor(system, tls), kPublishTimeout, caf::publish_atom::value, port,
+                caf::actor_cast<caf::strong_actor_ptr>(actor), std::set<std::string>{}, host, /*reuse_addr=*/true)
+      .receive([&](uint16_t actual) { bound = actual; },
+               [&](caf::error& err) {
+                 status = absl::UnavailableError(absl::StrCat(where, ": ", system.render(err)));
+               });
+  if (!status.ok()) return status;
+  return bound;
+}
+
+StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& host, uint16_t port, bool tls,
+                                  std::chrono::milliseconds timeout) {
+  const std::string where = absl::StrCat("connect to ", tls ? "tls://" : "tcp://", host, ":", port);
+  if (host.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": empty host"));
+  FOREMAN_RETURN_IF_ERROR(CheckModules(system, tls, where));
+  // The middleman actor connects (TCP), hands the connection to its BASP
+  // broker and answers after the handshake; the request's timeout bounds the
+  // wait (a handshake that never comes stays pending in the broker until the
+  // peer closes, a heartbeat tick drops it, or the system stops).
+  //
+  // With heartbeats on, CAF 0.17.6's BASP broker drops an OUTGOING
+  // connection whose server handshake has not arrived by its next heartbeat
+  // tick (the connection's last_seen starts at the clock's epoch:
+  // basp_broker.cpp, connect_atom handler), failing the connect with
+  // sec::connection_timeout after at most one heartbeat interval. A
+  // handshake that straddles a tick (a slow TLS handshake, a loaded node)
+  // would fail spuriously: retry until `timeout` is spent.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int attempts = 0;
+  for (;;) {
+    ++attempts;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return absl::DeadlineExceededError(absl::StrCat(where, ": no handshake within ", timeout.count(), " ms (",
+                                                      attempts - 1, " attempt(s))"));
+    }
+    Status status;
+    caf::actor remote;
+    bool retry = false;
+    caf::scoped_actor self{system};
+    self->request(MiddlemanActor(system, tls), left, caf::connect_atom::value, host, port)
+        .receive(
+            [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+              if (ptr == nullptr) {
+                status = absl::UnavailableError(absl::StrCat(where, ": no actor is published there"));
+              } else {
+                remote = caf::actor_cast<caf::actor>(std::move(ptr));
+              }
+            },
+            [&](caf::error& err) {
+              if (err == caf::sec::request_timeout) {
+                status = absl::DeadlineExceededError(
+                    absl::StrCat(where, ": no handshake within ", timeout.count(), " ms"));
+              } else if (err == caf::sec::connection_timeout) {
+                retry = true;  // dropped by a heartbeat tick (above)
+              } else if (err == caf::sec::incompatible_application_ids) {
+                status = absl::UnavailableError(absl::StrCat(
+                    where, ": the server's application id is not ours (middleman.app-identifiers); refused here, "
+                           "at the connecting side: ",
+                    system.render(err)));
+              } else if (err == caf::sec::disconnect_during_handshake) {
+                status = absl::UnavailableError(absl::StrCat(
+                    where, ": the peer closed the connection during the ", tls ? "TLS/" : "",
+                    "BASP handshake (refused certificate, plain vs TLS, or not a CAF node): ", system.render(err)));
+              } else {
+                status = absl::UnavailableError(absl::StrCat(where, ": ", system.render(err)));
+              }
+            });
+    if (retry) continue;
+    if (!status.ok()) return status;
+    return remote;
+  }
+}
+
+bool IsPeerLost(const caf::down_msg& down) { return down.reason == caf::exit_reason::remote_link_unreachable; }
+
+}  // namespace foreman::internal
