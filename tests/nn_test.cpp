@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "foreman/bundle.hpp"
 #include "foreman/checkpoint.hpp"
+#include "foreman/cluster.hpp"
 #include "foreman/mem_env.hpp"
 #include "foreman/nn.hpp"
 #include "nn/optimizer.hpp"
@@ -886,6 +887,313 @@ TEST_CASE("Learns a separable problem: the loss falls and the accuracy reaches 1
       CHECK(final_eval->accuracy == 1.0f);
     }
   }
+}
+
+// -- ComputeGradients / ApplyGradients (a cluster's worker and ps halves) ----------------
+
+/// Copies the variables of `from` that `keep` accepts into `to`, with their
+/// trainable flags (what a worker reads from the ps, or a ps shard's share).
+template <class Keep>
+void CopyVariables(const VariableStore& from, VariableStore& to, Keep keep) {
+  for (auto& [name, value] : from.Snapshot()) {
+    if (!keep(name)) continue;
+    REQUIRE_OK(to.Create(name, value, *from.IsTrainable(name)));
+  }
+}
+
+/// The entries of `grads` whose variable `shard` holds (what a worker sends that ps).
+Gradients ShareOf(const Gradients& grads, const VariableStore& shard) {
+  Gradients share;
+  share.learning_rate = grads.learning_rate;
+  share.adam_step_size = grads.adam_step_size;
+  for (const Gradients::GradAndVar& g : grads.grads_and_vars) {
+    if (shard.Contains(g.variable)) share.grads_and_vars.push_back(g);
+  }
+  return share;
+}
+
+void CheckBitwiseEqual(const VariableStore& expected, const VariableStore& actual, const std::string& what) {
+  for (const std::string& name : expected.Names()) {
+    REQUIRE_MESSAGE(actual.Contains(name), what, ": ", name, " missing");
+    CHECK_MESSAGE(Var(expected, name).Equals(Var(actual, name)), what, ": ", name, " differs");
+  }
+}
+
+void CheckSplitStepsMatchTrainStep(const OptimizerOptions& opt) {
+  CAPTURE(OptimizerKindName(opt.kind));
+  CAPTURE(opt.use_nesterov);
+  constexpr int kSteps = 5;
+  Pool pool(2);
+  const MlpSpec spec{5, {7, 6}, 4};
+  // The variables in creation order, as a TF1 program creates them:
+  // global_step first, then the model's (AddMlpVariables's order).
+  Graph graph;
+  REQUIRE_OK(graph.CreateGlobalStep());
+  REQUIRE_OK(AddMlpVariables(graph, spec, opt, 17));
+  VariableStore fused;
+  std::vector<std::string> creation_order;
+  for (const VariableDef& def : graph.variables()) {
+    StatusOr<Tensor> value = def.initializer();
+    REQUIRE_MESSAGE(value.ok(), value.status().ToString());
+    REQUIRE_OK(fused.Create(def.name, *std::move(value), def.trainable));
+    creation_order.push_back(def.name);
+  }
+  // One store updated by ComputeGradients + ApplyGradients, and the same
+  // variables split over two ps tasks as replica_device_setter places them.
+  VariableStore whole;
+  CopyVariables(fused, whole, [](const std::string&) { return true; });
+  auto placement = PlaceVariablesOnPs(creation_order, 2);
+  REQUIRE_MESSAGE(placement.ok(), placement.status().ToString());
+  std::map<std::string, int> task;
+  for (std::size_t i = 0; i < creation_order.size(); ++i) task[creation_order[i]] = (*placement)[i];
+  VariableStore ps[2];
+  for (int t = 0; t < 2; ++t) CopyVariables(fused, ps[t], [&](const std::string& n) { return task.at(n) == t; });
+  // The split is a real one: both tasks hold trainables; kernels and biases
+  // alternate; Adam's beta powers live on one task only, with "dense/bias".
+  CHECK(task.at("global_step") == 0);
+  CHECK(task.at("dense/kernel") == 1);
+  CHECK(task.at("dense/bias") == 0);
+  CHECK(task.at("dense_2/kernel") == 1);
+  if (opt.kind == OptimizerKind::kAdam) {
+    CHECK(task.at("beta1_power") == task.at("dense/bias"));
+    CHECK(task.at("beta2_power") == task.at("dense/bias"));
+  }
+
+  auto fused_mlp = NewMlp(spec, opt);
+  auto worker_mlp = NewMlp(spec, opt);
+  Gradients grads;
+  for (int step = 0; step < kSteps; ++step) {
+    CAPTURE(step);
+    const Batch b = RandomBatch(6 + step, 5, 4, 100 + static_cast<uint32_t>(step));
+    auto fused_result = fused_mlp->TrainStep(fused, b.features, b.labels, pool.device);
+    REQUIRE_MESSAGE(fused_result.ok(), fused_result.status().ToString());
+
+    // One store: gradients computed on a copy, applied to the store.
+    {
+      VariableStore read;
+      CopyVariables(whole, read, [](const std::string&) { return true; });
+      auto result = worker_mlp->ComputeGradients(read, b.features, b.labels, pool.device, &grads);
+      REQUIRE_MESSAGE(result.ok(), result.status().ToString());
+      CHECK(result->loss == fused_result->loss);
+      CHECK(result->accuracy == fused_result->accuracy);
+      REQUIRE_OK(ApplyGradients(opt, whole, grads, pool.device));
+    }
+    // Two shards: the worker reads the trainables and beta powers from both
+    // (no slots), each ps applies its share.
+    {
+      VariableStore read;
+      for (const VariableStore& shard : ps) {
+        CopyVariables(shard, read, [&](const std::string& n) {
+          return *shard.IsTrainable(n) || n == "beta1_power" || n == "beta2_power";
+        });
+      }
+      auto result = worker_mlp->ComputeGradients(read, b.features, b.labels, pool.device, &grads);
+      REQUIRE_MESSAGE(result.ok(), result.status().ToString());
+      CHECK(result->loss == fused_result->loss);
+      for (VariableStore& shard : ps) REQUIRE_OK(ApplyGradients(opt, shard, ShareOf(grads, shard), pool.device));
+    }
+  }
+  CHECK(whole.Names() == fused.Names());
+  CheckBitwiseEqual(fused, whole, "one store");
+  for (const std::string& name : fused.Names()) {
+    CHECK_MESSAGE(ps[0].Contains(name) != ps[1].Contains(name), name, " is not on exactly one ps task");
+  }
+  CHECK(ps[0].size() + ps[1].size() == fused.size());
+  for (const VariableStore& shard : ps) CheckBitwiseEqual(shard, fused, "ps shard");
+  // The steps moved the variables (the comparison is not of initial values).
+  auto initial = NewStore(spec, opt, 17);
+  CHECK_FALSE(Var(*initial, "dense/kernel").Equals(Var(fused, "dense/kernel")));
+}
+
+TEST_CASE("ComputeGradients + ApplyGradients give bitwise TrainStep's variables and slots, in one store or two ps shards") {
+  SUBCASE("GradientDescentOptimizer") { CheckSplitStepsMatchTrainStep(Sgd(0.3f)); }
+  SUBCASE("MomentumOptimizer") { CheckSplitStepsMatchTrainStep(Momentum(0.2f, 0.9f, false)); }
+  SUBCASE("MomentumOptimizer, Nesterov") { CheckSplitStepsMatchTrainStep(Momentum(0.2f, 0.8f, true)); }
+  SUBCASE("AdamOptimizer") { CheckSplitStepsMatchTrainStep(Adam(0.05f)); }
+}
+
+TEST_CASE("ComputeGradients: TrainStep's gradients and rates, vars untouched, slots not needed, tensors reused") {
+  Pool pool(2);
+  const MlpSpec spec{4, {6, 5}, 3};
+  for (const OptimizerOptions& opt : {Sgd(0.5f), Adam(0.01f)}) {
+    CAPTURE(OptimizerKindName(opt.kind));
+    auto vars = NewStore(spec, opt, 11);
+    // A worker's copy: kernels, biases and beta powers, no slots.
+    VariableStore read;
+    CopyVariables(*vars, read, [&](const std::string& n) { return absl::StrContains(n, "power") || *vars->IsTrainable(n); });
+    auto before = read.Snapshot();
+    auto mlp = NewMlp(spec, opt);
+    const Batch b = RandomBatch(9, 4, 3, 2);
+    Gradients grads;
+    grads.grads_and_vars.push_back({"stale", Tensor(DataType::kInt32, TensorShape{2})});  // replaced
+    auto result = mlp->ComputeGradients(read, b.features, b.labels, pool.device, &grads);
+    REQUIRE_MESSAGE(result.ok(), result.status().ToString());
+    CHECK(read.Snapshot().size() == before.size());
+    for (auto& [name, value] : before) CHECK_MESSAGE(Var(read, name).Equals(value), name, " changed");
+
+    // Names, order, shapes: the trainables, sorted.
+    std::vector<std::string> names;
+    for (const Gradients::GradAndVar& g : grads.grads_and_vars) {
+      names.push_back(g.variable);
+      CHECK(g.grad.dtype() == DataType::kFloat);
+      CHECK(g.grad.shape() == Var(read, g.variable).shape());
+    }
+    CHECK(names == std::vector<std::string>{"dense/bias", "dense/kernel", "dense_1/bias", "dense_1/kernel",
+                                            "dense_2/bias", "dense_2/kernel"});
+    CHECK(grads.learning_rate == opt.learning_rate);
+    if (opt.kind == OptimizerKind::kAdam) {
+      CHECK(grads.adam_step_size == internal::AdamStepSize(opt.learning_rate, opt.beta1, opt.beta2));
+    } else {
+      CHECK(grads.adam_step_size == 0.0f);
+    }
+    // The gradients are the finite differences' (in double, as the tests above).
+    const RefParams expected = NumericGradient(spec, ParamsOf(spec, *vars), b);
+    for (std::size_t l = 0; l < 3; ++l) {
+      const Gradients::GradAndVar& kg = grads.grads_and_vars[2 * l + 1];
+      const Gradients::GradAndVar& bg = grads.grads_and_vars[2 * l];
+      CheckClose(std::vector<double>(kg.grad.data<float>(), kg.grad.data<float>() + kg.grad.num_elements()),
+                 expected.kernel[l], 1e-6, 1e-4, kg.variable);
+      CheckClose(std::vector<double>(bg.grad.data<float>(), bg.grad.data<float>() + bg.grad.num_elements()),
+                 expected.bias[l], 1e-6, 1e-4, bg.variable);
+    }
+
+    // A second call reuses the tensors and follows set_learning_rate.
+    std::vector<const float*> buffers;
+    for (const Gradients::GradAndVar& g : grads.grads_and_vars) buffers.push_back(g.grad.data<float>());
+    REQUIRE_OK(mlp->set_learning_rate(0.25f));
+    const Batch b2 = RandomBatch(4, 4, 3, 3);
+    REQUIRE(mlp->ComputeGradients(read, b2.features, b2.labels, pool.device, &grads).ok());
+    for (std::size_t i = 0; i < buffers.size(); ++i) CHECK(grads.grads_and_vars[i].grad.data<float>() == buffers[i]);
+    CHECK(grads.learning_rate == 0.25f);
+    if (opt.kind == OptimizerKind::kAdam) {
+      CHECK(grads.adam_step_size == internal::AdamStepSize(0.25f, opt.beta1, opt.beta2));
+    }
+  }
+}
+
+TEST_CASE("ComputeGradients rejects a null grads, bad batches and missing variables, leaving grads as it was") {
+  Pool pool(1);
+  const MlpSpec spec{4, {3}, 2};
+  auto vars = NewStore(spec, Adam(0.1f), 1);
+  auto mlp = NewMlp(spec, Adam(0.1f));
+  const Batch good = RandomBatch(3, 4, 2, 1);
+  Gradients grads;
+  REQUIRE(mlp->ComputeGradients(*vars, good.features, good.labels, pool.device, &grads).ok());
+  const Gradients kept = grads;
+  auto unchanged = [&] {
+    REQUIRE(grads.grads_and_vars.size() == kept.grads_and_vars.size());
+    for (std::size_t i = 0; i < kept.grads_and_vars.size(); ++i) {
+      CHECK(grads.grads_and_vars[i].grad.Equals(kept.grads_and_vars[i].grad));
+    }
+  };
+  auto r = mlp->ComputeGradients(*vars, good.features, good.labels, pool.device, nullptr);
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(Msg(r.status()), "grads is null"));
+  Tensor bad_label = good.labels;
+  bad_label.data<int32_t>()[0] = 5;
+  r = mlp->ComputeGradients(*vars, good.features, bad_label, pool.device, &grads);
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(Msg(r.status()), "labels[0] = 5"));
+  unchanged();
+  REQUIRE_OK(vars->Delete("beta1_power"));
+  r = mlp->ComputeGradients(*vars, good.features, good.labels, pool.device, &grads);
+  CHECK(r.status().code() == absl::StatusCode::kNotFound);
+  CHECK(Msg(r.status()) == "variable 'beta1_power' not found");
+  unchanged();
+  REQUIRE_OK(vars->Delete("dense_1/bias"));
+  REQUIRE_OK(vars->Create("dense_1/bias", Tensor(DataType::kFloat, TensorShape{3})));
+  r = mlp->ComputeGradients(*vars, good.features, good.labels, pool.device, &grads);
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(absl::StrContains(Msg(r.status()), "variable 'dense_1/bias': expected shape [2], got [3]"),
+                r.status().ToString());
+  unchanged();
+}
+
+TEST_CASE("ApplyGradients rejects bad gradients, misrouted gradients and missing slots, naming them; updates nothing") {
+  Pool pool(1);
+  const MlpSpec spec{4, {3}, 2};
+  const OptimizerOptions opt = Adam(0.1f);
+  auto vars = NewStore(spec, opt, 1);
+  auto mlp = NewMlp(spec, opt);
+  const Batch b = RandomBatch(3, 4, 2, 1);
+  Gradients good;
+  REQUIRE(mlp->ComputeGradients(*vars, b.features, b.labels, pool.device, &good).ok());
+  // A shard as ps task 0 of 2 holds it: dense/bias (+ slots, beta powers), dense_1/bias.
+  VariableStore shard;
+  CopyVariables(*vars, shard, [](const std::string& n) {
+    return absl::StartsWith(n, "dense/bias") || absl::StartsWith(n, "dense_1/bias") || absl::StrContains(n, "power");
+  });
+  const Gradients share = ShareOf(good, shard);
+  REQUIRE(share.grads_and_vars.size() == 2);
+  auto initial = shard.Snapshot();
+
+  auto expect = [&](const Gradients& g, absl::StatusCode code, const std::string& text) {
+    const Status s = ApplyGradients(opt, shard, g, pool.device);
+    CHECK(s.code() == code);
+    CHECK_MESSAGE(absl::StrContains(Msg(s), text), s.ToString());
+    for (auto& [name, value] : initial) CHECK_MESSAGE(Var(shard, name).Equals(value), name, " changed");
+  };
+  // The bad entry comes last, after a good one, each time.
+  Gradients g = share;
+  g.grads_and_vars.push_back(good.grads_and_vars[1]);  // dense/kernel: on the other ps
+  expect(g, absl::StatusCode::kNotFound, "gradient for variable 'dense/kernel', which this store does not hold");
+  g = share;
+  g.grads_and_vars[1].grad = Tensor(DataType::kFloat, TensorShape{3});
+  expect(g, absl::StatusCode::kInvalidArgument, "gradient for variable 'dense_1/bias': expected shape [2], got [3]");
+  g = share;
+  g.grads_and_vars[1].grad = Tensor(DataType::kDouble, TensorShape{2});
+  expect(g, absl::StatusCode::kInvalidArgument, "gradient for variable 'dense_1/bias': expected dtype float32");
+  g = share;
+  g.grads_and_vars.push_back(share.grads_and_vars[0]);
+  expect(g, absl::StatusCode::kInvalidArgument, "variable 'dense/bias' has more than one gradient");
+  g = share;
+  g.learning_rate = -1;
+  expect(g, absl::StatusCode::kInvalidArgument, "learning_rate must be >= 0 and finite, got -1");
+  g = share;
+  g.adam_step_size = std::numeric_limits<float>::quiet_NaN();
+  expect(g, absl::StatusCode::kInvalidArgument, "adam_step_size must be >= 0 and finite");
+  OptimizerOptions bad = opt;
+  bad.beta1 = 1;
+  CHECK(ApplyGradients(bad, shard, share, pool.device).code() == absl::StatusCode::kInvalidArgument);
+
+  REQUIRE_OK(shard.Delete("dense_1/bias/Adam_1"));
+  initial.erase("dense_1/bias/Adam_1");
+  expect(share, absl::StatusCode::kNotFound, "variable 'dense_1/bias/Adam_1' not found");
+  REQUIRE_OK(shard.Create("dense_1/bias/Adam_1", Tensor(DataType::kFloat, TensorShape{1, 2}), false));
+  initial["dense_1/bias/Adam_1"] = Tensor(DataType::kFloat, TensorShape{1, 2});
+  expect(share, absl::StatusCode::kInvalidArgument, "variable 'dense_1/bias/Adam_1': expected shape [2], got [1,2]");
+  REQUIRE_OK(shard.Delete("dense_1/bias/Adam_1"));
+  REQUIRE_OK(shard.Create("dense_1/bias/Adam_1", Tensor(DataType::kFloat, TensorShape{2}), false));
+  initial["dense_1/bias/Adam_1"] = Tensor(DataType::kFloat, TensorShape{2});
+  REQUIRE_OK(shard.Delete("beta2_power"));
+  initial.erase("beta2_power");
+  expect(share, absl::StatusCode::kNotFound, "holds 'beta1_power' but not 'beta2_power'");
+
+  // Not a shard's fault: a momentum update needs "<var>/Momentum".
+  const Status s = ApplyGradients(Momentum(0.1f, 0.9f, false), shard, share, pool.device);
+  CHECK(s.code() == absl::StatusCode::kNotFound);
+  CHECK_MESSAGE(absl::StrContains(Msg(s), "variable 'dense/bias/Momentum' not found"), s.ToString());
+}
+
+TEST_CASE("ApplyGradients advances Adam's beta powers once per call where the store holds them") {
+  Pool pool(1);
+  const OptimizerOptions opt = Adam(0.1f);
+  Gradients none;
+  none.learning_rate = 0.1f;
+  none.adam_step_size = 0.01f;
+  VariableStore powers;
+  REQUIRE_OK(powers.Create("beta1_power", Tensor::Scalar<float>(opt.beta1), false));
+  REQUIRE_OK(powers.Create("beta2_power", Tensor::Scalar<float>(opt.beta2), false));
+  REQUIRE_OK(ApplyGradients(opt, powers, none, pool.device));
+  REQUIRE_OK(ApplyGradients(opt, powers, none, pool.device));
+  CHECK(*Var(powers, "beta1_power").data<float>() == opt.beta1 * opt.beta1 * opt.beta1);
+  CHECK(*Var(powers, "beta2_power").data<float>() == opt.beta2 * opt.beta2 * opt.beta2);
+  // Other optimizers leave them alone; a store without them is fine.
+  REQUIRE_OK(ApplyGradients(Sgd(0.1f), powers, none, pool.device));
+  CHECK(*Var(powers, "beta1_power").data<float>() == opt.beta1 * opt.beta1 * opt.beta1);
+  VariableStore empty;
+  REQUIRE_OK(ApplyGradients(opt, empty, none, pool.device));
+  CHECK(empty.size() == 0);
 }
 
 }  // namespace

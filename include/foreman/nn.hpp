@@ -131,6 +131,28 @@ struct StepResult {
   float accuracy = 0;   // fraction of rows whose argmax (first maximum) == label
 };
 
+/// The gradients of one step and the arguments of their update: what a
+/// worker of a cluster computes on the variables it read and sends to the
+/// parameter servers (TF1: optimizer.compute_gradients's grads_and_vars, and
+/// the learning-rate and lr_t tensors the apply ops read). Filled by
+/// Mlp::ComputeGradients, applied by ApplyGradients. A plain value: owns its
+/// tensors (copies are deep); thread-compatible.
+struct Gradients {
+  struct GradAndVar {
+    std::string variable;  // the trainable variable's name, "dense/kernel"
+    Tensor grad;           // float32, shaped as the variable: d(mean loss)/d(variable)
+  };
+  /// One entry per trainable variable of the model, sorted by name
+  /// ("dense/bias", "dense/kernel", "dense_1/bias", ...). A parameter
+  /// server's share is the entries of the variables it holds.
+  std::vector<GradAndVar> grads_and_vars;
+  /// The rate the step was computed with (Mlp::set_learning_rate's).
+  float learning_rate = 0;
+  /// Adam's lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power), from the
+  /// beta powers read with the variables; 0 for the other optimizers.
+  float adam_step_size = 0;
+};
+
 /// Trains and evaluates an MLP on variables in a VariableStore. Holds the
 /// workspace (grown to the largest batch seen, then reused: no allocation
 /// per step). Not thread-safe: one per training thread.
@@ -172,6 +194,23 @@ class Mlp {
   StatusOr<StepResult> TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
                                  const Eigen::ThreadPoolDevice& device);
 
+  /// TrainStep without its update (TF1: optimizer.compute_gradients): the
+  /// same forward and backward, giving bitwise the gradients TrainStep
+  /// applies. Reads only the kernels, biases and, for Adam, beta1_power and
+  /// beta2_power (a worker's copy needs no slots); `vars` is not modified.
+  /// Fills `*grads` (caller-owned): grads_and_vars, learning_rate and, for
+  /// Adam, adam_step_size from the beta powers in `vars`. Once `*grads` holds
+  /// this model's gradients, a call reuses its tensors and allocates nothing.
+  /// Returns the loss and accuracy before the update, as TrainStep.
+  /// Errors as TrainStep (slots are not looked up), and INVALID_ARGUMENT for
+  /// a null `grads`; `*grads` is unchanged after a bad argument and
+  /// unspecified after a device error.
+  StatusOr<StepResult> ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                        compute::Device& device, Gradients* grads);
+  /// The same on a CPU device running on `device` (not owned).
+  StatusOr<StepResult> ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                        const Eigen::ThreadPoolDevice& device, Gradients* grads);
+
   /// Loss and accuracy over all N rows of `features`, no update, computed in
   /// chunks of at most kEvalChunkRows rows (bounded memory). Only kernels and
   /// biases are read. Errors as TrainStep.
@@ -198,5 +237,38 @@ class Mlp {
   explicit Mlp(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// Applies `grads` to the variables `shard` holds (TF1: apply_gradients on
+/// one parameter server's share): for each entry, TF1's update of
+/// `optimizer.kind` (as in Mlp::TrainStep) on the variable with its slots
+/// from `shard`, with grads.learning_rate (SGD, Momentum) or
+/// grads.adam_step_size (Adam) as the rate; `optimizer.learning_rate` is not
+/// read. The result is bitwise what TrainStep gives for the same gradients,
+/// however the variables are split between stores. For Adam, when `shard`
+/// holds beta1_power and beta2_power they are multiplied by beta1 and beta2
+/// once per call (AdamOptimizer._finish), after the updates.
+/// In one process adam_step_size comes from the beta powers the update
+/// would read itself. In an asynchronous cluster it comes from the powers the
+/// worker read at the start of its step (TF1's apply_adam reads them on the
+/// ps at apply time): an update may use a step size one or more updates old.
+/// Errors (checked before anything is updated; nothing is updated then):
+///   NOT_FOUND         a gradient's variable is not in `shard` (each parameter
+///                     server is sent only its share); a slot of an updated
+///                     variable, or one of the beta powers when the other is
+///                     held (each named)
+///   INVALID_ARGUMENT  a gradient that is not float32 or not shaped as its
+///                     variable; a variable or slot that is not float32 of
+///                     the variable's shape; a variable listed twice; a
+///                     learning_rate or (Adam) adam_step_size that is negative
+///                     or not finite; bad optimizer options
+///                     (ValidateOptimizerOptions, learning_rate aside)
+///   UNIMPLEMENTED     a device whose memory is not host memory
+///   the device's own errors (compute.hpp)
+/// Not thread-safe for one `shard`: callers serialise updates to a store.
+Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
+                      compute::Device& device);
+/// The same on a CPU device running on `device` (not owned).
+Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
+                      const Eigen::ThreadPoolDevice& device);
 
 }  // namespace foreman::nn

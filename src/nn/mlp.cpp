@@ -248,6 +248,8 @@ struct Mlp::Impl {
   std::vector<Buffer> deltas;
   std::vector<Buffer> kernel_grads;
   std::vector<Buffer> bias_grads;
+  // Where Backward writes each layer's gradients (sized by Create, set per step).
+  std::vector<float*> kgrads, bgrads;
 
   // The variables of one layer, resolved for one step.
   struct LayerVars {
@@ -256,6 +258,11 @@ struct Mlp::Impl {
     float* kernel_slots[2] = {nullptr, nullptr};
     float* bias_slots[2] = {nullptr, nullptr};
   };
+
+  // The trainable variables sorted by name (Gradients::grads_and_vars's
+  // order), and each layer's kernel and bias index in it.
+  std::vector<std::string> trainable;
+  std::vector<std::size_t> kernel_index, bias_index;
 
   /// Forward pass of `rows` rows of `x`: fills outputs[l] for every layer.
   Status Forward(const float* x, int64_t rows, const std::vector<const float*>& kernels,
@@ -275,6 +282,65 @@ struct Mlp::Impl {
       g.bias = biases[l];
       FOREMAN_RETURN_IF_ERROR(device.Gemm(g));
       in = out;
+    }
+    return absl::OkStatus();
+  }
+
+  /// Forward, then the softmax cross-entropy (TF's SparseXentEigenImpl, in
+  /// float): the loss summed over the rows and the correct argmaxes into
+  /// `stats`, d(mean loss)/d(logits) into deltas[last].
+  Status ForwardAndLoss(const float* x, int64_t rows, const Tensor& labels, const std::vector<const float*>& kernels,
+                        const std::vector<const float*>& biases, compute::Device& device,
+                        compute::SoftmaxXentStats* stats) {
+    FOREMAN_RETURN_IF_ERROR(Forward(x, rows, kernels, biases, device));
+    const std::size_t last = layers.size() - 1;
+    const compute::SoftmaxXentArgs xent = XentArgs(outputs[last].data(), labels, 0, rows, spec.num_classes);
+    return device.SoftmaxXent(xent, stats, 1.0f / static_cast<float>(rows),
+                              deltas[last].Reserve(rows * spec.num_classes));
+  }
+
+  /// Backward from deltas[last], top layer first: layer l's kernel gradient
+  /// into kgrads[l] ([in, out]) and its bias gradient into bgrads[l] ([out]),
+  /// then after_layer(l). Layer l's kernel is not read after after_layer(l),
+  /// so TrainStep updates it there, while its gradient is warm in cache.
+  template <class AfterLayer>
+  Status Backward(const float* x, int64_t rows, const std::vector<const float*>& kernels, compute::Device& device,
+                  AfterLayer&& after_layer) {
+    for (std::size_t l = layers.size(); l-- > 0;) {
+      const Layer& layer = layers[l];
+      const float* in = l == 0 ? x : outputs[l - 1].data();
+      const float* delta = deltas[l].data();
+
+      // kernel gradient [in, out] = in [rows, in]^T . delta [rows, out]
+      compute::GemmArgs kg;
+      kg.a = in;
+      kg.b = delta;
+      kg.c = kgrads[l];
+      kg.m = layer.in;
+      kg.k = rows;
+      kg.n = layer.out;
+      kg.transpose_a = true;
+      FOREMAN_RETURN_IF_ERROR(device.Gemm(kg));
+
+      FOREMAN_RETURN_IF_ERROR(device.ColumnSums(delta, rows, layer.out, bgrads[l]));
+
+      if (l > 0) {
+        // delta below [rows, below.out] = delta [rows, out] . kernel [in, out]^T,
+        // masked where the ReLU below was off (below.out == in).
+        const Layer& below = layers[l - 1];
+        compute::GemmArgs db;
+        db.a = delta;
+        db.b = kernels[l];
+        db.c = deltas[l - 1].Reserve(rows * below.out);
+        db.m = rows;
+        db.k = layer.out;
+        db.n = below.out;
+        db.transpose_b = true;
+        db.epilogue = compute::Epilogue::kReluGradMask;
+        db.relu_output = outputs[l - 1].data();
+        FOREMAN_RETURN_IF_ERROR(device.Gemm(db));
+      }
+      FOREMAN_RETURN_IF_ERROR(after_layer(l));
     }
     return absl::OkStatus();
   }
@@ -311,6 +377,21 @@ StatusOr<std::unique_ptr<Mlp>> Mlp::Create(MlpSpec spec, OptimizerOptions optimi
   impl->deltas.resize(n);
   impl->kernel_grads.resize(n);
   impl->bias_grads.resize(n);
+  impl->kgrads.resize(n);
+  impl->bgrads.resize(n);
+  for (const Layer& layer : impl->layers) {
+    impl->trainable.push_back(layer.kernel);
+    impl->trainable.push_back(layer.bias);
+  }
+  std::sort(impl->trainable.begin(), impl->trainable.end());
+  auto index_of = [&](const std::string& name) {
+    return static_cast<std::size_t>(std::find(impl->trainable.begin(), impl->trainable.end(), name) -
+                                    impl->trainable.begin());
+  };
+  for (const Layer& layer : impl->layers) {
+    impl->kernel_index.push_back(index_of(layer.kernel));
+    impl->bias_index.push_back(index_of(layer.bias));
+  }
   return std::unique_ptr<Mlp>(new Mlp(std::move(impl)));
 }
 
@@ -360,61 +441,21 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features,
 
   const int64_t rows = features.shape().dim(0);
   const float* x = features.data<float>();
-  FOREMAN_RETURN_IF_ERROR(m.Forward(x, rows, kernels, biases, device));
-
-  // Softmax cross-entropy (TF's SparseXentEigenImpl, in float): the loss
-  // summed over the rows, the correct argmaxes, and d(mean loss)/d(logits).
-  const std::size_t last = num_layers - 1;
-  const compute::SoftmaxXentArgs xent = XentArgs(m.outputs[last].data(), labels, 0, rows, m.spec.num_classes);
   compute::SoftmaxXentStats stats;
-  FOREMAN_RETURN_IF_ERROR(device.SoftmaxXent(xent, &stats, 1.0f / static_cast<float>(rows),
-                                             m.deltas[last].Reserve(rows * m.spec.num_classes)));
+  FOREMAN_RETURN_IF_ERROR(m.ForwardAndLoss(x, rows, labels, kernels, biases, device, &stats));
 
-  // Backward, top layer first. A layer's kernel is updated as soon as the
-  // gradient below it has been computed (it is not read again), so its
-  // update runs while its gradient is still warm in cache.
-  for (std::size_t l = num_layers; l-- > 0;) {
-    const Layer& layer = m.layers[l];
-    const float* in = l == 0 ? x : m.outputs[l - 1].data();
-    const float* delta = m.deltas[l].data();
-
-    // kernel gradient [in, out] = in [rows, in]^T . delta [rows, out]
-    float* kgrad = m.kernel_grads[l].Reserve(layer.in * layer.out);
-    compute::GemmArgs kg;
-    kg.a = in;
-    kg.b = delta;
-    kg.c = kgrad;
-    kg.m = layer.in;
-    kg.k = rows;
-    kg.n = layer.out;
-    kg.transpose_a = true;
-    FOREMAN_RETURN_IF_ERROR(device.Gemm(kg));
-
-    float* bgrad = m.bias_grads[l].Reserve(layer.out);
-    FOREMAN_RETURN_IF_ERROR(device.ColumnSums(delta, rows, layer.out, bgrad));
-
-    if (l > 0) {
-      // delta below [rows, below.out] = delta [rows, out] . kernel [in, out]^T,
-      // masked where the ReLU below was off (below.out == in).
-      const Layer& below = m.layers[l - 1];
-      compute::GemmArgs db;
-      db.a = delta;
-      db.b = lv[l].kernel;
-      db.c = m.deltas[l - 1].Reserve(rows * below.out);
-      db.m = rows;
-      db.k = layer.out;
-      db.n = below.out;
-      db.transpose_b = true;
-      db.epilogue = compute::Epilogue::kReluGradMask;
-      db.relu_output = m.outputs[l - 1].data();
-      FOREMAN_RETURN_IF_ERROR(device.Gemm(db));
-    }
-
-    FOREMAN_RETURN_IF_ERROR(internal::ApplyDense(opt, lr, lv[l].kernel, kgrad, lv[l].kernel_slots[0],
-                                                 lv[l].kernel_slots[1], layer.in * layer.out, device));
-    FOREMAN_RETURN_IF_ERROR(internal::ApplyDense(opt, lr, lv[l].bias, bgrad, lv[l].bias_slots[0],
-                                                 lv[l].bias_slots[1], layer.out, device));
+  // Backward, updating each layer as soon as its kernel is no longer read.
+  for (std::size_t l = 0; l < num_layers; ++l) {
+    m.kgrads[l] = m.kernel_grads[l].Reserve(m.layers[l].in * m.layers[l].out);
+    m.bgrads[l] = m.bias_grads[l].Reserve(m.layers[l].out);
   }
+  FOREMAN_RETURN_IF_ERROR(m.Backward(x, rows, kernels, device, [&](std::size_t l) -> Status {
+    const Layer& layer = m.layers[l];
+    FOREMAN_RETURN_IF_ERROR(internal::ApplyDense(opt, lr, lv[l].kernel, m.kgrads[l], lv[l].kernel_slots[0],
+                                                 lv[l].kernel_slots[1], layer.in * layer.out, device));
+    return internal::ApplyDense(opt, lr, lv[l].bias, m.bgrads[l], lv[l].bias_slots[0], lv[l].bias_slots[1], layer.out,
+                                device);
+  }));
   if (opt.kind == OptimizerKind::kAdam) {
     // AdamOptimizer._finish: beta*_power.assign(beta*_power * beta*).
     *beta1_power = *beta1_power * opt.beta1;
@@ -425,6 +466,162 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features,
   result.loss = static_cast<float>(stats.loss_sum / static_cast<double>(rows));
   result.accuracy = static_cast<float>(static_cast<double>(stats.correct) / static_cast<double>(rows));
   return result;
+}
+
+StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                           const Eigen::ThreadPoolDevice& device, Gradients* grads) {
+  compute::CpuDevice cpu(&device);
+  return ComputeGradients(vars, features, labels, cpu, grads);
+}
+
+StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                           compute::Device& device, Gradients* grads) {
+  Impl& m = *impl_;
+  if (grads == nullptr) return absl::InvalidArgumentError("Mlp::ComputeGradients: grads is null");
+  FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device));
+  FOREMAN_RETURN_IF_ERROR(CheckBatch(m.spec, features, labels));
+  const OptimizerOptions& opt = m.optimizer;
+  const std::size_t num_layers = m.layers.size();
+
+  std::vector<const float*> kernels(num_layers), biases(num_layers);
+  for (std::size_t l = 0; l < num_layers; ++l) {
+    const Layer& layer = m.layers[l];
+    FOREMAN_ASSIGN_OR_RETURN(const Tensor* k, GetFloat(vars, layer.kernel, TensorShape{layer.in, layer.out}));
+    FOREMAN_ASSIGN_OR_RETURN(const Tensor* b, GetFloat(vars, layer.bias, TensorShape{layer.out}));
+    kernels[l] = k->data<float>();
+    biases[l] = b->data<float>();
+  }
+  float adam_step_size = 0;
+  if (opt.kind == OptimizerKind::kAdam) {
+    FOREMAN_ASSIGN_OR_RETURN(const Tensor* b1, GetFloat(vars, internal::kBeta1PowerName, TensorShape{}));
+    FOREMAN_ASSIGN_OR_RETURN(const Tensor* b2, GetFloat(vars, internal::kBeta2PowerName, TensorShape{}));
+    adam_step_size = internal::AdamStepSize(opt.learning_rate, *b1->data<float>(), *b2->data<float>());
+  }
+
+  // Size `grads` for this model unless it already is (then nothing is allocated).
+  std::vector<Gradients::GradAndVar>& gv = grads->grads_and_vars;
+  auto shape_of = [&](std::size_t i) {
+    for (std::size_t l = 0; l < num_layers; ++l) {
+      if (m.kernel_index[l] == i) return TensorShape{m.layers[l].in, m.layers[l].out};
+      if (m.bias_index[l] == i) return TensorShape{m.layers[l].out};
+    }
+    return TensorShape{};
+  };
+  bool sized = gv.size() == m.trainable.size();
+  for (std::size_t i = 0; sized && i < gv.size(); ++i) {
+    sized = gv[i].variable == m.trainable[i] && gv[i].grad.dtype() == DataType::kFloat &&
+            gv[i].grad.shape() == shape_of(i);
+  }
+  if (!sized) {
+    gv.resize(m.trainable.size());
+    for (std::size_t i = 0; i < gv.size(); ++i) {
+      gv[i].variable = m.trainable[i];
+      FOREMAN_ASSIGN_OR_RETURN(gv[i].grad, Tensor::Create(DataType::kFloat, shape_of(i)));
+    }
+  }
+  grads->learning_rate = opt.learning_rate;
+  grads->adam_step_size = adam_step_size;
+
+  const int64_t rows = features.shape().dim(0);
+  const float* x = features.data<float>();
+  compute::SoftmaxXentStats stats;
+  FOREMAN_RETURN_IF_ERROR(m.ForwardAndLoss(x, rows, labels, kernels, biases, device, &stats));
+  for (std::size_t l = 0; l < num_layers; ++l) {
+    m.kgrads[l] = gv[m.kernel_index[l]].grad.data<float>();
+    m.bgrads[l] = gv[m.bias_index[l]].grad.data<float>();
+  }
+  FOREMAN_RETURN_IF_ERROR(m.Backward(x, rows, kernels, device, [](std::size_t) -> Status { return absl::OkStatus(); }));
+
+  StepResult result;
+  result.loss = static_cast<float>(stats.loss_sum / static_cast<double>(rows));
+  result.accuracy = static_cast<float>(static_cast<double>(stats.correct) / static_cast<double>(rows));
+  return result;
+}
+
+Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
+                      const Eigen::ThreadPoolDevice& device) {
+  compute::CpuDevice cpu(&device);
+  return ApplyGradients(optimizer, shard, grads, cpu);
+}
+
+Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
+                      compute::Device& device) {
+  FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device));
+  OptimizerOptions checked = optimizer;
+  checked.learning_rate = 1;  // not read: the rates come with the gradients
+  FOREMAN_RETURN_IF_ERROR(ValidateOptimizerOptions(checked));
+  const bool adam = optimizer.kind == OptimizerKind::kAdam;
+  auto check_rate = [](const char* what, float rate) -> Status {
+    if (rate >= 0 && std::isfinite(rate)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("ApplyGradients: ", what, " must be >= 0 and finite, got ", rate));
+  };
+  FOREMAN_RETURN_IF_ERROR(check_rate("learning_rate", grads.learning_rate));
+  if (adam) FOREMAN_RETURN_IF_ERROR(check_rate("adam_step_size", grads.adam_step_size));
+  const float lr = adam ? grads.adam_step_size : grads.learning_rate;
+
+  // Resolve and check everything before updating anything.
+  struct Update {
+    float* var = nullptr;
+    const float* grad = nullptr;
+    float* slots[2] = {nullptr, nullptr};
+    int64_t n = 0;
+  };
+  const std::vector<std::string> suffixes = internal::SlotSuffixes(optimizer.kind);
+  std::vector<Update> updates(grads.grads_and_vars.size());
+  for (std::size_t i = 0; i < updates.size(); ++i) {
+    const Gradients::GradAndVar& g = grads.grads_and_vars[i];
+    if (!shard.Contains(g.variable)) {
+      return absl::NotFoundError(
+          absl::StrCat("ApplyGradients: gradient for variable '", g.variable, "', which this store does not hold"));
+    }
+    Tensor* var = shard.Get(g.variable).value();
+    FOREMAN_RETURN_IF_ERROR(Annotate(var->CheckDataType(DataType::kFloat), absl::StrCat("variable '", g.variable, "'")));
+    Status s = g.grad.CheckDataType(DataType::kFloat);
+    if (s.ok()) s = g.grad.CheckShape(var->shape());
+    FOREMAN_RETURN_IF_ERROR(Annotate(s, absl::StrCat("ApplyGradients: gradient for variable '", g.variable, "'")));
+    Update& u = updates[i];
+    u.var = var->data<float>();
+    u.grad = g.grad.data<float>();
+    u.n = var->num_elements();
+    for (std::size_t j = 0; j < i; ++j) {
+      if (updates[j].var == u.var) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ApplyGradients: variable '", g.variable, "' has more than one gradient"));
+      }
+    }
+    for (std::size_t k = 0; k < suffixes.size(); ++k) {
+      FOREMAN_ASSIGN_OR_RETURN(Tensor* slot, GetFloat(shard, absl::StrCat(g.variable, "/", suffixes[k]), var->shape()));
+      u.slots[k] = slot->data<float>();
+    }
+  }
+  float* beta1_power = nullptr;
+  float* beta2_power = nullptr;
+  if (adam) {
+    const bool has1 = shard.Contains(internal::kBeta1PowerName);
+    const bool has2 = shard.Contains(internal::kBeta2PowerName);
+    if (has1 != has2) {
+      return absl::NotFoundError(absl::StrCat("ApplyGradients: the store holds '",
+                                              has1 ? internal::kBeta1PowerName : internal::kBeta2PowerName,
+                                              "' but not '",
+                                              has1 ? internal::kBeta2PowerName : internal::kBeta1PowerName, "'"));
+    }
+    if (has1) {
+      FOREMAN_ASSIGN_OR_RETURN(Tensor* b1, GetFloat(shard, internal::kBeta1PowerName, TensorShape{}));
+      FOREMAN_ASSIGN_OR_RETURN(Tensor* b2, GetFloat(shard, internal::kBeta2PowerName, TensorShape{}));
+      beta1_power = b1->data<float>();
+      beta2_power = b2->data<float>();
+    }
+  }
+
+  for (const Update& u : updates) {
+    FOREMAN_RETURN_IF_ERROR(internal::ApplyDense(optimizer, lr, u.var, u.grad, u.slots[0], u.slots[1], u.n, device));
+  }
+  if (beta1_power != nullptr) {
+    // AdamOptimizer._finish, as TrainStep.
+    *beta1_power = *beta1_power * optimizer.beta1;
+    *beta2_power = *beta2_power * optimizer.beta2;
+  }
+  return absl::OkStatus();
 }
 
 StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
