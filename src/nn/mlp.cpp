@@ -1,5 +1,8 @@
 // The MLP: TF1 variable naming, glorot_uniform initialization, and a fused
-// forward / backward / update step on a compute::Device (compute.hpp).
+// forward / backward / update step on a compute::Device (compute.hpp); the
+// same step split for a cluster into ComputeGradients (a worker's forward and
+// backward) and ApplyGradients (a ps's update of the variables it holds),
+// which share TrainStep's code and give bitwise its results.
 //
 // Layout: every matrix is row-major with the batch as rows. The matrix
 // products are the device's GEMMs straight into the workspace; bias + ReLU
@@ -262,6 +265,7 @@ struct Mlp::Impl {
   // The trainable variables sorted by name (Gradients::grads_and_vars's
   // order), and each layer's kernel and bias index in it.
   std::vector<std::string> trainable;
+  std::vector<TensorShape> trainable_shapes;
   std::vector<std::size_t> kernel_index, bias_index;
 
   /// Forward pass of `rows` rows of `x`: fills outputs[l] for every layer.
@@ -388,9 +392,12 @@ StatusOr<std::unique_ptr<Mlp>> Mlp::Create(MlpSpec spec, OptimizerOptions optimi
     return static_cast<std::size_t>(std::find(impl->trainable.begin(), impl->trainable.end(), name) -
                                     impl->trainable.begin());
   };
+  impl->trainable_shapes.resize(impl->trainable.size());
   for (const Layer& layer : impl->layers) {
     impl->kernel_index.push_back(index_of(layer.kernel));
     impl->bias_index.push_back(index_of(layer.bias));
+    impl->trainable_shapes[impl->kernel_index.back()] = TensorShape{layer.in, layer.out};
+    impl->trainable_shapes[impl->bias_index.back()] = TensorShape{layer.out};
   }
   return std::unique_ptr<Mlp>(new Mlp(std::move(impl)));
 }
@@ -486,8 +493,8 @@ StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tens
   std::vector<const float*> kernels(num_layers), biases(num_layers);
   for (std::size_t l = 0; l < num_layers; ++l) {
     const Layer& layer = m.layers[l];
-    FOREMAN_ASSIGN_OR_RETURN(const Tensor* k, GetFloat(vars, layer.kernel, TensorShape{layer.in, layer.out}));
-    FOREMAN_ASSIGN_OR_RETURN(const Tensor* b, GetFloat(vars, layer.bias, TensorShape{layer.out}));
+    FOREMAN_ASSIGN_OR_RETURN(const Tensor* k, GetFloat(vars, layer.kernel, m.trainable_shapes[m.kernel_index[l]]));
+    FOREMAN_ASSIGN_OR_RETURN(const Tensor* b, GetFloat(vars, layer.bias, m.trainable_shapes[m.bias_index[l]]));
     kernels[l] = k->data<float>();
     biases[l] = b->data<float>();
   }
@@ -500,23 +507,16 @@ StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tens
 
   // Size `grads` for this model unless it already is (then nothing is allocated).
   std::vector<Gradients::GradAndVar>& gv = grads->grads_and_vars;
-  auto shape_of = [&](std::size_t i) {
-    for (std::size_t l = 0; l < num_layers; ++l) {
-      if (m.kernel_index[l] == i) return TensorShape{m.layers[l].in, m.layers[l].out};
-      if (m.bias_index[l] == i) return TensorShape{m.layers[l].out};
-    }
-    return TensorShape{};
-  };
   bool sized = gv.size() == m.trainable.size();
   for (std::size_t i = 0; sized && i < gv.size(); ++i) {
     sized = gv[i].variable == m.trainable[i] && gv[i].grad.dtype() == DataType::kFloat &&
-            gv[i].grad.shape() == shape_of(i);
+            gv[i].grad.shape() == m.trainable_shapes[i];
   }
   if (!sized) {
     gv.resize(m.trainable.size());
     for (std::size_t i = 0; i < gv.size(); ++i) {
       gv[i].variable = m.trainable[i];
-      FOREMAN_ASSIGN_OR_RETURN(gv[i].grad, Tensor::Create(DataType::kFloat, shape_of(i)));
+      FOREMAN_ASSIGN_OR_RETURN(gv[i].grad, Tensor::Create(DataType::kFloat, m.trainable_shapes[i]));
     }
   }
   grads->learning_rate = opt.learning_rate;
