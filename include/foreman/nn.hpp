@@ -5,7 +5,9 @@
 // The model's state lives in a VariableStore under TF1's variable names, so a
 // Foreman checkpoint of an MLP has the keys a TF1 program of the same model
 // writes. An Mlp holds only scratch memory (its workspace): any store holding
-// the variables AddMlpVariables declared can be trained by it.
+// the variables AddMlpVariables declared can be trained by it. In a cluster,
+// Mlp::ComputeGradients (a worker) and ApplyGradients (each parameter server,
+// on the variables it holds) split TrainStep in two, with bitwise its results.
 //
 //   ```cpp
 //   #include "foreman/nn.hpp"
