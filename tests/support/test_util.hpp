@@ -62,6 +62,22 @@ inline constexpr bool kAsan = false;
 inline constexpr bool kAsan = false;
 #endif
 
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kTsan = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kTsan = true;
+#else
+inline constexpr bool kTsan = false;
+#endif
+#else
+inline constexpr bool kTsan = false;
+#endif
+
+/// A sanitizer build: timing-based tests widen their intervals (every thread
+/// runs several times slower and is descheduled for longer).
+inline constexpr bool kSanitized = kAsan || kTsan;
+
 /// Whether a 16 TiB allocation fails here, as tests of RESOURCE_EXHAUSTED
 /// need: under ASan (over its allocation limit; the binary's
 /// __asan_default_options sets allocator_may_return_null) and wherever the
