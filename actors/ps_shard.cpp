@@ -69,13 +69,20 @@ int64_t GlobalStep(const ps_shard_state& st) {
   return it == st.vars.end() ? -1 : *it->second.data<int64_t>();
 }
 
+// FromMessage(m), its error naming the ps task.
+StatusOr<Tensor> TensorOf(const ps_shard_state& st, const TensorMessage& m) {
+  StatusOr<Tensor> t = FromMessage(m);
+  if (!t.ok()) return Status(t.status().code(), absl::StrCat(Who(st), ": ", t.status().message()));
+  return t;
+}
+
 StatusOr<TensorMessage> Message(const std::string& name, const Tensor& t) { return ToMessage(name, t); }
 
 Status Init(ps_shard_state& st, const VariablesMessage& message) {
   std::map<std::string, Tensor> vars;
   for (const TensorMessage& m : message.tensors) {
     if (m.name.empty()) return absl::InvalidArgumentError(absl::StrCat(Who(st), ": a variable with an empty name"));
-    FOREMAN_ASSIGN_OR_RETURN(Tensor t, FromMessage(m));
+    FOREMAN_ASSIGN_OR_RETURN(Tensor t, TensorOf(st, m));
     if (m.name == kGlobalStepName && (t.dtype() != DataType::kInt64 || t.shape().dims().size() != 0)) {
       return absl::InvalidArgumentError(absl::StrCat(Who(st), ": global_step must be an int64 scalar, got ",
                                                      DataTypeName(t.dtype()), " ", t.shape().ToString()));
@@ -173,7 +180,7 @@ StatusOr<int64_t> Apply(ps_shard_state& st, const ApplyGradientsMessage& update)
       return absl::InvalidArgumentError(absl::StrCat(Who(st), ": variable '", m.name, "' is ",
                                                      DataTypeName(p.var->dtype()), ", only float32 is trained"));
     }
-    FOREMAN_ASSIGN_OR_RETURN(p.grad, FromMessage(m));
+    FOREMAN_ASSIGN_OR_RETURN(p.grad, TensorOf(st, m));
     if (p.grad.dtype() != DataType::kFloat) {
       return absl::InvalidArgumentError(absl::StrCat(Who(st), ": the gradient of '", m.name, "' is ",
                                                      DataTypeName(p.grad.dtype()), ", expected float32"));
