@@ -147,7 +147,14 @@ struct Planned {
   Tensor* slots[2] = {nullptr, nullptr};
 };
 
-StatusOr<int64_t> Apply(ps_shard_state& st, const ApplyGradientsMessage& update) {
+// A validated update: the step size and, per gradient, its variable and
+// slots. Nothing is changed until Commit().
+struct Plan {
+  float lr = 0;
+  std::vector<Planned> gradients;
+};
+
+StatusOr<Plan> PlanUpdate(ps_shard_state& st, const ApplyGradientsMessage& update) {
   if (!st.initialized) return NotInitialized(st);
   const nn::OptimizerOptions& opt = st.options.optimizer;
   float lr = update.learning_rate;
@@ -207,9 +214,16 @@ StatusOr<int64_t> Apply(ps_shard_state& st, const ApplyGradientsMessage& update)
     }
     plan.push_back(std::move(p));
   }
-  // Everything is valid: from here on, nothing fails but the device (which
-  // fails only for bad arguments, checked above).
-  for (Planned& p : plan) {
+  return Plan{lr, std::move(plan)};
+}
+
+// Applies a planned update (TF1's kernels), then AdamOptimizer._finish and
+// global_step's increment where held. Fails only for bad arguments to the
+// device, which PlanUpdate excluded.
+StatusOr<int64_t> Commit(ps_shard_state& st, const Plan& plan) {
+  const nn::OptimizerOptions& opt = st.options.optimizer;
+  const float lr = plan.lr;
+  for (const Planned& p : plan.gradients) {
     FOREMAN_RETURN_IF_ERROR(nn::internal::ApplyDense(
         opt, lr, p.var->data<float>(), p.grad.data<float>(), p.slots[0] ? p.slots[0]->data<float>() : nullptr,
         p.slots[1] ? p.slots[1]->data<float>() : nullptr, p.var->num_elements(), *st.device));
@@ -224,6 +238,11 @@ StatusOr<int64_t> Apply(ps_shard_state& st, const ApplyGradientsMessage& update)
   auto gs = st.vars.find(kGlobalStepName);
   if (gs != st.vars.end()) ++*gs->second.data<int64_t>();
   return GlobalStep(st);
+}
+
+StatusOr<int64_t> Apply(ps_shard_state& st, const ApplyGradientsMessage& update) {
+  FOREMAN_ASSIGN_OR_RETURN(Plan plan, PlanUpdate(st, update));
+  return Commit(st, plan);
 }
 
 caf::error ErrorOf(const Status& s) { return StatusToError(s); }
