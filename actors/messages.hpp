@@ -83,12 +83,13 @@ struct PsShardStatsMessage {
   int64_t global_step = -1;
   bool initialized = false;
   bool frozen = false;
-  /// Applies answered OK since the shard started (inits do not count).
+  /// Updates applied since the shard started (inits do not count; in
+  /// synchronous mode one per aggregated update).
   int64_t applied_updates = 0;
   /// Applies refused (bad gradients, not initialized).
   int64_t refused_updates = 0;
-  /// Synchronous mode (not built yet; always 0): gradients of a step older
-  /// than the shard's global_step, and gradients dropped for any reason.
+  /// Synchronous mode: gradients of a step older than the shard's (dropped),
+  /// and all gradients dropped (stale ones, and those a re-init discarded).
   int64_t stale_gradients = 0;
   int64_t dropped_gradients = 0;
   /// Applies waiting for a thaw now; freezes that ended by their timeout.

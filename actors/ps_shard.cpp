@@ -37,6 +37,18 @@ struct ps_shard_state {
   uint64_t freeze_epoch = 0;  // the timeout of an older freeze is ignored
   std::deque<HeldApply> held;
   PsShardStatsMessage stats;
+  // Synchronous mode (options.replicas_to_aggregate > 0): the step whose
+  // gradients are accumulated, the per-variable sums (TF's
+  // ConditionalAccumulator: the first gradient copied, the next ones added,
+  // in float) and counts, and the applies waiting for the aggregated update.
+  int64_t sync_step = 0;
+  struct Accumulator {
+    Tensor sum;
+    int64_t count = 0;
+  };
+  std::map<std::string, Accumulator> accumulators;
+  std::vector<caf::typed_response_promise<int64_t>> waiting;
+  ApplyGradientsMessage last_rates;  // the learning rate / step size of the last accumulated apply
   static const char* name;
 };
 const char* ps_shard_state::name = "ps_shard";
@@ -105,6 +117,8 @@ Status Init(ps_shard_state& st, const VariablesMessage& message) {
   }
   st.vars = std::move(vars);
   st.initialized = true;
+  auto gs = st.vars.find(kGlobalStepName);
+  st.sync_step = gs != st.vars.end() ? *gs->second.data<int64_t>() : message.global_step;
   return absl::OkStatus();
 }
 
@@ -247,15 +261,96 @@ StatusOr<int64_t> Apply(ps_shard_state& st, const ApplyGradientsMessage& update)
 
 caf::error ErrorOf(const Status& s) { return StatusToError(s); }
 
-// Applies `update` now and counts it.
-caf::result<int64_t> ApplyNow(ps_shard_state& st, const ApplyGradientsMessage& update) {
-  StatusOr<int64_t> r = Apply(st, update);
+// Answers every apply waiting for an aggregated update with `why`.
+void FailWaiting(ps_shard_state& st, const Status& why) {
+  for (auto& p : st.waiting) p.deliver(ErrorOf(why));
+  st.waiting.clear();
+  st.accumulators.clear();
+}
+
+// Synchronous mode (TF's SyncReplicasOptimizer on this shard): adds
+// `update`'s gradients to the accumulators, or drops them when stale; the
+// replicas_to_aggregate-th apply of a step applies the means once.
+void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
+                caf::typed_response_promise<int64_t> promise) {
+  StatusOr<Plan> plan = PlanUpdate(st, update);
+  if (!plan.ok()) {
+    ++st.stats.refused_updates;
+    promise.deliver(ErrorOf(plan.status()));
+    return;
+  }
+  const int64_t step = update.gradients.step;
+  if (step < st.sync_step) {
+    // TF's accumulators drop a gradient of a step older than theirs.
+    st.stats.stale_gradients += 1;
+    st.stats.dropped_gradients += 1;
+    FOREMAN_LOG_DEBUG("{}: dropped the stale gradients of worker {} computed at step {} (now at step {})", Who(st),
+                      update.gradients.worker, step, st.sync_step);
+    promise.deliver(GlobalStep(st));
+    return;
+  }
+  if (step > st.sync_step) {
+    ++st.stats.refused_updates;
+    promise.deliver(ErrorOf(absl::InvalidArgumentError(absl::StrCat(
+        Who(st), ": gradients of step ", step, " from worker ", update.gradients.worker,
+        ", but the shard aggregates step ", st.sync_step, " (a step it has not reached)"))));
+    return;
+  }
+  for (const Planned& p : plan->gradients) {
+    auto [it, fresh] = st.accumulators.try_emplace(p.name);
+    if (fresh) {
+      it->second.sum = p.grad;
+    } else {
+      float* sum = it->second.sum.data<float>();
+      const float* g = p.grad.data<float>();
+      for (int64_t i = 0; i < p.grad.num_elements(); ++i) sum[i] += g[i];
+    }
+    ++it->second.count;
+  }
+  st.waiting.push_back(std::move(promise));
+  st.last_rates = update;
+  st.last_rates.gradients.tensors.clear();
+  if (static_cast<int64_t>(st.waiting.size()) < st.options.replicas_to_aggregate) return;
+
+  // The mean of each variable's gradients (TF: accum / counter, in float),
+  // applied once.
+  ApplyGradientsMessage mean = st.last_rates;
+  for (auto& [name, acc] : st.accumulators) {
+    float* sum = acc.sum.data<float>();
+    const float count = static_cast<float>(acc.count);
+    for (int64_t i = 0; i < acc.sum.num_elements(); ++i) sum[i] = sum[i] / count;
+    StatusOr<TensorMessage> m = ToMessage(name, acc.sum);
+    if (m.ok()) mean.gradients.tensors.push_back(*std::move(m));
+  }
+  st.accumulators.clear();
+  StatusOr<int64_t> r = Apply(st, mean);
+  std::vector<caf::typed_response_promise<int64_t>> waiting = std::move(st.waiting);
+  st.waiting.clear();
   if (!r.ok()) {
     ++st.stats.refused_updates;
-    return ErrorOf(r.status());
+    for (auto& p : waiting) p.deliver(ErrorOf(r.status()));
+    return;
   }
   ++st.stats.applied_updates;
-  return *r;
+  ++st.sync_step;
+  for (auto& p : waiting) p.deliver(*r);
+}
+
+// An apply: now (asynchronous), or into the accumulators (synchronous).
+void Dispatch(ps_shard_state& st, const ApplyGradientsMessage& update,
+              caf::typed_response_promise<int64_t> promise) {
+  if (st.options.replicas_to_aggregate > 0) {
+    Accumulate(st, update, std::move(promise));
+    return;
+  }
+  StatusOr<int64_t> r = Apply(st, update);
+  if (r.ok()) {
+    ++st.stats.applied_updates;
+    promise.deliver(*r);
+  } else {
+    ++st.stats.refused_updates;
+    promise.deliver(ErrorOf(r.status()));
+  }
 }
 
 // Ends the freeze and answers the held applies in arrival order.
@@ -267,14 +362,7 @@ int64_t Thaw(ps_shard_state& st) {
     HeldApply h = std::move(st.held.front());
     st.held.pop_front();
     ++n;
-    StatusOr<int64_t> r = Apply(st, h.update);
-    if (r.ok()) {
-      ++st.stats.applied_updates;
-      h.promise.deliver(*r);
-    } else {
-      ++st.stats.refused_updates;
-      h.promise.deliver(ErrorOf(r.status()));
-    }
+    Dispatch(st, h.update, std::move(h.promise));
   }
   return n;
 }
@@ -292,14 +380,21 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
     for (HeldApply& h : st.held) {
       h.promise.deliver(ErrorOf(absl::UnavailableError(absl::StrCat(Who(st), " stopped while frozen"))));
     }
-    st.stats.queued_updates = 0;
     st.held.clear();
+    FailWaiting(st, absl::UnavailableError(absl::StrCat(Who(st), " stopped before the aggregated update")));
     self->quit(msg.reason);
   });
   return {
       [self](ps_init_atom, const VariablesMessage& vars) -> caf::result<caf::ok_atom> {
-        Status s = Init(self->state, vars);
+        auto& st = self->state;
+        const int64_t old_step = st.sync_step;
+        Status s = Init(st, vars);
         if (!s.ok()) return ErrorOf(s);
+        if (!st.waiting.empty()) {
+          st.stats.dropped_gradients += static_cast<int64_t>(st.waiting.size());
+          FailWaiting(st, absl::AbortedError(absl::StrCat(Who(st), " was initialized again (a restore): the gradients "
+                                                          "of step ", old_step, " were dropped")));
+        }
         FOREMAN_LOG_DEBUG("{}: initialized with {} variables, global_step {}", Who(self->state),
                           self->state.vars.size(), GlobalStep(self->state));
         return caf::ok_atom::value;
@@ -316,13 +411,17 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
       },
       [self](ps_apply_atom, ApplyGradientsMessage& update) -> caf::result<int64_t> {
         auto& st = self->state;
-        if (!st.frozen) return ApplyNow(st, update);
+        auto promise = self->make_response_promise<int64_t>();
+        if (!st.frozen) {
+          Dispatch(st, update, promise);
+          return promise;
+        }
         if (static_cast<int>(st.held.size()) >= kMaxHeldApplies) {
           ++st.stats.refused_updates;
-          return ErrorOf(absl::UnavailableError(
-              absl::StrCat(Who(st), " is frozen for a checkpoint and already holds ", kMaxHeldApplies, " applies")));
+          promise.deliver(ErrorOf(absl::UnavailableError(
+              absl::StrCat(Who(st), " is frozen for a checkpoint and already holds ", kMaxHeldApplies, " applies"))));
+          return promise;
         }
-        auto promise = self->make_response_promise<int64_t>();
         st.held.push_back(HeldApply{std::move(update), promise});
         return promise;
       },
@@ -364,6 +463,10 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
 StatusOr<caf::actor> SpawnPsShard(caf::actor_system& system, PsShardOptions options) {
   if (options.task_index < 0) {
     return absl::InvalidArgumentError(absl::StrCat("ps shard: task_index must be >= 0, got ", options.task_index));
+  }
+  if (options.replicas_to_aggregate < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ps shard: replicas_to_aggregate must be >= 0, got ",
+                                                   options.replicas_to_aggregate));
   }
   FOREMAN_RETURN_IF_ERROR(nn::ValidateOptimizerOptions(options.optimizer));
   return system.spawn(ps_shard, std::move(options));

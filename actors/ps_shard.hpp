@@ -16,7 +16,9 @@
 //       TF's init op, or the chief's restore: replaces the shard's variables
 //       wholesale with `vars.tensors` (vars.global_step is ignored: the
 //       step is the "global_step" tensor, int64 scalar, when the shard holds
-//       it). Valid also while frozen (a restore under the chief's freeze).
+//       it; a shard without it takes vars.global_step as the step its
+//       synchronous accumulators start at). Valid also while frozen (a
+//       restore under the chief's freeze).
 //       Errors (the shard unchanged): INVALID_ARGUMENT naming the tensor for
 //       an empty or duplicate name, a bad tensor (FromMessage), a
 //       global_step that is not an int64 scalar, a beta power that is not a
@@ -42,6 +44,20 @@
 //       An apply with no gradients still does the last two (a worker must
 //       step ps 0 even when none of its variables are there). Answers the
 //       new global_step, -1 when the shard does not hold it.
+//       Synchronous mode (replicas_to_aggregate = N > 0; TF's
+//       SyncReplicasOptimizer, its ConditionalAccumulators on this shard):
+//       an apply's gradients.step is the global step its gradients were
+//       computed at. Older than the shard's step: dropped (counted in
+//       stale_gradients and dropped_gradients) and answered at once with
+//       the current global_step. The shard's step: added to the per-variable
+//       accumulators (float sums) and answered only when the N-th apply of
+//       the step has arrived: then each variable's mean (sum / its count, in
+//       float) is applied once as above, the shard's step advances by one,
+//       and the N applies are answered the new global_step (as TF's token
+//       queue releases the workers). Newer: INVALID_ARGUMENT. A re-init
+//       answers the applies waiting ABORTED (counted dropped); a shard asked
+//       to quit answers them UNAVAILABLE. The chief fails a run whose alive
+//       workers are fewer than N (rule 4): the shard never times out a step.
 //       Atomic: everything is validated before anything changes. Errors
 //       (the shard unchanged, counted in refused_updates):
 //       FAILED_PRECONDITION not initialized, or a missing slot (naming it);
@@ -50,6 +66,7 @@
 //       float32, a shape other than its variable's, a gradient of a
 //       non-trainable variable (global_step, a beta power, a slot), or a
 //       learning rate / step size that is not finite and > 0.
+//       The update arguments used in synchronous mode are the N-th apply's.
 //       While frozen the apply is held (in arrival order, at most
 //       kMaxHeldApplies; more are refused with UNAVAILABLE) and answered
 //       when the shard thaws.
@@ -99,6 +116,9 @@ struct PsShardOptions {
   /// The optimizer every apply runs (kind, momentum, use_nesterov, beta1,
   /// beta2, epsilon; learning_rate is unused: each apply carries its own).
   nn::OptimizerOptions optimizer;
+  /// 0: asynchronous training (TF1's default). N > 0: synchronous, as TF's
+  /// SyncReplicasOptimizer(replicas_to_aggregate=N) (--replicas-to-aggregate).
+  int replicas_to_aggregate = 0;
 };
 
 /// Spawns a ps shard (not initialized) in `system`. INVALID_ARGUMENT naming

@@ -588,6 +588,121 @@ TEST_CASE("a freeze without a thaw ends at its timeout, and the held applies are
   CHECK(s.queued_updates == 1);
 }
 
+ApplyGradientsMessage AtStep(int64_t step, int32_t worker, std::vector<TensorMessage> grads, float lr) {
+  ApplyGradientsMessage u = Update(std::move(grads), lr);
+  u.gradients.step = step;
+  u.gradients.worker = worker;
+  return u;
+}
+
+TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale gradients dropped and counted") {
+  Eigen::ThreadPool pool(1);
+  Eigen::ThreadPoolDevice device(&pool, 1);
+  Node node;
+  OptimizerOptions opt;
+  opt.kind = OptimizerKind::kMomentum;
+  PsShardOptions options{0, opt, /*replicas_to_aggregate=*/2};
+  StatusOr<caf::actor> made = internal::SpawnPsShard(*node.sys, options);
+  REQUIRE(made.ok());
+  node.actors.push_back(*made);
+  caf::actor ps0 = *made;
+  options.task_index = 1;
+  made = internal::SpawnPsShard(*node.sys, options);
+  REQUIRE(made.ok());
+  node.actors.push_back(*made);
+  caf::actor ps1 = *made;
+  options.replicas_to_aggregate = -1;
+  CHECK(internal::SpawnPsShard(*node.sys, options).status().code() == absl::StatusCode::kInvalidArgument);
+
+  std::mt19937 rng(5);
+  std::vector<float> w = Random(6, rng), accum(6, 0.0f), v = Random(6, rng), vaccum(6, 0.0f);
+  VariablesMessage v0, v1;
+  v0.tensors = {GlobalStep(0), Floats("w", {2, 3}, w), Floats("w/Momentum", {2, 3}, accum)};
+  v1.global_step = 0;  // ps 1 has no global_step: the chief tells it the step
+  v1.tensors = {Floats("v", {6}, v), Floats("v/Momentum", {6}, vaccum)};
+  REQUIRE(Init(*node.sys, ps0, v0).ok());
+  REQUIRE(Init(*node.sys, ps1, v1).ok());
+  const int kSteps = 3;
+  for (int step = 0; step < kSteps; ++step) {
+    CAPTURE(step);
+    std::vector<float> g1 = Random(6, rng), g2 = Random(6, rng), h1 = Random(6, rng), h2 = Random(6, rng);
+    // Replica 1 from one sender: its applies arrive before its stats request.
+    caf::scoped_actor replica1{*node.sys};
+    auto first0 = replica1->request(ps0, kReply, internal::ps_apply_atom::value,
+                                    AtStep(step, 1, {Floats("w", {2, 3}, g1)}, 0.1f));
+    auto first1 = replica1->request(ps1, kReply, internal::ps_apply_atom::value,
+                                    AtStep(step, 1, {Floats("v", {6}, h1)}, 0.1f));
+    PsShardStatsMessage waiting;
+    replica1->request(ps0, kReply, internal::ps_stats_atom::value)
+        .receive([&](PsShardStatsMessage& m) { waiting = m; }, [&](caf::error&) {});
+    CHECK(waiting.applied_updates == step);  // one replica is not enough
+    CHECK(waiting.global_step == step);
+    StatusOr<int64_t> second0 = Apply(*node.sys, ps0, AtStep(step, 2, {Floats("w", {2, 3}, g2)}, 0.1f));
+    StatusOr<int64_t> second1 = Apply(*node.sys, ps1, AtStep(step, 2, {Floats("v", {6}, h2)}, 0.1f));
+    REQUIRE_MESSAGE(second0.ok(), second0.status().ToString());
+    REQUIRE(second1.ok());
+    CHECK(*second0 == step + 1);
+    CHECK(*second1 == -1);
+    int64_t a0 = -2, a1 = -2;
+    first0.receive([&](int64_t v) { a0 = v; }, [&](caf::error&) {});
+    first1.receive([&](int64_t v) { a1 = v; }, [&](caf::error&) {});
+    CHECK(a0 == step + 1);  // both replicas answered by the one update
+    CHECK(a1 == -1);
+    std::vector<float> mean_g(6), mean_h(6);
+    for (int i = 0; i < 6; ++i) {
+      mean_g[i] = (g1[i] + g2[i]) / 2.0f;
+      mean_h[i] = (h1[i] + h2[i]) / 2.0f;
+    }
+    nn::internal::ApplyDense(opt, 0.1f, w.data(), mean_g.data(), accum.data(), nullptr, 6, device);
+    nn::internal::ApplyDense(opt, 0.1f, v.data(), mean_h.data(), vaccum.data(), nullptr, 6, device);
+  }
+  // A straggler's gradients of step 1: dropped, answered at once, counted.
+  StatusOr<VariablesMessage> before = Snapshot(*node.sys, ps0);
+  REQUIRE(before.ok());
+  StatusOr<int64_t> stale = Apply(*node.sys, ps0, AtStep(1, 2, {Floats("w", {2, 3}, Random(6, rng))}, 0.1f));
+  REQUIRE(stale.ok());
+  CHECK(*stale == kSteps);
+  StatusOr<int64_t> stale1 = Apply(*node.sys, ps1, AtStep(2, 2, {Floats("v", {6}, Random(6, rng))}, 0.1f));
+  REQUIRE(stale1.ok());
+  // A step the shard has not reached: refused.
+  StatusOr<int64_t> future = Apply(*node.sys, ps0, AtStep(kSteps + 1, 1, {Floats("w", {2, 3}, w)}, 0.1f));
+  CHECK(future.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(future.status().message(), "gradients of step 4"));
+
+  StatusOr<VariablesMessage> s0 = Snapshot(*node.sys, ps0);
+  StatusOr<VariablesMessage> s1 = Snapshot(*node.sys, ps1);
+  REQUIRE(s0.ok());
+  REQUIRE(s1.ok());
+  CHECK(s0->global_step == kSteps);
+  CHECK(Find(*s0, "w")->bytes == Find(*before, "w")->bytes);  // the stale gradients changed nothing
+  CHECK(ValuesOf(*Find(*s0, "w")) == w);                       // bitwise: the float means, applied once
+  CHECK(ValuesOf(*Find(*s0, "w/Momentum")) == accum);
+  CHECK(ValuesOf(*Find(*s1, "v")) == v);
+  CHECK(ValuesOf(*Find(*s1, "v/Momentum")) == vaccum);
+  PsShardStatsMessage st0 = Stats(*node.sys, ps0);
+  CHECK(st0.applied_updates == kSteps);
+  CHECK(st0.stale_gradients == 1);
+  CHECK(st0.dropped_gradients == 1);
+  CHECK(st0.refused_updates == 1);
+  CHECK(Stats(*node.sys, ps1).stale_gradients == 1);
+
+  // A restore while a replica waits: the waiting apply is answered ABORTED
+  // (one sender: the apply arrives before the init).
+  caf::scoped_actor self{*node.sys};
+  auto apply = self->request(ps0, kReply, internal::ps_apply_atom::value,
+                             AtStep(kSteps, 1, {Floats("w", {2, 3}, w)}, 0.1f));
+  auto init = self->request(ps0, kReply, internal::ps_init_atom::value, v0);
+  Status applied = absl::UnknownError("no answer"), restored = absl::UnknownError("no answer");
+  init.receive([&](caf::ok_atom) { restored = absl::OkStatus(); },
+               [&](caf::error& e) { restored = internal::ErrorToStatus(e, "ps shard"); });
+  apply.receive([&](int64_t) { applied = absl::OkStatus(); },
+                [&](caf::error& e) { applied = internal::ErrorToStatus(e, "ps shard"); });
+  CHECK(restored.ok());
+  CHECK(applied.code() == absl::StatusCode::kAborted);
+  CHECK_MESSAGE(absl::StrContains(applied.message(), "initialized again"), applied.ToString());
+  CHECK(Stats(*node.sys, ps0).dropped_gradients == 2);
+}
+
 TEST_CASE("the protocol crosses 127.0.0.1: init, read, apply, snapshot, stats and errors") {
   internal::NetConfig net;
   Node server(&net);
