@@ -48,7 +48,7 @@ struct ps_shard_state {
   };
   std::map<std::string, Accumulator> accumulators;
   std::vector<caf::typed_response_promise<int64_t>> waiting;
-  ApplyGradientsMessage last_rates;  // the learning rate / step size of the last accumulated apply
+  ApplyGradientsMessage last_rates;  // the learning rate / step size of the last accumulated apply (no tensors)
   static const char* name;
 };
 const char* ps_shard_state::name = "ps_shard";
@@ -308,8 +308,8 @@ void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
     ++it->second.count;
   }
   st.waiting.push_back(std::move(promise));
-  st.last_rates = update;
-  st.last_rates.gradients.tensors.clear();
+  st.last_rates.learning_rate = update.learning_rate;
+  st.last_rates.adam_step_size = update.adam_step_size;
   if (static_cast<int64_t>(st.waiting.size()) < st.options.replicas_to_aggregate) return;
 
   // The mean of each variable's gradients (TF: accum / counter, in float),

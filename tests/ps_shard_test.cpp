@@ -588,6 +588,44 @@ TEST_CASE("a freeze without a thaw ends at its timeout, and the held applies are
   CHECK(s.queued_updates == 1);
 }
 
+TEST_CASE("a frozen shard holds at most kMaxHeldApplies applies, and answers the held ones when asked to quit") {
+  Node node;
+  caf::actor shard = node.Shard(0, Sgd());
+  VariablesMessage vars;
+  vars.tensors = {GlobalStep(0), Floats("w", {1}, {0})};
+  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE(Ask<int64_t>(*node.sys, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  caf::scoped_actor self{*node.sys};
+  const ApplyGradientsMessage one = Update({Floats("w", {1}, {1})}, 1.0f);
+  std::vector<caf::response_handle<caf::blocking_actor, caf::message, true>> held;
+  for (int i = 0; i < internal::kMaxHeldApplies; ++i) {
+    held.push_back(self->request(shard, kReply, internal::ps_apply_atom::value, one));
+  }
+  Status over = absl::UnknownError("no answer");
+  self->request(shard, kReply, internal::ps_apply_atom::value, one)
+      .receive([&](int64_t) { over = absl::OkStatus(); },
+               [&](caf::error& e) { over = internal::ErrorToStatus(e, "ps shard"); });
+  CHECK(over.code() == absl::StatusCode::kUnavailable);
+  CHECK_MESSAGE(absl::StrContains(over.message(), "is frozen for a checkpoint"), over.ToString());
+  PsShardStatsMessage s = Stats(*node.sys, shard);
+  CHECK(s.queued_updates == internal::kMaxHeldApplies);
+  CHECK(s.refused_updates == 1);
+
+  caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
+  int unavailable = 0;
+  for (auto& h : held) {
+    h.receive([&](int64_t) {},
+              [&](caf::error& e) {
+                Status st = internal::ErrorToStatus(e, "ps shard");
+                if (st.code() == absl::StatusCode::kUnavailable &&
+                    absl::StrContains(st.message(), "stopped while frozen")) {
+                  ++unavailable;
+                }
+              });
+  }
+  CHECK(unavailable == internal::kMaxHeldApplies);
+}
+
 ApplyGradientsMessage AtStep(int64_t step, int32_t worker, std::vector<TensorMessage> grads, float lr) {
   ApplyGradientsMessage u = Update(std::move(grads), lr);
   u.gradients.step = step;
