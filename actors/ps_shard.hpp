@@ -1,8 +1,8 @@
 // ps_shard actor: one parameter-server task's variables (issue 13, points
 // 2-4; cluster.md rules 2, 3, 5, 6). TF1: the variables a
 // replica_device_setter placed on /job:ps/task:K (PlaceVariablesOnPs), their
-// optimizer slots (colocated with them), and, on ps 0, global_step and
-// Adam's beta powers' colocation target. The actor is sequential: every
+// optimizer slots (colocated with them), and, where the placement puts them,
+// global_step (ps 0) and Adam's beta powers. The actor is sequential: every
 // request sees and leaves the whole shard consistent (no torn reads of a
 // variable, rule 3), and it never blocks on another actor.
 //
