@@ -92,6 +92,10 @@ struct PsShardStatsMessage {
   /// and all gradients dropped (stale ones, and those a re-init discarded).
   int64_t stale_gradients = 0;
   int64_t dropped_gradients = 0;
+  /// Synchronous mode: the step being aggregated (-1 in asynchronous mode)
+  /// and how many applies of it wait for the aggregated update now.
+  int64_t sync_step = -1;
+  int64_t waiting_replicas = 0;
   /// Applies waiting for a thaw now; freezes that ended by their timeout.
   int64_t queued_updates = 0;
   int64_t freeze_timeouts = 0;
@@ -131,8 +135,8 @@ typename Inspector::result_type inspect(Inspector& f, ApplyGradientsMessage& x) 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PsShardStatsMessage& x) {
   return f(caf::meta::type_name("foreman.PsShardStatsMessage"), x.task_index, x.global_step, x.initialized, x.frozen,
-           x.applied_updates, x.refused_updates, x.stale_gradients, x.dropped_gradients, x.queued_updates,
-           x.freeze_timeouts);
+           x.applied_updates, x.refused_updates, x.stale_gradients, x.dropped_gradients, x.sync_step,
+           x.waiting_replicas, x.queued_updates, x.freeze_timeouts);
 }
 
 StatusMessage ToMessage(const Status& status);

@@ -453,6 +453,8 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         s.initialized = st.initialized;
         s.frozen = st.frozen;
         s.queued_updates = static_cast<int64_t>(st.held.size());
+        s.sync_step = st.options.replicas_to_aggregate > 0 ? st.sync_step : -1;
+        s.waiting_replicas = static_cast<int64_t>(st.waiting.size());
         return s;
       },
   };

@@ -570,6 +570,7 @@ TEST_CASE("a freeze without a thaw ends at its timeout, and the held applies are
   CHECK(s.freeze_timeouts == 1);
   CHECK(s.applied_updates == 1);
   CHECK(s.queued_updates == 0);
+  CHECK(s.sync_step == -1);  // asynchronous
 
   // An explicit thaw cancels the timeout of that freeze.
   REQUIRE(Ask<int64_t>(*node.sys, shard, internal::ps_freeze_atom::value, int64_t{50}).ok());
@@ -675,6 +676,8 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
         .receive([&](PsShardStatsMessage& m) { waiting = m; }, [&](caf::error&) {});
     CHECK(waiting.applied_updates == step);  // one replica is not enough
     CHECK(waiting.global_step == step);
+    CHECK(waiting.sync_step == step);
+    CHECK(waiting.waiting_replicas == 1);
     StatusOr<int64_t> second0 = Apply(*node.sys, ps0, AtStep(step, 2, {Floats("w", {2, 3}, g2)}, 0.1f));
     StatusOr<int64_t> second1 = Apply(*node.sys, ps1, AtStep(step, 2, {Floats("v", {6}, h2)}, 0.1f));
     REQUIRE_MESSAGE(second0.ok(), second0.status().ToString());
@@ -719,6 +722,8 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
   CHECK(ValuesOf(*Find(*s1, "v/Momentum")) == vaccum);
   PsShardStatsMessage st0 = Stats(*node.sys, ps0);
   CHECK(st0.applied_updates == kSteps);
+  CHECK(st0.sync_step == kSteps);
+  CHECK(st0.waiting_replicas == 0);
   CHECK(st0.stale_gradients == 1);
   CHECK(st0.dropped_gradients == 1);
   CHECK(st0.refused_updates == 1);
