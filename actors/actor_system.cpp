@@ -90,6 +90,8 @@ void ConfigureActorSystemConfig(caf::actor_system_config& config) {
   config.add_message_type<VariablesMessage>("foreman.VariablesMessage");
   config.add_message_type<GradientsMessage>("foreman.GradientsMessage");
   config.add_message_type<StepResultMessage>("foreman.StepResultMessage");
+  config.add_message_type<ApplyGradientsMessage>("foreman.ApplyGradientsMessage");
+  config.add_message_type<PsShardStatsMessage>("foreman.PsShardStatsMessage");
   // The actor API's (include/foreman/actor_api.hpp).
   config.add_message_type<JobStatus>("foreman.JobStatus");
   config.add_message_type<ProgressStep>("foreman.ProgressStep");

@@ -49,6 +49,14 @@ using credit_atom = caf::atom_constant<caf::atom("credit")>;        // input_pip
 using produce_atom = caf::atom_constant<caf::atom("produce")>;      // input_pipeline: decode one batch (to self)
 using restart_atom = caf::atom_constant<caf::atom("restart")>;      // session_supervisor: a back-off is over (to self)
 using kill_atom = caf::atom_constant<caf::atom("kill")>;            // services: an injected actor fault, quit
+using ps_init_atom = caf::atom_constant<caf::atom("psinit")>;       // ps_shard: replace the variables (init/restore)
+using ps_read_atom = caf::atom_constant<caf::atom("psread")>;       // ps_shard: read variables by name
+using ps_apply_atom = caf::atom_constant<caf::atom("psapply")>;     // ps_shard: apply a worker's gradients
+using ps_snap_atom = caf::atom_constant<caf::atom("pssnapshot")>;   // ps_shard: read every variable
+using ps_freeze_atom = caf::atom_constant<caf::atom("psfreeze")>;   // ps_shard: hold applies (bounded)
+using ps_thaw_atom = caf::atom_constant<caf::atom("psthaw")>;       // ps_shard: apply the held applies
+using ps_thawed_atom = caf::atom_constant<caf::atom("psthawto")>;   // ps_shard: a freeze timed out (to self)
+using ps_stats_atom = caf::atom_constant<caf::atom("psstats")>;     // ps_shard: its counters
 
 // Completion (runtime/completion.hpp): a one-shot answer from an actor to a
 // plain thread.

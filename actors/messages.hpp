@@ -62,6 +62,45 @@ struct GradientsMessage {
   std::vector<TensorMessage> tensors;
 };
 
+/// A worker's asynchronous update for one ps shard (ps_shard.hpp): its
+/// gradients of the shard's trainable variables (as `gradients.tensors`,
+/// float32, shaped as their variables) and the update's arguments, as
+/// apply_gradients() passes them to TF1's kernels.
+struct ApplyGradientsMessage {
+  GradientsMessage gradients;
+  /// The learning rate of GradientDescent and Momentum (> 0, finite).
+  float learning_rate = 0;
+  /// Adam only: the step size lr_t the worker computed with
+  /// nn::internal::AdamStepSize from the learning rate and the beta powers
+  /// it read (TF's apply_adam computes it from the same values); > 0, finite.
+  float adam_step_size = 0;
+};
+
+/// A ps shard's counters (ps_shard.hpp; `foreman cluster status`).
+struct PsShardStatsMessage {
+  int32_t task_index = 0;
+  /// The shard's global_step; -1 when it does not hold global_step.
+  int64_t global_step = -1;
+  bool initialized = false;
+  bool frozen = false;
+  /// Updates applied since the shard started (inits do not count; in
+  /// synchronous mode one per aggregated update).
+  int64_t applied_updates = 0;
+  /// Applies refused (bad gradients, not initialized).
+  int64_t refused_updates = 0;
+  /// Synchronous mode: gradients of a step older than the shard's (dropped),
+  /// and all gradients dropped (stale ones, and those a re-init discarded).
+  int64_t stale_gradients = 0;
+  int64_t dropped_gradients = 0;
+  /// Synchronous mode: the step being aggregated (-1 in asynchronous mode)
+  /// and how many applies of it wait for the aggregated update now.
+  int64_t sync_step = -1;
+  int64_t waiting_replicas = 0;
+  /// Applies waiting for a thaw now; freezes that ended by their timeout.
+  int64_t queued_updates = 0;
+  int64_t freeze_timeouts = 0;
+};
+
 /// What one training step reports: the global step after it and its status.
 struct StepResultMessage {
   int64_t global_step = 0;
@@ -87,6 +126,17 @@ typename Inspector::result_type inspect(Inspector& f, GradientsMessage& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepResultMessage& x) {
   return f(caf::meta::type_name("foreman.StepResultMessage"), x.global_step, x.status);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ApplyGradientsMessage& x) {
+  return f(caf::meta::type_name("foreman.ApplyGradientsMessage"), x.gradients, x.learning_rate, x.adam_step_size);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PsShardStatsMessage& x) {
+  return f(caf::meta::type_name("foreman.PsShardStatsMessage"), x.task_index, x.global_step, x.initialized, x.frozen,
+           x.applied_updates, x.refused_updates, x.stale_gradients, x.dropped_gradients, x.sync_step,
+           x.waiting_replicas, x.queued_updates, x.freeze_timeouts);
 }
 
 StatusMessage ToMessage(const Status& status);

@@ -1,0 +1,477 @@
+#include "ps_shard.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "atoms.hpp"
+#include "compute/cpu_device.hpp"
+#include "foreman/tensor.hpp"
+#include "nn/optimizer.hpp"
+#include "platform/log.hpp"
+
+namespace foreman::internal {
+
+namespace {
+
+constexpr char kGlobalStepName[] = "global_step";
+
+struct HeldApply {
+  ApplyGradientsMessage update;
+  caf::typed_response_promise<int64_t> promise;
+};
+
+struct ps_shard_state {
+  PsShardOptions options;
+  std::unique_ptr<compute::CpuDevice> device;
+  bool initialized = false;
+  std::map<std::string, Tensor> vars;
+  bool frozen = false;
+  uint64_t freeze_epoch = 0;  // the timeout of an older freeze is ignored
+  std::deque<HeldApply> held;
+  PsShardStatsMessage stats;
+  // Synchronous mode (options.replicas_to_aggregate > 0): the step whose
+  // gradients are accumulated, the per-variable sums (TF's
+  // ConditionalAccumulator: the first gradient copied, the next ones added,
+  // in float) and counts, and the applies waiting for the aggregated update.
+  int64_t sync_step = 0;
+  struct Accumulator {
+    Tensor sum;
+    int64_t count = 0;
+  };
+  std::map<std::string, Accumulator> accumulators;
+  std::vector<caf::typed_response_promise<int64_t>> waiting;
+  ApplyGradientsMessage last_rates;  // the learning rate / step size of the last accumulated apply (no tensors)
+  static const char* name;
+};
+const char* ps_shard_state::name = "ps_shard";
+
+std::string Who(const ps_shard_state& st) { return absl::StrCat("ps task ", st.options.task_index); }
+
+Status NotInitialized(const ps_shard_state& st) {
+  return absl::FailedPreconditionError(absl::StrCat(Who(st), " is not initialized"));
+}
+
+bool IsBetaPower(const std::string& name) {
+  return name == nn::internal::kBeta1PowerName || name == nn::internal::kBeta2PowerName;
+}
+
+// True when `name` is "<var>/<suffix>" for a held variable <var> and one of
+// TF1's slot suffixes (any optimizer's: a slot is never trainable).
+bool IsSlot(const ps_shard_state& st, const std::string& name) {
+  for (const char* suffix : {"/Momentum", "/Adam", "/Adam_1"}) {
+    const std::string s(suffix);
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0 &&
+        st.vars.count(name.substr(0, name.size() - s.size())) > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t GlobalStep(const ps_shard_state& st) {
+  auto it = st.vars.find(kGlobalStepName);
+  return it == st.vars.end() ? -1 : *it->second.data<int64_t>();
+}
+
+// FromMessage(m), its error naming the ps task.
+StatusOr<Tensor> TensorOf(const ps_shard_state& st, const TensorMessage& m) {
+  StatusOr<Tensor> t = FromMessage(m);
+  if (!t.ok()) return Status(t.status().code(), absl::StrCat(Who(st), ": ", t.status().message()));
+  return t;
+}
+
+StatusOr<TensorMessage> Message(const std::string& name, const Tensor& t) { return ToMessage(name, t); }
+
+Status Init(ps_shard_state& st, const VariablesMessage& message) {
+  std::map<std::string, Tensor> vars;
+  for (const TensorMessage& m : message.tensors) {
+    if (m.name.empty()) return absl::InvalidArgumentError(absl::StrCat(Who(st), ": a variable with an empty name"));
+    FOREMAN_ASSIGN_OR_RETURN(Tensor t, TensorOf(st, m));
+    if (m.name == kGlobalStepName && (t.dtype() != DataType::kInt64 || t.shape().dims().size() != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(st), ": global_step must be an int64 scalar, got ",
+                                                     DataTypeName(t.dtype()), " ", t.shape().ToString()));
+    }
+    if (IsBetaPower(m.name) && (t.dtype() != DataType::kFloat || t.shape().dims().size() != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(st), ": ", m.name, " must be a float32 scalar, got ",
+                                                     DataTypeName(t.dtype()), " ", t.shape().ToString()));
+    }
+    if (!vars.emplace(m.name, std::move(t)).second) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(st), ": variable '", m.name, "' given twice"));
+    }
+  }
+  const bool b1 = vars.count(nn::internal::kBeta1PowerName) > 0;
+  const bool b2 = vars.count(nn::internal::kBeta2PowerName) > 0;
+  if (b1 != b2) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(st), ": ",
+                                                   b1 ? nn::internal::kBeta1PowerName : nn::internal::kBeta2PowerName,
+                                                   " without ",
+                                                   b1 ? nn::internal::kBeta2PowerName : nn::internal::kBeta1PowerName));
+  }
+  st.vars = std::move(vars);
+  st.initialized = true;
+  auto gs = st.vars.find(kGlobalStepName);
+  st.sync_step = gs != st.vars.end() ? *gs->second.data<int64_t>() : message.global_step;
+  return absl::OkStatus();
+}
+
+StatusOr<VariablesMessage> Read(const ps_shard_state& st, const std::vector<std::string>& names) {
+  if (!st.initialized) return NotInitialized(st);
+  VariablesMessage out;
+  out.global_step = GlobalStep(st);
+  out.tensors.reserve(names.size());
+  for (const std::string& name : names) {
+    auto it = st.vars.find(name);
+    if (it == st.vars.end()) {
+      return absl::NotFoundError(absl::StrCat(Who(st), " holds no variable '", name, "'"));
+    }
+    FOREMAN_ASSIGN_OR_RETURN(TensorMessage m, Message(name, it->second));
+    out.tensors.push_back(std::move(m));
+  }
+  return out;
+}
+
+StatusOr<VariablesMessage> Snapshot(const ps_shard_state& st) {
+  if (!st.initialized) return NotInitialized(st);
+  std::vector<std::string> names;
+  names.reserve(st.vars.size());
+  for (const auto& [name, t] : st.vars) names.push_back(name);
+  return Read(st, names);
+}
+
+Status CheckRate(const ps_shard_state& st, const char* field, float value) {
+  if (!std::isfinite(value) || value <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(st), ": ", field, " must be finite and > 0, got ", value));
+  }
+  return absl::OkStatus();
+}
+
+// One planned update: validated, nothing changed yet.
+struct Planned {
+  std::string name;
+  Tensor grad;
+  Tensor* var = nullptr;
+  Tensor* slots[2] = {nullptr, nullptr};
+};
+
+// A validated update: the step size and, per gradient, its variable and
+// slots. Nothing is changed until Commit().
+struct Plan {
+  float lr = 0;
+  std::vector<Planned> gradients;
+};
+
+StatusOr<Plan> PlanUpdate(ps_shard_state& st, const ApplyGradientsMessage& update) {
+  if (!st.initialized) return NotInitialized(st);
+  const nn::OptimizerOptions& opt = st.options.optimizer;
+  float lr = update.learning_rate;
+  if (opt.kind == nn::OptimizerKind::kAdam) {
+    FOREMAN_RETURN_IF_ERROR(CheckRate(st, "adam_step_size", update.adam_step_size));
+    lr = update.adam_step_size;
+  } else {
+    FOREMAN_RETURN_IF_ERROR(CheckRate(st, "learning_rate", update.learning_rate));
+  }
+  const std::vector<std::string> suffixes = nn::internal::SlotSuffixes(opt.kind);
+  std::vector<Planned> plan;
+  plan.reserve(update.gradients.tensors.size());
+  std::set<std::string> seen;
+  for (const TensorMessage& m : update.gradients.tensors) {
+    if (!seen.insert(m.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(st), ": two gradients for variable '", m.name, "'"));
+    }
+    auto it = st.vars.find(m.name);
+    if (it == st.vars.end()) {
+      return absl::NotFoundError(absl::StrCat(Who(st), " holds no variable '", m.name, "' (a gradient for it)"));
+    }
+    if (m.name == kGlobalStepName || IsBetaPower(m.name) || IsSlot(st, m.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Who(st), ": variable '", m.name, "' is not trainable (a gradient for it)"));
+    }
+    Planned p;
+    p.name = m.name;
+    p.var = &it->second;
+    if (p.var->dtype() != DataType::kFloat) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(st), ": variable '", m.name, "' is ",
+                                                     DataTypeName(p.var->dtype()), ", only float32 is trained"));
+    }
+    FOREMAN_ASSIGN_OR_RETURN(p.grad, TensorOf(st, m));
+    if (p.grad.dtype() != DataType::kFloat) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(st), ": the gradient of '", m.name, "' is ",
+                                                     DataTypeName(p.grad.dtype()), ", expected float32"));
+    }
+    if (p.grad.shape() != p.var->shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(st), ": the gradient of '", m.name, "' has shape ",
+                                                     p.grad.shape().ToString(), ", its variable ",
+                                                     p.var->shape().ToString()));
+    }
+    for (std::size_t s = 0; s < suffixes.size() && s < 2; ++s) {
+      const std::string slot = absl::StrCat(m.name, "/", suffixes[s]);
+      auto sit = st.vars.find(slot);
+      if (sit == st.vars.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(Who(st), " holds no slot '", slot, "' of variable '",
+                                                          m.name, "' (not initialized with the optimizer's slots)"));
+      }
+      if (sit->second.dtype() != DataType::kFloat || sit->second.shape() != p.var->shape()) {
+        return absl::FailedPreconditionError(absl::StrCat(Who(st), ": slot '", slot, "' is ",
+                                                          DataTypeName(sit->second.dtype()), " ",
+                                                          sit->second.shape().ToString(), ", its variable float32 ",
+                                                          p.var->shape().ToString()));
+      }
+      p.slots[s] = &sit->second;
+    }
+    plan.push_back(std::move(p));
+  }
+  return Plan{lr, std::move(plan)};
+}
+
+// Applies a planned update (TF1's kernels), then AdamOptimizer._finish and
+// global_step's increment where held. Fails only for bad arguments to the
+// device, which PlanUpdate excluded.
+StatusOr<int64_t> Commit(ps_shard_state& st, const Plan& plan) {
+  const nn::OptimizerOptions& opt = st.options.optimizer;
+  const float lr = plan.lr;
+  for (const Planned& p : plan.gradients) {
+    FOREMAN_RETURN_IF_ERROR(nn::internal::ApplyDense(
+        opt, lr, p.var->data<float>(), p.grad.data<float>(), p.slots[0] ? p.slots[0]->data<float>() : nullptr,
+        p.slots[1] ? p.slots[1]->data<float>() : nullptr, p.var->num_elements(), *st.device));
+  }
+  auto b1 = st.vars.find(nn::internal::kBeta1PowerName);
+  auto b2 = st.vars.find(nn::internal::kBeta2PowerName);
+  if (opt.kind == nn::OptimizerKind::kAdam && b1 != st.vars.end() && b2 != st.vars.end()) {
+    // AdamOptimizer._finish: beta*_power.assign(beta*_power * beta*).
+    *b1->second.data<float>() = *b1->second.data<float>() * opt.beta1;
+    *b2->second.data<float>() = *b2->second.data<float>() * opt.beta2;
+  }
+  auto gs = st.vars.find(kGlobalStepName);
+  if (gs != st.vars.end()) ++*gs->second.data<int64_t>();
+  return GlobalStep(st);
+}
+
+StatusOr<int64_t> Apply(ps_shard_state& st, const ApplyGradientsMessage& update) {
+  FOREMAN_ASSIGN_OR_RETURN(Plan plan, PlanUpdate(st, update));
+  return Commit(st, plan);
+}
+
+caf::error ErrorOf(const Status& s) { return StatusToError(s); }
+
+// Answers every apply waiting for an aggregated update with `why`.
+void FailWaiting(ps_shard_state& st, const Status& why) {
+  for (auto& p : st.waiting) p.deliver(ErrorOf(why));
+  st.waiting.clear();
+  st.accumulators.clear();
+}
+
+// Synchronous mode (TF's SyncReplicasOptimizer on this shard): adds
+// `update`'s gradients to the accumulators, or drops them when stale; the
+// replicas_to_aggregate-th apply of a step applies the means once.
+void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
+                caf::typed_response_promise<int64_t> promise) {
+  StatusOr<Plan> plan = PlanUpdate(st, update);
+  if (!plan.ok()) {
+    ++st.stats.refused_updates;
+    promise.deliver(ErrorOf(plan.status()));
+    return;
+  }
+  const int64_t step = update.gradients.step;
+  if (step < st.sync_step) {
+    // TF's accumulators drop a gradient of a step older than theirs.
+    st.stats.stale_gradients += 1;
+    st.stats.dropped_gradients += 1;
+    FOREMAN_LOG_DEBUG("{}: dropped the stale gradients of worker {} computed at step {} (now at step {})", Who(st),
+                      update.gradients.worker, step, st.sync_step);
+    promise.deliver(GlobalStep(st));
+    return;
+  }
+  if (step > st.sync_step) {
+    ++st.stats.refused_updates;
+    promise.deliver(ErrorOf(absl::InvalidArgumentError(absl::StrCat(
+        Who(st), ": gradients of step ", step, " from worker ", update.gradients.worker,
+        ", but the shard aggregates step ", st.sync_step, " (a step it has not reached)"))));
+    return;
+  }
+  for (const Planned& p : plan->gradients) {
+    auto [it, fresh] = st.accumulators.try_emplace(p.name);
+    if (fresh) {
+      it->second.sum = p.grad;
+    } else {
+      float* sum = it->second.sum.data<float>();
+      const float* g = p.grad.data<float>();
+      for (int64_t i = 0; i < p.grad.num_elements(); ++i) sum[i] += g[i];
+    }
+    ++it->second.count;
+  }
+  st.waiting.push_back(std::move(promise));
+  st.last_rates.learning_rate = update.learning_rate;
+  st.last_rates.adam_step_size = update.adam_step_size;
+  if (static_cast<int64_t>(st.waiting.size()) < st.options.replicas_to_aggregate) return;
+
+  // The mean of each variable's gradients (TF: accum / counter, in float),
+  // applied once.
+  ApplyGradientsMessage mean = st.last_rates;
+  for (auto& [name, acc] : st.accumulators) {
+    float* sum = acc.sum.data<float>();
+    const float count = static_cast<float>(acc.count);
+    for (int64_t i = 0; i < acc.sum.num_elements(); ++i) sum[i] = sum[i] / count;
+    StatusOr<TensorMessage> m = ToMessage(name, acc.sum);
+    if (m.ok()) mean.gradients.tensors.push_back(*std::move(m));
+  }
+  st.accumulators.clear();
+  StatusOr<int64_t> r = Apply(st, mean);
+  std::vector<caf::typed_response_promise<int64_t>> waiting = std::move(st.waiting);
+  st.waiting.clear();
+  if (!r.ok()) {
+    ++st.stats.refused_updates;
+    for (auto& p : waiting) p.deliver(ErrorOf(r.status()));
+    return;
+  }
+  ++st.stats.applied_updates;
+  ++st.sync_step;
+  for (auto& p : waiting) p.deliver(*r);
+}
+
+// An apply: now (asynchronous), or into the accumulators (synchronous).
+void Dispatch(ps_shard_state& st, const ApplyGradientsMessage& update,
+              caf::typed_response_promise<int64_t> promise) {
+  if (st.options.replicas_to_aggregate > 0) {
+    Accumulate(st, update, std::move(promise));
+    return;
+  }
+  StatusOr<int64_t> r = Apply(st, update);
+  if (r.ok()) {
+    ++st.stats.applied_updates;
+    promise.deliver(*r);
+  } else {
+    ++st.stats.refused_updates;
+    promise.deliver(ErrorOf(r.status()));
+  }
+}
+
+// Ends the freeze and answers the held applies in arrival order.
+int64_t Thaw(ps_shard_state& st) {
+  st.frozen = false;
+  ++st.freeze_epoch;
+  int64_t n = 0;
+  while (!st.held.empty()) {
+    HeldApply h = std::move(st.held.front());
+    st.held.pop_front();
+    ++n;
+    Dispatch(st, h.update, std::move(h.promise));
+  }
+  return n;
+}
+
+caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions options) {
+  MakeQuiet(self, "ps_shard");
+  auto& st0 = self->state;
+  st0.options = std::move(options);
+  st0.device = std::make_unique<compute::CpuDevice>(1);
+  st0.stats.task_index = st0.options.task_index;
+  // Asked to quit while frozen: the held applies are answered UNAVAILABLE
+  // first (their senders would otherwise wait for their own timeouts).
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    auto& st = self->state;
+    for (HeldApply& h : st.held) {
+      h.promise.deliver(ErrorOf(absl::UnavailableError(absl::StrCat(Who(st), " stopped while frozen"))));
+    }
+    st.held.clear();
+    FailWaiting(st, absl::UnavailableError(absl::StrCat(Who(st), " stopped before the aggregated update")));
+    self->quit(msg.reason);
+  });
+  return {
+      [self](ps_init_atom, const VariablesMessage& vars) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        const int64_t old_step = st.sync_step;
+        Status s = Init(st, vars);
+        if (!s.ok()) return ErrorOf(s);
+        if (!st.waiting.empty()) {
+          st.stats.dropped_gradients += static_cast<int64_t>(st.waiting.size());
+          FailWaiting(st, absl::AbortedError(absl::StrCat(Who(st), " was initialized again (a restore): the gradients "
+                                                          "of step ", old_step, " were dropped")));
+        }
+        FOREMAN_LOG_DEBUG("{}: initialized with {} variables, global_step {}", Who(self->state),
+                          self->state.vars.size(), GlobalStep(self->state));
+        return caf::ok_atom::value;
+      },
+      [self](ps_read_atom, const std::vector<std::string>& names) -> caf::result<VariablesMessage> {
+        StatusOr<VariablesMessage> r = Read(self->state, names);
+        if (!r.ok()) return ErrorOf(r.status());
+        return *std::move(r);
+      },
+      [self](ps_snap_atom) -> caf::result<VariablesMessage> {
+        StatusOr<VariablesMessage> r = Snapshot(self->state);
+        if (!r.ok()) return ErrorOf(r.status());
+        return *std::move(r);
+      },
+      [self](ps_apply_atom, ApplyGradientsMessage& update) -> caf::result<int64_t> {
+        auto& st = self->state;
+        auto promise = self->make_response_promise<int64_t>();
+        if (!st.frozen) {
+          Dispatch(st, update, promise);
+          return promise;
+        }
+        if (static_cast<int>(st.held.size()) >= kMaxHeldApplies) {
+          ++st.stats.refused_updates;
+          promise.deliver(ErrorOf(absl::UnavailableError(
+              absl::StrCat(Who(st), " is frozen for a checkpoint and already holds ", kMaxHeldApplies, " applies"))));
+          return promise;
+        }
+        st.held.push_back(HeldApply{std::move(update), promise});
+        return promise;
+      },
+      [self](ps_freeze_atom, int64_t timeout_ms) -> caf::result<int64_t> {
+        auto& st = self->state;
+        if (timeout_ms <= 0 || timeout_ms > kMaxFreezeMs) {
+          return ErrorOf(absl::InvalidArgumentError(absl::StrCat(
+              Who(st), ": freeze timeout_ms must be in [1, ", kMaxFreezeMs, "], got ", timeout_ms)));
+        }
+        st.frozen = true;
+        const uint64_t epoch = ++st.freeze_epoch;
+        self->delayed_send(self, std::chrono::milliseconds(timeout_ms), ps_thawed_atom::value, epoch, timeout_ms);
+        return GlobalStep(st);
+      },
+      [self](ps_thaw_atom) -> int64_t { return Thaw(self->state); },
+      [self](ps_thawed_atom, uint64_t epoch, int64_t timeout_ms) {
+        auto& st = self->state;
+        if (!st.frozen || epoch != st.freeze_epoch) return;  // thawed or frozen again since
+        ++st.stats.freeze_timeouts;
+        const int64_t n = Thaw(st);
+        FOREMAN_LOG_WARN("{}: frozen for {} ms without a thaw (the chief's checkpoint did not finish): thawed, "
+                         "{} held applies applied",
+                         Who(st), timeout_ms, n);
+      },
+      [self](ps_stats_atom) -> PsShardStatsMessage {
+        auto& st = self->state;
+        PsShardStatsMessage s = st.stats;
+        s.global_step = GlobalStep(st);
+        s.initialized = st.initialized;
+        s.frozen = st.frozen;
+        s.queued_updates = static_cast<int64_t>(st.held.size());
+        s.sync_step = st.options.replicas_to_aggregate > 0 ? st.sync_step : -1;
+        s.waiting_replicas = static_cast<int64_t>(st.waiting.size());
+        return s;
+      },
+  };
+}
+
+}  // namespace
+
+StatusOr<caf::actor> SpawnPsShard(caf::actor_system& system, PsShardOptions options) {
+  if (options.task_index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ps shard: task_index must be >= 0, got ", options.task_index));
+  }
+  if (options.replicas_to_aggregate < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ps shard: replicas_to_aggregate must be >= 0, got ",
+                                                   options.replicas_to_aggregate));
+  }
+  FOREMAN_RETURN_IF_ERROR(nn::ValidateOptimizerOptions(options.optimizer));
+  return system.spawn(ps_shard, std::move(options));
+}
+
+}  // namespace foreman::internal

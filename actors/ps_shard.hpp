@@ -1,0 +1,131 @@
+// ps_shard actor: one parameter-server task's variables (issue 13, points
+// 2-4; cluster.md rules 2, 3, 5, 6). TF1: the variables a
+// replica_device_setter placed on /job:ps/task:K (PlaceVariablesOnPs), their
+// optimizer slots (colocated with them), and, where the placement puts them,
+// global_step (ps 0) and Adam's beta powers. The actor is sequential: every
+// request sees and leaves the whole shard consistent (no torn reads of a
+// variable, rule 3), and it never blocks on another actor.
+//
+// Every request is request/response and every message is serialisable
+// (messages.hpp): the chief and the workers reach the shard through
+// ConnectActor (cluster_net.hpp). Errors are caf::errors in Foreman's
+// category (StatusToError; ErrorToStatus gets the Status back, on any node).
+//
+// Protocol:
+//   (ps_init_atom, VariablesMessage vars)                  -> ok_atom
+//       TF's init op, or the chief's restore: replaces the shard's variables
+//       wholesale with `vars.tensors` (vars.global_step is ignored: the
+//       step is the "global_step" tensor, int64 scalar, when the shard holds
+//       it; a shard without it takes vars.global_step as the step its
+//       synchronous accumulators start at). Valid also while frozen (a
+//       restore under the chief's freeze).
+//       Errors (the shard unchanged): INVALID_ARGUMENT naming the tensor for
+//       an empty or duplicate name, a bad tensor (FromMessage), a
+//       global_step that is not an int64 scalar, a beta power that is not a
+//       float32 scalar, or only one of the two beta powers.
+//   (ps_read_atom, std::vector<std::string> names)         -> VariablesMessage
+//       Those variables (any order given, duplicates allowed), and in
+//       global_step the shard's global_step, -1 when it does not hold it.
+//       Errors: FAILED_PRECONDITION "ps task K is not initialized" before
+//       the first init (TF's report_uninitialized_variables: a worker waits
+//       for the chief); NOT_FOUND naming the first unknown name.
+//   (ps_snap_atom)                                          -> VariablesMessage
+//       Every variable of the shard (sorted by name) and its global_step as
+//       for a read: what the chief's saver writes. FAILED_PRECONDITION
+//       before the first init.
+//   (ps_apply_atom, ApplyGradientsMessage update)            -> int64_t
+//       Asynchronous training (TF1's default): for every gradient, TF1's
+//       update of its variable with its slots (nn::internal::ApplyDense:
+//       GradientDescent, Momentum with "<var>/Momentum", Adam with
+//       "<var>/Adam" and "<var>/Adam_1" and lr = update.adam_step_size);
+//       then, once per apply, beta1_power *= beta1 and beta2_power *= beta2
+//       when the shard holds them (AdamOptimizer._finish), and global_step
+//       += 1 when it holds it (apply_gradients(global_step=...), ps 0).
+//       An apply with no gradients still does the last two (a worker must
+//       step ps 0 even when none of its variables are there). Answers the
+//       new global_step, -1 when the shard does not hold it.
+//       Synchronous mode (replicas_to_aggregate = N > 0; TF's
+//       SyncReplicasOptimizer, its ConditionalAccumulators on this shard):
+//       an apply's gradients.step is the global step its gradients were
+//       computed at. Older than the shard's step: dropped (counted in
+//       stale_gradients and dropped_gradients) and answered at once with
+//       the current global_step. The shard's step: added to the per-variable
+//       accumulators (float sums) and answered only when the N-th apply of
+//       the step has arrived: then each variable's mean (sum / its count, in
+//       float) is applied once as above, the shard's step advances by one,
+//       and the N applies are answered the new global_step (as TF's token
+//       queue releases the workers). Newer: INVALID_ARGUMENT. A re-init
+//       answers the applies waiting ABORTED (counted dropped); a shard asked
+//       to quit answers them UNAVAILABLE. The chief fails a run whose alive
+//       workers are fewer than N (rule 4): the shard never times out a step.
+//       Atomic: everything is validated before anything changes. Errors
+//       (the shard unchanged, counted in refused_updates):
+//       FAILED_PRECONDITION not initialized, or a missing slot (naming it);
+//       NOT_FOUND naming an unknown variable; INVALID_ARGUMENT naming the
+//       variable for a duplicate gradient, a bad tensor, a dtype other than
+//       float32, a shape other than its variable's, a gradient of a
+//       non-trainable variable (global_step, a beta power, a slot), or a
+//       learning rate / step size that is not finite and > 0.
+//       The update arguments used in synchronous mode are the N-th apply's.
+//       While frozen the apply is held (in arrival order, at most
+//       kMaxHeldApplies; more are refused with UNAVAILABLE) and answered
+//       when the shard thaws.
+//   (ps_freeze_atom, int64_t timeout_ms)                      -> int64_t
+//       Holds applies from now until (ps_thaw_atom) or until `timeout_ms`
+//       (> 0, at most kMaxFreezeMs; else INVALID_ARGUMENT) has passed, when
+//       the shard thaws itself with a WARNING (a chief that died mid-
+//       checkpoint never stalls training for longer). Freezing a frozen
+//       shard restarts its timeout. Answers the global_step (-1: not held).
+//       Reads, snapshots, inits and stats are served while frozen.
+//   (ps_thaw_atom)                                            -> int64_t
+//       Applies the held applies in arrival order (each answered as
+//       usual), and answers how many there were. A no-op when not frozen.
+//   (ps_stats_atom)                                           -> PsShardStatsMessage
+//
+// A cluster checkpoint (rule: all shards at one global_step): the chief
+// freezes every shard (ps 0 answers the step), snapshots every shard, and
+// thaws every shard; no shard changes between its freeze and its thaw, so
+// the snapshots are one state of the cluster and ps 0's snapshot carries
+// its global_step. As in TF1's asynchronous training (rule 3), one worker's
+// update is several applies, one per shard, sent one after the other: one
+// of them may be in the snapshot and another not yet (TF1's Saver, reading
+// the ps tasks while workers train, has the same property).
+//
+// The updates run on a CPU device with a one-thread Eigen pool owned by the
+// shard (compute::CpuDevice(1)): a shard uses one core, and the result does
+// not depend on it (the kernels are elementwise).
+#pragma once
+
+#include <cstdint>
+
+#include <caf/fwd.hpp>
+
+#include "foreman/nn.hpp"
+#include "foreman/status.hpp"
+
+namespace foreman::internal {
+
+/// At most this many applies are held while a shard is frozen.
+inline constexpr int kMaxHeldApplies = 1024;
+/// The longest freeze a shard accepts (ms).
+inline constexpr int64_t kMaxFreezeMs = 600'000;
+
+struct PsShardOptions {
+  /// The ps task's index (/job:ps/task:K), >= 0: named in errors and stats.
+  int task_index = 0;
+  /// The optimizer every apply runs (kind, momentum, use_nesterov, beta1,
+  /// beta2, epsilon; learning_rate is unused: each apply carries its own).
+  nn::OptimizerOptions optimizer;
+  /// 0: asynchronous training (TF1's default). N > 0: synchronous, as TF's
+  /// SyncReplicasOptimizer(replicas_to_aggregate=N) (--replicas-to-aggregate).
+  int replicas_to_aggregate = 0;
+};
+
+/// Spawns a ps shard (not initialized) in `system`. INVALID_ARGUMENT naming
+/// the field for a negative task_index or a bad optimizer
+/// (nn::ValidateOptimizerOptions). The caller owns the handle: send it an
+/// exit before `system` is destroyed. Thread-safe. TF: a ps task's
+/// tf.train.Server holding its share of the variables.
+StatusOr<caf::actor> SpawnPsShard(caf::actor_system& system, PsShardOptions options);
+
+}  // namespace foreman::internal
