@@ -147,8 +147,10 @@ StatusOr<VariablesMessage> Snapshot(const ps_shard_state& st) {
 }
 
 Status CheckRate(const ps_shard_state& st, const char* field, float value) {
-  if (!std::isfinite(value) || value <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(Who(st), ": ", field, " must be finite and > 0, got ", value));
+  // 0 is a rate (a decayed rate underflows to 0 in float32; TF's apply ops
+  // take it, and nn::ApplyGradients does too): the slots still update.
+  if (!std::isfinite(value) || value < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(st), ": ", field, " must be finite and >= 0, got ", value));
   }
   return absl::OkStatus();
 }

@@ -65,7 +65,8 @@
 //       variable for a duplicate gradient, a bad tensor, a dtype other than
 //       float32, a shape other than its variable's, a gradient of a
 //       non-trainable variable (global_step, a beta power, a slot), or a
-//       learning rate / step size that is not finite and > 0.
+//       learning rate / step size that is negative or not finite (0 is
+//       accepted, as TF's apply ops and nn::ApplyGradients take it).
 //       The update arguments used in synchronous mode are the N-th apply's.
 //       While frozen the apply is held (in arrival order, at most
 //       kMaxHeldApplies; more are refused with UNAVAILABLE) and answered
