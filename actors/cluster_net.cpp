@@ -2,6 +2,7 @@
 // that includes CAF's io and openssl headers.
 #include "cluster_net.hpp"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@ namespace foreman::internal {
 namespace {
 
 constexpr std::chrono::seconds kPublishTimeout{10};
+constexpr std::chrono::milliseconds kMaxConnectTimeout = std::chrono::hours(24);
 
 caf::io::middleman_actor MiddlemanActor(caf::actor_system& system, bool tls) {
   return tls ? system.openssl_manager().actor_handle() : system.middleman().actor_handle();
@@ -90,13 +92,19 @@ StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& 
   // sec::connection_timeout after at most one heartbeat interval. A
   // handshake that straddles a tick (a slow TLS handshake, a loaded node)
   // would fail spuriously: retry until `timeout` is spent.
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  //
+  // The wait is capped at kMaxConnectTimeout (now + milliseconds::max()
+  // would overflow into the past), and the first attempt is always made,
+  // with at least 1 ms.
+  const auto wait = std::min(timeout, kMaxConnectTimeout);
+  const auto deadline = std::chrono::steady_clock::now() + wait;
   int attempts = 0;
   for (;;) {
     ++attempts;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (attempts == 1) left = std::max(left, std::chrono::milliseconds(1));
     if (left.count() <= 0) {
-      return absl::DeadlineExceededError(absl::StrCat(where, ": no handshake within ", timeout.count(), " ms (",
+      return absl::DeadlineExceededError(absl::StrCat(where, ": no handshake within ", wait.count(), " ms (",
                                                       attempts - 1, " attempt(s))"));
     }
     Status status;
@@ -115,7 +123,7 @@ StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& 
             [&](caf::error& err) {
               if (err == caf::sec::request_timeout) {
                 status = absl::DeadlineExceededError(
-                    absl::StrCat(where, ": no handshake within ", timeout.count(), " ms"));
+                    absl::StrCat(where, ": no handshake within ", wait.count(), " ms"));
               } else if (err == caf::sec::connection_timeout) {
                 retry = true;  // dropped by a heartbeat tick (above)
               } else if (err == caf::sec::incompatible_application_ids) {

@@ -105,7 +105,8 @@ StatusOr<uint16_t> PublishActor(caf::actor_system& system, const caf::actor& act
 /// The actor published on `host`:`port` (a proxy in `system`), connected
 /// through the (openssl, when `tls`) middleman actor with a request timeout:
 /// never blocks longer than `timeout` (caf::io::remote_actor can hang
-/// forever). Errors, each naming host:port:
+/// forever), capped at 24 h; one attempt is always made (with at least 1 ms,
+/// so a timeout <= 0 still tries once). Errors, each naming host:port:
 ///  - UNAVAILABLE: nothing listens there (connection refused); the peer
 ///    closed the connection during the handshake (a TLS peer refusing our
 ///    certificate or a plain client, another application id, a non-CAF

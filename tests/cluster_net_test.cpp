@@ -306,6 +306,20 @@ TEST_CASE("connecting to a closed port is UNAVAILABLE at once; to a silent liste
   // test binary's timeout would catch a hang).
 }
 
+TEST_CASE("ConnectActor: the largest timeout does not overflow into the past, and a 0 ms one still tries once") {
+  Node server(Plain()), client(Plain());
+  const uint16_t port = server.PublishEcho();
+  auto longest = ConnectActor(*client.sys, "127.0.0.1", port, false, milliseconds::max());
+  REQUIRE_MESSAGE(longest.ok(), longest.status().ToString());
+  CHECK(Pong(*client.sys, *longest));
+  uint16_t silent_port = 0;
+  const int silent = ListenLoopback(&silent_port);
+  auto none = ConnectActor(*client.sys, "127.0.0.1", silent_port, false, milliseconds(0));
+  ::close(silent);
+  CHECK_MESSAGE(absl::IsDeadlineExceeded(none.status()), none.status().ToString());
+  CHECK_FALSE(absl::StrContains(none.status().message(), "0 attempt(s)"));
+}
+
 TEST_CASE("a monitor sees the peer's actor exit, and a dropped connection as peer lost") {
   Node server(Plain()), client(Plain());
   const uint16_t port = server.PublishEcho();

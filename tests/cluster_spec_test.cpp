@@ -391,7 +391,16 @@ TEST_CASE("CheckTlsFiles: good files pass; every bad file is named with the reas
     CHECK(InvalidMessage(CheckTlsFiles(cert, key, d + "/nope.pem")) ==
           "--tls-ca '" + d + "/nope.pem': cannot open: No such file or directory");
     CHECK(InvalidMessage(CheckTlsFiles(cert, key, "")) == "--tls-ca is empty: give the path of a PEM file");
-    CHECK(InvalidMessage(CheckTlsFiles(cert, d, ca)) == "--tls-key '" + d + "': cannot read: Is a directory");
+    const std::string not_regular = "': not a regular file (a directory, pipe or device): the TLS module reads it "
+                                    "again on every connection";
+    CHECK(InvalidMessage(CheckTlsFiles(cert, d, ca)) == "--tls-key '" + d + not_regular);
+    // A pipe would pass a read here and be empty when CAF reads it again
+    // (it then aborts the process); a FIFO without a writer must not hang.
+    const std::string fifo = d + "/fifo.key";
+    std::filesystem::remove(fifo);
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK(InvalidMessage(CheckTlsFiles(cert, fifo, ca)) == "--tls-key '" + fifo + not_regular);
+    CHECK(InvalidMessage(CheckTlsFiles(cert, key, "/dev/null")) == "--tls-ca '/dev/null" + not_regular);
   }
   SUBCASE("an unreadable file") {
     if (::geteuid() == 0) {
@@ -421,6 +430,12 @@ TEST_CASE("CheckTlsFiles: good files pass; every bad file is named with the reas
     const std::string pem = ReadAll(cert);
     WriteFile(d + "/truncated.pem", pem.substr(0, pem.size() / 2));
     CHECK_CONTAINS(InvalidMessage(CheckTlsFiles(d + "/truncated.pem", key, ca)), "no PEM certificate found");
+    // A CA bundle with a corrupt block between good ones: refused (libssl
+    // would stop there and drop the certificates after it).
+    WriteFile(d + "/bad-bundle.pem", ReadAll(ca) + "-----BEGIN CERTIFICATE-----\nMIIB!!!!notbase64@@@\n"
+                                                    "-----END CERTIFICATE-----\n" + ReadAll(ca));
+    CHECK_CONTAINS(InvalidMessage(CheckTlsFiles(cert, key, d + "/bad-bundle.pem")),
+                   "--tls-ca '" + d + "/bad-bundle.pem': certificate block 2 cannot be parsed");
   }
   SUBCASE("an encrypted key is refused: no passphrase support yet") {
     const std::string cmd = "openssl pkey -in '" + key + "' -aes256 -passout pass:secret -out '" + d +

@@ -1196,5 +1196,21 @@ TEST_CASE("ApplyGradients advances Adam's beta powers once per call where the st
   CHECK(empty.size() == 0);
 }
 
+TEST_CASE("ApplyGradients takes two different zero-element variables (duplicates are found by name)") {
+  Pool pool(1);
+  VariableStore shard;
+  REQUIRE_OK(shard.Create("p", *Tensor::Create(DataType::kFloat, TensorShape{0})));
+  REQUIRE_OK(shard.Create("q", *Tensor::Create(DataType::kFloat, TensorShape{0, 4})));
+  Gradients grads;
+  grads.learning_rate = 0.1f;
+  grads.grads_and_vars.push_back({"p", *Tensor::Create(DataType::kFloat, TensorShape{0})});
+  grads.grads_and_vars.push_back({"q", *Tensor::Create(DataType::kFloat, TensorShape{0, 4})});
+  REQUIRE_OK(ApplyGradients(Sgd(0.1f), shard, grads, pool.device));
+  grads.grads_and_vars.push_back({"p", *Tensor::Create(DataType::kFloat, TensorShape{0})});
+  const Status twice = ApplyGradients(Sgd(0.1f), shard, grads, pool.device);
+  CHECK(twice.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(absl::StrContains(twice.message(), "variable 'p' has more than one gradient"), twice.ToString());
+}
+
 }  // namespace
 }  // namespace foreman::nn

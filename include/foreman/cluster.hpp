@@ -163,10 +163,12 @@ bool IsLoopbackHost(const std::string& host);
 /// a PEM certificate, optionally followed by its intermediate CAs),
 /// `key_path` (--tls-key, an unencrypted PEM private key) and `ca_path`
 /// (--tls-ca, PEM CA certificates that peers' certificates must chain to)
-/// must each be readable; the key must match the certificate; the
-/// certificate must be valid now and verify against the CA file. Errors, all
-/// INVALID_ARGUMENT naming the flag and the path: a file that cannot be read
-/// (with the system's reason), one without the expected PEM block, an
+/// must each be a readable regular file (not a pipe or device: CAF's TLS
+/// module reads them again on every connection); the key must match the
+/// certificate; the certificate must be valid now and verify against the CA
+/// file. Errors, all INVALID_ARGUMENT naming the flag and the path: a file
+/// that cannot be read (with the system's reason) or is not a regular file,
+/// one without the expected PEM block, an
 /// encrypted key (passphrases are not supported yet), a key that does not
 /// match the certificate, a certificate not yet valid or expired (with the
 /// date), one that does not verify against the CA (with libssl's reason).

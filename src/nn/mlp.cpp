@@ -584,7 +584,8 @@ Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, c
     u.grad = g.grad.data<float>();
     u.n = var->num_elements();
     for (std::size_t j = 0; j < i; ++j) {
-      if (updates[j].var == u.var) {
+      // By name: two zero-element variables share a null data pointer.
+      if (grads.grads_and_vars[j].variable == g.variable) {
         return absl::InvalidArgumentError(
             absl::StrCat("ApplyGradients: variable '", g.variable, "' has more than one gradient"));
       }

@@ -5,6 +5,7 @@
 // certificate chain, an unencrypted PEM key, and the CA file as the trust
 // store.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -58,10 +59,21 @@ std::string SslReason() {
 // The whole file, or INVALID_ARGUMENT with errno's text.
 StatusOr<std::string> ReadFile(const char* flag, const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty: give the path of a PEM file"));
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO without a writer must not hang the open. Only a
+  // regular file is accepted: CAF reads the file again when a peer connects,
+  // and a pipe (/dev/stdin, <(...)) would be empty by then, aborting the
+  // process (the abort this preflight exists to prevent).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     return absl::InvalidArgumentError(absl::StrCat(Name(flag, path), ": cannot open: ", std::strerror(err)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        Name(flag, path), ": not a regular file (a directory, pipe or device): the TLS module reads it again on "
+                          "every connection"));
   }
   std::string data;
   char buf[16384];
@@ -112,6 +124,14 @@ StatusOr<std::vector<Ptr<X509>>> ReadCertificates(const char* flag, const std::s
                                                    ": no PEM certificate found (expected a '-----BEGIN "
                                                    "CERTIFICATE-----' block)",
                                                    SslReason()));
+  }
+  // After at least one certificate the loop ends at the file's end ("no
+  // start line") or at a block libssl cannot parse; the TLS module would stop
+  // there too, silently dropping every certificate after it.
+  const unsigned long end = ERR_peek_last_error();
+  if (end != 0 && !(ERR_GET_LIB(end) == ERR_LIB_PEM && ERR_GET_REASON(end) == PEM_R_NO_START_LINE)) {
+    return absl::InvalidArgumentError(absl::StrCat(Name(flag, path), ": certificate block ", certs.size() + 1,
+                                                   " cannot be parsed", SslReason()));
   }
   ERR_clear_error();  // the loop ends on "no start line"
   return certs;
