@@ -67,6 +67,12 @@ struct VariableDef {
   /// TF's LOCAL_VARIABLES: initialized by the local init op in *every*
   /// session (also after a restore, and in workers), never checkpointed.
   bool local = false;
+  /// TF: the variable's device. "" (the default): in a cluster,
+  /// replica_device_setter's placement puts it on a ps task, shared by every
+  /// worker. "/job:worker": each worker keeps its own copy (a worker's input
+  /// position); the chief's is what its checkpoints carry. Ignored outside a
+  /// cluster. Set with Graph::SetVariableDevice.
+  std::string device;
 };
 
 class Graph {
@@ -86,6 +92,11 @@ class Graph {
   Status AddVariable(const std::string& name, Initializer initializer, bool trainable = true);
   /// Declares a local variable (VariableDef::local); errors as AddVariable.
   Status AddLocalVariable(const std::string& name, Tensor initial_value);
+
+  /// Sets VariableDef::device of the declared variable `name`: "" or
+  /// "/job:worker" (anything else INVALID_ARGUMENT naming it); NOT_FOUND for
+  /// an undeclared name; FAILED_PRECONDITION when finalized.
+  Status SetVariableDevice(const std::string& name, const std::string& device);
 
   /// Declares `global_step`, an int64 scalar, non-trainable, initial 0 (TF:
   /// create_global_step).

@@ -56,7 +56,13 @@ struct ThreadPoolDevice;
 
 namespace foreman {
 
+namespace nn {
+struct Gradients;
+struct OptimizerOptions;
+}  // namespace nn
+
 namespace internal {
+class RemoteValues;
 class SessionAccess;  // the runtime's allocation-free run (MonitoredSession)
 }
 
@@ -149,6 +155,23 @@ class StepContext {
   const Eigen::ThreadPoolDevice& device() const { return *device_; }
   int intra_op_threads() const;
 
+  /// Applies a step's gradients (TF1: optimizer.apply_gradients(grads,
+  /// global_step=global_step)). On a local or inproc:// session:
+  /// nn::ApplyGradients(optimizer, variables(), grads, compute()), then
+  /// global_step += 1 when variables() holds it. On a cluster session
+  /// (tcp://, tls://: remote_variables()), the ps tasks apply them with
+  /// their own optimizer (started from the same flags; `optimizer` is not
+  /// sent) and variables()'s global_step becomes ps 0's new value; the
+  /// step's own copies of the trainable variables are not updated (the next
+  /// run reads them again). Errors: nn::ApplyGradients's; on a cluster,
+  /// UNAVAILABLE naming the ps task that cannot be reached, OUT_OF_RANGE
+  /// once the chief ended training (end the run as at the end of input).
+  Status ApplyGradients(const nn::Gradients& grads, const nn::OptimizerOptions& optimizer);
+  /// Whether the variables live on parameter servers (a cluster target):
+  /// the step should then compute gradients (nn::Mlp::ComputeGradients) and
+  /// call ApplyGradients rather than update variables() itself.
+  bool remote_variables() const { return remote_ != nullptr; }
+
   /// Records a span for RunMetadata while tracing is on (no-op otherwise):
   ///   { auto span = ctx.Trace("forward"); ...work...; }
   class Span {
@@ -196,6 +219,7 @@ class StepContext {
   mutable compute::Device* compute_;
   RunMetadata* metadata_;  // null unless tracing
   Clock* clock_;
+  internal::RemoteValues* remote_ = nullptr;  // a cluster session's (Session sets it)
 };
 
 class Session {

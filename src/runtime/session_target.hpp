@@ -20,6 +20,7 @@
 #include "foreman/mutex.hpp"
 #include "foreman/status.hpp"
 #include "foreman/variable_store.hpp"
+#include "runtime/remote_values.hpp"
 
 namespace foreman::internal {
 
@@ -29,6 +30,10 @@ namespace foreman::internal {
 struct SessionValues {
   Mutex mu;
   VariableStore vars ABSL_GUARDED_BY(mu);
+  /// Null for "" and inproc://. For a cluster target (tcp://, tls://):
+  /// where the variables live; `vars` is then the mirror Session refreshes
+  /// from it (remote_values.hpp). Set by the factory, never changed after.
+  std::shared_ptr<RemoteValues> remote;
 };
 
 /// Yields the values for `target` (the whole string, scheme included), never

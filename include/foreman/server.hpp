@@ -1,0 +1,108 @@
+// One task of a cluster, running in this process (TF: tf.train.Server).
+// A ps task holds its share of the variables and applies the workers'
+// updates; a worker task gives its sessions a target (`target()`,
+// "tcp://host:port" or "tls://host:port") whose variables live on the ps
+// tasks: Session::Create / MonitoredTrainingSession(master = target()) read
+// them there before each run and send each step's gradients there
+// (StepContext::ApplyGradients). Worker 0 is the chief: it initialises or
+// restores the ps tasks, writes the checkpoints and ends training
+// (EndTraining); the other workers wait for it. Each process is started on
+// its own, as with TF1 (cluster.md).
+//
+//   ```cpp
+//   #include "foreman/server.hpp"
+//   FOREMAN_ASSIGN_OR_RETURN(foreman::ClusterSpec cluster,
+//                            foreman::ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2223"));
+//   foreman::ServerOptions options;  // loopback, no TLS; options.optimizer as the workers'
+//   FOREMAN_ASSIGN_OR_RETURN(auto ps, foreman::Server::Create(cluster, {"ps", 0}, options));
+//   FOREMAN_ASSIGN_OR_RETURN(auto chief, foreman::Server::Create(cluster, {"worker", 0}, options));
+//   // chief: MonitoredTrainingSessionOptions.master = chief->target(), is_chief = true, ...
+//   FOREMAN_RETURN_IF_ERROR(chief->EndTraining());   // before the final checkpoint
+//   FOREMAN_RETURN_IF_ERROR(ps->Join(absl::Seconds(10)));  // returns once training ended
+//   ```
+//
+// Network: CAF's middleman (BASP over TCP) or, with TLS files, its openssl
+// module (mutual TLS); heartbeats and the connection timeout from
+// ServerOptions.cluster on every task. A task binds exactly the address the
+// spec gives it. Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "foreman/cluster.hpp"
+#include "foreman/nn.hpp"
+#include "foreman/status.hpp"
+
+namespace foreman {
+
+struct ServerOptions {
+  /// Heartbeats, connection timeout, ps wait, TLS: the same on every task.
+  ClusterOptions cluster;
+  /// A ps task's: the optimizer its updates run (kind, momentum,
+  /// use_nesterov, beta1, beta2, epsilon; the learning rate comes with each
+  /// update). Give every task the same (the workers' flags). TF: the apply
+  /// ops the workers' graph placed on the ps.
+  nn::OptimizerOptions optimizer;
+  /// 0: asynchronous training (TF1's default); N > 0: synchronous, as TF's
+  /// SyncReplicasOptimizer(replicas_to_aggregate = N).
+  int replicas_to_aggregate = 0;
+  /// A worker's: how long one read or update of a ps task may take before
+  /// it is UNAVAILABLE (ms, > 0).
+  int64_t request_timeout_ms = 10'000;
+};
+
+class Server {
+ public:
+  /// Starts task `task` of `cluster`: validates (ValidateClusterOptions,
+  /// and CheckTlsFiles when TLS is on) before anything listens, builds this
+  /// task's actor system with the network configured, and listens on the
+  /// task's address (a ps task serves its shard there). Errors:
+  ///   INVALID_ARGUMENT    a bad task, options, optimizer or TLS file
+  ///                       (naming the flag and path)
+  ///   UNAVAILABLE         the address cannot be bound (naming host:port)
+  ///   ALREADY_EXISTS      a Server of this process already has this target
+  /// A worker's target is registered for Session::Create until the Server
+  /// is destroyed. Connections to the ps tasks are made on first use.
+  static StatusOr<std::unique_ptr<Server>> Create(const ClusterSpec& cluster, const ClusterTask& task,
+                                                  const ServerOptions& options);
+  /// Stops serving (as Stop()) and unregisters the target. Sessions still
+  /// open on the target fail their next run with UNAVAILABLE.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// "tcp://host:port" (or "tls://host:port" with TLS): this task's
+  /// address, the master of its sessions (TF: server.target).
+  const std::string& target() const;
+  const ClusterSpec& cluster() const;
+  const ClusterTask& task() const;
+
+  /// The chief (worker 0) only, at the end of training, before its final
+  /// checkpoint (cluster.md rule 7): every ps task stops accepting updates
+  /// (later applies are answered OUT_OF_RANGE, so each worker's run ends
+  /// cleanly) but still serves reads, so the final checkpoint holds every
+  /// update that was accepted. Returns ps 0's final global_step.
+  /// FAILED_PRECONDITION on a task other than the chief; UNAVAILABLE naming
+  /// a ps task that cannot be reached (the others are ended).
+  StatusOr<int64_t> EndTraining();
+
+  /// A ps task: blocks until training has ended (the chief's EndTraining)
+  /// and the workers have had time to see it (no update for
+  /// connection_timeout_ms, at most 10 x that), or until Stop(); OK then.
+  /// DEADLINE_EXCEEDED when `timeout` passes first. On a worker task:
+  /// until Stop() or `timeout`. TF: server.join(), bounded.
+  Status Join(absl::Duration timeout);
+
+  /// Stops listening and serving; Join() returns. Idempotent.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace foreman

@@ -1,0 +1,82 @@
+// Where a cluster session's variables live (issue 13): the seam between a
+// Session and the parameter servers. TF1 places a worker's variables on the
+// ps tasks (replica_device_setter) and every session.run reads them there
+// and runs the apply ops there; Foreman's Session keeps a local mirror of
+// the values (SessionValues::vars) and, when its target is a cluster's,
+// refreshes the mirror from a RemoteValues before anything reads it and
+// sends a step's gradients through it. CAF-free: actors/ implements it over
+// ps shard actors (the tcp:// and tls:// targets); tests implement it in
+// memory.
+//
+// Which variables are remote: those Bind() was given (the graph's global
+// variables whose VariableDef::device is empty). The others (a worker's
+// input position, device "/job:worker") stay in the mirror only: each
+// worker has its own, and the chief's are the ones its checkpoints carry.
+//
+// Thread-safety: a Session calls every method with its SessionValues::mu
+// held, one call at a time per SessionValues; an implementation shared by
+// several SessionValues must be thread-safe. Every method is bounded in time
+// (the implementation's own timeouts); none may block forever.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "foreman/status.hpp"
+#include "foreman/variable_store.hpp"
+
+namespace foreman::nn {
+struct Gradients;
+}
+
+namespace foreman::internal {
+
+class RemoteValues {
+ public:
+  virtual ~RemoteValues() = default;
+
+  /// The remote variables' names, in the graph's creation order (placement
+  /// depends on it: PlaceVariablesOnPs). Called by Session::Create; every
+  /// session of one target passes the same names (a different list:
+  /// INVALID_ARGUMENT naming the first difference). Makes no remote call.
+  virtual Status Bind(const std::vector<std::string>& names) = 0;
+
+  /// Sets every bound variable in `mirror` to its current remote value
+  /// (reusing the mirror's storage where dtype and shape match). Variables
+  /// of a ps task that is not initialized yet are erased from `mirror`
+  /// (TF's report_uninitialized_variables sees them: a worker waits for the
+  /// chief). Values of different ps tasks may come from different updates
+  /// (TF1's async reads, cluster.md rule 3). Errors: UNAVAILABLE naming the
+  /// ps task and address when it cannot be reached; `mirror` is then
+  /// unspecified for the bound variables.
+  virtual Status Read(VariableStore& mirror) = 0;
+
+  /// Read(), as one state of the whole cluster: no update lands on any ps
+  /// task between the first task's read and the last's (the chief's
+  /// checkpoint, cluster.md rule "a consistent snapshot of all ps shards at
+  /// one global_step"). FAILED_PRECONDITION when a ps task is not
+  /// initialized; UNAVAILABLE as Read.
+  virtual Status ReadConsistent(VariableStore& mirror) = 0;
+
+  /// Replaces the remote variables with `mirror`'s values of the bound
+  /// names (the chief's init op or restore: TF's init_op / Saver.restore
+  /// running on the ps devices). Every bound name must be in `mirror`
+  /// (FAILED_PRECONDITION naming the first missing one). UNAVAILABLE as
+  /// Read; a failure may leave some ps tasks written and others not (the
+  /// chief retries the whole init/restore in recovery).
+  virtual Status Write(const VariableStore& mirror) = 0;
+
+  /// A training step's update (TF1: apply_gradients run on the ps tasks):
+  /// each ps task applies the gradients of its variables with its slots
+  /// (the ps task's optimizer, grads.learning_rate / grads.adam_step_size),
+  /// and ps 0 increments global_step once. `computed_at_step` is the
+  /// global_step the gradients were computed from (synchronous mode drops
+  /// older ones). Returns the new global_step. Errors: UNAVAILABLE as Read;
+  /// OUT_OF_RANGE once the chief ended training (EndTraining: the worker's
+  /// run ends cleanly, as at the end of its input); a ps task's refusal
+  /// (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION) unchanged.
+  virtual StatusOr<int64_t> Apply(const nn::Gradients& grads, int64_t computed_at_step) = 0;
+};
+
+}  // namespace foreman::internal
