@@ -129,6 +129,10 @@ TEST_CASE("Create checks job names and names the job in its errors") {
   CHECK_CONTAINS(InvalidMessage(ClusterSpec::Create({{"ps", {}}})), "job 'ps' has no tasks");
   CHECK_CONTAINS(InvalidMessage(ClusterSpec::Create({{"worker", {"127.0.0.1:1", "127.0.0.1:70000"}}})),
                  "job 'worker' entry 2 (task 1) '127.0.0.1:70000': port must be in [1, 65535]");
+  // Leading zeros are refused however many (a port is never written so).
+  for (const char* entry : {"127.0.0.1:02222", "127.0.0.1:000001", "127.0.0.1:0000001", "127.0.0.1:00"}) {
+    CHECK_CONTAINS(InvalidMessage(ClusterSpec::Create({{"worker", {entry}}})), "without leading zeros");
+  }
 }
 
 TEST_CASE("ClusterTask: validation against the spec and is_chief") {
@@ -255,6 +259,15 @@ TEST_CASE("PlaceVariablesOnPs: bad input") {
                  "slot variable 'w/Adam' has no primary variable 'w' in the list");
   CHECK_CONTAINS(InvalidMessage(PlaceVariablesOnPs({"global_step", "beta1_power"}, 2)),
                  "'beta1_power' needs a trainable variable");
+  // A slot of a slot or of a beta power is refused whatever the list order
+  // (TF creates slots only for trainable variables).
+  for (const std::vector<std::string>& names : {std::vector<std::string>{"a", "a/Adam", "a/Adam/Adam"},
+                                                std::vector<std::string>{"a/Adam/Adam", "a/Adam", "a"}}) {
+    CHECK_CONTAINS(InvalidMessage(PlaceVariablesOnPs(names, 2)),
+                   "slot variable 'a/Adam/Adam' belongs to 'a/Adam', which is itself a slot");
+  }
+  CHECK_CONTAINS(InvalidMessage(PlaceVariablesOnPs({"a", "beta1_power", "beta1_power/Adam"}, 2)),
+                 "slot variable 'beta1_power/Adam' belongs to 'beta1_power', which is itself an Adam beta power");
 }
 
 TEST_CASE("ValidateClusterOptions: defaults, intervals, TLS flags and loopback") {
@@ -288,7 +301,11 @@ TEST_CASE("ValidateClusterOptions: defaults, intervals, TLS flags and loopback")
   o = {};
   o.heartbeat_ms = INT64_MAX;
   o.connection_timeout_ms = INT64_MAX;
-  CHECK_CONTAINS(InvalidMessage(ValidateClusterOptions(*loopback, chief, o)), "must be at least 3 x --heartbeat-ms");
+  CHECK(InvalidMessage(ValidateClusterOptions(*loopback, chief, o)) ==
+        "--heartbeat-ms 9223372036854775807 is too large (at most 86400000 ms, one day)");
+  o.heartbeat_ms = 86'400'000;  // the largest: 3 x it does not overflow
+  o.connection_timeout_ms = 3 * o.heartbeat_ms - 1;
+  CHECK_CONTAINS(InvalidMessage(ValidateClusterOptions(*loopback, chief, o)), "(86400000 ms -> at least 259200000 ms)");
   o = {};
   o.ps_wait_secs = 0;
   CHECK(InvalidMessage(ValidateClusterOptions(*loopback, chief, o)) == "--ps-wait-secs must be > 0, got 0");

@@ -115,14 +115,16 @@ Status ValidateClusterTask(const ClusterSpec& spec, const ClusterTask& task);
 ///     (TF colocates them with min(var_list, key=name)), and take no turn.
 /// Every primary other than "global_step" counts as trainable here.
 /// Errors: INVALID_ARGUMENT for num_ps_tasks < 1, an empty or duplicate name,
-/// a slot whose variable is not in `names`, or beta powers with no trainable
-/// variable (each message names the variable).
+/// a slot whose variable is not in `names`, a slot of a slot or of a beta
+/// power ("a/Adam/Adam", "beta1_power/Adam": TF creates none), or beta
+/// powers with no trainable variable (each message names the variable).
 StatusOr<std::vector<int>> PlaceVariablesOnPs(const std::vector<std::string>& names, int num_ps_tasks);
 
 /// The network settings every node of a cluster shares (give every process
 /// the same values).
 struct ClusterOptions {
-  /// How often a node sends a heartbeat to each peer (--heartbeat-ms), > 0.
+  /// How often a node sends a heartbeat to each peer (--heartbeat-ms), in
+  /// (0, 86400000] (a day).
   int64_t heartbeat_ms = 200;
   /// A peer not heard from for this long is dropped as down
   /// (--connection-timeout-ms); at least 3 x heartbeat_ms, or a node drops
@@ -145,7 +147,7 @@ struct ClusterOptions {
 };
 
 /// Checks `task` against `spec` (ValidateClusterTask) and `options`:
-/// heartbeat_ms > 0, connection_timeout_ms >= 3 x heartbeat_ms,
+/// heartbeat_ms in (0, 1 day], connection_timeout_ms >= 3 x heartbeat_ms,
 /// ps_wait_secs > 0; TLS paths all given or none ("TLS needs all three of
 /// --tls-cert, --tls-key and --tls-ca; missing: --tls-key"); without TLS and
 /// without `insecure`, every address of the spec must be loopback

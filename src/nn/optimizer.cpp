@@ -65,6 +65,33 @@ std::vector<std::string> SlotSuffixes(OptimizerKind kind) {
   return {};
 }
 
+const std::vector<std::string>& AllSlotSuffixes() {
+  static const auto* all = [] {
+    auto* v = new std::vector<std::string>;
+    for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
+      for (std::string& suffix : SlotSuffixes(kind)) {
+        if (std::find(v->begin(), v->end(), suffix) == v->end()) v->push_back(std::move(suffix));
+      }
+    }
+    return v;
+  }();
+  return *all;
+}
+
+bool IsSlotName(const std::string& name, std::string* primary) {
+  for (const std::string& suffix : AllSlotSuffixes()) {
+    // "<var>/<suffix>" with a non-empty <var>.
+    if (name.size() < suffix.size() + 2) continue;
+    const std::size_t slash = name.size() - suffix.size() - 1;
+    if (name[slash] != '/' || name.compare(slash + 1, std::string::npos, suffix) != 0) continue;
+    if (primary != nullptr) *primary = name.substr(0, slash);
+    return true;
+  }
+  return false;
+}
+
+bool IsBetaPowerName(const std::string& name) { return name == kBeta1PowerName || name == kBeta2PowerName; }
+
 float AdamStepSize(float learning_rate, float beta1_power, float beta2_power) {
   return learning_rate * std::sqrt(1.0f - beta2_power) / (1.0f - beta1_power);
 }

@@ -16,6 +16,15 @@ inline constexpr char kBeta2PowerName[] = "beta2_power";
 /// The slot names TF1 gives a variable's slots, as suffixes of "<var>/":
 /// {} (SGD), {"Momentum"}, {"Adam", "Adam_1"} (m, v).
 std::vector<std::string> SlotSuffixes(OptimizerKind kind);
+/// Every optimizer's slot suffixes, each once ("Momentum", "Adam",
+/// "Adam_1"): what names a slot whatever the optimizer (placement, shards).
+const std::vector<std::string>& AllSlotSuffixes();
+/// Whether `name` is TF1's name of a slot ("<var>/<suffix>" for a suffix of
+/// AllSlotSuffixes() and a non-empty <var>); if so and `primary` is not
+/// null, sets it to <var>.
+bool IsSlotName(const std::string& name, std::string* primary = nullptr);
+/// Whether `name` is kBeta1PowerName or kBeta2PowerName.
+bool IsBetaPowerName(const std::string& name);
 
 /// Adam's step size for the current beta powers, computed in float as
 /// apply_adam does: lr * sqrt(1 - beta2_power) / (1 - beta1_power).

@@ -19,13 +19,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "foreman/cluster.hpp"
+#include "nn/optimizer.hpp"
 
 namespace foreman {
 namespace {
 
 constexpr char kGlobalStep[] = "global_step";
-constexpr const char* kSlotSuffixes[] = {"/Momentum", "/Adam", "/Adam_1"};
-constexpr const char* kBetaPowers[] = {"beta1_power", "beta2_power"};
+// A day: longer heartbeats detect nothing useful, and 3 x it stays far from
+// int64 overflow.
+constexpr int64_t kMaxHeartbeatMs = 86'400'000;
 
 bool IsDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
@@ -119,8 +121,8 @@ bool ParseEntry(const std::string& entry, TaskAddress* out, std::string* why) {
   }
   // At most 6 digits keeps the conversion from overflowing; 0 and > 65535 are
   // refused below with the range.
-  if (!IsDigits(port) || port.size() > 6) {
-    *why = absl::StrCat("port '", port, "' must be a decimal number in [1, 65535]");
+  if (!IsDigits(port) || port.size() > 5 || (port.size() > 1 && port[0] == '0')) {
+    *why = absl::StrCat("port '", port, "' must be a decimal number in [1, 65535] without leading zeros");
     return false;
   }
   const int value = std::stoi(port);
@@ -270,17 +272,11 @@ StatusOr<std::vector<int>> PlaceVariablesOnPs(const std::vector<std::string>& na
       return absl::InvalidArgumentError(absl::StrCat("PlaceVariablesOnPs: variable '", names[i], "' is listed twice"));
     }
   }
-  auto is_beta_power = [](const std::string& n) {
-    return std::find(std::begin(kBetaPowers), std::end(kBetaPowers), n) != std::end(kBetaPowers);
-  };
+  const auto is_beta_power = [](const std::string& n) { return nn::internal::IsBetaPowerName(n); };
   // A slot's primary, or "" for a name that is not a slot.
-  auto slot_primary = [&](const std::string& n) -> std::string {
-    for (const char* suffix : kSlotSuffixes) {
-      if (absl::EndsWith(n, suffix) && n.size() > std::string_view(suffix).size()) {
-        return n.substr(0, n.size() - std::string_view(suffix).size());
-      }
-    }
-    return "";
+  const auto slot_primary = [](const std::string& n) -> std::string {
+    std::string primary;
+    return nn::internal::IsSlotName(n, &primary) ? primary : "";
   };
 
   // Primaries in placement order: global_step first, then creation order.
@@ -297,6 +293,13 @@ StatusOr<std::vector<int>> PlaceVariablesOnPs(const std::vector<std::string>& na
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string primary = slot_primary(names[i]);
     if (primary.empty()) continue;
+    // TF creates slots for trainable variables only: never for a slot or a
+    // beta power (either would also make the result depend on list order).
+    if (!slot_primary(primary).empty() || is_beta_power(primary)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PlaceVariablesOnPs: slot variable '", names[i], "' belongs to '", primary, "', which is itself ",
+          is_beta_power(primary) ? "an Adam beta power" : "a slot", ": TF creates slots only for trainable variables"));
+    }
     auto it = index.find(primary);
     if (it == index.end() || task[it->second] < 0) {
       return absl::InvalidArgumentError(absl::StrCat("PlaceVariablesOnPs: slot variable '", names[i],
@@ -342,10 +345,14 @@ Status ValidateClusterOptions(const ClusterSpec& spec, const ClusterTask& task, 
     return absl::InvalidArgumentError(
         absl::StrCat("--connection-timeout-ms must be > 0, got ", options.connection_timeout_ms));
   }
-  if (options.heartbeat_ms > INT64_MAX / 3 || options.connection_timeout_ms < 3 * options.heartbeat_ms) {
+  if (options.heartbeat_ms > kMaxHeartbeatMs) {
+    return absl::InvalidArgumentError(absl::StrCat("--heartbeat-ms ", options.heartbeat_ms, " is too large (at most ",
+                                                   kMaxHeartbeatMs, " ms, one day)"));
+  }
+  if (options.connection_timeout_ms < 3 * options.heartbeat_ms) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--connection-timeout-ms ", options.connection_timeout_ms, " must be at least 3 x --heartbeat-ms (",
-        options.heartbeat_ms, " ms -> at least ", options.heartbeat_ms > INT64_MAX / 3 ? 0 : 3 * options.heartbeat_ms,
+        options.heartbeat_ms, " ms -> at least ", 3 * options.heartbeat_ms,
         " ms): a shorter timeout drops healthy peers whose heartbeats arrive a little late; give every node the "
         "same values"));
   }
