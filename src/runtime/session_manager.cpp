@@ -4,6 +4,9 @@
 // TF's ops become functions over a Session: "initialized" means present in
 // the session's VariableStore, so an init op creates variables from the
 // graph's initializers and a restore creates them from the checkpoint.
+// On a cluster session the chief's init op, init_fn and restore write what
+// they changed to the ps tasks (internal::WriteThroughScope); the local init
+// op and every read stay in the session's mirror.
 #include "foreman/session_manager.hpp"
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "formats/saver.hpp"
 #include "foreman/mutex.hpp"
 #include "platform/log.hpp"
+#include "runtime/session_access.hpp"
 
 namespace foreman {
 
@@ -120,13 +124,14 @@ SessionOp DefaultLocalInitOp() {
 
 ReadyOp DefaultReadyOp() {
   return [](Session& session) -> StatusOr<std::vector<std::string>> {
-    return session.UninitializedVariables(/*include_local=*/true);
+    // A ps task that cannot be reached: its UNAVAILABLE, not "uninitialized".
+    return internal::SessionAccess::UninitializedVariables(session, /*include_local=*/true);
   };
 }
 
 ReadyOp DefaultReadyForLocalInitOp() {
   return [](Session& session) -> StatusOr<std::vector<std::string>> {
-    return session.UninitializedVariables();
+    return internal::SessionAccess::UninitializedVariables(session, /*include_local=*/false);
   };
 }
 
@@ -211,6 +216,9 @@ Status RestoreGlobals(Session& session, const Saver& saver, const std::string& p
   reader->reset();
   FOREMAN_RETURN_IF_ERROR(saver.Restore(prefix, &restored));
 
+  // TF's Saver.restore assigns the variables where they live: on a cluster
+  // session the restored values are written to the ps tasks.
+  internal::WriteThroughScope write_through(session);
   return session.WithVariables([&restored, &graph](VariableStore& vars) -> Status {
     // A value the session already holds must keep its dtype and shape;
     // checked for all before anything is assigned.
@@ -317,6 +325,9 @@ StatusOr<std::unique_ptr<Session>> SessionManager::prepare_session(const std::st
       return absl::FailedPreconditionError(
           "Model is not initialized and no init_op or init_fn or local_init_op was given");
     }
+    // TF's init_op and init_fn run on the ps devices: on a cluster session
+    // what they set is written to the ps tasks.
+    internal::WriteThroughScope write_through(session);
     if (options.init_op) {
       FOREMAN_RETURN_IF_ERROR(
           InvokeUserCode("init_op", [&] { return options.init_op(session, options.init_feed_dict); }));
