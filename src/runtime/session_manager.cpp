@@ -34,13 +34,20 @@ Status SetVariable(VariableStore& vars, const std::string& name, Tensor value, b
   return vars.Create(name, std::move(value), trainable);
 }
 
+/// Whether `def` is a task's own variable of a cluster session: a global
+/// variable with device "/job:worker" (VariableDef::device).
+bool TaskOwn(const VariableDef& def, bool cluster) { return cluster && !def.local && !def.device.empty(); }
+
 /// Runs the initializers of the graph's global (local == false) or local
-/// variables.
+/// variables. On a cluster session the local init also initializes the
+/// task's own "/job:worker" variables that hold no value (a worker never runs
+/// the init op; the chief's init op or restore already set the chief's).
 Status RunInitializers(Session& session, bool local) {
   const std::shared_ptr<Graph>& graph = session.graph();
-  return session.WithVariables([&graph, local](VariableStore& vars) -> Status {
+  const bool cluster = internal::SessionAccess::remote_variables(session);
+  return session.WithVariables([&graph, local, cluster](VariableStore& vars) -> Status {
     for (const VariableDef& def : graph->variables()) {
-      if (def.local != local) continue;
+      if (def.local != local && !(local && TaskOwn(def, cluster) && !vars.Contains(def.name))) continue;
       if (!def.initializer) {
         return absl::FailedPreconditionError(
             absl::StrCat("variable '", def.name, "' has no initializer"));
@@ -131,7 +138,16 @@ ReadyOp DefaultReadyOp() {
 
 ReadyOp DefaultReadyForLocalInitOp() {
   return [](Session& session) -> StatusOr<std::vector<std::string>> {
-    return internal::SessionAccess::UninitializedVariables(session, /*include_local=*/false);
+    FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> missing,
+                             internal::SessionAccess::UninitializedVariables(session, /*include_local=*/false));
+    // In a cluster the task's own variables are the local init op's.
+    if (internal::SessionAccess::remote_variables(session)) {
+      for (const VariableDef& def : session.graph()->variables()) {
+        if (!TaskOwn(def, true)) continue;
+        missing.erase(std::remove(missing.begin(), missing.end(), def.name), missing.end());
+      }
+    }
+    return missing;
   };
 }
 
