@@ -354,11 +354,12 @@ TEST_CASE("B88 a worker waits until the chief initialised the ps; chief and work
     REQUIRE_MESSAGE(reader.ok(), reader.status().ToString());
     const int64_t step = Int((*reader)->Lookup("global_step"));
     REQUIRE(history.count(step) == 1);
-    for (const auto& [name, value] : history.at(step)) {
+    for (const auto& entry : history.at(step)) {
+      const std::string& name = entry.first;
       CAPTURE(name);
       auto saved = (*reader)->Lookup(name);
       REQUIRE(saved.ok());
-      CHECK(saved->Equals(value));
+      CHECK(saved->Equals(entry.second));
     }
     CHECK(Int((*reader)->Lookup("input_position")) <= kChiefSteps);
     CHECK_FALSE((*reader)->Contains("local_batches"));
@@ -458,10 +459,11 @@ TEST_CASE("ApplyGradients on a local session is bitwise TrainStep, and increment
     const auto a = (*applied)->Snapshot();
     const auto b = (*trained)->Snapshot();
     REQUIRE(a.size() == b.size());
-    for (const auto& [name, value] : a) {
+    for (const auto& entry : a) {
+      const std::string& name = entry.first;
       CAPTURE(name);
       REQUIRE(b.count(name) == 1);
-      CHECK(value.Equals(b.at(name)));
+      CHECK(entry.second.Equals(b.at(name)));
     }
   }
 }
