@@ -342,7 +342,7 @@ TEST_CASE("B88 a worker waits until the chief initialised the ps; chief and work
 
   // Every checkpoint the chief kept is one state of the ps (the state the
   // update to its global_step left) plus the chief's own input_position;
-  // never the local variable (B101).
+  // never the local variable (TF's LOCAL_VARIABLES are not saved).
   auto history = cluster.ps().history();
   auto prefixes = ListCheckpointPrefixes(Env::Default(), dir.path());
   REQUIRE(prefixes.ok());
