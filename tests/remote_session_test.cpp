@@ -295,6 +295,14 @@ TEST_CASE("reads refresh the mirror first; only the chief's init op and restore 
   CHECK((*chief)->Run({"train_op"}).status() == down);
   cluster.ps().FailNext(FakeRemoteValues::kRead, down);
   CHECK(DefaultReadyOp()(**chief).status() == down);  // the ready check: UNAVAILABLE, not "uninitialized"
+  // The public UninitializedVariables has no error: the ps tasks' variables
+  // are reported, the task's own by its mirror.
+  cluster.ps().FailNext(FakeRemoteValues::kRead, down);
+  missing = (*chief)->UninitializedVariables(/*include_local=*/true);
+  CHECK(std::find(missing.begin(), missing.end(), "global_step") != missing.end());
+  CHECK(std::find(missing.begin(), missing.end(), "dense/kernel") != missing.end());
+  CHECK(std::find(missing.begin(), missing.end(), "input_position") == missing.end());
+  CHECK((*chief)->UninitializedVariables(true).empty());  // reachable again
 }
 
 // -- a worker waits for the chief, then both train ---------------------------------

@@ -47,7 +47,8 @@ Status RunInitializers(Session& session, bool local) {
   const bool cluster = internal::SessionAccess::remote_variables(session);
   return session.WithVariables([&graph, local, cluster](VariableStore& vars) -> Status {
     for (const VariableDef& def : graph->variables()) {
-      if (def.local != local && !(local && TaskOwn(def, cluster) && !vars.Contains(def.name))) continue;
+      const bool runs = local ? def.local || (TaskOwn(def, cluster) && !vars.Contains(def.name)) : !def.local;
+      if (!runs) continue;
       if (!def.initializer) {
         return absl::FailedPreconditionError(
             absl::StrCat("variable '", def.name, "' has no initializer"));
