@@ -30,6 +30,18 @@
 //                    resolved through one registry of schemes, so tcp:// and
 //                    tls:// (clusters) are added without changing Session.
 //
+// A cluster target (a worker Server's target(), tcp:// or tls://): the global
+// variables without a device (VariableDef::device) live on the ps tasks and
+// the session holds a mirror of them.
+// Run(), WithVariables(), Snapshot(), GlobalStep() and
+// UninitializedVariables() first read every such variable from the ps tasks
+// (one network read of all of them each; a ps task not initialized yet shows
+// its variables as uninitialized); an unreachable ps task is UNAVAILABLE,
+// which MonitoredSession recovers from. Changes a caller makes to the mirror
+// are not sent to the ps tasks: a step sends its update with
+// StepContext::ApplyGradients, and only the chief's session manager (init op,
+// init_fn, restore) writes the ps tasks' values.
+//
 // Thread-safety: Run(), WithVariables(), Snapshot() and GlobalStep() may be
 // called from any thread; each holds the values' mutex while it runs.
 #pragma once
@@ -247,20 +259,32 @@ class Session {
   ///                        its fetches: Graph::AddFetch), before the step
   ///                        runs; otherwise a fetch the step did not answer,
   ///                        after it ran. The message names the fetch.
-  ///   the step's own error (exceptions converted, status.hpp)
+  ///   UNAVAILABLE          a cluster session whose ps task cannot be read
+  ///                        (naming it), before the step runs
+  ///   the step's own error (exceptions converted, status.hpp), including
+  ///   StepContext::ApplyGradients's UNAVAILABLE / OUT_OF_RANGE, unchanged
   StatusOr<TensorMap> Run(const std::vector<std::string>& fetches, const TensorMap& feeds = {},
                           const RunOptions& options = {}, RunMetadata* metadata = nullptr);
 
   /// Runs `fn` on the variable values under the values' mutex (init ops,
-  /// restore, reads by hooks). `fn`'s exceptions become a Status.
+  /// restore, reads by hooks). `fn`'s exceptions become a Status. On a
+  /// cluster session it reads every remote variable first (UNAVAILABLE then,
+  /// and `fn` does not run); what `fn` changes stays in this target's mirror
+  /// (the next read replaces remote variables) unless the chief's session
+  /// manager runs it as the init op, init_fn or restore.
   Status WithVariables(const std::function<Status(VariableStore&)>& fn);
   /// A deep copy of the global (checkpointed) variables that are initialized,
   /// keyed by name: what a checkpoint saves. Local variables are excluded.
+  /// On a cluster session, after a read of every remote variable; empty
+  /// (and logged) when a ps task cannot be read.
   std::map<std::string, Tensor> Snapshot();
-  /// The current global_step (GetGlobalStep on the values).
+  /// The current global_step (GetGlobalStep on the values). On a cluster
+  /// session, after a read of every remote variable (its UNAVAILABLE).
   StatusOr<int64_t> GlobalStep();
   /// Names of the graph's global variables that hold no value yet, sorted
-  /// (what TF's default ready_op reports).
+  /// (what TF's default ready_op reports). On a cluster session, after a
+  /// read of every remote variable; when a ps task cannot be read its
+  /// variables are reported (and the error logged).
   std::vector<std::string> UninitializedVariables();
   /// Same for every variable, local ones included.
   std::vector<std::string> UninitializedVariables(bool include_local);
