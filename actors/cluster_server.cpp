@@ -536,8 +536,8 @@ struct ServerCore {
   bool is_ps = false;
   bool ready = false;  // guarded by the registry's mutex
 
-  std::unique_ptr<caf::actor_system_config> config;
-  std::unique_ptr<caf::actor_system> system;
+  std::unique_ptr<OwnedActorSystem> owned;
+  caf::actor_system* system = nullptr;  // owned's
   caf::actor served;   // the shard or the cluster task actor (published)
   caf::actor watcher;  // a worker's ProxyWatcher
   std::shared_ptr<PsRemoteValues> remote;
@@ -582,8 +582,8 @@ void Teardown(ServerCore& core, const std::string& why) {
         *a = nullptr;
       }
     }
-    core.system.reset();
-    core.config.reset();
+    core.system = nullptr;
+    core.owned.reset();
     return absl::OkStatus();
   });
   if (!s.ok()) FOREMAN_LOG_ERROR("Stopping the foreman::Server {}: {}", core.target, s.ToString());
@@ -636,11 +636,12 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
     net.tls_ca = c.options.cluster.tls_ca;
   }
   auto lost = std::make_shared<LostProxies>();
+  FOREMAN_ASSIGN_OR_RETURN(c.owned, BuildActorSystem(2, [&net](caf::actor_system_config& config) {
+                             ConfigureClusterNetwork(config, net);
+                           }));
+  c.system = c.owned->system.get();
+  // Spawned from a thread that ends at once (actor_system.hpp).
   FOREMAN_RETURN_IF_ERROR(RunOnShortLivedThread([&]() -> Status {
-    c.config = std::make_unique<caf::actor_system_config>();
-    c.config->set("scheduler.max-threads", size_t{2});
-    ConfigureClusterNetwork(*c.config, net);
-    c.system = std::make_unique<caf::actor_system>(*c.config);
     if (c.is_ps) {
       PsShardOptions shard;
       shard.task_index = c.task.task_index;
@@ -679,7 +680,7 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
       ps.push_back(PsTask{a.host, static_cast<uint16_t>(a.port),
                           absl::StrCat("ps task ", k, " (", c.cluster.jobs().at("ps")[k], ")")});
     }
-    c.remote = std::make_shared<PsRemoteValues>(c.system.get(), c.watcher, lost, std::move(ps), c.tls,
+    c.remote = std::make_shared<PsRemoteValues>(c.system, c.watcher, lost, std::move(ps), c.tls,
                                                 c.task.task_index, c.options.request_timeout_ms, c.target);
     c.values = std::make_shared<SessionValues>();
     c.values->remote = c.remote;
