@@ -64,6 +64,9 @@ caf::behavior ProxyWatcher(caf::event_based_actor* self, std::shared_ptr<LostPro
     std::string cause = IsPeerLost(down) ? "the connection was lost (peer closed or heartbeats timed out)"
                                          : absl::StrCat("its actor is gone (", self->system().render(down.reason), ")");
     MutexLock l(lost->mu);
+    // A proxy already dropped by an error is never looked up again: keep
+    // the most recent few only.
+    if (lost->lost.size() >= 64) lost->lost.erase(lost->lost.begin());
     lost->lost.emplace_back(down.source, std::move(cause));
   });
   return {[self](caf::actor& proxy) { self->monitor(proxy); }};
@@ -791,7 +794,8 @@ StatusOr<int64_t> Server::EndTraining() {
 }
 
 Status Server::Join(absl::Duration timeout) {
-  internal::ServerCore& c = *impl_->core;
+  const std::shared_ptr<internal::ServerCore> core = impl_->core;  // Join may outlast a concurrent Stop
+  internal::ServerCore& c = *core;
   internal::JoinState& j = *c.join;
   const auto wait = timeout > absl::Hours(24 * 365) ? std::chrono::hours(24 * 365)
                                                     : std::chrono::duration_cast<std::chrono::steady_clock::duration>(

@@ -483,6 +483,13 @@ TEST_CASE("a ps task that goes away: Read and Apply UNAVAILABLE naming it, withi
   CHECK(Clock::now() - t0 < milliseconds(kRequestTimeoutMs + 500));
   MESSAGE("apply: ", apply.ToString());
 
+  // EndTraining ends the reachable ps tasks and names the lost one.
+  {
+    StatusOr<int64_t> ended = c.workers[0]->EndTraining();
+    CHECK(ended.status().code() == absl::StatusCode::kUnavailable);
+    CHECK_MESSAGE(absl::StrContains(ended.status().message(), ps1), ended.status());
+  }
+
   // A new ps task 1 (a restarted process): reconnected, not initialized yet.
   c.ps[1] = c.Start({"ps", 1}, Options());
   REQUIRE(rv->Read(mirror).ok());
@@ -491,6 +498,52 @@ TEST_CASE("a ps task that goes away: Read and Apply UNAVAILABLE naming it, withi
   REQUIRE(rv->Write(source).ok());
   REQUIRE(rv->Read(mirror).ok());
   CheckSame(source, mirror, kNames);
+  // ps 0 had ended (above): its answer comes first.
+  CHECK(rv->Apply(Grads(0.1f, 1.0f), 7).status().code() == absl::StatusCode::kOutOfRange);
+}
+
+// The test PKI of tools/scripts/gen-tls-certs.sh (as cluster_net_test's).
+struct Pki {
+  std::filesystem::path dir;
+  Pki() {
+    dir = std::filesystem::temp_directory_path() / absl::StrCat("foreman_cluster_server_", ::getpid());
+    std::filesystem::create_directories(dir);
+    const char* testdata = std::getenv("FOREMAN_TESTDATA");
+    REQUIRE_MESSAGE(testdata != nullptr, "FOREMAN_TESTDATA is not set (meson test sets it)");
+    const std::string cmd =
+        absl::StrCat("'", testdata, "/../../tools/scripts/gen-tls-certs.sh' '", dir.string(), "' node1");
+    const int rc = std::system(cmd.c_str());
+    REQUIRE_MESSAGE(rc == 0, cmd, " failed: ", rc);
+  }
+  ~Pki() { std::filesystem::remove_all(dir); }
+  ServerOptions Options() const {
+    ServerOptions o = foreman::Options();
+    o.cluster.tls_cert = (dir / "node1.pem").string();
+    o.cluster.tls_key = (dir / "node1.key").string();
+    o.cluster.tls_ca = (dir / "ca.pem").string();
+    return o;
+  }
+};
+
+TEST_CASE("mutual TLS: a tls:// target, and Write / Apply / Read across TLS links") {
+  Pki pki;
+  Cluster c(1, 1, pki.Options());
+  const std::string target = c.workers[0]->target();
+  CHECK(target == absl::StrCat("tls://127.0.0.1:", c.worker_ports[0]));
+  StatusOr<std::shared_ptr<internal::SessionValues>> values = internal::ResolveSessionTarget(target);
+  REQUIRE_MESSAGE(values.ok(), values.status().ToString());
+  CHECK(internal::ResolveSessionTarget(absl::StrCat("tcp://127.0.0.1:", c.worker_ports[0])).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  std::shared_ptr<RemoteValues> rv = (*values)->remote;
+  REQUIRE(rv != nullptr);
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore source;
+  Fill(source, 3);
+  REQUIRE(rv->Write(source).ok());
+  CHECK(rv->Apply(Grads(0.1f, 1.0f), 3).value_or(-1) == 4);
+  VariableStore mirror;
+  REQUIRE(rv->ReadConsistent(mirror).ok());
+  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 4);
 }
 
 }  // namespace
