@@ -88,7 +88,11 @@ class Server {
   /// checkpoint (cluster.md rule 7): every ps task stops accepting updates
   /// (later applies are answered OUT_OF_RANGE, so each worker's run ends
   /// cleanly) but still serves reads, so the final checkpoint holds every
-  /// update that was accepted. Returns ps 0's final global_step.
+  /// update that was accepted. Returns ps 0's final global_step (-1 when
+  /// ps 0 was never initialized). Applies held by a checkpoint's freeze or
+  /// waiting for a synchronous update are answered OUT_OF_RANGE too. Final:
+  /// a ps task never takes updates again (a new training job starts new ps
+  /// tasks, as with TF1).
   /// FAILED_PRECONDITION on a task other than the chief; UNAVAILABLE naming
   /// a ps task that cannot be reached (the others are ended).
   StatusOr<int64_t> EndTraining();
@@ -97,7 +101,9 @@ class Server {
   /// and the workers have had time to see it (no update for
   /// connection_timeout_ms, at most 10 x that), or until Stop(); OK then.
   /// DEADLINE_EXCEEDED when `timeout` passes first. On a worker task:
-  /// until Stop() or `timeout`. TF: server.join(), bounded.
+  /// until Stop() or `timeout`. TF: server.join(), bounded. Stop() from
+  /// another thread ends a Join in progress; destroying the Server during
+  /// a Join is not allowed.
   Status Join(absl::Duration timeout);
 
   /// Stops listening and serving; Join() returns. Idempotent.
