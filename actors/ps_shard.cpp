@@ -348,8 +348,8 @@ Status Ended(const ps_shard_state& st) {
 
 // An apply after the end: answered OUT_OF_RANGE, and the Server told.
 void RefuseEnded(ps_shard_state& st, caf::typed_response_promise<int64_t>& promise) {
+  if (st.options.on_end_activity) st.options.on_end_activity();  // before the answer
   promise.deliver(ErrorOf(Ended(st)));
-  if (st.options.on_end_activity) st.options.on_end_activity();
 }
 
 // An apply: now (asynchronous), or into the accumulators (synchronous).
