@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -423,6 +424,39 @@ TEST_CASE("Apply: bitwise nn::ApplyGradients on a local copy, global_step + 1; R
   CHECK(rv->Apply(unknown, 104).status().code() == absl::StatusCode::kNotFound);
 }
 
+TEST_CASE("synchronous training (replicas_to_aggregate 2): two workers' applies to both shards, one update") {
+  ServerOptions options = Options(nn::OptimizerKind::kSgd);
+  options.replicas_to_aggregate = 2;
+  Cluster c(2, 2, options);
+  std::shared_ptr<RemoteValues> chief = c.Remote(0), other = c.Remote(1);
+  std::vector<std::string> names(kNames.begin(), kNames.begin() + 5);  // no slots with SGD
+  REQUIRE(chief->Bind(names).ok());
+  REQUIRE(other->Bind(names).ok());
+  VariableStore local;
+  Fill(local, 10);
+  REQUIRE(chief->Write(local).ok());
+  const nn::Gradients g = Grads(0.5f, 0.75f);
+  // Each worker sends to both shards, then waits: neither shard answers
+  // before both workers' applies arrived.
+  StatusOr<int64_t> from_other = absl::UnknownError("not run");
+  std::thread t([&] { from_other = other->Apply(g, 10); });
+  StatusOr<int64_t> from_chief = chief->Apply(g, 10);
+  t.join();
+  REQUIRE_MESSAGE(from_chief.ok(), from_chief.status().ToString());
+  REQUIRE_MESSAGE(from_other.ok(), from_other.status().ToString());
+  CHECK(*from_chief == 11);
+  CHECK(*from_other == 11);
+  // The mean of two equal gradients is the gradient: one local update.
+  Eigen::ThreadPool pool(1);
+  Eigen::ThreadPoolDevice device(&pool, 1);
+  REQUIRE(nn::ApplyGradients(options.optimizer, local, g, device).ok());
+  VariableStore mirror;
+  REQUIRE(other->Read(mirror).ok());
+  CheckSame(local, mirror, std::vector<std::string>(names.begin() + 1, names.end()));
+  // A stale apply (computed at step 10, now 11) is dropped and answered at once.
+  CHECK(chief->Apply(g, 10).value_or(-1) == 11);
+}
+
 TEST_CASE("EndTraining: the chief only; later applies OUT_OF_RANGE, reads served; the ps Servers' Join returns") {
   Cluster c(2, 2);
   std::shared_ptr<RemoteValues> rv = c.Remote(1);
@@ -435,6 +469,7 @@ TEST_CASE("EndTraining: the chief only; later applies OUT_OF_RANGE, reads served
   CHECK(c.ps[0]->Join(absl::Milliseconds(50)).code() == absl::StatusCode::kDeadlineExceeded);
   StatusOr<int64_t> not_chief = c.workers[1]->EndTraining();
   CHECK(not_chief.status().code() == absl::StatusCode::kFailedPrecondition);
+  const auto t_end = Clock::now();
   StatusOr<int64_t> ended = c.workers[0]->EndTraining();
   REQUIRE_MESSAGE(ended.ok(), ended.status().ToString());
   CHECK(*ended == 42);
@@ -446,12 +481,14 @@ TEST_CASE("EndTraining: the chief only; later applies OUT_OF_RANGE, reads served
   REQUIRE(rv->ReadConsistent(mirror).ok());
   CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 42);
 
-  // Join: after connection_timeout_ms (200 ms) without an update.
+  // Join: after connection_timeout_ms (200 ms) without an update (the
+  // refused apply above was the last).
   for (auto& ps : c.ps) {
     const auto t0 = Clock::now();
     Status joined = ps->Join(absl::Seconds(5));
     CHECK_MESSAGE(joined.ok(), joined);
     CHECK(Clock::now() - t0 < milliseconds(2000));
+    CHECK(Clock::now() - t_end >= milliseconds(200));
   }
   // A worker's Join waits for Stop.
   CHECK(c.workers[1]->Join(absl::Milliseconds(20)).code() == absl::StatusCode::kDeadlineExceeded);
