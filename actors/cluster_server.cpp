@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -631,8 +632,9 @@ Status ValidateServerOptions(const ServerOptions& options) {
 Status Start(const std::shared_ptr<ServerCore>& core) {
   ServerCore& c = *core;
   NetConfig net;
-  net.heartbeat_ms = static_cast<int>(c.options.cluster.heartbeat_ms);
-  net.connection_timeout_ms = static_cast<int>(c.options.cluster.connection_timeout_ms);
+  constexpr int64_t kMaxMs = std::numeric_limits<int>::max();  // NetConfig's ints (24 days)
+  net.heartbeat_ms = static_cast<int>(std::min(c.options.cluster.heartbeat_ms, kMaxMs));
+  net.connection_timeout_ms = static_cast<int>(std::min(c.options.cluster.connection_timeout_ms, kMaxMs));
   if (c.tls) {
     net.tls_cert = c.options.cluster.tls_cert;
     net.tls_key = c.options.cluster.tls_key;
