@@ -133,13 +133,15 @@ struct Placement {
 class PsRemoteValues final : public RemoteValues {
  public:
   PsRemoteValues(caf::actor_system* system, caf::actor watcher, std::shared_ptr<LostProxies> lost,
-                 std::vector<PsTask> ps, bool tls, int worker_index, int64_t request_timeout_ms, std::string target)
+                 std::vector<PsTask> ps, bool tls, int worker_index, int replicas_to_aggregate,
+                 int64_t request_timeout_ms, std::string target)
       : system_(system),
         watcher_(std::move(watcher)),
         lost_(std::move(lost)),
         ps_(std::move(ps)),
         tls_(tls),
         worker_index_(worker_index),
+        replicas_to_aggregate_(replicas_to_aggregate),
         timeout_(request_timeout_ms),
         target_(std::move(target)),
         proxies_(ps_.size()),
@@ -449,7 +451,14 @@ class PsRemoteValues final : public RemoteValues {
     if (std::optional<Status> s = StatusFromForemanError(e)) return *std::move(s);
     std::string cause;
     if (e == caf::sec::request_timeout) {
+      // A slow or frozen peer, not a lost link (heartbeats find those, and
+      // the watcher then drops the proxy): the proxy is kept.
       cause = absl::StrCat("no answer within ", timeout_.count(), " ms (request_timeout_ms)");
+      if (replicas_to_aggregate_ > 0) {
+        cause += absl::StrCat("; in synchronous mode an apply waits for ", replicas_to_aggregate_,
+                              " workers' applies of its step");
+      }
+      return absl::UnavailableError(absl::StrCat(ps_[k].where, ": ", cause));
     } else {
       cause = system.render(e);
     }
@@ -498,6 +507,7 @@ class PsRemoteValues final : public RemoteValues {
   const std::vector<PsTask> ps_;
   const bool tls_;
   const int worker_index_;
+  const int replicas_to_aggregate_;
   const std::chrono::milliseconds timeout_;
   const std::string target_;
 
@@ -686,7 +696,8 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
                           absl::StrCat("ps task ", k, " (", c.cluster.jobs().at("ps")[k], ")")});
     }
     c.remote = std::make_shared<PsRemoteValues>(c.system, c.watcher, lost, std::move(ps), c.tls,
-                                                c.task.task_index, c.options.request_timeout_ms, c.target);
+                                                c.task.task_index, c.options.replicas_to_aggregate,
+                                                c.options.request_timeout_ms, c.target);
     c.values = std::make_shared<SessionValues>();
     c.values->remote = c.remote;
   }

@@ -18,7 +18,8 @@
 // with PlaceVariablesOnPs; each ps task is connected on first use with
 // ConnectActor (bounded by request_timeout_ms), its proxy monitored by a
 // watcher actor (a lost peer: IsPeerLost) and dropped after a loss or a
-// transport error, so the next call reconnects. Requests go to every shard
+// transport error other than a timeout (a slow peer keeps its link; a
+// frozen one is dropped by heartbeats), so the next call reconnects. Requests go to every shard
 // concerned at once and are then awaited, each with request_timeout_ms.
 // Transport failures are UNAVAILABLE "ps task K (host:port): <cause>"; a
 // shard's own answer (OUT_OF_RANGE after the end of training,

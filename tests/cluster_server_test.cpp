@@ -457,6 +457,35 @@ TEST_CASE("synchronous training (replicas_to_aggregate 2): two workers' applies 
   CHECK(chief->Apply(g, 10).value_or(-1) == 11);
 }
 
+TEST_CASE("an apply without an answer in time is UNAVAILABLE naming the ps task and the wait; the link is kept") {
+  ServerOptions options = Options(nn::OptimizerKind::kSgd);
+  options.replicas_to_aggregate = 2;
+  options.request_timeout_ms = 300;
+  Cluster c(1, 2, options);
+  std::shared_ptr<RemoteValues> chief = c.Remote(0), other = c.Remote(1);
+  std::vector<std::string> names(kNames.begin(), kNames.begin() + 5);
+  REQUIRE(chief->Bind(names).ok());
+  REQUIRE(other->Bind(names).ok());
+  VariableStore local;
+  Fill(local, 10);
+  REQUIRE(chief->Write(local).ok());
+  // Only one of the two replicas applies: no aggregated update, no answer.
+  const auto t0 = Clock::now();
+  Status alone = chief->Apply(Grads(0.5f, 1.0f), 10).status();
+  CHECK(alone.code() == absl::StatusCode::kUnavailable);
+  CHECK_MESSAGE(absl::StrContains(alone.message(), absl::StrCat("ps task 0 (127.0.0.1:", c.ps_ports[0],
+                                                                "): no answer within 300 ms")),
+                alone);
+  CHECK_MESSAGE(absl::StrContains(alone.message(), "synchronous mode"), alone);
+  CHECK(Clock::now() - t0 < milliseconds(1500));
+  // The second replica completes the step (the first one's gradients were
+  // kept by the shard); the chief's link still works.
+  CHECK(other->Apply(Grads(0.5f, 1.0f), 10).value_or(-1) == 11);
+  VariableStore mirror;
+  REQUIRE(chief->Read(mirror).ok());
+  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 11);
+}
+
 TEST_CASE("EndTraining: the chief only; later applies OUT_OF_RANGE, reads served; the ps Servers' Join returns") {
   Cluster c(2, 2);
   std::shared_ptr<RemoteValues> rv = c.Remote(1);
