@@ -9,16 +9,20 @@
 // (EndTraining); the other workers wait for it. Each process is started on
 // its own, as with TF1 (cluster.md).
 //
+// Here both tasks run in one process (each is normally its own process,
+// started with the same flags); ps_hosts and worker_hosts are TF1's
+// --ps_hosts / --worker_hosts, such as "127.0.0.1:2222":
+//
 //   ```cpp
 //   #include "foreman/server.hpp"
-//   FOREMAN_ASSIGN_OR_RETURN(foreman::ClusterSpec cluster,
-//                            foreman::ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2223"));
+//   FOREMAN_ASSIGN_OR_RETURN(foreman::ClusterSpec cluster, foreman::ClusterSpec::FromFlags(ps_hosts, worker_hosts));
 //   foreman::ServerOptions options;  // loopback, no TLS; options.optimizer as the workers'
 //   FOREMAN_ASSIGN_OR_RETURN(auto ps, foreman::Server::Create(cluster, {"ps", 0}, options));
 //   FOREMAN_ASSIGN_OR_RETURN(auto chief, foreman::Server::Create(cluster, {"worker", 0}, options));
 //   // chief: MonitoredTrainingSessionOptions.master = chief->target(), is_chief = true, ...
-//   FOREMAN_RETURN_IF_ERROR(chief->EndTraining());   // before the final checkpoint
+//   FOREMAN_ASSIGN_OR_RETURN(int64_t final_step, chief->EndTraining());  // before the final checkpoint
 //   FOREMAN_RETURN_IF_ERROR(ps->Join(absl::Seconds(10)));  // returns once training ended
+//   if (chief->target() != "tcp://" + worker_hosts) return absl::InternalError("unexpected target");
 //   ```
 //
 // Network: CAF's middleman (BASP over TCP) or, with TLS files, its openssl
@@ -84,7 +88,11 @@ class Server {
   /// checkpoint (cluster.md rule 7): every ps task stops accepting updates
   /// (later applies are answered OUT_OF_RANGE, so each worker's run ends
   /// cleanly) but still serves reads, so the final checkpoint holds every
-  /// update that was accepted. Returns ps 0's final global_step.
+  /// update that was accepted. Returns ps 0's final global_step (-1 when
+  /// ps 0 was never initialized). Applies held by a checkpoint's freeze or
+  /// waiting for a synchronous update are answered OUT_OF_RANGE too. Final:
+  /// a ps task never takes updates again (a new training job starts new ps
+  /// tasks, as with TF1).
   /// FAILED_PRECONDITION on a task other than the chief; UNAVAILABLE naming
   /// a ps task that cannot be reached (the others are ended).
   StatusOr<int64_t> EndTraining();
@@ -93,7 +101,9 @@ class Server {
   /// and the workers have had time to see it (no update for
   /// connection_timeout_ms, at most 10 x that), or until Stop(); OK then.
   /// DEADLINE_EXCEEDED when `timeout` passes first. On a worker task:
-  /// until Stop() or `timeout`. TF: server.join(), bounded.
+  /// until Stop() or `timeout`. TF: server.join(), bounded. Stop() from
+  /// another thread ends a Join in progress; destroying the Server during
+  /// a Join is not allowed.
   Status Join(absl::Duration timeout);
 
   /// Stops listening and serving; Join() returns. Idempotent.
