@@ -83,13 +83,7 @@ caf::behavior ClusterTaskActor(caf::event_based_actor* self, std::string job_nam
 }
 
 bool IsNonTrainableName(const std::string& name) {
-  if (name == kGlobalStep || name == nn::internal::kBeta1PowerName || name == nn::internal::kBeta2PowerName) {
-    return true;
-  }
-  for (const char* suffix : {"/Momentum", "/Adam", "/Adam_1"}) {
-    if (absl::EndsWith(name, suffix)) return true;
-  }
-  return false;
+  return name == kGlobalStep || nn::internal::IsBetaPowerName(name) || nn::internal::IsSlotName(name);
 }
 
 // Sets `m` into `mirror`, reusing the variable's storage when dtype and

@@ -62,21 +62,13 @@ Status NotInitialized(const ps_shard_state& st) {
   return absl::FailedPreconditionError(absl::StrCat(Who(st), " is not initialized"));
 }
 
-bool IsBetaPower(const std::string& name) {
-  return name == nn::internal::kBeta1PowerName || name == nn::internal::kBeta2PowerName;
-}
+bool IsBetaPower(const std::string& name) { return nn::internal::IsBetaPowerName(name); }
 
 // True when `name` is "<var>/<suffix>" for a held variable <var> and one of
 // TF1's slot suffixes (any optimizer's: a slot is never trainable).
 bool IsSlot(const ps_shard_state& st, const std::string& name) {
-  for (const char* suffix : {"/Momentum", "/Adam", "/Adam_1"}) {
-    const std::string s(suffix);
-    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0 &&
-        st.vars.count(name.substr(0, name.size() - s.size())) > 0) {
-      return true;
-    }
-  }
-  return false;
+  std::string primary;
+  return nn::internal::IsSlotName(name, &primary) && st.vars.count(primary) > 0;
 }
 
 int64_t GlobalStep(const ps_shard_state& st) {
