@@ -49,13 +49,6 @@ std::string RenderForemanError(uint8_t code, caf::atom_value /*category*/, const
   return text.empty() ? name : absl::StrCat(name, ": ", text);
 }
 
-// The process's system: the config and the system it configures, destroyed
-// together (system first).
-struct OwnedSystem {
-  std::unique_ptr<caf::actor_system_config> config;
-  std::unique_ptr<caf::actor_system> system;
-};
-
 Mutex& ProcessMutex() {
   static auto* mu = new Mutex;
   return *mu;
@@ -165,29 +158,42 @@ StatusOr<Tensor> FromMessage(const TensorMessage& message) {
   return t;
 }
 
-StatusOr<ActorSystemRef> AcquireProcessActorSystem(int scheduler_threads) {
+OwnedActorSystem::~OwnedActorSystem() {
+  system.reset();
+  config.reset();
+}
+
+StatusOr<std::unique_ptr<OwnedActorSystem>> BuildActorSystem(
+    int scheduler_threads, const std::function<void(caf::actor_system_config&)>& configure) {
   if (scheduler_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("actor system threads must be >= 0, got ", scheduler_threads));
   }
-  MutexLock lock(ProcessMutex());
-  if (ActorSystemRef live = ProcessSystem().lock()) return live;
-  auto owned = std::make_shared<OwnedSystem>();
+  auto owned = std::make_unique<OwnedActorSystem>();
   FOREMAN_RETURN_IF_ERROR(RunOnShortLivedThread([&]() -> Status {
     const int64_t serial = systems_created.fetch_add(1) + 1;
     owned->config = std::make_unique<caf::actor_system_config>();
     ConfigureActorSystemConfig(*owned->config);
     owned->config->add_thread_hook<ThreadNamer>(serial);
     owned->config->set("scheduler.max-threads", static_cast<size_t>(scheduler_threads > 0 ? scheduler_threads : 2));
+    if (configure) configure(*owned->config);
     owned->system = std::make_unique<caf::actor_system>(*owned->config);
     return absl::OkStatus();
   }));
+  return owned;
+}
+
+StatusOr<ActorSystemRef> AcquireProcessActorSystem(int scheduler_threads) {
+  if (scheduler_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("actor system threads must be >= 0, got ", scheduler_threads));
+  }
+  MutexLock lock(ProcessMutex());
+  if (ActorSystemRef live = ProcessSystem().lock()) return live;
+  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<OwnedActorSystem> built, BuildActorSystem(scheduler_threads, nullptr));
+  std::shared_ptr<OwnedActorSystem> owned = std::move(built);
   // The reference's deleter destroys the system (waiting for its actors,
   // which their owners have stopped) and then its config.
   caf::actor_system* raw = owned->system.get();
-  ActorSystemRef ref(raw, [owned](caf::actor_system*) mutable {
-    owned->system.reset();
-    owned->config.reset();
-  });
+  ActorSystemRef ref(raw, [owned](caf::actor_system*) mutable { owned.reset(); });
   ProcessSystem() = ref;
   FOREMAN_LOG_DEBUG("Started the process's actor system fm-caf{}", systems_created.load());
   return ref;

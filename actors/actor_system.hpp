@@ -47,6 +47,27 @@ void LeakActorSystem(ActorSystemRef ref);
 /// How many actor systems this process has created so far (tests).
 int64_t ActorSystemsCreated();
 
+/// A caf::actor_system and its config, destroyed together (system first:
+/// the config must outlive it). Destroy it on a thread that made no
+/// scoped_actor of it that is still alive (RunOnShortLivedThread).
+struct OwnedActorSystem {
+  std::unique_ptr<caf::actor_system_config> config;
+  std::unique_ptr<caf::actor_system> system;
+  OwnedActorSystem() = default;
+  OwnedActorSystem(const OwnedActorSystem&) = delete;
+  OwnedActorSystem& operator=(const OwnedActorSystem&) = delete;
+  ~OwnedActorSystem();
+};
+
+/// Builds a system of its own (not the process's; a cluster task's
+/// foreman::Server), on a short-lived thread: a config with
+/// ConfigureActorSystemConfig, the thread names "fm-caf<N>" and
+/// scheduler.max-threads = `scheduler_threads` (0: 2), then `configure`
+/// (may be empty; e.g. ConfigureClusterNetwork) before the system is
+/// constructed. INVALID_ARGUMENT for threads < 0. Thread-safe.
+StatusOr<std::unique_ptr<OwnedActorSystem>> BuildActorSystem(
+    int scheduler_threads, const std::function<void(caf::actor_system_config&)>& configure);
+
 /// Registers what Foreman needs in a caf::actor_system_config before the
 /// system is built: the "foreman" error category's renderer and the thread
 /// naming hook. Safe to call more than once on one config.

@@ -49,6 +49,9 @@ struct ps_shard_state {
   std::map<std::string, Accumulator> accumulators;
   std::vector<caf::typed_response_promise<int64_t>> waiting;
   ApplyGradientsMessage last_rates;  // the learning rate / step size of the last accumulated apply (no tensors)
+  // Training ended (ps_end_atom): every apply is answered OUT_OF_RANGE.
+  bool ended = false;
+  int64_t end_step = -1;  // the global_step named in the answer
   static const char* name;
 };
 const char* ps_shard_state::name = "ps_shard";
@@ -338,9 +341,24 @@ void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
   for (auto& p : waiting) p.deliver(*r);
 }
 
+Status Ended(const ps_shard_state& st) {
+  return absl::OutOfRangeError(
+      absl::StrCat(Who(st), ": training ended by the chief at global_step ", st.end_step));
+}
+
+// An apply after the end: answered OUT_OF_RANGE, and the Server told.
+void RefuseEnded(ps_shard_state& st, caf::typed_response_promise<int64_t>& promise) {
+  promise.deliver(ErrorOf(Ended(st)));
+  if (st.options.on_end_activity) st.options.on_end_activity();
+}
+
 // An apply: now (asynchronous), or into the accumulators (synchronous).
 void Dispatch(ps_shard_state& st, const ApplyGradientsMessage& update,
               caf::typed_response_promise<int64_t> promise) {
+  if (st.ended) {
+    RefuseEnded(st, promise);
+    return;
+  }
   if (st.options.replicas_to_aggregate > 0) {
     Accumulate(st, update, std::move(promise));
     return;
@@ -414,7 +432,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
       [self](ps_apply_atom, ApplyGradientsMessage& update) -> caf::result<int64_t> {
         auto& st = self->state;
         auto promise = self->make_response_promise<int64_t>();
-        if (!st.frozen) {
+        if (!st.frozen || st.ended) {
           Dispatch(st, update, promise);
           return promise;
         }
@@ -439,6 +457,26 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         return GlobalStep(st);
       },
       [self](ps_thaw_atom) -> int64_t { return Thaw(self->state); },
+      [self](ps_end_atom, int64_t chief_step) -> int64_t {
+        auto& st = self->state;
+        if (!st.ended) {
+          st.ended = true;
+          st.end_step = GlobalStep(st) >= 0 ? GlobalStep(st) : chief_step;
+          // The applies held by a freeze and those waiting for an aggregated
+          // update end too: their workers' runs end cleanly.
+          std::deque<HeldApply> held = std::move(st.held);
+          st.held.clear();
+          for (HeldApply& h : held) h.promise.deliver(ErrorOf(Ended(st)));
+          if (!st.waiting.empty()) {
+            st.stats.dropped_gradients += static_cast<int64_t>(st.waiting.size());
+            FailWaiting(st, Ended(st));
+          }
+          FOREMAN_LOG_DEBUG("{}: training ended at global_step {} ({} held and waiting applies refused)", Who(st),
+                            st.end_step, held.size());
+          if (st.options.on_end_activity) st.options.on_end_activity();
+        }
+        return GlobalStep(st);
+      },
       [self](ps_thawed_atom, uint64_t epoch, int64_t timeout_ms) {
         auto& st = self->state;
         if (!st.frozen || epoch != st.freeze_epoch) return;  // thawed or frozen again since

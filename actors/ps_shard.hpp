@@ -82,6 +82,19 @@
 //       Applies the held applies in arrival order (each answered as
 //       usual), and answers how many there were. A no-op when not frozen.
 //   (ps_stats_atom)                                           -> PsShardStatsMessage
+//   (ps_end_atom, int64_t chief_step)                         -> int64_t
+//       End of training (cluster.md rule 7; the chief's Server::EndTraining,
+//       ps 0 first): from now on every apply is answered OUT_OF_RANGE
+//       "ps task K: training ended by the chief at global_step N" (N: the
+//       shard's global_step when it holds it, else `chief_step`, ps 0's),
+//       and so are, at once, the applies a freeze holds and those waiting
+//       for a synchronous aggregated update (counted dropped). Nothing
+//       changes the variables after it but an init (a restore); reads,
+//       snapshots, freezes, thaws and stats are served as before. The end
+//       is final for the shard's life (an init does not undo it).
+//       Idempotent. Answers the global_step (-1: not held or not
+//       initialized). Calls options.on_end_activity (if set) on the end and
+//       on every apply refused after it.
 //
 // A cluster checkpoint (rule: all shards at one global_step): the chief
 // freezes every shard (ps 0 answers the step), snapshots every shard, and
@@ -98,6 +111,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include <caf/fwd.hpp>
 
@@ -120,6 +134,10 @@ struct PsShardOptions {
   /// 0: asynchronous training (TF1's default). N > 0: synchronous, as TF's
   /// SyncReplicasOptimizer(replicas_to_aggregate=N) (--replicas-to-aggregate).
   int replicas_to_aggregate = 0;
+  /// Local only (the ps task's Server: Join): called on the shard's thread
+  /// when training ends (ps_end_atom) and on each apply refused after that.
+  /// Must not block; may be empty.
+  std::function<void()> on_end_activity;
 };
 
 /// Spawns a ps shard (not initialized) in `system`. INVALID_ARGUMENT naming

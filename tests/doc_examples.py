@@ -99,6 +99,8 @@ def main():
         out.append("  FOREMAN_DOC_EXAMPLE_NAMES(fx)")
         if rel.endswith("actor_api.hpp"):
             out.append("  FOREMAN_DOC_ACTOR_NAMES(fx)")
+        if rel.endswith("server.hpp"):
+            out.append("  FOREMAN_DOC_SERVER_NAMES(fx)")
         out.append("  {")
         out.append(f'#line {line} "{rel}"')
         out.extend(code)

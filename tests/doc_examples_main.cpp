@@ -2,12 +2,16 @@
 // doc_examples.cpp by tests/doc_examples.py), each in a fresh temporary
 // working directory, and fails when one returns an error. That they compile
 // at all is the other half of the test.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "doc_example_fixture.hpp"
 #include "foreman/hooks.hpp"
@@ -92,6 +96,28 @@ foreman::TrainingJob ExampleJob() {
   job.fetches = {"train_op", "loss"};
   job.progress_every_steps = 10;
   return job;
+}
+
+std::string FreeLoopbackHosts(int n) {
+  // Bound together (distinct ports), then released for the example's Servers.
+  std::vector<int> fds;
+  std::string hosts;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      std::perror("FreeLoopbackHosts");
+      std::abort();
+    }
+    fds.push_back(fd);
+    hosts += (i > 0 ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(ntohs(a.sin_port));
+  }
+  for (int fd : fds) ::close(fd);
+  return hosts;
 }
 
 }  // namespace foreman_doc

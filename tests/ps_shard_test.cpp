@@ -627,6 +627,83 @@ TEST_CASE("a frozen shard holds at most kMaxHeldApplies applies, and answers the
   CHECK(unavailable == internal::kMaxHeldApplies);
 }
 
+// The answer to a pending apply, as a Status or the step.
+StatusOr<int64_t> Await(caf::response_handle<caf::blocking_actor, caf::message, true>& h) {
+  StatusOr<int64_t> out = absl::UnknownError("no answer");
+  h.receive([&](int64_t step) { out = step; }, [&](caf::error& e) { out = internal::ErrorToStatus(e, "ps shard"); });
+  return out;
+}
+
+TEST_CASE("training ended (ps_end_atom): held and later applies are OUT_OF_RANGE, reads still served") {
+  Node node;
+  std::atomic<int> activity{0};
+  PsShardOptions options{0, Sgd()};
+  options.on_end_activity = [&activity] { ++activity; };
+  StatusOr<caf::actor> made = internal::SpawnPsShard(*node.sys, options);
+  REQUIRE(made.ok());
+  caf::actor shard = *made;
+  node.actors.push_back(shard);
+  VariablesMessage vars;
+  vars.tensors = {GlobalStep(5), Floats("w", {2}, {1, 2})};
+  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE(Ask<int64_t>(*node.sys, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  caf::scoped_actor self{*node.sys};
+  auto held = self->request(shard, kReply, internal::ps_apply_atom::value, Update({Floats("w", {2}, {1, 1})}, 1.0f));
+  REQUIRE(Stats(*node.sys, shard).queued_updates == 1);  // the apply is held before the end
+  CHECK(activity.load() == 0);
+
+  StatusOr<int64_t> ended = Ask<int64_t>(*node.sys, shard, internal::ps_end_atom::value, int64_t{-1});
+  REQUIRE_MESSAGE(ended.ok(), ended.status().ToString());
+  CHECK(*ended == 5);
+  StatusOr<int64_t> h = Await(held);
+  CHECK(h.status().code() == absl::StatusCode::kOutOfRange);
+  CHECK_MESSAGE(h.status().message() == "ps task 0: training ended by the chief at global_step 5", h.status());
+  StatusOr<int64_t> later = Apply(*node.sys, shard, Update({Floats("w", {2}, {1, 1})}, 1.0f));
+  CHECK(later.status().code() == absl::StatusCode::kOutOfRange);
+  CHECK(activity.load() == 2);  // the end and the later apply (the held one was answered by the end)
+  // Idempotent; reads, snapshots and thaws still served; nothing changed.
+  CHECK(Ask<int64_t>(*node.sys, shard, internal::ps_end_atom::value, int64_t{-1}).value() == 5);
+  CHECK(Ask<int64_t>(*node.sys, shard, internal::ps_thaw_atom::value).value() == 0);
+  StatusOr<VariablesMessage> r = Read(*node.sys, shard, {"w", "global_step"});
+  REQUIRE(r.ok());
+  CHECK(ValuesOf(r->tensors[0]) == std::vector<float>{1, 2});
+  CHECK(r->global_step == 5);
+  CHECK(Snapshot(*node.sys, shard).ok());
+  PsShardStatsMessage s = Stats(*node.sys, shard);
+  CHECK(s.applied_updates == 0);
+  CHECK(s.queued_updates == 0);
+}
+
+TEST_CASE("training ended: a synchronous apply waiting for its replicas is answered OUT_OF_RANGE; a shard "
+          "without global_step names the chief's step") {
+  Node node;
+  PsShardOptions options{1, Sgd()};
+  options.replicas_to_aggregate = 2;
+  StatusOr<caf::actor> made = internal::SpawnPsShard(*node.sys, options);
+  REQUIRE(made.ok());
+  caf::actor shard = *made;
+  node.actors.push_back(shard);
+  VariablesMessage vars;
+  vars.global_step = 7;
+  vars.tensors = {Floats("w", {1}, {0})};
+  REQUIRE(Init(*node.sys, shard, vars).ok());
+  caf::scoped_actor self{*node.sys};
+  ApplyGradientsMessage one = Update({Floats("w", {1}, {1})}, 1.0f);
+  one.gradients.step = 7;
+  auto waiting = self->request(shard, kReply, internal::ps_apply_atom::value, one);
+  REQUIRE(Stats(*node.sys, shard).waiting_replicas == 1);
+  StatusOr<int64_t> ended = Ask<int64_t>(*node.sys, shard, internal::ps_end_atom::value, int64_t{9});
+  REQUIRE(ended.ok());
+  CHECK(*ended == -1);  // the shard holds no global_step
+  StatusOr<int64_t> w = Await(waiting);
+  CHECK(w.status().code() == absl::StatusCode::kOutOfRange);
+  CHECK_MESSAGE(w.status().message() == "ps task 1: training ended by the chief at global_step 9", w.status());
+  PsShardStatsMessage s = Stats(*node.sys, shard);
+  CHECK(s.waiting_replicas == 0);
+  CHECK(s.dropped_gradients == 1);
+  CHECK(ValuesOf(Read(*node.sys, shard, {"w"}).value().tensors[0]) == std::vector<float>{0});
+}
+
 ApplyGradientsMessage AtStep(int64_t step, int32_t worker, std::vector<TensorMessage> grads, float lr) {
   ApplyGradientsMessage u = Update(std::move(grads), lr);
   u.gradients.step = step;

@@ -70,8 +70,12 @@ struct VariableDef {
   /// TF: the variable's device. "" (the default): in a cluster,
   /// replica_device_setter's placement puts it on a ps task, shared by every
   /// worker. "/job:worker": each worker keeps its own copy (a worker's input
-  /// position); the chief's is what its checkpoints carry. Ignored outside a
-  /// cluster. Set with Graph::SetVariableDevice.
+  /// position); the chief's is what its checkpoints carry. In a cluster such
+  /// a variable is initialized by the chief's init op or restore (the
+  /// chief's copy) and, in a task whose copy holds no value yet, by the
+  /// default local init op (DefaultLocalInitOp: a worker never runs the init
+  /// op); the default ready_for_local_init_op does not wait for it. Ignored
+  /// outside a cluster. Set with Graph::SetVariableDevice.
   std::string device;
 };
 

@@ -9,16 +9,20 @@
 // (EndTraining); the other workers wait for it. Each process is started on
 // its own, as with TF1 (cluster.md).
 //
+// Here both tasks run in one process (each is normally its own process,
+// started with the same flags); ps_hosts and worker_hosts are TF1's
+// --ps_hosts / --worker_hosts, such as "127.0.0.1:2222":
+//
 //   ```cpp
 //   #include "foreman/server.hpp"
-//   FOREMAN_ASSIGN_OR_RETURN(foreman::ClusterSpec cluster,
-//                            foreman::ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2223"));
+//   FOREMAN_ASSIGN_OR_RETURN(foreman::ClusterSpec cluster, foreman::ClusterSpec::FromFlags(ps_hosts, worker_hosts));
 //   foreman::ServerOptions options;  // loopback, no TLS; options.optimizer as the workers'
 //   FOREMAN_ASSIGN_OR_RETURN(auto ps, foreman::Server::Create(cluster, {"ps", 0}, options));
 //   FOREMAN_ASSIGN_OR_RETURN(auto chief, foreman::Server::Create(cluster, {"worker", 0}, options));
 //   // chief: MonitoredTrainingSessionOptions.master = chief->target(), is_chief = true, ...
-//   FOREMAN_RETURN_IF_ERROR(chief->EndTraining());   // before the final checkpoint
+//   FOREMAN_ASSIGN_OR_RETURN(int64_t final_step, chief->EndTraining());  // before the final checkpoint
 //   FOREMAN_RETURN_IF_ERROR(ps->Join(absl::Seconds(10)));  // returns once training ended
+//   if (chief->target() != "tcp://" + worker_hosts) return absl::InternalError("unexpected target");
 //   ```
 //
 // Network: CAF's middleman (BASP over TCP) or, with TLS files, its openssl

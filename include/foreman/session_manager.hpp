@@ -47,9 +47,12 @@ using InitFn = std::function<Status(const Scaffold& scaffold, Session& session)>
 
 /// The default ops (TF's Scaffold defaults), for building your own around them.
 InitOp DefaultInitOp();                  // global variables' initializers
-SessionOp DefaultLocalInitOp();          // local variables' initializers
+SessionOp DefaultLocalInitOp();          // local variables' initializers (in a cluster, also
+                                         // the task's own "/job:worker" variables that hold
+                                         // no value: VariableDef::device)
 ReadyOp DefaultReadyOp();                // every uninitialized variable
-ReadyOp DefaultReadyForLocalInitOp();    // every uninitialized global variable
+ReadyOp DefaultReadyForLocalInitOp();    // every uninitialized global variable (in a cluster,
+                                         // those on the ps tasks)
 
 struct ScaffoldOptions {
   InitOp init_op;

@@ -30,7 +30,7 @@ Status Graph::AddVariable(const std::string& name, Initializer initializer, bool
   for (const VariableDef& def : variables_) {
     if (def.name == name) return absl::AlreadyExistsError("variable '" + name + "' is already declared");
   }
-  variables_.push_back(VariableDef{name, std::move(initializer), trainable, /*local=*/false});
+  variables_.push_back(VariableDef{name, std::move(initializer), trainable, /*local=*/false, /*device=*/""});
   return absl::OkStatus();
 }
 
@@ -38,6 +38,21 @@ Status Graph::AddLocalVariable(const std::string& name, Tensor initial_value) {
   FOREMAN_RETURN_IF_ERROR(AddVariable(name, std::move(initial_value), /*trainable=*/false));
   variables_.back().local = true;
   return absl::OkStatus();
+}
+
+Status Graph::SetVariableDevice(const std::string& name, const std::string& device) {
+  if (finalized()) return FinalizedError();
+  if (!device.empty() && device != "/job:worker") {
+    return absl::InvalidArgumentError("variable '" + name + "': device '" + device +
+                                      "' is not supported: use \"\" (a ps task, the default) or \"/job:worker\"");
+  }
+  for (VariableDef& def : variables_) {
+    if (def.name == name) {
+      def.device = device;
+      return absl::OkStatus();
+    }
+  }
+  return absl::NotFoundError("Graph::SetVariableDevice: variable '" + name + "' is not declared");
 }
 
 Status Graph::CreateGlobalStep() {

@@ -7,6 +7,7 @@
 #include "foreman/session.hpp"
 #include "foreman/variable_store.hpp"
 #include "runtime/services.hpp"
+#include "runtime/session_access.hpp"
 
 namespace foreman::internal {
 
@@ -58,7 +59,10 @@ Status SaveTicket::Wait(absl::Duration timeout) {
 StatusOr<int64_t> SnapshotInto(Session& session, std::map<std::string, Tensor>* snapshot) {
   const std::vector<std::string> locals = session.graph()->LocalVariableNames();  // sorted
   int64_t reused = 0;
-  FOREMAN_RETURN_IF_ERROR(session.WithVariables([&](VariableStore& vars) -> Status {
+  // On a cluster session the copy is of one consistent state of all ps
+  // tasks (RemoteValues::ReadConsistent): the chief's checkpoint holds the
+  // variables at one global_step, with its own "/job:worker" variables.
+  FOREMAN_RETURN_IF_ERROR(SessionAccess::WithConsistentVariables(session, [&](VariableStore& vars) -> Status {
     const std::vector<std::string> names = vars.Names();  // sorted, as the map's keys
     // One merge of the sorted names: drop what is no longer a global
     // variable, copy the rest into the node that already holds it.

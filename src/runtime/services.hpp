@@ -106,8 +106,11 @@ struct SaveTicket {
 /// `*snapshot` must not be in use by a save (only a completed ticket's
 /// buffers are). Holds the values' mutex while it copies (between steps).
 /// Returns how many tensors were copied into buffers they already had.
+/// On a cluster session it first reads one consistent state of all ps tasks
+/// (RemoteValues::ReadConsistent) into the mirror, then copies as above.
 /// Errors: RESOURCE_EXHAUSTED when an allocation fails (Session::WithVariables
-/// turns the std::bad_alloc into a Status).
+/// turns the std::bad_alloc into a Status); on a cluster, ReadConsistent's
+/// FAILED_PRECONDITION or UNAVAILABLE.
 StatusOr<int64_t> SnapshotInto(Session& session, std::map<std::string, Tensor>* snapshot);
 
 /// Who hears of each durable save (the actor API's CheckpointSaved): called

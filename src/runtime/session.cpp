@@ -1,6 +1,8 @@
 // The raw Session (session.hpp). The step function runs under the values'
 // mutex, which also serialises the steps of sessions sharing an inproc://
-// target.
+// target. On a cluster target (SessionValues::remote) the values are a
+// mirror: every run and every read of the values refreshes it from the
+// RemoteValues first, under the same mutex (runtime/remote_values.hpp).
 #include "foreman/session.hpp"
 
 #define EIGEN_USE_THREADS
@@ -22,6 +24,7 @@
 #include "compute/cpu_device.hpp"
 #include "compute/device_factory.hpp"
 #include "foreman/mutex.hpp"
+#include "foreman/nn.hpp"
 #include "platform/log.hpp"
 #include "runtime/session_access.hpp"
 #include "runtime/session_target.hpp"
@@ -103,6 +106,26 @@ void StepContext::Set(const std::string& fetch, Tensor value) {
 
 int StepContext::intra_op_threads() const { return device_->numThreads(); }
 
+Status StepContext::ApplyGradients(const nn::Gradients& grads, const nn::OptimizerOptions& optimizer) {
+  VariableStore& vars = *variables_;
+  const bool has_step = vars.Contains(GlobalStepName());
+  if (remote_ == nullptr) {
+    FOREMAN_RETURN_IF_ERROR(nn::ApplyGradients(optimizer, vars, grads, compute()));
+    if (has_step) FOREMAN_RETURN_IF_ERROR(IncrementGlobalStep(vars).status());
+    return absl::OkStatus();
+  }
+  // A cluster: the ps tasks apply them; the mirror's global_step (read at the
+  // start of this run) is the step the gradients were computed from. Without
+  // a global_step in the mirror the update is sent as computed at step 0.
+  int64_t computed_at_step = 0;
+  if (has_step) {
+    FOREMAN_ASSIGN_OR_RETURN(computed_at_step, GetGlobalStep(vars));
+  }
+  FOREMAN_ASSIGN_OR_RETURN(int64_t next, remote_->Apply(grads, computed_at_step));
+  if (has_step) FOREMAN_RETURN_IF_ERROR(SetGlobalStep(vars, next));
+  return absl::OkStatus();
+}
+
 StepContext::Span::Span(StepContext* ctx, std::string name) : ctx_(ctx), name_(std::move(name)) {
   if (ctx_ != nullptr) start_us_ = MicrosNow(ctx_->clock_);
 }
@@ -137,6 +160,11 @@ struct Session::Impl {
   // The graph's variables (global and local), sorted: with declared fetches,
   // fetching one that holds no value fails before the step.
   std::vector<std::string> variable_names;
+  // The chief's init op or restore is running (SessionAccess::
+  // SetWriteThrough): WithVariables writes the mirror to the remote after
+  // `fn` succeeds. Only on a cluster session; set by one thread while no
+  // other uses the session.
+  std::atomic<bool> write_through{false};
 };
 
 namespace {
@@ -177,6 +205,16 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
   FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<compute::Device> device, compute::CreateDevice(config.device, threads));
   FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<internal::SessionValues> values, internal::ResolveSessionTarget(target));
   graph->Finalize();  // B19 / B93: creating a session finalizes the graph
+  if (values->remote != nullptr) {
+    // The variables replica_device_setter puts on the ps tasks: the global
+    // ones without a device, in declaration (creation) order.
+    std::vector<std::string> remote_names;
+    for (const VariableDef& def : graph->variables()) {
+      if (!def.local && def.device.empty()) remote_names.push_back(def.name);
+    }
+    MutexLock lock(values->mu);
+    FOREMAN_RETURN_IF_ERROR(values->remote->Bind(remote_names));
+  }
 
   auto impl = std::make_unique<Impl>();
   impl->known_fetches = KnownFetches(*graph);
@@ -258,6 +296,10 @@ Status Session::RunCore(const std::vector<std::string>& requested, const TensorM
   {
     MutexLock lock(impl_->values->mu);
     VariableStore& vars = impl_->values->vars;
+    internal::RemoteValues* remote = impl_->values->remote.get();
+    // A cluster session: the step sees the variables' values on the ps
+    // tasks (its error, UNAVAILABLE say, is the run's, unchanged).
+    if (remote != nullptr) FOREMAN_RETURN_IF_ERROR(remote->Read(vars));
     if (!impl_->known_fetches.empty()) {
       for (const std::string& fetch : requested) {
         if (std::binary_search(impl_->variable_names.begin(), impl_->variable_names.end(), fetch) &&
@@ -286,6 +328,7 @@ Status Session::RunCore(const std::vector<std::string>& requested, const TensorM
     }
     StepContext ctx(&vars, &requested, &feeds, values, answered, &impl_->cpu->eigen_device(), impl_->device.get(),
                     trace, clock);
+    ctx.remote_ = remote;
     const int64_t start_us = absl::ToInt64Microseconds(started);
     static const std::string kWhere = "step function";
     status = InvokeUserCode(kWhere, [&] { return impl_->graph->step()(ctx); });
@@ -341,16 +384,29 @@ Status SessionAccess::RunInto(Session& session, const std::vector<std::string>& 
 
 Status Session::WithVariables(const std::function<Status(VariableStore&)>& fn) {
   MutexLock lock(impl_->values->mu);
-  return InvokeUserCode("Session::WithVariables", [&] {
+  internal::RemoteValues* remote = impl_->values->remote.get();
+  if (remote != nullptr) FOREMAN_RETURN_IF_ERROR(remote->Read(impl_->values->vars));
+  FOREMAN_RETURN_IF_ERROR(InvokeUserCode("Session::WithVariables", [&] {
     impl_->values->mu.AssertHeld();  // runs here, under `lock`
     return fn(impl_->values->vars);
-  });
+  }));
+  // The chief's init op or restore: the ps tasks take the new values.
+  if (remote != nullptr && impl_->write_through.load(std::memory_order_acquire)) {
+    return remote->Write(impl_->values->vars);
+  }
+  return absl::OkStatus();
 }
 
 std::map<std::string, Tensor> Session::Snapshot() {
   std::map<std::string, Tensor> snapshot;
   {
     MutexLock lock(impl_->values->mu);
+    if (internal::RemoteValues* remote = impl_->values->remote.get(); remote != nullptr) {
+      if (Status s = remote->Read(impl_->values->vars); !s.ok()) {
+        FOREMAN_LOG_WARN("Session::Snapshot: the variables could not be read: {}", s.ToString());
+        return snapshot;
+      }
+    }
     snapshot = impl_->values->vars.Snapshot();
   }
   for (const std::string& local : impl_->graph->LocalVariableNames()) snapshot.erase(local);
@@ -359,21 +415,65 @@ std::map<std::string, Tensor> Session::Snapshot() {
 
 StatusOr<int64_t> Session::GlobalStep() {
   MutexLock lock(impl_->values->mu);
+  if (internal::RemoteValues* remote = impl_->values->remote.get(); remote != nullptr) {
+    FOREMAN_RETURN_IF_ERROR(remote->Read(impl_->values->vars));
+  }
   return GetGlobalStep(impl_->values->vars);
 }
 
 std::vector<std::string> Session::UninitializedVariables() { return UninitializedVariables(false); }
 
 std::vector<std::string> Session::UninitializedVariables(bool include_local) {
-  std::vector<std::string> missing;
+  StatusOr<std::vector<std::string>> missing = internal::SessionAccess::UninitializedVariables(*this, include_local);
+  if (missing.ok()) return *std::move(missing);
+  // The ps tasks could not be read: their variables count as uninitialized.
+  FOREMAN_LOG_WARN("Session::UninitializedVariables: {}", missing.status().ToString());
+  std::vector<std::string> names;
   MutexLock lock(impl_->values->mu);
   for (const VariableDef& def : impl_->graph->variables()) {
     if (def.local && !include_local) continue;
-    if (!impl_->values->vars.Contains(def.name)) missing.push_back(def.name);
+    if ((!def.local && def.device.empty()) || !impl_->values->vars.Contains(def.name)) names.push_back(def.name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+namespace internal {
+
+StatusOr<std::vector<std::string>> SessionAccess::UninitializedVariables(Session& session, bool include_local) {
+  Session::Impl& impl = *session.impl_;
+  std::vector<std::string> missing;
+  MutexLock lock(impl.values->mu);
+  if (RemoteValues* remote = impl.values->remote.get(); remote != nullptr) {
+    FOREMAN_RETURN_IF_ERROR(remote->Read(impl.values->vars));
+  }
+  for (const VariableDef& def : impl.graph->variables()) {
+    if (def.local && !include_local) continue;
+    if (!impl.values->vars.Contains(def.name)) missing.push_back(def.name);
   }
   std::sort(missing.begin(), missing.end());
   return missing;
 }
+
+Status SessionAccess::WithConsistentVariables(Session& session, const std::function<Status(VariableStore&)>& fn) {
+  Session::Impl& impl = *session.impl_;
+  MutexLock lock(impl.values->mu);
+  if (RemoteValues* remote = impl.values->remote.get(); remote != nullptr) {
+    FOREMAN_RETURN_IF_ERROR(remote->ReadConsistent(impl.values->vars));
+  }
+  return InvokeUserCode("Session::WithVariables", [&] {
+    impl.values->mu.AssertHeld();  // runs here, under `lock`
+    return fn(impl.values->vars);
+  });
+}
+
+bool SessionAccess::remote_variables(const Session& session) { return session.impl_->values->remote != nullptr; }
+
+void SessionAccess::SetWriteThrough(Session& session, bool on) {
+  session.impl_->write_through.store(on, std::memory_order_release);
+}
+
+}  // namespace internal
 
 Status Session::Close() {
   impl_->closed.store(true, std::memory_order_release);

@@ -1,14 +1,19 @@
 // The runtime's allocation-free Session::Run, for MonitoredSession's hooked
 // runs: fetch names sorted once per change of plan, results in slots kept
-// between runs instead of a fresh std::map per step. Not a public API.
+// between runs instead of a fresh std::map per step; and the runtime's own
+// access to a cluster session's variables (runtime/remote_values.hpp): the
+// chief's writes, the checkpoint's consistent read, the ready check's errors.
+// Not a public API.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "foreman/session.hpp"
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
+#include "foreman/variable_store.hpp"
 
 namespace foreman::internal {
 
@@ -23,6 +28,45 @@ class SessionAccess {
   static Status RunInto(Session& session, const std::vector<std::string>& fetches, const TensorMap& feeds,
                         const RunOptions& options, RunMetadata* metadata, std::vector<Tensor>* values,
                         std::vector<unsigned char>* answered);
+
+  /// Session::WithVariables for the chief's checkpoint copy: on a cluster
+  /// session the mirror is refreshed with RemoteValues::ReadConsistent (one
+  /// state of all ps tasks at one global_step) instead of Read; its errors
+  /// (FAILED_PRECONDITION, UNAVAILABLE) are returned and `fn` does not run.
+  /// Elsewhere exactly WithVariables. Never writes to the remote.
+  static Status WithConsistentVariables(Session& session, const std::function<Status(VariableStore&)>& fn);
+
+  /// Session::UninitializedVariables(include_local) with the error of the
+  /// remote read (UNAVAILABLE) returned rather than logged (the default
+  /// ready ops: a worker's or chief's ready check that cannot reach a ps task
+  /// fails with it, which MonitoredSession recovers from). Costs one
+  /// RemoteValues::Read on a cluster session.
+  static StatusOr<std::vector<std::string>> UninitializedVariables(Session& session, bool include_local);
+
+  /// Whether `session`'s variables live on parameter servers.
+  static bool remote_variables(const Session& session);
+
+  /// While on, Session::WithVariables on a cluster session writes the
+  /// mirror to the remote (RemoteValues::Write) after `fn` returns OK, and
+  /// returns Write's error: the chief's init op, init_fn and restore (TF's
+  /// init_op / Saver.restore run on the ps devices). Off by default: a
+  /// hook's WithVariables must never write (a write re-initialises the ps
+  /// tasks and clobbers other workers' updates). No effect on a local
+  /// session. Call only while no other thread uses `session` (the session
+  /// manager, before the session is handed out); WriteThroughScope does.
+  static void SetWriteThrough(Session& session, bool on);
+};
+
+/// SetWriteThrough(session, true) for its lifetime.
+class WriteThroughScope {
+ public:
+  explicit WriteThroughScope(Session& session) : session_(session) { SessionAccess::SetWriteThrough(session_, true); }
+  ~WriteThroughScope() { SessionAccess::SetWriteThrough(session_, false); }
+  WriteThroughScope(const WriteThroughScope&) = delete;
+  WriteThroughScope& operator=(const WriteThroughScope&) = delete;
+
+ private:
+  Session& session_;
 };
 
 }  // namespace foreman::internal

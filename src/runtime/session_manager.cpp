@@ -4,6 +4,9 @@
 // TF's ops become functions over a Session: "initialized" means present in
 // the session's VariableStore, so an init op creates variables from the
 // graph's initializers and a restore creates them from the checkpoint.
+// On a cluster session the chief's init op, init_fn and restore write what
+// they changed to the ps tasks (internal::WriteThroughScope); the local init
+// op and every read stay in the session's mirror.
 #include "foreman/session_manager.hpp"
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "formats/saver.hpp"
 #include "foreman/mutex.hpp"
 #include "platform/log.hpp"
+#include "runtime/session_access.hpp"
 
 namespace foreman {
 
@@ -30,13 +34,20 @@ Status SetVariable(VariableStore& vars, const std::string& name, Tensor value, b
   return vars.Create(name, std::move(value), trainable);
 }
 
+/// Whether `def` is a task's own variable of a cluster session: a global
+/// variable with device "/job:worker" (VariableDef::device).
+bool TaskOwn(const VariableDef& def, bool cluster) { return cluster && !def.local && !def.device.empty(); }
+
 /// Runs the initializers of the graph's global (local == false) or local
-/// variables.
+/// variables. On a cluster session the local init also initializes the
+/// task's own "/job:worker" variables that hold no value (a worker never runs
+/// the init op; the chief's init op or restore already set the chief's).
 Status RunInitializers(Session& session, bool local) {
   const std::shared_ptr<Graph>& graph = session.graph();
-  return session.WithVariables([&graph, local](VariableStore& vars) -> Status {
+  const bool cluster = internal::SessionAccess::remote_variables(session);
+  return session.WithVariables([&graph, local, cluster](VariableStore& vars) -> Status {
     for (const VariableDef& def : graph->variables()) {
-      if (def.local != local) continue;
+      if (def.local != local && !(local && TaskOwn(def, cluster) && !vars.Contains(def.name))) continue;
       if (!def.initializer) {
         return absl::FailedPreconditionError(
             absl::StrCat("variable '", def.name, "' has no initializer"));
@@ -120,13 +131,23 @@ SessionOp DefaultLocalInitOp() {
 
 ReadyOp DefaultReadyOp() {
   return [](Session& session) -> StatusOr<std::vector<std::string>> {
-    return session.UninitializedVariables(/*include_local=*/true);
+    // A ps task that cannot be reached: its UNAVAILABLE, not "uninitialized".
+    return internal::SessionAccess::UninitializedVariables(session, /*include_local=*/true);
   };
 }
 
 ReadyOp DefaultReadyForLocalInitOp() {
   return [](Session& session) -> StatusOr<std::vector<std::string>> {
-    return session.UninitializedVariables();
+    FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> missing,
+                             internal::SessionAccess::UninitializedVariables(session, /*include_local=*/false));
+    // In a cluster the task's own variables are the local init op's.
+    if (internal::SessionAccess::remote_variables(session)) {
+      for (const VariableDef& def : session.graph()->variables()) {
+        if (!TaskOwn(def, true)) continue;
+        missing.erase(std::remove(missing.begin(), missing.end(), def.name), missing.end());
+      }
+    }
+    return missing;
   };
 }
 
@@ -211,6 +232,9 @@ Status RestoreGlobals(Session& session, const Saver& saver, const std::string& p
   reader->reset();
   FOREMAN_RETURN_IF_ERROR(saver.Restore(prefix, &restored));
 
+  // TF's Saver.restore assigns the variables where they live: on a cluster
+  // session the restored values are written to the ps tasks.
+  internal::WriteThroughScope write_through(session);
   return session.WithVariables([&restored, &graph](VariableStore& vars) -> Status {
     // A value the session already holds must keep its dtype and shape;
     // checked for all before anything is assigned.
@@ -317,6 +341,9 @@ StatusOr<std::unique_ptr<Session>> SessionManager::prepare_session(const std::st
       return absl::FailedPreconditionError(
           "Model is not initialized and no init_op or init_fn or local_init_op was given");
     }
+    // TF's init_op and init_fn run on the ps devices: on a cluster session
+    // what they set is written to the ps tasks.
+    internal::WriteThroughScope write_through(session);
     if (options.init_op) {
       FOREMAN_RETURN_IF_ERROR(
           InvokeUserCode("init_op", [&] { return options.init_op(session, options.init_feed_dict); }));

@@ -50,6 +50,8 @@ std::shared_ptr<const foreman::data::Dataset> ExampleDataset();
 std::shared_ptr<foreman::SessionRunHook> ExampleStopAtStepHook();
 /// A job training ExampleGraph to step 50 in "job_dir".
 foreman::TrainingJob ExampleJob();
+/// `n` free ports on 127.0.0.1 as a "127.0.0.1:P,127.0.0.1:Q" host list.
+std::string FreeLoopbackHosts(int n);
 
 }  // namespace foreman_doc
 
@@ -80,3 +82,9 @@ foreman::TrainingJob ExampleJob();
   [[maybe_unused]] caf::scoped_actor self{system};                                  \
   [[maybe_unused]] foreman::TrainingJob job_spec = foreman_doc::ExampleJob();       \
   [[maybe_unused]] foreman::Status status;
+
+// And those of server.hpp's examples: TF1's --ps_hosts and --worker_hosts,
+// on free loopback ports (a cluster's processes get them as flags).
+#define FOREMAN_DOC_SERVER_NAMES(fx)                                             \
+  [[maybe_unused]] std::string ps_hosts = foreman_doc::FreeLoopbackHosts(1);     \
+  [[maybe_unused]] std::string worker_hosts = foreman_doc::FreeLoopbackHosts(1);

@@ -1,0 +1,550 @@
+// foreman::Server and its RemoteValues over the ps shards
+// (actors/cluster_server.hpp): Create's errors, the tcp:// / tls:// targets,
+// Bind / Write / Read / ReadConsistent / Apply against real ps Servers in
+// this process (each Server has its own actor system: BASP over 127.0.0.1),
+// the end of training, and a ps task that goes away. Every wait is bounded.
+#include "actors/cluster_server.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <doctest/doctest.h>
+
+#define EIGEN_USE_THREADS
+#include <unsupported/Eigen/CXX11/Tensor>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "actors/actor_system.hpp"
+#include "actors/atoms.hpp"
+#include "actors/cluster_net.hpp"
+#include "actors/messages.hpp"
+#include "foreman/nn.hpp"
+#include "foreman/server.hpp"
+#include "runtime/session_target.hpp"
+
+namespace foreman {
+namespace {
+
+using internal::RemoteValues;
+using internal::ServerRemoteValues;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr int64_t kRequestTimeoutMs = 1500;
+
+// `n` distinct free ports on 127.0.0.1 (bound together, then released: as
+// cluster_net_test's publish on port 0, but ClusterSpec takes no port 0).
+std::vector<int> FreePorts(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
+}
+
+// A listening socket on 127.0.0.1 (a port that is taken); its port.
+struct Listener {
+  int fd = -1;
+  int port = 0;
+  Listener() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 8) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port = ntohs(a.sin_port);
+  }
+  ~Listener() { ::close(fd); }
+};
+
+// True when something accepts TCP connections on 127.0.0.1:port.
+bool Listening(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::string Hosts(const std::vector<int>& ports) {
+  std::vector<std::string> out;
+  for (int p : ports) out.push_back(absl::StrCat("127.0.0.1:", p));
+  return absl::StrJoin(out, ",");
+}
+
+ServerOptions Options(nn::OptimizerKind kind = nn::OptimizerKind::kMomentum) {
+  ServerOptions o;
+  o.cluster.heartbeat_ms = 50;
+  o.cluster.connection_timeout_ms = 200;
+  o.optimizer.kind = kind;
+  o.request_timeout_ms = kRequestTimeoutMs;
+  return o;
+}
+
+// A cluster of `ps` ps tasks and `workers` workers on free loopback ports,
+// with every Server of `start` created.
+struct Cluster {
+  std::vector<int> ps_ports, worker_ports;
+  std::optional<ClusterSpec> spec;
+  std::vector<std::unique_ptr<Server>> ps, workers;
+  Cluster(int n_ps, int n_workers, const ServerOptions& options = Options(), bool start = true) {
+    std::vector<int> ports = FreePorts(n_ps + n_workers);
+    ps_ports.assign(ports.begin(), ports.begin() + n_ps);
+    worker_ports.assign(ports.begin() + n_ps, ports.end());
+    StatusOr<ClusterSpec> s = ClusterSpec::FromFlags(Hosts(ps_ports), Hosts(worker_ports));
+    REQUIRE_MESSAGE(s.ok(), s.status().ToString());
+    spec = *s;
+    if (!start) return;
+    for (int k = 0; k < n_ps; ++k) ps.push_back(Start({"ps", k}, options));
+    for (int k = 0; k < n_workers; ++k) workers.push_back(Start({"worker", k}, options));
+  }
+  std::unique_ptr<Server> Start(const ClusterTask& task, const ServerOptions& options) {
+    StatusOr<std::unique_ptr<Server>> s = Server::Create(*spec, task, options);
+    REQUIRE_MESSAGE(s.ok(), s.status().ToString());
+    return *std::move(s);
+  }
+  std::shared_ptr<RemoteValues> Remote(int worker = 0) {
+    std::shared_ptr<RemoteValues> rv = ServerRemoteValues(*workers[worker]);
+    REQUIRE(rv != nullptr);
+    return rv;
+  }
+};
+
+Tensor Floats(std::vector<int64_t> shape, float seed) {
+  Tensor t(DataType::kFloat, TensorShape(shape));
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = seed + 0.37f * static_cast<float>(i * i % 11);
+  return t;
+}
+
+// TF1's names in creation order: global_step first, two dense layers, their
+// Momentum slots.
+const std::vector<std::string> kNames = {"global_step",        "dense/kernel",          "dense/bias",
+                                         "dense_1/kernel",     "dense_1/bias",          "dense/kernel/Momentum",
+                                         "dense/bias/Momentum", "dense_1/kernel/Momentum", "dense_1/bias/Momentum"};
+
+void Fill(VariableStore& vars, int64_t step) {
+  REQUIRE(vars.Create("global_step", Tensor::Scalar<int64_t>(step), false).ok());
+  REQUIRE(vars.Create("dense/kernel", Floats({3, 4}, 0.5f)).ok());
+  REQUIRE(vars.Create("dense/bias", Floats({4}, -0.25f)).ok());
+  REQUIRE(vars.Create("dense_1/kernel", Floats({4, 2}, 1.5f)).ok());
+  REQUIRE(vars.Create("dense_1/bias", Floats({2}, 0.125f)).ok());
+  for (const char* v : {"dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"}) {
+    const Tensor* t = vars.Get(v).value();
+    REQUIRE(vars.Create(absl::StrCat(v, "/Momentum"), Floats(t->shape().dims(), 0.01f), false).ok());
+  }
+}
+
+// Every variable of `a` is in `b`, bitwise equal.
+void CheckSame(const VariableStore& a, const VariableStore& b, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    StatusOr<const Tensor*> x = a.Get(name);
+    StatusOr<const Tensor*> y = b.Get(name);
+    REQUIRE_MESSAGE(x.ok(), name);
+    REQUIRE_MESSAGE(y.ok(), name);
+    REQUIRE_MESSAGE((*x)->TotalBytes() == (*y)->TotalBytes(), name);
+    CHECK_MESSAGE(((*x)->dtype() == (*y)->dtype() && (*x)->shape() == (*y)->shape() &&
+                   std::memcmp((*x)->raw_data(), (*y)->raw_data(), (*x)->TotalBytes()) == 0),
+                  name);
+  }
+}
+
+nn::Gradients Grads(float lr, float seed) {
+  nn::Gradients g;
+  g.learning_rate = lr;
+  // Sorted by name, as Mlp::ComputeGradients gives them.
+  g.grads_and_vars.push_back({"dense/bias", Floats({4}, seed)});
+  g.grads_and_vars.push_back({"dense/kernel", Floats({3, 4}, seed * 2)});
+  g.grads_and_vars.push_back({"dense_1/bias", Floats({2}, -seed)});
+  g.grads_and_vars.push_back({"dense_1/kernel", Floats({4, 2}, seed / 3)});
+  return g;
+}
+
+// A client node talking to a Server's published actor directly.
+struct Client {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  Client() {
+    cfg.set("scheduler.max-threads", size_t{1});
+    internal::NetConfig net;
+    net.heartbeat_ms = 50;
+    net.connection_timeout_ms = 200;
+    internal::ConfigureClusterNetwork(cfg, net);
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+  caf::actor Connect(int port) {
+    StatusOr<caf::actor> a = internal::ConnectActor(*sys, "127.0.0.1", static_cast<uint16_t>(port), false,
+                                                    milliseconds(2000));
+    REQUIRE_MESSAGE(a.ok(), a.status().ToString());
+    return *a;
+  }
+  internal::PsShardStatsMessage Stats(const caf::actor& shard) {
+    caf::scoped_actor self{*sys};
+    internal::PsShardStatsMessage out;
+    bool ok = false;
+    self->request(shard, std::chrono::seconds(5), internal::ps_stats_atom::value)
+        .receive([&](internal::PsShardStatsMessage& s) { out = s, ok = true; }, [](caf::error&) {});
+    REQUIRE(ok);
+    return out;
+  }
+};
+
+TEST_CASE("Server::Create refuses a bad task, bad options and a missing TLS file before listening") {
+  Cluster c(1, 1, Options(), /*start=*/false);
+  StatusOr<std::unique_ptr<Server>> bad_task = Server::Create(*c.spec, {"worker", 5}, Options());
+  CHECK(bad_task.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(absl::StrContains(bad_task.status().message(), "--task-index 5"), bad_task.status());
+
+  ServerOptions no_timeout = Options();
+  no_timeout.request_timeout_ms = 0;
+  StatusOr<std::unique_ptr<Server>> bad = Server::Create(*c.spec, {"worker", 0}, no_timeout);
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(absl::StrContains(bad.status().message(), "request_timeout_ms"), bad.status());
+
+  ServerOptions bad_optimizer = Options();
+  bad_optimizer.optimizer.momentum = -1;
+  CHECK(Server::Create(*c.spec, {"ps", 0}, bad_optimizer).status().code() == absl::StatusCode::kInvalidArgument);
+
+  const std::string missing = (std::filesystem::temp_directory_path() / "foreman_no_such_dir" / "node.pem").string();
+  ServerOptions tls = Options();
+  tls.cluster.tls_cert = missing;
+  tls.cluster.tls_key = missing + ".key";
+  tls.cluster.tls_ca = missing + ".ca";
+  StatusOr<std::unique_ptr<Server>> no_file = Server::Create(*c.spec, {"ps", 0}, tls);
+  CHECK(no_file.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(absl::StrContains(no_file.status().message(), missing), no_file.status());
+  CHECK_MESSAGE(absl::StrContains(no_file.status().message(), "--tls-cert"), no_file.status());
+  CHECK_FALSE(Listening(c.ps_ports[0]));  // nothing listened
+}
+
+TEST_CASE("Server::Create: a taken port is UNAVAILABLE naming it; a second Server of one task ALREADY_EXISTS") {
+  Listener taken;
+  std::vector<int> ports = FreePorts(1);
+  StatusOr<ClusterSpec> spec = ClusterSpec::FromFlags(absl::StrCat("127.0.0.1:", taken.port),
+                                                      absl::StrCat("127.0.0.1:", ports[0]));
+  REQUIRE(spec.ok());
+  StatusOr<std::unique_ptr<Server>> ps = Server::Create(*spec, {"ps", 0}, Options());
+  CHECK(ps.status().code() == absl::StatusCode::kUnavailable);
+  CHECK_MESSAGE(absl::StrContains(ps.status().message(), absl::StrCat("127.0.0.1:", taken.port)), ps.status());
+  MESSAGE("port taken: ", ps.status().ToString());
+
+  StatusOr<std::unique_ptr<Server>> worker = Server::Create(*spec, {"worker", 0}, Options());
+  REQUIRE_MESSAGE(worker.ok(), worker.status().ToString());
+  StatusOr<std::unique_ptr<Server>> again = Server::Create(*spec, {"worker", 0}, Options());
+  CHECK(again.status().code() == absl::StatusCode::kAlreadyExists);
+  CHECK_MESSAGE(absl::StrContains(again.status().message(), (*worker)->target()), again.status());
+  CHECK(Listening(ports[0]));  // the first worker Server still serves
+}
+
+TEST_CASE("tcp:// targets: a worker Server's SessionValues (remote = its RemoteValues); clear errors otherwise") {
+  Cluster c(1, 2);
+  const std::string target = c.workers[0]->target();
+  CHECK(target == absl::StrCat("tcp://127.0.0.1:", c.worker_ports[0]));
+  CHECK(c.workers[0]->task().task_index == 0);
+  CHECK(c.workers[0]->cluster().num_tasks("ps") == 1);
+  StatusOr<std::shared_ptr<internal::SessionValues>> values = internal::ResolveSessionTarget(target);
+  REQUIRE_MESSAGE(values.ok(), values.status().ToString());
+  CHECK((*values)->remote == c.Remote(0));
+  CHECK(*internal::ResolveSessionTarget(target) == *values);  // one SessionValues per Server
+  CHECK(*internal::ResolveSessionTarget(c.workers[1]->target()) != *values);
+  CHECK(ServerRemoteValues(*c.ps[0]) == nullptr);
+
+  Status ps_target = internal::ResolveSessionTarget(c.ps[0]->target()).status();
+  CHECK(ps_target.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(ps_target.message(), "ps task 0"), ps_target);
+  Status tls = internal::ResolveSessionTarget(absl::StrCat("tls://127.0.0.1:", c.worker_ports[0])).status();
+  CHECK(tls.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(tls.message(), target), tls);
+  Status none = internal::ResolveSessionTarget("tcp://127.0.0.1:1").status();
+  CHECK(none.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(none.message() ==
+        "no foreman::Server in this process serves tcp://127.0.0.1:1: create one (Server::Create) first");
+
+  // The worker's published actor answers a ping with its role and address.
+  {
+    Client client;
+    caf::actor task = client.Connect(c.worker_ports[1]);
+    caf::scoped_actor self{*client.sys};
+    std::string job, address;
+    int32_t index = -1;
+    self->request(task, std::chrono::seconds(5), caf::ping_atom::value)
+        .receive([&](caf::pong_atom, std::string& j, int32_t i, std::string& a) { job = j, index = i, address = a; },
+                 [](caf::error&) {});
+    CHECK(job == "worker");
+    CHECK(index == 1);
+    CHECK(address == absl::StrCat("127.0.0.1:", c.worker_ports[1]));
+  }
+
+  // Destroyed: the target is gone; the RemoteValues still held is UNAVAILABLE.
+  std::shared_ptr<RemoteValues> rv = c.Remote(0);
+  REQUIRE(rv->Bind({"w"}).ok());
+  c.workers[0].reset();
+  CHECK(internal::ResolveSessionTarget(target).status().code() == absl::StatusCode::kFailedPrecondition);
+  VariableStore mirror;
+  Status after = rv->Read(mirror);
+  CHECK(after.code() == absl::StatusCode::kUnavailable);
+  CHECK_MESSAGE(absl::StrContains(after.message(), target), after);
+  CHECK_FALSE(Listening(c.worker_ports[0]));
+}
+
+TEST_CASE("RemoteValues over 2 ps tasks: Read before init erases, Write / Read round trip, placement respected") {
+  Cluster c(2, 1);
+  std::shared_ptr<RemoteValues> rv = c.Remote();
+  VariableStore mirror;
+  CHECK(rv->Read(mirror).code() == absl::StatusCode::kFailedPrecondition);  // before Bind
+  REQUIRE(rv->Bind(kNames).ok());
+  CHECK(rv->Bind(kNames).ok());
+  std::vector<std::string> other = kNames;
+  other[2] = "dense/other";
+  Status differs = rv->Bind(other);
+  CHECK(differs.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(absl::StrContains(differs.message(), "position 2"), differs);
+
+  // Not initialized: the bound variables are erased, the worker's own kept.
+  Fill(mirror, 100);
+  REQUIRE(mirror.Create("input/position", Tensor::Scalar<int64_t>(7), false).ok());
+  REQUIRE(rv->Read(mirror).ok());
+  CHECK(mirror.Names() == std::vector<std::string>{"input/position"});
+  CHECK(rv->ReadConsistent(mirror).code() == absl::StatusCode::kFailedPrecondition);
+
+  // Write needs every bound variable.
+  VariableStore partial;
+  REQUIRE(partial.Create("global_step", Tensor::Scalar<int64_t>(1), false).ok());
+  Status missing = rv->Write(partial);
+  CHECK(missing.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(missing.message(), "dense/kernel"), missing);
+
+  VariableStore source;
+  Fill(source, 100);
+  REQUIRE(rv->Write(source).ok());
+  REQUIRE(rv->Read(mirror).ok());
+  CHECK(mirror.size() == kNames.size() + 1);
+  CheckSame(source, mirror, kNames);
+  CHECK(mirror.IsTrainable("dense/kernel").value());
+  CHECK_FALSE(mirror.IsTrainable("global_step").value());
+  CHECK_FALSE(mirror.IsTrainable("dense/kernel/Momentum").value());
+
+  // The mirror's storage is reused where dtype and shape match.
+  const void* kernel = mirror.Get("dense/kernel").value()->raw_data();
+  REQUIRE(rv->Read(mirror).ok());
+  CHECK(mirror.Get("dense/kernel").value()->raw_data() == kernel);
+
+  // Placement (PlaceVariablesOnPs): global_step and dense/bias, dense_1/bias
+  // (with their slots) on ps 0; dense/kernel, dense_1/kernel on ps 1.
+  Client client;
+  internal::PsShardStatsMessage s0 = client.Stats(client.Connect(c.ps_ports[0]));
+  internal::PsShardStatsMessage s1 = client.Stats(client.Connect(c.ps_ports[1]));
+  CHECK(s0.global_step == 100);
+  CHECK(s1.global_step == -1);
+  caf::scoped_actor self{*client.sys};
+  std::vector<std::string> on_ps1;
+  self->request(client.Connect(c.ps_ports[1]), std::chrono::seconds(5), internal::ps_snap_atom::value)
+      .receive(
+          [&](internal::VariablesMessage& v) {
+            for (auto& t : v.tensors) on_ps1.push_back(t.name);
+          },
+          [](caf::error&) {});
+  CHECK(on_ps1 == std::vector<std::string>{"dense/kernel", "dense/kernel/Momentum", "dense_1/kernel",
+                                           "dense_1/kernel/Momentum"});
+}
+
+TEST_CASE("Apply: bitwise nn::ApplyGradients on a local copy, global_step + 1; ReadConsistent; thawed after") {
+  const ServerOptions options = Options(nn::OptimizerKind::kMomentum);
+  Cluster c(2, 1, options);
+  std::shared_ptr<RemoteValues> rv = c.Remote();
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore local;
+  Fill(local, 100);
+  REQUIRE(rv->Write(local).ok());
+
+  Eigen::ThreadPool pool(1);
+  Eigen::ThreadPoolDevice device(&pool, 1);
+  for (int step = 0; step < 3; ++step) {
+    const nn::Gradients g = Grads(0.05f, 0.3f + static_cast<float>(step));
+    StatusOr<int64_t> gs = rv->Apply(g, 100 + step);
+    REQUIRE_MESSAGE(gs.ok(), gs.status().ToString());
+    CHECK(*gs == 101 + step);
+    REQUIRE(nn::ApplyGradients(options.optimizer, local, g, device).ok());
+  }
+  VariableStore mirror;
+  REQUIRE(rv->Read(mirror).ok());
+  std::vector<std::string> trained(kNames.begin() + 1, kNames.end());
+  CheckSame(local, mirror, trained);
+  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 103);
+
+  VariableStore consistent;
+  REQUIRE(rv->ReadConsistent(consistent).ok());
+  CheckSame(mirror, consistent, kNames);
+  // Every shard was thawed: the next apply is answered at once.
+  const auto t0 = Clock::now();
+  StatusOr<int64_t> gs = rv->Apply(Grads(0.05f, 1.0f), 103);
+  CHECK(gs.value_or(-1) == 104);
+  CHECK(Clock::now() - t0 < milliseconds(kRequestTimeoutMs));
+
+  // A shard's own refusal comes back unchanged; a gradient of an unbound variable is NOT_FOUND.
+  nn::Gradients bad = Grads(0.05f, 1.0f);
+  bad.grads_and_vars[1].grad = Floats({2, 2}, 1.0f);
+  Status refused = rv->Apply(bad, 104).status();
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(absl::StrContains(refused.message(), "ps task 1: the gradient of 'dense/kernel' has shape"), refused);
+  nn::Gradients unknown = Grads(0.05f, 1.0f);
+  unknown.grads_and_vars.push_back({"zzz", Floats({1}, 1.0f)});
+  CHECK(rv->Apply(unknown, 104).status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("EndTraining: the chief only; later applies OUT_OF_RANGE, reads served; the ps Servers' Join returns") {
+  Cluster c(2, 2);
+  std::shared_ptr<RemoteValues> rv = c.Remote(1);
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore source;
+  Fill(source, 41);
+  REQUIRE(rv->Write(source).ok());
+  REQUIRE(rv->Apply(Grads(0.1f, 1.0f), 41).ok());
+
+  CHECK(c.ps[0]->Join(absl::Milliseconds(50)).code() == absl::StatusCode::kDeadlineExceeded);
+  StatusOr<int64_t> not_chief = c.workers[1]->EndTraining();
+  CHECK(not_chief.status().code() == absl::StatusCode::kFailedPrecondition);
+  StatusOr<int64_t> ended = c.workers[0]->EndTraining();
+  REQUIRE_MESSAGE(ended.ok(), ended.status().ToString());
+  CHECK(*ended == 42);
+
+  Status after = rv->Apply(Grads(0.1f, 1.0f), 42).status();
+  CHECK(after.code() == absl::StatusCode::kOutOfRange);
+  CHECK_MESSAGE(absl::StrContains(after.message(), "training ended by the chief at global_step 42"), after);
+  VariableStore mirror;
+  REQUIRE(rv->ReadConsistent(mirror).ok());
+  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 42);
+
+  // Join: after connection_timeout_ms (200 ms) without an update.
+  for (auto& ps : c.ps) {
+    const auto t0 = Clock::now();
+    Status joined = ps->Join(absl::Seconds(5));
+    CHECK_MESSAGE(joined.ok(), joined);
+    CHECK(Clock::now() - t0 < milliseconds(2000));
+  }
+  // A worker's Join waits for Stop.
+  CHECK(c.workers[1]->Join(absl::Milliseconds(20)).code() == absl::StatusCode::kDeadlineExceeded);
+  c.workers[1]->Stop();
+  c.workers[1]->Stop();  // idempotent
+  CHECK(c.workers[1]->Join(absl::Seconds(5)).ok());
+}
+
+TEST_CASE("a ps task that goes away: Read and Apply UNAVAILABLE naming it, within the timeout; a new one is used") {
+  Cluster c(2, 1);
+  std::shared_ptr<RemoteValues> rv = c.Remote();
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore source;
+  Fill(source, 7);
+  REQUIRE(rv->Write(source).ok());
+  c.ps[1].reset();
+  const std::string ps1 = absl::StrCat("ps task 1 (127.0.0.1:", c.ps_ports[1], ")");
+  VariableStore mirror;
+  auto t0 = Clock::now();
+  Status read = rv->Read(mirror);
+  CHECK(read.code() == absl::StatusCode::kUnavailable);
+  CHECK_MESSAGE(absl::StrContains(read.message(), ps1), read);
+  CHECK(Clock::now() - t0 < milliseconds(kRequestTimeoutMs + 500));
+  MESSAGE("read: ", read.ToString());
+  t0 = Clock::now();
+  Status apply = rv->Apply(Grads(0.1f, 1.0f), 7).status();
+  CHECK(apply.code() == absl::StatusCode::kUnavailable);
+  CHECK_MESSAGE(absl::StrContains(apply.message(), ps1), apply);
+  CHECK(Clock::now() - t0 < milliseconds(kRequestTimeoutMs + 500));
+  MESSAGE("apply: ", apply.ToString());
+
+  // EndTraining ends the reachable ps tasks and names the lost one.
+  {
+    StatusOr<int64_t> ended = c.workers[0]->EndTraining();
+    CHECK(ended.status().code() == absl::StatusCode::kUnavailable);
+    CHECK_MESSAGE(absl::StrContains(ended.status().message(), ps1), ended.status());
+  }
+
+  // A new ps task 1 (a restarted process): reconnected, not initialized yet.
+  c.ps[1] = c.Start({"ps", 1}, Options());
+  REQUIRE(rv->Read(mirror).ok());
+  CHECK(mirror.Contains("global_step"));    // ps 0's
+  CHECK_FALSE(mirror.Contains("dense/kernel"));  // ps 1's, erased
+  REQUIRE(rv->Write(source).ok());
+  REQUIRE(rv->Read(mirror).ok());
+  CheckSame(source, mirror, kNames);
+  // ps 0 had ended (above): its answer comes first.
+  CHECK(rv->Apply(Grads(0.1f, 1.0f), 7).status().code() == absl::StatusCode::kOutOfRange);
+}
+
+// The test PKI of tools/scripts/gen-tls-certs.sh (as cluster_net_test's).
+struct Pki {
+  std::filesystem::path dir;
+  Pki() {
+    dir = std::filesystem::temp_directory_path() / absl::StrCat("foreman_cluster_server_", ::getpid());
+    std::filesystem::create_directories(dir);
+    const char* testdata = std::getenv("FOREMAN_TESTDATA");
+    REQUIRE_MESSAGE(testdata != nullptr, "FOREMAN_TESTDATA is not set (meson test sets it)");
+    const std::string cmd =
+        absl::StrCat("'", testdata, "/../../tools/scripts/gen-tls-certs.sh' '", dir.string(), "' node1");
+    const int rc = std::system(cmd.c_str());
+    REQUIRE_MESSAGE(rc == 0, cmd, " failed: ", rc);
+  }
+  ~Pki() { std::filesystem::remove_all(dir); }
+  ServerOptions Options() const {
+    ServerOptions o = foreman::Options();
+    o.cluster.tls_cert = (dir / "node1.pem").string();
+    o.cluster.tls_key = (dir / "node1.key").string();
+    o.cluster.tls_ca = (dir / "ca.pem").string();
+    return o;
+  }
+};
+
+TEST_CASE("mutual TLS: a tls:// target, and Write / Apply / Read across TLS links") {
+  Pki pki;
+  Cluster c(1, 1, pki.Options());
+  const std::string target = c.workers[0]->target();
+  CHECK(target == absl::StrCat("tls://127.0.0.1:", c.worker_ports[0]));
+  StatusOr<std::shared_ptr<internal::SessionValues>> values = internal::ResolveSessionTarget(target);
+  REQUIRE_MESSAGE(values.ok(), values.status().ToString());
+  CHECK(internal::ResolveSessionTarget(absl::StrCat("tcp://127.0.0.1:", c.worker_ports[0])).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  std::shared_ptr<RemoteValues> rv = (*values)->remote;
+  REQUIRE(rv != nullptr);
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore source;
+  Fill(source, 3);
+  REQUIRE(rv->Write(source).ok());
+  CHECK(rv->Apply(Grads(0.1f, 1.0f), 3).value_or(-1) == 4);
+  VariableStore mirror;
+  REQUIRE(rv->ReadConsistent(mirror).ok());
+  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 4);
+}
+
+}  // namespace
+}  // namespace foreman

@@ -1,0 +1,470 @@
+// The runtime's cluster seam (runtime/remote_values.hpp) on an in-memory
+// cluster (support/fake_remote_values.hpp): what a Session binds, reads and
+// writes; a worker waiting for the chief (B88); chief and worker training
+// one model through ComputeGradients + StepContext::ApplyGradients; the
+// chief's checkpoint of one consistent ps state; OUT_OF_RANGE at the end of
+// training (B41, cluster.md rule 7) and recovery from UNAVAILABLE (B46, B47,
+// B49); StepContext::ApplyGradients on a local session.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "foreman/bundle.hpp"
+#include "foreman/checkpoint.hpp"
+#include "foreman/graph.hpp"
+#include "foreman/hooks.hpp"
+#include "foreman/monitored_session.hpp"
+#include "foreman/nn.hpp"
+#include "foreman/session.hpp"
+#include "foreman/session_manager.hpp"
+#include "foreman/variable_store.hpp"
+#include "support/fake_remote_values.hpp"
+#include "support/test_util.hpp"
+
+namespace foreman {
+namespace {
+
+using testing::FakeCluster;
+using testing::FakeRemoteValues;
+using testing::TempDir;
+
+#define REQUIRE_OK(expr)                     \
+  do {                                       \
+    const Status s_ = (expr);                \
+    REQUIRE_MESSAGE(s_.ok(), s_.ToString()); \
+  } while (false)
+
+constexpr auto kWait = std::chrono::seconds(20);
+
+nn::OptimizerOptions Adam() {
+  nn::OptimizerOptions o;
+  o.kind = nn::OptimizerKind::kAdam;
+  o.learning_rate = 0.01f;
+  return o;
+}
+
+const nn::MlpSpec kSpec{4, {6}, 3};
+constexpr int64_t kBatch = 8;
+
+// A fixed batch: features float32 [8, 4], labels int32 [8] in [0, 3).
+struct Batch {
+  Tensor features;
+  Tensor labels;
+  Batch() {
+    std::vector<float> x;
+    std::vector<int32_t> y;
+    for (int64_t i = 0; i < kBatch; ++i) {
+      for (int64_t j = 0; j < kSpec.input_dim; ++j) x.push_back(std::sin(0.7f * static_cast<float>(i * 5 + j)));
+      y.push_back(static_cast<int32_t>(i % 3));
+    }
+    features = Tensor::FromVector<float>(x, TensorShape({kBatch, kSpec.input_dim})).value();
+    labels = Tensor::FromVector<int32_t>(y, TensorShape({kBatch})).value();
+  }
+};
+
+// What a task's step saw.
+struct StepLog {
+  std::atomic<int> steps{0};
+  std::atomic<bool> remote{false};
+  std::atomic<int64_t> position{0};  // input_position after the last step
+  // Called with the global_step the step starts from, before its update.
+  std::function<void(int64_t)> on_step;
+};
+
+// One task's graph, as every worker of a TF1 cluster builds it: global_step
+// first, the MLP's variables (Adam: slots and beta powers), the task's own
+// "input_position" (device "/job:worker", +1 per step) and a local variable.
+// The train_op computes the gradients and applies them with
+// ctx.ApplyGradients; local = true updates with TrainStep instead.
+std::shared_ptr<Graph> MlpGraph(const nn::OptimizerOptions& optimizer, std::shared_ptr<StepLog> log,
+                                bool train_step = false) {
+  auto graph = std::make_shared<Graph>();
+  REQUIRE_OK(graph->CreateGlobalStep());
+  REQUIRE_OK(nn::AddMlpVariables(*graph, kSpec, optimizer, /*seed=*/7));
+  REQUIRE_OK(graph->AddVariable("input_position", Tensor::Scalar<int64_t>(0), /*trainable=*/false));
+  REQUIRE_OK(graph->SetVariableDevice("input_position", "/job:worker"));
+  REQUIRE_OK(graph->AddLocalVariable("local_batches", Tensor::Scalar<int64_t>(0)));
+  std::shared_ptr<nn::Mlp> mlp = nn::Mlp::Create(kSpec, optimizer).value();
+  auto batch = std::make_shared<Batch>();
+  auto grads = std::make_shared<nn::Gradients>();
+  REQUIRE_OK(graph->SetStep([=](StepContext& ctx) -> Status {
+    if (!ctx.requested("train_op")) return absl::OkStatus();
+    log->remote = ctx.remote_variables();
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(ctx.variables()));
+    if (log->on_step) log->on_step(step);
+    nn::StepResult result;
+    if (train_step) {
+      FOREMAN_ASSIGN_OR_RETURN(result, mlp->TrainStep(ctx.variables(), batch->features, batch->labels, ctx.compute()));
+      FOREMAN_RETURN_IF_ERROR(IncrementGlobalStep(ctx.variables()).status());
+    } else {
+      FOREMAN_ASSIGN_OR_RETURN(result, mlp->ComputeGradients(ctx.variables(), batch->features, batch->labels,
+                                                             ctx.compute(), grads.get()));
+      FOREMAN_RETURN_IF_ERROR(ctx.ApplyGradients(*grads, optimizer));
+    }
+    for (const char* own : {"input_position", "local_batches"}) {
+      FOREMAN_ASSIGN_OR_RETURN(Tensor * t, ctx.variables().Get(own));
+      *t->data<int64_t>() += 1;
+    }
+    log->position = (*ctx.variables().Get("input_position"))->scalar<int64_t>().value();
+    ++log->steps;
+    ctx.Set("loss", Tensor::Scalar<float>(result.loss));
+    return absl::OkStatus();
+  }));
+  return graph;
+}
+
+SessionConfig OneThread() {
+  SessionConfig config;
+  config.intra_op_parallelism_threads = 1;
+  return config;
+}
+
+// A task's MonitoredTrainingSession options: no summaries or step counter;
+// a checkpoint every `save_steps` steps into `dir` (none when empty), each
+// save waited for (a listener makes it synchronous).
+MonitoredTrainingSessionOptions TaskOptions(std::shared_ptr<Graph> graph, const std::string& master, bool is_chief,
+                                            const std::string& dir = "", int64_t save_steps = 0) {
+  MonitoredTrainingSessionOptions o;
+  o.graph = std::move(graph);
+  o.master = master;
+  o.is_chief = is_chief;
+  o.checkpoint_dir = dir;
+  o.config = OneThread();
+  o.stop_grace_period_secs = 0;
+  o.save_checkpoint_secs = std::nullopt;
+  o.save_checkpoint_steps = save_steps > 0 ? Defaultable<int64_t>(save_steps) : Defaultable<int64_t>::None();
+  if (save_steps > 0) o.checkpoint_listeners.push_back(std::make_shared<CheckpointSaverListener>());
+  o.save_summaries_steps = std::nullopt;
+  o.save_summaries_secs = std::nullopt;
+  o.log_step_count_steps = std::nullopt;
+  o.recovery_wait_secs = 0.01;
+  o.max_wait_secs = 20;
+  o.recovery.initial_backoff = absl::ZeroDuration();
+  return o;
+}
+
+std::unique_ptr<MonitoredSession> OpenSession(MonitoredTrainingSessionOptions o) {
+  auto sess = MonitoredTrainingSession(std::move(o));
+  REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
+  return std::move(sess).value();
+}
+
+// Runs train_op `n` times (stops early when the session says so).
+Status Train(MonitoredSession& sess, int n) {
+  for (int i = 0; i < n && !sess.should_stop(); ++i) {
+    StatusOr<TensorMap> out = sess.run({"train_op", "loss"});
+    if (!out.ok()) return out.status();
+  }
+  return absl::OkStatus();
+}
+
+int64_t Int(const StatusOr<Tensor>& t) {
+  REQUIRE_MESSAGE(t.ok(), t.status().ToString());
+  return t->scalar<int64_t>().value();
+}
+
+// -- Graph::SetVariableDevice ------------------------------------------------------
+
+TEST_CASE("SetVariableDevice takes \"\" and \"/job:worker\" only, for a declared variable of an open graph") {
+  Graph graph;
+  REQUIRE_OK(graph.AddVariable("v", Tensor::Scalar<float>(0.f)));
+  CHECK(graph.variables()[0].device.empty());  // the default: a ps task
+  REQUIRE_OK(graph.SetVariableDevice("v", "/job:worker"));
+  CHECK(graph.variables()[0].device == "/job:worker");
+  REQUIRE_OK(graph.SetVariableDevice("v", ""));
+  CHECK(graph.variables()[0].device.empty());
+
+  Status bad = graph.SetVariableDevice("v", "/job:ps/task:0");
+  CHECK(absl::IsInvalidArgument(bad));
+  CHECK(absl::StrContains(bad.message(), "'v'"));
+  CHECK(absl::StrContains(bad.message(), "/job:ps/task:0"));
+  Status missing = graph.SetVariableDevice("w", "/job:worker");
+  CHECK(absl::IsNotFound(missing));
+  CHECK(absl::StrContains(missing.message(), "'w'"));
+  graph.Finalize();
+  CHECK(absl::IsFailedPrecondition(graph.SetVariableDevice("v", "/job:worker")));  // B21
+}
+
+// -- Bind --------------------------------------------------------------------------
+
+TEST_CASE("Session::Create binds the global variables without a device, in declaration order") {
+  FakeCluster cluster("bind", 2, Adam());
+  auto graph = std::make_shared<Graph>();
+  REQUIRE_OK(graph->AddVariable("b", Tensor::Scalar<float>(0.f)));
+  REQUIRE_OK(graph->CreateGlobalStep());
+  REQUIRE_OK(graph->AddLocalVariable("local", Tensor::Scalar<float>(0.f)));
+  REQUIRE_OK(graph->AddVariable("position", Tensor::Scalar<int64_t>(0), false));
+  REQUIRE_OK(graph->SetVariableDevice("position", "/job:worker"));
+  REQUIRE_OK(graph->AddVariable("a", Tensor::Scalar<float>(0.f)));
+  REQUIRE_OK(graph->SetStep([](StepContext&) { return absl::OkStatus(); }));
+
+  auto session = Session::Create(graph, cluster.target("chief"));
+  REQUIRE_MESSAGE(session.ok(), session.status().ToString());
+  CHECK(cluster.ps().bound_names() == std::vector<std::string>{"b", "global_step", "a"});
+  CHECK(cluster.ps().calls(FakeRemoteValues::kBind) == 1);
+  // global_step on ps 0, the rest round-robin (PlaceVariablesOnPs).
+  CHECK(cluster.ps().placement() == std::vector<int>{1, 0, 0});
+
+  // Another task binding a different list: Bind's INVALID_ARGUMENT, unchanged.
+  auto other = std::make_shared<Graph>();
+  REQUIRE_OK(other->AddVariable("b", Tensor::Scalar<float>(0.f)));
+  REQUIRE_OK(other->SetStep([](StepContext&) { return absl::OkStatus(); }));
+  auto refused = Session::Create(other, cluster.target("worker1"));
+  CHECK(absl::IsInvalidArgument(refused.status()));
+  CHECK(absl::StrContains(refused.status().message(), "global_step"));
+
+  // A local session binds nothing and reads nothing.
+  auto local = Session::Create(graph, "");
+  REQUIRE(local.ok());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kBind) == 2);
+  CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == 0);
+}
+
+// -- reads and writes --------------------------------------------------------------
+
+TEST_CASE("reads refresh the mirror first; only the chief's init op and restore write to the ps") {
+  FakeCluster cluster("rw", 2, Adam());
+  auto log = std::make_shared<StepLog>();
+  auto graph = MlpGraph(Adam(), log);
+  auto session = Session::Create(graph, cluster.target("chief"), OneThread());
+  REQUIRE(session.ok());
+  Session& s = **session;
+
+  // Uninitialized shards: every remote variable is uninitialized, the
+  // task's own is too until its init; the ready op reads (B79).
+  std::vector<std::string> missing = s.UninitializedVariables();
+  CHECK(std::find(missing.begin(), missing.end(), "global_step") != missing.end());
+  CHECK(std::find(missing.begin(), missing.end(), "dense/kernel") != missing.end());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == 1);
+
+  // The default init op under the chief's session manager writes once.
+  SessionManagerOptions manager_options;
+  manager_options.graph = graph;
+  manager_options.local_init_op = DefaultLocalInitOp();
+  auto manager = SessionManager::Create(manager_options);
+  REQUIRE(manager.ok());
+  PrepareSessionOptions prepare;
+  prepare.init_op = DefaultInitOp();
+  prepare.config = OneThread();
+  auto chief = (*manager)->prepare_session(cluster.target("chief"), prepare);
+  REQUIRE_MESSAGE(chief.ok(), chief.status().ToString());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);
+  CHECK(Int(cluster.ps().Value("global_step")) == 0);
+  CHECK(cluster.ps().ShardOf("input_position") == -1);  // the task's own stays in its mirror
+  CHECK(cluster.ps().ShardOf("local_batches") == -1);
+
+  // A hook's WithVariables reads and never writes, even when it changes
+  // the mirror: the next read replaces the change with the ps's value.
+  const int reads = cluster.ps().calls(FakeRemoteValues::kRead);
+  REQUIRE_OK((*chief)->WithVariables([](VariableStore& vars) { return SetGlobalStep(vars, 41); }));
+  CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == reads + 1);
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);
+  CHECK(Int(cluster.ps().Value("global_step")) == 0);
+  CHECK(*(*chief)->GlobalStep() == 0);  // GlobalStep reads first
+  CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == reads + 2);
+  CHECK((*chief)->Snapshot().count("dense/kernel") == 1);
+  CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == reads + 3);
+
+  // A run reads, then its update goes to the ps and its global_step comes back.
+  REQUIRE((*chief)->Run({"train_op"}).ok());
+  CHECK(log->remote);
+  CHECK(cluster.ps().calls(FakeRemoteValues::kApply) == 1);
+  CHECK(cluster.ps().applied_at() == std::vector<int64_t>{0});
+  CHECK(Int(cluster.ps().Value("global_step")) == 1);
+
+  // UNAVAILABLE from a read comes out of each reader unchanged.
+  const Status down = absl::UnavailableError("fake ps 1 at 127.0.0.1:1 is unreachable");
+  cluster.ps().FailNext(FakeRemoteValues::kRead, down, 3);
+  CHECK((*chief)->Run({"train_op"}).status() == down);
+  CHECK((*chief)->GlobalStep().status() == down);
+  CHECK((*chief)->WithVariables([](VariableStore&) { return absl::OkStatus(); }) == down);
+  CHECK(log->steps == 1);  // no step ran on a failed read
+  cluster.ps().FailNext(FakeRemoteValues::kApply, down);
+  CHECK((*chief)->Run({"train_op"}).status() == down);
+  cluster.ps().FailNext(FakeRemoteValues::kRead, down);
+  CHECK(DefaultReadyOp()(**chief).status() == down);  // the ready check: UNAVAILABLE, not "uninitialized"
+}
+
+// -- a worker waits for the chief, then both train ---------------------------------
+
+TEST_CASE("B88 a worker waits until the chief initialised the ps; chief and worker end at the sum of their steps") {
+  FakeCluster cluster("train", 2, Adam());
+  auto chief_log = std::make_shared<StepLog>();
+  auto worker_log = std::make_shared<StepLog>();
+  TempDir dir("remote_session");
+
+  // The worker polls the ready op until the chief's init op wrote the ps.
+  auto worker_open = std::async(std::launch::async, [&] {
+    return OpenSession(TaskOptions(MlpGraph(Adam(), worker_log), cluster.target("worker1"), /*is_chief=*/false));
+  });
+  REQUIRE(cluster.ps().AwaitUninitializedRead(absl::Seconds(20)));
+  CHECK(worker_open.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 0);
+
+  auto chief = OpenSession(TaskOptions(MlpGraph(Adam(), chief_log), cluster.target("chief"), true, dir.path(), 4));
+  REQUIRE(worker_open.wait_for(kWait) == std::future_status::ready);
+  std::unique_ptr<MonitoredSession> worker = worker_open.get();
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);  // the chief's init op only
+  const Tensor initial_kernel = cluster.ps().Value("dense/kernel").value();
+
+  constexpr int kChiefSteps = 9;
+  constexpr int kWorkerSteps = 14;
+  auto worker_trained = std::async(std::launch::async, [&] { return Train(*worker, kWorkerSteps); });
+  REQUIRE_OK(Train(*chief, kChiefSteps));
+  REQUIRE(worker_trained.wait_for(kWait) == std::future_status::ready);
+  REQUIRE_OK(worker_trained.get());
+  CHECK(chief_log->remote);
+  CHECK(worker_log->remote);
+  CHECK(chief_log->steps == kChiefSteps);
+  CHECK(worker_log->steps == kWorkerSteps);
+  CHECK(Int(cluster.ps().Value("global_step")) == kChiefSteps + kWorkerSteps);
+  CHECK(cluster.ps().applied_at().size() == kChiefSteps + kWorkerSteps);
+  CHECK_FALSE(cluster.ps().Value("dense/kernel")->Equals(initial_kernel));
+  // Each task's "/job:worker" variable is its own.
+  CHECK(worker_log->position == kWorkerSteps);
+  CHECK(chief_log->position == kChiefSteps);
+  REQUIRE_OK(worker->close());
+  REQUIRE_OK(chief->close());  // the final checkpoint
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);  // no hook wrote
+  CHECK(cluster.ps().calls(FakeRemoteValues::kReadConsistent) >= 1);
+
+  // Every checkpoint the chief kept is one state of the ps (the state the
+  // update to its global_step left) plus the chief's own input_position;
+  // never the local variable (B101).
+  auto history = cluster.ps().history();
+  auto prefixes = ListCheckpointPrefixes(Env::Default(), dir.path());
+  REQUIRE(prefixes.ok());
+  REQUIRE_FALSE(prefixes->empty());
+  bool saw_final = false;
+  for (const std::string& prefix : *prefixes) {
+    CAPTURE(prefix);
+    auto reader = BundleReader::Open(Env::Default(), prefix);
+    REQUIRE_MESSAGE(reader.ok(), reader.status().ToString());
+    const int64_t step = Int((*reader)->Lookup("global_step"));
+    REQUIRE(history.count(step) == 1);
+    for (const auto& [name, value] : history.at(step)) {
+      CAPTURE(name);
+      auto saved = (*reader)->Lookup(name);
+      REQUIRE(saved.ok());
+      CHECK(saved->Equals(value));
+    }
+    CHECK(Int((*reader)->Lookup("input_position")) <= kChiefSteps);
+    CHECK_FALSE((*reader)->Contains("local_batches"));
+    CHECK((*reader)->entries().size() == history.at(step).size() + 1);
+    if (step == kChiefSteps + kWorkerSteps) {
+      saw_final = true;
+      CHECK(Int((*reader)->Lookup("input_position")) == kChiefSteps);
+    }
+  }
+  CHECK(saw_final);
+}
+
+// -- the end of training -------------------------------------------------------------
+
+TEST_CASE("B41 OUT_OF_RANGE from Apply (the chief ended training) ends a MonitoredTrainingSession cleanly") {
+  FakeCluster cluster("end", 1, Adam());
+  TempDir dir("remote_session");
+  auto chief_log = std::make_shared<StepLog>();
+  auto worker_log = std::make_shared<StepLog>();
+  auto chief = OpenSession(TaskOptions(MlpGraph(Adam(), chief_log), cluster.target("chief"), true, dir.path(), 100));
+  auto worker = OpenSession(TaskOptions(MlpGraph(Adam(), worker_log), cluster.target("worker1"), false));
+  REQUIRE_OK(Train(*chief, 2));
+  REQUIRE_OK(Train(*worker, 3));
+  cluster.ps().EndTraining();
+
+  auto ended = worker->run({"train_op"});
+  CHECK(absl::IsOutOfRange(ended.status()));
+  CHECK(worker->should_stop());
+  CHECK(worker->close().ok());
+  CHECK(absl::IsOutOfRange(chief->run({"train_op"}).status()));
+  CHECK(chief->should_stop());
+  REQUIRE_OK(chief->close());  // end(): the final checkpoint, read from the ended ps
+  CHECK(Int(cluster.ps().Value("global_step")) == 5);
+  auto latest = LatestCheckpoint(Env::Default(), dir.path());
+  REQUIRE(latest.ok());
+  REQUIRE(latest->has_value());
+  auto reader = BundleReader::Open(Env::Default(), **latest);
+  REQUIRE(reader.ok());
+  CHECK(Int((*reader)->Lookup("global_step")) == 5);
+  CHECK(Int((*reader)->Lookup("input_position")) == 2);
+}
+
+// -- recovery ---------------------------------------------------------------------------
+
+TEST_CASE("B47 B49 UNAVAILABLE from a read: the chief recovers, restores the ps from its checkpoint and goes on") {
+  FakeCluster cluster("recover", 2, Adam());
+  TempDir dir("remote_session");
+  auto log = std::make_shared<StepLog>();
+  auto armed = std::make_shared<std::atomic<bool>>(false);
+  log->on_step = [&cluster, armed](int64_t step) {
+    // The run after the first one from step 7 cannot read the ps.
+    if (step == 7 && !armed->exchange(true)) {
+      cluster.ps().FailNext(FakeRemoteValues::kRead, absl::UnavailableError("fake ps 1 is down"));
+    }
+  };
+  auto options = TaskOptions(MlpGraph(Adam(), log), cluster.target("chief"), true, dir.path(), 5);
+  std::atomic<int> recovered{0};
+  options.recovery.on_recovered = [&recovered](const RecoveryReport&) { ++recovered; };
+  auto stop = StopAtStepHook::Create({std::nullopt, 12});
+  REQUIRE(stop.ok());
+  options.hooks.push_back(*stop);
+  auto chief = OpenSession(std::move(options));
+  while (!chief->should_stop()) REQUIRE_OK(chief->run({"train_op"}).status());
+  REQUIRE_OK(chief->close());
+
+  CHECK(recovered == 1);
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 2);  // init, then the restore
+  CHECK(Int(cluster.ps().Value("global_step")) == 12);
+  // Steps 0..7 ran, then training went on from the checkpoint's step (5,
+  // saved before the failure), losing the steps after it.
+  std::vector<int64_t> expected;
+  for (int64_t s = 0; s <= 7; ++s) expected.push_back(s);
+  for (int64_t s = 5; s < 12; ++s) expected.push_back(s);
+  CHECK(cluster.ps().applied_at() == expected);
+}
+
+// -- a local session -----------------------------------------------------------------------
+
+TEST_CASE("ApplyGradients on a local session is bitwise TrainStep, and increments global_step") {
+  for (nn::OptimizerKind kind : {nn::OptimizerKind::kSgd, nn::OptimizerKind::kMomentum, nn::OptimizerKind::kAdam}) {
+    CAPTURE(nn::OptimizerKindName(kind));
+    nn::OptimizerOptions optimizer = Adam();
+    optimizer.kind = kind;
+    auto applied_log = std::make_shared<StepLog>();
+    auto trained_log = std::make_shared<StepLog>();
+    auto applied = Session::Create(MlpGraph(optimizer, applied_log), "", OneThread());
+    auto trained = Session::Create(MlpGraph(optimizer, trained_log, /*train_step=*/true), "", OneThread());
+    REQUIRE(applied.ok());
+    REQUIRE(trained.ok());
+    for (Session* s : {applied->get(), trained->get()}) {
+      REQUIRE_OK(DefaultInitOp()(*s, {}));
+      REQUIRE_OK(DefaultLocalInitOp()(*s));
+      for (int i = 0; i < 3; ++i) REQUIRE_OK(s->Run({"train_op"}).status());
+    }
+    CHECK_FALSE(applied_log->remote);
+    CHECK(*(*applied)->GlobalStep() == 3);
+    const auto a = (*applied)->Snapshot();
+    const auto b = (*trained)->Snapshot();
+    REQUIRE(a.size() == b.size());
+    for (const auto& [name, value] : a) {
+      CAPTURE(name);
+      REQUIRE(b.count(name) == 1);
+      CHECK(value.Equals(b.at(name)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace foreman
