@@ -507,6 +507,7 @@ struct Model {
   bool tty = false;               // stderr is a terminal (a progress bar to erase)
   int64_t examples = 0;  // trained on by this process
   int64_t steps = 0;     // train_op runs of this process (in a cluster: this worker's own steps)
+  std::optional<std::chrono::steady_clock::time_point> first_step;  // when the first of them started
   nn::Gradients grads;   // a cluster worker's step: its gradients, reused
   bool ended_by_chief = false;  // a cluster worker's update was refused: the chief ended training
   std::unique_ptr<nn::Mlp> mlp;
@@ -541,6 +542,7 @@ Status Step(Model& m, StepContext& ctx) {
   VariableStore& vars = ctx.variables();
   std::vector<std::string> summaries;
   if (ctx.requested("train_op")) {
+    if (!m.first_step) m.first_step = std::chrono::steady_clock::now();
     FOREMAN_ASSIGN_OR_RETURN(int64_t epoch, ReadInt64(vars, kEpochVariable));
     FOREMAN_ASSIGN_OR_RETURN(int64_t index, ReadInt64(vars, kIndexVariable));
     data::Batch batch;
@@ -1289,9 +1291,16 @@ int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
     }
   }
   // In a cluster global_step counts every worker's updates: a worker
-  // reports its own steps.
+  // reports its own steps, and its rate from its first step (not from the
+  // wait for the chief).
   const int64_t trained = job.cluster ? job.model->steps : job.progress->steps_trained();
-  const double rate = job.cluster ? (wall > 0 ? static_cast<double>(trained) / wall : 0.0) : job.progress->steps_per_sec();
+  double rate = job.progress->steps_per_sec();
+  if (job.cluster) {
+    const double secs = job.model->first_step
+                            ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *job.model->first_step).count()
+                            : 0.0;
+    rate = secs > 0 ? static_cast<double>(trained) / secs : 0.0;
+  }
   if (trained > 0) {
     std::printf("%strained %lld steps in %.1f s (%.1f steps/s, %.0f examples/s)\n", job.task_prefix().c_str(),
                 static_cast<long long>(trained), wall, rate,
