@@ -13,7 +13,7 @@
 # two workers had accepted (none lost); an independent reader
 # (tools/testing/tfformat.py, no code shared with the C++) finds every MLP
 # variable, the optimizer's slots and worker 0's data position in it;
-# worker 1 wrote nothing; the cluster flags were not stored, so a
+# worker 1 and the ps wrote nothing; the cluster flags were not stored, so a
 # single-process run resumes the checkpoint. Bad cluster flags are exit 2
 # naming the flag, before anything is created.
 #
@@ -101,7 +101,7 @@ has "--ps-hosts entry 1 \(task 0\) '127.0.0.1:70000'" "$out" || fail "a bad --ps
 #    session (its header printed), the chief starts. Once each worker has
 #    printed a step, the chief gets a SIGTERM.
 "$foreman" train "${model[@]}" "${net[@]}" --job-name ps --task-index 0 --ps-join-timeout-secs "$bound" \
-  >"$tmp/ps.out" 2>&1 &
+  --checkpoint-dir "$tmp/ps_unused" >"$tmp/ps.out" 2>&1 &
 ps_pid=$!
 pids+=("$ps_pid")
 "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index 1 --checkpoint-dir "$tmp/unused" \
@@ -145,6 +145,7 @@ has "^checkpoints: $ckpt \(latest: $ckpt/model.ckpt-$final\)" "$chief_out" \
   || fail "the chief's latest checkpoint is not model.ckpt-$final: $chief_out"
 has "^test accuracy: " "$chief_out" || fail "the chief did not evaluate: $chief_out"
 [[ ! -e $tmp/unused ]] || fail "worker 1 created its --checkpoint-dir"
+[[ ! -e $tmp/ps_unused ]] || fail "the ps created its --checkpoint-dir"
 if [[ -f $ckpt/train_settings.txt ]]; then
   ! grep -Eiq "hosts|job|task|heartbeat|tls|insecure" "$ckpt/train_settings.txt" \
     || fail "cluster flags stored in train_settings.txt: $(cat "$ckpt/train_settings.txt")"
