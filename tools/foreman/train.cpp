@@ -48,6 +48,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cluster_task.hpp"
 #include "command.hpp"
 #include "train_settings.hpp"
 #include "foreman/bundle.hpp"
@@ -62,6 +63,7 @@
 #include "foreman/logging.hpp"
 #include "foreman/monitored_session.hpp"
 #include "foreman/nn.hpp"
+#include "foreman/server.hpp"
 #include "foreman/session.hpp"
 #include "foreman/stop.hpp"
 #include "foreman/summary.hpp"
@@ -504,6 +506,10 @@ struct Model {
   bool warned_zero_rate = false;  // the decayed rate reached 0 (said once)
   bool tty = false;               // stderr is a terminal (a progress bar to erase)
   int64_t examples = 0;  // trained on by this process
+  int64_t steps = 0;     // train_op runs of this process (in a cluster: this worker's own steps)
+  std::optional<std::chrono::steady_clock::time_point> first_step;  // when the first of them started
+  nn::Gradients grads;   // a cluster worker's step: its gradients, reused
+  bool ended_by_chief = false;  // a cluster worker's update was refused: the chief ended training
   std::unique_ptr<nn::Mlp> mlp;
   std::unique_ptr<data::InputPipeline> pipeline;
   data::Batch test;  // the whole test set, in file order
@@ -536,6 +542,7 @@ Status Step(Model& m, StepContext& ctx) {
   VariableStore& vars = ctx.variables();
   std::vector<std::string> summaries;
   if (ctx.requested("train_op")) {
+    if (!m.first_step) m.first_step = std::chrono::steady_clock::now();
     FOREMAN_ASSIGN_OR_RETURN(int64_t epoch, ReadInt64(vars, kEpochVariable));
     FOREMAN_ASSIGN_OR_RETURN(int64_t index, ReadInt64(vars, kIndexVariable));
     data::Batch batch;
@@ -562,14 +569,29 @@ Status Step(Model& m, StepContext& ctx) {
     }
     FOREMAN_RETURN_IF_ERROR(m.mlp->set_learning_rate(m.current_learning_rate));
     nn::StepResult r;
-    {
+    if (ctx.remote_variables()) {
+      // A cluster worker: the variables live on the ps tasks, which apply
+      // the gradients with their optimizer and count global_step (TF1:
+      // compute_gradients here, apply_gradients on the ps devices).
+      auto span = ctx.Trace("train");
+      FOREMAN_ASSIGN_OR_RETURN(
+          r, m.mlp->ComputeGradients(vars, batch.features, batch.labels, ctx.compute(), &m.grads));
+      if (Status applied = ctx.ApplyGradients(m.grads, m.optimizer); !applied.ok()) {
+        // OUT_OF_RANGE: the chief ended training; the batch was not used
+        // (the position stays), and the run ends as at the end of input.
+        if (absl::IsOutOfRange(applied)) m.ended_by_chief = true;
+        return applied;
+      }
+    } else {
+      // One process: TrainStep (the measured fast path) updates in place.
       auto span = ctx.Trace("train");
       FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, batch.features, batch.labels, ctx.compute()));
     }
     m.examples += batch.labels.num_elements();
+    ++m.steps;
     FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kEpochVariable, batch.next.epoch));
     FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kIndexVariable, batch.next.index));
-    FOREMAN_RETURN_IF_ERROR(IncrementGlobalStep(vars).status());
+    if (!ctx.remote_variables()) FOREMAN_RETURN_IF_ERROR(IncrementGlobalStep(vars).status());
     ctx.Set("train_op", Tensor::Scalar<int64_t>(1));
     ctx.Set("loss", Tensor::Scalar<float>(r.loss));
     ctx.Set("accuracy", Tensor::Scalar<float>(r.accuracy));
@@ -806,8 +828,20 @@ struct TrainJob {
   int64_t total_steps = 0;
   bool tty = false;
   std::shared_ptr<ProgressHook> progress;
-  std::shared_ptr<EvalHook> eval;
+  std::shared_ptr<EvalHook> eval;  // null on a cluster's non-chief worker
   MonitoredTrainingSessionOptions mts;
+  // A cluster task (--job-name ...); nullopt for a single-process run.
+  std::optional<ClusterRun> cluster;
+  std::unique_ptr<Server> server;                  // a worker's, from StartServer to the end
+  std::shared_ptr<EndTrainingHook> end_training;   // the chief's
+
+  // The chief or a single process: owns --checkpoint-dir. A cluster's other
+  // workers never take its lock or write there.
+  bool owns_directory() const { return !cluster || cluster->task.is_chief(); }
+  // "worker 1: " in a cluster, "" otherwise (for the report's lines).
+  std::string task_prefix() const {
+    return cluster ? absl::StrCat(cluster->task.job_name, " ", cluster->task.task_index, ": ") : "";
+  }
 
   // Fail(), unless `s` reports a fault injected in this process: then
   // "stopped by injected fault <id>: <status>" and kExitInjectedFault, so
@@ -957,6 +991,9 @@ ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
   TrainFlags& f = job.f;
   const std::string& dir = f.checkpoint_dir;
   if (Status s = ValidateTrainFlags(f); !s.ok()) return job.Exit(kExitUsage, "bad flags", s);
+  // A cluster's non-chief worker: the chief's directory is not its own (no
+  // lock, no settings, no restore: the chief initialises or restores the ps).
+  if (!job.owns_directory()) return std::nullopt;
   if (ExitCode code = PrepareFaults(job)) return code;
   job.phase->RecordBeforeLock(job.env, dir);
   auto lock = LockCheckpointDirectory(job.env, dir);
@@ -1034,7 +1071,10 @@ ExitCode LoadData(TrainJob& job) {
   train_options.batch_size = f.batch_size;
   train_options.epochs = f.epochs;
   train_options.shuffle = true;
-  train_options.seed = static_cast<uint64_t>(f.seed);
+  // Each worker of a cluster reads its own order: worker k shuffles with
+  // --seed + k (worker 0, whose position the checkpoints carry, with --seed,
+  // so a single-process resume continues its order).
+  train_options.seed = static_cast<uint64_t>(f.seed) + (job.cluster ? job.cluster->task.task_index : 0);
   job.test_examples = mnist->test.labels.num_elements();
   auto train_set = data::Dataset::Create(std::move(mnist->train), train_options);
   if (!train_set.ok()) return job.Exit(kExitUsage, absl::StrCat("bad training data in ", f.data_dir), train_set.status());
@@ -1073,6 +1113,11 @@ ExitCode BuildModel(TrainJob& job) {
   if (built.ok()) built = nn::AddMlpVariables(*graph, job.spec, job.optimizer, static_cast<uint64_t>(f.seed));
   if (built.ok()) built = graph->AddVariable(kEpochVariable, Tensor::Scalar<int64_t>(0), /*trainable=*/false);
   if (built.ok()) built = graph->AddVariable(kIndexVariable, Tensor::Scalar<int64_t>(0), /*trainable=*/false);
+  if (job.cluster) {
+    // Each worker keeps its own data position; the chief's checkpoints carry worker 0's.
+    if (built.ok()) built = graph->SetVariableDevice(kEpochVariable, "/job:worker");
+    if (built.ok()) built = graph->SetVariableDevice(kIndexVariable, "/job:worker");
+  }
   if (built.ok()) built = graph->AddSummaryOp("summaries");
   StepFn step = [model](StepContext& ctx) { return Step(*model, ctx); };
   if (job.fault_hook != nullptr) step = job.fault_hook->WrapStep(std::move(step));  // NaN-loss faults
@@ -1114,16 +1159,55 @@ ExitCode AddHooks(TrainJob& job) {
     if (!stop.ok()) return job.Exit(kExitUsage, "bad flags", stop.status());
     mts.hooks.push_back(*stop);
   }
-  // Last: its end() runs after the CheckpointSaverHook's final save.
-  job.eval = std::make_shared<EvalHook>(f.checkpoint_dir + "/eval", f.eval_every_steps, job.env);
-  mts.hooks.push_back(job.eval);
+  // Last: its end() runs after the CheckpointSaverHook's final save. Only
+  // where the directory is this process's (its events go to <dir>/eval).
+  if (job.owns_directory()) {
+    job.eval = std::make_shared<EvalHook>(f.checkpoint_dir + "/eval", f.eval_every_steps, job.env);
+    mts.hooks.push_back(job.eval);
+  }
   mts.graph = job.graph;
   mts.config.env = job.env;
   if (job.fault_hook != nullptr) mts.checkpoint_listeners.push_back(std::make_shared<DurableSavesListener>());
   mts.runtime.stop = job.stop;
-  mts.runtime.held_lock = job.lock;
-  mts.runtime.held_lock_directory = f.checkpoint_dir;
+  if (job.owns_directory()) {
+    mts.runtime.held_lock = job.lock;
+    mts.runtime.held_lock_directory = f.checkpoint_dir;
+  }
+  if (job.cluster) {
+    mts.is_chief = job.cluster->task.is_chief();
+    if (!mts.is_chief) {
+      // WorkerSessionCreator: polls for the chief's session every heartbeat,
+      // for at most --ps-wait-secs. No directory: it writes nothing.
+      mts.checkpoint_dir.clear();
+      mts.recovery_wait_secs = static_cast<double>(job.cluster->options.heartbeat_ms) / 1000.0;
+      mts.max_wait_secs = static_cast<double>(job.cluster->options.ps_wait_secs);
+    }
+    // mts.master and the chief's EndTrainingHook come with the Server (StartServer).
+  }
   if (!f.restart_policy.empty()) mts.runtime.restart = *ParseRestartPolicy(f.restart_policy);  // validated
+  return std::nullopt;
+}
+
+// 6b. A cluster worker: its Server (tf.train.Server), whose target is the
+//     session's master; the chief ends training from a hook placed first
+//     among its chief-only hooks (their end() runs before the
+//     CheckpointSaverHook's final save).
+ExitCode StartServer(TrainJob& job) {
+  if (!job.cluster) return std::nullopt;
+  ServerOptions options;
+  options.cluster = job.cluster->options;
+  options.optimizer = job.optimizer;
+  auto server = Server::Create(job.cluster->spec, job.cluster->task, options);
+  if (!server.ok()) {
+    return job.Exit(absl::IsInvalidArgument(server.status()) ? kExitUsage : kExitFailed, "cannot start the worker",
+                    server.status());
+  }
+  job.server = *std::move(server);
+  job.mts.master = job.server->target();
+  if (job.cluster->task.is_chief()) {
+    job.end_training = std::make_shared<EndTrainingHook>(job.server.get());
+    job.mts.chief_only_hooks.insert(job.mts.chief_only_hooks.begin(), job.end_training);
+  }
   return std::nullopt;
 }
 
@@ -1133,6 +1217,21 @@ ExitCode AddHooks(TrainJob& job) {
 ExitCode WriteRunFiles(TrainJob& job) {
   const TrainFlags& f = job.f;
   const std::string& dir = f.checkpoint_dir;
+  if (!job.owns_directory()) {
+    // A cluster's other workers: the log on stderr only, nothing in the chief's directory.
+    LogOptions log;
+    log.stderr_level = job.tty ? LogLevel::kWarning : LogLevel::kInfo;
+    if (Status s = ConfigureLogging(log); !s.ok()) return job.Exit(kExitUsage, "cannot configure the log", s);
+    std::fprintf(stderr,
+                 "foreman train: worker %d of %d (%s): MLP %s, %s (learning rate %g), batch %lld, data seed %lld, "
+                 "%lld threads; the chief (worker 0) writes the checkpoints\n",
+                 job.cluster->task.task_index, job.cluster->spec.num_tasks("worker"),
+                 job.server->target().c_str(), Architecture(job.spec).c_str(),
+                 nn::OptimizerKindName(job.optimizer.kind).c_str(), job.learning_rate,
+                 static_cast<long long>(f.batch_size), static_cast<long long>(f.seed + job.cluster->task.task_index),
+                 static_cast<long long>(f.threads));
+    return std::nullopt;
+  }
   if (Status s = WriteTrainSettings(job.env, dir, TrainSettings(f)); !s.ok()) {
     return job.Exit(kExitUsage, "cannot write to the checkpoint directory", s);
   }
@@ -1147,6 +1246,11 @@ ExitCode WriteRunFiles(TrainJob& job) {
                static_cast<long long>(f.batch_size),
                job.total_steps > 0 ? absl::StrCat(job.total_steps, " steps").c_str() : "until stopped",
                static_cast<long long>(f.seed), static_cast<long long>(f.threads), dir.c_str());
+  if (job.cluster) {
+    std::fprintf(stderr, "foreman train: the chief (worker 0 of %d, %s) of the cluster %s\n",
+                 job.cluster->spec.num_tasks("worker"), job.server->target().c_str(),
+                 job.cluster->spec.ToString().c_str());
+  }
   if (!f.restart_policy.empty()) {
     std::fprintf(stderr, "foreman train: restart policy %s\n",
                  RestartPolicyText(*ParseRestartPolicy(f.restart_policy)).c_str());
@@ -1180,16 +1284,29 @@ void PrintServiceRestarts(const std::vector<ServiceRestart>& restarts) {
 int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
   const TrainFlags& f = job.f;
   const std::string& dir = f.checkpoint_dir;
-  auto latest = LatestCheckpoint(job.env, dir);
-  const std::string latest_text = latest.ok() && latest->has_value() ? **latest : "(none)";
-  if (const auto& eval = job.eval->last()) {
-    std::printf("test accuracy: %.4f (test loss %.4f, %lld examples, global_step %lld)\n", eval->accuracy,
-                eval->loss, static_cast<long long>(job.test_examples), static_cast<long long>(eval->step));
+  if (job.eval != nullptr) {
+    if (const auto& eval = job.eval->last()) {
+      std::printf("test accuracy: %.4f (test loss %.4f, %lld examples, global_step %lld)\n", eval->accuracy,
+                  eval->loss, static_cast<long long>(job.test_examples), static_cast<long long>(eval->step));
+    }
   }
-  if (job.progress->steps_trained() > 0) {
-    std::printf("trained %lld steps in %.1f s (%.1f steps/s, %.0f examples/s)\n",
-                static_cast<long long>(job.progress->steps_trained()), wall, job.progress->steps_per_sec(),
+  // In a cluster global_step counts every worker's updates: a worker
+  // reports its own steps, and its rate from its first step (not from the
+  // wait for the chief).
+  const int64_t trained = job.cluster ? job.model->steps : job.progress->steps_trained();
+  double rate = job.progress->steps_per_sec();
+  if (job.cluster) {
+    const double secs = job.model->first_step
+                            ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *job.model->first_step).count()
+                            : 0.0;
+    rate = secs > 0 ? static_cast<double>(trained) / secs : 0.0;
+  }
+  if (trained > 0) {
+    std::printf("%strained %lld steps in %.1f s (%.1f steps/s, %.0f examples/s)\n", job.task_prefix().c_str(),
+                static_cast<long long>(trained), wall, rate,
                 wall > 0 ? static_cast<double>(job.model->examples) / wall : 0.0);
+  } else if (job.cluster) {
+    std::printf("%strained no step\n", job.task_prefix().c_str());
   } else if (!watcher.signalled()) {
     std::printf("nothing to train: the restored run already reached its end (--max-steps %lld, --epochs %lld)\n",
                 static_cast<long long>(f.max_steps), static_cast<long long>(f.epochs));
@@ -1199,8 +1316,19 @@ int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
     std::printf("input pipeline: %lld batches, the step waited for %lld of them\n",
                 static_cast<long long>(pipeline_stats.batches), static_cast<long long>(pipeline_stats.waits));
   }
-  std::printf("checkpoints: %s (latest: %s)\n", dir.c_str(), latest_text.c_str());
-  std::printf("events: %s (training), %s/eval (test set)\n", dir.c_str(), dir.c_str());
+  if (job.end_training != nullptr && job.end_training->final_step()) {
+    std::printf("training ended at global_step %lld\n", static_cast<long long>(*job.end_training->final_step()));
+  }
+  if (job.model->ended_by_chief) {
+    std::printf("%sthe chief ended training (its update was refused: OUT_OF_RANGE); exiting\n",
+                job.task_prefix().c_str());
+  }
+  if (job.owns_directory()) {
+    auto latest = LatestCheckpoint(job.env, dir);
+    const std::string latest_text = latest.ok() && latest->has_value() ? **latest : "(none)";
+    std::printf("checkpoints: %s (latest: %s)\n", dir.c_str(), latest_text.c_str());
+    std::printf("events: %s (training), %s/eval (test set)\n", dir.c_str(), dir.c_str());
+  }
   if (watcher.signalled()) {
     std::printf("stopped by %s after its final checkpoint\n", SignalName(watcher.signal_number()));
   }
@@ -1231,6 +1359,20 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     return kExitOk;
   };
 
+  // 0. The cluster flags, checked before anything starts. A ps task only
+  //    serves: the optimizer flags, then Server::Create and a bounded Join.
+  auto cluster = CheckClusterFlags(cmd, job.f);
+  if (!cluster.ok()) return Fail(kExitUsage, "bad cluster flags", cluster.status());
+  job.cluster = *std::move(cluster);
+  if (job.cluster && job.cluster->task.job_name == "ps") {
+    if (Status s = ValidateTrainFlags(job.f); !s.ok()) return Fail(kExitUsage, "bad flags", s);
+    if (ExitCode code = PlanModel(job)) return *code;
+    ServerOptions options;
+    options.cluster = job.cluster->options;
+    options.optimizer = job.optimizer;
+    return RunParameterServer(*job.cluster, options, absl::Seconds(job.f.cluster.ps_join_timeout_secs), *job.stop);
+  }
+
   // Until training starts, a refusal (or a signal) leaves nothing behind:
   // RunPhase::Undo, while the lock is still held.
   ExitCode refused = OpenDirectory(cmd, job);
@@ -1239,6 +1381,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   if (!refused) refused = stopped_early();
   if (!refused) refused = BuildModel(job);
   if (!refused) refused = AddHooks(job);
+  if (!refused) refused = StartServer(job);
   if (!refused && !job.phase->StartTraining(*job.stop)) refused = stopped_early();
   if (refused) {
     job.phase->Undo();

@@ -547,6 +547,54 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
                  "summary_writer=permanent,checkpoint_saver=permanent\" (docs/train.md). Default: TF's (a "
                  "failing service ends the run). Not stored in the run's settings")
       ->check(NonEmpty());
+  // A cluster (cluster_task.hpp): all of the first four or none; never stored.
+  const char* kCluster = "Cluster (TF1 between-graph replication; not stored in the run's settings)";
+  cmd.add_option("--ps-hosts", f.cluster.ps_hosts, "The ps tasks: host:port[,host:port...]")->group(kCluster);
+  cmd.add_option("--worker-hosts", f.cluster.worker_hosts,
+                 "The worker tasks: host:port[,host:port...]; worker 0 is the chief")
+      ->group(kCluster);
+  cmd.add_option("--job-name", f.cluster.job_name,
+                 "This process's job: ps (serves its share of the variables, needs the optimizer flags but no "
+                 "data or checkpoint directory) or worker (trains; worker k shuffles the data with --seed + k, so "
+                 "each worker reads its own order and worker 0's is --seed's)")
+      ->group(kCluster);
+  cmd.add_option("--task-index", f.cluster.task_index, "This process's task in its job (0-based)")
+      ->transform(DecimalInt64())
+      ->group(kCluster);
+  cmd.add_option("--heartbeat-ms", f.cluster.heartbeat_ms,
+                 "Heartbeat interval between the tasks (give every task the same); also a worker's poll interval "
+                 "while it waits for the chief")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
+  cmd.add_option("--connection-timeout-ms", f.cluster.connection_timeout_ms,
+                 "A peer not heard from for this long is down (at least 3 x --heartbeat-ms)")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
+  cmd.add_option("--ps-wait-secs", f.cluster.ps_wait_secs,
+                 "How long a recovery waits for a ps task that is down; also how long a worker waits for the "
+                 "chief to prepare the session")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
+  cmd.add_option("--ps-join-timeout-secs", f.cluster.ps_join_timeout_secs,
+                 "A ps task's bound on its wait for the chief to end training; past it the ps exits 1")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
+  cmd.add_option("--tls-cert", f.cluster.tls_cert, "Mutual TLS: this task's PEM certificate (with --tls-key, --tls-ca)")
+      ->check(NonEmpty())
+      ->group(kCluster);
+  cmd.add_option("--tls-key", f.cluster.tls_key, "Mutual TLS: the certificate's unencrypted PEM key")
+      ->check(NonEmpty())
+      ->group(kCluster);
+  cmd.add_option("--tls-ca", f.cluster.tls_ca, "Mutual TLS: the PEM CA certificates peers must chain to")
+      ->check(NonEmpty())
+      ->group(kCluster);
+  cmd.add_flag("--insecure", f.cluster.insecure,
+               "Allow non-loopback addresses without TLS (plain connections have no authentication)")
+      ->group(kCluster);
   // A flag given twice takes its last value (a script's defaults, then the user's).
   for (CLI::Option* option : cmd.get_options()) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }

@@ -21,6 +21,27 @@ namespace foreman::cli {
 
 inline constexpr char kTrainSettingsFile[] = "train_settings.txt";
 
+// The cluster flags (TF1's example programs' --ps_hosts, --worker_hosts,
+// --job_name, --task_index, dash style; docs/train.md "Clusters"). Not
+// settings of the run: never stored in train_settings.txt, so a
+// single-process resume of a cluster checkpoint stays single-process.
+// Checked by CheckClusterFlags (cluster_task.hpp).
+struct ClusterFlags {
+  std::string ps_hosts;      // --ps-hosts H:P[,H:P...]
+  std::string worker_hosts;  // --worker-hosts H:P[,H:P...]
+  std::string job_name;      // --job-name ps|worker
+  int64_t task_index = 0;    // --task-index N (required with the others)
+  int64_t heartbeat_ms = 200;            // ClusterOptions' defaults (loopback)
+  int64_t connection_timeout_ms = 1000;
+  int64_t ps_wait_secs = 300;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  bool insecure = false;
+  // A ps task's bound on its wait for the chief to end training (Server::Join).
+  int64_t ps_join_timeout_secs = 86400;
+};
+
 struct TrainFlags {
   std::string checkpoint_dir = "foreman-train";
   std::string data_dir = data::kFashionMnistDir;
@@ -51,6 +72,8 @@ struct TrainFlags {
   // the run either (how to survive a failing service, not what is trained):
   // never stored or compared, so a resume takes any policy.
   std::string restart_policy;
+  // The cluster flags: never stored or compared (see ClusterFlags).
+  ClusterFlags cluster;
 };
 
 /// Registers every flag of `foreman train` on `cmd`, bound to `flags`.

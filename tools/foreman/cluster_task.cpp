@@ -1,0 +1,121 @@
+// `foreman train` as one task of a cluster: cluster_task.hpp.
+#include "cluster_task.hpp"
+
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "command.hpp"
+#include "foreman/session.hpp"
+
+namespace foreman::cli {
+namespace {
+
+constexpr const char* kCoreFlags[] = {"--ps-hosts", "--worker-hosts", "--job-name", "--task-index"};
+constexpr const char* kOtherFlags[] = {"--heartbeat-ms", "--connection-timeout-ms", "--ps-wait-secs",
+                                       "--ps-join-timeout-secs", "--tls-cert", "--tls-key", "--tls-ca",
+                                       "--insecure"};
+
+}  // namespace
+
+StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const TrainFlags& f) {
+  const ClusterFlags& c = f.cluster;
+  std::vector<std::string> given;
+  std::vector<std::string> missing;
+  for (const char* flag : kCoreFlags) (cmd.count(flag) > 0 ? given : missing).push_back(flag);
+  if (given.empty()) {
+    for (const char* flag : kOtherFlags) {
+      if (cmd.count(flag) > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, " is a cluster flag: give it with --ps-hosts, --worker-hosts, --job-name and --task-index "
+                  "(or drop it for a single-process run)"));
+      }
+    }
+    return std::optional<ClusterRun>();
+  }
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("a cluster needs all of --ps-hosts, --worker-hosts, --job-name and "
+                                                   "--task-index (given: ",
+                                                   absl::StrJoin(given, ", "), "); missing: ",
+                                                   absl::StrJoin(missing, ", ")));
+  }
+  if (!f.fault_plan.empty()) {
+    return absl::InvalidArgumentError(
+        "--fault-plan is for a single-process run; it cannot be given with the cluster flags (--job-name)");
+  }
+  if (c.task_index < 0 || c.task_index > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("--task-index must be >= 0, got ", c.task_index));
+  }
+  if (c.ps_join_timeout_secs <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps-join-timeout-secs must be > 0, got ", c.ps_join_timeout_secs));
+  }
+  FOREMAN_ASSIGN_OR_RETURN(ClusterSpec spec, ClusterSpec::FromFlags(c.ps_hosts, c.worker_hosts));
+  ClusterRun run{std::move(spec), ClusterTask{c.job_name, static_cast<int>(c.task_index)}, ClusterOptions{}};
+  run.options.heartbeat_ms = c.heartbeat_ms;
+  run.options.connection_timeout_ms = c.connection_timeout_ms;
+  run.options.ps_wait_secs = c.ps_wait_secs;
+  run.options.tls_cert = c.tls_cert;
+  run.options.tls_key = c.tls_key;
+  run.options.tls_ca = c.tls_ca;
+  run.options.insecure = c.insecure;
+  FOREMAN_RETURN_IF_ERROR(ValidateClusterOptions(run.spec, run.task, run.options));
+  if (run.options.tls_enabled()) {
+    FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(run.options.tls_cert, run.options.tls_key, run.options.tls_ca));
+  }
+  return std::optional<ClusterRun>(std::move(run));
+}
+
+int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, absl::Duration join_timeout,
+                       StopRequest& stop) {
+  const std::string who = absl::StrCat("ps task ", cluster.task.task_index);
+  auto server = Server::Create(cluster.spec, cluster.task, options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "foreman train: %s: cannot start: %s\n", who.c_str(),
+                 std::string(server.status().message()).c_str());
+    return absl::IsInvalidArgument(server.status()) ? kExitUsage : kExitFailed;
+  }
+  std::fprintf(stderr,
+               "foreman train: %s serving at %s (%s); waiting for the chief to end training "
+               "(at most --ps-join-timeout-secs=%lld)\n",
+               who.c_str(), (*server)->target().c_str(), cluster.spec.ToString().c_str(),
+               static_cast<long long>(absl::ToInt64Seconds(join_timeout)));
+  std::fflush(stderr);
+  Server* raw = server->get();
+  const int64_t listener = stop.Listen([raw](const Status&) { raw->Stop(); });
+  const Status joined = (*server)->Join(join_timeout);
+  stop.Unlisten(listener);
+  const bool signalled = stop.stop_requested();
+  server->reset();  // stops serving
+  stop.Complete();
+  if (signalled) {
+    std::fprintf(stderr, "foreman train: %s: stopped by a signal before training ended\n", who.c_str());
+    return kExitFailed;
+  }
+  if (!joined.ok()) {
+    std::fprintf(stderr, "foreman train: %s: %s\n", who.c_str(),
+                 absl::IsDeadlineExceeded(joined)
+                     ? absl::StrCat("the chief did not end training within --ps-join-timeout-secs=",
+                                    absl::ToInt64Seconds(join_timeout), " (", joined.message(), ")")
+                           .c_str()
+                     : std::string(joined.message()).c_str());
+    return kExitFailed;
+  }
+  std::printf("%s: training ended; exiting\n", who.c_str());
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+Status EndTrainingHook::end(Session*) {
+  FOREMAN_ASSIGN_OR_RETURN(int64_t step, server_->EndTraining());
+  final_step_ = step;
+  std::fprintf(stderr, "foreman train: the chief ended training at global_step %lld (the ps tasks accept no more "
+                       "updates; the workers stop)\n",
+               static_cast<long long>(step));
+  return absl::OkStatus();
+}
+
+}  // namespace foreman::cli
