@@ -412,17 +412,36 @@ TEST_CASE("B41 OUT_OF_RANGE from Apply (the chief ended training) ends a Monitor
 
 // -- recovery ---------------------------------------------------------------------------
 
-TEST_CASE("B47 B49 UNAVAILABLE from a read: the chief recovers, restores the ps from its checkpoint and goes on") {
+TEST_CASE("B47 B49 UNAVAILABLE: the chief recovers; it restores a restarted ps, re-attaches to a surviving one") {
   FakeCluster cluster("recover", 2, Adam());
   TempDir dir("remote_session");
   auto log = std::make_shared<StepLog>();
   auto armed = std::make_shared<std::atomic<bool>>(false);
-  log->on_step = [&cluster, armed](int64_t step) {
-    // The run after the first one from step 7 cannot read the ps.
-    if (step == 7 && !armed->exchange(true)) {
-      cluster.ps().FailNext(FakeRemoteValues::kRead, absl::UnavailableError("fake ps 1 is down"));
-    }
-  };
+  bool ps_restarts = false;
+  std::vector<int64_t> expected;  // every Apply's computed_at_step
+  SUBCASE("ps 1 restarted: the chief restores the ps from its checkpoint, losing the steps after it") {
+    ps_restarts = true;
+    log->on_step = [&cluster, armed](int64_t step) {
+      // Step 7's update cannot reach ps 1, which comes back empty.
+      if (step == 7 && !armed->exchange(true)) {
+        cluster.ps().Restart(1);
+        cluster.ps().FailNext(FakeRemoteValues::kApply, absl::UnavailableError("fake ps 1 is down"));
+      }
+    };
+    // Steps 0..6 were applied, then training went on from the checkpoint's
+    // step (5, saved before the failure).
+    for (int64_t s = 0; s <= 6; ++s) expected.push_back(s);
+    for (int64_t s = 5; s < 12; ++s) expected.push_back(s);
+  }
+  SUBCASE("a read failed, the ps kept its state: the chief re-attaches without rewinding (cluster.md rule 5)") {
+    log->on_step = [&cluster, armed](int64_t step) {
+      // The run after the first one from step 7 cannot read the ps.
+      if (step == 7 && !armed->exchange(true)) {
+        cluster.ps().FailNext(FakeRemoteValues::kRead, absl::UnavailableError("fake ps 1 is down"));
+      }
+    };
+    for (int64_t s = 0; s < 12; ++s) expected.push_back(s);
+  }
   auto options = TaskOptions(MlpGraph(Adam(), log), cluster.target("chief"), true, dir.path(), 5);
   std::atomic<int> recovered{0};
   options.recovery.on_recovered = [&recovered](const RecoveryReport&) { ++recovered; };
@@ -434,14 +453,117 @@ TEST_CASE("B47 B49 UNAVAILABLE from a read: the chief recovers, restores the ps 
   REQUIRE_OK(chief->close());
 
   CHECK(recovered == 1);
-  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 2);  // init, then the restore
+  // The init op, then the restore (none on a re-attach).
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == (ps_restarts ? 2 : 1));
   CHECK(Int(cluster.ps().Value("global_step")) == 12);
-  // Steps 0..7 ran, then training went on from the checkpoint's step (5,
-  // saved before the failure), losing the steps after it.
-  std::vector<int64_t> expected;
-  for (int64_t s = 0; s <= 7; ++s) expected.push_back(s);
-  for (int64_t s = 5; s < 12; ++s) expected.push_back(s);
   CHECK(cluster.ps().applied_at() == expected);
+  // The chief's own input position is always the checkpoint's (5) after a
+  // recovery, then one per step: 7 steps from 5 after a restore, 4 from 8
+  // after a re-attach.
+  CHECK(log->position == (ps_restarts ? 5 + 7 : 5 + 4));
+}
+
+// -- a chief restart (cluster.md rule 5) --------------------------------------------------
+
+// The chief of cluster `cluster` trains `steps` steps with a checkpoint
+// every 5 into `dir`, and closes (its final checkpoint at the last step).
+void ChiefTrains(FakeCluster& cluster, const std::string& task, const std::string& dir, int steps) {
+  auto chief = OpenSession(TaskOptions(MlpGraph(Adam(), std::make_shared<StepLog>()), cluster.target(task), true,
+                                       dir, 5));
+  REQUIRE_OK(Train(*chief, steps));
+  REQUIRE_OK(chief->close());
+}
+
+// The checkpoint at `prefix`'s value of `name`.
+Tensor Saved(const std::string& prefix, const std::string& name) {
+  auto reader = BundleReader::Open(Env::Default(), prefix);
+  REQUIRE_MESSAGE(reader.ok(), reader.status().ToString());
+  auto value = (*reader)->Lookup(name);
+  REQUIRE_MESSAGE(value.ok(), value.status().ToString());
+  return *value;
+}
+
+TEST_CASE("rule 5 a restarted chief re-attaches to a ps ahead of its latest checkpoint: no write, its position restored") {
+  FakeCluster cluster("reattach", 2, Adam());
+  TempDir dir("remote_session");
+  ChiefTrains(cluster, "chief", dir.path(), 7);  // checkpoints up to model.ckpt-7
+  // The chief is gone; worker 1 trains on (TF1: only the ps serves it).
+  auto worker_log = std::make_shared<StepLog>();
+  auto worker = OpenSession(TaskOptions(MlpGraph(Adam(), worker_log), cluster.target("worker1"), false));
+  REQUIRE_OK(Train(*worker, 4));
+  CHECK(worker_log->steps == 4);
+  const Tensor kernel = cluster.ps().Value("dense/kernel").value();
+  const Tensor slot = cluster.ps().Value("dense/kernel/Adam").value();
+  REQUIRE(Int(cluster.ps().Value("global_step")) == 11);
+  auto latest = LatestCheckpoint(Env::Default(), dir.path());
+  REQUIRE(latest.ok());
+  REQUIRE(latest->has_value());
+  REQUIRE(Int(Saved(**latest, "global_step")) == 7);
+  REQUIRE_FALSE(Saved(**latest, "dense/kernel").Equals(kernel));
+
+  // The chief restarts (a new process: a new mirror) on the same directory.
+  auto log = std::make_shared<StepLog>();
+  auto first_step = std::make_shared<std::atomic<int64_t>>(-1);
+  log->on_step = [first_step](int64_t step) {
+    int64_t none = -1;
+    first_step->compare_exchange_strong(none, step);
+  };
+  auto chief = OpenSession(TaskOptions(MlpGraph(Adam(), log), cluster.target("chief-restarted"), true, dir.path(), 5));
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);  // the first chief's init op only
+  CHECK(Int(cluster.ps().Value("global_step")) == 11);
+  CHECK(cluster.ps().Value("dense/kernel")->Equals(kernel));
+  CHECK(cluster.ps().Value("dense/kernel/Adam")->Equals(slot));
+
+  // Both train on from global_step 11: nothing rewound. The chief's own
+  // input position goes on from the checkpoint's 7 (the ps does not hold it).
+  const std::size_t applied_before = cluster.ps().applied_at().size();
+  REQUIRE_OK(Train(*chief, 2));
+  CHECK(*first_step == 11);
+  CHECK(log->position == 9);
+  REQUIRE_OK(Train(*worker, 1));
+  CHECK(Int(cluster.ps().Value("global_step")) == 14);
+  const std::vector<int64_t> applied = cluster.ps().applied_at();
+  REQUIRE(applied.size() == applied_before + 3);
+  for (std::size_t i = 1; i < applied.size(); ++i) CHECK(applied[i] >= applied[i - 1]);
+  REQUIRE_OK(worker->close());
+  REQUIRE_OK(chief->close());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);
+}
+
+TEST_CASE("rule 5 a restarted chief restores a ps that is uninitialized or behind its latest checkpoint, as TF1") {
+  TempDir dir("remote_session");
+  {
+    FakeCluster first("restore-first", 2, Adam());
+    ChiefTrains(first, "chief", dir.path(), 7);  // model.ckpt-7
+  }
+  auto latest = LatestCheckpoint(Env::Default(), dir.path());
+  REQUIRE(latest.ok());
+  REQUIRE(latest->has_value());
+  const std::string prefix = **latest;
+  REQUIRE(Int(Saved(prefix, "global_step")) == 7);
+
+  bool behind = false;
+  SUBCASE("uninitialized: a new ps") {}
+  SUBCASE("behind: a ps that another run initialised and trained 2 steps") { behind = true; }
+  FakeCluster cluster("restore", 2, Adam());
+  if (behind) {
+    TempDir other("remote_session");
+    ChiefTrains(cluster, "other-chief", other.path(), 2);
+    REQUIRE(Int(cluster.ps().Value("global_step")) == 2);
+  }
+  const int writes = cluster.ps().calls(FakeRemoteValues::kWrite);
+  auto log = std::make_shared<StepLog>();
+  auto chief = OpenSession(TaskOptions(MlpGraph(Adam(), log), cluster.target("chief"), true, dir.path(), 100));
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == writes + 1);  // the restore
+  CHECK(Int(cluster.ps().Value("global_step")) == 7);
+  for (const char* name : {"dense/kernel", "dense/kernel/Adam", "dense/bias"}) {
+    CAPTURE(name);
+    CHECK(cluster.ps().Value(name)->Equals(Saved(prefix, name)));
+  }
+  REQUIRE_OK(Train(*chief, 1));
+  CHECK(cluster.ps().applied_at().back() == 7);
+  CHECK(log->position == 8);  // the checkpoint's 7, then one step
+  REQUIRE_OK(chief->close());
 }
 
 // -- a local session -----------------------------------------------------------------------

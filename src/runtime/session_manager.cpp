@@ -202,6 +202,77 @@ StatusOr<std::unique_ptr<SessionManager>> SessionManager::Create(SessionManagerO
 
 namespace {
 
+/// Cluster rule 5 (notes/cluster.md): whether the chief re-attaches to the
+/// ps tasks instead of restoring `prefix` onto them. Yes when `session` is
+/// a cluster session, every ps variable of the graph is initialized on the
+/// ps tasks (one Read: a ps task that restarted holds none) and the ps
+/// tasks' global_step is at or after the checkpoint's; then the task's own
+/// "/job:worker" variables (its input position) are restored from `prefix`
+/// into the session's mirror only, nothing is written to the ps tasks, and
+/// `*reattached` is set. No when the graph or the checkpoint has no int64
+/// global_step, or a ps task is uninitialized or behind: nothing changed,
+/// the caller restores everything. Errors: the remote read's (UNAVAILABLE)
+/// and the own variables' restore (Saver::Restore's).
+Status MaybeReattach(Session& session, const Saver& saver, const std::string& prefix, Env* env, bool* reattached) {
+  *reattached = false;
+  if (!internal::SessionAccess::remote_variables(session)) return absl::OkStatus();
+  int64_t checkpoint_step = 0;
+  {
+    StatusOr<std::unique_ptr<BundleReader>> reader = BundleReader::Open(env, prefix);
+    if (!reader.ok()) return absl::OkStatus();  // the restore reports it
+    StatusOr<Tensor> step = (*reader)->Lookup(kGlobalStepName);
+    if (!step.ok() || step->dtype() != DataType::kInt64 || step->shape() != TensorShape{}) return absl::OkStatus();
+    checkpoint_step = step->scalar<int64_t>().value();
+  }
+  const std::shared_ptr<Graph>& graph = session.graph();
+  std::optional<int64_t> ps_step;
+  // WithVariables refreshes the mirror from the ps tasks first (no write).
+  FOREMAN_RETURN_IF_ERROR(session.WithVariables([&graph, &ps_step](VariableStore& vars) -> Status {
+    for (const VariableDef& def : graph->variables()) {
+      if (def.local || !def.device.empty()) continue;
+      if (!vars.Contains(def.name)) return absl::OkStatus();  // a ps task is uninitialized
+    }
+    StatusOr<int64_t> step = GetGlobalStep(vars);
+    if (step.ok()) ps_step = *step;
+    return absl::OkStatus();
+  }));
+  if (!ps_step.has_value() || *ps_step < checkpoint_step) {
+    if (ps_step.has_value()) {
+      FOREMAN_LOG_INFO("The ps tasks are at global_step {}, behind the latest checkpoint's {}: restoring", *ps_step,
+                       checkpoint_step);
+    }
+    return absl::OkStatus();
+  }
+  // The task's own variables with the checkpoint's dtypes and shapes, as
+  // RestoreGlobals (one missing: a placeholder, Saver::Restore's NOT_FOUND).
+  VariableStore own;
+  {
+    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader, BundleReader::Open(env, prefix));
+    for (const VariableDef& def : graph->variables()) {
+      if (!TaskOwn(def, true)) continue;
+      StatusOr<BundleEntry> entry = reader->GetEntry(def.name);
+      Tensor placeholder(DataType::kFloat, TensorShape{});
+      if (entry.ok()) {
+        FOREMAN_ASSIGN_OR_RETURN(placeholder, Tensor::Create(entry->dtype, entry->shape));
+      }
+      FOREMAN_RETURN_IF_ERROR(own.Create(def.name, std::move(placeholder), def.trainable));
+    }
+  }
+  FOREMAN_RETURN_IF_ERROR(saver.Restore(prefix, &own));
+  FOREMAN_RETURN_IF_ERROR(session.WithVariables([&own, &graph](VariableStore& vars) -> Status {
+    for (const VariableDef& def : graph->variables()) {
+      if (!TaskOwn(def, true)) continue;
+      FOREMAN_ASSIGN_OR_RETURN(Tensor * value, own.Get(def.name));
+      FOREMAN_RETURN_IF_ERROR(SetVariable(vars, def.name, std::move(*value), def.trainable));
+    }
+    return absl::OkStatus();
+  }));
+  FOREMAN_LOG_INFO("re-attached to the ps at global_step {} (latest checkpoint {}): not restoring", *ps_step,
+                   checkpoint_step);
+  *reattached = true;
+  return absl::OkStatus();
+}
+
 /// Restores the graph's global variables of `session` from `prefix` with
 /// `saver`. They are created with the checkpoint's dtypes and shapes (a
 /// session may hold none yet), then restored with Saver::Restore; a graph
@@ -297,7 +368,11 @@ StatusOr<SessionManager::Restored> SessionManager::RestoreCheckpoint(
     FOREMAN_LOG_INFO("Waiting for checkpoint to be available.");
     config.clock->SleepFor(options_.recovery_wait);
   }
-  FOREMAN_RETURN_IF_ERROR(RestoreGlobals(*out.session, *saver, *prefix, config.env));
+  // Cluster rule 5: a chief (re)starting on ps tasks that hold a state at
+  // or after the latest checkpoint keeps it (TF1 restores and rewinds).
+  bool reattached = false;
+  FOREMAN_RETURN_IF_ERROR(MaybeReattach(*out.session, *saver, *prefix, config.env, &reattached));
+  if (!reattached) FOREMAN_RETURN_IF_ERROR(RestoreGlobals(*out.session, *saver, *prefix, config.env));
   out.restored = true;
 
   // B84: max_to_keep continues across restarts. Paths are resolved against

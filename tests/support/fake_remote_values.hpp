@@ -4,7 +4,8 @@
 // replica_device_setter places them (PlaceVariablesOnPs) and updates applied
 // with nn::ApplyGradients. A shard is uninitialized until Write; EndTraining
 // makes later applies OUT_OF_RANGE; FailNext injects an error (UNAVAILABLE)
-// into the next calls of one method.
+// into the next calls of one method; Restart empties one shard (a ps task
+// restarted).
 //
 // FakeCluster registers it under the session target scheme "fakeps://":
 // "fakeps://CLUSTER/TASK" is task TASK's mirror (one SessionValues per task,
@@ -161,6 +162,14 @@ class FakeRemoteValues : public internal::RemoteValues {
   void EndTraining() {
     std::lock_guard<std::mutex> l(mu_);
     ended_ = true;
+  }
+  /// Shard `s` restarted (a ps task killed and started again): it holds
+  /// nothing and is uninitialized until the next Write.
+  void Restart(int s) {
+    Shard& shard = *shards_.at(static_cast<std::size_t>(s));
+    std::lock_guard<std::mutex> l(shard.mu);
+    for (const std::string& name : shard.vars.Names()) REQUIRE(shard.vars.Delete(name).ok());
+    shard.initialized = false;
   }
   /// The next `count` calls of `method` return `status` (before touching
   /// anything).
