@@ -238,8 +238,8 @@ Status MaybeReattach(Session& session, const Saver& saver, const std::string& pr
   }));
   if (!ps_step.has_value() || *ps_step < checkpoint_step) {
     if (ps_step.has_value()) {
-      FOREMAN_LOG_INFO("The ps tasks are at global_step {}, behind the latest checkpoint's {}: restoring", *ps_step,
-                       checkpoint_step);
+      FOREMAN_LOG_INFO("The ps tasks are at global_step {}, behind the latest checkpoint's {} ({}): restoring",
+                       *ps_step, checkpoint_step, prefix);
     }
     return absl::OkStatus();
   }
@@ -267,8 +267,8 @@ Status MaybeReattach(Session& session, const Saver& saver, const std::string& pr
     }
     return absl::OkStatus();
   }));
-  FOREMAN_LOG_INFO("re-attached to the ps at global_step {} (latest checkpoint {}): not restoring", *ps_step,
-                   checkpoint_step);
+  FOREMAN_LOG_INFO("re-attached to the ps at global_step {} (latest checkpoint {}): not restoring {}", *ps_step,
+                   checkpoint_step, prefix);
   *reattached = true;
   return absl::OkStatus();
 }
