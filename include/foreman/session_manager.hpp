@@ -157,6 +157,19 @@ class SessionManager {
   /// After a restore from checkpoint_dir the retention list comes from the
   /// state file (TF: recover_last_checkpoints); an unreadable state file is
   /// logged, not an error.
+  /// Unlike TF, on a cluster session (a `master` whose variables live on ps
+  /// tasks: the chief) the latest checkpoint of checkpoint_dir is not
+  /// restored onto ps tasks that are all initialized at a global_step >= the
+  /// checkpoint's (a chief restart does not rewind the ps; TF1 would lose
+  /// the updates since the checkpoint): only the
+  /// task's own "/job:worker" variables (Graph::SetVariableDevice) are
+  /// restored, into the session, nothing is written to the ps tasks, and it
+  /// logs "re-attached to the ps at global_step N (latest checkpoint M): not
+  /// restoring <prefix>"; it counts as restored (no init op). A ps task that
+  /// is uninitialized or behind, a graph or checkpoint without global_step,
+  /// or checkpoint_filename_with_path: everything is restored as TF does.
+  /// The check costs one read of the ps tasks (its UNAVAILABLE is returned).
+  /// recover_session does the same. Single-process sessions are unchanged.
   StatusOr<std::unique_ptr<Session>> prepare_session(const std::string& master, PrepareSessionOptions options);
 
   /// TF's recover_session: like prepare_session without initialising: `initialized` is false

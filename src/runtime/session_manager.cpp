@@ -7,6 +7,8 @@
 // On a cluster session the chief's init op, init_fn and restore write what
 // they changed to the ps tasks (internal::WriteThroughScope); the local init
 // op and every read stay in the session's mirror.
+// A chief (re)starting on ps tasks at or after its latest checkpoint
+// re-attaches without restoring them (MaybeReattach, notes/cluster.md rule 5).
 #include "foreman/session_manager.hpp"
 
 #include <algorithm>
