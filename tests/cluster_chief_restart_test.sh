@@ -165,6 +165,10 @@ ps_out=$(cat "$tmp/ps.out")
 [[ $ps_rc -eq 0 ]] || fail "the ps exited $ps_rc: $ps_out"
 has "^ps task 0: training ended" "$ps_out" || fail "the ps did not see training end: $ps_out"
 has "^worker 1: the chief ended training" "$worker_out" || fail "worker 1 did not stop at the chief's end: $worker_out"
+# Worker 1's runs never failed (no warning, error or recovery) while the
+# chief was down.
+! has "^\[[^]]*\] \[[WE]\]|UNAVAILABLE|ABORTED|[Rr]ecover" "$worker_out" \
+  || fail "worker 1 warned, failed or recovered: $(grep -E "\[[WE]\]|UNAVAILABLE|ABORTED|[Rr]ecover" <<<"$worker_out")"
 
 # The re-attach, and no rewind anywhere.
 # (A checkpoint is named by the step its save was asked at; the ps state it
