@@ -483,7 +483,7 @@ Tensor Saved(const std::string& prefix, const std::string& name) {
   return *value;
 }
 
-TEST_CASE("rule 5 a restarted chief re-attaches to a ps ahead of its latest checkpoint: no write, its position restored") {
+TEST_CASE("rule 5 a restarted chief re-attaches to a ps past its checkpoint: no write, its own position restored") {
   FakeCluster cluster("reattach", 2, Adam());
   TempDir dir("remote_session");
   ChiefTrains(cluster, "chief", dir.path(), 7);  // checkpoints up to model.ckpt-7
