@@ -29,7 +29,8 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cluster_bench.XXXXXX")
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Each pid is /usr/bin/time's: its child first.
+  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
@@ -40,15 +41,18 @@ model=(--threads 1 --optimizer adam --batch-size 128 --hidden 256 --seed 0 --dat
        --eval-every-steps 0 --log-step-count-steps 0 --save-checkpoint-secs 3600 --save-summaries-steps 100000)
 # "trained N steps in T s (R steps/s, E examples/s)" -> R
 rate_of() { sed -n 's/.*trained [0-9]* steps in [0-9.]* s (\([0-9.]*\) steps\/s.*/\1/p' "$1" | tail -1; }
+timed() { local f=$1; shift; /usr/bin/time -f '%U %S' -o "$f" "$@"; }  # timed FILE CMD...: CPU seconds into FILE
+cpu_of() { awk '{ s += $1 + $2 } END { print s + 0 }' "$@"; }            # user + sys of the FILEs
 stats_of() { sed -n 's/.*cluster stats: \(.*\)$/\1/p' "$1" | tail -1; }
 
 run_single() {
   local d=$tmp/single
   rm -rf "$d"; mkdir -p "$d"
-  timeout 600 "$foreman" train --checkpoint-dir "$d/ckpt" "${model[@]}" --max-steps "$steps" \
+  timed "$d/time" timeout 600 "$foreman" train --checkpoint-dir "$d/ckpt" "${model[@]}" --max-steps "$steps" \
     >"$d/out" 2>&1 || { log "single process failed:"; cat "$d/out" >&2; return 1; }
   local r; r=$(rate_of "$d/out")
-  awk -v r="$r" 'BEGIN { printf "RUN cluster.single samples_per_sec=%.0f steps_per_sec=%.1f\n", r * 128, r }'
+  awk -v r="$r" -v cpu="$(cpu_of "$d/time")" -v n="$steps" \
+    'BEGIN { printf "RUN cluster.single samples_per_sec=%.0f steps_per_sec=%.1f cpu_ms_per_step=%.3f\n", r * 128, r, cpu * 1000 / n }'
 }
 
 run_cluster() {  # run_cluster WORKERS
@@ -57,12 +61,12 @@ run_cluster() {  # run_cluster WORKERS
   ps_port=$(free_port)
   for ((i = 0; i < n; ++i)); do wk+=("$(free_port)"); hosts+=("127.0.0.1:${wk[i]}"); done
   local net=(--ps-hosts "127.0.0.1:$ps_port" --worker-hosts "$(IFS=,; echo "${hosts[*]}")")
-  "$foreman" train "${model[@]}" "${net[@]}" --job-name ps --task-index 0 --ps-join-timeout-secs 600 \
+  timed "$d/ps.time" "$foreman" train "${model[@]}" "${net[@]}" --job-name ps --task-index 0 --ps-join-timeout-secs 600 \
     >"$d/ps.out" 2>&1 &
   local ps_pid=$!; pids+=("$ps_pid")
   local wpids=()
   for ((i = n - 1; i >= 0; --i)); do
-    FOREMAN_CLUSTER_STATS=1 timeout 600 "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index "$i" \
+    FOREMAN_CLUSTER_STATS=1 timed "$d/w$i.time" timeout 600 "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index "$i" \
       --checkpoint-dir "$d/ckpt$i" --max-steps "$steps" --ps-wait-secs 60 >"$d/w$i.out" 2>&1 &
     wpids+=($!); pids+=($!)
   done
@@ -73,8 +77,8 @@ run_cluster() {  # run_cluster WORKERS
   if ((!ok)); then log "cluster of $n workers failed:"; tail -n 20 "$d"/*.out >&2; return 1; fi
   local total=0 r
   for ((i = 0; i < n; ++i)); do r=$(rate_of "$d/w$i.out"); total=$(awk -v a="$total" -v b="${r:-0}" 'BEGIN { print a + b }'); done
-  awk -v r="$total" -v n="$n" -v s="$(stats_of "$d/w0.out")" \
-    'BEGIN { printf "RUN cluster.ps1_w%d samples_per_sec=%.0f steps_per_sec=%.1f %s\n", n, r * 128, r, s }'
+  awk -v r="$total" -v n="$n" -v s="$(stats_of "$d/w0.out")" -v cpu="$(cpu_of "$d"/*.time)" -v steps="$steps" \
+    'BEGIN { printf "RUN cluster.ps1_w%d samples_per_sec=%.0f steps_per_sec=%.1f cpu_ms_per_step=%.3f %s\n", n, r * 128, r, cpu * 1000 / steps, s }'
 }
 
 log "foreman $foreman, $steps steps per run, $reps repetitions"
