@@ -2,15 +2,23 @@
 # Issue 13 point 8: training throughput of one process vs a cluster on
 # 127.0.0.1 (`foreman train` as ps and workers), one intra-op thread per
 # process, the main job's model (MLP 784-256-10, Adam, batch 128). The
-# configurations alternate within each repetition; every line is
-#   RUN cluster.<config> samples_per_sec=<x> steps_per_sec=<x> [net_us_per_step=.. bytes_per_step=..]
+# configurations alternate within each repetition; every line (report.py's
+# runs.txt format) is
+#   RUN cluster.<config> <samples/s> samples/s steps_per_sec=.. cpu_ms_per_step=.. [reads=.. read_us=..
+#       read_bytes=.. applies=.. apply_us=.. apply_bytes=..]
 # where <config> is single, ps1_w1 or ps1_w2 (async). A worker's rate counts
 # its own steps from its first step (train.cpp's report); ps1_w2 sums both
-# workers'. The network figures come from the chief's PsRemoteValues counters
-# (FOREMAN_CLUSTER_STATS=1: the time inside Read/Apply and the bytes of the
-# tensors sent and received, per step).
+# workers'. cpu_ms_per_step: user + system CPU time of all the processes
+# (start-up, data loading and the final checkpoint included) over the
+# global steps: on a shared machine the wall-clock rates swing with the
+# load, the CPU cost much less. The network figures are worker 0's
+# PsRemoteValues counters (FOREMAN_CLUSTER_STATS=1, logged at its end): the
+# mean wall time of a read (ReadForStep, plus the few full reads) and of an
+# apply, and the tensor bytes each carried (payload only, without CAF's
+# framing). Sync mode and the ps-kill recovery time are not measured yet.
 #
 # Usage: tools/bench/cluster_bench.sh FOREMAN_BIN [--steps N] [--reps N] [--data DIR]
+# (run.sh --parts 6 runs it with its build and --reps).
 set -euo pipefail
 foreman=${1:?usage: cluster_bench.sh FOREMAN_BIN [--steps N] [--reps N] [--data DIR]}
 shift
@@ -52,7 +60,7 @@ run_single() {
     >"$d/out" 2>&1 || { log "single process failed:"; cat "$d/out" >&2; return 1; }
   local r; r=$(rate_of "$d/out")
   awk -v r="$r" -v cpu="$(cpu_of "$d/time")" -v n="$steps" \
-    'BEGIN { printf "RUN cluster.single samples_per_sec=%.0f steps_per_sec=%.1f cpu_ms_per_step=%.3f\n", r * 128, r, cpu * 1000 / n }'
+    'BEGIN { printf "RUN cluster.single %.0f samples/s steps_per_sec=%.1f cpu_ms_per_step=%.3f\n", r * 128, r, cpu * 1000 / n }'
 }
 
 run_cluster() {  # run_cluster WORKERS
@@ -78,7 +86,7 @@ run_cluster() {  # run_cluster WORKERS
   local total=0 r
   for ((i = 0; i < n; ++i)); do r=$(rate_of "$d/w$i.out"); total=$(awk -v a="$total" -v b="${r:-0}" 'BEGIN { print a + b }'); done
   awk -v r="$total" -v n="$n" -v s="$(stats_of "$d/w0.out")" -v cpu="$(cpu_of "$d"/*.time)" -v steps="$steps" \
-    'BEGIN { printf "RUN cluster.ps1_w%d samples_per_sec=%.0f steps_per_sec=%.1f cpu_ms_per_step=%.3f %s\n", n, r * 128, r, cpu * 1000 / steps, s }'
+    'BEGIN { printf "RUN cluster.ps1_w%d %.0f samples/s steps_per_sec=%.1f cpu_ms_per_step=%.3f %s\n", n, r * 128, r, cpu * 1000 / steps, s }'
 }
 
 log "foreman $foreman, $steps steps per run, $reps repetitions"
