@@ -416,7 +416,9 @@ def main():
         ratio = pair_ratio(r.runs[name], single) if name != "cluster.single" else None
         met = ""
         if goal:
-            met = "–" if spread(single) is None or spread(single) > SPREAD_LIMIT else verdict(ratio, lambda v: v >= 0.7)
+            sp = spread(single)
+            met = ("inconclusive (one-process spread %.2f×)" % sp if sp is not None and sp > SPREAD_LIMIT
+                   else verdict(ratio, lambda v: v >= 0.7))
         row("6", "training throughput, %s, 1 thread per process (samples/s)" % label, fmt(r.run(name)),
             "one process " + fmt(stats(single)) if name != "cluster.single" else "", fmt_ratio(ratio), goal, met)
         row("6", "  CPU time of all its processes per global step (ms)", fmt(field_stats(name, "cpu_ms_per_step")),
