@@ -3,8 +3,10 @@
 #include "cluster_server.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -118,6 +120,7 @@ struct Placement {
   std::vector<std::string> names;
   std::map<std::string, int> shard_of;
   std::vector<std::vector<std::string>> shard_names;  // per ps task, in creation order
+  std::vector<std::vector<std::string>> step_names;   // shard_names less the optimizer slots (ReadForStep)
 };
 
 }  // namespace
@@ -158,22 +161,33 @@ class PsRemoteValues final : public RemoteValues {
     auto p = std::make_shared<Placement>();
     p->names = names;
     p->shard_names.resize(ps_.size());
+    p->step_names.resize(ps_.size());
     for (std::size_t i = 0; i < names.size(); ++i) {
       p->shard_of[names[i]] = place[i];
       p->shard_names[place[i]].push_back(names[i]);
+      if (!nn::internal::IsSlotName(names[i])) p->step_names[place[i]].push_back(names[i]);
     }
     placement_ = std::move(p);
     return absl::OkStatus();
   }
 
-  Status Read(VariableStore& mirror) override {
+  Status Read(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/false); }
+
+  Status ReadForStep(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/true); }
+
+  // Read (all bound names) or ReadForStep (less the slots); a shard that
+  // is not initialized loses all its names from `mirror` either way.
+  Status ReadNames(VariableStore& mirror, bool step_only) {
     FOREMAN_ASSIGN_OR_RETURN(auto use, Enter());
-    FOREMAN_ASSIGN_OR_RETURN(auto placement, Bound("Read"));
+    FOREMAN_ASSIGN_OR_RETURN(auto placement, Bound(step_only ? "ReadForStep" : "Read"));
+    const auto& names = step_only ? placement->step_names : placement->shard_names;
     const std::vector<int> shards = ShardsWithNames(*placement);
+    StatsTimer timer(stats_.read_us);
     std::vector<StatusOr<VariablesMessage>> r = AskAll<VariablesMessage>(
         shards, [&](caf::scoped_actor& self, const caf::actor& proxy, int k) {
-          return self->request(proxy, timeout_, ps_read_atom::value, placement->shard_names[k]);
+          return self->request(proxy, timeout_, ps_read_atom::value, names[k]);
         });
+    ++stats_.reads;
     for (std::size_t i = 0; i < shards.size(); ++i) {
       if (!r[i].ok()) {
         if (r[i].status().code() != absl::StatusCode::kFailedPrecondition) return r[i].status();
@@ -183,7 +197,10 @@ class PsRemoteValues final : public RemoteValues {
         }
         continue;
       }
-      for (const TensorMessage& m : r[i]->tensors) FOREMAN_RETURN_IF_ERROR(Store(mirror, m));
+      for (const TensorMessage& m : r[i]->tensors) {
+        stats_.bytes_in += m.bytes.size();
+        FOREMAN_RETURN_IF_ERROR(Store(mirror, m));
+      }
     }
     return absl::OkStatus();
   }
@@ -286,8 +303,11 @@ class PsRemoteValues final : public RemoteValues {
                                                 "', which is not one of the ps tasks' variables"));
       }
       FOREMAN_ASSIGN_OR_RETURN(TensorMessage m, ToMessage(g.variable, g.grad));
+      stats_.bytes_out += m.bytes.size();
       updates[it->second].gradients.tensors.push_back(std::move(m));
     }
+    StatsTimer timer(stats_.apply_us);
+    ++stats_.applies;
     std::vector<StatusOr<int64_t>> r =
         AskAll<int64_t>(AllShards(), [&](caf::scoped_actor& self, const caf::actor& proxy, int k) {
           return self->request(proxy, timeout_, ps_apply_atom::value, updates[k]);
@@ -325,6 +345,7 @@ class PsRemoteValues final : public RemoteValues {
     if (closed_) return;
     closed_ = true;
     why_ = why;
+    LogStats();
     while (in_flight_ > 0) cv_.wait(l);
     for (caf::actor& p : proxies_) p = nullptr;
     watcher_ = nullptr;
@@ -514,6 +535,40 @@ class PsRemoteValues final : public RemoteValues {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string why_ ABSL_GUARDED_BY(mu_);
+
+  // The network's share of a step (tools/bench/cluster_bench.sh): the wall
+  // time of Read/ReadForStep and Apply's requests and the tensor bytes they
+  // carried; logged at Shutdown when FOREMAN_CLUSTER_STATS is set.
+  struct Stats {
+    std::atomic<uint64_t> reads{0}, read_us{0}, bytes_in{0};
+    std::atomic<uint64_t> applies{0}, apply_us{0}, bytes_out{0};
+  };
+  class StatsTimer {
+   public:
+    explicit StatsTimer(std::atomic<uint64_t>& sum_us) : sum_us_(sum_us), start_(std::chrono::steady_clock::now()) {}
+    StatsTimer(const StatsTimer&) = delete;
+    StatsTimer& operator=(const StatsTimer&) = delete;
+    ~StatsTimer() {
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start_);
+      sum_us_.fetch_add(static_cast<uint64_t>(us.count()), std::memory_order_relaxed);
+    }
+
+   private:
+    std::atomic<uint64_t>& sum_us_;
+    const std::chrono::steady_clock::time_point start_;
+  };
+  void LogStats() const {
+    if (std::getenv("FOREMAN_CLUSTER_STATS") == nullptr) return;
+    const auto per = [](const std::atomic<uint64_t>& sum, const std::atomic<uint64_t>& n) {
+      const uint64_t count = n.load();
+      return count == 0 ? 0.0 : static_cast<double>(sum.load()) / static_cast<double>(count);
+    };
+    FOREMAN_LOG_INFO(
+        "{}: cluster stats: reads={} read_us={:.0f} read_bytes={:.0f} applies={} apply_us={:.0f} apply_bytes={:.0f}",
+        target_, stats_.reads.load(), per(stats_.read_us, stats_.reads), per(stats_.bytes_in, stats_.reads),
+        stats_.applies.load(), per(stats_.apply_us, stats_.applies), per(stats_.bytes_out, stats_.applies));
+  }
+  Stats stats_;
 };
 
 namespace {

@@ -135,6 +135,25 @@ has '^\| 1 \| MLP [^|]*, 2 threads \(samples/s\) \|[^|]*\|[^|]*spread 1\.05× \|
   fail "report.py: the 2-thread ratio: $out"
 has '^CPU instruction sets: avx2 fma avx512f\.$' "$out" || fail "report.py: no instruction sets: $out"
 
+# Part 6 (cluster_bench.sh's lines): the ratio per pair of runs against the
+# one process, its goal, worker 0's network fields.
+mkdir -p "$tmp/cluster"
+cat >"$tmp/cluster/runs.txt" <<'EOF'
+RUN cluster.single 100000 samples/s steps_per_sec=781 cpu_ms_per_step=1.5
+RUN cluster.ps1_w1 40000 samples/s steps_per_sec=312 cpu_ms_per_step=3.5 reads=1013 read_us=900 read_bytes=831013 applies=1000 apply_us=1100 apply_bytes=814120
+RUN cluster.ps1_w2 50000 samples/s steps_per_sec=390 cpu_ms_per_step=4 reads=520 read_us=1500 read_bytes=831013 applies=500 apply_us=1700 apply_bytes=814120
+RUN cluster.single 110000 samples/s steps_per_sec=859 cpu_ms_per_step=1.4
+RUN cluster.ps1_w1 55000 samples/s steps_per_sec=430 cpu_ms_per_step=3.3 reads=1013 read_us=800 read_bytes=831013 applies=1000 apply_us=1000 apply_bytes=814120
+RUN cluster.ps1_w2 60000 samples/s steps_per_sec=469 cpu_ms_per_step=3.9 reads=520 read_us=1400 read_bytes=831013 applies=500 apply_us=1600 apply_bytes=814120
+EOF
+out=$("$python" "$src/report.py" "$tmp/cluster" 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "report.py (cluster) exited $rc: $out"
+has '^\| 6 \| training throughput, 1 ps \+ 1 worker \(async\)[^|]*\| 47500 [^|]*\| one process 105000 [^|]*\| 0\.45× \[0\.40–0\.50\] \| ≥ 0\.7× one process \| \*\*no\*\* \|$' "$out" ||
+  fail "report.py: no 1 ps + 1 worker row with its ratio and verdict: $out"
+has '^\| 6 \|   worker 0.s network per step: read / apply [^|]*\| 850 \[800–900\] / 1050 ' "$out" ||
+  fail "report.py: no network row: $out"
+
 # run.sh refuses a bad --threads before it installs, builds or runs anything.
 out=$(timeout 30 "$src/run.sh" --threads 1,x --no-install --out "$tmp/never" 2>&1)
 rc=$?

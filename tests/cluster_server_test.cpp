@@ -424,6 +424,51 @@ TEST_CASE("Apply: bitwise nn::ApplyGradients on a local copy, global_step + 1; R
   CHECK(rv->Apply(unknown, 104).status().code() == absl::StatusCode::kNotFound);
 }
 
+TEST_CASE("ReadForStep over 2 ps tasks: every bound variable but the slots; the slots left; erased before init") {
+  const ServerOptions options = Options(nn::OptimizerKind::kMomentum);
+  Cluster c(2, 1, options);
+  std::shared_ptr<RemoteValues> rv = c.Remote();
+  REQUIRE(rv->Bind(kNames).ok());
+
+  // Not initialized: every bound variable is erased, slots included; the
+  // worker's own is kept.
+  VariableStore mirror;
+  Fill(mirror, 100);
+  REQUIRE(mirror.Create("input/position", Tensor::Scalar<int64_t>(7), false).ok());
+  REQUIRE(rv->ReadForStep(mirror).ok());
+  CHECK(mirror.Names() == std::vector<std::string>{"input/position"});
+
+  VariableStore local;
+  Fill(local, 100);
+  REQUIRE(rv->Write(local).ok());
+  // Never read in full: the slots stay absent, everything else arrives.
+  REQUIRE(rv->ReadForStep(mirror).ok());
+  CHECK(mirror.size() == 5 + 1);
+  CheckSame(local, mirror, {"global_step", "dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"});
+  CHECK_FALSE(mirror.Contains("dense/kernel/Momentum"));
+
+  // After an update: the values and global_step are the new ones, each
+  // slot keeps the value of the last full read; Read then brings them.
+  VariableStore before;
+  Fill(before, 100);
+  REQUIRE(rv->Read(mirror).ok());
+  Eigen::ThreadPool pool(1);
+  Eigen::ThreadPoolDevice device(&pool, 1);
+  const nn::Gradients g = Grads(0.05f, 0.7f);
+  REQUIRE(rv->Apply(g, 100).ok());
+  REQUIRE(nn::ApplyGradients(options.optimizer, local, g, device).ok());
+  REQUIRE(rv->ReadForStep(mirror).ok());
+  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 101);
+  CheckSame(local, mirror, {"dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"});
+  const std::vector<std::string> slots(kNames.begin() + 5, kNames.end());
+  CheckSame(before, mirror, slots);
+  REQUIRE(rv->Read(mirror).ok());
+  CheckSame(local, mirror, slots);
+  CHECK(std::memcmp(local.Get("dense/kernel/Momentum").value()->raw_data(),
+                    before.Get("dense/kernel/Momentum").value()->raw_data(),
+                    before.Get("dense/kernel/Momentum").value()->TotalBytes()) != 0);  // the slot did change
+}
+
 TEST_CASE("synchronous training (replicas_to_aggregate 2): two workers' applies to both shards, one update") {
   ServerOptions options = Options(nn::OptimizerKind::kSgd);
   options.replicas_to_aggregate = 2;

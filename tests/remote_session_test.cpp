@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <map>
@@ -303,6 +304,63 @@ TEST_CASE("reads refresh the mirror first; only the chief's init op and restore 
   CHECK(std::find(missing.begin(), missing.end(), "dense/kernel") != missing.end());
   CHECK(std::find(missing.begin(), missing.end(), "input_position") == missing.end());
   CHECK((*chief)->UninitializedVariables(true).empty());  // reachable again
+}
+
+TEST_CASE("a run reads all but the optimizer slots (ReadForStep); a run fetching a slot reads them all") {
+  FakeCluster cluster("step_reads", 2, Adam());
+  auto graph = MlpGraph(Adam(), std::make_shared<StepLog>());
+  SessionManagerOptions manager_options;
+  manager_options.graph = graph;
+  manager_options.local_init_op = DefaultLocalInitOp();
+  auto manager = SessionManager::Create(manager_options);
+  REQUIRE(manager.ok());
+  PrepareSessionOptions prepare;
+  prepare.init_op = DefaultInitOp();
+  prepare.config = OneThread();
+  auto chief = (*manager)->prepare_session(cluster.target("chief"), prepare);
+  REQUIRE_MESSAGE(chief.ok(), chief.status().ToString());
+  Session& s = **chief;
+  const auto same = [&](const Tensor& t, const std::string& name) {
+    StatusOr<Tensor> remote = cluster.ps().Value(name);
+    REQUIRE_MESSAGE(remote.ok(), name);
+    return t.TotalBytes() == remote->TotalBytes() &&
+           std::memcmp(t.raw_data(), remote->raw_data(), t.TotalBytes()) == 0;
+  };
+
+  const int reads = cluster.ps().calls(FakeRemoteValues::kRead);
+  REQUIRE_OK(s.Run({"train_op"}).status());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kReadForStep) == 1);
+  CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == reads);
+  CHECK(Int(cluster.ps().Value("global_step")) == 1);
+
+  // A variable's fetch: the step's read; its value is the ps's after the update.
+  StatusOr<TensorMap> kernel = s.Run({"dense/kernel"});
+  REQUIRE_OK(kernel.status());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kReadForStep) == 2);
+  CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == reads);
+  CHECK(same(kernel->at("dense/kernel"), "dense/kernel"));
+
+  // A slot's fetch: a full read, the slot as the ps's update left it.
+  StatusOr<TensorMap> slot = s.Run({"dense/kernel/Adam"});
+  REQUIRE_OK(slot.status());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == reads + 1);
+  CHECK(cluster.ps().calls(FakeRemoteValues::kReadForStep) == 2);
+  CHECK(same(slot->at("dense/kernel/Adam"), "dense/kernel/Adam"));
+  StatusOr<Tensor> initial = cluster.ps().Value("dense/kernel/Adam");
+  REQUIRE(initial.ok());
+
+  // The fake's ReadForStep leaves the mirror's slots: a second update
+  // changes the ps's slot, the step's read does not bring it, a full read does.
+  REQUIRE_OK(s.Run({"train_op"}).status());
+  CHECK_FALSE(same(*initial, "dense/kernel/Adam"));
+  VariableStore mirror;
+  REQUIRE(mirror.Create("dense/kernel/Adam", *initial, false).ok());
+  REQUIRE_OK(cluster.ps().ReadForStep(mirror));
+  CHECK(std::memcmp(mirror.Get("dense/kernel/Adam").value()->raw_data(), initial->raw_data(),
+                    initial->TotalBytes()) == 0);
+  CHECK(same(*mirror.Get("dense/kernel").value(), "dense/kernel"));
+  REQUIRE_OK(cluster.ps().Read(mirror));
+  CHECK(same(*mirror.Get("dense/kernel/Adam").value(), "dense/kernel/Adam"));
 }
 
 // -- a worker waits for the chief, then both train ---------------------------------

@@ -52,6 +52,20 @@ class RemoteValues {
   /// unspecified for the bound variables.
   virtual Status Read(VariableStore& mirror) = 0;
 
+  /// Read(), less what a training step does not read: the optimizer's slots
+  /// (nn's slot names, e.g. "w/Adam" and "w/Adam_1": with Adam 2/3 of the
+  /// bytes) keep the values they have in `mirror` (from the last Read or
+  /// ReadConsistent; absent if there was none), every other bound variable
+  /// (global_step and the beta powers included) is set as by Read. A ps
+  /// task that is not initialized yet: all its bound variables, slots
+  /// included, are erased from `mirror`, as by Read. Session::Run uses it
+  /// (the step's update runs on the ps tasks, which hold the current slots);
+  /// a Run that fetches a slot, WithVariables, Snapshot, GlobalStep and the
+  /// ready check (UninitializedVariables) use Read. TF1: a worker's
+  /// session.run reads only the ps variables its fetches need. Errors as
+  /// Read. The default implementation is Read.
+  virtual Status ReadForStep(VariableStore& mirror) { return Read(mirror); }
+
   /// Read(), as one state of the whole cluster: no update lands on any ps
   /// task between the first task's read and the last's (the chief's
   /// checkpoint, cluster.md rule "a consistent snapshot of all ps shards at

@@ -25,6 +25,7 @@
 #include "compute/device_factory.hpp"
 #include "foreman/mutex.hpp"
 #include "foreman/nn.hpp"
+#include "nn/optimizer.hpp"
 #include "platform/log.hpp"
 #include "runtime/session_access.hpp"
 #include "runtime/session_target.hpp"
@@ -299,7 +300,13 @@ Status Session::RunCore(const std::vector<std::string>& requested, const TensorM
     internal::RemoteValues* remote = impl_->values->remote.get();
     // A cluster session: the step sees the variables' values on the ps
     // tasks (its error, UNAVAILABLE say, is the run's, unchanged).
-    if (remote != nullptr) FOREMAN_RETURN_IF_ERROR(remote->Read(vars));
+    // The step needs no optimizer slot (its update runs on the ps tasks):
+    // ReadForStep leaves them, unless this run fetches one.
+    if (remote != nullptr) {
+      const bool fetches_slot = std::any_of(requested.begin(), requested.end(),
+                                            [](const std::string& f) { return nn::internal::IsSlotName(f); });
+      FOREMAN_RETURN_IF_ERROR(fetches_slot ? remote->Read(vars) : remote->ReadForStep(vars));
+    }
     if (!impl_->known_fetches.empty()) {
       for (const std::string& fetch : requested) {
         if (std::binary_search(impl_->variable_names.begin(), impl_->variable_names.end(), fetch) &&

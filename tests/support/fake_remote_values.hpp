@@ -33,6 +33,7 @@
 #include "foreman/cluster.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/variable_store.hpp"
+#include "nn/optimizer.hpp"
 #include "runtime/remote_values.hpp"
 #include "runtime/session_target.hpp"
 
@@ -40,7 +41,9 @@ namespace foreman::testing {
 
 class FakeRemoteValues : public internal::RemoteValues {
  public:
-  enum Method { kBind, kRead, kReadConsistent, kWrite, kApply, kMethods };
+  // FailNext(kRead) fails Read and ReadForStep alike (both are reads);
+  // calls() counts them apart.
+  enum Method { kBind, kRead, kReadConsistent, kWrite, kApply, kReadForStep, kMethods };
 
   FakeRemoteValues(int num_ps, nn::OptimizerOptions optimizer)
       : optimizer_(optimizer), shards_(static_cast<std::size_t>(num_ps)), pool_(1), device_(&pool_, 1) {
@@ -71,14 +74,19 @@ class FakeRemoteValues : public internal::RemoteValues {
     return absl::OkStatus();
   }
 
-  Status Read(VariableStore& mirror) override {
-    FOREMAN_RETURN_IF_ERROR(Enter(kRead));
+  Status Read(VariableStore& mirror) override { return ReadShards(kRead, mirror); }
+
+  // Read less the optimizer slots (runtime/remote_values.hpp).
+  Status ReadForStep(VariableStore& mirror) override { return ReadShards(kReadForStep, mirror); }
+
+  Status ReadShards(Method method, VariableStore& mirror) {
+    FOREMAN_RETURN_IF_ERROR(Enter(method));
     bool uninitialized = false;
     for (std::size_t s = 0; s < shards_.size(); ++s) {
       Shard& shard = *shards_[s];
       std::lock_guard<std::mutex> l(shard.mu);
       if (!shard.initialized) uninitialized = true;
-      FOREMAN_RETURN_IF_ERROR(CopyShardLocked(static_cast<int>(s), shard, mirror));
+      FOREMAN_RETURN_IF_ERROR(CopyShardLocked(static_cast<int>(s), shard, mirror, method == kReadForStep));
     }
     if (uninitialized) {
       std::lock_guard<std::mutex> l(mu_);
@@ -248,6 +256,7 @@ class FakeRemoteValues : public internal::RemoteValues {
     std::lock_guard<std::mutex> l(mu_);
     ++calls_[method];
     FOREMAN_RETURN_IF_ERROR(TakeFailureLocked(method));
+    if (method == kReadForStep) FOREMAN_RETURN_IF_ERROR(TakeFailureLocked(kRead));
     if (!bound_) return absl::FailedPreconditionError("fake ps: used before Bind");
     return absl::OkStatus();
   }
@@ -257,8 +266,9 @@ class FakeRemoteValues : public internal::RemoteValues {
     return locks;
   }
   // Shard `s`'s bound variables into `mirror`: its values when initialized,
-  // else erased. Reuses the mirror's tensor when dtype and shape match.
-  Status CopyShardLocked(int s, Shard& shard, VariableStore& mirror) {
+  // else erased (skip_slots: an initialized shard's optimizer slots are
+  // left as they are). Reuses the mirror's tensor when dtype and shape match.
+  Status CopyShardLocked(int s, Shard& shard, VariableStore& mirror, bool skip_slots = false) {
     for (std::size_t i = 0; i < names_.size(); ++i) {
       if (placement_[i] != s) continue;
       const std::string& name = names_[i];
@@ -266,6 +276,7 @@ class FakeRemoteValues : public internal::RemoteValues {
         if (mirror.Contains(name)) FOREMAN_RETURN_IF_ERROR(mirror.Delete(name));
         continue;
       }
+      if (skip_slots && nn::internal::IsSlotName(name)) continue;
       FOREMAN_ASSIGN_OR_RETURN(const Tensor* value, std::as_const(shard.vars).Get(name));
       if (mirror.Contains(name)) {
         FOREMAN_ASSIGN_OR_RETURN(Tensor * held, mirror.Get(name));

@@ -403,6 +403,31 @@ def main():
         s = r.run(name)
         row("5", "ABORTED → next successful step, MLP, %s (s)" % label, fmt(s),
             "one training step " + fmt(r.run("recovery.step_s")), "", "", "")
+    # 6. Cluster throughput (issue 13, tools/bench/cluster_bench.sh).
+    def field_stats(name, key):
+        return stats([float(f[key]) for f in r.fields.get(name, []) if key in f])
+
+    single = r.runs.get("cluster.single", [])
+    for name, label, goal in (("cluster.single", "one process", ""),
+                              ("cluster.ps1_w1", "1 ps + 1 worker (async)", "≥ 0.7× one process"),
+                              ("cluster.ps1_w2", "1 ps + 2 workers (async)", "")):
+        if name not in r.runs:
+            continue
+        ratio = pair_ratio(r.runs[name], single) if name != "cluster.single" else None
+        met = ""
+        if goal:
+            sp = spread(single)
+            met = ("inconclusive (one-process spread %.2f×)" % sp if sp is not None and sp > SPREAD_LIMIT
+                   else verdict(ratio, lambda v: v >= 0.7))
+        row("6", "training throughput, %s, 1 thread per process (samples/s)" % label, fmt(r.run(name)),
+            "one process " + fmt(stats(single)) if name != "cluster.single" else "", fmt_ratio(ratio), goal, met)
+        row("6", "  CPU time of all its processes per global step (ms)", fmt(field_stats(name, "cpu_ms_per_step")),
+            "", "", "", "")
+        if name != "cluster.single" and field_stats(name, "read_us") is not None:
+            row("6", "  worker 0's network per step: read / apply (µs; payload bytes)",
+                "%s / %s" % (fmt(field_stats(name, "read_us")), fmt(field_stats(name, "apply_us"))),
+                "%s / %s B" % (fmt_num((field_stats(name, "read_bytes") or (None,))[0]),
+                               fmt_num((field_stats(name, "apply_bytes") or (None,))[0])), "", "", "")
     print("\n".join(out))
     return 0
 

@@ -17,7 +17,8 @@
 #   --out            where the raw results and table.md go (default a new
 #                    directory under ${TMPDIR:-/tmp})
 #   --data           Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
-#   --parts          which of the issue's parts to run (default all: 1,2,3,4,5)
+#   --parts          which parts to run (default all: 1,2,3,4,5 of issue 6 and
+#                    6, issue 13's cluster throughput: tools/bench/cluster_bench.sh)
 #   --threads        part 1's thread counts (default 1,2; e.g. 1,8,16 on a 16-core machine)
 #   --python         the peer's Python with torch (default /usr/bin/python3, Debian's)
 #
@@ -40,7 +41,7 @@ install=1
 build_dir=build-release
 out=
 data=/usr/share/datasets/fashion-mnist
-parts=1,2,3,4,5
+parts=1,2,3,4,5,6
 threads_csv=1,2
 bin_dir=
 python=/usr/bin/python3
@@ -57,7 +58,7 @@ while (($#)); do
     --threads) threads_csv=$2; shift ;;
     --bin-dir) bin_dir=$2; shift ;;
     --python) python=$2; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -103,7 +104,7 @@ if "$python" -c 'import torch' 2>/dev/null; then have_torch=1; else log "PyTorch
 
 # -- the build ------------------------------------------------------------------------
 bench_targets=(tools/bench/overhead_bench tools/bench/summary_bench tools/bench/checkpoint_bench
-               tools/bench/train_bench tools/bench/recovery_bench)
+               tools/bench/train_bench tools/bench/recovery_bench tools/foreman)
 if [[ -n $bin_dir ]]; then
   bin=$(cd "$bin_dir" && pwd)
   build_dir=$bin
@@ -247,6 +248,15 @@ if part 5; then
   log "5. recovery"
   "$bin/recovery_bench" --data "$data" --reps "$recovery_reps" --dir "$scratch" \
     2>"$out/recovery.log" | grep '^RUN' >>"$runs"
+fi
+
+# -- 6: cluster throughput (issue 13): one process, 1 ps + 1 worker, 1 ps + 2 workers ----------
+if part 6; then
+  log "6. cluster throughput ($reps runs per figure, $((train_steps * 5)) steps each)"
+  foreman_bin=$build_dir/tools/foreman
+  [[ -n $bin_dir ]] && foreman_bin=$bin/foreman
+  TMPDIR=$scratch "$root/tools/bench/cluster_bench.sh" "$foreman_bin" --steps $((train_steps * 5)) --reps "$reps" \
+    --data "$data" 2>"$out/cluster.log" | grep '^RUN' >>"$runs"
 fi
 
 "$python" "$root/tools/bench/report.py" "$out" | tee "$out/table.md"
