@@ -424,6 +424,10 @@ class PsRemoteValues final : public RemoteValues {
       std::optional<std::string> cause = LostCause(cached);
       if (!cause) return cached;
       Forget(k, cached, *cause);
+      // The loss is reported once before the next call reconnects: a
+      // restarted ps task is uninitialized, and the session must recover
+      // (the chief restores, a worker waits) rather than use it unawares.
+      return absl::UnavailableError(absl::StrCat(ps_[k].where, ": ", *cause, " (the next call reconnects)"));
     }
     StatusOr<caf::actor> p = [&] {
       ForgetSystemOnExit forget;

@@ -499,13 +499,11 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause, absl::Duration
     recovery_pending = true;
     step_before_error.reset();
     if (session != nullptr) {
+      // A lost ps task (issue 13): the step the session last saw, taken
+      // before the read below (a restarted, uninitialized ps has none).
+      const std::optional<int64_t> seen = internal::SessionAccess::mirrored_global_step(*session);
       StatusOr<int64_t> step = session->GlobalStep();
-      if (step.ok()) {
-        step_before_error = *step;
-      } else {
-        // A lost ps task: the step the session last saw (issue 13).
-        step_before_error = internal::SessionAccess::mirrored_global_step(*session);
-      }
+      step_before_error = step.ok() ? std::optional<int64_t>(*step) : seen;
     }
   }
   const int64_t n = recoveries.fetch_add(1, std::memory_order_relaxed) + 1;
