@@ -454,12 +454,12 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause, absl::Duration
   if (waiting_for_ps && ps_wait_since.has_value()) {
     const absl::Duration waited = now - *ps_wait_since;
     if (waited >= ps_wait->wait || stop->stop_requested()) {
-      Status gave_up = absl::UnavailableError(absl::StrCat(
-          cause.message(), stop->stop_requested() ? " (stopped while waiting for it: " : " (still unreachable after ",
-          stop->stop_requested() ? FormatSeconds(waited) + " of " + FormatSeconds(ps_wait->wait)
-                                 : FormatSeconds(waited),
-          " of waiting for the ps tasks; ClusterOptions::ps_wait_secs / --ps-wait-secs is ",
-          FormatSeconds(ps_wait->wait), ")"));
+      const std::string why = stop->stop_requested()
+                                  ? absl::StrCat("a stop was requested after ", FormatSeconds(waited))
+                                  : absl::StrCat("still unreachable after ", FormatSeconds(waited));
+      Status gave_up = absl::UnavailableError(
+          absl::StrCat(cause.message(), " (", why, " of waiting for the ps tasks; ClusterOptions::ps_wait_secs / ",
+                       "--ps-wait-secs is ", FormatSeconds(ps_wait->wait), ")"));
       FOREMAN_LOG_ERROR("Giving up the recovery: {}", gave_up.ToString());
       return gave_up;
     }
@@ -520,6 +520,7 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause, absl::Duration
   }
   FOREMAN_RETURN_IF_ERROR(TeardownSession(/*recovering=*/true));
 
+  if (!waiting_for_ps) ps_wait_since.reset();  // another error ends a wait
   if (waiting_for_ps) {
     ps_wait_since = failed_at;
     ps_wait_logged_at = now;
