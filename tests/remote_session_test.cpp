@@ -516,6 +516,39 @@ TEST_CASE("issue 13: past the ps wait the run fails with UNAVAILABLE naming the 
   CHECK(absl::IsUnavailable(chief->close()));
 }
 
+TEST_CASE("issue 13: a stop requested while waiting for a ps ends the wait with UNAVAILABLE saying so") {
+  FakeCluster cluster("pswait_stop", 1, Adam());
+  cluster.ps().SetPsWait({absl::Seconds(60), absl::Milliseconds(5)});
+  TempDir dir("remote_session");
+  auto log = std::make_shared<StepLog>();
+  auto armed = std::make_shared<std::atomic<bool>>(false);
+  log->on_step = [&cluster, armed](int64_t step) {
+    if (step == 3 && !armed->exchange(true)) {
+      cluster.ps().FailNext(FakeRemoteValues::kRead, absl::UnavailableError("fake ps 0 is down"), 1 << 30);
+    }
+  };
+  auto chief = OpenSession(TaskOptions(MlpGraph(Adam(), log), cluster.target("chief"), true, dir.path(), 2));
+  std::shared_ptr<StopRequest> stop = chief->stop_request();
+  // Stops once the wait is under way (several failed reads), bounded.
+  auto stopper = std::async(std::launch::async, [&cluster, stop] {
+    const auto until = std::chrono::steady_clock::now() + kWait;
+    while (cluster.ps().calls(FakeRemoteValues::kRead) < 15 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    stop->request_stop();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Status s = absl::OkStatus();
+  for (int i = 0; i < 100 && s.ok() && !chief->should_stop(); ++i) s = chief->run({"train_op"}).status();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stopper.get();
+  CHECK(absl::IsUnavailable(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "a stop was requested after"), s.ToString());
+  CHECK(chief->recoveries() == 1);
+  CHECK(secs < 30);  // not the 60 s wait
+  chief->close().IgnoreError();
+}
+
 // -- a local session -----------------------------------------------------------------------
 
 TEST_CASE("ApplyGradients on a local session is bitwise TrainStep, and increments global_step") {
