@@ -58,7 +58,24 @@ struct ForgetSystemOnExit {
 struct LostProxies {
   Mutex mu;
   std::vector<std::pair<caf::actor_addr, std::string>> lost ABSL_GUARDED_BY(mu);
+  // Requests in flight to a proxy: CAF 0.17 never answers a request whose
+  // peer's connection was lost (caf-0.17.md §6), so the watcher answers
+  // them itself with sec::request_receiver_down (a killed ps fails the
+  // run within the heartbeat timeout, not the request timeout).
+  struct Pending {
+    caf::actor_addr proxy;
+    caf::strong_actor_ptr waiter;
+    caf::message_id response_id;
+  };
+  std::vector<Pending> pending ABSL_GUARDED_BY(mu);
 };
+
+// Answers `p` (its waiter is blocked on the response) with an error.
+void FailPending(const LostProxies::Pending& p) {
+  if (auto* a = caf::actor_cast<caf::abstract_actor*>(p.waiter)) {
+    a->eq_impl(p.response_id, nullptr, nullptr, caf::make_error(caf::sec::request_receiver_down));
+  }
+}
 
 // Monitors every proxy it is sent; records each down_msg's cause.
 caf::behavior ProxyWatcher(caf::event_based_actor* self, std::shared_ptr<LostProxies> lost) {
@@ -71,6 +88,9 @@ caf::behavior ProxyWatcher(caf::event_based_actor* self, std::shared_ptr<LostPro
     // the most recent few only.
     if (lost->lost.size() >= 64) lost->lost.erase(lost->lost.begin());
     lost->lost.emplace_back(down.source, std::move(cause));
+    for (const LostProxies::Pending& p : lost->pending) {
+      if (p.proxy == down.source) FailPending(p);
+    }
   });
   return {[self](caf::actor& proxy) { self->monitor(proxy); }};
 }
@@ -170,6 +190,11 @@ class PsRemoteValues final : public RemoteValues {
     placement_ = std::move(p);
     return absl::OkStatus();
   }
+
+  // ClusterOptions::ps_wait_secs, retried every heartbeat_ms. Set once,
+  // before the values are handed to any session.
+  void set_ps_wait(PsWait w) { ps_wait_ = w; }
+  PsWait ps_wait() const override { return ps_wait_; }
 
   Status Read(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/false); }
 
@@ -420,6 +445,10 @@ class PsRemoteValues final : public RemoteValues {
       std::optional<std::string> cause = LostCause(cached);
       if (!cause) return cached;
       Forget(k, cached, *cause);
+      // The loss is reported once before the next call reconnects: a
+      // restarted ps task is uninitialized, and the session must recover
+      // (the chief restores, a worker waits) rather than use it unawares.
+      return absl::UnavailableError(absl::StrCat(ps_[k].where, ": ", *cause, " (the next call reconnects)"));
     }
     StatusOr<caf::actor> p = [&] {
       ForgetSystemOnExit forget;
@@ -505,13 +534,34 @@ class PsRemoteValues final : public RemoteValues {
     ForgetSystemOnExit forget;
     caf::scoped_actor self{*system};
     std::vector<std::optional<Handle>> handles(shards.size());
+    std::vector<LostProxies::Pending> pending;
     for (std::size_t i = 0; i < shards.size(); ++i) {
-      if (proxies[i]) handles[i].emplace(send(self, proxies[i], shards[i]));
+      if (!proxies[i]) continue;
+      handles[i].emplace(send(self, proxies[i], shards[i]));
+      pending.push_back({proxies[i].address(), caf::actor_cast<caf::strong_actor_ptr>(self),
+                         handles[i]->id()});
+    }
+    if (!pending.empty()) {
+      MutexLock l(lost_->mu);
+      for (const LostProxies::Pending& p : pending) {
+        lost_->pending.push_back(p);
+        // Lost before it was registered: the watcher has already looked.
+        for (const auto& e : lost_->lost) {
+          if (e.first == p.proxy) FailPending(p);
+        }
+      }
     }
     for (std::size_t i = 0; i < shards.size(); ++i) {
       if (!handles[i]) continue;
       handles[i]->receive([&](T& value) { out[i] = std::move(value); },
                           [&](caf::error& e) { out[i] = ShardError(shards[i], proxies[i], e, *system); });
+    }
+    if (!pending.empty()) {
+      MutexLock l(lost_->mu);
+      auto& v = lost_->pending;
+      v.erase(std::remove_if(v.begin(), v.end(),
+                             [&](const LostProxies::Pending& p) { return p.waiter == caf::actor_cast<caf::strong_actor_ptr>(self); }),
+              v.end());
     }
     return out;
   }
@@ -525,6 +575,7 @@ class PsRemoteValues final : public RemoteValues {
   const int replicas_to_aggregate_;
   const std::chrono::milliseconds timeout_;
   const std::string target_;
+  PsWait ps_wait_;
 
   Mutex connect_mu_;  // one connect at a time; taken before mu_
   Mutex mu_;
@@ -747,6 +798,8 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
     c.remote = std::make_shared<PsRemoteValues>(c.system, c.watcher, lost, std::move(ps), c.tls,
                                                 c.task.task_index, c.options.replicas_to_aggregate,
                                                 c.options.request_timeout_ms, c.target);
+    c.remote->set_ps_wait({absl::Seconds(c.options.cluster.ps_wait_secs),
+                           absl::Milliseconds(c.options.cluster.heartbeat_ms)});
     c.values = std::make_shared<SessionValues>();
     c.values->remote = c.remote;
   }

@@ -624,6 +624,111 @@ TEST_CASE("rule 5 a restarted chief restores a ps that is uninitialized or behin
   REQUIRE_OK(chief->close());
 }
 
+// Issue 13: a ps task restarted (uninitialized) and unreachable for 25 reads,
+// more than the 2 recoveries the options allow: one recovery waits for it
+// (RemoteValues::ps_wait), the chief restores every shard from its latest
+// checkpoint and reports the steps lost since.
+TEST_CASE("issue 13: while a ps is unreachable one recovery waits for it, then the chief restores all shards") {
+  FakeCluster cluster("pswait", 2, Adam());
+  cluster.ps().SetPsWait({absl::Seconds(20), absl::Milliseconds(1)});
+  TempDir dir("remote_session");
+  auto log = std::make_shared<StepLog>();
+  auto armed = std::make_shared<std::atomic<bool>>(false);
+  log->on_step = [&cluster, armed](int64_t step) {
+    // During step 7 the ps restarts: its apply and the next 25 reads fail.
+    if (step == 7 && !armed->exchange(true)) {
+      cluster.ps().Restart();
+      cluster.ps().FailNext(FakeRemoteValues::kApply, absl::UnavailableError("fake ps 1 is down"));
+      cluster.ps().FailNext(FakeRemoteValues::kRead, absl::UnavailableError("fake ps 1 is down"), 25);
+    }
+  };
+  auto options = TaskOptions(MlpGraph(Adam(), log), cluster.target("chief"), true, dir.path(), 5);
+  options.recovery.max_recoveries = 2;
+  std::vector<RecoveryReport> reports;
+  options.recovery.on_recovered = [&reports](const RecoveryReport& r) { reports.push_back(r); };
+  auto stop = StopAtStepHook::Create({std::nullopt, 12});
+  REQUIRE(stop.ok());
+  options.hooks.push_back(*stop);
+  auto chief = OpenSession(std::move(options));
+  while (!chief->should_stop()) REQUIRE_OK(chief->run({"train_op"}).status());
+  REQUIRE_OK(chief->close());
+
+  CHECK(cluster.ps().calls(FakeRemoteValues::kRead) > 25);  // every failing read was retried
+  CHECK(chief->recoveries() == 1);
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].recoveries == 1);
+  // The chief had seen global_step 7 when the ps was lost, and restored
+  // the checkpoint of step 5: 2 steps lost.
+  CHECK(reports[0].global_step_before == 7);
+  CHECK(reports[0].restored_global_step == 5);
+  CHECK(reports[0].steps_lost == 2);
+  CHECK(chief->steps_lost() == 2);
+  CHECK(Int(cluster.ps().Value("global_step")) == 12);
+  CHECK(cluster.ps().ShardOf("global_step") == 0);  // every shard restored
+  CHECK(cluster.ps().Value("dense/kernel").ok());
+}
+
+TEST_CASE("issue 13: past the ps wait the run fails with UNAVAILABLE naming the ps task and the wait") {
+  FakeCluster cluster("pswait_gone", 1, Adam());
+  cluster.ps().SetPsWait({absl::Milliseconds(100), absl::Milliseconds(5)});
+  TempDir dir("remote_session");
+  auto log = std::make_shared<StepLog>();
+  auto armed = std::make_shared<std::atomic<bool>>(false);
+  log->on_step = [&cluster, armed](int64_t step) {
+    if (step == 3 && !armed->exchange(true)) {
+      cluster.ps().FailNext(FakeRemoteValues::kRead, absl::UnavailableError("fake ps 0 is down"), 1 << 30);
+    }
+  };
+  auto options = TaskOptions(MlpGraph(Adam(), log), cluster.target("chief"), true, dir.path(), 2);
+  options.recovery.max_recoveries = 1000;  // the wait, not the budget, ends it
+  auto chief = OpenSession(std::move(options));
+  const auto start = std::chrono::steady_clock::now();
+  Status s = absl::OkStatus();
+  for (int i = 0; i < 100 && s.ok(); ++i) s = chief->run({"train_op"}).status();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(absl::IsUnavailable(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "fake ps 0 is down"), s.ToString());
+  CHECK_MESSAGE(absl::StrContains(s.message(), "still unreachable after"), s.ToString());
+  CHECK_MESSAGE(absl::StrContains(s.message(), "--ps-wait-secs is 0.1 s"), s.ToString());
+  CHECK(chief->recoveries() == 1);  // one recovery, however many attempts
+  CHECK(cluster.ps().calls(FakeRemoteValues::kRead) > 5);
+  CHECK(secs < 10);  // bounded by the wait (0.1 s), with room for a slow machine
+  CHECK(absl::IsUnavailable(chief->close()));
+}
+
+TEST_CASE("issue 13: a stop requested while waiting for a ps ends the wait with UNAVAILABLE saying so") {
+  FakeCluster cluster("pswait_stop", 1, Adam());
+  cluster.ps().SetPsWait({absl::Seconds(60), absl::Milliseconds(5)});
+  TempDir dir("remote_session");
+  auto log = std::make_shared<StepLog>();
+  auto armed = std::make_shared<std::atomic<bool>>(false);
+  log->on_step = [&cluster, armed](int64_t step) {
+    if (step == 3 && !armed->exchange(true)) {
+      cluster.ps().FailNext(FakeRemoteValues::kRead, absl::UnavailableError("fake ps 0 is down"), 1 << 30);
+    }
+  };
+  auto chief = OpenSession(TaskOptions(MlpGraph(Adam(), log), cluster.target("chief"), true, dir.path(), 2));
+  std::shared_ptr<StopRequest> stop = chief->stop_request();
+  // Stops once the wait is under way (several failed reads), bounded.
+  auto stopper = std::async(std::launch::async, [&cluster, stop] {
+    const auto until = std::chrono::steady_clock::now() + kWait;
+    while (cluster.ps().calls(FakeRemoteValues::kRead) < 15 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    stop->request_stop();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Status s = absl::OkStatus();
+  for (int i = 0; i < 100 && s.ok() && !chief->should_stop(); ++i) s = chief->run({"train_op"}).status();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stopper.get();
+  CHECK(absl::IsUnavailable(s));
+  CHECK_MESSAGE(absl::StrContains(s.message(), "a stop was requested after"), s.ToString());
+  CHECK(chief->recoveries() == 1);
+  CHECK(secs < 30);  // not the 60 s wait
+  chief->close().IgnoreError();
+}
+
 // -- a local session -----------------------------------------------------------------------
 
 TEST_CASE("ApplyGradients on a local session is bitwise TrainStep, and increments global_step") {

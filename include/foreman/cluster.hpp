@@ -131,7 +131,14 @@ struct ClusterOptions {
   /// healthy peers whose heartbeats arrive a little late.
   int64_t connection_timeout_ms = 1000;
   /// How long a recovery keeps reconnecting to a ps that is down before the
-  /// run fails (--ps-wait-secs), > 0.
+  /// run fails (--ps-wait-secs), > 0. While a ps task is unreachable
+  /// (UNAVAILABLE), MonitoredSession's recovery of a session on this
+  /// cluster's target re-creates the session every heartbeat_ms as ONE
+  /// recovery, not spending RecoveryOptions::max_recoveries or its back-off;
+  /// past this wait the run fails with UNAVAILABLE naming the ps task and
+  /// the wait. When the ps is back (restarted, uninitialized) the chief
+  /// restores every ps task from its latest checkpoint and logs the global
+  /// steps lost (MonitoredSession::steps_lost, RecoveryReport::steps_lost).
   int64_t ps_wait_secs = 300;
   /// PEM files for mutual TLS (--tls-cert, --tls-key, --tls-ca): TLS is on
   /// when all three are given; any other non-empty combination is an error.

@@ -89,7 +89,9 @@ struct RecoveryReport {
 };
 
 /// Bounded recovery with exponential back-off and jitter (TF retries
-/// forever, at once).
+/// forever, at once). A session on a cluster's target (tcp://, tls://)
+/// waits for an unreachable ps task instead, as ClusterOptions::ps_wait_secs
+/// says (one recovery, retried every heartbeat, no back-off).
 struct RecoveryOptions {
   /// At most this many recoveries within `window`; the next preemption error
   /// is returned (ABORTED / UNAVAILABLE) and training stops.

@@ -168,6 +168,12 @@ struct MonitoredSession::Impl {
   absl::Duration report_decided_at;  // the first recovery's decision
   absl::Duration report_restored_at;
   bool report_restored = false;  // a session was restored since the last recovery began
+  // Issue 13: a cluster target's wait for an unreachable ps task
+  // (RemoteValues::ps_wait, learnt from each session created), and when the
+  // current wait began (nullopt: not waiting; cleared by a created session).
+  std::optional<internal::RemoteValues::PsWait> ps_wait;
+  std::optional<absl::Duration> ps_wait_since;
+  absl::Duration ps_wait_logged_at;
 
   // HookedRun's working storage, kept between runs so that a steady loop
   // allocates nothing: each hook's args (before_run_into), and the run's
@@ -373,6 +379,12 @@ Status MonitoredSession::Impl::CreateSession() {
   // TF builds a new _HookedSession per created session: its flag starts clear.
   hook_stop.store(false, std::memory_order_release);
 
+  if (std::optional<internal::RemoteValues::PsWait> w = internal::SessionAccess::ps_wait(*session)) ps_wait = *w;
+  if (ps_wait_since.has_value()) {
+    FOREMAN_LOG_INFO("Recovery: the ps tasks are reachable again after {}.",
+                     FormatSeconds(clock->MonotonicNow() - *ps_wait_since));
+    ps_wait_since.reset();
+  }
   for (std::size_t i = 0; i < hooks.size(); ++i) {
     Status s = CallHook(Where(i, "after_create_session"),
                               [&] { return hooks[i]->after_create_session(session.get(), c); });
@@ -435,6 +447,33 @@ absl::Duration MonitoredSession::Impl::Backoff(int k) {
 // the raw session and waits the back-off. The caller creates the next one.
 Status MonitoredSession::Impl::BeginRecovery(const Status& cause, absl::Duration failed_at) {
   const absl::Duration now = clock->MonotonicNow();
+  // Issue 13: while a ps task is unreachable, one recovery keeps
+  // re-creating the session every retry_interval until the wait is spent
+  // (not counted again, no back-off); a stop request ends the wait.
+  const bool waiting_for_ps = ps_wait.has_value() && absl::IsUnavailable(cause) && !recovery.unbounded;
+  if (waiting_for_ps && ps_wait_since.has_value()) {
+    const absl::Duration waited = now - *ps_wait_since;
+    if (waited >= ps_wait->wait || stop->stop_requested()) {
+      const std::string why = stop->stop_requested()
+                                  ? absl::StrCat("a stop was requested after ", FormatSeconds(waited))
+                                  : absl::StrCat("still unreachable after ", FormatSeconds(waited));
+      Status gave_up = absl::UnavailableError(
+          absl::StrCat(cause.message(), " (", why, " of waiting for the ps tasks; ClusterOptions::ps_wait_secs / ",
+                       "--ps-wait-secs is ", FormatSeconds(ps_wait->wait), ")"));
+      FOREMAN_LOG_ERROR("Giving up the recovery: {}", gave_up.ToString());
+      return gave_up;
+    }
+    if (now - ps_wait_logged_at >= absl::Seconds(5)) {
+      ps_wait_logged_at = now;
+      FOREMAN_LOG_INFO("Recovery: still waiting for the ps tasks ({} of {}): {}", FormatSeconds(waited),
+                       FormatSeconds(ps_wait->wait), cause.ToString());
+    }
+    FOREMAN_RETURN_IF_ERROR(TeardownSession(/*recovering=*/true));
+    MutexLock l(coord_mu);
+    clock->WaitUntil(coord_mu, backoff_cv, clock->MonotonicNow() + ps_wait->retry_interval,
+                     [this] { return stop->stop_requested(); });
+    return absl::OkStatus();
+  }
   while (!recovery_times.empty() && now - recovery_times.front() >= recovery.window) recovery_times.pop_front();
   if (!recovery.unbounded && static_cast<int>(recovery_times.size()) >= recovery.max_recoveries) {
     FOREMAN_LOG_ERROR(
@@ -460,8 +499,11 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause, absl::Duration
     recovery_pending = true;
     step_before_error.reset();
     if (session != nullptr) {
+      // A lost ps task (issue 13): the step the session last saw, taken
+      // before the read below (a restarted, uninitialized ps has none).
+      const std::optional<int64_t> seen = internal::SessionAccess::mirrored_global_step(*session);
       StatusOr<int64_t> step = session->GlobalStep();
-      if (step.ok()) step_before_error = *step;
+      step_before_error = step.ok() ? std::optional<int64_t>(*step) : seen;
     }
   }
   const int64_t n = recoveries.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -478,7 +520,16 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause, absl::Duration
   }
   FOREMAN_RETURN_IF_ERROR(TeardownSession(/*recovering=*/true));
 
-  if (!recovery.unbounded) {
+  if (!waiting_for_ps) ps_wait_since.reset();  // another error ends a wait
+  if (waiting_for_ps) {
+    ps_wait_since = failed_at;
+    ps_wait_logged_at = now;
+    FOREMAN_LOG_WARN("Recovery: waiting up to {} for the ps tasks (--ps-wait-secs), reconnecting every {}.",
+                     FormatSeconds(ps_wait->wait), FormatSeconds(ps_wait->retry_interval));
+    MutexLock l(coord_mu);
+    clock->WaitUntil(coord_mu, backoff_cv, clock->MonotonicNow() + ps_wait->retry_interval,
+                     [this] { return stop->stop_requested(); });
+  } else if (!recovery.unbounded) {
     const absl::Duration wait = Backoff(k);
     if (wait > absl::ZeroDuration()) {
       FOREMAN_LOG_INFO("Recovery: waiting {} before creating a new session.", FormatSeconds(wait));

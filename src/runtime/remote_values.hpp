@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "foreman/status.hpp"
 #include "foreman/variable_store.hpp"
 
@@ -91,6 +92,20 @@ class RemoteValues {
   /// run ends cleanly, as at the end of its input); a ps task's refusal
   /// (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION) unchanged.
   virtual StatusOr<int64_t> Apply(const nn::Gradients& grads, int64_t computed_at_step) = 0;
+
+  /// How a session of this target waits for an unreachable ps task (issue
+  /// 13 point 4; ClusterOptions::ps_wait_secs and heartbeat_ms): on an
+  /// UNAVAILABLE error MonitoredSession's recovery keeps re-creating the
+  /// session every `retry_interval` for at most `wait`, as ONE recovery,
+  /// instead of spending RecoveryOptions' bounded attempts and back-off;
+  /// past `wait` the run fails with UNAVAILABLE naming the ps task and the
+  /// wait. `wait` zero (the default): no such wait. Makes no remote call;
+  /// constant for the target's lifetime; thread-safe.
+  struct PsWait {
+    absl::Duration wait = absl::ZeroDuration();
+    absl::Duration retry_interval = absl::ZeroDuration();
+  };
+  virtual PsWait ps_wait() const { return {}; }
 };
 
 }  // namespace foreman::internal

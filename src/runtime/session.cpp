@@ -476,6 +476,21 @@ Status SessionAccess::WithConsistentVariables(Session& session, const std::funct
 
 bool SessionAccess::remote_variables(const Session& session) { return session.impl_->values->remote != nullptr; }
 
+std::optional<RemoteValues::PsWait> SessionAccess::ps_wait(const Session& session) {
+  const RemoteValues* remote = session.impl_->values->remote.get();
+  if (remote == nullptr) return std::nullopt;
+  RemoteValues::PsWait w = remote->ps_wait();
+  if (w.wait <= absl::ZeroDuration()) return std::nullopt;
+  return w;
+}
+
+std::optional<int64_t> SessionAccess::mirrored_global_step(Session& session) {
+  MutexLock lock(session.impl_->values->mu);
+  StatusOr<int64_t> step = GetGlobalStep(session.impl_->values->vars);
+  if (!step.ok()) return std::nullopt;
+  return *step;
+}
+
 void SessionAccess::SetWriteThrough(Session& session, bool on) {
   session.impl_->write_through.store(on, std::memory_order_release);
 }

@@ -6,7 +6,9 @@
 // Not a public API.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
 #include "foreman/variable_store.hpp"
+#include "runtime/remote_values.hpp"
 
 namespace foreman::internal {
 
@@ -45,6 +48,15 @@ class SessionAccess {
 
   /// Whether `session`'s variables live on parameter servers.
   static bool remote_variables(const Session& session);
+
+  /// The ps-wait of a cluster session's target (RemoteValues::ps_wait);
+  /// nullopt for a local session or a target without one. No remote call.
+  static std::optional<RemoteValues::PsWait> ps_wait(const Session& session);
+
+  /// The global_step the session last saw, from its mirror, without a
+  /// remote read (a cluster session's step before its ps task was lost:
+  /// the recovery's "steps lost"). nullopt when the mirror has none.
+  static std::optional<int64_t> mirrored_global_step(Session& session);
 
   /// While on, Session::WithVariables on a cluster session writes the
   /// mirror to the remote (RemoteValues::Write) after `fn` returns OK, and

@@ -4,8 +4,9 @@
 // replica_device_setter places them (PlaceVariablesOnPs) and updates applied
 // with nn::ApplyGradients. A shard is uninitialized until Write; EndTraining
 // makes later applies OUT_OF_RANGE; FailNext injects an error (UNAVAILABLE)
-// into the next calls of one method; Restart empties one shard (a ps task
-// restarted).
+// into the next calls of one method; Restart empties every shard (a
+// restarted ps process); SetPsWait sets what ps_wait() answers.
+// Restart(s) empties shard s only (one ps task restarted).
 //
 // FakeCluster registers it under the session target scheme "fakeps://":
 // "fakeps://CLUSTER/TASK" is task TASK's mirror (one SessionValues per task,
@@ -164,7 +165,29 @@ class FakeRemoteValues : public internal::RemoteValues {
     return step;
   }
 
+  PsWait ps_wait() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return ps_wait_;
+  }
+
   // -- the test's controls -------------------------------------------------------
+
+  /// What ps_wait() answers (default: no wait). Set before the first session.
+  void SetPsWait(PsWait wait) {
+    std::lock_guard<std::mutex> l(mu_);
+    ps_wait_ = wait;
+  }
+  /// Every shard loses its variables and is uninitialized (a restarted ps
+  /// process); training may go on (EndTraining is undone).
+  void Restart() {
+    auto locks = LockAll();
+    for (auto& shard : shards_) {
+      for (const std::string& name : shard->vars.Names()) (void)shard->vars.Delete(name);
+      shard->initialized = false;
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    ended_ = false;
+  }
 
   /// Later applies are OUT_OF_RANGE (Server::EndTraining); reads still work.
   void EndTraining() {
@@ -309,6 +332,7 @@ class FakeRemoteValues : public internal::RemoteValues {
   std::vector<std::string> names_;
   std::vector<int> placement_;
   bool ended_ = false;
+  PsWait ps_wait_;
   int calls_[kMethods] = {};
   Failure failures_[kMethods];
   int uninitialized_reads_ = 0;

@@ -1419,6 +1419,11 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   const Status closed = (*session)->close();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   PrintServiceRestarts((*session)->service_restarts());
+  if (const int64_t n = (*session)->recoveries(); n > 0) {
+    // A lost ps task (or another preemption): what MonitoredSession recovered.
+    std::fprintf(stderr, "recoveries: %lld (global steps lost: %lld)\n", static_cast<long long>(n),
+                 static_cast<long long>((*session)->steps_lost()));
+  }
   if (!closed.ok()) return job.Exit(kExitFailed, "training failed", closed);
   return Report(job, watcher, wall);
 }
