@@ -154,6 +154,15 @@ StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const sigset_t& old_
   return pid;
 }
 
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
 int CodeOf(int wstatus) {
   if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
   if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
@@ -313,13 +322,13 @@ int RunLocal(const LocalFlags& f, const std::vector<std::string>& train_flags) {
         std::fprintf(stderr,
                      "foreman cluster local: %s received: forwarded to the chief (worker 0), which ends the run "
                      "(a second signal goes to every task, a third kills them)\n",
-                     strsignal(sig));
+                     SignalName(sig));
         kill(chief->pid, sig);
       } else if (signals <= 2) {
-        std::fprintf(stderr, "foreman cluster local: %s received: forwarded to every task\n", strsignal(sig));
+        std::fprintf(stderr, "foreman cluster local: %s received: forwarded to every task\n", SignalName(sig));
         signal_all(sig);
       } else {
-        std::fprintf(stderr, "foreman cluster local: %s received again: killing every task\n", strsignal(sig));
+        std::fprintf(stderr, "foreman cluster local: %s received again: killing every task\n", SignalName(sig));
         signal_all(SIGKILL);
       }
       std::fflush(stderr);
