@@ -136,6 +136,28 @@ out=$(timeout 30 "$foreman" cluster status "tcp://127.0.0.1:$closed" 2>&1); code
 has "^\?  127.0.0.1:$closed  unreachable: " "$out" || fail "a closed port is not printed as unreachable: $out"
 [[ ! -e $tmp/bad ]] || fail "a refused cluster local created its --checkpoint-dir"
 
+# A ps task given a SIGTERM says what a ps does (not "before training
+# started"), stops serving and exits 1.
+ports=$("$py" -c '
+import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')
+read -r p_ps p_w <<<"$ports"
+"$foreman" train "${model[@]}" --ps-hosts "127.0.0.1:$p_ps" --worker-hosts "127.0.0.1:$p_w" --job-name ps \
+  --task-index 0 --checkpoint-dir "$tmp/ps_unused" >"$tmp/ps.out" 2>&1 &
+ps_pid=$!
+pids+=("$ps_pid")
+wait_for_line "ps task 0 serving at tcp://127.0.0.1:$p_ps" "$tmp/ps.out" "$bound" "$ps_pid" \
+  || fail "the lone ps did not start: $(cat "$tmp/ps.out")"
+kill -TERM "$ps_pid"
+wait_bounded "$ps_pid" 30
+out=$(cat "$tmp/ps.out")
+[[ $rc -eq 1 ]] || fail "a ps stopped by SIGTERM exited $rc, expected 1: $out"
+has "SIGTERM received: ps task 0 stops serving now" "$out" || fail "the ps's signal message: $out"
+! has "before training started" "$out" || fail "the ps speaks of training: $out"
+
 # 2. A short job to completion.
 start=$SECONDS
 out=$(timeout "$bound" "$foreman" cluster local --ps 1 --workers 2 "${model[@]}" --max-steps 30 \
