@@ -245,9 +245,9 @@ if [[ $small != small ]]; then
   wait_bounded "$rogue_pid" 30
   ! grep -Eq "^step [0-9]+" "$tmp/rogue.out" || fail "the rogue worker trained: $(cat "$tmp/rogue.out")"
   # KNOWN BUG (docs/cluster.md "Known problems"): a TLS ps stops answering
-  # for good once a new TLS connection (a status, a rogue peer) reached it or
-  # a peer's connection closed; its workers then fail their requests after
-  # request_timeout_ms. Asserted with FOREMAN_TEST_TLS_STALL_FIXED=1;
+  # its workers once a new connection (a status, a rogue peer, even a bare
+  # TCP connect-and-close) reached it or a peer's connection closed; the
+  # workers' requests then fail after request_timeout_ms. Asserted with FOREMAN_TEST_TLS_STALL_FIXED=1;
   # reported otherwise.
   if [[ ${FOREMAN_TEST_TLS_STALL_FIXED:-0} == 1 ]]; then
     wait_step_above "tls://$ps_addr" "${before:-0}" "${tls[@]}" \
