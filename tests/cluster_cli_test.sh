@@ -158,6 +158,7 @@ out=$(cat "$tmp/ps.out")
 has "SIGTERM received: ps task 0 stops serving now" "$out" || fail "the ps's signal message: $out"
 ! has "before training started" "$out" || fail "the ps speaks of training: $out"
 
+echo "section 2 at $SECONDS s"
 # 2. A short job to completion.
 start=$SECONDS
 out=$(timeout "$bound" "$foreman" cluster local --ps 1 --workers 2 "${model[@]}" --max-steps 30 \
@@ -174,6 +175,7 @@ bad=$(grep -Ev '^(\[(ps 0|worker [01])\] |foreman cluster local: )' <<<"$out" | 
 [[ -z $bad ]] || fail "lines without their task's prefix: $bad"
 echo "short run: global_step $final in $((SECONDS - start)) s"
 
+echo "section 3 at $SECONDS s"
 # 3. A run ended by a SIGTERM; status and junk while it trains.
 "$foreman" cluster local --ps 1 --workers 2 "${model[@]}" --max-steps 1000000 --log-step-count-steps 1 \
   --checkpoint-dir "$tmp/long" >"$tmp/long.out" 2>"$tmp/long.err" &
@@ -207,6 +209,7 @@ final=$(sed -n 's/^\[worker 0\] training ended at global_step \([0-9]*\)$/\1/p' 
 [[ $final =~ ^[0-9]+$ && -f $tmp/long/model.ckpt-$final.index ]] || fail "no final checkpoint at $final: $long_out"
 has "^\[worker 1\] worker 1: the chief ended training" "$long_out" || fail "worker 1 did not stop at the end: $long_out"
 
+echo "section 4 at $SECONDS s"
 # 4. TLS.
 if [[ $small != small ]]; then
   certs=$tmp/certs
@@ -273,6 +276,7 @@ if [[ $small != small ]]; then
   fi
 fi
 
+echo "done at $SECONDS s"
 if ((failures > 0)); then
   echo "$failures failure(s)"
   exit 1

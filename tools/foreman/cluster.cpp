@@ -13,6 +13,8 @@
 // one is forwarded to every task; a third kills them all. Once the chief
 // exits, the others get --end-grace-secs to exit, then SIGTERM, then 5 s,
 // then SIGKILL. Exit: the chief's code (128 + N when a signal N ended it).
+// If `cluster local` itself is killed, each task gets a SIGTERM
+// (PR_SET_PDEATHSIG).
 //
 // status: asks a task's address (cluster_status.hpp) and prints one line
 // per task it learned of.
@@ -20,6 +22,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -135,10 +138,14 @@ StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const sigset_t& old_
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::UnavailableError(absl::StrCat("fork(): ", std::strerror(errno)));
   if (pid == 0) {
     setpgid(0, 0);  // its own group: a terminal's Ctrl-C reaches the parent only
+    // `cluster local` killed (SIGKILL): its tasks get a SIGTERM, not orphaned.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
     for (int fd : close_in_child) close(fd);
     dup2(out_w, STDOUT_FILENO);
     dup2(err_w, STDERR_FILENO);
