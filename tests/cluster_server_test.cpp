@@ -32,6 +32,7 @@
 #include "actors/actor_system.hpp"
 #include "actors/atoms.hpp"
 #include "actors/cluster_net.hpp"
+#include "actors/cluster_status.hpp"
 #include "actors/messages.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/server.hpp"
@@ -610,6 +611,67 @@ TEST_CASE("mutual TLS: a tls:// target, and Write / Apply / Read across TLS link
   VariableStore mirror;
   REQUIRE(rv->ReadConsistent(mirror).ok());
   CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 4);
+}
+
+TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every task, a ps only itself") {
+  Cluster c(1, 2);
+  std::shared_ptr<RemoteValues> rv = c.Remote(0);
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore local;
+  Fill(local, 7);
+  REQUIRE(rv->Write(local).ok());
+  REQUIRE(rv->Apply(Grads(0.05f, 0.3f), 7).ok());
+  REQUIRE(rv->Apply(Grads(0.05f, 0.4f), 8).ok());
+  c.workers[1].reset();  // worker 1 is gone: unreachable
+  ClusterOptions o;
+  o.heartbeat_ms = 50;
+  o.connection_timeout_ms = 200;
+  const std::string chief = absl::StrCat("127.0.0.1:", c.worker_ports[0]);
+  const std::string ps = absl::StrCat("127.0.0.1:", c.ps_ports[0]);
+
+  StatusOr<std::vector<internal::ClusterTaskReport>> r = internal::QueryClusterStatus("tcp://" + chief, o, 2000);
+  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+  REQUIRE(r->size() == 3);
+  const internal::ClusterTaskReport& w0 = (*r)[0];
+  CHECK(w0.reachable);
+  CHECK(w0.job_name == "worker");
+  CHECK(w0.task_index == 0);
+  CHECK(w0.address == chief);
+  CHECK(w0.worker_steps == 2);  // its two accepted Applies
+  const internal::ClusterTaskReport& p0 = (*r)[1];
+  CHECK(p0.reachable);
+  CHECK(p0.job_name == "ps");
+  CHECK(p0.task_index == 0);
+  CHECK(p0.address == ps);
+  CHECK(p0.initialized);
+  CHECK(p0.global_step == 9);
+  CHECK(p0.applied_updates == 2);
+  const internal::ClusterTaskReport& w1 = (*r)[2];
+  CHECK_FALSE(w1.reachable);
+  CHECK(w1.job_name == "worker");
+  CHECK(w1.task_index == 1);
+  CHECK_MESSAGE(absl::StrContains(w1.error, absl::StrCat(c.worker_ports[1])), w1.error);
+
+  // A ps asked directly knows only itself.
+  r = internal::QueryClusterStatus("tcp://" + ps, o, 2000);
+  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+  REQUIRE(r->size() == 1);
+  CHECK((*r)[0].reachable);
+  CHECK((*r)[0].global_step == 9);
+
+  // Nothing listens: one report, unreachable.
+  r = internal::QueryClusterStatus(absl::StrCat("tcp://127.0.0.1:", c.worker_ports[1]), o, 2000);
+  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+  REQUIRE(r->size() == 1);
+  CHECK_FALSE((*r)[0].reachable);
+
+  // Bad input: nothing asked.
+  CHECK(internal::QueryClusterStatus(chief, o, 2000).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(internal::QueryClusterStatus("tls://" + chief, o, 2000).status().code() ==
+        absl::StatusCode::kInvalidArgument);  // no TLS files
+  CHECK(internal::QueryClusterStatus("tcp://" + chief, o, 0).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(internal::QueryClusterStatus("tcp://127.0.0.1:99999", o, 2000).status().code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
