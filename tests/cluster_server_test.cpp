@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -672,6 +673,72 @@ TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every tas
   CHECK(internal::QueryClusterStatus("tcp://" + chief, o, 0).status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(internal::QueryClusterStatus("tcp://127.0.0.1:99999", o, 2000).status().code() ==
         absl::StatusCode::kInvalidArgument);
+}
+
+// Applies in a loop on another thread while something connects to the ps's
+// port and closes at once (sending nothing); how many applies succeed in the
+// `window` after that, and the first error.
+std::pair<int, std::string> AppliesAfterConnectAndClose(RemoteValues& rv, int ps_port, milliseconds window) {
+  std::atomic<bool> done{false};
+  std::atomic<int> applied{0};
+  std::string failed;  // written by the trainer before it returns, read after join
+  std::thread trainer([&] {
+    for (int64_t step = 4; !done.load(); ++step) {
+      StatusOr<int64_t> gs = rv.Apply(Grads(0.01f, 1.0f), step);
+      if (!gs.ok()) {
+        failed = gs.status().ToString();
+        return;
+      }
+      applied.fetch_add(1);
+    }
+  });
+  const auto deadline = Clock::now() + milliseconds(2000);
+  while (applied.load() < 20 && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+  const int before = applied.load();
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(ps_port));
+  const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  std::this_thread::sleep_for(window);
+  const int after = applied.load() - before;
+  done = true;
+  trainer.join();
+  if (!connected) return {-1, "cannot connect to the ps's port"};
+  return {after, failed};
+}
+
+TEST_CASE("a connect-and-close on a plain ps's port does not stall its worker's applies") {
+  Cluster c(1, 1);
+  std::shared_ptr<RemoteValues> rv = c.Remote();
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore source;
+  Fill(source, 3);
+  REQUIRE(rv->Write(source).ok());
+  auto [applied, error] = AppliesAfterConnectAndClose(*rv, c.ps_ports[0], milliseconds(500));
+  CHECK_MESSAGE(applied >= 10, applied, " applies in 500 ms after the connect-and-close; ", error);
+  CHECK_MESSAGE(error.empty(), error);
+}
+
+// KNOWN BUG (docs/cluster.md "Known problems"), hence may_fail: with mutual
+// TLS (CAF 0.17.6's openssl module), a connection that reaches the ps while
+// a worker's applies flow stalls that worker's link: measured 1 apply in
+// 500 ms after it (about 1700 before), then UNAVAILABLE "no answer within
+// request_timeout_ms" while the link stays up. Drop may_fail once fixed.
+TEST_CASE("mutual TLS: a connect-and-close on a ps's port does not stall its worker's applies (KNOWN BUG)" *
+          doctest::may_fail()) {
+  Pki pki;
+  Cluster c(1, 1, pki.Options());
+  std::shared_ptr<RemoteValues> rv = c.Remote();
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore source;
+  Fill(source, 3);
+  REQUIRE(rv->Write(source).ok());
+  auto [applied, error] = AppliesAfterConnectAndClose(*rv, c.ps_ports[0], milliseconds(500));
+  CHECK_MESSAGE(applied >= 10, applied, " applies in 500 ms after the connect-and-close; ", error);
+  CHECK_MESSAGE(error.empty(), error);
 }
 
 }  // namespace
