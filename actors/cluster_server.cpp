@@ -19,9 +19,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "actor_system.hpp"
 #include "atoms.hpp"
 #include "cluster_net.hpp"
+#include "cluster_status.hpp"
 #include "foreman/mutex.hpp"
 #include "foreman/nn.hpp"
 #include "messages.hpp"
@@ -95,13 +97,19 @@ caf::behavior ProxyWatcher(caf::event_based_actor* self, std::shared_ptr<LostPro
   return {[self](caf::actor& proxy) { self->monitor(proxy); }};
 }
 
-// The small actor a worker task publishes on its address.
+// The small actor a worker task publishes on its address. (caf::get_atom)
+// is `foreman cluster status`'s question (cluster_status.hpp): the spec's
+// hosts and the updates this worker's Server had accepted (`steps`).
 caf::behavior ClusterTaskActor(caf::event_based_actor* self, std::string job_name, int32_t task_index,
-                               std::string address) {
+                               std::string address, std::string ps_hosts, std::string worker_hosts,
+                               std::shared_ptr<std::atomic<int64_t>> steps) {
   MakeQuiet(self, "cluster_task");
   return {[job_name, task_index, address](caf::ping_atom) {
-    return caf::make_message(caf::pong_atom::value, job_name, task_index, address);
-  }};
+            return caf::make_message(caf::pong_atom::value, job_name, task_index, address);
+          },
+          [=](caf::get_atom) {
+            return caf::make_message(job_name, task_index, address, ps_hosts, worker_hosts, steps->load());
+          }};
 }
 
 bool IsNonTrainableName(const std::string& name) {
@@ -338,8 +346,12 @@ class PsRemoteValues final : public RemoteValues {
           return self->request(proxy, timeout_, ps_apply_atom::value, updates[k]);
         });
     for (auto& one : r) FOREMAN_RETURN_IF_ERROR(one.status());
+    if (accepted_) accepted_->fetch_add(1);
     return *r[0];
   }
+
+  // Counts each accepted Apply in `counter` (`foreman cluster status`).
+  void CountAcceptedUpdates(std::shared_ptr<std::atomic<int64_t>> counter) { accepted_ = std::move(counter); }
 
   // Server::EndTraining: ps 0 first (its global_step), then the others.
   StatusOr<int64_t> EndTraining() {
@@ -576,6 +588,7 @@ class PsRemoteValues final : public RemoteValues {
   const std::chrono::milliseconds timeout_;
   const std::string target_;
   PsWait ps_wait_;
+  std::shared_ptr<std::atomic<int64_t>> accepted_;  // set in Start, before any call
 
   Mutex connect_mu_;  // one connect at a time; taken before mu_
   Mutex mu_;
@@ -751,6 +764,7 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
     net.tls_ca = c.options.cluster.tls_ca;
   }
   auto lost = std::make_shared<LostProxies>();
+  auto accepted = std::make_shared<std::atomic<int64_t>>(0);
   FOREMAN_ASSIGN_OR_RETURN(c.owned, BuildActorSystem(2, [&net](caf::actor_system_config& config) {
                              ConfigureClusterNetwork(config, net);
                            }));
@@ -776,8 +790,13 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
       };
       FOREMAN_ASSIGN_OR_RETURN(c.served, SpawnPsShard(*c.system, std::move(shard)));
     } else {
+      const auto& jobs = c.cluster.jobs();
+      auto hosts = [&jobs](const char* job) {
+        auto it = jobs.find(job);
+        return it == jobs.end() ? std::string() : absl::StrJoin(it->second, ",");
+      };
       c.served = c.system->spawn(ClusterTaskActor, c.task.job_name, static_cast<int32_t>(c.task.task_index),
-                                 c.address);
+                                 c.address, hosts("ps"), hosts("worker"), accepted);
       c.watcher = c.system->spawn(ProxyWatcher, lost);
     }
     return absl::OkStatus();
@@ -800,6 +819,7 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
                                                 c.options.request_timeout_ms, c.target);
     c.remote->set_ps_wait({absl::Seconds(c.options.cluster.ps_wait_secs),
                            absl::Milliseconds(c.options.cluster.heartbeat_ms)});
+    c.remote->CountAcceptedUpdates(accepted);
     c.values = std::make_shared<SessionValues>();
     c.values->remote = c.remote;
   }
@@ -833,6 +853,156 @@ std::shared_ptr<RemoteValues> ServerRemoteValues(const Server& server) {
   std::shared_ptr<ServerCore> core = CoreOf(target.substr(std::strlen(kTcpScheme)));
   if (core == nullptr) return nullptr;
   return core->remote;
+}
+
+// -- foreman cluster status (cluster_status.hpp) ------------------------------------
+
+namespace {
+
+// Asks the task at `a` into `r`: a worker's cluster task actor answers
+// (caf::get_atom) (then *ps_hosts / *worker_hosts are its spec's); a ps
+// shard drops that question with an error and is asked for its stats.
+void AskTask(caf::actor_system& system, caf::scoped_actor& self, const TaskAddress& a, bool tls,
+             std::chrono::milliseconds timeout, ClusterTaskReport& r, std::string* ps_hosts,
+             std::string* worker_hosts) {
+  StatusOr<caf::actor> proxy = ConnectActor(system, a.host, static_cast<uint16_t>(a.port), tls, timeout);
+  if (!proxy.ok()) {
+    r.error = std::string(proxy.status().message());
+    return;
+  }
+  bool answered = false;
+  std::string first_error;
+  bool timed_out = false;
+  self->request(*proxy, timeout, caf::get_atom::value)
+      .receive(
+          [&](std::string& job, int32_t index, std::string& address, std::string& ps, std::string& workers,
+              int64_t steps) {
+            answered = true;
+            r.job_name = job;
+            r.task_index = index;
+            r.address = address;
+            r.worker_steps = steps;
+            if (ps_hosts != nullptr) *ps_hosts = ps;
+            if (worker_hosts != nullptr) *worker_hosts = workers;
+          },
+          [&](caf::error& e) {
+            timed_out = e == caf::sec::request_timeout;
+            first_error = system.render(e);
+          });
+  if (!answered && !timed_out) {
+    self->request(*proxy, timeout, ps_stats_atom::value)
+        .receive(
+            [&](PsShardStatsMessage& m) {
+              answered = true;
+              r.job_name = "ps";
+              r.task_index = m.task_index;
+              r.global_step = m.global_step;
+              r.initialized = m.initialized;
+              r.frozen = m.frozen;
+              r.applied_updates = m.applied_updates;
+              r.refused_updates = m.refused_updates;
+            },
+            [&](caf::error& e) {
+              first_error = absl::StrCat("neither a worker's nor a ps task's answer (", first_error, "; ",
+                                         system.render(e), ")");
+            });
+  }
+  r.reachable = answered;
+  if (!answered) {
+    r.error = timed_out ? absl::StrCat("connected, but no answer within ", timeout.count(), " ms") : first_error;
+  }
+}
+
+}  // namespace
+
+StatusOr<std::vector<ClusterTaskReport>> QueryClusterStatus(const std::string& target, const ClusterOptions& options,
+                                                            int64_t timeout_ms) {
+  const bool tls = absl::StartsWith(target, kTlsScheme);
+  if (!tls && !absl::StartsWith(target, kTcpScheme)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", target, "' is not a task's address: expected tcp://HOST:PORT or tls://HOST:PORT"));
+  }
+  if (timeout_ms <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--timeout-ms must be > 0, got ", timeout_ms));
+  }
+  const std::string address = target.substr(std::strlen(kTcpScheme));
+  auto spec = ClusterSpec::Create({{"asked", {address}}});
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", target, "': ", spec.status().message()));
+  }
+  FOREMAN_ASSIGN_OR_RETURN(TaskAddress asked, spec->task_address("asked", 0));
+  const bool any_tls = !options.tls_cert.empty() || !options.tls_key.empty() || !options.tls_ca.empty();
+  if (tls && !options.tls_enabled()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(target, " is a TLS address: give --tls-cert, --tls-key and --tls-ca (a certificate of the "
+                             "cluster's CA)"));
+  }
+  if (!tls && any_tls) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-* given with the plain address ", target, ": use tls://", address));
+  }
+  if (tls) FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(options.tls_cert, options.tls_key, options.tls_ca));
+  NetConfig net;
+  constexpr int64_t kMaxMs = std::numeric_limits<int>::max();
+  net.heartbeat_ms = static_cast<int>(std::min(options.heartbeat_ms, kMaxMs));
+  net.connection_timeout_ms = static_cast<int>(std::min(options.connection_timeout_ms, kMaxMs));
+  if (tls) {
+    net.tls_cert = options.tls_cert;
+    net.tls_key = options.tls_key;
+    net.tls_ca = options.tls_ca;
+  }
+  const auto timeout = std::chrono::milliseconds(std::min(timeout_ms, int64_t{86'400'000}));
+  std::vector<ClusterTaskReport> reports;
+  std::unique_ptr<OwnedActorSystem> owned;
+  FOREMAN_ASSIGN_OR_RETURN(owned, BuildActorSystem(1, [&net](caf::actor_system_config& config) {
+                             ConfigureClusterNetwork(config, net);
+                           }));
+  FOREMAN_RETURN_IF_ERROR(RunOnShortLivedThread([&]() -> Status {
+    {
+      ForgetSystemOnExit forget;
+      caf::scoped_actor self{*owned->system};
+      ClusterTaskReport first;
+      first.address = address;
+      std::string ps_hosts, worker_hosts;
+      AskTask(*owned->system, self, asked, tls, timeout, first, &ps_hosts, &worker_hosts);
+      const bool worker = first.reachable && first.job_name != "ps";
+      const std::string asked_job = first.job_name;
+      const int asked_index = first.task_index;
+      reports.push_back(std::move(first));
+      if (worker) {
+        auto cluster = ClusterSpec::FromFlags(ps_hosts, worker_hosts);
+        if (cluster.ok()) {
+          for (const char* job : {"ps", "worker"}) {
+            const int n = cluster->num_tasks(job);
+            for (int k = 0; k < n; ++k) {
+              if (job == asked_job && k == asked_index) continue;
+              ClusterTaskReport r;
+              r.job_name = job;
+              r.task_index = k;
+              r.address = cluster->jobs().at(job)[k];
+              auto a = cluster->task_address(job, k);
+              if (a.ok()) {
+                AskTask(*owned->system, self, *a, tls, timeout, r, nullptr, nullptr);
+              } else {
+                r.error = std::string(a.status().message());
+              }
+              if (r.reachable && (r.job_name != job || r.task_index != k)) {
+                r.error = absl::StrCat("answered as /job:", r.job_name, "/task:", r.task_index, ", not /job:", job,
+                                       "/task:", k);
+                r.reachable = false;
+                r.job_name = job;
+                r.task_index = k;
+              }
+              reports.push_back(std::move(r));
+            }
+          }
+        }
+      }
+    }
+    owned.reset();
+    return absl::OkStatus();
+  }));
+  return reports;
 }
 
 }  // namespace internal

@@ -56,6 +56,14 @@ inline constexpr int kExitInjectedFault = 3;
 /// failed, 2 bad flags or plan.
 void AddChaosCommand(CLI::App& app, int* exit_code);
 
+/// `foreman cluster local`: a whole cluster (N ps, M workers) of `foreman
+/// train` processes on 127.0.0.1, watched, its signals forwarded to the
+/// chief; exits with the chief's code (2: bad flags). `foreman cluster
+/// status tcp://HOST:PORT`: each task's role, address, state and steps;
+/// exit 0 when the asked task answered, 1 otherwise, 2 bad flags.
+/// docs/cluster.md.
+void AddClusterCommand(CLI::App& app, int* exit_code);
+
 /// `foreman devices`: CUDA devices visible to this build.
 void AddDevicesCommand(CLI::App& app, int* exit_code);
 

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
 
   int exit_code = foreman::cli::kExitOk;
   foreman::cli::AddChaosCommand(app, &exit_code);
+  foreman::cli::AddClusterCommand(app, &exit_code);
   foreman::cli::AddDevicesCommand(app, &exit_code);
   foreman::cli::AddEventsCommand(app, &exit_code);
   foreman::cli::AddInspectCommand(app, &exit_code);

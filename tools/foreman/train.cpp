@@ -146,6 +146,17 @@ class RunPhase {
     return training_;
   }
 
+  // A ps task ("ps task 0") serves and never trains: a signal's message
+  // says what it does instead.
+  void ServeAsPs(std::string who) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ps_task_ = std::move(who);
+  }
+  std::string ps_task() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ps_task_;
+  }
+
   std::string dir() {
     std::lock_guard<std::mutex> lock(mu_);
     return dir_;
@@ -175,6 +186,7 @@ class RunPhase {
   bool undone_ = false;
   std::string lock_file_;                  // empty: it existed before
   std::vector<std::string> created_dirs_;  // deepest first
+  std::string ps_task_;                    // ServeAsPs: "ps task K"
 };
 
 // SIGINT, SIGTERM and SIGHUP are blocked in every thread and taken by one
@@ -227,6 +239,16 @@ class SignalWatcher {
       if (first) {
         first = false;
         signal_.store(sig);
+        if (const std::string ps = phase_->ps_task(); !ps.empty()) {
+          std::fprintf(stderr,
+                       "\nforeman train: %s received: %s stops serving now and exits 1; its variables are lost "
+                       "(the chief restores them from its latest checkpoint when a ps task serves this address "
+                       "again) and the workers' steps fail until then (a second signal exits at once)\n",
+                       SignalName(sig), ps.c_str());
+          std::fflush(stderr);
+          stop_->request_stop();
+          continue;
+        }
         phase_->WithPhase([&](bool training) {
           if (training) {
             std::fprintf(stderr,
@@ -247,7 +269,8 @@ class SignalWatcher {
       }
       if (!phase_->training()) phase_->Undo();  // the main thread holds the lock
       std::fprintf(stderr, "foreman train: second signal (%s): exiting now, %s\n", SignalName(sig),
-                   !phase_->training() ? "before training started"
+                   !phase_->ps_task().empty() ? "a ps task"
+                   : !phase_->training()      ? "before training started"
                    : stop_->completed() ? "after the final checkpoint"
                                         : "without a final checkpoint");
       std::fflush(stderr);
@@ -1370,6 +1393,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     ServerOptions options;
     options.cluster = job.cluster->options;
     options.optimizer = job.optimizer;
+    job.phase->ServeAsPs(absl::StrCat("ps task ", job.cluster->task.task_index));
     return RunParameterServer(*job.cluster, options, absl::Seconds(job.f.cluster.ps_join_timeout_secs), *job.stop);
   }
 

@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# `foreman cluster local` and `foreman cluster status` (docs/cluster.md), on
+# 127.0.0.1 only, every wait bounded; the trap kills only the processes this
+# script started.
+#   1. Bad input: exit 2 naming the flag; a status of a closed port exits 1
+#      and says "unreachable".
+#   2. `cluster local --ps 1 --workers 2 --max-steps 30` runs to completion:
+#      exit 0, every output line prefixed with its task, the chief's final
+#      checkpoint written.                          (also under the sanitizers)
+#   3. A `cluster local` run ended by a SIGTERM (forwarded to the chief): while
+#      it trains, `cluster status` of the ps prints its global_step and that of
+#      the chief lists worker 1 with its steps; junk on the ps's port (random
+#      bytes, a truncated BASP header, a connect-and-close) does not stop it
+#      (its global_step still grows); the SIGTERM ends the run with exit 0 and
+#      the final checkpoint.                        (also under the sanitizers)
+#   4. TLS (certificates from tools/scripts/gen-tls-certs.sh), release only: a
+#      TLS cluster trains; `cluster status tls://` with a certificate of the
+#      CA prints the ps's global_step; with a rogue certificate (another CA) or
+#      over plain tcp:// it is refused (exit 1, the handshake named); a
+#      `foreman train` worker with the rogue certificate is refused (the
+#      handshake named) and trains no step while the others keep training;
+#      junk (random bytes, a truncated TLS ClientHello) on the ps's port does
+#      not stop training.
+#
+#   cluster_cli_test.sh FOREMAN GEN_TLS_CERTS HEARTBEAT_MS CONNECTION_TIMEOUT_MS [small]
+set -u
+foreman=$1
+gen_certs=$2
+heartbeat_ms=$3
+timeout_ms=$4
+small=${5:-}
+py=/usr/bin/python3
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+has() { grep -Eq -- "$1" <<<"$2"; }
+mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/cluster_cli_test.XXXXXX") || { echo "cannot create a temporary directory" >&2; exit 1; }
+pids=()
+# `cluster local` runs each task in its own process group: a SIGKILL of ours
+# would leave them, so first a SIGTERM (it forwards), then its group's tasks
+# are found by their parent pid and killed.
+cleanup() {
+  for p in "${pids[@]}"; do
+    if kill -0 "$p" 2>/dev/null; then
+      for c in $(pgrep -P "$p" 2>/dev/null); do kill -9 "$c" 2>/dev/null; done
+      kill -9 "$p" 2>/dev/null
+    fi
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
+  echo "FAIL: Fashion-MNIST is missing: install Debian's dataset-fashion-mnist (tools/scripts/install-deps.sh)"
+  exit 1
+fi
+bound=120
+
+# Waits (at most $2 s) for process $1, one of ours, to exit; its status in $rc.
+rc=0
+wait_bounded() {
+  local pid=$1 secs=$2 i
+  for ((i = 0; i < secs * 20; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "process $pid still running after $secs s: killing it and its tasks"
+    for c in $(pgrep -P "$pid" 2>/dev/null); do kill -9 "$c" 2>/dev/null; done
+    kill -9 "$pid" 2>/dev/null
+  fi
+  wait "$pid" 2>/dev/null
+  rc=$?
+}
+
+# Waits (at most $3 s) until file $2 matches $1, or process $4 exits.
+wait_for_line() {
+  local pattern=$1 file=$2 secs=$3 pid=$4 i
+  for ((i = 0; i < secs * 20; i++)); do
+    grep -Eq -- "$pattern" "$file" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+# ps 0's global_step from `cluster status` output $1 (empty if none).
+ps_step() { sed -n 's/^ps 0  .*  global_step \([0-9]*\) .*/\1/p' <<<"$1"; }
+
+# Asks `cluster status $1 [flags]` (at most 10 s) until ps 0's global_step
+# exceeds $2; sets $step. False if it never did.
+step=""
+wait_step_above() {
+  local target=$1 above=$2 i out
+  shift 2
+  for ((i = 0; i < 50; i++)); do
+    out=$(timeout 30 "$foreman" cluster status "$target" "$@" --heartbeat-ms "$heartbeat_ms" \
+          --connection-timeout-ms "$timeout_ms" 2>&1)
+    step=$(ps_step "$out")
+    [[ $step =~ ^[0-9]+$ ]] && ((step > above)) && return 0
+    sleep 0.2
+  done
+  echo "last status of $target: $out"
+  return 1
+}
+
+# Sends junk to 127.0.0.1:$1: random bytes, then $2 (hex) and a close, then a
+# connect-and-close. Bounded (2 s per connection).
+junk() {
+  "$py" - "$1" "$2" <<'EOF'
+import os, socket, sys
+port, head = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
+for payload in (os.urandom(200), head, b""):
+    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+    s.sendall(payload)
+    s.close()
+EOF
+}
+
+model=(--hidden 16 --batch-size 50 --threads 1 --optimizer adam --seed 3 --eval-every-steps 0
+       --heartbeat-ms "$heartbeat_ms" --connection-timeout-ms "$timeout_ms")
+
+# 1. Bad input.
+out=$("$foreman" cluster local --workers 0 --checkpoint-dir "$tmp/bad" 2>&1); code=$?
+[[ $code -eq 2 ]] || fail "--workers 0 exited $code, expected 2: $out"
+has "--workers must be in \[1, 64\], got 0" "$out" || fail "--workers 0 is not named: $out"
+out=$("$foreman" cluster local --task-index 1 --checkpoint-dir "$tmp/bad" 2>&1); code=$?
+[[ $code -eq 2 ]] || fail "cluster local --task-index exited $code, expected 2: $out"
+has "--task-index is set by .cluster local. itself" "$out" || fail "--task-index is not refused by name: $out"
+out=$("$foreman" cluster status 127.0.0.1:1 2>&1); code=$?
+[[ $code -eq 2 ]] || fail "a status target without a scheme exited $code, expected 2: $out"
+has "expected tcp://HOST:PORT or tls://HOST:PORT" "$out" || fail "a bad status target is not explained: $out"
+closed=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+out=$(timeout 30 "$foreman" cluster status "tcp://127.0.0.1:$closed" 2>&1); code=$?
+[[ $code -eq 1 ]] || fail "a status of a closed port exited $code, expected 1: $out"
+has "^\?  127.0.0.1:$closed  unreachable: " "$out" || fail "a closed port is not printed as unreachable: $out"
+[[ ! -e $tmp/bad ]] || fail "a refused cluster local created its --checkpoint-dir"
+
+# A ps task given a SIGTERM says what a ps does (not "before training
+# started"), stops serving and exits 1.
+ports=$("$py" -c '
+import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')
+read -r p_ps p_w <<<"$ports"
+"$foreman" train "${model[@]}" --ps-hosts "127.0.0.1:$p_ps" --worker-hosts "127.0.0.1:$p_w" --job-name ps \
+  --task-index 0 --checkpoint-dir "$tmp/ps_unused" >"$tmp/ps.out" 2>&1 &
+ps_pid=$!
+pids+=("$ps_pid")
+wait_for_line "ps task 0 serving at tcp://127.0.0.1:$p_ps" "$tmp/ps.out" "$bound" "$ps_pid" \
+  || fail "the lone ps did not start: $(cat "$tmp/ps.out")"
+kill -TERM "$ps_pid"
+wait_bounded "$ps_pid" 30
+out=$(cat "$tmp/ps.out")
+[[ $rc -eq 1 ]] || fail "a ps stopped by SIGTERM exited $rc, expected 1: $out"
+has "SIGTERM received: ps task 0 stops serving now" "$out" || fail "the ps's signal message: $out"
+! has "before training started" "$out" || fail "the ps speaks of training: $out"
+
+echo "section 2 at $SECONDS s"
+# 2. A short job to completion.
+start=$SECONDS
+out=$(timeout "$bound" "$foreman" cluster local --ps 1 --workers 2 "${model[@]}" --max-steps 30 \
+      --checkpoint-dir "$tmp/short" 2>&1); code=$?
+[[ $code -eq 0 ]] || fail "cluster local --max-steps 30 exited $code: $out"
+has "^foreman cluster local: 1 ps task\(s\) at 127.0.0.1:[0-9]+; 2 worker\(s\) at 127.0.0.1:[0-9]+,127.0.0.1:[0-9]+" \
+  "$out" || fail "cluster local did not say where its tasks are: $out"
+final=$(sed -n 's/^\[worker 0\] training ended at global_step \([0-9]*\)$/\1/p' <<<"$out")
+[[ $final =~ ^[0-9]+$ && $final -ge 30 ]] || fail "the chief did not end training at a global_step >= 30: $out"
+[[ -f $tmp/short/model.ckpt-$final.index ]] || fail "no final checkpoint model.ckpt-$final: $(ls "$tmp/short" 2>&1)"
+has "^\[ps 0\] ps task 0: training ended; exiting" "$out" || fail "the ps did not end with the chief: $out"
+has "^foreman cluster local: exit codes: ps 0 0, worker 0 0, worker 1 0$" "$out" || fail "a task failed: $out"
+bad=$(grep -Ev '^(\[(ps 0|worker [01])\] |foreman cluster local: )' <<<"$out" | head -3)
+[[ -z $bad ]] || fail "lines without their task's prefix: $bad"
+echo "short run: global_step $final in $((SECONDS - start)) s"
+
+echo "section 3 at $SECONDS s"
+# 3. A run ended by a SIGTERM; status and junk while it trains.
+"$foreman" cluster local --ps 1 --workers 2 "${model[@]}" --max-steps 1000000 --log-step-count-steps 1 \
+  --checkpoint-dir "$tmp/long" >"$tmp/long.out" 2>"$tmp/long.err" &
+local_pid=$!
+pids+=("$local_pid")
+wait_for_line "^\[worker 0\] step [0-9]+" "$tmp/long.err" "$bound" "$local_pid" || fail "the chief trained no step"
+wait_for_line "^\[worker 1\] step [0-9]+" "$tmp/long.err" "$bound" "$local_pid" || fail "worker 1 trained no step"
+ps_addr=$(sed -n 's/^foreman cluster local: 1 ps task(s) at \([0-9.:]*\);.*/\1/p' "$tmp/long.err")
+chief_addr=$(sed -n 's/^foreman cluster local: .* 2 worker(s) at \([0-9.:]*\),.*/\1/p' "$tmp/long.err")
+out=$(timeout 30 "$foreman" cluster status "tcp://$ps_addr" 2>&1); code=$?
+[[ $code -eq 0 ]] || fail "cluster status of the ps exited $code: $out"
+before=$(ps_step "$out")
+[[ $before =~ ^[0-9]+$ && $before -ge 1 ]] || fail "cluster status of the ps printed no global_step >= 1: $out"
+out=$(timeout 30 "$foreman" cluster status "tcp://$chief_addr" 2>&1); code=$?
+[[ $code -eq 0 ]] || fail "cluster status of the chief exited $code: $out"
+has "^worker 0  $chief_addr  serving \(chief\)  steps [0-9]+$" "$out" || fail "the chief's line: $out"
+has "^ps 0  $ps_addr  serving  global_step [0-9]+  applied_updates" "$out" || fail "the chief's status lacks the ps: $out"
+has "^worker 1  127.0.0.1:[0-9]+  serving  steps [1-9][0-9]*$" "$out" || fail "the chief's status lacks worker 1: $out"
+# Junk: 200 random bytes, a 20-byte truncated BASP header, a connect-and-close.
+junk "${ps_addr##*:}" "0000000000000000ffffffff0000000000000001" || fail "cannot send junk to the ps"
+wait_step_above "tcp://$ps_addr" "${before:-0}" || fail "the ps's global_step did not grow after junk on its port"
+kill -TERM "$local_pid"
+wait_bounded "$local_pid" "$bound"
+long_out=$(cat "$tmp/long.out")
+long_err=$(cat "$tmp/long.err")
+[[ $rc -eq 0 ]] || fail "cluster local ended by SIGTERM exited $rc: $long_out $long_err"
+has "SIGTERM received: forwarded to the chief" "$long_err" || fail "the SIGTERM was not forwarded to the chief: $long_err"
+has "^\[worker 0\] stopped by SIGTERM after its final checkpoint" "$long_out" \
+  || fail "the chief did not stop at the SIGTERM: $long_out"
+final=$(sed -n 's/^\[worker 0\] training ended at global_step \([0-9]*\)$/\1/p' <<<"$long_out")
+[[ $final =~ ^[0-9]+$ && -f $tmp/long/model.ckpt-$final.index ]] || fail "no final checkpoint at $final: $long_out"
+has "^\[worker 1\] worker 1: the chief ended training" "$long_out" || fail "worker 1 did not stop at the end: $long_out"
+
+echo "section 4 at $SECONDS s"
+# 4. TLS.
+if [[ $small != small ]]; then
+  certs=$tmp/certs
+  start=$SECONDS
+  "$gen_certs" --rogue rogue "$certs" node || fail "gen-tls-certs.sh failed"
+  echo "certificates made in $((SECONDS - start)) s"
+  tls=(--tls-cert "$certs/node.pem" --tls-key "$certs/node.key" --tls-ca "$certs/ca.pem")
+  rogue=(--tls-cert "$certs/rogue.pem" --tls-key "$certs/rogue.key" --tls-ca "$certs/rogue-ca.pem")
+  "$foreman" cluster local --ps 1 --workers 2 "${model[@]}" "${tls[@]}" --max-steps 1000000 \
+    --log-step-count-steps 1 --checkpoint-dir "$tmp/tls" >"$tmp/tls.out" 2>"$tmp/tls.err" &
+  tls_pid=$!
+  pids+=("$tls_pid")
+  wait_for_line "^\[worker 0\] step [0-9]+" "$tmp/tls.err" "$bound" "$tls_pid" || fail "the TLS chief trained no step"
+  wait_for_line "^\[worker 1\] step [0-9]+" "$tmp/tls.err" "$bound" "$tls_pid" || fail "TLS worker 1 trained no step"
+  ps_addr=$(sed -n 's/^foreman cluster local: 1 ps task(s) at \([0-9.:]*\);.*/\1/p' "$tmp/tls.err")
+  out=$(timeout 30 "$foreman" cluster status "tls://$ps_addr" "${tls[@]}" 2>&1); code=$?
+  before=$(ps_step "$out")
+  [[ $code -eq 0 && $before =~ ^[0-9]+$ && $before -ge 1 ]] \
+    || fail "cluster status tls:// exited $code without a global_step >= 1: $out"
+  out=$(timeout 30 "$foreman" cluster status "tls://$ps_addr" "${rogue[@]}" 2>&1); code=$?
+  [[ $code -eq 1 ]] || fail "a status with a rogue certificate exited $code, expected 1: $out"
+  has "unreachable: .*handshake" "$out" || fail "a rogue status does not name the handshake: $out"
+  out=$(timeout 30 "$foreman" cluster status "tcp://$ps_addr" 2>&1); code=$?
+  [[ $code -eq 1 ]] || fail "a plain status of a TLS port exited $code, expected 1: $out"
+  # A rogue worker (its own spare address): refused at the handshake, no step.
+  spare=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$foreman" train "${model[@]}" "${rogue[@]}" --max-steps 1000000 --ps-hosts "$ps_addr" \
+    --worker-hosts "$chief_addr,127.0.0.1:$spare" --job-name worker --task-index 1 --checkpoint-dir "$tmp/rogue" \
+    --ps-wait-secs 2 >"$tmp/rogue.out" 2>&1 &
+  rogue_pid=$!
+  pids+=("$rogue_pid")
+  wait_for_line "closed the connection during the TLS/BASP handshake" "$tmp/rogue.out" 30 "$rogue_pid" \
+    || fail "the rogue worker was not refused at the handshake: $(cat "$tmp/rogue.out")"
+  junk "${ps_addr##*:}" "160301020001000200" || fail "cannot send junk to the TLS ps"
+  kill -TERM "$rogue_pid" 2>/dev/null
+  wait_bounded "$rogue_pid" 30
+  ! grep -Eq "^step [0-9]+" "$tmp/rogue.out" || fail "the rogue worker trained: $(cat "$tmp/rogue.out")"
+  # The TLS ps still trains after a status, a rogue worker and junk: CAF
+  # 0.17.6's openssl module used to stall it here (a failed handshake's
+  # error left on OpenSSL's queue; actors/tls_error_queue.cpp clears it).
+  wait_step_above "tls://$ps_addr" "${before:-0}" "${tls[@]}" \
+    || fail "the TLS ps's global_step did not grow after a status, a rogue worker and junk"
+  kill -TERM "$tls_pid"
+  wait_bounded "$tls_pid" "$bound"
+  [[ $rc -eq 0 ]] || fail "the TLS cluster ended by SIGTERM exited $rc: $(grep -Ev '\] step|global_step/sec' "$tmp/tls.out" "$tmp/tls.err" | tail -20)"
+fi
+
+echo "done at $SECONDS s"
+if ((failures > 0)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "cluster_cli_test: OK"
