@@ -19,52 +19,10 @@ set -u
 foreman=$1
 heartbeat_ms=$2
 timeout_ms=$3
-py=/usr/bin/python3
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-has() { grep -Eq -- "$1" <<<"$2"; }
-mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/cluster_chief_restart_test.XXXXXX") \
-  || { echo "cannot create a temporary directory under ${TEST_TMPDIR:-/tmp}" >&2; exit 1; }
-pids=()  # only the processes this script started
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
+NAME=cluster_chief_restart_test
+# shellcheck source=support/cluster_test_lib.sh
+source "$(dirname "$0")/support/cluster_test_lib.sh"
 
-if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
-  echo "FAIL: Fashion-MNIST is missing: install Debian's dataset-fashion-mnist (tools/scripts/install-deps.sh)"
-  exit 1
-fi
-
-# Waits (at most $2 s) for process $1, one of ours, to exit; its exit status
-# in $rc (137 after a kill when it ran past the bound).
-rc=0
-wait_bounded() {
-  local pid=$1 secs=$2 i
-  for ((i = 0; i < secs * 20; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "process $pid still running after $secs s: killing it"
-    kill -9 "$pid" 2>/dev/null
-  fi
-  wait "$pid" 2>/dev/null
-  rc=$?
-}
-
-# Waits (at most $3 s) until file $2 matches $1, or process $4 exits.
-wait_for_line() {
-  local pattern=$1 file=$2 secs=$3 pid=$4 i
-  for ((i = 0; i < secs * 20; i++)); do
-    grep -Eq -- "$pattern" "$file" 2>/dev/null && return 0
-    kill -0 "$pid" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-
-# The number of progress lines ("step N ...") in file $1.
-steps_in() { grep -Ec '^step [0-9]+' "$1" 2>/dev/null; }
 # Waits (at most $3 s) until file $1 has more than $2 progress lines, or
 # process $4 exits.
 wait_for_steps() {
@@ -87,12 +45,7 @@ checkpoint_steps() {
 }
 
 # Three free ports on 127.0.0.1 (bound together, so distinct).
-ports=$("$py" -c '
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))') || { echo "FAIL: cannot find free ports"; exit 1; }
+ports=$(free_ports 3) || { echo "FAIL: cannot find free ports"; exit 1; }
 read -r ps_port chief_port worker_port <<<"$ports"
 
 # --max-steps: a bound only (the SIGTERM ends the run); a progress line per step.

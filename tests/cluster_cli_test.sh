@@ -29,60 +29,10 @@ gen_certs=$2
 heartbeat_ms=$3
 timeout_ms=$4
 small=${5:-}
-py=/usr/bin/python3
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-has() { grep -Eq -- "$1" <<<"$2"; }
-mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/cluster_cli_test.XXXXXX") || { echo "cannot create a temporary directory" >&2; exit 1; }
-pids=()
-# `cluster local` runs each task in its own process group: a SIGKILL of ours
-# would leave them, so first a SIGTERM (it forwards), then its group's tasks
-# are found by their parent pid and killed.
-cleanup() {
-  for p in "${pids[@]}"; do
-    if kill -0 "$p" 2>/dev/null; then
-      for c in $(pgrep -P "$p" 2>/dev/null); do kill -9 "$c" 2>/dev/null; done
-      kill -9 "$p" 2>/dev/null
-    fi
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
-  echo "FAIL: Fashion-MNIST is missing: install Debian's dataset-fashion-mnist (tools/scripts/install-deps.sh)"
-  exit 1
-fi
+NAME=cluster_cli_test
+# shellcheck source=support/cluster_test_lib.sh
+source "$(dirname "$0")/support/cluster_test_lib.sh"
 bound=120
-
-# Waits (at most $2 s) for process $1, one of ours, to exit; its status in $rc.
-rc=0
-wait_bounded() {
-  local pid=$1 secs=$2 i
-  for ((i = 0; i < secs * 20; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "process $pid still running after $secs s: killing it and its tasks"
-    for c in $(pgrep -P "$pid" 2>/dev/null); do kill -9 "$c" 2>/dev/null; done
-    kill -9 "$pid" 2>/dev/null
-  fi
-  wait "$pid" 2>/dev/null
-  rc=$?
-}
-
-# Waits (at most $3 s) until file $2 matches $1, or process $4 exits.
-wait_for_line() {
-  local pattern=$1 file=$2 secs=$3 pid=$4 i
-  for ((i = 0; i < secs * 20; i++)); do
-    grep -Eq -- "$pattern" "$file" 2>/dev/null && return 0
-    kill -0 "$pid" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
 
 # ps 0's global_step from `cluster status` output $1 (empty if none).
 ps_step() { sed -n 's/^ps 0  .*  global_step \([0-9]*\) .*/\1/p' <<<"$1"; }
@@ -130,7 +80,7 @@ has "--task-index is set by .cluster local. itself" "$out" || fail "--task-index
 out=$("$foreman" cluster status 127.0.0.1:1 2>&1); code=$?
 [[ $code -eq 2 ]] || fail "a status target without a scheme exited $code, expected 2: $out"
 has "expected tcp://HOST:PORT or tls://HOST:PORT" "$out" || fail "a bad status target is not explained: $out"
-closed=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+closed=$(free_ports 1)
 out=$(timeout 30 "$foreman" cluster status "tcp://127.0.0.1:$closed" 2>&1); code=$?
 [[ $code -eq 1 ]] || fail "a status of a closed port exited $code, expected 1: $out"
 has "^\?  127.0.0.1:$closed  unreachable: " "$out" || fail "a closed port is not printed as unreachable: $out"
@@ -138,12 +88,7 @@ has "^\?  127.0.0.1:$closed  unreachable: " "$out" || fail "a closed port is not
 
 # A ps task given a SIGTERM says what a ps does (not "before training
 # started"), stops serving and exits 1.
-ports=$("$py" -c '
-import socket
-ss = [socket.socket() for _ in range(2)]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))')
+ports=$(free_ports 2)
 read -r p_ps p_w <<<"$ports"
 "$foreman" train "${model[@]}" --ps-hosts "127.0.0.1:$p_ps" --worker-hosts "127.0.0.1:$p_w" --job-name ps \
   --task-index 0 --checkpoint-dir "$tmp/ps_unused" >"$tmp/ps.out" 2>&1 &
@@ -235,7 +180,7 @@ if [[ $small != small ]]; then
   out=$(timeout 30 "$foreman" cluster status "tcp://$ps_addr" 2>&1); code=$?
   [[ $code -eq 1 ]] || fail "a plain status of a TLS port exited $code, expected 1: $out"
   # A rogue worker (its own spare address): refused at the handshake, no step.
-  spare=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  spare=$(free_ports 1)
   "$foreman" train "${model[@]}" "${rogue[@]}" --max-steps 1000000 --ps-hosts "$ps_addr" \
     --worker-hosts "$chief_addr,127.0.0.1:$spare" --job-name worker --task-index 1 --checkpoint-dir "$tmp/rogue" \
     --ps-wait-secs 2 >"$tmp/rogue.out" 2>&1 &

@@ -23,49 +23,9 @@ tools=$2
 heartbeat_ms=$3
 timeout_ms=$4
 cases=${5:-worker,ps,gone}
-py=/usr/bin/python3
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-has() { grep -Eq -- "$1" <<<"$2"; }
-mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/cluster_failure_test.XXXXXX") || { echo "cannot create a temporary directory" >&2; exit 1; }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
-
-if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
-  echo "FAIL: Fashion-MNIST is missing: install Debian's dataset-fashion-mnist (tools/scripts/install-deps.sh)"
-  exit 1
-fi
-
-rc=0
-# Waits (at most $2 s) for process $1, one of ours, to exit; its status in $rc.
-wait_bounded() {
-  local pid=$1 secs=$2 i
-  for ((i = 0; i < secs * 20; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "process $pid still running after $secs s: killing it"
-    kill -9 "$pid" 2>/dev/null
-  fi
-  wait "$pid" 2>/dev/null
-  rc=$?
-}
-# Waits (at most $3 s) until file $2 has $4 lines matching $1 (default 1),
-# or process $5 exits.
-wait_for_lines() {
-  local pattern=$1 file=$2 secs=$3 n=$4 pid=$5 i c
-  for ((i = 0; i < secs * 20; i++)); do
-    c=$(grep -Ec -- "$pattern" "$file" 2>/dev/null)
-    ((${c:-0} >= n)) && return 0
-    kill -0 "$pid" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-steps_in() { local c; c=$(grep -Ec "^step [0-9]+" "$1" 2>/dev/null); echo "${c:-0}"; }
+NAME=cluster_failure_test
+# shellcheck source=support/cluster_test_lib.sh
+source "$(dirname "$0")/support/cluster_test_lib.sh"
 
 bound=60
 model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --optimizer adam --seed 7
@@ -77,12 +37,7 @@ model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --optimizer a
 # every 20 steps. Extra worker flags: $2 (e.g. --ps-wait-secs N).
 start_cluster() {
   local name=$1 wait_secs=$2 ports
-  ports=$("$py" -c '
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))') || { echo "FAIL: cannot find free ports"; exit 1; }
+  ports=$(free_ports 3) || { echo "FAIL: cannot find free ports"; exit 1; }
   read -r ps_port chief_port worker_port <<<"$ports"
   net=(--ps-hosts "127.0.0.1:$ps_port" --worker-hosts "127.0.0.1:$chief_port,127.0.0.1:$worker_port"
        --heartbeat-ms "$heartbeat_ms" --connection-timeout-ms "$timeout_ms")

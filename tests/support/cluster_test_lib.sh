@@ -1,0 +1,84 @@
+# Shared by the multi-process cluster tests (tests/cluster_*_test.sh):
+# sourced after `set -u` with NAME set to the test's name. Gives:
+#   $tmp       a fresh temporary directory, removed at exit
+#   pids       the processes the test started (append each one): at exit
+#              each still running is killed with -9, with its children
+#              (`foreman cluster local` runs each task in its own group)
+#   fail MSG   counts a failure and prints it; has REGEX TEXT
+#   rc         the exit status wait_bounded saw
+# and the waits below, each bounded. Exits 1 when Fashion-MNIST is missing.
+py=/usr/bin/python3
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+has() { grep -Eq -- "$1" <<<"$2"; }
+mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/$NAME.XXXXXX") \
+  || { echo "cannot create a temporary directory under ${TEST_TMPDIR:-/tmp}" >&2; exit 1; }
+pids=()
+# Kills process $1 (one of ours) and its children with -9.
+kill_with_children() {
+  local c
+  kill -0 "$1" 2>/dev/null || return 0
+  for c in $(pgrep -P "$1" 2>/dev/null); do kill -9 "$c" 2>/dev/null; done
+  kill -9 "$1" 2>/dev/null
+}
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill_with_children "$p"; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
+  echo "FAIL: Fashion-MNIST is missing: install Debian's dataset-fashion-mnist (tools/scripts/install-deps.sh)"
+  exit 1
+fi
+
+# Waits (at most $2 s) for process $1, one of ours, to exit; its exit status
+# in $rc (137 after a kill when it ran past the bound).
+rc=0
+wait_bounded() {
+  local pid=$1 secs=$2 i
+  for ((i = 0; i < secs * 20; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "process $pid still running after $secs s: killing it and its children"
+    kill_with_children "$pid"
+  fi
+  wait "$pid" 2>/dev/null
+  rc=$?
+}
+
+# Waits (at most $3 s) until file $2 has $4 lines matching $1, or process
+# $5 exits.
+wait_for_lines() {
+  local pattern=$1 file=$2 secs=$3 n=$4 pid=$5 i c
+  for ((i = 0; i < secs * 20; i++)); do
+    c=$(grep -Ec -- "$pattern" "$file" 2>/dev/null)
+    ((${c:-0} >= n)) && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+# Waits (at most $3 s) until file $2 matches $1, or process $4 exits.
+wait_for_line() { wait_for_lines "$1" "$2" "$3" 1 "$4"; }
+
+# The number of progress lines ("step N ...") in file $1 (0 if none).
+steps_in() {
+  local c
+  c=$(grep -Ec '^step [0-9]+' "$1" 2>/dev/null)
+  echo "${c:-0}"
+}
+
+# $1 free TCP ports on 127.0.0.1, bound together (so distinct), on one line.
+free_ports() {
+  "$py" -c '
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
+}
