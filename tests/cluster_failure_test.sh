@@ -11,18 +11,22 @@
 #           finishes with exit 0; worker 1 resumes and trains again.
 #   gone:   the ps never comes back, --ps-wait-secs 2 -> both workers exit
 #           1 naming the ps task and the wait, within the bound.
+#   late:   both workers start before the ps, which comes 3 s later -> they
+#           wait for it as a recovery does (reconnecting every heartbeat,
+#           --ps-wait-secs), not with the bounded recoveries' growing
+#           back-off: both train within 3 s of the ps's start.
 # Each case is a fresh cluster; every wait is bounded; the trap kills only
 # the processes this script started.
 #
 #   cluster_failure_test.sh FOREMAN TOOLS_TESTING_DIR HEARTBEAT_MS CONNECTION_TIMEOUT_MS [CASES]
-# CASES: a comma list of worker,ps,gone (default: all; the sanitizer builds
+# CASES: a comma list of worker,ps,gone,late (default: all; the sanitizer builds
 # run "ps" only).
 set -u
 foreman=$1
 tools=$2
 heartbeat_ms=$3
 timeout_ms=$4
-cases=${5:-worker,ps,gone}
+cases=${5:-worker,ps,gone,late}
 NAME=cluster_failure_test
 # shellcheck source=support/cluster_test_lib.sh
 source "$(dirname "$0")/support/cluster_test_lib.sh"
@@ -188,6 +192,35 @@ if [[ ,$cases, == *,gone,* ]]; then
   [[ $worker_rc -eq 1 ]] || fail "gone: worker 1 exited $worker_rc, expected 1"
   ((took <= 20)) || fail "gone: the workers took $took s to give up (--ps-wait-secs 2)"
   echo "gone: both workers gave up within $took s"
+fi
+
+# (d) the ps starts 3 s after both workers: they wait for it.
+if [[ ,$cases, == *,late,* ]]; then
+  ports=$(free_ports 3) || { echo "FAIL: cannot find free ports"; exit 1; }
+  read -r ps_port chief_port worker_port <<<"$ports"
+  net=(--ps-hosts "127.0.0.1:$ps_port" --worker-hosts "127.0.0.1:$chief_port,127.0.0.1:$worker_port"
+       --heartbeat-ms "$heartbeat_ms" --connection-timeout-ms "$timeout_ms")
+  "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index 1 --checkpoint-dir "$tmp/unused" \
+    --ps-wait-secs 30 >"$tmp/late.worker1.out" 2>&1 &
+  worker_pid=$!
+  pids+=("$worker_pid")
+  "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index 0 --checkpoint-dir "$tmp/late.ckpt" \
+    --ps-wait-secs 30 >"$tmp/late.chief.out" 2>&1 &
+  chief_pid=$!
+  pids+=("$chief_pid")
+  sleep 3  # the ps is late on purpose: this is what the case is about
+  start_ps late.ps.out
+  start=$SECONDS
+  wait_for_lines "^step [0-9]+" "$tmp/late.chief.out" "$bound" 1 "$chief_pid" || fail "late: the chief trained no step"
+  wait_for_lines "^step [0-9]+" "$tmp/late.worker1.out" "$bound" 1 "$worker_pid" || fail "late: worker 1 trained no step"
+  took=$((SECONDS - start))
+  ((took <= 3)) || fail "late: the workers took $took s after the ps started to train (a heartbeat's wait expected)"
+  has "waiting up to 30 s for the ps tasks" "$(cat "$tmp/late.chief.out")" \
+    || fail "late: the chief did not say it waits for the ps: $(tail -20 "$tmp/late.chief.out")"
+  finish
+  [[ $chief_rc -eq 0 && $worker_rc -eq 0 && $ps_rc -eq 0 ]] \
+    || fail "late: exit codes chief $chief_rc, worker 1 $worker_rc, ps $ps_rc (expected 0 0 0)"
+  echo "late: both workers trained within $took s of the ps's start"
 fi
 
 if ((failures > 0)); then

@@ -230,6 +230,11 @@ class SessionCreator {
   /// The scaffold whose ops and saver the sessions use.
   virtual const std::shared_ptr<Scaffold>& scaffold() const = 0;
   virtual const SessionConfig& config() const = 0;
+  /// The target its sessions are created on ("" when unknown, the default).
+  /// Not in TF: a MonitoredSession learns a cluster target's ps wait
+  /// (ClusterOptions::ps_wait_secs) from it before the first session, so a
+  /// worker started before its ps tasks waits for them as a recovery would.
+  virtual const std::string& master() const;
 };
 
 /// TF's ChiefSessionCreator: prepare_session with the scaffold's ops; restores from
@@ -242,6 +247,7 @@ class ChiefSessionCreator : public SessionCreator {
   StatusOr<std::unique_ptr<Session>> create_session() override;
   const std::shared_ptr<Scaffold>& scaffold() const override { return scaffold_; }
   const SessionConfig& config() const override { return config_; }
+  const std::string& master() const override { return master_; }
 
  private:
   std::shared_ptr<Scaffold> scaffold_;
@@ -261,6 +267,7 @@ class WorkerSessionCreator : public SessionCreator {
   StatusOr<std::unique_ptr<Session>> create_session() override;
   const std::shared_ptr<Scaffold>& scaffold() const override { return scaffold_; }
   const SessionConfig& config() const override { return config_; }
+  const std::string& master() const override { return master_; }
   /// The SessionManager once built (after the first create_session).
   const SessionManager* session_manager() const { return session_manager_.get(); }
 

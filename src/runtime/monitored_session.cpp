@@ -42,6 +42,7 @@
 #include "platform/path.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/session_access.hpp"
+#include "runtime/session_target.hpp"
 
 namespace foreman {
 
@@ -299,6 +300,15 @@ Status MonitoredSession::Impl::Start() {
   rng.seed(recovery.seed);
   graph = creator->scaffold() ? creator->scaffold()->graph() : nullptr;
   graph_was_finalized = graph == nullptr || graph->finalized();
+  // Issue 13: a cluster target's ps wait applies from the first session on
+  // (a worker started before its ps tasks waits for them, as a recovery).
+  if (const std::string& master = creator->master(); !master.empty()) {
+    StatusOr<std::shared_ptr<internal::SessionValues>> values = internal::ResolveSessionTarget(master);
+    if (values.ok() && (*values)->remote != nullptr) {
+      const internal::RemoteValues::PsWait w = (*values)->remote->ps_wait();
+      if (w.wait > absl::ZeroDuration()) ps_wait = w;
+    }
+  }
   hook_names.reserve(hooks.size());
   for (std::size_t i = 0; i < hooks.size(); ++i) {
     if (!hooks[i]) return absl::InvalidArgumentError(absl::StrCat("MonitoredSession: hooks[", i, "] is null"));

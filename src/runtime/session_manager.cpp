@@ -529,6 +529,11 @@ StatusOr<SessionManager*> LazySessionManager(const Scaffold& scaffold, std::uniq
 
 }  // namespace
 
+const std::string& SessionCreator::master() const {
+  static const std::string* const kUnknown = new std::string;
+  return *kUnknown;
+}
+
 ChiefSessionCreator::ChiefSessionCreator(std::shared_ptr<Scaffold> scaffold, std::string master,
                                          SessionConfig config, std::string checkpoint_dir,
                                          std::string checkpoint_filename_with_path)
