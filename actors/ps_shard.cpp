@@ -110,6 +110,23 @@ Status Init(ps_shard_state& st, const VariablesMessage& message) {
                                                    " without ",
                                                    b1 ? nn::internal::kBeta2PowerName : nn::internal::kBeta1PowerName));
   }
+  // The chief's optimizer must be this shard's (every task gets the same
+  // --optimizer): a slot or beta power of another optimizer means the
+  // shard would apply updates the chief's graph does not describe.
+  const std::vector<std::string> own_slots = nn::internal::SlotSuffixes(st.options.optimizer.kind);
+  const std::string own_kind = nn::OptimizerKindName(st.options.optimizer.kind);
+  for (const auto& [name, tensor] : vars) {
+    std::string primary;
+    const bool foreign_slot =
+        nn::internal::IsSlotName(name, &primary) && vars.count(primary) > 0 &&
+        std::find(own_slots.begin(), own_slots.end(), name.substr(primary.size() + 1)) == own_slots.end();
+    const bool foreign_beta = IsBetaPower(name) && st.options.optimizer.kind != nn::OptimizerKind::kAdam;
+    if (foreign_slot || foreign_beta) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Who(st), ": the chief's variables include '", name, "', which the ", own_kind,
+          " optimizer this ps task runs does not have: give every task of the cluster the same --optimizer"));
+    }
+  }
   st.vars = std::move(vars);
   st.initialized = true;
   auto gs = st.vars.find(kGlobalStepName);

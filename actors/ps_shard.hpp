@@ -22,7 +22,10 @@
 //       Errors (the shard unchanged): INVALID_ARGUMENT naming the tensor for
 //       an empty or duplicate name, a bad tensor (FromMessage), a
 //       global_step that is not an int64 scalar, a beta power that is not a
-//       float32 scalar, or only one of the two beta powers.
+//       float32 scalar, only one of the two beta powers, or a slot
+//       ("<var>/Adam" with <var> given) or beta power of another optimizer
+//       than the shard's ("the sgd optimizer this ps task runs does not
+//       have": the tasks were started with different --optimizer flags).
 //   (ps_read_atom, std::vector<std::string> names)         -> VariablesMessage
 //       Those variables (any order given, duplicates allowed), and in
 //       global_step the shard's global_step, -1 when it does not hold it.

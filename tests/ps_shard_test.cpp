@@ -267,6 +267,37 @@ VariablesMessage ShardVariables(OptimizerKind kind, std::mt19937& rng, std::map<
   return vars;
 }
 
+TEST_CASE("init refuses the slots or beta powers of another optimizer than the shard's, naming it (every task "
+          "needs the same --optimizer)") {
+  Node node;
+  OptimizerOptions adam;
+  adam.kind = nn::OptimizerKind::kAdam;
+  OptimizerOptions momentum;
+  momentum.kind = nn::OptimizerKind::kMomentum;
+  caf::actor sgd_shard = node.Shard(0, Sgd());
+  caf::actor momentum_shard = node.Shard(1, momentum);
+  caf::actor adam_shard = node.Shard(2, adam);
+  VariablesMessage adams;  // what an Adam chief writes
+  adams.tensors = {Floats("w", {2}, {1, 2}), Floats("w/Adam", {2}, {0, 0}), Floats("w/Adam_1", {2}, {0, 0}),
+                   Floats("beta1_power", {}, {0.9f}), Floats("beta2_power", {}, {0.999f})};
+  Status s = Init(*node.sys, sgd_shard, adams);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(absl::StrContains(s.message(), "ps task 0: the chief's variables include 'beta1_power', which the "
+                                               "sgd optimizer this ps task runs does not have: give every task of "
+                                               "the cluster the same --optimizer"),
+                s.message());
+  s = Init(*node.sys, momentum_shard, adams);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(s.message(), "which the momentum optimizer this ps task runs does not have"));
+  CHECK(Init(*node.sys, adam_shard, adams).ok());
+  // Nothing changed on a refused init: the shard is still not initialized.
+  CHECK(Read(*node.sys, sgd_shard, {"w"}).status().code() == absl::StatusCode::kFailedPrecondition);
+  // A variable that merely ends like a slot, with no primary, is not one.
+  VariablesMessage plain;
+  plain.tensors = {Floats("layer/Momentum", {1}, {3})};
+  CHECK(Init(*node.sys, sgd_shard, plain).ok());
+}
+
 TEST_CASE("applies give bitwise the values of nn::internal::ApplyDense on a local copy (SGD, Momentum, Adam)") {
   Eigen::ThreadPool pool(2);
   Eigen::ThreadPoolDevice device(&pool, 2);
