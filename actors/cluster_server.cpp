@@ -243,8 +243,13 @@ class PsRemoteValues final : public RemoteValues {
     FOREMAN_ASSIGN_OR_RETURN(auto placement, Bound("ReadConsistent"));
     const std::vector<int> all = AllShards();
     const int64_t freeze_ms = std::min<int64_t>(kMaxFreezeMs, 2 * timeout_.count() + 1000);
+    // One actor freezes, reads and thaws: the shards monitor it, so a chief
+    // killed mid-checkpoint thaws them at once (its connection drops), not
+    // after freeze_ms.
+    ForgetSystemOnExit forget;
+    caf::scoped_actor freezer{System()};
     std::vector<StatusOr<int64_t>> frozen =
-        AskAll<int64_t>(all, [&](caf::scoped_actor& self, const caf::actor& proxy, int) {
+        AskAllFrom<int64_t>(freezer, all, [&](caf::scoped_actor& self, const caf::actor& proxy, int) {
           return self->request(proxy, timeout_, ps_freeze_atom::value, freeze_ms);
         });
     Status status;
@@ -259,8 +264,8 @@ class PsRemoteValues final : public RemoteValues {
     std::vector<TensorMessage> values;
     if (status.ok()) {
       const std::vector<int> shards = ShardsWithNames(*placement);
-      std::vector<StatusOr<VariablesMessage>> r = AskAll<VariablesMessage>(
-          shards, [&](caf::scoped_actor& self, const caf::actor& proxy, int k) {
+      std::vector<StatusOr<VariablesMessage>> r =
+          AskAllFrom<VariablesMessage>(freezer, shards, [&](caf::scoped_actor& self, const caf::actor& proxy, int k) {
             return self->request(proxy, timeout_, ps_read_atom::value, placement->shard_names[k]);
           });
       for (auto& one : r) {
@@ -272,10 +277,10 @@ class PsRemoteValues final : public RemoteValues {
       }
     }
     // Always thaw what froze (a shard also thaws itself after freeze_ms).
-    std::vector<StatusOr<int64_t>> thawed = AskAll<int64_t>(thaw, [&](caf::scoped_actor& self, const caf::actor& proxy,
-                                                                      int) {
-      return self->request(proxy, timeout_, ps_thaw_atom::value);
-    });
+    std::vector<StatusOr<int64_t>> thawed =
+        AskAllFrom<int64_t>(freezer, thaw, [&](caf::scoped_actor& self, const caf::actor& proxy, int) {
+          return self->request(proxy, timeout_, ps_thaw_atom::value);
+        });
     for (std::size_t i = 0; i < thaw.size(); ++i) {
       if (!thawed[i].ok()) {
         FOREMAN_LOG_WARN("{}: thawing after a consistent read: {} (the shard thaws itself after {} ms)", target_,
@@ -523,10 +528,26 @@ class PsRemoteValues final : public RemoteValues {
     return absl::UnavailableError(absl::StrCat(ps_[k].where, ": ", cause));
   }
 
+  // The actor system, for a scoped actor of the caller's (Enter() keeps it
+  // alive: Shutdown waits for in_flight_ to fall).
+  caf::actor_system& System() {
+    MutexLock l(mu_);
+    return *system_;
+  }
+
   // Sends one request to each shard of `shards` (send(self, proxy, k)), then
   // awaits every answer: the shards work in parallel.
   template <class T, class Send>
   std::vector<StatusOr<T>> AskAll(const std::vector<int>& shards, Send send) {
+    if (shards.empty()) return {};
+    ForgetSystemOnExit forget;
+    caf::scoped_actor self{System()};
+    return AskAllFrom<T>(self, shards, send);
+  }
+
+  // AskAll from the caller's scoped actor `self` (the sender the shards see).
+  template <class T, class Send>
+  std::vector<StatusOr<T>> AskAllFrom(caf::scoped_actor& self, const std::vector<int>& shards, Send send) {
     std::vector<StatusOr<T>> out(shards.size(), StatusOr<T>(absl::UnknownError("no answer")));
     if (shards.empty()) return out;
     std::vector<caf::actor> proxies(shards.size());
@@ -538,13 +559,7 @@ class PsRemoteValues final : public RemoteValues {
         out[i] = p.status();
       }
     }
-    caf::actor_system* system;
-    {
-      MutexLock l(mu_);
-      system = system_;
-    }
-    ForgetSystemOnExit forget;
-    caf::scoped_actor self{*system};
+    caf::actor_system* system = &self->system();
     std::vector<std::optional<Handle>> handles(shards.size());
     std::vector<LostProxies::Pending> pending;
     for (std::size_t i = 0; i < shards.size(); ++i) {

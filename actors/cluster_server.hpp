@@ -29,7 +29,8 @@
 //   Read            ps_read of each shard's names; a shard answering "not
 //                   initialized" has its names erased from the mirror.
 //   ReadConsistent  ps_freeze every shard (the freeze bounded by
-//                   2 x request_timeout_ms + 1 s), ps_read each, ps_thaw
+//                   2 x request_timeout_ms + 1 s, and by the life of the
+//                   one scoped actor that asks), ps_read each, ps_thaw
 //                   every shard that froze (always, also after an error).
 //   Write           ps_init of every shard (also one that holds no
 //                   variable: it must be initialized to take applies) with

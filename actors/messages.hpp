@@ -96,7 +96,8 @@ struct PsShardStatsMessage {
   /// and how many applies of it wait for the aggregated update now.
   int64_t sync_step = -1;
   int64_t waiting_replicas = 0;
-  /// Applies waiting for a thaw now; freezes that ended by their timeout.
+  /// Applies waiting for a thaw now; freezes that ended without a thaw (by
+  /// their timeout, or at the end of the actor that asked for them).
   int64_t queued_updates = 0;
   int64_t freeze_timeouts = 0;
 };

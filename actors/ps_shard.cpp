@@ -35,6 +35,7 @@ struct ps_shard_state {
   std::map<std::string, Tensor> vars;
   bool frozen = false;
   uint64_t freeze_epoch = 0;  // the timeout of an older freeze is ignored
+  caf::actor_addr freezer;    // who froze the shard (monitored): its end thaws it
   std::deque<HeldApply> held;
   PsShardStatsMessage stats;
   // Synchronous mode (options.replicas_to_aggregate > 0): the step whose
@@ -386,6 +387,9 @@ void Dispatch(ps_shard_state& st, const ApplyGradientsMessage& update,
 int64_t Thaw(ps_shard_state& st) {
   st.frozen = false;
   ++st.freeze_epoch;
+  // The freezer stays monitored: it ends soon after (one consistent read's
+  // scoped actor) and its down message is then ignored; the next freezer
+  // replaces it.
   int64_t n = 0;
   while (!st.held.empty()) {
     HeldApply h = std::move(st.held.front());
@@ -412,6 +416,19 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
     st.held.clear();
     FailWaiting(st, absl::UnavailableError(absl::StrCat(Who(st), " stopped before the aggregated update")));
     self->quit(msg.reason);
+  });
+  // The actor that froze the shard ended (a chief killed mid-checkpoint: its
+  // connection is gone, so is the proxy) before it thawed: thaw now, rather
+  // than stalling every worker's applies until the freeze's timeout.
+  self->set_down_handler([self](caf::down_msg& down) {
+    auto& st = self->state;
+    if (!st.frozen || down.source != st.freezer) return;  // thawed, or an older freezer
+    ++st.stats.freeze_timeouts;
+    const int64_t n = Thaw(st);
+    FOREMAN_LOG_WARN(
+        "{}: the actor that froze it for a checkpoint ended before thawing ({}): thawed, {} held "
+        "applies applied",
+        Who(st), down.reason ? self->system().render(down.reason) : std::string("it exited normally"), n);
   });
   return {
       [self](ps_init_atom, const VariablesMessage& vars) -> caf::result<caf::ok_atom> {
@@ -462,6 +479,14 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         }
         st.frozen = true;
         const uint64_t epoch = ++st.freeze_epoch;
+        if (const caf::strong_actor_ptr& sender = self->current_sender()) {
+          const caf::actor_addr who = caf::actor_cast<caf::actor_addr>(sender);
+          if (who != st.freezer) {
+            if (st.freezer) self->demonitor(st.freezer);
+            st.freezer = who;
+            self->monitor(sender);
+          }
+        }
         self->delayed_send(self, std::chrono::milliseconds(timeout_ms), ps_thawed_atom::value, epoch, timeout_ms);
         return GlobalStep(st);
       },

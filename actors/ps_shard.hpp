@@ -75,12 +75,16 @@
 //       kMaxHeldApplies; more are refused with UNAVAILABLE) and answered
 //       when the shard thaws.
 //   (ps_freeze_atom, int64_t timeout_ms)                      -> int64_t
-//       Holds applies from now until (ps_thaw_atom) or until `timeout_ms`
-//       (> 0, at most kMaxFreezeMs; else INVALID_ARGUMENT) has passed, when
-//       the shard thaws itself with a WARNING (a chief that died mid-
-//       checkpoint never stalls training for longer). Freezing a frozen
-//       shard restarts its timeout. Answers the global_step (-1: not held).
-//       Reads, snapshots, inits and stats are served while frozen.
+//       Holds applies from now until (ps_thaw_atom), until the actor that
+//       asked for the freeze ends (the shard monitors it: a chief killed
+//       mid-checkpoint, whose connection drops, thaws it at once), or until
+//       `timeout_ms` (> 0, at most kMaxFreezeMs; else INVALID_ARGUMENT) has
+//       passed (a chief alive but stuck); the last two thaw with a WARNING
+//       and count in freeze_timeouts. Freezing a frozen shard restarts its
+//       timeout and makes its asker the one whose end thaws. Answers the
+//       global_step (-1: not held). Reads, snapshots, inits and stats are
+//       served while frozen. So one actor asks for the freeze, the reads
+//       and the thaw (PsRemoteValues::ReadConsistent).
 //   (ps_thaw_atom)                                            -> int64_t
 //       Applies the held applies in arrival order (each answered as
 //       usual), and answers how many there were. A no-op when not frozen.

@@ -162,7 +162,7 @@ echo "killed the chief at global_step ~$first_last (latest checkpoint $latest); 
 if ((failures > 0)); then
   echo "--- ps:"; echo "$ps_out"; echo "--- first chief:"; echo "$first_out"; echo "--- restarted chief:"
   echo "$chief_out"; echo "--- worker 1:"; echo "$worker_out"
-  echo "$failures failure(s)"
+  failures_summary
   exit 1
 fi
 echo "cluster_chief_restart_test: OK"

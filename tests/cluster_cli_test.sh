@@ -204,7 +204,7 @@ fi
 
 echo "done at $SECONDS s"
 if ((failures > 0)); then
-  echo "$failures failure(s)"
+  failures_summary
   exit 1
 fi
 echo "cluster_cli_test: OK"

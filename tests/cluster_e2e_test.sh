@@ -153,7 +153,7 @@ fi
 
 if ((failures > 0)); then
   echo "--- ps:"; echo "$ps_out"; echo "--- chief:"; echo "$chief_out"; echo "--- worker 1:"; echo "$worker_out"
-  echo "$failures failure(s)"
+  failures_summary
   exit 1
 fi
 echo "cluster_e2e_test: OK"

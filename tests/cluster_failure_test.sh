@@ -225,7 +225,7 @@ fi
 
 if ((failures > 0)); then
   for f in "$tmp"/*.out; do echo "--- $f:"; tail -40 "$f"; done
-  echo "$failures failure(s)"
+  failures_summary
   exit 1
 fi
 echo "cluster_failure_test: OK ($cases)"

@@ -1,24 +1,25 @@
 // The parameter-server shard actor (actors/ps_shard.hpp): init, read,
 // asynchronous applies bitwise against nn::internal::ApplyDense, global_step
 // and beta powers only where held, atomic refusal of bad gradients, the
-// freeze / snapshot / thaw protocol and its timeout, and the protocol across
+// freeze / snapshot / thaw protocol, its timeout and its freezer's end, and the protocol across
 // 127.0.0.1 (cluster_net.hpp). Every wait is bounded.
 #include "actors/ps_shard.hpp"
 
+#include <doctest/doctest.h>
+
 #include <atomic>
+#include <caf/all.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <caf/all.hpp>
-#include <doctest/doctest.h>
 
 #define EIGEN_USE_THREADS
 #include <unsupported/Eigen/CXX11/Tensor>
@@ -73,14 +74,19 @@ struct Node {
 };
 
 // The answer of type T to `xs` from `actor`, or the error it answered.
+// AskFrom: asked by `self` (a freeze lasts while its asker lives).
 template <class T, class... Ts>
-StatusOr<T> Ask(caf::actor_system& sys, const caf::actor& actor, Ts&&... xs) {
-  caf::scoped_actor self{sys};
+StatusOr<T> AskFrom(caf::scoped_actor& self, const caf::actor& actor, Ts&&... xs) {
   StatusOr<T> out = absl::UnknownError("no reply");
   self->request(actor, kReply, std::forward<Ts>(xs)...)
       .receive([&](T& v) { out = std::move(v); },
                [&](caf::error& e) { out = internal::ErrorToStatus(e, "ps shard"); });
   return out;
+}
+template <class T, class... Ts>
+StatusOr<T> Ask(caf::actor_system& sys, const caf::actor& actor, Ts&&... xs) {
+  caf::scoped_actor self{sys};
+  return AskFrom<T>(self, actor, std::forward<Ts>(xs)...);
 }
 
 Status Init(caf::actor_system& sys, const caf::actor& shard, const VariablesMessage& vars) {
@@ -519,13 +525,14 @@ TEST_CASE("freeze / snapshot / thaw: one consistent global_step across two shard
   REQUIRE(Init(*node.sys, ps0, v0).ok());
   REQUIRE(Init(*node.sys, ps1, v1).ok());
   ThirdParty worker(*node.sys, ps0, ps1);
+  caf::scoped_actor freezer{*node.sys};  // the chief's consistent read: one asker freezes, reads, thaws
   for (int round = 0; round < 3; ++round) {
     CAPTURE(round);
     REQUIRE(worker.WaitMore(3));
     // The chief's checkpoint.
-    StatusOr<int64_t> step = Ask<int64_t>(*node.sys, ps0, internal::ps_freeze_atom::value, int64_t{5000});
+    StatusOr<int64_t> step = AskFrom<int64_t>(freezer, ps0, internal::ps_freeze_atom::value, int64_t{5000});
     REQUIRE(step.ok());
-    StatusOr<int64_t> step1 = Ask<int64_t>(*node.sys, ps1, internal::ps_freeze_atom::value, int64_t{5000});
+    StatusOr<int64_t> step1 = AskFrom<int64_t>(freezer, ps1, internal::ps_freeze_atom::value, int64_t{5000});
     REQUIRE(step1.ok());
     CHECK(*step1 == -1);
     StatusOr<VariablesMessage> s0 = Snapshot(*node.sys, ps0);
@@ -578,7 +585,8 @@ TEST_CASE("a freeze without a thaw ends at its timeout, and the held applies are
   VariablesMessage vars;
   vars.tensors = {GlobalStep(0), Floats("w", {1}, {0})};
   REQUIRE(Init(*node.sys, shard, vars).ok());
-  CHECK(Ask<int64_t>(*node.sys, shard, internal::ps_freeze_atom::value, int64_t{0}).status().code() ==
+  caf::scoped_actor freezer{*node.sys};
+  CHECK(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{0}).status().code() ==
         absl::StatusCode::kInvalidArgument);
   // Thawing a shard that is not frozen is a no-op.
   StatusOr<int64_t> none = Ask<int64_t>(*node.sys, shard, internal::ps_thaw_atom::value);
@@ -586,7 +594,7 @@ TEST_CASE("a freeze without a thaw ends at its timeout, and the held applies are
   CHECK(*none == 0);
 
   const auto start = std::chrono::steady_clock::now();
-  StatusOr<int64_t> frozen_at = Ask<int64_t>(*node.sys, shard, internal::ps_freeze_atom::value, int64_t{300});
+  StatusOr<int64_t> frozen_at = AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{300});
   REQUIRE(frozen_at.ok());
   CHECK(*frozen_at == 0);
   StatusOr<int64_t> applied = absl::UnknownError("not run");
@@ -604,10 +612,10 @@ TEST_CASE("a freeze without a thaw ends at its timeout, and the held applies are
   CHECK(s.sync_step == -1);  // asynchronous
 
   // An explicit thaw cancels the timeout of that freeze.
-  REQUIRE(Ask<int64_t>(*node.sys, shard, internal::ps_freeze_atom::value, int64_t{50}).ok());
+  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{50}).ok());
   REQUIRE(Ask<int64_t>(*node.sys, shard, internal::ps_thaw_atom::value).ok());
   // Frozen again for long: the old freeze's timeout must not thaw this one.
-  REQUIRE(Ask<int64_t>(*node.sys, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
   caf::scoped_actor self{*node.sys};
   bool replied = false;
   self->request(shard, std::chrono::milliseconds(200), internal::ps_apply_atom::value,
@@ -620,13 +628,98 @@ TEST_CASE("a freeze without a thaw ends at its timeout, and the held applies are
   CHECK(s.queued_updates == 1);
 }
 
+TEST_CASE("a freeze ends when the actor that asked for it ends, and the held applies are then applied") {
+  // The chief killed mid-checkpoint: its consistent read's actor is gone
+  // (locally it ends; across the network its proxy is killed when the
+  // connection drops), so the workers' applies must not wait for the
+  // freeze's timeout (60 s here; their own request timeout is shorter).
+  Node node;
+  caf::actor shard = node.Shard(0, Sgd());
+  VariablesMessage vars;
+  vars.tensors = {GlobalStep(0), Floats("w", {1}, {0})};
+  REQUIRE(Init(*node.sys, shard, vars).ok());
+  caf::scoped_actor worker{*node.sys};
+  std::optional<caf::scoped_actor> freezer;
+  freezer.emplace(*node.sys);
+  REQUIRE(AskFrom<int64_t>(*freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  // A second actor freezes it again (it replaces `freezer` as the one
+  // whose end thaws) and ends without a thaw.
+  {
+    caf::scoped_actor other{*node.sys};
+    REQUIRE(AskFrom<int64_t>(other, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  }
+  StatusOr<int64_t> applied = absl::UnknownError("not run");
+  auto held = worker->request(shard, kReply, internal::ps_apply_atom::value, Update({Floats("w", {1}, {1})}, 1.0f));
+  // The shard has thawed at `other`'s end: the apply is answered at once.
+  held.receive([&](int64_t step) { applied = step; },
+               [&](caf::error& e) { applied = internal::ErrorToStatus(e, "ps shard"); });
+  REQUIRE_MESSAGE(applied.ok(), applied.status().ToString());
+  CHECK(*applied == 1);
+  PsShardStatsMessage s = Stats(*node.sys, shard);
+  CHECK(!s.frozen);
+  CHECK(s.freeze_timeouts == 1);
+
+  // The first freezer, replaced, ends while the shard is frozen by a third:
+  // nothing thaws; the third's end does.
+  caf::scoped_actor third{*node.sys};
+  REQUIRE(AskFrom<int64_t>(third, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  freezer.reset();
+  bool replied = false;
+  worker
+      ->request(shard, std::chrono::milliseconds(200), internal::ps_apply_atom::value,
+                Update({Floats("w", {1}, {1})}, 1.0f))
+      .receive([&](int64_t) { replied = true; }, [&](caf::error&) {});
+  CHECK(!replied);  // held: the shard's freezer is `third`, alive
+  CHECK(Stats(*node.sys, shard).frozen);
+  // The thawed shard answers the held apply (its asker timed out: the answer
+  // is dropped); an explicit thaw then leaves `third`'s end a no-op.
+  StatusOr<int64_t> thawed = AskFrom<int64_t>(third, shard, internal::ps_thaw_atom::value);
+  REQUIRE(thawed.ok());
+  CHECK(*thawed == 1);
+  s = Stats(*node.sys, shard);
+  CHECK(!s.frozen);
+  CHECK(s.applied_updates == 2);
+  CHECK(s.freeze_timeouts == 1);
+}
+
+TEST_CASE("a freeze across 127.0.0.1 ends when the freezing node goes away") {
+  internal::NetConfig net;
+  Node server(&net);
+  caf::actor local = server.Shard(0, Sgd());
+  StatusOr<uint16_t> port = internal::PublishActor(*server.sys, local, "127.0.0.1", 0, false);
+  REQUIRE_MESSAGE(port.ok(), port.status().ToString());
+  VariablesMessage vars;
+  vars.tensors = {GlobalStep(0), Floats("w", {1}, {0})};
+  REQUIRE(Init(*server.sys, local, vars).ok());
+  {
+    Node chief(&net);
+    StatusOr<caf::actor> shard =
+        internal::ConnectActor(*chief.sys, "127.0.0.1", *port, false, std::chrono::milliseconds(5000));
+    REQUIRE_MESSAGE(shard.ok(), shard.status().ToString());
+    caf::scoped_actor freezer{*chief.sys};
+    REQUIRE(AskFrom<int64_t>(freezer, *shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+    REQUIRE(Stats(*server.sys, local).frozen);
+    // The chief's node ends without a thaw (its actor system, and with it
+    // the connection, go away).
+  }
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<int64_t> applied = Apply(*server.sys, local, Update({Floats("w", {1}, {1})}, 1.0f));
+  REQUIRE_MESSAGE(applied.ok(), applied.status().ToString());
+  CHECK(*applied == 1);
+  CHECK(std::chrono::steady_clock::now() - start < kReply);  // not the freeze's 60 s
+  PsShardStatsMessage s = Stats(*server.sys, local);
+  CHECK(!s.frozen);
+  CHECK(s.freeze_timeouts == 1);
+}
+
 TEST_CASE("a frozen shard holds at most kMaxHeldApplies applies, and answers the held ones when asked to quit") {
   Node node;
   caf::actor shard = node.Shard(0, Sgd());
   VariablesMessage vars;
   vars.tensors = {GlobalStep(0), Floats("w", {1}, {0})};
   REQUIRE(Init(*node.sys, shard, vars).ok());
-  REQUIRE(Ask<int64_t>(*node.sys, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  caf::scoped_actor freezer{*node.sys};
+  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
   caf::scoped_actor self{*node.sys};
   const ApplyGradientsMessage one = Update({Floats("w", {1}, {1})}, 1.0f);
   std::vector<caf::response_handle<caf::blocking_actor, caf::message, true>> held;
@@ -677,7 +770,8 @@ TEST_CASE("training ended (ps_end_atom): held and later applies are OUT_OF_RANGE
   VariablesMessage vars;
   vars.tensors = {GlobalStep(5), Floats("w", {2}, {1, 2})};
   REQUIRE(Init(*node.sys, shard, vars).ok());
-  REQUIRE(Ask<int64_t>(*node.sys, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  caf::scoped_actor freezer{*node.sys};
+  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
   caf::scoped_actor self{*node.sys};
   auto held = self->request(shard, kReply, internal::ps_apply_atom::value, Update({Floats("w", {2}, {1, 1})}, 1.0f));
   REQUIRE(Stats(*node.sys, shard).queued_updates == 1);  // the apply is held before the end
@@ -899,7 +993,8 @@ TEST_CASE("the protocol crosses 127.0.0.1: init, read, apply, snapshot, stats an
   CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(absl::StrContains(bad.status().message(), "'w'"));
 
-  REQUIRE(Ask<int64_t>(*client.sys, *shard, internal::ps_freeze_atom::value, int64_t{5000}).ok());
+  caf::scoped_actor freezer{*client.sys};
+  REQUIRE(AskFrom<int64_t>(freezer, *shard, internal::ps_freeze_atom::value, int64_t{5000}).ok());
   PsShardStatsMessage s = Stats(*client.sys, *shard);
   CHECK(s.frozen);
   CHECK(s.global_step == 8);

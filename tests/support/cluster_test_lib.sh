@@ -4,12 +4,20 @@
 #   pids       the processes the test started (append each one): at exit
 #              each still running is killed with -9, with its children
 #              (`foreman cluster local` runs each task in its own group)
-#   fail MSG   counts a failure and prints it; has REGEX TEXT
+#   fail MSG   counts a failure and prints it; failures_summary repeats
+#              every one (the test's last lines: CI shows a run's end)
+#   has REGEX TEXT
 #   rc         the exit status wait_bounded saw
 # and the waits below, each bounded. Exits 1 when Fashion-MNIST is missing.
 py=/usr/bin/python3
 failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+fail_msgs=()
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); fail_msgs+=("${*:0:400}"); }
+failures_summary() {
+  local m
+  echo "$failures failure(s):"
+  for m in "${fail_msgs[@]}"; do echo "  FAIL: $m"; done
+}
 has() { grep -Eq -- "$1" <<<"$2"; }
 mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/$NAME.XXXXXX") \

@@ -2,15 +2,20 @@
 """Counts meson test results across builds and prints the closing line.
 
 Usage: summarize_tests.py KIND:TESTLOG_JSON|KIND:build-failed ...
-Prints a table of failures, then exactly one last line:
+Prints the last lines of each failed test's output (CI keeps only the end of
+the run's output: this is where a failure's cause must be), a table of
+failures, then exactly one last line:
     N passed, N failed, N skipped
 and exits 1 when anything failed (or no test ran at all), 0 otherwise.
 """
 import json
 import sys
 
+TAIL_LINES = 40
+
 passed = failed = skipped = 0
 failures = []
+tails = []
 for arg in sys.argv[1:]:
     kind, _, path = arg.partition(":")
     if path == "build-failed":
@@ -33,7 +38,13 @@ for arg in sys.argv[1:]:
         else:
             failed += 1
             failures.append(f"{kind}: {t.get('name')} {result}")
+            out = ((t.get("stdout") or "") + (t.get("stderr") or "")).splitlines()
+            tails.append((f"{kind}: {t.get('name')}", out[-TAIL_LINES:]))
 
+for name, tail in tails:
+    print(f"--- the last {len(tail)} lines of {name}:")
+    for line in tail:
+        print("    " + line[:300])
 for f in failures:
     print("FAILED", f)
 if passed + failed == 0:
