@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A chief restart on a cluster of three `foreman train` processes on
 # 127.0.0.1 (notes/cluster.md rule 5): a ps, the chief (worker 0) and worker
-# 1 train; the chief is killed (-9) after a checkpoint; worker 1 trains on
+# 1 train; the chief is killed (-9) after a checkpoint, in the middle of a
+# later one's consistent read (the ps frozen: it thaws at once); worker 1 trains on
 # meanwhile (as in TF1 its runs only talk to the ps), so the ps moves past
 # the checkpoint; the chief is started again with the same flags and
 # checkpoint directory (the advisory lock of the dead chief is gone with it)
@@ -82,6 +83,21 @@ for ((i = 0; i < bound * 20; i++)); do
   sleep 0.05
 done
 [[ -n $saved && $saved -gt 0 ]] || fail "the chief saved no checkpoint past step 0: $(cat "$tmp/chief.out")"
+# The kill lands inside a checkpoint's consistent read, while the chief has
+# the ps frozen (stopped, asked, continued until `cluster status` says
+# frozen): the ps must thaw at once when the chief's connection drops, not
+# after its freeze bound, so worker 1 trains on without a failed run.
+killed_frozen=0
+for ((i = 0; i < 200; i++)); do
+  kill -STOP "$chief_pid" 2>/dev/null || break
+  if "$foreman" cluster status "tcp://127.0.0.1:$ps_port" 2>&1 | grep -q "frozen"; then
+    killed_frozen=1
+    break
+  fi
+  kill -CONT "$chief_pid" 2>/dev/null
+  sleep 0.01
+done
+((killed_frozen)) || echo "note: the chief was never caught with the ps frozen in 200 tries; killed it anyway"
 kill -9 "$chief_pid" 2>/dev/null
 wait_bounded "$chief_pid" "$bound"
 [[ $rc -eq 137 ]] || fail "the chief was not killed by the SIGKILL (exit $rc): $(cat "$tmp/chief.out")"
@@ -117,6 +133,10 @@ ps_out=$(cat "$tmp/ps.out")
 [[ $worker_rc -eq 0 ]] || fail "worker 1 exited $worker_rc: $worker_out"
 [[ $ps_rc -eq 0 ]] || fail "the ps exited $ps_rc: $ps_out"
 has "^ps task 0: training ended" "$ps_out" || fail "the ps did not see training end: $ps_out"
+if ((killed_frozen)); then
+  has "ps task 0: the actor that froze it for a checkpoint ended before thawing \(exit_reason\(remote_link_unreachable\)\)" \
+    "$ps_out" || fail "the ps did not thaw at the frozen chief's death: $ps_out"
+fi
 has "^worker 1: the chief ended training" "$worker_out" || fail "worker 1 did not stop at the chief's end: $worker_out"
 # Worker 1's runs never failed (no warning, error or recovery) while the
 # chief was down.
