@@ -25,14 +25,14 @@ case $kind in
   asan)
     dir=build-asan
     opts=(-Dbuildtype=debugoptimized -Doptimization=1 -Db_sanitize=address,undefined -Db_lundef=false
-          -Dwerror=true -Dcpp_args=-fno-sanitize-recover=all,-g1 -Dcpp_link_args=-fno-sanitize-recover=all)
+          -Dwerror=true -Dcpp_args="['-fno-sanitize-recover=all','-g1']" -Dcpp_link_args=-fno-sanitize-recover=all)
     ;;
   tsan)
     dir=build-tsan
     # -Wno-tsan: Eigen's thread pool uses std::atomic_thread_fence, which
     # TSan does not model (GCC warns); its reports would name Eigen frames.
     opts=(-Dbuildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false -Dwerror=true -Dcuda=disabled
-          -Dcpp_args=-Wno-tsan,-g1)
+          -Dcpp_args="['-Wno-tsan','-g1']")
     ;;
   *) echo "build.sh: unknown build kind '$kind' (release|asan|tsan)" >&2; exit 2 ;;
 esac
