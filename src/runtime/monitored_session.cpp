@@ -512,8 +512,16 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause, absl::Duration
       // A lost ps task (issue 13): the step the session last saw, taken
       // before the read below (a restarted, uninitialized ps has none).
       const std::optional<int64_t> seen = internal::SessionAccess::mirrored_global_step(*session);
-      StatusOr<int64_t> step = session->GlobalStep();
-      step_before_error = step.ok() ? std::optional<int64_t>(*step) : seen;
+      if (waiting_for_ps && seen.has_value()) {
+        // Not read from the ps: that read reconnects to the lost task, and a
+        // silent one (partitioned, frozen) holds the connect for the whole
+        // request timeout (10 s before the wait began, not the heartbeats'
+        // ~1 s: tests/cluster_partition_test.sh).
+        step_before_error = seen;
+      } else {
+        StatusOr<int64_t> step = session->GlobalStep();
+        step_before_error = step.ok() ? std::optional<int64_t>(*step) : seen;
+      }
     }
   }
   const int64_t n = recoveries.fetch_add(1, std::memory_order_relaxed) + 1;
