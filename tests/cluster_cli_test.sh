@@ -13,10 +13,11 @@
 #      bytes, a truncated BASP header, a connect-and-close) does not stop it
 #      (its global_step still grows); a 32-byte header claiming 4 GiB (a
 #      direct message, a client handshake) has its connection closed at once
-#      and the ps's VmHWM grows < 256 MiB; a flood of 200 connections held
-#      open: all accepted (the ps's fds), its global_step still grows, and
-#      after they close its fds return and it is alive; the SIGTERM ends the
-#      run with exit 0 and the final checkpoint.    (also under the sanitizers)
+#      and the ps's VmHWM grows < 256 MiB (1 GiB under the sanitizers); a
+#      flood of 200 connections held open: all accepted (the ps's fds), its
+#      global_step still grows, and after they close its fds return and it
+#      is alive; the SIGTERM ends the run with exit 0 and the final
+#      checkpoint.                                  (also under the sanitizers)
 #   4. TLS (certificates from tools/scripts/gen-tls-certs.sh), release only: a
 #      TLS cluster trains; `cluster status tls://` with a certificate of the
 #      CA prints the ps's global_step; with a rogue certificate (another CA) or
@@ -159,6 +160,10 @@ else
   fds() { find "/proc/$ps_pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
   hwm0=$(proc_kib VmHWM)
   fds0=$(fds)
+  # Peak RSS growth allowed (kB): far below one 4 GiB claim; more under the
+  # sanitizers, whose allocator quarantine grows while the ps trains.
+  hwm_slack=262144
+  [[ $small == small ]] && hwm_slack=1048576
   # Headers CAF 0.17.6 accepts and sizes its read buffer to (4 GiB each):
   # the node must close each connection at once, allocating nothing.
   guard_out=$("$py" - "${ps_addr##*:}" 2>&1 <<'EOF'
@@ -185,7 +190,7 @@ EOF
   )
   [[ $(grep -c "^closed: " <<<"$guard_out") -eq 2 ]] || fail "the ps kept a 4 GiB header's connection open: $guard_out"
   hwm1=$(proc_kib VmHWM)
-  ((hwm1 - hwm0 < 262144)) || fail "the ps's peak RSS grew from $hwm0 to $hwm1 kB after 4 GiB headers"
+  ((hwm1 - hwm0 < hwm_slack)) || fail "the ps's peak RSS grew from $hwm0 to $hwm1 kB after 4 GiB headers"
   # A flood: 200 connections opened and held (each gets the ps's server
   # handshake) while training goes on, then closed.
   "$py" - "${ps_addr##*:}" "$tmp/flood" <<'EOF' &
@@ -213,7 +218,7 @@ EOF
   fds_after=$(fds)
   ((fds_after <= fds0 + 2)) || fail "the ps's fds did not return after the flood: $fds0 before, $fds_held held, $fds_after after"
   hwm2=$(proc_kib VmHWM)
-  ((hwm2 - hwm0 < 262144)) || fail "the ps's peak RSS grew from $hwm0 to $hwm2 kB during the flood"
+  ((hwm2 - hwm0 < hwm_slack)) || fail "the ps's peak RSS grew from $hwm0 to $hwm2 kB during the flood"
   [[ -d /proc/$ps_pid ]] || fail "the ps task died after the 4 GiB headers and the flood"
   echo "guard and flood: ps VmHWM $hwm0 -> $hwm1 -> $hwm2 kB; fds $fds0, $fds_held held, $fds_after after"
 fi
