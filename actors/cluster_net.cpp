@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actor_system.hpp"
+#include "platform/log.hpp"
 
 namespace foreman::internal {
 namespace {
@@ -52,6 +53,17 @@ Fn RealCafFunction(const char* mangled) {
   return reinterpret_cast<Fn>(fn);
 }
 
+constexpr const char* kValidSymbol = "_ZN3caf2io4basp5validERKNS1_6headerE";
+constexpr const char* kHandleSymbol =
+    "_ZN3caf2io4basp8instance6handleEPNS_14execution_unitERNS0_12new_data_msgERNS1_6headerEb";
+
+// The loaded object (its base address) that defines `fn`, or nullptr.
+void* ObjectOf(void* fn) {
+  Dl_info info{};
+  if (fn == nullptr || dladdr(fn, &info) == 0) return nullptr;
+  return info.dli_fbase;
+}
+
 // The guard's rule, on a header that CAF's own valid() accepted.
 bool HeaderAllowed(caf::io::basp::message_type op, uint32_t payload_len, HeaderContext context) {
   using caf::io::basp::message_type;
@@ -81,11 +93,23 @@ Status CheckModules(caf::actor_system& system, bool tls, const std::string& wher
 
 uint64_t RefusedBaspHeaders() { return g_refused_headers.load(std::memory_order_relaxed); }
 
+bool BaspHeaderGuardActive() {
+  void* self = ObjectOf(reinterpret_cast<void*>(&BaspHeaderGuardActive));
+  return self != nullptr && ObjectOf(dlsym(RTLD_DEFAULT, kValidSymbol)) == self &&
+         ObjectOf(dlsym(RTLD_DEFAULT, kHandleSymbol)) == self;
+}
+
 void ConfigureClusterNetwork(caf::actor_system_config& config, const NetConfig& net) {
   ConfigureActorSystemConfig(config);
   uint32_t bound = g_max_message_bytes.load(std::memory_order_relaxed);
   while (net.max_message_bytes > bound &&
          !g_max_message_bytes.compare_exchange_weak(bound, net.max_message_bytes, std::memory_order_relaxed)) {
+  }
+  static const bool guard_active = BaspHeaderGuardActive();
+  if (!guard_active) {
+    FOREMAN_LOG_WARN(
+        "the BASP header guard is not active in this process (libcaf_io's own definitions bind first: "
+        "libforeman loaded with RTLD_LOCAL or after libcaf_io): a header claiming 4 GiB allocates 4 GiB");
   }
   config.load<caf::io::middleman>();
   // A shared queue whose idle workers wait on a condition variable, not
@@ -213,7 +237,7 @@ namespace caf::io::basp {
 // (HeaderAllowed). Refused: CAF closes the connection
 // (malformed_basp_message) before it allocates the payload's buffer.
 __attribute__((visibility("default"))) bool valid(const header& hdr) {
-  static const auto real = foreman::internal::RealCafFunction<bool (*)(const header&)>("_ZN3caf2io4basp5validERKNS1_6headerE");
+  static const auto real = foreman::internal::RealCafFunction<bool (*)(const header&)>(foreman::internal::kValidSymbol);
   if (!real(hdr)) return false;
   if (foreman::internal::HeaderAllowed(hdr.operation, hdr.payload_len, foreman::internal::t_header_context)) return true;
   foreman::internal::g_refused_headers.fetch_add(1, std::memory_order_relaxed);
@@ -227,8 +251,7 @@ __attribute__((visibility("default"))) bool valid(const header& hdr) {
 __attribute__((visibility("default"))) connection_state instance::handle(execution_unit* ctx, new_data_msg& dm,
                                                                           header& hdr, bool is_payload) {
   using Fn = connection_state (*)(instance*, execution_unit*, new_data_msg&, header&, bool);
-  static const auto real = foreman::internal::RealCafFunction<Fn>(
-      "_ZN3caf2io4basp8instance6handleEPNS_14execution_unitERNS0_12new_data_msgERNS1_6headerEb");
+  static const auto real = foreman::internal::RealCafFunction<Fn>(foreman::internal::kHandleSymbol);
   if (is_payload) return real(this, ctx, dm, hdr, is_payload);
   using foreman::internal::HeaderContext;
   foreman::internal::t_header_context =

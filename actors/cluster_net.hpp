@@ -160,6 +160,14 @@ StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& 
 /// remote_link_unreachable), as opposed to the actor itself exiting.
 bool IsPeerLost(const caf::down_msg& down);
 
+/// True when the BASP header guard (above) is in force in this process:
+/// libcaf_io's calls bind to libforeman's definitions, which needs
+/// libforeman earlier in the global lookup order than libcaf_io (always for
+/// a program linked against libforeman before caf_io; never when libforeman
+/// is dlopen()ed with RTLD_LOCAL). ConfigureClusterNetwork logs a warning
+/// once when it is not. Thread-safe.
+bool BaspHeaderGuardActive();
+
 /// How many BASP headers the guard (above) refused in this process since it
 /// started, for tests and diagnostics. Thread-safe.
 uint64_t RefusedBaspHeaders();

@@ -481,6 +481,7 @@ bool ClosedByNode(int fd, milliseconds timeout) {
 // handshake) close the connection at once, the node's peak RSS does not
 // grow by the claim, and a real client still connects and echoes.
 TEST_CASE("BASP header guard: a 4 GiB claim and a message before the handshake close the connection unallocated") {
+  REQUIRE(internal::BaspHeaderGuardActive());
   Node server(Plain()), client(Plain());
   const uint16_t port = server.PublishEcho();
   const int64_t peak_before = PeakRssKib();
