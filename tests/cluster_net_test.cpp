@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -170,6 +171,12 @@ class Relay {
   uint16_t port() const { return port_; }
   void Freeze() { frozen_ = true; }
   void Cut() { cut_ = true; }
+  // Sends `bytes` to the target as if from the connected client, between
+  // two of the client's reads (whole frames when the client is idle).
+  void Inject(std::string bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    inject_ += bytes;
+  }
 
  private:
   void Run() {
@@ -194,6 +201,11 @@ class Relay {
       if (a < 0 || frozen_) {
         std::this_thread::sleep_for(milliseconds(10));  // polling a flag, not synchronising
         continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!inject_.empty()) ::send(b, inject_.data(), inject_.size(), MSG_NOSIGNAL);
+        inject_.clear();
       }
       pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
       if (::poll(p, 2, 20) <= 0) continue;
@@ -224,6 +236,8 @@ class Relay {
   uint16_t port_ = 0;
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false}, frozen_{false}, cut_{false};
+  std::mutex mu_;
+  std::string inject_;  // guarded by mu_
   std::thread thread_;
 };
 
@@ -505,6 +519,32 @@ TEST_CASE("BASP header guard: a 4 GiB claim and a message before the handshake c
   auto remote = ConnectActor(*client.sys, "127.0.0.1", port, false, kConnect);
   REQUIRE_MESSAGE(remote.ok(), remote.status().ToString());
   CheckEchoWorks(client, *remote, 1 << 20);  // 4 MiB of floats after the handshake: allowed
+}
+
+// After the handshake a payload may announce at most max_message_bytes
+// (1 GiB): a peer that completed the handshake and then claims 4 GiB has its
+// connection closed (its node sees the link lost), nothing allocated.
+TEST_CASE("BASP header guard: after the handshake a claim above max_message_bytes closes the connection") {
+  NetConfig quiet;  // no heartbeats: nothing but the test's frames on the link
+  quiet.heartbeat_ms = 0;
+  quiet.connection_timeout_ms = 0;
+  Node server(quiet), client(quiet);
+  const uint16_t port = server.PublishEcho();
+  Relay relay(port);
+  auto remote = ConnectActor(*client.sys, "127.0.0.1", relay.port(), false, kConnect);
+  REQUIRE_MESSAGE(remote.ok(), remote.status().ToString());
+  CheckEchoWorks(client, *remote, 1 << 20);  // the link works; then it is idle
+  caf::scoped_actor self{*client.sys};
+  self->monitor(*remote);
+  const int64_t peak_before = PeakRssKib();
+  const uint64_t refused_before = internal::RefusedBaspHeaders();
+  relay.Inject(BaspHeader(0x02, 0xffffffffu, 0, 1));
+  auto down = AwaitDown(self, milliseconds(3000));
+  REQUIRE_MESSAGE(down.has_value(), "the server kept the connection after a 4 GiB claim");
+  CHECK(internal::IsPeerLost(*down));
+  CHECK(internal::RefusedBaspHeaders() - refused_before == 1);
+  const int64_t grown_kib = PeakRssKib() - peak_before;
+  CHECK_MESSAGE(grown_kib < 64 * 1024, "peak RSS grew by ", grown_kib, " KiB");
 }
 
 TEST_CASE("another application id: the connecting side refuses, the server keeps serving") {
