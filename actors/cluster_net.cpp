@@ -2,7 +2,12 @@
 // that includes CAF's io and openssl headers.
 #include "cluster_net.hpp"
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <utility>
@@ -10,16 +15,63 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/io/basp/header.hpp>
+#include <caf/io/basp/instance.hpp>
 #include <caf/openssl/all.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "actor_system.hpp"
+#include "platform/log.hpp"
 
 namespace foreman::internal {
 namespace {
 
 constexpr std::chrono::seconds kPublishTimeout{10};
 constexpr std::chrono::milliseconds kMaxConnectTimeout = std::chrono::hours(24);
+
+// The BASP header guard (cluster_net.hpp, "BASP header guard"). Process-wide,
+// like libcaf_io: the largest max_message_bytes any ConfigureClusterNetwork
+// call asked for (never lowered, so one system's bound cannot refuse another
+// system's legitimate messages).
+std::atomic<uint32_t> g_max_message_bytes{NetConfig{}.max_message_bytes};
+std::atomic<uint64_t> g_refused_headers{0};
+
+// What the multiplexer thread is doing when CAF calls basp::valid(): set by
+// the instance::handle wrapper around its header check.
+enum class HeaderContext { kOutside, kBeforeHandshake, kAfterHandshake };
+thread_local HeaderContext t_header_context = HeaderContext::kOutside;
+
+// CAF's definition of `mangled`: the next one after libforeman's in the
+// lookup order (libcaf_io is a dependency of libforeman, so it is loaded).
+template <typename Fn>
+Fn RealCafFunction(const char* mangled) {
+  void* fn = dlsym(RTLD_NEXT, mangled);
+  if (fn == nullptr) {
+    std::fprintf(stderr, "foreman: %s: libcaf_io's definition not found (%s)\n", mangled, dlerror());
+    std::abort();
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+constexpr const char* kValidSymbol = "_ZN3caf2io4basp5validERKNS1_6headerE";
+constexpr const char* kHandleSymbol =
+    "_ZN3caf2io4basp8instance6handleEPNS_14execution_unitERNS0_12new_data_msgERNS1_6headerEb";
+
+// The loaded object (its base address) that defines `fn`, or nullptr.
+void* ObjectOf(void* fn) {
+  Dl_info info{};
+  if (fn == nullptr || dladdr(fn, &info) == 0) return nullptr;
+  return info.dli_fbase;
+}
+
+// The guard's rule, on a header that CAF's own valid() accepted.
+bool HeaderAllowed(caf::io::basp::message_type op, uint32_t payload_len, HeaderContext context) {
+  using caf::io::basp::message_type;
+  const bool handshake = op == message_type::server_handshake || op == message_type::client_handshake;
+  if (handshake) return payload_len <= kMaxHandshakePayloadBytes;
+  if (context == HeaderContext::kBeforeHandshake) return false;
+  return payload_len <= g_max_message_bytes.load(std::memory_order_relaxed);
+}
 
 caf::io::middleman_actor MiddlemanActor(caf::actor_system& system, bool tls) {
   return tls ? system.openssl_manager().actor_handle() : system.middleman().actor_handle();
@@ -39,8 +91,26 @@ Status CheckModules(caf::actor_system& system, bool tls, const std::string& wher
 
 }  // namespace
 
+uint64_t RefusedBaspHeaders() { return g_refused_headers.load(std::memory_order_relaxed); }
+
+bool BaspHeaderGuardActive() {
+  void* self = ObjectOf(reinterpret_cast<void*>(&BaspHeaderGuardActive));
+  return self != nullptr && ObjectOf(dlsym(RTLD_DEFAULT, kValidSymbol)) == self &&
+         ObjectOf(dlsym(RTLD_DEFAULT, kHandleSymbol)) == self;
+}
+
 void ConfigureClusterNetwork(caf::actor_system_config& config, const NetConfig& net) {
   ConfigureActorSystemConfig(config);
+  uint32_t bound = g_max_message_bytes.load(std::memory_order_relaxed);
+  while (net.max_message_bytes > bound &&
+         !g_max_message_bytes.compare_exchange_weak(bound, net.max_message_bytes, std::memory_order_relaxed)) {
+  }
+  static const bool guard_active = BaspHeaderGuardActive();
+  if (!guard_active) {
+    FOREMAN_LOG_WARN(
+        "the BASP header guard is not active in this process (libcaf_io's own definitions bind first: "
+        "libforeman loaded with RTLD_LOCAL or after libcaf_io): a header claiming 4 GiB allocates 4 GiB");
+  }
   config.load<caf::io::middleman>();
   // A shared queue whose idle workers wait on a condition variable, not
   // CAF's default work stealing, whose idle workers poll (50 us sleeps for
@@ -155,3 +225,40 @@ StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& 
 bool IsPeerLost(const caf::down_msg& down) { return down.reason == caf::exit_reason::remote_link_unreachable; }
 
 }  // namespace foreman::internal
+
+// The BASP header guard: libforeman's definitions of two functions of
+// libcaf_io.so.0.17, which the dynamic linker binds libcaf_io's own calls to
+// (both are called through its PLT: basp_broker.cpp calls instance::handle,
+// instance.cpp calls valid; checked with objdump on Debian's 0.17.6), the
+// way tls_error_queue.cpp fixes libssl's callers. Each calls CAF's definition.
+namespace caf::io::basp {
+
+// CAF's check of a received header, plus the guard's bounds on payload_len
+// (HeaderAllowed). Refused: CAF closes the connection
+// (malformed_basp_message) before it allocates the payload's buffer.
+__attribute__((visibility("default"))) bool valid(const header& hdr) {
+  static const auto real = foreman::internal::RealCafFunction<bool (*)(const header&)>(foreman::internal::kValidSymbol);
+  if (!real(hdr)) return false;
+  if (foreman::internal::HeaderAllowed(hdr.operation, hdr.payload_len, foreman::internal::t_header_context)) return true;
+  foreman::internal::g_refused_headers.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+// CAF's handling of a connection's received bytes (a header, or the payload
+// it announced), run on the multiplexer thread. Around a header, records
+// whether the connection has done its handshake (a direct route exists for
+// it: CAF adds one when it accepts a server or client handshake), for valid().
+__attribute__((visibility("default"))) connection_state instance::handle(execution_unit* ctx, new_data_msg& dm,
+                                                                          header& hdr, bool is_payload) {
+  using Fn = connection_state (*)(instance*, execution_unit*, new_data_msg&, header&, bool);
+  static const auto real = foreman::internal::RealCafFunction<Fn>(foreman::internal::kHandleSymbol);
+  if (is_payload) return real(this, ctx, dm, hdr, is_payload);
+  using foreman::internal::HeaderContext;
+  foreman::internal::t_header_context =
+      tbl().lookup_direct(dm.handle) ? HeaderContext::kAfterHandshake : HeaderContext::kBeforeHandshake;
+  const connection_state state = real(this, ctx, dm, hdr, is_payload);
+  foreman::internal::t_header_context = HeaderContext::kOutside;
+  return state;
+}
+
+}  // namespace caf::io::basp

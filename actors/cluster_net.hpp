@@ -19,16 +19,33 @@
 // reason is exit_reason::remote_link_unreachable (IsPeerLost). A monitor
 // that reaches the peer after its actor is gone gets exit_reason::unknown.
 //
-// Plain BASP is unauthenticated and trusts the length in a header (measured,
-// CAF 0.17.6): a 32-byte header that passes basp::valid() (e.g. a
+// Plain BASP is unauthenticated and trusts the length in a header. Measured
+// on CAF 0.17.6 alone: a 32-byte header that passes basp::valid() (e.g. a
 // direct_message with dest_actor != 0) claiming a 4 GiB payload makes the
-// node allocate and zero-fill a 4 GiB read buffer for that connection, before
-// any handshake (RSS 14 MiB -> 4.1 GiB; freed when the connection closes);
-// under a memory limit std::bad_alloc on the multiplexer thread aborts the
-// process. Anyone who can reach a plain port can do this (N connections: N x
-// 4 GiB). Mutual TLS stops it (the TLS handshake comes first); without TLS,
-// bind only to loopback. Headers that fail basp::valid() (a heartbeat with a
-// payload, garbage) are refused before any allocation.
+// node allocate and zero-fill a 4 GiB read buffer for that connection,
+// before any handshake (RSS 14 MiB -> 4.1 GiB; freed when the connection
+// closes); under a memory limit std::bad_alloc on the multiplexer thread
+// aborts the process; N connections: N x 4 GiB. CAF also hands a
+// direct_message received before any handshake to its actor.
+//
+// BASP header guard (this file's .cpp, by symbol interposition like
+// tls_error_queue.cpp): every header CAF receives is checked before CAF
+// allocates its payload, and one that breaks these rules makes CAF close
+// the connection (malformed_basp_message), counted by RefusedBaspHeaders():
+//  - before the connection's handshake only a server or client handshake is
+//    accepted (a message, monitor or down before it is refused: it never
+//    reaches an actor);
+//  - a handshake's payload is at most kMaxHandshakePayloadBytes (Foreman's
+//    are under 200 bytes: node id, app id, no interface names);
+//  - after the handshake a payload is at most NetConfig::max_message_bytes.
+// So before the handshake a connection costs at most 64 KiB. What is NOT
+// stopped without TLS: the handshake is unauthenticated (the server sends
+// its app id to anyone), so a client that completes it can still make the
+// node allocate up to max_message_bytes per connection, and message its
+// published actors. Mutual TLS stops both (the TLS handshake comes first);
+// without TLS, bind only to loopback. Headers that fail CAF's own
+// basp::valid() (a heartbeat with a payload, garbage) were already refused
+// before any allocation.
 #pragma once
 
 #include <chrono>
@@ -40,6 +57,10 @@
 #include "foreman/status.hpp"
 
 namespace foreman::internal {
+
+/// The largest payload a BASP server or client handshake may announce
+/// (bytes); see "BASP header guard" above.
+inline constexpr uint32_t kMaxHandshakePayloadBytes = 64 * 1024;
 
 /// How a cluster node talks to its peers. The same values must be used on
 /// every node of a cluster (a node whose connection timeout is shorter than
@@ -60,6 +81,14 @@ struct NetConfig {
   /// middleman.app-identifiers: this node's application id, sent in its
   /// server handshake and the only one it accepts from a server.
   std::string app_id = "foreman";
+  /// The largest payload (bytes) a peer may announce in one BASP message
+  /// after its handshake; a larger announcement closes the connection
+  /// before anything is allocated (BASP header guard, above). The largest
+  /// legitimate message is a ps shard's whole state (the chief's init, a
+  /// consistent read: every variable and slot of the shard, serialized),
+  /// so a shard above 1 GiB needs a larger value. Process-wide: the largest
+  /// value of any ConfigureClusterNetwork call in the process applies.
+  uint32_t max_message_bytes = uint32_t{1} << 30;
 
   /// True when all three TLS files are set.
   bool tls() const { return !tls_cert.empty() && !tls_key.empty() && !tls_ca.empty(); }
@@ -130,5 +159,17 @@ StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& 
 /// unreachable (connection closed or timed out: exit_reason::
 /// remote_link_unreachable), as opposed to the actor itself exiting.
 bool IsPeerLost(const caf::down_msg& down);
+
+/// True when the BASP header guard (above) is in force in this process:
+/// libcaf_io's calls bind to libforeman's definitions, which needs
+/// libforeman earlier in the global lookup order than libcaf_io (always for
+/// a program linked against libforeman before caf_io; never when libforeman
+/// is dlopen()ed with RTLD_LOCAL). ConfigureClusterNetwork logs a warning
+/// once when it is not. Thread-safe.
+bool BaspHeaderGuardActive();
+
+/// How many BASP headers the guard (above) refused in this process since it
+/// started, for tests and diagnostics. Thread-safe.
+uint64_t RefusedBaspHeaders();
 
 }  // namespace foreman::internal

@@ -11,8 +11,13 @@
 #      it trains, `cluster status` of the ps prints its global_step and that of
 #      the chief lists worker 1 with its steps; junk on the ps's port (random
 #      bytes, a truncated BASP header, a connect-and-close) does not stop it
-#      (its global_step still grows); the SIGTERM ends the run with exit 0 and
-#      the final checkpoint.                        (also under the sanitizers)
+#      (its global_step still grows); a 32-byte header claiming 4 GiB (a
+#      direct message, a client handshake) has its connection closed at once
+#      and the ps's VmHWM grows < 256 MiB (1 GiB under the sanitizers); a
+#      flood of 200 connections held open: all accepted (the ps's fds), its
+#      global_step still grows, and after they close its fds return and it
+#      is alive; the SIGTERM ends the run with exit 0 and the final
+#      checkpoint.                                  (also under the sanitizers)
 #   4. TLS (certificates from tools/scripts/gen-tls-certs.sh), release only: a
 #      TLS cluster trains; `cluster status tls://` with a certificate of the
 #      CA prints the ps's global_step; with a rogue certificate (another CA) or
@@ -142,6 +147,81 @@ has "^worker 1  127.0.0.1:[0-9]+  serving  steps [1-9][0-9]*$" "$out" || fail "t
 # Junk: 200 random bytes, a 20-byte truncated BASP header, a connect-and-close.
 junk "${ps_addr##*:}" "0000000000000000ffffffff0000000000000001" || fail "cannot send junk to the ps"
 wait_step_above "tcp://$ps_addr" "${before:-0}" || fail "the ps's global_step did not grow after junk on its port"
+# The BASP header guard and a flood, on the ps's port (its process: the
+# child of cluster local with --job-name ps).
+ps_pid=""
+for child in $(pgrep -P "$local_pid"); do
+  tr '\0' ' ' <"/proc/$child/cmdline" 2>/dev/null | grep -q -- "--job-name ps " && ps_pid=$child
+done
+if [[ -z $ps_pid ]]; then
+  fail "cannot find the ps task's process under cluster local ($local_pid)"
+else
+  proc_kib() { sed -n "s/^$1:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$ps_pid/status"; }
+  fds() { find "/proc/$ps_pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
+  hwm0=$(proc_kib VmHWM)
+  fds0=$(fds)
+  # Peak RSS growth allowed (kB): far below one 4 GiB claim; more under the
+  # sanitizers, whose allocator quarantine grows while the ps trains.
+  hwm_slack=262144
+  [[ $small == small ]] && hwm_slack=1048576
+  # Headers CAF 0.17.6 accepts and sizes its read buffer to (4 GiB each):
+  # the node must close each connection at once, allocating nothing.
+  guard_out=$("$py" - "${ps_addr##*:}" 2>&1 <<'EOF'
+import socket, sys, time
+port = int(sys.argv[1])
+def header(op, length, dest):
+    return bytes([op, 0, 0, 0]) + length.to_bytes(4, "big") + bytes(16) + dest.to_bytes(8, "big")
+for what, h in (("a direct message claiming 4 GiB", header(2, 0xFFFFFFFF, 1)),
+                ("a client handshake claiming 4 GiB", header(1, 0xFFFFFFFF, 0))):
+    s = socket.create_connection(("127.0.0.1", port), timeout=3)
+    s.sendall(h)
+    deadline = time.monotonic() + 3
+    try:
+        while time.monotonic() < deadline and s.recv(65536):
+            pass
+        closed = time.monotonic() < deadline
+    except ConnectionResetError:
+        closed = True
+    except socket.timeout:
+        closed = False
+    s.close()
+    print(("closed: " if closed else "NOT closed within 3 s: ") + what)
+EOF
+  )
+  [[ $(grep -c "^closed: " <<<"$guard_out") -eq 2 ]] || fail "the ps kept a 4 GiB header's connection open: $guard_out"
+  hwm1=$(proc_kib VmHWM)
+  ((hwm1 - hwm0 < hwm_slack)) || fail "the ps's peak RSS grew from $hwm0 to $hwm1 kB after 4 GiB headers"
+  # A flood: 200 connections opened and held (each gets the ps's server
+  # handshake) while training goes on, then closed.
+  "$py" - "${ps_addr##*:}" "$tmp/flood" <<'EOF' &
+import os, socket, sys, time
+port, flag = int(sys.argv[1]), sys.argv[2]
+held = [socket.create_connection(("127.0.0.1", port), timeout=3) for _ in range(200)]
+open(flag + ".open", "w").write("open\n")
+deadline = time.monotonic() + 60
+while not os.path.exists(flag + ".close") and time.monotonic() < deadline:
+    time.sleep(0.05)
+for s in held:
+    s.close()
+EOF
+  flood_pid=$!
+  pids+=("$flood_pid")
+  wait_for_line "open" "$tmp/flood.open" 30 "$flood_pid" || fail "the flood could not open 200 connections"
+  fds_held=$(fds)
+  ((fds_held >= fds0 + 200)) || fail "the ps holds $fds_held fds during the flood (had $fds0): not all accepted"
+  out=$(timeout 30 "$foreman" cluster status "tcp://$ps_addr" 2>&1)
+  during=$(ps_step "$out")
+  wait_step_above "tcp://$ps_addr" "${during:-0}" || fail "the ps's global_step did not grow during a flood of 200 connections"
+  touch "$tmp/flood.close"
+  wait_bounded "$flood_pid" 30
+  for ((i = 0; i < 100; i++)); do (($(fds) <= fds0 + 2)) && break; sleep 0.05; done
+  fds_after=$(fds)
+  ((fds_after <= fds0 + 2)) || fail "the ps's fds did not return after the flood: $fds0 before, $fds_held held, $fds_after after"
+  hwm2=$(proc_kib VmHWM)
+  ((hwm2 - hwm0 < hwm_slack)) || fail "the ps's peak RSS grew from $hwm0 to $hwm2 kB during the flood"
+  [[ -d /proc/$ps_pid ]] || fail "the ps task died after the 4 GiB headers and the flood"
+  echo "guard and flood: ps VmHWM $hwm0 -> $hwm1 -> $hwm2 kB; fds $fds0, $fds_held held, $fds_after after"
+fi
 kill -TERM "$local_pid"
 wait_bounded "$local_pid" "$bound"
 long_out=$(cat "$tmp/long.out")

@@ -13,7 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -169,6 +171,12 @@ class Relay {
   uint16_t port() const { return port_; }
   void Freeze() { frozen_ = true; }
   void Cut() { cut_ = true; }
+  // Sends `bytes` to the target as if from the connected client, between
+  // two of the client's reads (whole frames when the client is idle).
+  void Inject(std::string bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    inject_ += bytes;
+  }
 
  private:
   void Run() {
@@ -193,6 +201,11 @@ class Relay {
       if (a < 0 || frozen_) {
         std::this_thread::sleep_for(milliseconds(10));  // polling a flag, not synchronising
         continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!inject_.empty()) ::send(b, inject_.data(), inject_.size(), MSG_NOSIGNAL);
+        inject_.clear();
       }
       pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
       if (::poll(p, 2, 20) <= 0) continue;
@@ -223,6 +236,8 @@ class Relay {
   uint16_t port_ = 0;
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false}, frozen_{false}, cut_{false};
+  std::mutex mu_;
+  std::string inject_;  // guarded by mu_
   std::thread thread_;
 };
 
@@ -432,11 +447,8 @@ TEST_CASE("junk on the port: the node survives and its echo actor still answers"
       // A malformed header claiming 4 GiB: a heartbeat may carry no payload,
       // so CAF refuses the header before reading any payload.
       BaspHeader(0x06, 0xffffffffu, 0, 0),
-      // A valid-looking direct message claiming 64 MiB, then nothing. CAF
-      // 0.17.6 sizes (and zero-fills) its read buffer to the claim before
-      // any handshake: a valid 4 GiB claim costs 4 GiB of RSS per connection
-      // until it closes, and std::bad_alloc aborts the node when memory is
-      // short (cluster_net.hpp) -- far too much for a unit test, so 64 MiB.
+      // A valid-looking direct message claiming 64 MiB, then nothing: the
+      // BASP header guard refuses it (no message before a handshake).
       BaspHeader(0x02, 64u << 20, 0, 1),
   };
   std::vector<int> open;
@@ -453,6 +465,88 @@ TEST_CASE("junk on the port: the node survives and its echo actor still answers"
   CHECK(Pong(*client.sys, *remote));
 }
 
+// This process's peak resident set (VmHWM of /proc/self/status), in KiB.
+int64_t PeakRssKib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+// Reads (and drops) what the node sends on `fd` (its server handshake) until
+// it closes the connection: true, or `timeout` passes: false.
+bool ClosedByNode(int fd, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  char buf[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return true;  // EOF or reset: closed
+  }
+}
+
+// The BASP header guard (cluster_net.hpp): headers that CAF 0.17.6 accepts
+// and would size its read buffer to (4 GiB per connection, before any
+// handshake) close the connection at once, the node's peak RSS does not
+// grow by the claim, and a real client still connects and echoes.
+TEST_CASE("BASP header guard: a 4 GiB claim and a message before the handshake close the connection unallocated") {
+  REQUIRE(internal::BaspHeaderGuardActive());
+  Node server(Plain()), client(Plain());
+  const uint16_t port = server.PublishEcho();
+  const int64_t peak_before = PeakRssKib();
+  REQUIRE(peak_before > 0);
+  const uint64_t refused_before = internal::RefusedBaspHeaders();
+  const std::vector<std::pair<const char*, std::string>> attacks = {
+      {"a direct message claiming 4 GiB", BaspHeader(0x02, 0xffffffffu, 0, 1)},
+      {"a client handshake claiming 4 GiB", BaspHeader(0x01, 0xffffffffu, 0, 0)},
+      {"a client handshake claiming 64 KiB + 1", BaspHeader(0x01, internal::kMaxHandshakePayloadBytes + 1, 0, 0)},
+      {"a direct message of 8 bytes before the handshake", BaspHeader(0x02, 8, 0, 1) + std::string(8, 'x')},
+  };
+  for (const auto& [what, bytes] : attacks) {
+    int fd = ConnectRaw(port);
+    SendAll(fd, bytes);
+    CHECK_MESSAGE(ClosedByNode(fd, milliseconds(3000)), std::string(what), ": the node did not close the connection in 3 s");
+    ::close(fd);
+  }
+  CHECK(internal::RefusedBaspHeaders() - refused_before == attacks.size());
+  const int64_t grown_kib = PeakRssKib() - peak_before;
+  CHECK_MESSAGE(grown_kib < 64 * 1024, "peak RSS grew by ", grown_kib, " KiB");
+  auto remote = ConnectActor(*client.sys, "127.0.0.1", port, false, kConnect);
+  REQUIRE_MESSAGE(remote.ok(), remote.status().ToString());
+  CheckEchoWorks(client, *remote, 1 << 20);  // 4 MiB of floats after the handshake: allowed
+}
+
+// After the handshake a payload may announce at most max_message_bytes
+// (1 GiB): a peer that completed the handshake and then claims 4 GiB has its
+// connection closed (its node sees the link lost), nothing allocated.
+TEST_CASE("BASP header guard: after the handshake a claim above max_message_bytes closes the connection") {
+  NetConfig quiet;  // no heartbeats: nothing but the test's frames on the link
+  quiet.heartbeat_ms = 0;
+  quiet.connection_timeout_ms = 0;
+  Node server(quiet), client(quiet);
+  const uint16_t port = server.PublishEcho();
+  Relay relay(port);
+  auto remote = ConnectActor(*client.sys, "127.0.0.1", relay.port(), false, kConnect);
+  REQUIRE_MESSAGE(remote.ok(), remote.status().ToString());
+  CheckEchoWorks(client, *remote, 1 << 20);  // the link works; then it is idle
+  caf::scoped_actor self{*client.sys};
+  self->monitor(*remote);
+  const int64_t peak_before = PeakRssKib();
+  const uint64_t refused_before = internal::RefusedBaspHeaders();
+  relay.Inject(BaspHeader(0x02, 0xffffffffu, 0, 1));
+  auto down = AwaitDown(self, milliseconds(3000));
+  REQUIRE_MESSAGE(down.has_value(), "the server kept the connection after a 4 GiB claim");
+  CHECK(internal::IsPeerLost(*down));
+  CHECK(internal::RefusedBaspHeaders() - refused_before == 1);
+  const int64_t grown_kib = PeakRssKib() - peak_before;
+  CHECK_MESSAGE(grown_kib < 64 * 1024, "peak RSS grew by ", grown_kib, " KiB");
+}
+
 TEST_CASE("another application id: the connecting side refuses, the server keeps serving") {
   NetConfig other;
   other.app_id = "not-foreman";
@@ -464,6 +558,7 @@ TEST_CASE("another application id: the connecting side refuses, the server keeps
   CHECK(absl::IsUnavailable(refused.status()));
   CHECK(absl::StrContains(refused.status().message(), absl::StrCat("127.0.0.1:", port)));
   CHECK(absl::StrContains(refused.status().message(), "application id"));
+  CHECK(absl::StrContains(refused.status().message(), "refused here, at the connecting side"));
   MESSAGE("wrong app id: ", refused.status().ToString());
   auto ok = ConnectActor(*friend_node.sys, "127.0.0.1", port, false, kConnect);
   REQUIRE_MESSAGE(ok.ok(), ok.status().ToString());
