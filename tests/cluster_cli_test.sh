@@ -182,7 +182,8 @@ has "^\[worker 1\] worker 1: the chief ended training" "$long_out" || fail "work
 events=$("$foreman" events --tag steps_per_sec/worker_0 "$tmp/long" 2>&1) || fail "foreman events failed: $events"
 has "scalar  steps_per_sec/worker_0 = [0-9]" "$events" || fail "the chief wrote no steps_per_sec/worker_0: $events"
 events=$("$foreman" events --tag steps_per_sec/worker_1 "$tmp/long" 2>&1) || fail "foreman events failed: $events"
-has "scalar  steps_per_sec/worker_1 = ([1-9]|0\.0*[1-9])" "$events" || fail "the chief wrote no steps_per_sec/worker_1 > 0: $events"
+has "scalar  steps_per_sec/worker_1 = ([1-9]|0\.0*[1-9])" "$events" \
+  || fail "the chief wrote no steps_per_sec/worker_1 > 0: $events"
 
 echo "section 4 at $SECONDS s"
 # 4. TLS.

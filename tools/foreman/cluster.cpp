@@ -436,7 +436,9 @@ int RunStatus(const StatusFlags& f) {
     if (&r != &asked && asked.reachable && asked.job_name != "ps" && r.job_name == "ps" && r.task_index >= 0) {
       // The asked worker's view of this ps task.
       const auto k = static_cast<std::size_t>(r.task_index);
-      if (k < asked.ps_last_answer_ms.size()) absl::StrAppend(&line, "  last_answer_ms ", ms_or_never(asked.ps_last_answer_ms[k]));
+      if (k < asked.ps_last_answer_ms.size()) {
+        absl::StrAppend(&line, "  last_answer_ms ", ms_or_never(asked.ps_last_answer_ms[k]));
+      }
     }
     if (r.job_name == "worker" && r.task_index >= 0) {
       // ps 0's view of this worker (every step of every worker reaches ps 0).
