@@ -760,6 +760,21 @@ TEST_CASE("per-worker steps/s: two workers' applies read from ps 0 become two ra
   CHECK(summaries[0] == ScalarSummary("steps_per_sec/worker_0", 2.0f));
   CHECK(summaries[1] == ScalarSummary("steps_per_sec/worker_1", 0.0f));
   CHECK(summaries[2] == ScalarSummary("steps_per_sec/worker_2", 0.0f));
+  // Worker 2 never asked a ps task anything: "never" (-1) for both; ps 0
+  // never heard from it (its counts stop at worker 1).
+  ClusterOptions o;
+  o.heartbeat_ms = 50;
+  o.connection_timeout_ms = 200;
+  StatusOr<std::vector<internal::ClusterTaskReport>> st =
+      internal::QueryClusterStatus(absl::StrCat("tcp://127.0.0.1:", c.worker_ports[2]), o, 2000);
+  REQUIRE_MESSAGE(st.ok(), st.status().ToString());
+  REQUIRE(st->size() == 5);  // worker 2, ps 0, ps 1, worker 0, worker 1
+  CHECK((*st)[0].ps_last_answer_ms == std::vector<int64_t>{-1, -1});
+  CHECK((*st)[1].worker_applies == std::vector<int64_t>{7, 3});
+  CHECK((*st)[1].worker_last_apply_ms.size() == 2);
+  CHECK((*st)[3].ps_last_answer_ms.size() == 2);  // worker 0 heard from both
+  CHECK((*st)[3].ps_last_answer_ms[0] >= 0);
+  CHECK((*st)[3].ps_last_answer_ms[1] >= 0);
   // ps 0 gone: an error naming it; no summaries (a WARNING); a ps task's Server has no such counts.
   c.ps[0].reset();
   now += 1.0;
