@@ -85,6 +85,8 @@ void ConfigureActorSystemConfig(caf::actor_system_config& config) {
   config.add_message_type<StepResultMessage>("foreman.StepResultMessage");
   config.add_message_type<ApplyGradientsMessage>("foreman.ApplyGradientsMessage");
   config.add_message_type<PsShardStatsMessage>("foreman.PsShardStatsMessage");
+  // A worker's per-ps-task "last answer" times (`foreman cluster status`).
+  config.add_message_type<std::vector<int64_t>>("std::vector<int64_t>");
   // The actor API's (include/foreman/actor_api.hpp).
   config.add_message_type<JobStatus>("foreman.JobStatus");
   config.add_message_type<ProgressStep>("foreman.ProgressStep");

@@ -97,18 +97,45 @@ caf::behavior ProxyWatcher(caf::event_based_actor* self, std::shared_ptr<LostPro
   return {[self](caf::actor& proxy) { self->monitor(proxy); }};
 }
 
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// When a worker's PsRemoteValues last had an answer from each ps task
+// (steady clock ns; 0: never): a value, or the shard's own error (not a
+// timeout or a lost link). `foreman cluster status` prints it.
+struct PsAnswerTimes {
+  explicit PsAnswerTimes(std::size_t num_ps) : last_ns(num_ps) {}
+  std::vector<std::atomic<int64_t>> last_ns;
+
+  // Per ps task: ms since its last answer, -1 if none.
+  std::vector<int64_t> MsAgo() const {
+    const int64_t now = SteadyNowNs();
+    std::vector<int64_t> out;
+    for (const std::atomic<int64_t>& t : last_ns) {
+      const int64_t v = t.load(std::memory_order_relaxed);
+      out.push_back(v == 0 ? -1 : (now - v) / 1'000'000);
+    }
+    return out;
+  }
+};
+
 // The small actor a worker task publishes on its address. (caf::get_atom)
 // is `foreman cluster status`'s question (cluster_status.hpp): the spec's
-// hosts and the updates this worker's Server had accepted (`steps`).
+// hosts, the updates this worker's Server had accepted (`steps`) and the ms
+// since its last answer from each ps task.
 caf::behavior ClusterTaskActor(caf::event_based_actor* self, std::string job_name, int32_t task_index,
                                std::string address, std::string ps_hosts, std::string worker_hosts,
-                               std::shared_ptr<std::atomic<int64_t>> steps) {
+                               std::shared_ptr<std::atomic<int64_t>> steps,
+                               std::shared_ptr<const PsAnswerTimes> answers) {
   MakeQuiet(self, "cluster_task");
   return {[job_name, task_index, address](caf::ping_atom) {
             return caf::make_message(caf::pong_atom::value, job_name, task_index, address);
           },
           [=](caf::get_atom) {
-            return caf::make_message(job_name, task_index, address, ps_hosts, worker_hosts, steps->load());
+            return caf::make_message(job_name, task_index, address, ps_hosts, worker_hosts, steps->load(),
+                                     answers->MsAgo());
           }};
 }
 
@@ -357,6 +384,20 @@ class PsRemoteValues final : public RemoteValues {
 
   // Counts each accepted Apply in `counter` (`foreman cluster status`).
   void CountAcceptedUpdates(std::shared_ptr<std::atomic<int64_t>> counter) { accepted_ = std::move(counter); }
+  // Records each ps task's answers in `answers` (`foreman cluster status`).
+  void RecordAnswers(std::shared_ptr<PsAnswerTimes> answers) { answers_ = std::move(answers); }
+
+  // ps 0's applies accepted per worker task (PsShardStatsMessage::
+  // worker_applies): the chief's steps_per_sec/worker_K summaries.
+  StatusOr<std::vector<int64_t>> WorkerApplies() {
+    FOREMAN_ASSIGN_OR_RETURN(auto use, Enter());
+    std::vector<StatusOr<PsShardStatsMessage>> r =
+        AskAll<PsShardStatsMessage>({0}, [&](caf::scoped_actor& self, const caf::actor& proxy, int) {
+          return self->request(proxy, timeout_, ps_stats_atom::value);
+        });
+    FOREMAN_RETURN_IF_ERROR(r[0].status());
+    return std::move(r[0]->worker_applies);
+  }
 
   // Server::EndTraining: ps 0 first (its global_step), then the others.
   StatusOr<int64_t> EndTraining() {
@@ -580,8 +621,21 @@ class PsRemoteValues final : public RemoteValues {
     }
     for (std::size_t i = 0; i < shards.size(); ++i) {
       if (!handles[i]) continue;
-      handles[i]->receive([&](T& value) { out[i] = std::move(value); },
-                          [&](caf::error& e) { out[i] = ShardError(shards[i], proxies[i], e, *system); });
+      const int k = shards[i];
+      auto heard = [&] {
+        if (answers_ && k >= 0 && static_cast<std::size_t>(k) < answers_->last_ns.size()) {
+          answers_->last_ns[k].store(SteadyNowNs(), std::memory_order_relaxed);
+        }
+      };
+      handles[i]->receive(
+          [&](T& value) {
+            heard();
+            out[i] = std::move(value);
+          },
+          [&](caf::error& e) {
+            if (StatusFromForemanError(e).has_value()) heard();  // the shard's own answer
+            out[i] = ShardError(k, proxies[i], e, *system);
+          });
     }
     if (!pending.empty()) {
       MutexLock l(lost_->mu);
@@ -604,6 +658,7 @@ class PsRemoteValues final : public RemoteValues {
   const std::string target_;
   PsWait ps_wait_;
   std::shared_ptr<std::atomic<int64_t>> accepted_;  // set in Start, before any call
+  std::shared_ptr<PsAnswerTimes> answers_;          // set in Start, before any call
 
   Mutex connect_mu_;  // one connect at a time; taken before mu_
   Mutex mu_;
@@ -780,6 +835,7 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
   }
   auto lost = std::make_shared<LostProxies>();
   auto accepted = std::make_shared<std::atomic<int64_t>>(0);
+  auto answers = std::make_shared<PsAnswerTimes>(static_cast<std::size_t>(c.cluster.num_tasks("ps")));
   FOREMAN_ASSIGN_OR_RETURN(c.owned, BuildActorSystem(2, [&net](caf::actor_system_config& config) {
                              ConfigureClusterNetwork(config, net);
                            }));
@@ -811,7 +867,8 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
         return it == jobs.end() ? std::string() : absl::StrJoin(it->second, ",");
       };
       c.served = c.system->spawn(ClusterTaskActor, c.task.job_name, static_cast<int32_t>(c.task.task_index),
-                                 c.address, hosts("ps"), hosts("worker"), accepted);
+                                 c.address, hosts("ps"), hosts("worker"), accepted,
+                                 std::shared_ptr<const PsAnswerTimes>(answers));
       c.watcher = c.system->spawn(ProxyWatcher, lost);
     }
     return absl::OkStatus();
@@ -835,6 +892,7 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
     c.remote->set_ps_wait({absl::Seconds(c.options.cluster.ps_wait_secs),
                            absl::Milliseconds(c.options.cluster.heartbeat_ms)});
     c.remote->CountAcceptedUpdates(accepted);
+    c.remote->RecordAnswers(answers);
     c.values = std::make_shared<SessionValues>();
     c.values->remote = c.remote;
   }
@@ -861,6 +919,16 @@ void RegisterClusterSessionTargets() {
     Status s = RegisterSessionTarget(scheme, usage, ClusterTargetValues);
     if (!s.ok()) FOREMAN_LOG_WARN("Registering the {} session target: {}", scheme, s.ToString());
   }
+}
+
+StatusOr<std::vector<int64_t>> WorkerAppliesOnPs0(const Server& server) {
+  const std::string& target = server.target();
+  std::shared_ptr<ServerCore> core = CoreOf(target.substr(std::strlen(kTcpScheme)));
+  if (core == nullptr || core->remote == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(target, ": not a running worker task's Server (per-worker applies are read from ps 0)"));
+  }
+  return core->remote->WorkerApplies();
 }
 
 std::shared_ptr<RemoteValues> ServerRemoteValues(const Server& server) {
@@ -891,12 +959,13 @@ void AskTask(caf::actor_system& system, caf::scoped_actor& self, const TaskAddre
   self->request(*proxy, timeout, caf::get_atom::value)
       .receive(
           [&](std::string& job, int32_t index, std::string& address, std::string& ps, std::string& workers,
-              int64_t steps) {
+              int64_t steps, std::vector<int64_t>& ps_last_answer_ms) {
             answered = true;
             r.job_name = job;
             r.task_index = index;
             r.address = address;
             r.worker_steps = steps;
+            r.ps_last_answer_ms = std::move(ps_last_answer_ms);
             if (ps_hosts != nullptr) *ps_hosts = ps;
             if (worker_hosts != nullptr) *worker_hosts = workers;
           },
@@ -916,6 +985,8 @@ void AskTask(caf::actor_system& system, caf::scoped_actor& self, const TaskAddre
               r.frozen = m.frozen;
               r.applied_updates = m.applied_updates;
               r.refused_updates = m.refused_updates;
+              r.worker_applies = std::move(m.worker_applies);
+              r.worker_last_apply_ms = std::move(m.worker_last_apply_ms);
             },
             [&](caf::error& e) {
               first_error = absl::StrCat("neither a worker's nor a ps task's answer (", first_error, "; ",

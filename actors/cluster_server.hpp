@@ -10,8 +10,9 @@
 //    published on its address, answering (caf::ping_atom) with
 //    (caf::pong_atom, job_name, task_index, "host:port") (the port is held),
 //    and (caf::get_atom) with (job_name, task_index, "host:port", ps_hosts,
-//    worker_hosts, int64 updates accepted) for `foreman cluster status`
-//    (QueryClusterStatus, cluster_status.hpp);
+//    worker_hosts, int64 updates accepted, std::vector<int64_t> ms since
+//    the last answer from each ps task, -1: never) for `foreman cluster
+//    status` (QueryClusterStatus, cluster_status.hpp);
 //  - a worker task: a PsRemoteValues (below), and the SessionValues that
 //    every session of its target shares (`remote` set to it), registered
 //    under its target until the Server stops.

@@ -11,7 +11,14 @@
 //    answers (caf::get_atom) with its job, task_index, address, the spec's
 //    ps and worker hosts, and how many updates its Server had accepted by
 //    the ps tasks (its own training steps; each is counted once ps 0
-//    answered it). Asking a worker also asks every other task of its spec.
+//    answered it), and how long ago it last had an answer from each ps
+//    task. Asking a worker also asks every other task of its spec.
+//  - "last heard": CAF 0.17's BASP heartbeats are node-level and not
+//    exposed, so what is known is the application's own traffic: a worker
+//    knows when each ps task last answered it (any request: reads, applies;
+//    a value or the shard's own error, not a timeout or a lost link), and a
+//    ps task knows when each worker's last apply arrived. Workers do not
+//    talk to each other, so a worker's "last heard" is ps 0's view.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +26,7 @@
 #include <vector>
 
 #include "foreman/cluster.hpp"
+#include "foreman/server.hpp"
 #include "foreman/status.hpp"
 
 namespace foreman::internal {
@@ -36,8 +44,16 @@ struct ClusterTaskReport {
   bool frozen = false;
   int64_t applied_updates = 0;
   int64_t refused_updates = 0;
+  // A ps task, per worker task K (index K; sized to the highest K seen + 1):
+  // the applies it accepted from K and the ms since K's last apply arrived
+  // (-1: never). Empty before the first apply.
+  std::vector<int64_t> worker_applies;
+  std::vector<int64_t> worker_last_apply_ms;
   // A worker task: updates its Server had accepted by the ps tasks.
   int64_t worker_steps = -1;
+  // A worker task, per ps task K: ms since it last had an answer from ps K
+  // (-1: never).
+  std::vector<int64_t> ps_last_answer_ms;
 };
 
 /// Asks the task at `target` ("tcp://host:port" or "tls://host:port"; the
@@ -52,5 +68,16 @@ struct ClusterTaskReport {
 /// actor system.
 StatusOr<std::vector<ClusterTaskReport>> QueryClusterStatus(const std::string& target, const ClusterOptions& options,
                                                             int64_t timeout_ms);
+
+/// The chief's per-worker step counts (TF: none; Foreman's
+/// steps_per_sec/worker_K summaries, tools/foreman/cluster_task.hpp): per
+/// worker task K (index K), the applies ps 0 accepted from it since ps 0
+/// started (PsShardStatsMessage::worker_applies; every worker's every step
+/// reaches ps 0, which holds global_step). Sized to the highest worker index
+/// ps 0 has seen + 1; empty before any apply. One request to ps 0, bounded
+/// by the Server's request_timeout_ms. FAILED_PRECONDITION when `server` is
+/// not a running worker task's; else PsRemoteValues' errors (UNAVAILABLE
+/// naming ps 0 when it cannot be reached). Thread-safe.
+StatusOr<std::vector<int64_t>> WorkerAppliesOnPs0(const Server& server);
 
 }  // namespace foreman::internal

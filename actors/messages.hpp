@@ -100,6 +100,14 @@ struct PsShardStatsMessage {
   /// their timeout, or at the end of the actor that asked for them).
   int64_t queued_updates = 0;
   int64_t freeze_timeouts = 0;
+  /// Per worker task (index: the apply's gradients.worker, its
+  /// /job:worker/task:K): applies the shard accepted from it (asynchronous:
+  /// applied; synchronous: accumulated, stale ones not counted), and how
+  /// long ago (ms, steady clock of the ps) an apply from it last arrived,
+  /// -1 if none ever did. Both sized to the highest worker index seen + 1
+  /// (at most kMaxCountedWorkers); empty before the first apply.
+  std::vector<int64_t> worker_applies;
+  std::vector<int64_t> worker_last_apply_ms;
 };
 
 /// What one training step reports: the global step after it and its status.
@@ -137,7 +145,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PsShardStatsMessage& x) {
   return f(caf::meta::type_name("foreman.PsShardStatsMessage"), x.task_index, x.global_step, x.initialized, x.frozen,
            x.applied_updates, x.refused_updates, x.stale_gradients, x.dropped_gradients, x.sync_step,
-           x.waiting_replicas, x.queued_updates, x.freeze_timeouts);
+           x.waiting_replicas, x.queued_updates, x.freeze_timeouts, x.worker_applies, x.worker_last_apply_ms);
 }
 
 StatusMessage ToMessage(const Status& status);

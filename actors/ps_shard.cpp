@@ -53,6 +53,9 @@ struct ps_shard_state {
   // Training ended (ps_end_atom): every apply is answered OUT_OF_RANGE.
   bool ended = false;
   int64_t end_step = -1;  // the global_step named in the answer
+  // Per worker index: when an apply from it last arrived (steady clock ns,
+  // 0: never); the accepted counts are stats.worker_applies.
+  std::vector<int64_t> worker_last_apply_ns;
   static const char* name;
 };
 const char* ps_shard_state::name = "ps_shard";
@@ -283,6 +286,30 @@ void FailWaiting(ps_shard_state& st, const Status& why) {
   st.accumulators.clear();
 }
 
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool CountedWorker(int32_t worker) { return worker >= 0 && worker < kMaxCountedWorkers; }
+
+// An apply from `worker` arrived (accepted or not).
+void NoteArrival(ps_shard_state& st, int32_t worker) {
+  if (!CountedWorker(worker)) return;
+  const auto k = static_cast<std::size_t>(worker);
+  if (st.worker_last_apply_ns.size() <= k) st.worker_last_apply_ns.resize(k + 1, 0);
+  st.worker_last_apply_ns[k] = SteadyNowNs();
+}
+
+// An apply from `worker` was accepted (applied, or accumulated).
+void CountAccepted(ps_shard_state& st, int32_t worker) {
+  if (!CountedWorker(worker)) return;
+  const auto k = static_cast<std::size_t>(worker);
+  std::vector<int64_t>& v = st.stats.worker_applies;
+  if (v.size() <= k) v.resize(k + 1, 0);
+  ++v[k];
+}
+
 // Synchronous mode (TF's SyncReplicasOptimizer on this shard): adds
 // `update`'s gradients to the accumulators, or drops them when stale; the
 // replicas_to_aggregate-th apply of a step applies the means once.
@@ -323,6 +350,7 @@ void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
     ++it->second.count;
   }
   st.waiting.push_back(std::move(promise));
+  CountAccepted(st, update.gradients.worker);
   st.last_rates.learning_rate = update.learning_rate;
   st.last_rates.adam_step_size = update.adam_step_size;
   if (static_cast<int64_t>(st.waiting.size()) < st.options.replicas_to_aggregate) return;
@@ -376,6 +404,7 @@ void Dispatch(ps_shard_state& st, const ApplyGradientsMessage& update,
   StatusOr<int64_t> r = Apply(st, update);
   if (r.ok()) {
     ++st.stats.applied_updates;
+    CountAccepted(st, update.gradients.worker);
     promise.deliver(*r);
   } else {
     ++st.stats.refused_updates;
@@ -458,6 +487,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
       [self](ps_apply_atom, ApplyGradientsMessage& update) -> caf::result<int64_t> {
         auto& st = self->state;
         auto promise = self->make_response_promise<int64_t>();
+        NoteArrival(st, update.gradients.worker);
         if (!st.frozen || st.ended) {
           Dispatch(st, update, promise);
           return promise;
@@ -529,6 +559,10 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         s.queued_updates = static_cast<int64_t>(st.held.size());
         s.sync_step = st.options.replicas_to_aggregate > 0 ? st.sync_step : -1;
         s.waiting_replicas = static_cast<int64_t>(st.waiting.size());
+        const int64_t now = SteadyNowNs();
+        s.worker_last_apply_ms.clear();
+        for (int64_t t : st.worker_last_apply_ns) s.worker_last_apply_ms.push_back(t == 0 ? -1 : (now - t) / 1'000'000);
+        s.worker_applies.resize(s.worker_last_apply_ms.size(), 0);
         return s;
       },
   };

@@ -89,6 +89,10 @@
 //       Applies the held applies in arrival order (each answered as
 //       usual), and answers how many there were. A no-op when not frozen.
 //   (ps_stats_atom)                                           -> PsShardStatsMessage
+//       The counters; per worker (gradients.worker of its applies): the
+//       applies accepted from it and the ms since one last arrived (for
+//       `foreman cluster status` and the chief's steps_per_sec/worker_K
+//       summaries).
 //   (ps_end_atom, int64_t chief_step)                         -> int64_t
 //       End of training (cluster.md rule 7; the chief's Server::EndTraining,
 //       ps 0 first): from now on every apply is answered OUT_OF_RANGE
@@ -131,6 +135,10 @@ namespace foreman::internal {
 inline constexpr int kMaxHeldApplies = 1024;
 /// The longest freeze a shard accepts (ms).
 inline constexpr int64_t kMaxFreezeMs = 600'000;
+/// Applies are counted per worker (PsShardStatsMessage::worker_applies) for
+/// worker indices in [0, kMaxCountedWorkers); others are applied but not
+/// counted per worker.
+inline constexpr int kMaxCountedWorkers = 4096;
 
 struct PsShardOptions {
   /// The ps task's index (/job:ps/task:K), >= 0: named in errors and stats.

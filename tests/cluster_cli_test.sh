@@ -8,16 +8,20 @@
 #      exit 0, every output line prefixed with its task, the chief's final
 #      checkpoint written.                          (also under the sanitizers)
 #   3. A `cluster local` run ended by a SIGTERM (forwarded to the chief): while
-#      it trains, `cluster status` of the ps prints its global_step and that of
-#      the chief lists worker 1 with its steps; junk on the ps's port (random
-#      bytes, a truncated BASP header, a connect-and-close) does not stop it
-#      (its global_step still grows); a 32-byte header claiming 4 GiB (a
-#      direct message, a client handshake) has its connection closed at once
-#      and the ps's VmHWM grows < 256 MiB (1 GiB under the sanitizers); a
-#      flood of 200 connections held open: all accepted (the ps's fds), its
-#      global_step still grows, and after they close its fds return and it
-#      is alive; the SIGTERM ends the run with exit 0 and the final
-#      checkpoint.                                  (also under the sanitizers)
+#      it trains, `cluster status` of the ps prints its global_step and, per
+#      worker, its applies and last_apply_ms; that of the chief lists worker 1
+#      with its steps, each worker's last_apply_ms (ps 0's view) and the ps's
+#      last_answer_ms (the chief's view), each below the connection timeout;
+#      junk on the ps's port (random bytes, a truncated BASP header, a
+#      connect-and-close) does not stop it (its global_step still grows); a
+#      32-byte header claiming 4 GiB (a direct message, a client handshake)
+#      has its connection closed at once and the ps's VmHWM grows < 256 MiB
+#      (1 GiB under the sanitizers); a flood of 200 connections held open: all
+#      accepted (the ps's fds), its global_step still grows, and after they
+#      close its fds return and it is alive; the SIGTERM ends the run with
+#      exit 0 and the final checkpoint; the chief's event file has
+#      steps_per_sec/worker_0 and a steps_per_sec/worker_1 > 0 (its
+#      --save-summaries-steps 2).                   (also under the sanitizers)
 #   4. TLS (certificates from tools/scripts/gen-tls-certs.sh), release only: a
 #      TLS cluster trains; `cluster status tls://` with a certificate of the
 #      CA prints the ps's global_step; with a rogue certificate (another CA) or
@@ -41,6 +45,18 @@ bound=120
 
 # ps 0's global_step from `cluster status` output $1 (empty if none).
 ps_step() { sed -n 's/^ps 0  .*  global_step \([0-9]*\) .*/\1/p' <<<"$1"; }
+
+# The value of field $1 ("last_apply_ms", ...) in status line $2 (empty if none).
+field() { sed -n "s/.*  $1 \([0-9][0-9]*\)\(  .*\)\{0,1\}\$/\1/p" <<<"$2"; }
+
+# Fails unless field $1 of the line of $3 matching $2 is a number below the
+# connection timeout (a live task was heard from within it).
+heard_within_timeout() {
+  local line v
+  line=$(grep -E "$2" <<<"$3" | head -1)
+  v=$(field "$1" "$line")
+  [[ $v =~ ^[0-9]+$ && $v -lt $timeout_ms ]] || fail "$1 of '$2' is '$v', expected < $timeout_ms ms: $3"
+}
 
 # Asks `cluster status $1 [flags]` (at most 10 s) until ps 0's global_step
 # exceeds $2; sets $step. False if it never did.
@@ -128,7 +144,7 @@ echo "short run: global_step $final in $((SECONDS - start)) s"
 echo "section 3 at $SECONDS s"
 # 3. A run ended by a SIGTERM; status and junk while it trains.
 "$foreman" cluster local --ps 1 --workers 2 "${model[@]}" --max-steps 1000000 --log-step-count-steps 1 \
-  --checkpoint-dir "$tmp/long" >"$tmp/long.out" 2>"$tmp/long.err" &
+  --save-summaries-steps 2 --checkpoint-dir "$tmp/long" >"$tmp/long.out" 2>"$tmp/long.err" &
 local_pid=$!
 pids+=("$local_pid")
 wait_for_line "^\[worker 0\] step [0-9]+" "$tmp/long.err" "$bound" "$local_pid" || fail "the chief trained no step"
@@ -139,11 +155,20 @@ out=$(timeout 30 "$foreman" cluster status "tcp://$ps_addr" 2>&1); code=$?
 [[ $code -eq 0 ]] || fail "cluster status of the ps exited $code: $out"
 before=$(ps_step "$out")
 [[ $before =~ ^[0-9]+$ && $before -ge 1 ]] || fail "cluster status of the ps printed no global_step >= 1: $out"
+has "^  worker 0  applies [1-9][0-9]*  last_apply_ms [0-9]+$" "$out" || fail "the ps's status lacks worker 0: $out"
+has "^  worker 1  applies [1-9][0-9]*  last_apply_ms [0-9]+$" "$out" || fail "the ps's status lacks worker 1: $out"
+heard_within_timeout last_apply_ms "^  worker 1  " "$out"
 out=$(timeout 30 "$foreman" cluster status "tcp://$chief_addr" 2>&1); code=$?
 [[ $code -eq 0 ]] || fail "cluster status of the chief exited $code: $out"
-has "^worker 0  $chief_addr  serving \(chief\)  steps [0-9]+$" "$out" || fail "the chief's line: $out"
-has "^ps 0  $ps_addr  serving  global_step [0-9]+  applied_updates" "$out" || fail "the chief's status lacks the ps: $out"
-has "^worker 1  127.0.0.1:[0-9]+  serving  steps [1-9][0-9]*$" "$out" || fail "the chief's status lacks worker 1: $out"
+has "^worker 0  $chief_addr  serving \(chief\)  steps [0-9]+  last_apply_ms [0-9]+$" "$out" \
+  || fail "the chief's line: $out"
+has "^ps 0  $ps_addr  serving  global_step [0-9]+  applied_updates [0-9]+  refused_updates 0  last_answer_ms [0-9]+$" \
+  "$out" || fail "the chief's status lacks the ps: $out"
+has "^worker 1  127.0.0.1:[0-9]+  serving  steps [1-9][0-9]*  last_apply_ms [0-9]+$" "$out" \
+  || fail "the chief's status lacks worker 1: $out"
+heard_within_timeout last_apply_ms "^worker 0  " "$out"
+heard_within_timeout last_answer_ms "^ps 0  " "$out"
+heard_within_timeout last_apply_ms "^worker 1  " "$out"
 # Junk: 200 random bytes, a 20-byte truncated BASP header, a connect-and-close.
 junk "${ps_addr##*:}" "0000000000000000ffffffff0000000000000001" || fail "cannot send junk to the ps"
 wait_step_above "tcp://$ps_addr" "${before:-0}" || fail "the ps's global_step did not grow after junk on its port"
@@ -239,6 +264,12 @@ has "^\[worker 0\] stopped by SIGTERM after its final checkpoint" "$long_out" \
 final=$(sed -n 's/^\[worker 0\] training ended at global_step \([0-9]*\)$/\1/p' <<<"$long_out")
 [[ $final =~ ^[0-9]+$ && -f $tmp/long/model.ckpt-$final.index ]] || fail "no final checkpoint at $final: $long_out"
 has "^\[worker 1\] worker 1: the chief ended training" "$long_out" || fail "worker 1 did not stop at the end: $long_out"
+# The chief's per-worker steps/s (docs/cluster.md "Observability").
+events=$("$foreman" events --tag steps_per_sec/worker_0 "$tmp/long" 2>&1) || fail "foreman events failed: $events"
+has "scalar  steps_per_sec/worker_0 = [0-9]" "$events" || fail "the chief wrote no steps_per_sec/worker_0: $events"
+events=$("$foreman" events --tag steps_per_sec/worker_1 "$tmp/long" 2>&1) || fail "foreman events failed: $events"
+has "scalar  steps_per_sec/worker_1 = ([1-9]|0\.0*[1-9])" "$events" \
+  || fail "the chief wrote no steps_per_sec/worker_1 > 0: $events"
 
 echo "section 4 at $SECONDS s"
 # 4. TLS.

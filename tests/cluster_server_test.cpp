@@ -37,7 +37,9 @@
 #include "actors/messages.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/server.hpp"
+#include "foreman/summary.hpp"
 #include "runtime/session_target.hpp"
+#include "runtime/worker_step_rates.hpp"
 
 namespace foreman {
 namespace {
@@ -684,6 +686,10 @@ TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every tas
   CHECK(w0.task_index == 0);
   CHECK(w0.address == chief);
   CHECK(w0.worker_steps == 2);  // its two accepted Applies
+  // When it last heard from ps 0 (its last Apply's answer): known, recent.
+  REQUIRE(w0.ps_last_answer_ms.size() == 1);
+  CHECK(w0.ps_last_answer_ms[0] >= 0);
+  CHECK(w0.ps_last_answer_ms[0] < 10'000);
   const internal::ClusterTaskReport& p0 = (*r)[1];
   CHECK(p0.reachable);
   CHECK(p0.job_name == "ps");
@@ -692,6 +698,10 @@ TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every tas
   CHECK(p0.initialized);
   CHECK(p0.global_step == 9);
   CHECK(p0.applied_updates == 2);
+  CHECK(p0.worker_applies == std::vector<int64_t>{2});  // worker 0's, none from worker 1
+  REQUIRE(p0.worker_last_apply_ms.size() == 1);
+  CHECK(p0.worker_last_apply_ms[0] >= 0);
+  CHECK(p0.worker_last_apply_ms[0] < 10'000);
   const internal::ClusterTaskReport& w1 = (*r)[2];
   CHECK_FALSE(w1.reachable);
   CHECK(w1.job_name == "worker");
@@ -718,6 +728,61 @@ TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every tas
   CHECK(internal::QueryClusterStatus("tcp://" + chief, o, 0).status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(internal::QueryClusterStatus("tcp://127.0.0.1:99999", o, 2000).status().code() ==
         absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("per-worker steps/s: two workers' applies read from ps 0 become two rates (steps_per_sec/worker_K)") {
+  Cluster c(2, 3);
+  std::shared_ptr<RemoteValues> chief = c.Remote(0), other = c.Remote(1);
+  REQUIRE(chief->Bind(kNames).ok());
+  REQUIRE(other->Bind(kNames).ok());
+  VariableStore local;
+  Fill(local, 0);
+  REQUIRE(chief->Write(local).ok());
+  double now = 100.0;  // a fake clock (seconds)
+  internal::WorkerStepRates rates([&c] { return internal::WorkerAppliesOnPs0(*c.workers[0]); }, 3,
+                                  [&now] { return now; });
+  StatusOr<std::vector<double>> primed = rates.Sample();
+  REQUIRE_MESSAGE(primed.ok(), primed.status().ToString());
+  CHECK(primed->empty());  // the first read primes
+  for (int i = 0; i < 6; ++i) REQUIRE(chief->Apply(Grads(0.05f, 0.3f), i).ok());
+  for (int i = 0; i < 3; ++i) REQUIRE(other->Apply(Grads(0.05f, 0.3f), i).ok());
+  StatusOr<std::vector<int64_t>> counts = internal::WorkerAppliesOnPs0(*c.workers[1]);
+  REQUIRE_MESSAGE(counts.ok(), counts.status().ToString());
+  CHECK(*counts == std::vector<int64_t>{6, 3});  // worker 2 never applied: not in ps 0's counts
+  now += 2.0;
+  StatusOr<std::vector<double>> r = rates.Sample();
+  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+  CHECK(*r == std::vector<double>{3.0, 1.5, 0.0});  // per second over the 2 s; worker 2 at 0
+  REQUIRE(chief->Apply(Grads(0.05f, 0.3f), 9).ok());
+  now += 0.5;
+  std::vector<std::string> summaries = rates.Summaries();
+  REQUIRE(summaries.size() == 3);
+  CHECK(summaries[0] == ScalarSummary("steps_per_sec/worker_0", 2.0f));
+  CHECK(summaries[1] == ScalarSummary("steps_per_sec/worker_1", 0.0f));
+  CHECK(summaries[2] == ScalarSummary("steps_per_sec/worker_2", 0.0f));
+  // Worker 2 never asked a ps task anything: "never" (-1) for both; ps 0
+  // never heard from it (its counts stop at worker 1).
+  ClusterOptions o;
+  o.heartbeat_ms = 50;
+  o.connection_timeout_ms = 200;
+  StatusOr<std::vector<internal::ClusterTaskReport>> st =
+      internal::QueryClusterStatus(absl::StrCat("tcp://127.0.0.1:", c.worker_ports[2]), o, 2000);
+  REQUIRE_MESSAGE(st.ok(), st.status().ToString());
+  REQUIRE(st->size() == 5);  // worker 2, ps 0, ps 1, worker 0, worker 1
+  CHECK((*st)[0].ps_last_answer_ms == std::vector<int64_t>{-1, -1});
+  CHECK((*st)[1].worker_applies == std::vector<int64_t>{7, 3});
+  CHECK((*st)[1].worker_last_apply_ms.size() == 2);
+  CHECK((*st)[3].ps_last_answer_ms.size() == 2);  // worker 0 heard from both
+  CHECK((*st)[3].ps_last_answer_ms[0] >= 0);
+  CHECK((*st)[3].ps_last_answer_ms[1] >= 0);
+  // ps 0 gone: an error naming it; no summaries (a WARNING); a ps task's Server has no such counts.
+  c.ps[0].reset();
+  now += 1.0;
+  StatusOr<std::vector<int64_t>> gone = internal::WorkerAppliesOnPs0(*c.workers[0]);
+  CHECK(gone.status().code() == absl::StatusCode::kUnavailable);
+  CHECK_MESSAGE(absl::StrContains(gone.status().message(), "ps task 0"), gone.status());
+  CHECK(rates.Summaries().empty());
+  CHECK(internal::WorkerAppliesOnPs0(*c.ps[1]).status().code() == absl::StatusCode::kFailedPrecondition);
 }
 
 // Applies in a loop on another thread while something connects to the ps's

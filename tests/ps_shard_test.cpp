@@ -414,6 +414,42 @@ TEST_CASE("global_step and the beta powers change once per apply, only on the sh
   CHECK(Stats(*node.sys, ps1).global_step == -1);
 }
 
+TEST_CASE("applies are counted per worker (gradients.worker), with the ms since each worker's last apply") {
+  Node node;
+  caf::actor ps0 = node.Shard(0, Sgd());
+  VariablesMessage v0;
+  v0.tensors = {GlobalStep(0), Floats("w", {2}, {1, 2})};
+  REQUIRE(Init(*node.sys, ps0, v0).ok());
+  CHECK(Stats(*node.sys, ps0).worker_applies.empty());  // nothing heard yet
+  CHECK(Stats(*node.sys, ps0).worker_last_apply_ms.empty());
+  auto from = [](int32_t worker, std::vector<float> g) {
+    const int64_t n = static_cast<int64_t>(g.size());
+    ApplyGradientsMessage u = Update({Floats("w", {n}, std::move(g))}, 0.1f);
+    u.gradients.worker = worker;
+    return u;
+  };
+  REQUIRE(Apply(*node.sys, ps0, from(0, {0.5f, 0.5f})).ok());
+  REQUIRE(Apply(*node.sys, ps0, from(3, {0.5f, 0.5f})).ok());
+  REQUIRE(Apply(*node.sys, ps0, from(0, {0.5f, 0.5f})).ok());
+  // Refused (a bad shape): heard from, not counted.
+  CHECK(Apply(*node.sys, ps0, from(0, {0.5f})).status().code() == absl::StatusCode::kInvalidArgument);
+  // Indices outside [0, kMaxCountedWorkers): applied, not counted per worker.
+  REQUIRE(Apply(*node.sys, ps0, from(-1, {0.5f, 0.5f})).ok());
+  REQUIRE(Apply(*node.sys, ps0, from(internal::kMaxCountedWorkers, {0.5f, 0.5f})).ok());
+  PsShardStatsMessage st = Stats(*node.sys, ps0);
+  CHECK(st.applied_updates == 5);
+  CHECK(st.refused_updates == 1);
+  CHECK(st.worker_applies == std::vector<int64_t>{2, 0, 0, 1});
+  REQUIRE(st.worker_last_apply_ms.size() == 4);
+  CHECK(st.worker_last_apply_ms[1] == -1);  // never heard from
+  CHECK(st.worker_last_apply_ms[2] == -1);
+  for (int k : {0, 3}) {
+    CAPTURE(k);
+    CHECK(st.worker_last_apply_ms[k] >= 0);
+    CHECK(st.worker_last_apply_ms[k] < 10'000);  // this test's applies, just now (a bound, not a speed target)
+  }
+}
+
 TEST_CASE("a bad gradient is refused, naming the variable, and leaves the shard unchanged") {
   Node node;
   OptimizerOptions opt;
@@ -930,6 +966,12 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
   CHECK(st0.dropped_gradients == 1);
   CHECK(st0.refused_updates == 1);
   CHECK(Stats(*node.sys, ps1).stale_gradients == 1);
+  // Per worker: the gradients accumulated (the stale and the refused ones not counted).
+  CHECK(st0.worker_applies == std::vector<int64_t>{0, kSteps, kSteps});
+  REQUIRE(st0.worker_last_apply_ms.size() == 3);
+  CHECK(st0.worker_last_apply_ms[0] == -1);
+  CHECK(st0.worker_last_apply_ms[1] >= 0);
+  CHECK(st0.worker_last_apply_ms[2] >= 0);
 
   // A restore while a replica waits: the waiting apply is answered ABORTED
   // (one sender: the apply arrives before the init).

@@ -17,7 +17,11 @@
 // (PR_SET_PDEATHSIG).
 //
 // status: asks a task's address (cluster_status.hpp) and prints one line
-// per task it learned of.
+// per task it learned of; the "last heard" fields (docs/cluster.md) are
+// what the tasks themselves saw: last_answer_ms on a ps line is the asked
+// worker's time since that ps task last answered it, last_apply_ms on a
+// worker line ps 0's time since that worker's last apply arrived; an asked
+// ps task lists the workers it has heard from, indented under its line.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -410,6 +414,12 @@ int RunStatus(const StatusFlags& f) {
     std::fprintf(stderr, "foreman cluster status: %s\n", std::string(reports.status().message()).c_str());
     return absl::IsInvalidArgument(reports.status()) ? kExitUsage : kExitFailed;
   }
+  const internal::ClusterTaskReport& asked = reports->front();
+  const internal::ClusterTaskReport* ps0 = nullptr;
+  for (const internal::ClusterTaskReport& r : *reports) {
+    if (r.job_name == "ps" && r.task_index == 0 && r.reachable) ps0 = &r;
+  }
+  auto ms_or_never = [](int64_t ms) { return ms < 0 ? std::string("never") : absl::StrCat(ms); };
   for (const internal::ClusterTaskReport& r : *reports) {
     const std::string who = r.task_index >= 0 ? absl::StrCat(r.job_name, " ", r.task_index) : std::string("?");
     std::string line = absl::StrCat(who, "  ", r.address, "  ");
@@ -423,7 +433,33 @@ int RunStatus(const StatusFlags& f) {
       absl::StrAppend(&line, "serving", r.task_index == 0 && r.job_name == "worker" ? " (chief)" : "",
                       "  steps ", r.worker_steps);
     }
+    if (&r != &asked && asked.reachable && asked.job_name != "ps" && r.job_name == "ps" && r.task_index >= 0) {
+      // The asked worker's view of this ps task.
+      const auto k = static_cast<std::size_t>(r.task_index);
+      if (k < asked.ps_last_answer_ms.size()) {
+        absl::StrAppend(&line, "  last_answer_ms ", ms_or_never(asked.ps_last_answer_ms[k]));
+      }
+    }
+    if (r.job_name == "worker" && r.task_index >= 0) {
+      // ps 0's view of this worker (every step of every worker reaches ps 0).
+      const auto k = static_cast<std::size_t>(r.task_index);
+      if (ps0 == nullptr) {
+        absl::StrAppend(&line, "  last_apply_ms unknown (ps 0 not reachable)");
+      } else {
+        absl::StrAppend(&line, "  last_apply_ms ",
+                        ms_or_never(k < ps0->worker_last_apply_ms.size() ? ps0->worker_last_apply_ms[k] : -1));
+      }
+    }
     std::printf("%s\n", line.c_str());
+    if (&r == &asked && r.reachable && r.job_name == "ps") {
+      // An asked ps task knows the workers only by index, from their applies.
+      for (std::size_t k = 0; k < r.worker_last_apply_ms.size(); ++k) {
+        if (r.worker_last_apply_ms[k] < 0) continue;
+        std::printf("  worker %zu  applies %lld  last_apply_ms %lld\n", k,
+                    static_cast<long long>(k < r.worker_applies.size() ? r.worker_applies[k] : 0),
+                    static_cast<long long>(r.worker_last_apply_ms[k]));
+      }
+    }
   }
   std::fflush(stdout);
   return reports->front().reachable ? kExitOk : kExitFailed;

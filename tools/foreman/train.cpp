@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -539,6 +540,8 @@ struct Model {
   std::vector<std::string> histogram_variables;
   std::shared_ptr<EvalRecord> eval;
   absl::Duration batch_timeout = absl::Seconds(60);
+  // A cluster's chief: more scalars for its "summaries" (steps_per_sec/worker_K).
+  std::function<std::vector<std::string>()> extra_summaries;
 };
 
 StatusOr<int64_t> ReadInt64(const VariableStore& vars, const std::string& name) {
@@ -638,6 +641,9 @@ Status Step(Model& m, StepContext& ctx) {
   }
   if (ctx.requested("summaries")) {
     summaries.push_back(ScalarSummary("learning_rate", m.current_learning_rate));
+    if (m.extra_summaries) {
+      for (std::string& s : m.extra_summaries()) summaries.push_back(std::move(s));
+    }
     for (const std::string& name : m.histogram_variables) {
       FOREMAN_ASSIGN_OR_RETURN(const Tensor* t, static_cast<const VariableStore&>(vars).Get(name));
       FOREMAN_ASSIGN_OR_RETURN(std::string h, HistogramSummary(name, *t));
@@ -1230,6 +1236,8 @@ ExitCode StartServer(TrainJob& job) {
   if (job.cluster->task.is_chief()) {
     job.end_training = std::make_shared<EndTrainingHook>(job.server.get());
     job.mts.chief_only_hooks.insert(job.mts.chief_only_hooks.begin(), job.end_training);
+    job.model->extra_summaries =
+        WorkerStepRateSummaries(job.server.get(), job.cluster->spec.num_tasks("worker"));
   }
   return std::nullopt;
 }
