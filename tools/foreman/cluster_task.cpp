@@ -17,7 +17,43 @@ namespace {
 constexpr const char* kCoreFlags[] = {"--ps-hosts", "--worker-hosts", "--job-name", "--task-index"};
 constexpr const char* kOtherFlags[] = {"--heartbeat-ms", "--connection-timeout-ms", "--ps-wait-secs",
                                        "--ps-join-timeout-secs", "--tls-cert", "--tls-key", "--tls-ca",
-                                       "--insecure"};
+                                       "--insecure", "--replicas-to-aggregate", "--total-num-replicas"};
+
+// --replicas-to-aggregate / --total-num-replicas (TF's
+// SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)) into
+// `run`.
+Status CheckSyncFlags(const CLI::App& cmd, const ClusterFlags& c, ClusterRun& run) {
+  const int64_t workers = run.spec.num_tasks("worker");
+  const bool has_n = cmd.count("--replicas-to-aggregate") > 0;
+  const bool has_m = cmd.count("--total-num-replicas") > 0;
+  if (has_n && (c.replicas_to_aggregate < 1 || c.replicas_to_aggregate > INT_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replicas-to-aggregate must be >= 1 (leave it out for asynchronous training), got ", c.replicas_to_aggregate));
+  }
+  if (has_m && !has_n) {
+    return absl::InvalidArgumentError(
+        "--total-num-replicas is for synchronous training: give it with --replicas-to-aggregate");
+  }
+  if (!has_n) return absl::OkStatus();
+  if (has_m && (c.total_num_replicas < 1 || c.total_num_replicas > INT_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--total-num-replicas must be >= 1, got ", c.total_num_replicas));
+  }
+  const int64_t m = has_m ? c.total_num_replicas : workers;
+  if (m > workers) {
+    return absl::InvalidArgumentError(absl::StrCat("--total-num-replicas=", m, " is more than the ", workers,
+                                                   " workers of --worker-hosts"));
+  }
+  if (c.replicas_to_aggregate > m) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replicas-to-aggregate=", c.replicas_to_aggregate, " is more than ",
+        has_m ? absl::StrCat("--total-num-replicas=", m) : absl::StrCat("the ", workers, " workers of --worker-hosts"),
+        " (an update could never gather that many gradients)"));
+  }
+  run.replicas_to_aggregate = static_cast<int>(c.replicas_to_aggregate);
+  run.total_num_replicas = static_cast<int>(m);
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -63,6 +99,7 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
   run.options.tls_ca = c.tls_ca;
   run.options.insecure = c.insecure;
   FOREMAN_RETURN_IF_ERROR(ValidateClusterOptions(run.spec, run.task, run.options));
+  FOREMAN_RETURN_IF_ERROR(CheckSyncFlags(cmd, c, run));
   if (run.options.tls_enabled()) {
     FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(run.options.tls_cert, run.options.tls_key, run.options.tls_ca));
   }

@@ -1220,6 +1220,7 @@ ExitCode StartServer(TrainJob& job) {
   ServerOptions options;
   options.cluster = job.cluster->options;
   options.optimizer = job.optimizer;
+  options.replicas_to_aggregate = job.cluster->replicas_to_aggregate;
   auto server = Server::Create(job.cluster->spec, job.cluster->task, options);
   if (!server.ok()) {
     return job.Exit(absl::IsInvalidArgument(server.status()) ? kExitUsage : kExitFailed, "cannot start the worker",
@@ -1393,6 +1394,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     ServerOptions options;
     options.cluster = job.cluster->options;
     options.optimizer = job.optimizer;
+    options.replicas_to_aggregate = job.cluster->replicas_to_aggregate;
     job.phase->ServeAsPs(absl::StrCat("ps task ", job.cluster->task.task_index));
     return RunParameterServer(*job.cluster, options, absl::Seconds(job.f.cluster.ps_join_timeout_secs), *job.stop);
   }

@@ -583,6 +583,18 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->transform(DecimalInt64())
       ->capture_default_str()
       ->group(kCluster);
+  cmd.add_option("--replicas-to-aggregate", f.cluster.replicas_to_aggregate,
+                 "Synchronous training (TF's SyncReplicasOptimizer): each update averages the gradients of this "
+                 "many workers computed at one global_step; stale ones are dropped (0: asynchronous)")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
+  cmd.add_option("--total-num-replicas", f.cluster.total_num_replicas,
+                 "Synchronous training: how many workers send gradients (>= --replicas-to-aggregate; more are "
+                 "backup workers whose late gradients are dropped; 0: the number of workers)")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
   cmd.add_option("--tls-cert", f.cluster.tls_cert, "Mutual TLS: this task's PEM certificate (with --tls-key, --tls-ca)")
       ->check(NonEmpty())
       ->group(kCluster);
