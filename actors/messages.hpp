@@ -89,7 +89,9 @@ struct PsShardStatsMessage {
   /// Applies refused (bad gradients, not initialized).
   int64_t refused_updates = 0;
   /// Synchronous mode: gradients of a step older than the shard's (dropped),
-  /// and all gradients dropped (stale ones, and those a re-init discarded).
+  /// and all gradients dropped (stale ones, those a re-init or the end of
+  /// training discarded, and a worker's apply its newer one of the same
+  /// step replaced).
   int64_t stale_gradients = 0;
   int64_t dropped_gradients = 0;
   /// Synchronous mode: the step being aggregated (-1 in asynchronous mode)

@@ -64,8 +64,10 @@
 //       workers' gradients (TF's accumulator would count a retried worker
 //       twice). Newer: INVALID_ARGUMENT. A re-init
 //       answers the applies waiting ABORTED (counted dropped); a shard asked
-//       to quit answers them UNAVAILABLE. The chief fails a run whose alive
-//       workers are fewer than N (rule 4): the shard never times out a step.
+//       to quit answers them UNAVAILABLE. The shard never times out a
+//       step: with fewer than N workers alive, each worker's request times
+//       out (UNAVAILABLE, PsRemoteValues' request_timeout_ms) and its
+//       bounded recovery retries, then fails the run (rule 4).
 //       Atomic: everything is validated before anything changes. Errors
 //       (the shard unchanged, counted in refused_updates):
 //       FAILED_PRECONDITION not initialized, or a missing slot (naming it);
