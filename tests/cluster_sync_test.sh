@@ -89,6 +89,8 @@ echo "worker 0: $k0 steps, worker 1: $k1 steps, training ended at global_step $f
 has "^checkpoints: $ckpt \(latest: $ckpt/model.ckpt-$steps\)" "$chief_out" \
   || fail "the chief's latest checkpoint is not model.ckpt-$steps"
 [[ -f $ckpt/model.ckpt-$steps.index ]] || fail "no $ckpt/model.ckpt-$steps.index"
+has "^foreman train: synchronous training: each update averages 2 of the 2 workers' gradients" "$chief_out" \
+  || fail "the chief does not say it trains synchronously"
 want="ps task 0: synchronous training \(--replicas-to-aggregate 2\) ended at step $steps: $steps aggregated updates of $((2 * steps)) gradients \(2 to 2 per update\), 0 stale gradients dropped"
 has "$want" "$ps_out" || fail "the ps's end-of-training line is not '$want'"
 

@@ -1274,6 +1274,12 @@ ExitCode WriteRunFiles(TrainJob& job) {
     std::fprintf(stderr, "foreman train: the chief (worker 0 of %d, %s) of the cluster %s\n",
                  job.cluster->spec.num_tasks("worker"), job.server->target().c_str(),
                  job.cluster->spec.ToString().c_str());
+    if (job.cluster->replicas_to_aggregate > 0) {
+      std::fprintf(stderr,
+                   "foreman train: synchronous training: each update averages %d of the %d workers' gradients of "
+                   "one global_step (--replicas-to-aggregate, --total-num-replicas); stale ones are dropped\n",
+                   job.cluster->replicas_to_aggregate, job.cluster->total_num_replicas);
+    }
   }
   if (!f.restart_policy.empty()) {
     std::fprintf(stderr, "foreman train: restart policy %s\n",
