@@ -11,6 +11,8 @@
 # are exit 2 naming the flag, before anything is created. The stale-gradient
 # drop and the replacement of a worker's timed-out apply are asserted in
 # tests/cluster_server_test.cpp (they need a gradient injected on purpose).
+# Then rule 4: with worker 1 killed, the chief's waits are bounded
+# (--operation-timeout-ms 300) and it exits 1 naming the wait.
 #
 #   cluster_sync_test.sh FOREMAN HEARTBEAT_MS CONNECTION_TIMEOUT_MS
 set -u
@@ -94,7 +96,44 @@ has "^foreman train: synchronous training: each update averages 2 of the 2 worke
 want="ps task 0: synchronous training \(--replicas-to-aggregate 2\) ended at step $steps: $steps aggregated updates of $((2 * steps)) gradients \(2 to 2 per update\), 0 stale gradients dropped"
 has "$want" "$ps_out" || fail "the ps's end-of-training line is not '$want'"
 
+# 3. Rule 4 (never a silent stall): worker 1 killed (-9) while the chief
+#    trains with --operation-timeout-ms 300: each of the chief's applies
+#    waits for worker 1's gradients at most 300 ms (UNAVAILABLE naming the
+#    wait), its recovery runs the step again, and once its 10 recoveries
+#    are spent it exits 1 saying why (TF1 would wait forever).
+ports=$(free_ports 3) || { echo "FAIL: cannot find free ports"; exit 1; }
+read -r ps_port chief_port worker_port <<<"$ports"
+net=(--ps-hosts "127.0.0.1:$ps_port" --worker-hosts "127.0.0.1:$chief_port,127.0.0.1:$worker_port"
+     --heartbeat-ms "$heartbeat_ms" --connection-timeout-ms "$timeout_ms" --operation-timeout-ms 300)
+long=(--max-steps 1000000 --epochs 1000)
+"$foreman" train "${model[@]}" "${long[@]}" "${net[@]}" "${sync[@]}" --job-name ps --task-index 0 \
+  --ps-join-timeout-secs "$bound" --checkpoint-dir "$tmp/ps_unused" >"$tmp/ps2.out" 2>&1 &
+ps2_pid=$!
+pids+=("$ps2_pid")
+"$foreman" train "${model[@]}" "${long[@]}" "${net[@]}" "${sync[@]}" --job-name worker --task-index 1 \
+  --checkpoint-dir "$tmp/unused" >"$tmp/worker1b.out" 2>&1 &
+worker2_pid=$!
+pids+=("$worker2_pid")
+"$foreman" train "${model[@]}" "${long[@]}" "${net[@]}" "${sync[@]}" --job-name worker --task-index 0 \
+  --checkpoint-dir "$tmp/run2" >"$tmp/chief2.out" 2>&1 &
+chief2_pid=$!
+pids+=("$chief2_pid")
+wait_for_lines "^step [0-9]+" "$tmp/chief2.out" "$bound" 3 "$chief2_pid" || fail "the second chief trained no step"
+kill -9 "$worker2_pid" 2>/dev/null
+killed_at=$(date +%s%N)
+wait_bounded "$chief2_pid" 60; chief2_rc=$rc
+took_ms=$((($(date +%s%N) - killed_at) / 1000000))
+chief2_out=$(cat "$tmp/chief2.out")
+echo "worker 1 killed: the chief exited $chief2_rc after $took_ms ms"
+[[ $chief2_rc -eq 1 ]] || fail "the chief exited $chief2_rc with fewer than 2 workers alive, expected 1"
+has "^foreman train: training failed: ps task 0 \(127.0.0.1:$ps_port\): no answer within 300 ms \(request_timeout_ms\); in synchronous mode an apply waits for 2 workers' applies of its step" \
+  "$chief2_out" || fail "the chief's failure does not name the synchronous wait"
+has "Giving up after 10 recoveries" "$chief2_out" || fail "the chief did not spend its bounded recoveries"
+kill -TERM "$ps2_pid" 2>/dev/null
+wait_bounded "$ps2_pid" 30
+
 if ((failures > 0)); then
+  echo "--- ps (3):"; cat "$tmp/ps2.out"; echo "--- chief (3):"; echo "$chief2_out" | grep -v "^step" | tail -40
   echo "--- ps:"; echo "$ps_out"; echo "--- chief:"; echo "$chief_out"; echo "--- worker 1:"; echo "$worker_out"
   failures_summary
   exit 1

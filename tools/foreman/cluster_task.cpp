@@ -17,7 +17,8 @@ namespace {
 constexpr const char* kCoreFlags[] = {"--ps-hosts", "--worker-hosts", "--job-name", "--task-index"};
 constexpr const char* kOtherFlags[] = {"--heartbeat-ms", "--connection-timeout-ms", "--ps-wait-secs",
                                        "--ps-join-timeout-secs", "--tls-cert", "--tls-key", "--tls-ca",
-                                       "--insecure", "--replicas-to-aggregate", "--total-num-replicas"};
+                                       "--insecure", "--replicas-to-aggregate", "--total-num-replicas",
+                                       "--operation-timeout-ms"};
 
 // --replicas-to-aggregate / --total-num-replicas (TF's
 // SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)) into
@@ -85,6 +86,10 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
   if (c.task_index < 0 || c.task_index > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("--task-index must be >= 0, got ", c.task_index));
   }
+  if (c.operation_timeout_ms <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--operation-timeout-ms must be > 0, got ", c.operation_timeout_ms));
+  }
   if (c.ps_join_timeout_secs <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ps-join-timeout-secs must be > 0, got ", c.ps_join_timeout_secs));
@@ -98,6 +103,7 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
   run.options.tls_key = c.tls_key;
   run.options.tls_ca = c.tls_ca;
   run.options.insecure = c.insecure;
+  run.operation_timeout_ms = c.operation_timeout_ms;
   FOREMAN_RETURN_IF_ERROR(ValidateClusterOptions(run.spec, run.task, run.options));
   FOREMAN_RETURN_IF_ERROR(CheckSyncFlags(cmd, c, run));
   if (run.options.tls_enabled()) {

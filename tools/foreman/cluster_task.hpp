@@ -29,6 +29,8 @@ struct ClusterRun {
   /// ServerOptions::replicas_to_aggregate on every task.
   int replicas_to_aggregate = 0;
   int total_num_replicas = 0;
+  /// --operation-timeout-ms (> 0): ServerOptions::request_timeout_ms.
+  int64_t operation_timeout_ms = 10'000;
 };
 
 /// The cluster of `f.cluster`, checked before anything starts; nullopt when

@@ -1221,6 +1221,7 @@ ExitCode StartServer(TrainJob& job) {
   options.cluster = job.cluster->options;
   options.optimizer = job.optimizer;
   options.replicas_to_aggregate = job.cluster->replicas_to_aggregate;
+  options.request_timeout_ms = job.cluster->operation_timeout_ms;
   auto server = Server::Create(job.cluster->spec, job.cluster->task, options);
   if (!server.ok()) {
     return job.Exit(absl::IsInvalidArgument(server.status()) ? kExitUsage : kExitFailed, "cannot start the worker",

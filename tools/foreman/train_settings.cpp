@@ -595,6 +595,12 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->transform(DecimalInt64())
       ->capture_default_str()
       ->group(kCluster);
+  cmd.add_option("--operation-timeout-ms", f.cluster.operation_timeout_ms,
+                 "A worker's bound on one read or update of a ps task (TF's operation_timeout_in_ms); in "
+                 "synchronous training also how long an update waits for the other workers' gradients")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
   cmd.add_option("--tls-cert", f.cluster.tls_cert, "Mutual TLS: this task's PEM certificate (with --tls-key, --tls-ca)")
       ->check(NonEmpty())
       ->group(kCluster);
