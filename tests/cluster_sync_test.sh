@@ -54,6 +54,8 @@ refused "--replicas-to-aggregate must be >= 1" "${net[@]}" --job-name worker --t
 refused "--total-num-replicas is for synchronous training" "${net[@]}" --job-name worker --task-index 0 \
   --total-num-replicas 2
 refused "--replicas-to-aggregate is a cluster flag" --replicas-to-aggregate 1
+refused "--operation-timeout-ms must be > 0, got 0" "${net[@]}" --job-name worker --task-index 0 \
+  --operation-timeout-ms 0
 [[ ! -e $tmp/bad ]] || fail "a refused start created its --checkpoint-dir"
 
 # 2. The cluster: worker 1 first, then the chief once worker 1 waits.
