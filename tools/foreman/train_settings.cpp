@@ -585,15 +585,14 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->group(kCluster);
   cmd.add_option("--replicas-to-aggregate", f.cluster.replicas_to_aggregate,
                  "Synchronous training (TF's SyncReplicasOptimizer): each update averages the gradients of this "
-                 "many workers computed at one global_step; stale ones are dropped (0: asynchronous)")
+                 "many workers computed at one global_step; stale ones are dropped (>= 1; left out: asynchronous "
+                 "training, TF1's default)")
       ->transform(DecimalInt64())
-      ->capture_default_str()
       ->group(kCluster);
   cmd.add_option("--total-num-replicas", f.cluster.total_num_replicas,
                  "Synchronous training: how many workers send gradients (>= --replicas-to-aggregate; more are "
-                 "backup workers whose late gradients are dropped; 0: the number of workers)")
+                 "backup workers whose late gradients are dropped; left out: the number of workers)")
       ->transform(DecimalInt64())
-      ->capture_default_str()
       ->group(kCluster);
   cmd.add_option("--operation-timeout-ms", f.cluster.operation_timeout_ms,
                  "A worker's bound on one read or update of a ps task (TF's operation_timeout_in_ms); in "
