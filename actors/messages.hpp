@@ -89,7 +89,9 @@ struct PsShardStatsMessage {
   /// Applies refused (bad gradients, not initialized).
   int64_t refused_updates = 0;
   /// Synchronous mode: gradients of a step older than the shard's (dropped),
-  /// and all gradients dropped (stale ones, and those a re-init discarded).
+  /// and all gradients dropped (stale ones, those a re-init or the end of
+  /// training discarded, and a worker's apply its newer one of the same
+  /// step replaced).
   int64_t stale_gradients = 0;
   int64_t dropped_gradients = 0;
   /// Synchronous mode: the step being aggregated (-1 in asynchronous mode)
@@ -102,7 +104,8 @@ struct PsShardStatsMessage {
   int64_t freeze_timeouts = 0;
   /// Per worker task (index: the apply's gradients.worker, its
   /// /job:worker/task:K): applies the shard accepted from it (asynchronous:
-  /// applied; synchronous: accumulated, stale ones not counted), and how
+  /// applied; synchronous: accumulated once per step, stale ones and ones
+  /// replaced by a newer apply of the same step not counted), and how
   /// long ago (ms, steady clock of the ps) an apply from it last arrived,
   /// -1 if none ever did. Both sized to the highest worker index seen + 1
   /// (at most kMaxCountedWorkers); empty before the first apply.

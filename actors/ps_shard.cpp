@@ -1,5 +1,6 @@
 #include "ps_shard.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -39,16 +40,22 @@ struct ps_shard_state {
   std::deque<HeldApply> held;
   PsShardStatsMessage stats;
   // Synchronous mode (options.replicas_to_aggregate > 0): the step whose
-  // gradients are accumulated, the per-variable sums (TF's
-  // ConditionalAccumulator: the first gradient copied, the next ones added,
-  // in float) and counts, and the applies waiting for the aggregated update.
+  // gradients are accumulated, and the applies waiting for the aggregated
+  // update, in arrival order, one per worker, each with its gradients (TF's
+  // ConditionalAccumulator sums them as they come; they are kept apart here
+  // so a worker's newer apply of the step replaces its older one, and summed
+  // in arrival order, in float, at the N-th).
   int64_t sync_step = 0;
-  struct Accumulator {
-    Tensor sum;
-    int64_t count = 0;
+  struct Waiting {
+    int32_t worker = 0;
+    std::vector<std::pair<std::string, Tensor>> grads;
+    caf::typed_response_promise<int64_t> promise;
   };
-  std::map<std::string, Accumulator> accumulators;
-  std::vector<caf::typed_response_promise<int64_t>> waiting;
+  std::vector<Waiting> waiting;
+  // Gradients averaged into the applied updates, and the fewest and most in
+  // one update (the end-of-training line: N each when all is well).
+  int64_t aggregated_gradients = 0;
+  int64_t min_per_update = 0, max_per_update = 0;
   ApplyGradientsMessage last_rates;  // the learning rate / step size of the last accumulated apply (no tensors)
   // Training ended (ps_end_atom): every apply is answered OUT_OF_RANGE.
   bool ended = false;
@@ -281,9 +288,8 @@ caf::error ErrorOf(const Status& s) { return StatusToError(s); }
 
 // Answers every apply waiting for an aggregated update with `why`.
 void FailWaiting(ps_shard_state& st, const Status& why) {
-  for (auto& p : st.waiting) p.deliver(ErrorOf(why));
+  for (auto& w : st.waiting) w.promise.deliver(ErrorOf(why));
   st.waiting.clear();
-  st.accumulators.clear();
 }
 
 int64_t SteadyNowNs() {
@@ -338,45 +344,79 @@ void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
         ", but the shard aggregates step ", st.sync_step, " (a step it has not reached)"))));
     return;
   }
-  for (const Planned& p : plan->gradients) {
-    auto [it, fresh] = st.accumulators.try_emplace(p.name);
-    if (fresh) {
-      it->second.sum = p.grad;
-    } else {
-      float* sum = it->second.sum.data<float>();
-      const float* g = p.grad.data<float>();
-      for (int64_t i = 0; i < p.grad.num_elements(); ++i) sum[i] += g[i];
+  // One apply per worker and step: a worker's newer apply (its session
+  // recovered after its older one timed out, and ran the step again)
+  // replaces its older one, which is answered ABORTED and counted dropped,
+  // so N applies are always N workers' gradients.
+  for (auto it = st.waiting.begin(); it != st.waiting.end(); ++it) {
+    if (it->worker != update.gradients.worker) continue;
+    st.stats.dropped_gradients += 1;
+    it->promise.deliver(ErrorOf(absl::AbortedError(
+        absl::StrCat(Who(st), ": worker ", update.gradients.worker, "'s apply of step ", step,
+                     " was replaced by its newer apply of the same step"))));
+    st.waiting.erase(it);
+    // A worker's applies count once per step: the newer one, not the replaced one.
+    if (CountedWorker(update.gradients.worker)) {
+      --st.stats.worker_applies[static_cast<std::size_t>(update.gradients.worker)];
     }
-    ++it->second.count;
+    break;
   }
-  st.waiting.push_back(std::move(promise));
+  ps_shard_state::Waiting w;
+  w.worker = update.gradients.worker;
+  for (Planned& p : plan->gradients) w.grads.emplace_back(p.name, std::move(p.grad));
+  w.promise = std::move(promise);
+  st.waiting.push_back(std::move(w));
   CountAccepted(st, update.gradients.worker);
   st.last_rates.learning_rate = update.learning_rate;
   st.last_rates.adam_step_size = update.adam_step_size;
   if (static_cast<int64_t>(st.waiting.size()) < st.options.replicas_to_aggregate) return;
 
-  // The mean of each variable's gradients (TF: accum / counter, in float),
+  // The mean of each variable's gradients (TF: accum / counter, in float;
+  // the first gradient copied, the next ones added in arrival order),
   // applied once.
+  struct Accumulator {
+    Tensor sum;
+    int64_t count = 0;
+  };
+  std::map<std::string, Accumulator> accumulators;
+  for (ps_shard_state::Waiting& one : st.waiting) {
+    for (auto& [name, grad] : one.grads) {
+      auto [it, fresh] = accumulators.try_emplace(name);
+      if (fresh) {
+        it->second.sum = std::move(grad);
+      } else {
+        float* sum = it->second.sum.data<float>();
+        const float* g = grad.data<float>();
+        for (int64_t i = 0; i < grad.num_elements(); ++i) sum[i] += g[i];
+      }
+      ++it->second.count;
+    }
+    one.grads.clear();
+  }
   ApplyGradientsMessage mean = st.last_rates;
-  for (auto& [name, acc] : st.accumulators) {
+  for (auto& [name, acc] : accumulators) {
     float* sum = acc.sum.data<float>();
     const float count = static_cast<float>(acc.count);
     for (int64_t i = 0; i < acc.sum.num_elements(); ++i) sum[i] = sum[i] / count;
     StatusOr<TensorMessage> m = ToMessage(name, acc.sum);
     if (m.ok()) mean.gradients.tensors.push_back(*std::move(m));
   }
-  st.accumulators.clear();
+  accumulators.clear();
   StatusOr<int64_t> r = Apply(st, mean);
-  std::vector<caf::typed_response_promise<int64_t>> waiting = std::move(st.waiting);
+  std::vector<ps_shard_state::Waiting> waiting = std::move(st.waiting);
   st.waiting.clear();
   if (!r.ok()) {
     ++st.stats.refused_updates;
-    for (auto& p : waiting) p.deliver(ErrorOf(r.status()));
+    for (auto& one : waiting) one.promise.deliver(ErrorOf(r.status()));
     return;
   }
   ++st.stats.applied_updates;
   ++st.sync_step;
-  for (auto& p : waiting) p.deliver(*r);
+  const auto n = static_cast<int64_t>(waiting.size());
+  st.aggregated_gradients += n;
+  st.min_per_update = st.stats.applied_updates == 1 ? n : std::min(st.min_per_update, n);
+  st.max_per_update = std::max(st.max_per_update, n);
+  for (auto& one : waiting) one.promise.deliver(*r);
 }
 
 Status Ended(const ps_shard_state& st) {
@@ -537,6 +577,14 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
           }
           FOREMAN_LOG_DEBUG("{}: training ended at global_step {} ({} held and waiting applies refused)", Who(st),
                             st.end_step, held.size());
+          if (st.options.replicas_to_aggregate > 0) {
+            FOREMAN_LOG_INFO(
+                "{}: synchronous training (--replicas-to-aggregate {}) ended at step {}: {} aggregated updates of "
+                "{} gradients ({} to {} per update), {} stale gradients dropped, {} gradients dropped in all",
+                Who(st), st.options.replicas_to_aggregate, st.sync_step, st.stats.applied_updates,
+                st.aggregated_gradients, st.min_per_update, st.max_per_update, st.stats.stale_gradients,
+                st.stats.dropped_gradients);
+          }
           if (st.options.on_end_activity) st.options.on_end_activity();
         }
         return GlobalStep(st);

@@ -52,15 +52,22 @@
 //       an apply's gradients.step is the global step its gradients were
 //       computed at. Older than the shard's step: dropped (counted in
 //       stale_gradients and dropped_gradients) and answered at once with
-//       the current global_step. The shard's step: added to the per-variable
-//       accumulators (float sums) and answered only when the N-th apply of
-//       the step has arrived: then each variable's mean (sum / its count, in
-//       float) is applied once as above, the shard's step advances by one,
-//       and the N applies are answered the new global_step (as TF's token
-//       queue releases the workers). Newer: INVALID_ARGUMENT. A re-init
+//       the current global_step. The shard's step: kept and answered only
+//       when the N-th apply of the step has arrived: then each variable's
+//       mean (the float sum in arrival order / its count) is applied once as
+//       above, the shard's step advances by one, and the N applies are
+//       answered the new global_step (as TF's token queue releases the
+//       workers). One apply per worker (gradients.worker) and step: a
+//       worker's second apply of the step (its session recovered after the
+//       first one's request timed out) replaces the first, which is answered
+//       ABORTED and counted dropped, so an update always averages N
+//       workers' gradients (TF's accumulator would count a retried worker
+//       twice). Newer: INVALID_ARGUMENT. A re-init
 //       answers the applies waiting ABORTED (counted dropped); a shard asked
-//       to quit answers them UNAVAILABLE. The chief fails a run whose alive
-//       workers are fewer than N (rule 4): the shard never times out a step.
+//       to quit answers them UNAVAILABLE. The shard never times out a
+//       step: with fewer than N workers alive, each worker's request times
+//       out (UNAVAILABLE, PsRemoteValues' request_timeout_ms) and its
+//       bounded recovery retries, then fails the run (rule 4).
 //       Atomic: everything is validated before anything changes. Errors
 //       (the shard unchanged, counted in refused_updates):
 //       FAILED_PRECONDITION not initialized, or a missing slot (naming it);

@@ -535,6 +535,120 @@ TEST_CASE("an apply without an answer in time is UNAVAILABLE naming the ps task 
   CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 11);
 }
 
+// The elementwise float mean of two workers' gradients, as a shard
+// computes it ((a + b) / 2, in float).
+nn::Gradients MeanOf(const nn::Gradients& a, const nn::Gradients& b) {
+  nn::Gradients m = a;
+  for (std::size_t i = 0; i < m.grads_and_vars.size(); ++i) {
+    float* x = m.grads_and_vars[i].grad.data<float>();
+    const float* y = b.grads_and_vars[i].grad.data<float>();
+    for (int64_t j = 0; j < m.grads_and_vars[i].grad.num_elements(); ++j) x[j] = (x[j] + y[j]) / 2.0f;
+  }
+  return m;
+}
+
+TEST_CASE("synchronous training over 2 ps tasks: each update is the mean of exactly 2 workers' gradients of "
+          "one step; a stale apply is dropped and counted; a worker's retry replaces its timed-out apply") {
+  ServerOptions options = Options(nn::OptimizerKind::kSgd);
+  options.replicas_to_aggregate = 2;
+  // Worker 0 gives up on an apply after 300 ms (the timeouts below); the ps
+  // tasks and worker 1 wait longer (a loaded machine).
+  Cluster c(2, 2, options, /*start=*/false);
+  for (int k = 0; k < 2; ++k) c.ps.push_back(c.Start({"ps", k}, options));
+  ServerOptions quick = options;
+  quick.request_timeout_ms = 300;
+  c.workers.push_back(c.Start({"worker", 0}, quick));
+  c.workers.push_back(c.Start({"worker", 1}, options));
+  std::shared_ptr<RemoteValues> w0 = c.Remote(0), w1 = c.Remote(1);
+  std::vector<std::string> names(kNames.begin(), kNames.begin() + 5);  // no slots with SGD
+  REQUIRE(w0->Bind(names).ok());
+  REQUIRE(w1->Bind(names).ok());
+  VariableStore local;
+  Fill(local, 0);
+  REQUIRE(w0->Write(local).ok());
+  Eigen::ThreadPool pool(1);
+  Eigen::ThreadPoolDevice device(&pool, 1);
+  const std::vector<std::string> trained(names.begin() + 1, names.end());
+  Client client;
+  const caf::actor ps0 = client.Connect(c.ps_ports[0]), ps1 = client.Connect(c.ps_ports[1]);
+  // Until both shards hold one waiting apply (at most 5 s).
+  auto one_waiting = [&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (Clock::now() < deadline) {
+      if (client.Stats(ps0).waiting_replicas == 1 && client.Stats(ps1).waiting_replicas == 1) return true;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    return false;
+  };
+
+  // Three steps, each worker with its own gradients: worker 1's apply
+  // waits on both shards, then worker 0's completes the step.
+  for (int64_t step = 0; step < 3; ++step) {
+    const nn::Gradients g0 = Grads(0.5f, 0.25f + static_cast<float>(step));
+    const nn::Gradients g1 = Grads(0.5f, -1.5f + 0.5f * static_cast<float>(step));
+    StatusOr<int64_t> from_w1 = absl::UnknownError("not run");
+    std::thread t([&] { from_w1 = w1->Apply(g1, step); });
+    CHECK(one_waiting());
+    StatusOr<int64_t> from_w0 = w0->Apply(g0, step);
+    t.join();
+    REQUIRE_MESSAGE(from_w0.ok(), from_w0.status().ToString());
+    REQUIRE_MESSAGE(from_w1.ok(), from_w1.status().ToString());
+    CHECK(*from_w0 == step + 1);
+    CHECK(*from_w1 == step + 1);
+    REQUIRE(nn::ApplyGradients(options.optimizer, local, MeanOf(g0, g1), device).ok());
+    VariableStore mirror;
+    REQUIRE(w1->Read(mirror).ok());
+    CheckSame(local, mirror, trained);  // bitwise: the mean of those two, applied once
+    CHECK(*mirror.Get("global_step").value()->data<int64_t>() == step + 1);
+  }
+  for (const caf::actor& shard : {ps0, ps1}) {
+    internal::PsShardStatsMessage s = client.Stats(shard);
+    CHECK(s.applied_updates == 3);  // one per aggregated step
+    CHECK(s.sync_step == 3);
+    CHECK(s.waiting_replicas == 0);
+    CHECK(s.stale_gradients == 0);
+  }
+
+  // A stale gradient (computed at step 1; the shards are at 3): answered at
+  // once with the current step, dropped on both shards, nothing changed.
+  CHECK(w0->Apply(Grads(0.5f, 9.0f), 1).value_or(-1) == 3);
+  for (const caf::actor& shard : {ps0, ps1}) {
+    internal::PsShardStatsMessage s = client.Stats(shard);
+    CHECK(s.stale_gradients == 1);
+    CHECK(s.dropped_gradients == 1);
+    CHECK(s.applied_updates == 3);
+    CHECK(s.waiting_replicas == 0);
+  }
+  VariableStore after_stale;
+  REQUIRE(w1->Read(after_stale).ok());
+  CheckSame(local, after_stale, trained);
+
+  // Worker 0 alone: its apply of step 3 times out (UNAVAILABLE); its retry
+  // of step 3 (a recovered session runs the step again) replaces it rather
+  // than counting as a second replica: still no update without worker 1.
+  Status alone = w0->Apply(Grads(0.5f, 4.0f), 3).status();
+  CHECK_MESSAGE(alone.code() == absl::StatusCode::kUnavailable, alone);
+  const nn::Gradients retry = Grads(0.5f, 2.0f);
+  Status again = w0->Apply(retry, 3).status();
+  CHECK_MESSAGE(again.code() == absl::StatusCode::kUnavailable, again);
+  for (const caf::actor& shard : {ps0, ps1}) {
+    internal::PsShardStatsMessage s = client.Stats(shard);
+    CHECK(s.applied_updates == 3);
+    CHECK(s.waiting_replicas == 1);
+    CHECK(s.dropped_gradients == 2);  // the stale one and the replaced one
+  }
+  // Worker 1 completes step 3: the mean of worker 0's retry and worker 1's.
+  const nn::Gradients g1 = Grads(0.5f, 0.125f);
+  StatusOr<int64_t> completed = w1->Apply(g1, 3);
+  CHECK_MESSAGE(completed.value_or(-1) == 4, completed.status());
+  REQUIRE(nn::ApplyGradients(options.optimizer, local, MeanOf(retry, g1), device).ok());
+  VariableStore mirror;
+  REQUIRE(w0->Read(mirror).ok());
+  CheckSame(local, mirror, trained);
+  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 4);
+  for (const caf::actor& shard : {ps0, ps1}) CHECK(client.Stats(shard).applied_updates == 4);
+}
+
 TEST_CASE("EndTraining: the chief only; later applies OUT_OF_RANGE, reads served; the ps Servers' Join returns") {
   Cluster c(2, 2);
   std::shared_ptr<RemoteValues> rv = c.Remote(1);

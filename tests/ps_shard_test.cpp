@@ -990,6 +990,50 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
   CHECK(Stats(*node.sys, ps0).dropped_gradients == 2);
 }
 
+TEST_CASE("synchronous mode: a worker's second apply of a step replaces its first (ABORTED, counted dropped); "
+          "the update is the mean of N workers' gradients") {
+  Eigen::ThreadPool pool(1);
+  Eigen::ThreadPoolDevice device(&pool, 1);
+  Node node;
+  PsShardOptions options{0, Sgd(), /*replicas_to_aggregate=*/2};
+  StatusOr<caf::actor> made = internal::SpawnPsShard(*node.sys, options);
+  REQUIRE(made.ok());
+  node.actors.push_back(*made);
+  caf::actor shard = *made;
+  std::vector<float> w = {1, 2, 3};
+  VariablesMessage vars;
+  vars.tensors = {GlobalStep(4), Floats("w", {3}, w)};
+  REQUIRE(Init(*node.sys, shard, vars).ok());
+  // Worker 1 twice (one sender: in order), then worker 2.
+  caf::scoped_actor self{*node.sys};
+  auto first = self->request(shard, kReply, internal::ps_apply_atom::value,
+                             AtStep(4, 1, {Floats("w", {3}, {100, 100, 100})}, 1.0f));
+  auto again = self->request(shard, kReply, internal::ps_apply_atom::value,
+                             AtStep(4, 1, {Floats("w", {3}, {0.5f, 1, 2})}, 1.0f));
+  StatusOr<int64_t> r1 = Await(first);
+  CHECK(r1.status().code() == absl::StatusCode::kAborted);
+  CHECK_MESSAGE(r1.status().message() == "ps task 0: worker 1's apply of step 4 was replaced by its newer apply of the "
+                                         "same step",
+                r1.status());
+  PsShardStatsMessage s = Stats(*node.sys, shard);
+  CHECK(s.waiting_replicas == 1);  // worker 1 counts once
+  CHECK(s.applied_updates == 0);
+  CHECK(s.dropped_gradients == 1);
+  CHECK(s.stale_gradients == 0);
+  StatusOr<int64_t> r2 = Apply(*node.sys, shard, AtStep(4, 2, {Floats("w", {3}, {1.5f, 3, -2})}, 1.0f));
+  REQUIRE_MESSAGE(r2.ok(), r2.status().ToString());
+  CHECK(*r2 == 5);
+  CHECK(Await(again).value_or(-1) == 5);
+  // SGD, lr 1: w - mean(worker 1's second, worker 2's); the first is gone.
+  std::vector<float> mean = {(0.5f + 1.5f) / 2.0f, (1.0f + 3.0f) / 2.0f, (2.0f - 2.0f) / 2.0f};
+  nn::internal::ApplyDense(Sgd(), 1.0f, w.data(), mean.data(), nullptr, nullptr, 3, device);
+  CHECK(ValuesOf(Read(*node.sys, shard, {"w"}).value().tensors[0]) == w);
+  s = Stats(*node.sys, shard);
+  CHECK(s.applied_updates == 1);
+  CHECK(s.waiting_replicas == 0);
+  CHECK(s.dropped_gradients == 1);
+}
+
 TEST_CASE("the protocol crosses 127.0.0.1: init, read, apply, snapshot, stats and errors") {
   internal::NetConfig net;
   Node server(&net);

@@ -51,7 +51,12 @@ struct ServerOptions {
   /// ops the workers' graph placed on the ps.
   nn::OptimizerOptions optimizer;
   /// 0: asynchronous training (TF1's default); N > 0: synchronous, as TF's
-  /// SyncReplicasOptimizer(replicas_to_aggregate = N).
+  /// SyncReplicasOptimizer(replicas_to_aggregate = N): a ps task applies
+  /// the mean of N workers' gradients of one global_step (one per worker;
+  /// older steps' are dropped) and answers them together. The ps tasks'
+  /// value decides; give every task the same (`foreman train
+  /// --replicas-to-aggregate`). A worker's apply waits for the other
+  /// workers at most request_timeout_ms (then UNAVAILABLE).
   int replicas_to_aggregate = 0;
   /// A worker's: how long one read or update of a ps task may take before
   /// it is UNAVAILABLE (ms, > 0).

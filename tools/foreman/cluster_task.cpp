@@ -19,7 +19,44 @@ namespace {
 constexpr const char* kCoreFlags[] = {"--ps-hosts", "--worker-hosts", "--job-name", "--task-index"};
 constexpr const char* kOtherFlags[] = {"--heartbeat-ms", "--connection-timeout-ms", "--ps-wait-secs",
                                        "--ps-join-timeout-secs", "--tls-cert", "--tls-key", "--tls-ca",
-                                       "--insecure"};
+                                       "--insecure", "--replicas-to-aggregate", "--total-num-replicas",
+                                       "--operation-timeout-ms"};
+
+// --replicas-to-aggregate / --total-num-replicas (TF's
+// SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)) into
+// `run`.
+Status CheckSyncFlags(const CLI::App& cmd, const ClusterFlags& c, ClusterRun& run) {
+  const int64_t workers = run.spec.num_tasks("worker");
+  const bool has_n = cmd.count("--replicas-to-aggregate") > 0;
+  const bool has_m = cmd.count("--total-num-replicas") > 0;
+  if (has_n && (c.replicas_to_aggregate < 1 || c.replicas_to_aggregate > INT_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replicas-to-aggregate must be >= 1 (leave it out for asynchronous training), got ", c.replicas_to_aggregate));
+  }
+  if (has_m && !has_n) {
+    return absl::InvalidArgumentError(
+        "--total-num-replicas is for synchronous training: give it with --replicas-to-aggregate");
+  }
+  if (!has_n) return absl::OkStatus();
+  if (has_m && (c.total_num_replicas < 1 || c.total_num_replicas > INT_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--total-num-replicas must be >= 1, got ", c.total_num_replicas));
+  }
+  const int64_t m = has_m ? c.total_num_replicas : workers;
+  if (m > workers) {
+    return absl::InvalidArgumentError(absl::StrCat("--total-num-replicas=", m, " is more than the ", workers,
+                                                   " workers of --worker-hosts"));
+  }
+  if (c.replicas_to_aggregate > m) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replicas-to-aggregate=", c.replicas_to_aggregate, " is more than ",
+        has_m ? absl::StrCat("--total-num-replicas=", m) : absl::StrCat("the ", workers, " workers of --worker-hosts"),
+        " (an update could never gather that many gradients)"));
+  }
+  run.replicas_to_aggregate = static_cast<int>(c.replicas_to_aggregate);
+  run.total_num_replicas = static_cast<int>(m);
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -51,6 +88,10 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
   if (c.task_index < 0 || c.task_index > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("--task-index must be >= 0, got ", c.task_index));
   }
+  if (c.operation_timeout_ms <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--operation-timeout-ms must be > 0, got ", c.operation_timeout_ms));
+  }
   if (c.ps_join_timeout_secs <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ps-join-timeout-secs must be > 0, got ", c.ps_join_timeout_secs));
@@ -64,7 +105,9 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
   run.options.tls_key = c.tls_key;
   run.options.tls_ca = c.tls_ca;
   run.options.insecure = c.insecure;
+  run.operation_timeout_ms = c.operation_timeout_ms;
   FOREMAN_RETURN_IF_ERROR(ValidateClusterOptions(run.spec, run.task, run.options));
+  FOREMAN_RETURN_IF_ERROR(CheckSyncFlags(cmd, c, run));
   if (run.options.tls_enabled()) {
     FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(run.options.tls_cert, run.options.tls_key, run.options.tls_ca));
   }

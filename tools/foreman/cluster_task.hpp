@@ -27,13 +27,23 @@ struct ClusterRun {
   ClusterSpec spec;
   ClusterTask task;
   ClusterOptions options;
+  /// --replicas-to-aggregate N (0: asynchronous) and --total-num-replicas M
+  /// (M defaults to the number of workers; 0 when asynchronous):
+  /// ServerOptions::replicas_to_aggregate on every task.
+  int replicas_to_aggregate = 0;
+  int total_num_replicas = 0;
+  /// --operation-timeout-ms (> 0): ServerOptions::request_timeout_ms.
+  int64_t operation_timeout_ms = 10'000;
 };
 
 /// The cluster of `f.cluster`, checked before anything starts; nullopt when
 /// no cluster flag is given (a single-process run). A cluster needs all of
 /// --ps-hosts, --worker-hosts, --job-name and --task-index; the other
 /// cluster flags (--heartbeat-ms, --tls-*, ...) only with them, and
-/// --fault-plan not with them. Then ClusterSpec::FromFlags,
+/// --fault-plan not with them. --replicas-to-aggregate N and
+/// --total-num-replicas M (TF's SyncReplicasOptimizer): both >= 1 when
+/// given, N <= M <= the number of workers, M only with N. Then
+/// ClusterSpec::FromFlags,
 /// ValidateClusterOptions (the task, heartbeats, TLS flags, loopback unless
 /// --insecure) and, with TLS, CheckTlsFiles. INVALID_ARGUMENT naming the
 /// flags (and what is missing); the caller exits 2.

@@ -1226,6 +1226,8 @@ ExitCode StartServer(TrainJob& job) {
   ServerOptions options;
   options.cluster = job.cluster->options;
   options.optimizer = job.optimizer;
+  options.replicas_to_aggregate = job.cluster->replicas_to_aggregate;
+  options.request_timeout_ms = job.cluster->operation_timeout_ms;
   auto server = Server::Create(job.cluster->spec, job.cluster->task, options);
   if (!server.ok()) {
     return job.Exit(absl::IsInvalidArgument(server.status()) ? kExitUsage : kExitFailed, "cannot start the worker",
@@ -1281,6 +1283,12 @@ ExitCode WriteRunFiles(TrainJob& job) {
     std::fprintf(stderr, "foreman train: the chief (worker 0 of %d, %s) of the cluster %s\n",
                  job.cluster->spec.num_tasks("worker"), job.server->target().c_str(),
                  job.cluster->spec.ToString().c_str());
+    if (job.cluster->replicas_to_aggregate > 0) {
+      std::fprintf(stderr,
+                   "foreman train: synchronous training: each update averages %d of the %d workers' gradients of "
+                   "one global_step (--replicas-to-aggregate, --total-num-replicas); stale ones are dropped\n",
+                   job.cluster->replicas_to_aggregate, job.cluster->total_num_replicas);
+    }
   }
   if (!f.restart_policy.empty()) {
     std::fprintf(stderr, "foreman train: restart policy %s\n",
@@ -1401,6 +1409,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     ServerOptions options;
     options.cluster = job.cluster->options;
     options.optimizer = job.optimizer;
+    options.replicas_to_aggregate = job.cluster->replicas_to_aggregate;
     job.phase->ServeAsPs(absl::StrCat("ps task ", job.cluster->task.task_index));
     return RunParameterServer(*job.cluster, options, absl::Seconds(job.f.cluster.ps_join_timeout_secs), *job.stop);
   }

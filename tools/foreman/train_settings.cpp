@@ -583,6 +583,23 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->transform(DecimalInt64())
       ->capture_default_str()
       ->group(kCluster);
+  cmd.add_option("--replicas-to-aggregate", f.cluster.replicas_to_aggregate,
+                 "Synchronous training (TF's SyncReplicasOptimizer): each update averages the gradients of this "
+                 "many workers computed at one global_step; stale ones are dropped (>= 1; left out: asynchronous "
+                 "training, TF1's default)")
+      ->transform(DecimalInt64())
+      ->group(kCluster);
+  cmd.add_option("--total-num-replicas", f.cluster.total_num_replicas,
+                 "Synchronous training: how many workers send gradients (>= --replicas-to-aggregate; more are "
+                 "backup workers whose late gradients are dropped; left out: the number of workers)")
+      ->transform(DecimalInt64())
+      ->group(kCluster);
+  cmd.add_option("--operation-timeout-ms", f.cluster.operation_timeout_ms,
+                 "A worker's bound on one read or update of a ps task (TF's operation_timeout_in_ms); in "
+                 "synchronous training also how long an update waits for the other workers' gradients")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
   cmd.add_option("--tls-cert", f.cluster.tls_cert, "Mutual TLS: this task's PEM certificate (with --tls-key, --tls-ca)")
       ->check(NonEmpty())
       ->group(kCluster);

@@ -40,6 +40,11 @@ struct ClusterFlags {
   bool insecure = false;
   // A ps task's bound on its wait for the chief to end training (Server::Join).
   int64_t ps_join_timeout_secs = 86400;
+  // Synchronous training (TF's SyncReplicasOptimizer): 0 = asynchronous.
+  int64_t replicas_to_aggregate = 0;  // --replicas-to-aggregate N
+  int64_t total_num_replicas = 0;     // --total-num-replicas M (0: the number of workers)
+  // A worker's bound on one read or update of a ps task (ServerOptions::request_timeout_ms).
+  int64_t operation_timeout_ms = 10'000;
 };
 
 struct TrainFlags {
