@@ -43,6 +43,22 @@ constexpr char kTcpScheme[] = "tcp://";
 constexpr char kTlsScheme[] = "tls://";
 constexpr char kGlobalStep[] = "global_step";
 
+// The network settings of a node (cluster_net.hpp) from the cluster flags:
+// NetConfig's int milliseconds are clamped (24 days), the TLS files kept
+// only for a TLS node.
+NetConfig NetConfigOf(const ClusterOptions& options, bool tls) {
+  constexpr int64_t kMaxMs = std::numeric_limits<int>::max();
+  NetConfig net;
+  net.heartbeat_ms = static_cast<int>(std::min(options.heartbeat_ms, kMaxMs));
+  net.connection_timeout_ms = static_cast<int>(std::min(options.connection_timeout_ms, kMaxMs));
+  if (tls) {
+    net.tls_cert = options.tls_cert;
+    net.tls_key = options.tls_key;
+    net.tls_ca = options.tls_ca;
+  }
+  return net;
+}
+
 // A caller's thread that made a scoped_actor (here or in cluster_net.cpp)
 // keeps a reference to that system's logger in thread-local storage, and
 // ~actor_system waits for it (actor_system.hpp): a Server destroyed on
@@ -824,15 +840,7 @@ Status ValidateServerOptions(const ServerOptions& options) {
 // Builds the system, spawns and publishes the task's actor.
 Status Start(const std::shared_ptr<ServerCore>& core) {
   ServerCore& c = *core;
-  NetConfig net;
-  constexpr int64_t kMaxMs = std::numeric_limits<int>::max();  // NetConfig's ints (24 days)
-  net.heartbeat_ms = static_cast<int>(std::min(c.options.cluster.heartbeat_ms, kMaxMs));
-  net.connection_timeout_ms = static_cast<int>(std::min(c.options.cluster.connection_timeout_ms, kMaxMs));
-  if (c.tls) {
-    net.tls_cert = c.options.cluster.tls_cert;
-    net.tls_key = c.options.cluster.tls_key;
-    net.tls_ca = c.options.cluster.tls_ca;
-  }
+  const NetConfig net = NetConfigOf(c.options.cluster, c.tls);
   auto lost = std::make_shared<LostProxies>();
   auto accepted = std::make_shared<std::atomic<int64_t>>(0);
   auto answers = std::make_shared<PsAnswerTimes>(static_cast<std::size_t>(c.cluster.num_tasks("ps")));
@@ -1028,15 +1036,7 @@ StatusOr<std::vector<ClusterTaskReport>> QueryClusterStatus(const std::string& t
         absl::StrCat("--tls-* given with the plain address ", target, ": use tls://", address));
   }
   if (tls) FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(options.tls_cert, options.tls_key, options.tls_ca));
-  NetConfig net;
-  constexpr int64_t kMaxMs = std::numeric_limits<int>::max();
-  net.heartbeat_ms = static_cast<int>(std::min(options.heartbeat_ms, kMaxMs));
-  net.connection_timeout_ms = static_cast<int>(std::min(options.connection_timeout_ms, kMaxMs));
-  if (tls) {
-    net.tls_cert = options.tls_cert;
-    net.tls_key = options.tls_key;
-    net.tls_ca = options.tls_ca;
-  }
+  const NetConfig net = NetConfigOf(options, tls);
   const auto timeout = std::chrono::milliseconds(std::min(timeout_ms, int64_t{86'400'000}));
   std::vector<ClusterTaskReport> reports;
   std::unique_ptr<OwnedActorSystem> owned;
