@@ -7,7 +7,9 @@
 # restarts, the killed runs exited 137, the last run of every task exited 0,
 # the chief's final checkpoint is at step >= 2000, the per-task logs and the
 # plan are in the seed's directory, final_weights and scalars_once are
-# reported as not checked, and no task process is left. About 5-6 s.
+# reported as not checked, and no task process is left. A run under a
+# --timeout-secs too short for its job fails `bounded` and `finished`
+# (exit 1, the replay printed) and leaves no process. About 7-8 s.
 #
 #   chaos_cluster_test.sh FOREMAN
 set -u
@@ -81,8 +83,26 @@ EOF
 left=$(pgrep -f -- "$work/seed-165" || true)
 [[ -z $left ]] || fail "processes left: $left"
 
+# 3. A seed that must fail: --timeout-secs 1 under a job far longer -> every
+#    task's group is killed at 1 s: `bounded` and `finished` FAIL, exit 1,
+#    the replay command printed, no task left.
+work3=$tmp/work3
+"$foreman" chaos --preset cluster --seed 0 --timeout-secs 1 --work-dir "$work3" -- --max-steps 1000000 \
+  --hidden 16 --batch-size 50 --threads 1 --eval-every-steps 0 >"$tmp/chaos3.out" 2>&1 &
+chaos_pid=$!
+pids+=("$chaos_pid")
+wait_bounded "$chaos_pid" 60
+out=$(cat "$tmp/chaos3.out")
+[[ $rc -eq 1 ]] || fail "a 1 s timeout: exit $rc, want 1: $out"
+has "bounded: .* did not end within --timeout-secs 1" "$out" && has "finished: " "$out" \
+  || fail "a 1 s timeout: bounded and finished did not fail: $out"
+has "replay: foreman chaos --preset cluster --seed 0 --timeout-secs 1 -- --max-steps 1000000" "$out" \
+  || fail "a 1 s timeout: no replay command: $out"
+left=$(pgrep -f -- "$work3/seed-0" || true)
+[[ -z $left ]] || fail "processes left after the timeout: $left"
+
 if ((failures > 0)); then
   failures_summary
   exit 1
 fi
-echo "PASS: chaos --preset cluster: bad flags refused; seed 165 (ps kill, worker kill) holds its invariants"
+echo "PASS: chaos --preset cluster: bad flags refused; seed 165 (ps kill, worker kill) holds its invariants; a hang fails"
