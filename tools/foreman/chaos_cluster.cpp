@@ -155,7 +155,8 @@ struct RunRecord {
   bool killed_by_plan = false;
   bool timed_out = false;
   bool left_processes = false;
-  int64_t first_step = -1;  // the first / last step it reported (-1: none)
+  int64_t checkpoint_at_start = -1;  // the chief's latest checkpoint when it started (-1: none)
+  int64_t first_step = -1;           // the first / last step it reported (-1: none)
   int64_t last_step = -1;
   int64_t elapsed_ms = 0;
 };
@@ -336,6 +337,7 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
   };
 
   Task tasks[3];
+  int64_t last_ckpt = -1;  // the chief's latest checkpoint seen
   auto start_task = [&](int t) -> Status {
     Task& k = tasks[t];
     k.log_path = absl::StrCat(dir, "/", kTaskFiles[t], "-", k.starts, ".log");
@@ -345,6 +347,7 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
     k.run = RunRecord();
     k.run.task = t;
     k.run.n = k.starts++;
+    k.run.checkpoint_at_start = last_ckpt;
     k.log_offset = 0;
     k.partial.clear();
     k.restart_at.reset();
@@ -411,8 +414,6 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
   const json& events = r.plan["events"];
   std::size_t next_event = 0;
   bool chief_done = false;  // the chief exited 0: training ended
-  int64_t last_ckpt = -1;   // the chief's latest checkpoint seen
-  int64_t ckpt_at_chief_start = -1;
   while (true) {
     // 1. Exits and hangs.
     for (int t = 0; t < 3; ++t) {
@@ -441,17 +442,7 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
       last_ckpt = std::max(last_ckpt, *ckpt);
     }
     Task& chief = tasks[kChief];
-    if (chief.pid > 0) {
-      read_steps(chief);
-      // A restarted chief resumes at or after the checkpoint it started with
-      // (re-attach, or a restore of it): never before.
-      if (chief.run.n > 0 && chief.run.first_step >= 0 && chief.run.first_step < ckpt_at_chief_start &&
-          steps.details.empty()) {
-        steps.Fail(absl::StrCat("chief run ", chief.run.n, " reported step ", chief.run.first_step,
-                                " first, before the latest checkpoint (step ", ckpt_at_chief_start,
-                                ") when it started"));
-      }
-    }
+    if (chief.pid > 0) read_steps(chief);
     // 3. Restarts due.
     bool restart_pending = false;
     for (int t = 0; t < 3; ++t) {
@@ -469,7 +460,6 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
         k.restart_at.reset();
         continue;
       }
-      if (t == kChief) ckpt_at_chief_start = last_ckpt;
       if (Status s = start_task(t); !s.ok()) return s;
       ++r.restarts;
     }
@@ -517,6 +507,16 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
                                  "; see ", kTaskFiles[t], "-", last->n, ".log"));
     }
   }
+  // A restarted chief resumes past the checkpoint it started with (it
+  // re-attaches to the ps, or restores that checkpoint and its first step
+  // is the one after it): never at or before it.
+  for (const RunRecord& run : r.runs) {
+    if (run.task == kChief && run.n > 0 && run.first_step >= 0 && run.first_step <= run.checkpoint_at_start) {
+      steps.Fail(absl::StrCat("chief run ", run.n, " reported step ", run.first_step,
+                              " first, not past the latest checkpoint (step ", run.checkpoint_at_start,
+                              ") when it started"));
+    }
+  }
   if (!chief_done) {
     finished.Fail("the chief did not end training (exit 0)");
   } else if (last_ckpt < c.max_steps) {
@@ -544,6 +544,7 @@ json SeedJson(const SeedReport& r) {
                     {"n", run.n},
                     {"exit_code", run.exit_code},
                     {"ended_by", run.ended_by},
+                    {"checkpoint_at_start", run.checkpoint_at_start},
                     {"first_step", run.first_step},
                     {"last_step", run.last_step},
                     {"elapsed_ms", run.elapsed_ms}});
