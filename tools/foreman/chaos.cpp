@@ -30,6 +30,9 @@
 //                       no process in its group
 //   finished            the job exited 0 at its end within kMaxRestarts
 //                       restarts
+//
+// --preset cluster is another supervisor (chaos_cluster.hpp): per seed a
+// ps, the chief and worker 1 as separate processes, killed and restarted.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -953,7 +956,8 @@ void AddChaosCommand(CLI::App& app, int* exit_code) {
       "chaos",
       "Run a small foreman train job under seeded fault plans, restart it after each process-level fault as a "
       "supervisor would, and check invariants (checkpoints verify, global_step, final weights equal a fault-free "
-      "run's, scalars once, bounded, finished). Train flags go after --.\n"
+      "run's, scalars once, bounded, finished). Train flags go after --. --preset cluster instead kills and restarts "
+      "the tasks of a local cluster (a ps, the chief, worker 1; docs/fault-injection.md).\n"
       "Exit codes: 0 every invariant held for every seed, 1 one failed, 2 bad flags or plan (also a plan or train "
       "flags foreman train refuses, or a --json path that cannot be written), 128 + the signal when interrupted "
       "(the running job is killed; the work directory is kept and named).");
