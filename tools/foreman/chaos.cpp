@@ -778,6 +778,9 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
     o.json_path = f.json_path;
     o.timeout_secs = f.timeout_secs;
     o.train_flags = f.train_flags;
+    std::error_code cwd_ec;
+    const fs::path cwd = fs::current_path(cwd_ec);
+    for (const std::string& w : f.train_flags) o.report_train_flags.push_back(ReportWord(w, cwd));
     LogOptions quiet;
     quiet.level = LogLevel::kOff;
     ConfigureLogging(quiet).IgnoreError();

@@ -96,6 +96,21 @@ std::optional<int64_t> IntFlag(const std::vector<std::string>& flags, const std:
   return std::nullopt;
 }
 
+// A word the shell reads back unchanged (for the replay command).
+std::string ShellQuote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,/:+@%") ==
+                        std::string::npos) {
+    return s;
+  }
+  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
+}
+
+std::string QuotedWords(const std::vector<std::string>& words) {
+  std::vector<std::string> q;
+  for (const std::string& w : words) q.push_back(ShellQuote(w));
+  return absl::StrJoin(q, " ");
+}
+
 class Draws {
  public:
   explicit Draws(uint64_t seed) : state_(seed ^ 0x636c7573746572ULL) {}  // "cluster": its own stream
@@ -197,6 +212,7 @@ struct SeedReport {
   std::vector<RunRecord> runs;
   std::map<std::string, Invariant> invariants;
   std::string replay;
+  std::string replay_report;  // with the report's paths (no absolute path)
   int64_t elapsed_ms = 0;
   bool ok() const {
     for (const auto& [n, i] : invariants) {
@@ -283,7 +299,11 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
   r.plan = ClusterChaosPlan(static_cast<uint64_t>(seed), c.max_steps);
   r.replay = absl::StrCat("foreman chaos --preset cluster --seed ", seed);
   if (c.o.timeout_secs != 60) absl::StrAppend(&r.replay, " --timeout-secs ", c.o.timeout_secs);
-  if (!c.o.train_flags.empty()) absl::StrAppend(&r.replay, " -- ", absl::StrJoin(c.o.train_flags, " "));
+  r.replay_report = r.replay;
+  if (!c.o.train_flags.empty()) {
+    absl::StrAppend(&r.replay, " -- ", QuotedWords(c.o.train_flags));
+    absl::StrAppend(&r.replay_report, " -- ", QuotedWords(c.o.report_train_flags));
+  }
   for (const std::string& name : InvariantNames()) r.invariants[name] = Invariant();
   Invariant& verify = r.invariants["checkpoints_verify"];
   Invariant& steps = r.invariants["global_step"];
@@ -553,7 +573,7 @@ json SeedJson(const SeedReport& r) {
   json inv = json::object();
   for (const auto& [name, i] : r.invariants) inv[name] = {{"ok", i.ok}, {"checked", i.checked}, {"details", i.details}};
   j["invariants"] = inv;
-  j["replay"] = r.replay;
+  j["replay"] = r.replay_report;
   j["elapsed_ms"] = r.elapsed_ms;
   return j;
 }
@@ -648,7 +668,7 @@ int RunClusterChaos(const ClusterChaosOptions& o) {
   if (!o.json_path.empty()) {
     json report;
     report["preset"] = "cluster";
-    report["train_flags"] = c.train_flags;
+    report["train_flags"] = o.train_flags.empty() ? c.train_flags : o.report_train_flags;
     report["timeout_secs"] = o.timeout_secs;
     report["max_restarts"] = kMaxRestarts;
     report["partition"] = "not built";

@@ -39,6 +39,7 @@ struct ClusterChaosOptions {
   std::string json_path;                 // --json ("" = none)
   double timeout_secs = 60;              // per task process
   std::vector<std::string> train_flags;  // the user's, after -- (empty: the default job)
+  std::vector<std::string> report_train_flags;  // the same as the JSON report spells them (no absolute path)
 };
 
 /// Runs every seed and prints the report (and writes --json). Exit codes as
