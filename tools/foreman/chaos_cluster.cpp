@@ -373,7 +373,7 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
     k.restart_at.reset();
     return absl::OkStatus();
   };
-  // Reads the task's new progress lines ("step <n>..."); true when any.
+  // Reads the task's new progress lines ("step <n>...") into its record.
   auto read_steps = [&](Task& k) {
     const std::string text = ReadFrom(k.log_path, k.log_offset);
     k.log_offset += text.size();
@@ -419,15 +419,21 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
     }
   };
 
+  // On an error of foreman chaos itself (a fork or a log that fails): no
+  // task is left running.
+  auto kill_all = [&] {
+    for (int u = 0; u < 3; ++u) {
+      if (tasks[u].pid > 0) {
+        kill(-tasks[u].pid, SIGKILL);
+        waitpid(tasks[u].pid, nullptr, 0);
+        g_pgids[u] = 0;
+        tasks[u].pid = -1;
+      }
+    }
+  };
   for (int t : {kPs, kWorker1, kChief}) {
     if (Status s = start_task(t); !s.ok()) {
-      for (int u = 0; u < 3; ++u) {
-        if (tasks[u].pid > 0) {
-          kill(-tasks[u].pid, SIGKILL);
-          waitpid(tasks[u].pid, nullptr, 0);
-          g_pgids[u] = 0;
-        }
-      }
+      kill_all();
       return s;
     }
   }
@@ -480,7 +486,10 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
         k.restart_at.reset();
         continue;
       }
-      if (Status s = start_task(t); !s.ok()) return s;
+      if (Status s = start_task(t); !s.ok()) {
+        kill_all();
+        return s;
+      }
       ++r.restarts;
     }
     // 4. The next event, once the chief reported its step (and the last
