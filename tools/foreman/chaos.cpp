@@ -30,6 +30,9 @@
 //                       no process in its group
 //   finished            the job exited 0 at its end within kMaxRestarts
 //                       restarts
+//
+// --preset cluster is another supervisor (chaos_cluster.hpp): per seed a
+// ps, the chief and worker 1 as separate processes, killed and restarted.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -66,6 +69,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "chaos_checks.hpp"
+#include "chaos_cluster.hpp"
 #include "chaos_plan.hpp"
 #include "command.hpp"
 #include "foreman/bundle.hpp"
@@ -718,8 +722,10 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
   // -- flags.
   if (!f.preset.empty() && !f.plan_file.empty()) return Usage("give --preset or --plan, not both");
   if (f.preset.empty() && f.plan_file.empty()) f.preset = "all";
-  if (!f.preset.empty() && !ChaosPresetPlan(f.preset, 0).ok()) {
-    return Usage(absl::StrCat("--preset: unknown preset '", f.preset, "' (disk, steps, actors, signals or all)"));
+  const bool cluster = f.preset == "cluster";
+  if (!f.preset.empty() && !cluster && !ChaosPresetPlan(f.preset, 0).ok()) {
+    return Usage(
+        absl::StrCat("--preset: unknown preset '", f.preset, "' (disk, steps, actors, signals, all or cluster)"));
   }
   if (f.seed.has_value() && (cmd.count("--seeds") > 0 || cmd.count("--first-seed") > 0)) {
     return Usage("give --seed K (one seed) or --seeds N [--first-seed K], not both");
@@ -755,6 +761,30 @@ int RunChaos(const CLI::App& cmd, ChaosFlags f) {
   }
   if (!f.json_path.empty()) {
     if (Status s = CheckWritable(f.json_path); !s.ok()) return Usage(std::string(s.message()));
+  }
+  if (cluster) {
+    // Its own supervisor of three tasks per seed (chaos_cluster.hpp).
+    if (const std::string e = ClusterTrainFlagsError(f.train_flags); !e.empty()) return Usage(e);
+    ClusterChaosOptions o;
+    auto work = PrepareWorkDir(f, &o.temporary);
+    if (!work.ok()) return Usage(std::string(work.status().message()));
+    o.work = *work;
+    o.keep = f.keep;
+    if (f.seed.has_value()) {
+      o.seeds.push_back(*f.seed);
+    } else {
+      for (int64_t i = 0; i < f.seeds; ++i) o.seeds.push_back(f.first_seed + i);
+    }
+    o.json_path = f.json_path;
+    o.timeout_secs = f.timeout_secs;
+    o.train_flags = f.train_flags;
+    std::error_code cwd_ec;
+    const fs::path cwd = fs::current_path(cwd_ec);
+    for (const std::string& w : f.train_flags) o.report_train_flags.push_back(ReportWord(w, cwd));
+    LogOptions quiet;
+    quiet.level = LogLevel::kOff;
+    ConfigureLogging(quiet).IgnoreError();
+    return RunClusterChaos(o);
   }
   c.train_flags = f.train_flags.empty() ? DefaultTrainFlags() : f.train_flags;
   // Forced: a fixed thread count (bit-for-bit results) and a progress line
@@ -929,11 +959,12 @@ void AddChaosCommand(CLI::App& app, int* exit_code) {
       "chaos",
       "Run a small foreman train job under seeded fault plans, restart it after each process-level fault as a "
       "supervisor would, and check invariants (checkpoints verify, global_step, final weights equal a fault-free "
-      "run's, scalars once, bounded, finished). Train flags go after --.\n"
+      "run's, scalars once, bounded, finished). Train flags go after --. --preset cluster instead kills and restarts "
+      "the tasks of a local cluster (a ps, the chief, worker 1; docs/fault-injection.md).\n"
       "Exit codes: 0 every invariant held for every seed, 1 one failed, 2 bad flags or plan (also a plan or train "
       "flags foreman train refuses, or a --json path that cannot be written), 128 + the signal when interrupted "
       "(the running job is killed; the work directory is kept and named).");
-  cmd->add_option("--preset", flags->preset, "disk | steps | actors | signals | all (default: all, unless --plan)");
+  cmd->add_option("--preset", flags->preset, "disk | steps | actors | signals | all | cluster (default: all, unless --plan)");
   cmd->add_option("--plan", flags->plan_file, "A JSON fault plan (docs/fault-injection.md); its seed is replaced")
       ->check(NonEmpty());
   cmd->add_option("--seeds", flags->seeds, "Seeds first-seed .. first-seed+N-1")

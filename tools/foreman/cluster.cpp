@@ -47,6 +47,7 @@
 #include "absl/strings/match.h"
 #include "actors/cluster_status.hpp"
 #include "command.hpp"
+#include "local_ports.hpp"
 
 namespace foreman::cli {
 namespace {
@@ -68,37 +69,6 @@ struct Child {
   bool exited = false;
   int code = 0;  // exit code, or 128 + signal
 };
-
-// `n` distinct free TCP ports on 127.0.0.1 (bound together, then released:
-// another process could take one before its task binds it; that task then
-// exits 1 naming the address).
-StatusOr<std::vector<int>> FreePorts(int n) {
-  std::vector<int> fds;
-  std::vector<int> ports;
-  Status status;
-  for (int i = 0; i < n && status.ok(); ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      status = absl::UnavailableError(absl::StrCat("socket(): ", std::strerror(errno)));
-      break;
-    }
-    fds.push_back(fd);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof(a);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      status = absl::UnavailableError(absl::StrCat("cannot pick a free port on 127.0.0.1: ", std::strerror(errno)));
-      break;
-    }
-    ports.push_back(ntohs(a.sin_port));
-  }
-  for (int fd : fds) close(fd);
-  if (!status.ok()) return status;
-  return ports;
-}
 
 // Writes every complete line of `buf` to `to`, prefixed; keeps the rest
 // (all of it at `eof`).
@@ -209,7 +179,7 @@ int RunLocal(const LocalFlags& f, const std::vector<std::string>& train_flags) {
   }
   const int ps = static_cast<int>(f.ps);
   const int workers = static_cast<int>(f.workers);
-  auto ports = FreePorts(ps + workers);
+  auto ports = FreeLoopbackPorts(ps + workers);
   if (!ports.ok()) {
     std::fprintf(stderr, "foreman cluster local: %s\n", std::string(ports.status().message()).c_str());
     return kExitFailed;
