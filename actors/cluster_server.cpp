@@ -201,7 +201,7 @@ struct Placement {
 class PsRemoteValues final : public RemoteValues {
  public:
   PsRemoteValues(caf::actor_system* system, caf::actor watcher, std::shared_ptr<LostProxies> lost,
-                 std::vector<PsTask> ps, bool tls, int worker_index, int replicas_to_aggregate,
+                 std::vector<PsTask> ps, bool tls, int worker_index, int num_workers, int replicas_to_aggregate,
                  int64_t request_timeout_ms, std::string target)
       : system_(system),
         watcher_(std::move(watcher)),
@@ -209,6 +209,7 @@ class PsRemoteValues final : public RemoteValues {
         ps_(std::move(ps)),
         tls_(tls),
         worker_index_(worker_index),
+        num_workers_(num_workers),
         replicas_to_aggregate_(replicas_to_aggregate),
         timeout_(request_timeout_ms),
         target_(std::move(target)),
@@ -393,9 +394,36 @@ class PsRemoteValues final : public RemoteValues {
         AskAll<int64_t>(AllShards(), [&](caf::scoped_actor& self, const caf::actor& proxy, int k) {
           return self->request(proxy, timeout_, ps_apply_atom::value, updates[k]);
         });
-    for (auto& one : r) FOREMAN_RETURN_IF_ERROR(one.status());
+    for (std::size_t k = 0; k < r.size(); ++k) {
+      if (r[k].ok()) continue;
+      if (replicas_to_aggregate_ > 0 && absl::IsUnavailable(r[k].status())) {
+        return WithMissingWorkers(static_cast<int>(k), r[k].status());
+      }
+      return r[k].status();
+    }
     if (accepted_) accepted_->fetch_add(1);
     return *r[0];
+  }
+
+  // cluster.md rule 4: a synchronous apply that was not answered names the
+  // worker tasks whose applies of the step ps task k does not hold (asked
+  // with a short bound; `status` unchanged when the shard cannot say).
+  Status WithMissingWorkers(int k, const Status& status) {
+    constexpr std::chrono::milliseconds kStatsTimeout{1000};
+    std::vector<StatusOr<PsShardStatsMessage>> r =
+        AskAll<PsShardStatsMessage>({k}, [&](caf::scoped_actor& self, const caf::actor& proxy, int) {
+          return self->request(proxy, std::min(timeout_, kStatsTimeout), ps_stats_atom::value);
+        });
+    if (!r[0].ok() || r[0]->sync_step < 0) return status;
+    const std::vector<int64_t>& held = r[0]->waiting_workers;
+    std::vector<std::string> missing;
+    for (int w = 0; w < num_workers_; ++w) {
+      if (std::find(held.begin(), held.end(), w) == held.end()) missing.push_back(absl::StrCat("/job:worker/task:", w));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        status.message(), "; ", ps_[k].where, " holds ", held.size(), " of the ", replicas_to_aggregate_,
+        " applies of step ", r[0]->sync_step, " (from workers ", absl::StrJoin(held, ", "), "); missing: ",
+        missing.empty() ? std::string("none") : absl::StrJoin(missing, ", ")));
   }
 
   // Counts each accepted Apply in `counter` (`foreman cluster status`).
@@ -669,6 +697,7 @@ class PsRemoteValues final : public RemoteValues {
   const std::vector<PsTask> ps_;
   const bool tls_;
   const int worker_index_;
+  const int num_workers_;  // the spec's worker tasks (naming the missing ones of a synchronous step)
   const int replicas_to_aggregate_;
   const std::chrono::milliseconds timeout_;
   const std::string target_;
@@ -895,7 +924,8 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
                           absl::StrCat("ps task ", k, " (", c.cluster.jobs().at("ps")[k], ")")});
     }
     c.remote = std::make_shared<PsRemoteValues>(c.system, c.watcher, lost, std::move(ps), c.tls,
-                                                c.task.task_index, c.options.replicas_to_aggregate,
+                                                c.task.task_index, c.cluster.num_tasks("worker"),
+                                                c.options.replicas_to_aggregate,
                                                 c.options.request_timeout_ms, c.target);
     c.remote->set_ps_wait({absl::Seconds(c.options.cluster.ps_wait_secs),
                            absl::Milliseconds(c.options.cluster.heartbeat_ms)});

@@ -94,10 +94,12 @@ struct PsShardStatsMessage {
   /// step replaced).
   int64_t stale_gradients = 0;
   int64_t dropped_gradients = 0;
-  /// Synchronous mode: the step being aggregated (-1 in asynchronous mode)
-  /// and how many applies of it wait for the aggregated update now.
+  /// Synchronous mode: the step being aggregated (-1 in asynchronous mode),
+  /// how many applies of it wait for the aggregated update now, and from
+  /// which worker tasks (in arrival order).
   int64_t sync_step = -1;
   int64_t waiting_replicas = 0;
+  std::vector<int64_t> waiting_workers;
   /// Applies waiting for a thaw now; freezes that ended without a thaw (by
   /// their timeout, or at the end of the actor that asked for them).
   int64_t queued_updates = 0;
@@ -148,7 +150,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PsShardStatsMessage& x) {
   return f(caf::meta::type_name("foreman.PsShardStatsMessage"), x.task_index, x.global_step, x.initialized, x.frozen,
            x.applied_updates, x.refused_updates, x.stale_gradients, x.dropped_gradients, x.sync_step,
-           x.waiting_replicas, x.queued_updates, x.freeze_timeouts, x.worker_applies, x.worker_last_apply_ms);
+           x.waiting_replicas, x.queued_updates, x.freeze_timeouts, x.worker_applies, x.worker_last_apply_ms, x.waiting_workers);
 }
 
 StatusMessage ToMessage(const Status& status);

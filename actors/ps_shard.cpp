@@ -607,6 +607,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         s.queued_updates = static_cast<int64_t>(st.held.size());
         s.sync_step = st.options.replicas_to_aggregate > 0 ? st.sync_step : -1;
         s.waiting_replicas = static_cast<int64_t>(st.waiting.size());
+        for (const auto& w : st.waiting) s.waiting_workers.push_back(w.worker);
         const int64_t now = SteadyNowNs();
         s.worker_last_apply_ms.clear();
         for (int64_t t : st.worker_last_apply_ns) s.worker_last_apply_ms.push_back(t == 0 ? -1 : (now - t) / 1'000'000);

@@ -628,6 +628,11 @@ TEST_CASE("synchronous training over 2 ps tasks: each update is the mean of exac
   // than counting as a second replica: still no update without worker 1.
   Status alone = w0->Apply(Grads(0.5f, 4.0f), 3).status();
   CHECK_MESSAGE(alone.code() == absl::StatusCode::kUnavailable, alone);
+  // cluster.md rule 4: the failure names the wait and the missing worker.
+  CHECK_MESSAGE(absl::StrContains(alone.message(), "in synchronous mode an apply waits for 2 workers' applies"), alone);
+  CHECK_MESSAGE(absl::StrContains(alone.message(), "holds 1 of the 2 applies of step 3 (from workers 0); missing: "
+                                                   "/job:worker/task:1"),
+                alone);
   const nn::Gradients retry = Grads(0.5f, 2.0f);
   Status again = w0->Apply(retry, 3).status();
   CHECK_MESSAGE(again.code() == absl::StatusCode::kUnavailable, again);
