@@ -88,7 +88,7 @@ run_single() {
 }
 
 run_cluster() {  # run_cluster WORKERS [sync]: sync aggregates all WORKERS' gradients of a step
-  local n=$1 mode=${2:-async} d=$tmp/c$1$2 ps_port wk=() hosts=() i config=ps1_w$1 sync=()
+  local n=$1 mode=${2:-async} d=$tmp/c$1${2:-} ps_port wk=() hosts=() i config=ps1_w$1 sync=()
   if [[ $mode == sync ]]; then config=ps1_w${n}_sync; sync=(--replicas-to-aggregate "$n"); fi
   rm -rf "$d"; mkdir -p "$d"
   ps_port=$(free_port)
