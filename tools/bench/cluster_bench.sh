@@ -61,7 +61,7 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cluster_bench.XXXXXX")
 pids=()
 cleanup() {
-  # Each pid is /usr/bin/time's: its child first.
+  # A pid is /usr/bin/time's (its child first) or, in the recovery runs, foreman's.
   for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   if [[ -n ${CLUSTER_BENCH_KEEP:-} ]]; then log "outputs kept in $tmp"; else rm -rf "$tmp"; fi
