@@ -136,7 +136,9 @@ has '^\| 1 \| MLP [^|]*, 2 threads \(samples/s\) \|[^|]*\|[^|]*spread 1\.05× \|
 has '^CPU instruction sets: avx2 fma avx512f\.$' "$out" || fail "report.py: no instruction sets: $out"
 
 # Part 6 (cluster_bench.sh's lines): the ratio per pair of runs against the
-# one process, its goal, worker 0's network fields.
+# one process, its goal, worker 0's network fields; the sync rows (global
+# steps/s, stale gradients); the ps-kill recovery row against its goal of
+# 2 s + the restore (the median restore: 0.05 s).
 mkdir -p "$tmp/cluster"
 cat >"$tmp/cluster/runs.txt" <<'EOF'
 RUN cluster.single 100000 samples/s steps_per_sec=781 cpu_ms_per_step=1.5
@@ -145,6 +147,11 @@ RUN cluster.ps1_w2 50000 samples/s steps_per_sec=390 cpu_ms_per_step=4 reads=520
 RUN cluster.single 110000 samples/s steps_per_sec=859 cpu_ms_per_step=1.4
 RUN cluster.ps1_w1 55000 samples/s steps_per_sec=430 cpu_ms_per_step=3.3 reads=1013 read_us=800 read_bytes=831013 applies=1000 apply_us=1000 apply_bytes=814120
 RUN cluster.ps1_w2 60000 samples/s steps_per_sec=469 cpu_ms_per_step=3.9 reads=520 read_us=1400 read_bytes=831013 applies=500 apply_us=1600 apply_bytes=814120
+RUN cluster.ps1_w2_sync 30000 samples/s steps_per_sec=117 cpu_ms_per_step=8 stale=0 reads=1013 read_us=900 read_bytes=831013 applies=1000 apply_us=3000 apply_bytes=814120
+RUN cluster.ps1_w2_sync 40000 samples/s steps_per_sec=156 cpu_ms_per_step=7 stale=2 reads=1013 read_us=800 read_bytes=831013 applies=1000 apply_us=2000 apply_bytes=814120
+RUN cluster.ps_kill_recovery_s 0.7 s recovered_s=0.66 restarted_s=0.5 reachable_s=0.64 restore_s=0.02 steps_lost=110
+RUN cluster.ps_kill_recovery_s 2.1 s recovered_s=2 restarted_s=0.5 reachable_s=1.9 restore_s=0.05 steps_lost=unknown
+RUN cluster.ps_kill_recovery_s 2.2 s recovered_s=2.1 restarted_s=0.5 reachable_s=2 restore_s=0.1 steps_lost=100
 EOF
 out=$("$python" "$src/report.py" "$tmp/cluster" 2>&1)
 rc=$?
@@ -153,6 +160,12 @@ has '^\| 6 \| training throughput, 1 ps \+ 1 worker \(async\)[^|]*\| 47500 [^|]*
   fail "report.py: no 1 ps + 1 worker row with its ratio and verdict: $out"
 has '^\| 6 \|   worker 0.s network per step: read / apply [^|]*\| 850 \[800–900\] / 1050 ' "$out" ||
   fail "report.py: no network row: $out"
+has '^\| 6 \| training throughput, 1 ps \+ 2 workers \(sync, --replicas-to-aggregate 2\)[^|]*\| 35000 [^|]*\| one process 105000 [^|]*\| 0\.33× \[0\.30–0\.36\] \|' "$out" ||
+  fail "report.py: no sync row with its ratio: $out"
+has '^\| 6 \|   global steps/s [^|]*\| 136 \[117–156\] \| stale 1 \[0–2\] \|' "$out" ||
+  fail "report.py: no sync global steps/s row: $out"
+has '^\| 6 \| ps kill -9 → the chief.s next step[^|]*\| 2100 \[700–2200\] \| ps reachable again 1900 [^|]*; restore 50 \[20–100\]; steps lost 105 \[100–110\] \|  \| ≤ 2 s \+ restore \| \*\*no\*\* \|$' "$out" ||
+  fail "report.py: no ps-kill recovery row with its verdict: $out"
 
 # run.sh refuses a bad --threads before it installs, builds or runs anything.
 out=$(timeout 30 "$src/run.sh" --threads 1,x --no-install --out "$tmp/never" 2>&1)

@@ -48,6 +48,8 @@ def fmt_num(v):
     if v is None:
         return "–"
     a = abs(v)
+    if a == 0:
+        return "0"
     if a >= 1e6:
         return "%.3g M" % (v / 1e6)
     if a >= 1e4:
@@ -405,12 +407,14 @@ def main():
             "one training step " + fmt(r.run("recovery.step_s")), "", "", "")
     # 6. Cluster throughput (issue 13, tools/bench/cluster_bench.sh).
     def field_stats(name, key):
-        return stats([float(f[key]) for f in r.fields.get(name, []) if key in f])
+        return stats([float(f[key]) for f in r.fields.get(name, [])
+                      if re.fullmatch(r"[-+0-9.eE]+", f.get(key, ""))])
 
     single = r.runs.get("cluster.single", [])
     for name, label, goal in (("cluster.single", "one process", ""),
                               ("cluster.ps1_w1", "1 ps + 1 worker (async)", "≥ 0.7× one process"),
-                              ("cluster.ps1_w2", "1 ps + 2 workers (async)", "")):
+                              ("cluster.ps1_w2", "1 ps + 2 workers (async)", ""),
+                              ("cluster.ps1_w2_sync", "1 ps + 2 workers (sync, --replicas-to-aggregate 2)", "")):
         if name not in r.runs:
             continue
         ratio = pair_ratio(r.runs[name], single) if name != "cluster.single" else None
@@ -421,6 +425,11 @@ def main():
                    else verdict(ratio, lambda v: v >= 0.7))
         row("6", "training throughput, %s, 1 thread per process (samples/s)" % label, fmt(r.run(name)),
             "one process " + fmt(stats(single)) if name != "cluster.single" else "", fmt_ratio(ratio), goal, met)
+        if name.endswith("_sync"):
+            # Each global step aggregates both workers' batches: samples/s is 2 × 128 × global steps/s.
+            row("6", "  global steps/s (each worker: one step per global step); stale gradients dropped",
+                fmt(field_stats(name, "steps_per_sec")),
+                "stale %s" % fmt(field_stats(name, "stale")), "", "", "")
         row("6", "  CPU time of all its processes per global step (ms)", fmt(field_stats(name, "cpu_ms_per_step")),
             "", "", "", "")
         if name != "cluster.single" and field_stats(name, "read_us") is not None:
@@ -428,6 +437,19 @@ def main():
                 "%s / %s" % (fmt(field_stats(name, "read_us")), fmt(field_stats(name, "apply_us"))),
                 "%s / %s B" % (fmt_num((field_stats(name, "read_bytes") or (None,))[0]),
                                fmt_num((field_stats(name, "apply_bytes") or (None,))[0])), "", "", "")
+    if "cluster.ps_kill_recovery_s" in r.runs:
+        def ms(s):
+            return None if s is None else (s[0] * 1e3, s[1] * 1e3, s[2] * 1e3, s[3])
+        rec = r.run("cluster.ps_kill_recovery_s")
+        restore = field_stats("cluster.ps_kill_recovery_s", "restore_s")
+        # The goal: 2 s plus the restore (the chief's new session restoring every ps task).
+        met = verdict(rec, lambda v: restore is not None and v <= 2.0 + restore[0])
+        row("6", "ps kill -9 → the chief's next step, ps restarted 0.5 s later, 1 ps + 1 worker, "
+            "heartbeat 200 ms, connection timeout 1000 ms (ms)", fmt(ms(rec)),
+            "ps reachable again %s; restore %s; steps lost %s" % (
+                fmt(ms(field_stats("cluster.ps_kill_recovery_s", "reachable_s"))), fmt(ms(restore)),
+                fmt(field_stats("cluster.ps_kill_recovery_s", "steps_lost"))),
+            "", "≤ 2 s + restore", met)
     print("\n".join(out))
     return 0
 

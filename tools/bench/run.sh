@@ -18,7 +18,8 @@
 #                    directory under ${TMPDIR:-/tmp})
 #   --data           Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
 #   --parts          which parts to run (default all: 1,2,3,4,5 of issue 6 and
-#                    6, issue 13's cluster throughput: tools/bench/cluster_bench.sh)
+#                    6, issue 13's cluster throughput and ps-kill recovery:
+#                    tools/bench/cluster_bench.sh)
 #   --threads        part 1's thread counts (default 1,2; e.g. 1,8,16 on a 16-core machine)
 #   --python         the peer's Python with torch (default /usr/bin/python3, Debian's)
 #
@@ -250,7 +251,7 @@ if part 5; then
     2>"$out/recovery.log" | grep '^RUN' >>"$runs"
 fi
 
-# -- 6: cluster throughput (issue 13): one process, 1 ps + 1 worker, 1 ps + 2 workers ----------
+# -- 6: cluster (issue 13): one process, 1 ps + 1 worker, 1 ps + 2 workers async and sync; ps-kill recovery
 if part 6; then
   log "6. cluster throughput ($reps runs per figure, $((train_steps * 5)) steps each)"
   foreman_bin=$build_dir/tools/foreman
