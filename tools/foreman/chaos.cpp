@@ -109,26 +109,6 @@ struct ChaosFlags {
   std::vector<std::string> train_flags;
 };
 
-int64_t MillisSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-}
-
-bool HasFlag(const std::vector<std::string>& flags, const std::string& name) {
-  for (const std::string& f : flags) {
-    if (f == name || absl::StartsWith(f, name + "=")) return true;
-  }
-  return false;
-}
-
-// For the replay command: a word the shell reads back unchanged.
-std::string ShellQuote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,/:+@%") ==
-                        std::string::npos) {
-    return s;
-  }
-  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
-}
-
 std::string ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
@@ -330,22 +310,6 @@ struct RunRecord {
   std::vector<std::string> service_restarts;
   std::vector<int64_t> summary_steps_lost;
 };
-
-struct Invariant {
-  bool ok = true;
-  bool checked = true;
-  std::vector<std::string> details;
-  void Fail(std::string detail) {
-    ok = false;
-    details.push_back(std::move(detail));
-  }
-};
-
-const std::vector<std::string>& InvariantNames() {
-  static const std::vector<std::string> names = {"checkpoints_verify", "global_step", "final_weights",
-                                                 "scalars_once",       "bounded",     "finished"};
-  return names;
-}
 
 struct SeedReport {
   int64_t seed = 0;
@@ -656,8 +620,6 @@ json SeedJson(const SeedReport& r) {
   return j;
 }
 
-std::string Cell(const Invariant& i) { return !i.ok ? "FAIL" : i.checked ? "ok" : "-"; }
-
 void PrintHeader() {
   std::printf("%6s %7s %7s %8s %10s %11s %11s %13s %12s %7s %8s\n", "seed", "faults", "firings", "restarts",
               "steps_lost", "checkpoints", "global_step", "final_weights", "scalars_once", "bounded", "finished");
@@ -673,9 +635,9 @@ void PrintRow(const SeedReport& r) {
   std::printf("%6lld %7s %7zu %8lld %10lld %11s %11s %13s %12s %7s %8s\n", static_cast<long long>(r.seed),
               absl::StrCat(fired.size(), "/", r.faults_planned).c_str(), r.faults_fired.size(),
               static_cast<long long>(r.restarts), static_cast<long long>(r.steps_lost),
-              Cell(i.at("checkpoints_verify")).c_str(), Cell(i.at("global_step")).c_str(),
-              Cell(i.at("final_weights")).c_str(), Cell(i.at("scalars_once")).c_str(), Cell(i.at("bounded")).c_str(),
-              Cell(i.at("finished")).c_str());
+              InvariantCell(i.at("checkpoints_verify")).c_str(), InvariantCell(i.at("global_step")).c_str(),
+              InvariantCell(i.at("final_weights")).c_str(), InvariantCell(i.at("scalars_once")).c_str(),
+              InvariantCell(i.at("bounded")).c_str(), InvariantCell(i.at("finished")).c_str());
   std::fflush(stdout);
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "foreman/bundle.hpp"
 #include "foreman/checkpoint.hpp"
@@ -294,6 +295,33 @@ TrainLog ParseTrainLog(const std::string& text) {
     }
   }
   return log;
+}
+
+const std::vector<std::string>& InvariantNames() {
+  static const std::vector<std::string> names = {"checkpoints_verify", "global_step", "final_weights",
+                                                 "scalars_once",       "bounded",     "finished"};
+  return names;
+}
+
+std::string InvariantCell(const Invariant& i) { return !i.ok ? "FAIL" : i.checked ? "ok" : "-"; }
+
+bool HasFlag(const std::vector<std::string>& flags, const std::string& name) {
+  for (const std::string& f : flags) {
+    if (f == name || absl::StartsWith(f, name + "=")) return true;
+  }
+  return false;
+}
+
+std::string ShellQuote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,/:+@%") ==
+                        std::string::npos) {
+    return s;
+  }
+  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
+}
+
+int64_t MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace foreman::cli

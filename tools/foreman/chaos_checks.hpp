@@ -3,9 +3,11 @@
 // "foreman chaos", lists the invariants and what a failure means).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "foreman/env.hpp"
@@ -94,5 +96,34 @@ struct TrainLog {
 
 /// Parses a process's log (see TrainLog).
 TrainLog ParseTrainLog(const std::string& text);
+
+// -- shared by `foreman chaos`'s presets (chaos.cpp, chaos_cluster.cpp) --------------
+
+/// One invariant's result for a seed: failed (with what failed), held, or
+/// not checked (its reason in `details`).
+struct Invariant {
+  bool ok = true;
+  bool checked = true;
+  std::vector<std::string> details;
+  void Fail(std::string detail) {
+    ok = false;
+    details.push_back(std::move(detail));
+  }
+};
+
+/// The invariants' names, in the report's column order.
+const std::vector<std::string>& InvariantNames();
+
+/// The report's cell for `i`: "FAIL", "ok" or "-" (not checked).
+std::string InvariantCell(const Invariant& i);
+
+/// Whether `flags` has `--name` or `--name=V`.
+bool HasFlag(const std::vector<std::string>& flags, const std::string& name);
+
+/// A word the shell reads back unchanged (for a replay command).
+std::string ShellQuote(const std::string& s);
+
+/// Milliseconds since `start` on the steady clock.
+int64_t MillisSince(std::chrono::steady_clock::time_point start);
 
 }  // namespace foreman::cli

@@ -72,13 +72,6 @@ constexpr const char* kOwnFlags[] = {"--ps-hosts", "--worker-hosts", "--job-name
                                      "--checkpoint-dir", "--fault-plan", "--insecure", "--ps-wait-secs",
                                      "--ps-join-timeout-secs", "--save-checkpoint-steps", "--log-step-count-steps"};
 
-bool HasFlag(const std::vector<std::string>& flags, const std::string& name) {
-  for (const std::string& f : flags) {
-    if (f == name || absl::StartsWith(f, name + "=")) return true;
-  }
-  return false;
-}
-
 // The value of `--name V` or `--name=V` as an integer; nullopt when absent.
 std::optional<int64_t> IntFlag(const std::vector<std::string>& flags, const std::string& name) {
   for (std::size_t i = 0; i < flags.size(); ++i) {
@@ -94,15 +87,6 @@ std::optional<int64_t> IntFlag(const std::vector<std::string>& flags, const std:
     if (absl::SimpleAtoi(v, &n)) return n;
   }
   return std::nullopt;
-}
-
-// A word the shell reads back unchanged (for the replay command).
-std::string ShellQuote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,/:+@%") ==
-                        std::string::npos) {
-    return s;
-  }
-  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
 }
 
 std::string QuotedWords(const std::vector<std::string>& words) {
@@ -187,22 +171,6 @@ struct Task {
   std::optional<Clock::time_point> restart_at;
 };
 
-struct Invariant {
-  bool ok = true;
-  bool checked = true;
-  std::vector<std::string> details;
-  void Fail(std::string d) {
-    ok = false;
-    details.push_back(std::move(d));
-  }
-};
-
-const std::vector<std::string>& InvariantNames() {
-  static const std::vector<std::string> names = {"checkpoints_verify", "global_step", "final_weights",
-                                                 "scalars_once",       "bounded",     "finished"};
-  return names;
-}
-
 struct SeedReport {
   int64_t seed = 0;
   json plan;
@@ -221,10 +189,6 @@ struct SeedReport {
     return true;
   }
 };
-
-int64_t MillisSince(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
-}
 
 std::string ReadFrom(const std::string& path, std::size_t offset) {
   std::ifstream in(path, std::ios::binary);
@@ -587,8 +551,6 @@ json SeedJson(const SeedReport& r) {
   return j;
 }
 
-std::string Cell(const Invariant& i) { return !i.ok ? "FAIL" : i.checked ? "ok" : "-"; }
-
 }  // namespace
 
 json ClusterChaosPlan(uint64_t seed, int64_t max_steps) {
@@ -645,9 +607,9 @@ int RunClusterChaos(const ClusterChaosOptions& o) {
     std::printf("%6lld %7s %8lld %10lld %11s %11s %13s %12s %7s %8s\n", static_cast<long long>(seed),
                 absl::StrCat(r->fired.size(), "/", r->plan["events"].size()).c_str(),
                 static_cast<long long>(r->restarts), static_cast<long long>(r->steps_lost),
-                Cell(i.at("checkpoints_verify")).c_str(), Cell(i.at("global_step")).c_str(),
-                Cell(i.at("final_weights")).c_str(), Cell(i.at("scalars_once")).c_str(),
-                Cell(i.at("bounded")).c_str(), Cell(i.at("finished")).c_str());
+                InvariantCell(i.at("checkpoints_verify")).c_str(), InvariantCell(i.at("global_step")).c_str(),
+                InvariantCell(i.at("final_weights")).c_str(), InvariantCell(i.at("scalars_once")).c_str(),
+                InvariantCell(i.at("bounded")).c_str(), InvariantCell(i.at("finished")).c_str());
     std::fflush(stdout);
     if (o.temporary && !o.keep && r->ok()) fs::remove_all(absl::StrCat(o.work, "/seed-", seed), ec);
     reports.push_back(std::move(*r));
