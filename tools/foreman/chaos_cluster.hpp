@@ -1,6 +1,8 @@
 // `foreman chaos --preset cluster`: seeded kills of the tasks of a small
 // local cluster (one ps, the chief, worker 1, each a `foreman train` child
-// on 127.0.0.1), restarts after a drawn delay, and the invariants that carry
+// on 127.0.0.1), restarts after a drawn delay, silent network partitions of
+// worker 1 or the ps where network namespaces can be made (then in two
+// namespaces joined by a veth pair), and the invariants that carry
 // over from the one-process presets (docs/fault-injection.md, "--preset
 // cluster").
 #pragma once
