@@ -374,13 +374,18 @@ struct PartitionNet {
   static StatusOr<pid_t> Holder(pid_t in, const std::vector<std::string>& args, int slot) {
     FOREMAN_ASSIGN_OR_RETURN(pid_t pid, Spawn(args, "", in, "unshare"));
     g_pgids[slot] = pid;
-    const std::string outer = fs::read_symlink(in > 0 ? absl::StrCat("/proc/", in, "/ns/net") : "/proc/self/ns/net");
+    std::error_code outer_ec;
+    const std::string outer =
+        fs::read_symlink(in > 0 ? absl::StrCat("/proc/", in, "/ns/net") : "/proc/self/ns/net", outer_ec).string();
     for (int i = 0; i < 250; ++i) {
       std::error_code ec;
       const fs::path mine = fs::read_symlink(absl::StrCat("/proc/", pid, "/ns/net"), ec);
       if (!ec && mine.string() != outer) return pid;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    kill(-pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    g_pgids[slot] = 0;
     return absl::InternalError(absl::StrCat("`unshare ", absl::StrJoin(args, " "), "` made no network namespace in 5 s"));
   }
   Status SetUp() {
