@@ -9,7 +9,9 @@
 # plan are in the seed's directory, final_weights and scalars_once are
 # reported as not checked, and no task process is left. A run under a
 # --timeout-secs too short for its job fails `bounded` and `finished`
-# (exit 1, the replay printed) and leaves no process. About 7-8 s.
+# (exit 1, the replay printed) and leaves no process. Seed 322 of a
+# 1000-step job cuts the ps off, then kills it (part 4; where network
+# namespaces cannot be made, it checks that the report says why). About 13 s.
 #
 #   chaos_cluster_test.sh FOREMAN
 set -u
@@ -101,8 +103,65 @@ has "replay: foreman chaos --preset cluster --seed 0 --timeout-secs 1 -- --max-s
 left=$(pgrep -f -- "$work3/seed-0" || true)
 [[ -z $left ]] || fail "processes left after the timeout: $left"
 
+# 4. Partitions (seed 322 of a 1000-step job, where network namespaces can
+#    be made: cut the ps off at the chief's step 116 for 1.313 s, then SIGKILL
+#    the ps at step 233, restart it 0.65 s later in the same namespace): both
+#    events fire, the chief recovers from each (two "Recovery: waiting"
+#    lines), every task's last run exits 0 (the partitioned ps rejoins: 0),
+#    the invariants hold, no task and no namespace holder is left. Where
+#    namespaces cannot be made, the plan holds no partition and the report
+#    says why.
+work4=$tmp/work4
+holders_before=$(pgrep -fx "sleep 3600" | sort)
+"$foreman" chaos --preset cluster --seed 322 --work-dir "$work4" --keep --json "$tmp/report4.json" -- \
+  --max-steps 1000 --hidden 16 --batch-size 50 --threads 1 --eval-every-steps 0 >"$tmp/chaos4.out" 2>&1 &
+chaos_pid=$!
+pids+=("$chaos_pid")
+wait_bounded "$chaos_pid" 60
+out=$(cat "$tmp/chaos4.out")
+[[ $rc -eq 0 ]] || fail "seed 322: exit $rc: $out"
+if unshare -rn ip link add fa type veth peer name fb 2>/dev/null; then
+  has "^partition: available" "$out" && has "partition: 1 fired" "$out" || fail "seed 322: partition not available or not fired: $out"
+  "$py" - "$tmp/report4.json" "$work4/seed-322" <<'EOF' || fail "seed 322's JSON report or logs: $out"
+import json, os, sys
+r = json.load(open(sys.argv[1]))
+d = sys.argv[2]
+bad = []
+def check(cond, what):
+    if not cond:
+        bad.append(what)
+s = r["seeds"][0]
+check(r["partition"] == "available" and r["ok"], f"partition {r['partition']}, ok {r['ok']}")
+ev = [(e.get("partition"), e.get("kill"), e["at_chief_step"], e.get("heal_after_ms"), e.get("restart_after_ms"))
+      for e in s["plan"]["events"]]
+check(ev == [("ps", None, 116, 1313, None), (None, "ps", 233, None, 650)], f"seed 322's plan changed: {ev}")
+check(s["faults_fired"] == ["e0", "e1"] and s["partitions"] == 1 and s["restarts"] == 1,
+      f"fired {s['faults_fired']}, partitions {s['partitions']}, restarts {s['restarts']}")
+for name in ("checkpoints_verify", "global_step", "bounded", "finished"):
+    check(s["invariants"][name]["ok"], f"{name}: {s['invariants'][name]}")
+runs = {(x["task"], x["n"]): x["exit_code"] for x in s["runs"]}
+check(runs == {("ps", 0): 137, ("ps", 1): 0, ("worker 1", 0): 0, ("chief", 0): 0}, f"runs {runs}")
+chief = open(os.path.join(d, "chief-0.log")).read()
+check(chief.count("Recovery: waiting") == 2, "the chief did not see the ps lost twice (the cut, the kill)")
+check(chief.count("Recovered from a preemption error") == 2, "the chief did not recover twice")
+check("--ps-hosts 10.213.0.2:" in chief, "the ps did not run in namespace B")
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+EOF
+else
+  echo "SKIP part 4's partition: cannot make network namespaces here (unshare -rn ip link add ... type veth)"
+  has "^partition: not available here \(" "$out" || fail "seed 322: the report does not say why partitions are not available: $out"
+  grep -q '"partition": "ps"' "$work4/seed-322/plan.json" && fail "seed 322's plan holds a partition where none can be made"
+fi
+left=$(pgrep -f -- "$work4/seed-322" || true)
+[[ -z $left ]] || fail "processes left after seed 322: $left"
+holders_after=$(pgrep -fx "sleep 3600" | sort)
+left=$(comm -13 <(echo "$holders_before") <(echo "$holders_after") | tr '\n' ' ')
+[[ -z ${left// /} ]] || fail "namespace holders left after seed 322: $left"
+
 if ((failures > 0)); then
   failures_summary
   exit 1
 fi
-echo "PASS: chaos --preset cluster: bad flags refused; seed 165 (ps kill, worker kill) holds its invariants; a hang fails"
+echo "PASS: chaos --preset cluster: bad flags refused; seed 165 (ps kill, worker kill) holds its invariants; a hang fails; seed 322 (ps partition, ps kill) holds its invariants"

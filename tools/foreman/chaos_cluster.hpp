@@ -1,6 +1,8 @@
 // `foreman chaos --preset cluster`: seeded kills of the tasks of a small
 // local cluster (one ps, the chief, worker 1, each a `foreman train` child
-// on 127.0.0.1), restarts after a drawn delay, and the invariants that carry
+// on 127.0.0.1), restarts after a drawn delay, silent network partitions of
+// worker 1 or the ps where network namespaces can be made (then in two
+// namespaces joined by a veth pair), and the invariants that carry
 // over from the one-process presets (docs/fault-injection.md, "--preset
 // cluster").
 #pragma once
@@ -19,8 +21,13 @@ namespace foreman::cli {
 /// each {"id": "e<i>", "kill": "ps" | "chief" | "worker 1", "signal":
 /// "SIGKILL", "at_chief_step": S (the chief's reported global_step, in
 /// [30, max(32, 2M/5)], strictly increasing), "restart_after_ms": D (in
-/// [200, 2000])}. Thread-safe.
-nlohmann::json ClusterChaosPlan(uint64_t seed, int64_t max_steps);
+/// [200, 2000])}. With `partitions` (the run can make network namespaces),
+/// each event independently becomes, with probability 1/3 (a second
+/// SplitMix64 stream, so the steps and the kills left are those of the plan
+/// without), {"id", "partition": T, "at_chief_step": S, "heal_after_ms": D
+/// (in [1000, 3000])}: a silent cut of T's network, healed after D; T is
+/// "worker 1" or "ps", one per seed. Thread-safe.
+nlohmann::json ClusterChaosPlan(uint64_t seed, int64_t max_steps, bool partitions = false);
 
 /// Why `train_flags` (the user's, after --) cannot run under --preset
 /// cluster: a flag it sets per task (--ps-hosts, --worker-hosts,
