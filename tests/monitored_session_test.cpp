@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "foreman/clock.hpp"
 #include "foreman/mutex.hpp"
 #include "runtime/services.hpp"
@@ -854,6 +855,31 @@ TEST_CASE("B47 preemption errors from before_run and after_create_session recove
     CHECK(creates == 3);
     CHECK(s2->close().ok());
   }
+}
+
+TEST_CASE("a recovery whose new session is told to stop at creation ends the run cleanly, without the step") {
+  // A worker of a cluster recovers after the other workers reached
+  // last_step: StopAtStepHook's after_create_session requests stop. TF's
+  // _RecoverableSession reruns the call into B27's RuntimeError; here the
+  // run returns CANCELLED "no step ran" and close() is a clean stop.
+  Fixture f;
+  auto stopper = f.Hook("stopper");
+  int creates = 0;
+  stopper->on_create = [&](Session*, Coordinator* coord) {
+    return ++creates == 2 ? coord->request_stop() : absl::OkStatus();
+  };
+  auto sess = f.Create({stopper});
+  f.script->on_train = [&](int64_t) {
+    return f.script->train_calls == 1 ? absl::UnavailableError("ps task lost") : absl::OkStatus();
+  };
+  auto out = sess->run({"train_op"});
+  CHECK(out.status().code() == absl::StatusCode::kCancelled);
+  CHECK_MESSAGE(absl::StrContains(out.status().message(), "no step ran"), out.status());
+  CHECK(f.script->train_calls == 1);  // the step was not run again
+  CHECK(sess->recoveries() == 1);
+  CHECK(sess->should_stop());
+  CHECK(sess->close().ok());
+  CHECK(f.log->Count("stopper.end") == 1);  // a clean stop: end() runs (the final checkpoint)
 }
 
 TEST_CASE("B48 unbounded recovery (TF parity): creation retried past max_recoveries with no back-off") {

@@ -607,6 +607,7 @@ Status MonitoredSession::Impl::EndWith(const Status& s) {
 // _RecoverableSession.run / run_step_fn.
 template <class Attempt>
 Status MonitoredSession::Impl::RunRecoverably(const Attempt& attempt) {
+  bool recovered = false;  // this call re-created the session
   for (;;) {
     Status s = EnsureSession();
     if (!s.ok()) return EndWith(s);
@@ -624,8 +625,21 @@ Status MonitoredSession::Impl::RunRecoverably(const Attempt& attempt) {
         if (RecoverableCoordinatorError(cs)) {
           Status r = BeginRecovery(cs, clock->MonotonicNow());
           if (!r.ok()) return EndWith(r);
+          recovered = true;
           continue;
         }
+      }
+    }
+    // The recovery's new session was told to stop as it was created (its
+    // hooks: StopAtStepHook finds global_step at last_step because other
+    // workers trained on meanwhile): a clean end without the step, where
+    // TF's _RecoverableSession reruns the call into B27's RuntimeError.
+    if (recovered) {
+      Coordinator* c = coord.load(std::memory_order_acquire);
+      if (hook_stop.load(std::memory_order_acquire) || (c != nullptr && c->should_stop() && c->status().ok())) {
+        if (report.has_value() && report_restored) FinishReport(std::nullopt);
+        ended.store(true, std::memory_order_release);
+        return StoppedBeforeStep();
       }
     }
     stopped_before_step = false;
@@ -652,6 +666,7 @@ Status MonitoredSession::Impl::RunRecoverably(const Attempt& attempt) {
     if (!RecoverableCoordinatorError(s)) return EndWith(s);
     Status r = BeginRecovery(s, failed_at);
     if (!r.ok()) return EndWith(r);
+    recovered = true;
   }
 }
 
