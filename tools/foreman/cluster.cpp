@@ -258,6 +258,7 @@ int RunLocal(const LocalFlags& f, const std::vector<std::string>& train_flags) {
 
   using Clock = std::chrono::steady_clock;
   int signals = 0;
+  int ended_by_signal = 0;  // a signal that went to every task (the run ends at once)
   // After the chief's exit (or a failed start): the others' deadline, and
   // what was already sent (0 nothing, 1 SIGTERM, 2 SIGKILL).
   std::optional<Clock::time_point> others_deadline;
@@ -308,6 +309,7 @@ int RunLocal(const LocalFlags& f, const std::vector<std::string>& train_flags) {
       } else if (signals <= 2) {
         std::fprintf(stderr, "foreman cluster local: %s received: forwarded to every task\n", SignalName(sig));
         signal_all(sig);
+        ended_by_signal = sig;
       } else {
         std::fprintf(stderr, "foreman cluster local: %s received again: killing every task\n", SignalName(sig));
         signal_all(SIGKILL);
@@ -352,6 +354,9 @@ int RunLocal(const LocalFlags& f, const std::vector<std::string>& train_flags) {
   for (const Child& c : children) summary.push_back(absl::StrCat(c.name, " ", c.code));
   std::fprintf(stderr, "foreman cluster local: exit codes: %s\n", absl::StrJoin(summary, ", ").c_str());
   if (!started.ok() || chief == nullptr) return kExitFailed;
+  // The user's second signal ended every task at once (the chief then fails
+  // on its lost ps): the exit says so, as a second signal to `foreman train` does.
+  if (ended_by_signal != 0 && chief->code != 0) return 128 + ended_by_signal;
   return chief->code;
 }
 
