@@ -410,6 +410,12 @@ class PsRemoteValues final : public RemoteValues {
   // with a short bound; `status` unchanged when the shard cannot say).
   Status WithMissingWorkers(int k, const Status& status) {
     constexpr std::chrono::milliseconds kStatsTimeout{1000};
+    {
+      // Only over the link that timed out (kept after a timeout): a lost
+      // link's reconnect to a silent ps could take the whole connect bound.
+      MutexLock l(mu_);
+      if (proxies_[k] == nullptr) return status;
+    }
     std::vector<StatusOr<PsShardStatsMessage>> r =
         AskAll<PsShardStatsMessage>({k}, [&](caf::scoped_actor& self, const caf::actor& proxy, int) {
           return self->request(proxy, std::min(timeout_, kStatsTimeout), ps_stats_atom::value);
