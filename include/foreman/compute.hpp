@@ -55,9 +55,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "foreman/status.hpp"
+#include "foreman/tensor.hpp"
 
 namespace foreman::compute {
 
@@ -126,6 +129,53 @@ struct AdamParams {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
+};
+
+/// A float32 scalar in device memory that an operation reads when it
+/// executes, not when it is called: a rate that changes every step (a decayed
+/// learning rate, Adam's step size) for a captured step (Device::BeginCapture)
+/// that is replayed with the current value. On a host-memory device (the
+/// CPU) any float's address.
+struct DeviceScalar {
+  const float* ptr = nullptr;
+};
+
+/// Examples gathered on the device (the training data kept in device memory,
+/// nn::DeviceExamples): for r in [0, rows)
+///   features[r, d] = float(images[indices[r], d]) / 255.0f   (a division, as data::Dataset)
+///   labels[r]      = int32(example_labels[indices[r]])
+/// images uint8 [num_examples, feature_dim], example_labels uint8
+/// [num_examples], indices int32 [rows] each in [0, num_examples) (the caller
+/// checks, the device does not); features float32 [rows, feature_dim],
+/// labels int32 [rows]. All device memory.
+struct GatherArgs {
+  const uint8_t* images = nullptr;
+  const uint8_t* example_labels = nullptr;
+  int64_t num_examples = 0;
+  int64_t feature_dim = 0;
+  const int32_t* indices = nullptr;
+  int64_t rows = 0;
+  float* features = nullptr;
+  int32_t* labels = nullptr;
+};
+
+/// A sequence of operations recorded by Device::BeginCapture / EndCapture
+/// (on CUDA, an instantiated CUDA graph). Owned by the caller; must not
+/// outlive the Device that recorded it.
+class CapturedOps {
+ public:
+  virtual ~CapturedOps() = default;
+  /// Runs the recorded operations again, in order, on the same pointers,
+  /// reading their device memory (inputs, DeviceScalars) anew. Returns like
+  /// the operations would (without waiting for the device); errors as theirs.
+  virtual Status Replay() = 0;
+};
+
+/// One range of a Device::CopyToHostBatch.
+struct HostCopy {
+  void* host_dst = nullptr;
+  const void* device_src = nullptr;
+  int64_t bytes = 0;
 };
 
 /// The instruction set the CPU device's kernels use in this process:
@@ -203,6 +253,81 @@ class Device {
                                const MomentumParams& params) = 0;
   virtual Status ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n,
                            const AdamParams& params) = 0;
+
+  // -- A step whose state stays on the device (a GPU's training loop) -------
+  // The same updates with the rate in device memory (DeviceScalar), read
+  // when the update executes; bitwise the results of the forms above for the
+  // same rate value.
+  virtual Status ApplyGradientDescent(float* var, const float* grad, int64_t n, DeviceScalar learning_rate) = 0;
+  virtual Status ApplyMomentum(float* var, float* accum, const float* grad, int64_t n, DeviceScalar learning_rate,
+                               float momentum, bool use_nesterov) = 0;
+  virtual Status ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n, DeviceScalar step_size,
+                           float beta1, float beta2, float epsilon) = 0;
+  /// Adam's scalars on the device, all float32 device memory: AdamStepSize
+  /// writes *step_size = *learning_rate * sqrt(1 - *beta2_power) / (1 -
+  /// *beta1_power), computed in float exactly as nn's host code does;
+  /// AdamFinish multiplies *beta1_power by beta1 and *beta2_power by beta2
+  /// (AdamOptimizer._finish).
+  virtual Status AdamStepSize(DeviceScalar learning_rate, DeviceScalar beta1_power, DeviceScalar beta2_power,
+                              float* step_size) = 0;
+  virtual Status AdamFinish(float* beta1_power, float* beta2_power, float beta1, float beta2) = 0;
+
+  /// SoftmaxXent with its statistics left in device memory: `*device_stats`
+  /// (device memory, 16 bytes) is overwritten with this batch's loss_sum and
+  /// correct, computed as SoftmaxXentForward's (bitwise the same values);
+  /// nothing waits for the device. Read them with CopyToHost when needed.
+  virtual Status SoftmaxXentToDevice(const SoftmaxXentArgs& args, float scale, float* grad,
+                                     SoftmaxXentStats* device_stats) = 0;
+  /// SoftmaxXentForward into device memory: adds this chunk's loss_sum and
+  /// correct to `*device_stats` (device memory), so that an evaluation in
+  /// chunks sums as one, bitwise as SoftmaxXentForward would.
+  virtual Status SoftmaxXentForwardToDevice(const SoftmaxXentArgs& args, SoftmaxXentStats* device_stats) = 0;
+
+  /// Gathers a batch from examples in device memory (GatherArgs).
+  virtual Status GatherExamples(const GatherArgs& args) = 0;
+
+  /// A host tensor to receive copies from this device: page-locked memory
+  /// on CUDA (copies into it run at full speed; it is released with the
+  /// Tensor, whose copies are ordinary), Tensor::Create's elsewhere.
+  /// Errors as Tensor::Create.
+  virtual StatusOr<Tensor> AllocateHostTensor(DataType dtype, TensorShape shape) {
+    return Tensor::Create(dtype, std::move(shape));
+  }
+  /// Copies `count` ranges to host memory as one batch (a checkpoint's
+  /// snapshot of the variables the device holds) after every operation
+  /// called so far, and returns when all have landed. On CUDA they run on a
+  /// separate copy stream that the training stream waits for, so the step's
+  /// operations are delayed only by the copies. The default copies each
+  /// range with CopyToHost.
+  virtual Status CopyToHostBatch(const HostCopy* copies, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      FOREMAN_RETURN_IF_ERROR(CopyToHost(copies[i].host_dst, copies[i].device_src, copies[i].bytes));
+    }
+    return Status();
+  }
+
+  /// Whether BeginCapture works here (CUDA: yes, as a CUDA graph).
+  virtual bool supports_capture() const { return false; }
+  /// Records instead of running: the operations called until EndCapture
+  /// check their arguments and are recorded, not executed. While capturing,
+  /// an operation that must give the host a value or wait for the device
+  /// (Allocate, CopyToHost, CopyToHostBatch, SoftmaxXentForward,
+  /// SoftmaxXent with host stats) is FAILED_PRECONDITION and spoils the
+  /// capture. UNIMPLEMENTED unless supports_capture(); FAILED_PRECONDITION
+  /// when already capturing.
+  virtual Status BeginCapture() {
+    return Status(absl::StatusCode::kUnimplemented, name() + ": this device cannot capture operations");
+  }
+  /// Ends the capture and returns the recording. FAILED_PRECONDITION when not
+  /// capturing; when an operation failed during the capture, its error
+  /// (the capture is dropped). A device's own failure is INTERNAL.
+  virtual StatusOr<std::unique_ptr<CapturedOps>> EndCapture() {
+    return Status(absl::StatusCode::kFailedPrecondition, name() + ": not capturing");
+  }
+  /// Waits until every operation called so far has finished; the device's
+  /// asynchronous failures surface here (INTERNAL naming the device and, on
+  /// CUDA, the call or kernel). The CPU device returns at once.
+  virtual Status Synchronize() { return Status(); }
 };
 
 }  // namespace foreman::compute

@@ -155,6 +155,43 @@ struct Gradients {
   float adam_step_size = 0;
 };
 
+/// Labelled examples held in a device's memory, copied there once (the
+/// training data of a GPU session; TF: a dataset cached on the device), for
+/// steps that gather their batches on the device (Mlp::TrainStep by
+/// indices). Features stay uint8 and are converted when gathered, exactly as
+/// data::Dataset converts them (pixel / 255.0f). Immutable after Upload;
+/// its methods are thread-safe; not copyable.
+class DeviceExamples {
+ public:
+  /// Copies `images` uint8 [N, d1, ...] (feature_dim = d1 * ...; rank >= 2)
+  /// and `labels` uint8 [N] to `device` (not owned: it must outlive this
+  /// object). N >= 1.
+  ///   INVALID_ARGUMENT    other dtypes or shapes, N = 0 or N > 2^31 - 1
+  ///   RESOURCE_EXHAUSTED  the device's memory ran out (naming it and the size)
+  ///   the device's INTERNAL
+  static StatusOr<std::unique_ptr<DeviceExamples>> Upload(const Tensor& images, const Tensor& labels,
+                                                          compute::Device& device);
+  ~DeviceExamples();
+  DeviceExamples(const DeviceExamples&) = delete;
+  DeviceExamples& operator=(const DeviceExamples&) = delete;
+
+  int64_t num_examples() const { return num_examples_; }
+  int64_t feature_dim() const { return feature_dim_; }
+  compute::Device& device() const { return *device_; }
+  /// Device memory: uint8 [num_examples, feature_dim] and uint8 [num_examples].
+  const uint8_t* images() const { return images_; }
+  const uint8_t* labels() const { return labels_; }
+
+ private:
+  DeviceExamples(compute::Device* device, int64_t num_examples, int64_t feature_dim, uint8_t* images,
+                 uint8_t* labels);
+  compute::Device* device_;
+  int64_t num_examples_;
+  int64_t feature_dim_;
+  uint8_t* images_;
+  uint8_t* labels_;
+};
+
 /// Trains and evaluates an MLP on variables in a VariableStore. Holds the
 /// workspace (grown to the largest batch seen, then reused: no allocation
 /// per step). Not thread-safe: one per training thread.
@@ -185,13 +222,27 @@ class Mlp {
   ///   INVALID_ARGUMENT  a variable with the wrong dtype or shape (named);
   ///                     features or labels with the wrong dtype or shape;
   ///                     "labels[i] = v is out of range [0, C)"
-  ///   UNIMPLEMENTED     a device whose memory is not host memory (the CUDA
-  ///                     training step is not built yet)
   ///   the device's own errors (compute.hpp)
-  /// The workspace and the variables are host memory; the device's
-  /// operations run on the Tensors in place.
+  /// On the CPU the device's operations run on the Tensors in place. On a
+  /// device without host memory (a GPU) the variables are used where the
+  /// store keeps them on that device (VariableStore::DeviceData), the batch
+  /// is copied there, and the loss and accuracy are copied back (the one
+  /// wait for the device per step).
   StatusOr<StepResult> TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
                                  compute::Device& device);
+  /// One step on the batch gathered on the device from `examples` (on
+  /// examples.device(), which must be `device`): rows = `rows` examples whose
+  /// indices are `indices` (host int32 [rows], each in [0, N), checked).
+  /// Bitwise the same as TrainStep on the Tensors data::Dataset gathers for
+  /// those indices, on the same device. On a device that supports_capture()
+  /// the step's operations are captured once per batch size (and variable
+  /// addresses) and replayed (a CUDA graph): the per-step values (indices,
+  /// learning rate) are copied to the device first, then one replay, then
+  /// the loss and accuracy come back. Errors as TrainStep, and
+  /// INVALID_ARGUMENT for rows < 1, an index out of range, or examples of
+  /// another device or feature dimension.
+  StatusOr<StepResult> TrainStep(VariableStore& vars, const DeviceExamples& examples, const int32_t* indices,
+                                 int64_t rows, compute::Device& device);
   /// The same on a CPU device running on `device` (not owned).
   StatusOr<StepResult> TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
                                  const Eigen::ThreadPoolDevice& device);
@@ -221,6 +272,10 @@ class Mlp {
   /// The same on a CPU device running on `device` (not owned).
   StatusOr<StepResult> Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                 const Eigen::ThreadPoolDevice& device);
+  /// Loss and accuracy over every example of `examples` in order, gathered
+  /// on the device in chunks of kEvalChunkRows; bitwise Evaluate on the same
+  /// examples as Tensors. Errors as the TrainStep by indices.
+  StatusOr<StepResult> Evaluate(const VariableStore& vars, const DeviceExamples& examples, compute::Device& device);
 
   static constexpr int64_t kEvalChunkRows = 1024;
 
@@ -264,7 +319,6 @@ class Mlp {
 ///                     learning_rate or (Adam) adam_step_size that is negative
 ///                     or not finite; bad optimizer options
 ///                     (ValidateOptimizerOptions, learning_rate aside)
-///   UNIMPLEMENTED     a device whose memory is not host memory
 ///   the device's own errors (compute.hpp)
 /// Not thread-safe for one `shard`: callers serialise updates to a store.
 Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,

@@ -129,10 +129,18 @@ struct SessionConfig {
   ///   INVALID_ARGUMENT     not a device name ("/tpu:0", "/gpu:x", "gpu:0")
   ///   FAILED_PRECONDITION  no such device, naming it: a build without CUDA,
   ///                        no driver, fewer CUDA devices, "/cpu:1"
-  ///   UNIMPLEMENTED        the GPU exists but the CUDA training step is not
-  ///                        built yet
-  ///   RESOURCE_EXHAUSTED   out of device memory
+  ///   RESOURCE_EXHAUSTED   out of device memory, naming the device and size
+  /// On a GPU the variables a step uses on the device live there
+  /// (VariableStore::DeviceData) and are copied back when the host reads
+  /// them (hooks, checkpoints, fetches); only a local target ("") may use a
+  /// GPU (FAILED_PRECONDITION otherwise).
   std::string device;
+  /// At most this many bytes of device memory for a GPU session (0: the
+  /// device's own limit); an allocation beyond it is RESOURCE_EXHAUSTED
+  /// naming the device and the size (TF: GPUOptions.
+  /// per_process_gpu_memory_fraction, in bytes). Ignored for the CPU.
+  /// INVALID_ARGUMENT when negative.
+  int64_t device_memory_limit_bytes = 0;
   /// Seams: every file operation and timing decision of the
   /// session and of everything built from this config. Not owned; must
   /// outlive it.

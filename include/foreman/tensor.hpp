@@ -128,6 +128,16 @@ class Tensor {
   ///   RESOURCE_EXHAUSTED  "cannot allocate <n> bytes for <dtype><shape>"
   static StatusOr<Tensor> Create(DataType dtype, TensorShape shape);
 
+  /// A numeric tensor over a buffer allocated elsewhere (a GPU device's
+  /// page-locked host memory: compute::Device::AllocateHostTensor): `data`
+  /// holds num_elements() * DataTypeSize(dtype) bytes, aligned to 64 bytes,
+  /// and `release(data)` is called once when the tensor drops it (destroyed,
+  /// assigned a different dtype or shape, moved from and destroyed). Copies
+  /// of the tensor allocate their own ordinary buffer; assigning a tensor of
+  /// the same dtype and shape copies into this buffer. REQUIRES: a numeric
+  /// dtype, `data` non-null unless the tensor has no elements.
+  static Tensor FromBuffer(DataType dtype, TensorShape shape, char* data, void (*release)(char* data));
+
   Tensor(const Tensor& other);
   Tensor& operator=(const Tensor& other);
   Tensor(Tensor&& other) noexcept;
@@ -240,7 +250,12 @@ class Tensor {
 
   DataType dtype_ = DataType::kInvalid;
   TensorShape shape_;
-  struct AlignedFree { void operator()(char* p) const; };
+  struct AlignedFree {
+    AlignedFree() noexcept : release(nullptr) {}
+    explicit AlignedFree(void (*r)(char*)) noexcept : release(r) {}
+    void (*release)(char*);  // FromBuffer's; null: our aligned malloc
+    void operator()(char* p) const;
+  };
   std::unique_ptr<char, AlignedFree> buffer_;   // numeric dtypes
   std::vector<std::string> strings_;            // kString
 };

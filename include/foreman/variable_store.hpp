@@ -29,9 +29,17 @@
 
 namespace foreman {
 
+namespace compute {
+class Device;
+}
+namespace internal {
+class VariableStoreAccess;
+}
+
 class VariableStore {
  public:
-  VariableStore() = default;
+  VariableStore();
+  ~VariableStore();
   VariableStore(const VariableStore&) = delete;
   VariableStore& operator=(const VariableStore&) = delete;
 
@@ -64,7 +72,40 @@ class VariableStore {
   std::vector<std::string> TrainableNames() const;
 
   /// A deep copy of every value, keyed by name (what a checkpoint writes).
+  /// Newer device values are copied back first; a failed copy (the device's
+  /// INTERNAL) leaves that name out and is logged (use SnapshotOrError).
   std::map<std::string, Tensor> Snapshot() const;
+  /// As Snapshot(), with the device's error instead of a partial map.
+  StatusOr<std::map<std::string, Tensor>> SnapshotOrError() const;
+
+  // -- Device residency (a session on a GPU) ----------------------------------
+  // A variable a step uses on a device whose memory is not host memory gets a
+  // device copy; whichever copy was written last is the value. Get(),
+  // Assign() and Snapshot() first copy a newer device value back (so hooks,
+  // fetches and checkpoints see it); a non-const Get() and Assign() make the
+  // host copy the newer one, which DeviceData() copies to the device before
+  // the device uses it. Variables no step asks for stay on the host.
+  // On a host-memory device (the CPU) DeviceData() is the host Tensor's
+  // buffer and nothing is copied.
+
+  /// The variable's buffer in `device`'s memory for a step that reads and
+  /// writes it there: allocated on first use, filled from the host copy when
+  /// that is newer; afterwards the device copy counts as the newer one.
+  /// Stays valid until the variable is deleted, ReleaseDevice(device), or
+  /// the store is destroyed. One device at a time holds copies: asking with
+  /// another device first releases the first one's (copying back).
+  /// NOT_FOUND naming the variable; INVALID_ARGUMENT for a string variable;
+  /// the device's RESOURCE_EXHAUSTED / INTERNAL.
+  StatusOr<void*> DeviceData(const std::string& name, compute::Device& device);
+  /// For a step that only reads it: the host copy stays current too.
+  StatusOr<const void*> DeviceData(const std::string& name, compute::Device& device) const;
+  /// Copies every value `device` holds newer than the host back, then frees
+  /// its copies. Call before destroying the device (Session::Close does);
+  /// a no-op for a device holding nothing. The device's INTERNAL when a copy
+  /// fails (the copies are freed; those host values stay stale-but-last-known).
+  Status ReleaseDevice(compute::Device& device);
+  /// The device holding copies, or null.
+  compute::Device* resident_device() const;
 
   /// Sum of TotalBytes() over all variables.
   std::size_t TotalBytes() const;
@@ -74,10 +115,17 @@ class VariableStore {
   static Status ValidateName(const std::string& name);
 
  private:
+  friend class internal::VariableStoreAccess;  // the checkpoint snapshot's direct copies
+  struct DeviceCopy;                             // a variable's device copy
   struct Variable {
     Tensor value;
     bool trainable = true;
+    mutable std::unique_ptr<DeviceCopy> device;  // null: host only
+    ~Variable();
   };
+  /// Copies a newer device value of `var` back to its host tensor.
+  Status SyncToHost(const Variable& var) const;
+  mutable compute::Device* resident_ = nullptr;
   // unique_ptr keeps Tensor addresses stable across inserts.
   std::map<std::string, std::unique_ptr<Variable>> vars_;
 };

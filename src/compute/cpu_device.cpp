@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <string>
@@ -197,6 +198,88 @@ Status CpuDevice::ApplyAdam(float* var_p, float* m_p, float* v_p, const float* g
                             const AdamParams& p) {
   FOREMAN_RETURN_IF_ERROR(CheckUpdate("ApplyAdam", n, {{"var", var_p}, {"m", m_p}, {"v", v_p}, {"grad", grad_p}}));
   kernels_->apply_adam(eigen_, var_p, m_p, v_p, grad_p, n, &p);
+  return absl::OkStatus();
+}
+
+// -- the device-scalar forms -----------------------------------------------------
+
+Status CpuDevice::ApplyGradientDescent(float* var, const float* grad, int64_t n, DeviceScalar learning_rate) {
+  if (learning_rate.ptr == nullptr) return NullPointer("ApplyGradientDescent", "learning_rate");
+  return ApplyGradientDescent(var, grad, n, *learning_rate.ptr);
+}
+
+Status CpuDevice::ApplyMomentum(float* var, float* accum, const float* grad, int64_t n, DeviceScalar learning_rate,
+                                float momentum, bool use_nesterov) {
+  if (learning_rate.ptr == nullptr) return NullPointer("ApplyMomentum", "learning_rate");
+  MomentumParams p;
+  p.learning_rate = *learning_rate.ptr;
+  p.momentum = momentum;
+  p.use_nesterov = use_nesterov;
+  return ApplyMomentum(var, accum, grad, n, p);
+}
+
+Status CpuDevice::ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n, DeviceScalar step_size,
+                            float beta1, float beta2, float epsilon) {
+  if (step_size.ptr == nullptr) return NullPointer("ApplyAdam", "step_size");
+  AdamParams p;
+  p.step_size = *step_size.ptr;
+  p.beta1 = beta1;
+  p.beta2 = beta2;
+  p.epsilon = epsilon;
+  return ApplyAdam(var, m, v, grad, n, p);
+}
+
+Status CpuDevice::AdamStepSize(DeviceScalar learning_rate, DeviceScalar beta1_power, DeviceScalar beta2_power,
+                               float* step_size) {
+  if (learning_rate.ptr == nullptr) return NullPointer("AdamStepSize", "learning_rate");
+  if (beta1_power.ptr == nullptr) return NullPointer("AdamStepSize", "beta1_power");
+  if (beta2_power.ptr == nullptr) return NullPointer("AdamStepSize", "beta2_power");
+  if (step_size == nullptr) return NullPointer("AdamStepSize", "step_size");
+  // nn::internal::AdamStepSize's expression (apply_adam's lr_t), in float.
+  *step_size = *learning_rate.ptr * std::sqrt(1.0f - *beta2_power.ptr) / (1.0f - *beta1_power.ptr);
+  return absl::OkStatus();
+}
+
+Status CpuDevice::AdamFinish(float* beta1_power, float* beta2_power, float beta1, float beta2) {
+  if (beta1_power == nullptr) return NullPointer("AdamFinish", "beta1_power");
+  if (beta2_power == nullptr) return NullPointer("AdamFinish", "beta2_power");
+  *beta1_power = *beta1_power * beta1;
+  *beta2_power = *beta2_power * beta2;
+  return absl::OkStatus();
+}
+
+Status CpuDevice::SoftmaxXentToDevice(const SoftmaxXentArgs& args, float scale, float* grad,
+                                      SoftmaxXentStats* device_stats) {
+  if (device_stats == nullptr) return NullPointer("SoftmaxXentToDevice", "device_stats");
+  SoftmaxXentStats stats;
+  FOREMAN_RETURN_IF_ERROR(SoftmaxXent(args, &stats, scale, grad));
+  *device_stats = stats;
+  return absl::OkStatus();
+}
+
+Status CpuDevice::SoftmaxXentForwardToDevice(const SoftmaxXentArgs& args, SoftmaxXentStats* device_stats) {
+  if (device_stats == nullptr) return NullPointer("SoftmaxXentForwardToDevice", "device_stats");
+  return SoftmaxXentForward(args, device_stats);
+}
+
+Status CpuDevice::GatherExamples(const GatherArgs& a) {
+  if (a.rows < 0) return NegativeSize("GatherExamples", "rows", a.rows);
+  if (a.feature_dim < 0) return NegativeSize("GatherExamples", "feature_dim", a.feature_dim);
+  if (a.rows == 0) return absl::OkStatus();
+  if (a.indices == nullptr) return NullPointer("GatherExamples", "indices");
+  if (a.labels == nullptr) return NullPointer("GatherExamples", "labels");
+  if (a.example_labels == nullptr) return NullPointer("GatherExamples", "example_labels");
+  if (a.feature_dim > 0 && (a.images == nullptr || a.features == nullptr)) {
+    return NullPointer("GatherExamples", a.images == nullptr ? "images" : "features");
+  }
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const int64_t i = a.indices[r];
+    const uint8_t* src = a.images + i * a.feature_dim;
+    float* dst = a.features + r * a.feature_dim;
+    // A division, not a multiplication by 1/255: data::Dataset's conversion.
+    for (int64_t d = 0; d < a.feature_dim; ++d) dst[d] = static_cast<float>(src[d]) / 255.0f;
+    a.labels[r] = static_cast<int32_t>(a.example_labels[i]);
+  }
   return absl::OkStatus();
 }
 

@@ -57,6 +57,20 @@ class CpuDevice final : public Device {
   Status ApplyGradientDescent(float* var, const float* grad, int64_t n, float learning_rate) override;
   Status ApplyMomentum(float* var, float* accum, const float* grad, int64_t n, const MomentumParams& params) override;
   Status ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n, const AdamParams& params) override;
+  // Device scalars are host floats here: read at the call, which is when the
+  // operation executes.
+  Status ApplyGradientDescent(float* var, const float* grad, int64_t n, DeviceScalar learning_rate) override;
+  Status ApplyMomentum(float* var, float* accum, const float* grad, int64_t n, DeviceScalar learning_rate,
+                       float momentum, bool use_nesterov) override;
+  Status ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n, DeviceScalar step_size, float beta1,
+                   float beta2, float epsilon) override;
+  Status AdamStepSize(DeviceScalar learning_rate, DeviceScalar beta1_power, DeviceScalar beta2_power,
+                      float* step_size) override;
+  Status AdamFinish(float* beta1_power, float* beta2_power, float beta1, float beta2) override;
+  Status SoftmaxXentToDevice(const SoftmaxXentArgs& args, float scale, float* grad,
+                             SoftmaxXentStats* device_stats) override;
+  Status SoftmaxXentForwardToDevice(const SoftmaxXentArgs& args, SoftmaxXentStats* device_stats) override;
+  Status GatherExamples(const GatherArgs& args) override;
 
  private:
   struct Pool;

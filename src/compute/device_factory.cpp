@@ -16,7 +16,14 @@ namespace {
 
 std::string What(const std::string& device) { return "SessionConfig.device '" + device + "'"; }
 
+DeviceFactoryForTesting& FakeFactory() {
+  static auto* factory = new DeviceFactoryForTesting();
+  return *factory;
+}
+
 }  // namespace
+
+void SetFakeDeviceFactoryForTesting(DeviceFactoryForTesting factory) { FakeFactory() = std::move(factory); }
 
 std::string DeviceSpec::canonical() const {
   return absl::StrCat(kind == Kind::kCpu ? "/cpu:" : "/gpu:", index);
@@ -43,7 +50,13 @@ StatusOr<DeviceSpec> ParseDeviceSpec(const std::string& device) {
   return spec;
 }
 
-StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& device, int intra_op_threads) {
+StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& device, int intra_op_threads,
+                                               int64_t memory_limit_bytes) {
+  if (memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SessionConfig.device_memory_limit_bytes must be >= 0, got ", memory_limit_bytes));
+  }
+  if (FakeFactory() && absl::StartsWith(device, "/fake:")) return FakeFactory()(device, memory_limit_bytes);
   FOREMAN_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDeviceSpec(device));
   if (spec.kind == DeviceSpec::Kind::kCpu) {
     if (spec.index != 0) {

@@ -2,6 +2,8 @@
 // parsed and devices created (Session::Create calls it).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,15 +28,24 @@ struct DeviceSpec {
 StatusOr<DeviceSpec> ParseDeviceSpec(const std::string& device);
 
 /// The device `device` names, with `intra_op_threads` threads for the CPU
-/// (>= 1). Errors name the device string; none is UNAVAILABLE or ABORTED:
+/// (>= 1) and at most `memory_limit_bytes` of device memory for a GPU (0: no
+/// limit but the device's own; SessionConfig.device_memory_limit_bytes).
+/// Errors name the device string; none is UNAVAILABLE or ABORTED:
 ///   INVALID_ARGUMENT     a malformed device string (ParseDeviceSpec); for
 ///                        the CPU, an invalid FOREMAN_MAX_ISA (MaxCpuIsaFromEnv)
 ///   FAILED_PRECONDITION  no such device: "/cpu:N" with N > 0; "/gpu:N" in a
 ///                        build without CUDA, without a usable driver, or
 ///                        with fewer than N + 1 CUDA devices
-///   UNIMPLEMENTED        "/gpu:N" exists, but the CUDA training step is not
-///                        built yet
-///   RESOURCE_EXHAUSTED   the device's memory ran out while creating it
-StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& device, int intra_op_threads);
+///   RESOURCE_EXHAUSTED   the device's memory (or the limit) ran out while
+///                        creating it, naming the device and the size
+///   INVALID_ARGUMENT     memory_limit_bytes < 0
+StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& device, int intra_op_threads,
+                                               int64_t memory_limit_bytes = 0);
+
+/// Tests only: devices named "/fake:N" (any N) are made by `factory`
+/// (null: unregister). Not thread-safe against CreateDevice calls.
+using DeviceFactoryForTesting =
+    std::function<StatusOr<std::unique_ptr<Device>>(const std::string& device, int64_t memory_limit_bytes)>;
+void SetFakeDeviceFactoryForTesting(DeviceFactoryForTesting factory);
 
 }  // namespace foreman::compute

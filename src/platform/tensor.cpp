@@ -130,7 +130,24 @@ char* AllocateAligned(std::size_t bytes) {
 }  // namespace
 
 void Tensor::AlignedFree::operator()(char* p) const {
-  if (p != nullptr) std::free(reinterpret_cast<void**>(p)[-1]);
+  if (p == nullptr) return;
+  if (release != nullptr) {
+    release(p);
+  } else {
+    std::free(reinterpret_cast<void**>(p)[-1]);
+  }
+}
+
+Tensor Tensor::FromBuffer(DataType dtype, TensorShape shape, char* data, void (*release)(char* data)) {
+  assert(IsSupportedDataType(static_cast<int>(dtype)) && dtype != DataType::kString &&
+         "Tensor::FromBuffer: a numeric dtype");
+  assert(release != nullptr && "Tensor::FromBuffer: a release function");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.buffer_ = std::unique_ptr<char, AlignedFree>(data, AlignedFree{release});
+  assert((data != nullptr || t.shape_.num_elements() == 0) && "Tensor::FromBuffer: data");
+  return t;
 }
 
 Tensor::Tensor() = default;
@@ -172,7 +189,7 @@ void Tensor::Allocate() {
   }
   // A null check + throw here: sanitizer allocators (allocator_may_return_null=1)
   // report a failed throwing new as fatal, a failed malloc as nullptr.
-  buffer_.reset(AllocateAligned(bytes));
+  buffer_ = std::unique_ptr<char, AlignedFree>(AllocateAligned(bytes));
   if (buffer_ == nullptr) throw std::bad_alloc();
   std::memset(buffer_.get(), 0, bytes);
 }
@@ -183,7 +200,7 @@ Tensor::Tensor(const Tensor& other) : dtype_(other.dtype_), shape_(other.shape_)
     // (a checkpoint's snapshot copies every variable on the training thread).
     const std::size_t bytes = other.TotalBytes();
     if (bytes > 0 && other.buffer_) {
-      buffer_.reset(AllocateAligned(bytes));
+      buffer_ = std::unique_ptr<char, AlignedFree>(AllocateAligned(bytes));
       if (buffer_ == nullptr) throw std::bad_alloc();
       std::memcpy(buffer_.get(), other.buffer_.get(), bytes);
     }

@@ -203,7 +203,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
   }
   int threads = config.intra_op_parallelism_threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<compute::Device> device, compute::CreateDevice(config.device, threads));
+  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<compute::Device> device, compute::CreateDevice(config.device, threads, config.device_memory_limit_bytes));
   FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<internal::SessionValues> values, internal::ResolveSessionTarget(target));
   graph->Finalize();  // B19 / B93: creating a session finalizes the graph
   if (values->remote != nullptr) {

@@ -3,6 +3,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "foreman/compute.hpp"
+#include "platform/log.hpp"
 
 namespace foreman {
 
@@ -20,6 +22,83 @@ Status NotFound(const std::string& name) {
 
 }  // namespace
 
+// A variable's copy in a device's memory; whichever side was written last
+// holds the value (variable_store.hpp, "Device residency").
+struct VariableStore::DeviceCopy {
+  compute::Device* device = nullptr;
+  void* ptr = nullptr;
+  bool device_newer = false;  // the device wrote it since the host copy was made
+  bool host_newer = true;     // the host wrote it since the device copy was made
+  DeviceCopy(compute::Device* d, void* p) : device(d), ptr(p) {}
+  DeviceCopy(const DeviceCopy&) = delete;
+  DeviceCopy& operator=(const DeviceCopy&) = delete;
+  ~DeviceCopy() { device->Deallocate(ptr); }
+};
+
+VariableStore::Variable::~Variable() = default;
+VariableStore::VariableStore() = default;
+VariableStore::~VariableStore() = default;
+
+Status VariableStore::SyncToHost(const Variable& var) const {
+  DeviceCopy* copy = var.device.get();
+  if (copy == nullptr || !copy->device_newer) return absl::OkStatus();
+  // const: the host copy is a cache of the value; refreshing it is not a change.
+  Tensor& host = const_cast<Tensor&>(var.value);
+  FOREMAN_RETURN_IF_ERROR(copy->device->CopyToHost(host.raw_data(), copy->ptr, static_cast<int64_t>(host.TotalBytes())));
+  copy->device_newer = false;
+  return absl::OkStatus();
+}
+
+StatusOr<void*> VariableStore::DeviceData(const std::string& name, compute::Device& device) {
+  FOREMAN_ASSIGN_OR_RETURN(const void* p, static_cast<const VariableStore&>(*this).DeviceData(name, device));
+  // The step writes it there: from now on the device holds the value.
+  Variable& var = *vars_.find(name)->second;
+  if (var.device != nullptr) var.device->device_newer = true;
+  return const_cast<void*>(p);
+}
+
+StatusOr<const void*> VariableStore::DeviceData(const std::string& name, compute::Device& device) const {
+  auto it = vars_.find(name);
+  if (it == vars_.end()) return NotFound(name);
+  Variable& var = *it->second;
+  if (var.value.dtype() == DataType::kString) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable '", name, "' holds strings, which cannot live on device ", device.name()));
+  }
+  if (resident_ != nullptr && resident_ != &device) {
+    FOREMAN_RETURN_IF_ERROR(const_cast<VariableStore*>(this)->ReleaseDevice(*resident_));
+  }
+  if (device.host_memory()) return static_cast<const void*>(var.value.raw_data());
+  const auto bytes = static_cast<int64_t>(var.value.TotalBytes());
+  if (var.device == nullptr) {
+    FOREMAN_ASSIGN_OR_RETURN(void* ptr, device.Allocate(bytes));
+    var.device = std::make_unique<DeviceCopy>(&device, ptr);
+    resident_ = &device;
+  }
+  DeviceCopy& copy = *var.device;
+  if (copy.host_newer) {
+    FOREMAN_RETURN_IF_ERROR(device.CopyToDevice(copy.ptr, var.value.raw_data(), bytes));
+    copy.host_newer = false;
+  }
+  return static_cast<const void*>(copy.ptr);
+}
+
+Status VariableStore::ReleaseDevice(compute::Device& device) {
+  if (resident_ != &device) return absl::OkStatus();
+  Status first;
+  for (auto& [name, var] : vars_) {
+    if (var->device == nullptr) continue;
+    if (Status s = SyncToHost(*var); !s.ok() && first.ok()) {
+      first = Annotate(s, absl::StrCat("copying variable '", name, "' back from ", device.name()));
+    }
+    var->device.reset();
+  }
+  resident_ = nullptr;
+  return first;
+}
+
+compute::Device* VariableStore::resident_device() const { return resident_; }
+
 Status VariableStore::ValidateName(const std::string& name) {
   bool ok = !name.empty() && IsNameStart(name[0]);
   for (std::size_t i = 1; ok && i < name.size(); ++i) ok = IsNameChar(name[i]);
@@ -35,28 +114,42 @@ Status VariableStore::Create(const std::string& name, Tensor initial, bool train
   }
   auto [it, inserted] = vars_.try_emplace(name);
   if (!inserted) return absl::AlreadyExistsError(absl::StrCat("variable '", name, "' already exists"));
-  it->second = std::make_unique<Variable>(Variable{std::move(initial), trainable});
+  it->second = std::make_unique<Variable>();
+  it->second->value = std::move(initial);
+  it->second->trainable = trainable;
   return absl::OkStatus();
 }
 
 StatusOr<Tensor*> VariableStore::Get(const std::string& name) {
   auto it = vars_.find(name);
   if (it == vars_.end()) return NotFound(name);
-  return &it->second->value;
+  Variable& var = *it->second;
+  if (var.device != nullptr) {
+    if (Status s = SyncToHost(var); !s.ok()) return Annotate(s, absl::StrCat("variable '", name, "'"));
+    var.device->host_newer = true;  // the caller may write through the pointer
+  }
+  return &var.value;
 }
 
 StatusOr<const Tensor*> VariableStore::Get(const std::string& name) const {
   auto it = vars_.find(name);
   if (it == vars_.end()) return NotFound(name);
+  if (Status s = SyncToHost(*it->second); !s.ok()) return Annotate(s, absl::StrCat("variable '", name, "'"));
   return &it->second->value;
 }
 
 Status VariableStore::Assign(const std::string& name, const Tensor& value) {
-  FOREMAN_ASSIGN_OR_RETURN(Tensor * current, Get(name));
-  Status s = value.CheckDataType(current->dtype());
-  if (s.ok()) s = value.CheckShape(current->shape());
+  auto it = vars_.find(name);
+  if (it == vars_.end()) return NotFound(name);
+  Variable& var = *it->second;
+  Status s = value.CheckDataType(var.value.dtype());
+  if (s.ok()) s = value.CheckShape(var.value.shape());
   if (!s.ok()) return Annotate(s, absl::StrCat("assigning to variable '", name, "'"));
-  *current = value;
+  var.value = value;  // the whole value: a newer device copy is simply replaced
+  if (var.device != nullptr) {
+    var.device->device_newer = false;
+    var.device->host_newer = true;
+  }
   return absl::OkStatus();
 }
 
@@ -86,9 +179,24 @@ std::vector<std::string> VariableStore::TrainableNames() const {
   return names;
 }
 
+StatusOr<std::map<std::string, Tensor>> VariableStore::SnapshotOrError() const {
+  std::map<std::string, Tensor> copy;
+  for (const auto& [name, var] : vars_) {
+    if (Status s = SyncToHost(*var); !s.ok()) return Annotate(s, absl::StrCat("variable '", name, "'"));
+    copy.emplace(name, var->value);
+  }
+  return copy;
+}
+
 std::map<std::string, Tensor> VariableStore::Snapshot() const {
   std::map<std::string, Tensor> copy;
-  for (const auto& [name, var] : vars_) copy.emplace(name, var->value);
+  for (const auto& [name, var] : vars_) {
+    if (Status s = SyncToHost(*var); !s.ok()) {
+      FOREMAN_LOG_WARN("VariableStore::Snapshot: variable '{}' left out: {}", name, s.ToString());
+      continue;
+    }
+    copy.emplace(name, var->value);
+  }
   return copy;
 }
 
