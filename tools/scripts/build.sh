@@ -4,7 +4,9 @@
 # Usage: tools/scripts/build.sh release|asan|tsan [extra meson options...]
 #   release  build-release: -O3, NDEBUG, warnings are errors
 #   asan     build-asan:    -O1 -g1 with AddressSanitizer + UndefinedBehaviorSanitizer,
-#                           warnings are errors, UB aborts (no recovery)
+#                           warnings are errors, UB aborts (no recovery), no CUDA
+#                           (nvcc's objects are not instrumented, and CI has no GPU:
+#                           the release build compiles the CUDA code)
 #   tsan     build-tsan:    -O2 -g1 with ThreadSanitizer, warnings are errors, no
 #                           CUDA (run with TSAN_OPTIONS from test.sh: the
 #                           suppressions in tools/sanitizers/tsan.supp)
@@ -25,7 +27,8 @@ case $kind in
   asan)
     dir=build-asan
     opts=(-Dbuildtype=debugoptimized -Doptimization=1 -Db_sanitize=address,undefined -Db_lundef=false
-          -Dwerror=true -Dcpp_args="['-fno-sanitize-recover=all','-g1']" -Dcpp_link_args=-fno-sanitize-recover=all)
+          -Dwerror=true -Dcuda=disabled -Dcpp_args="['-fno-sanitize-recover=all','-g1']"
+          -Dcpp_link_args=-fno-sanitize-recover=all)
     ;;
   tsan)
     dir=build-tsan
