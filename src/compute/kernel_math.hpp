@@ -8,11 +8,16 @@
 // Each function follows the CPU baseline kernels' operation order, so that
 // without contraction of a multiply and an add into an FMA (nvcc -fmad=false;
 // the baseline x86-64 ISA has no FMA) an update rounds exactly as the CPU's.
-// The only FMAs are the GEMM's, explicit (GemmFma). Two things differ by
-// device and are NOT bitwise shared: the exponential and logarithm of the
-// softmax (CUDA's expf/logf are within 2 ulp of glibc's, which the CPU
-// calls) and the GEMM's summation order (the CPU's Eigen blocks the sum; the
-// GPU sums each output in k order with FMA).
+// The only FMAs are the GEMM's, explicit (GemmFma). Three things differ by
+// device and are NOT bitwise shared:
+//   - Adam's square root: Sqrt is IEEE (as TF's kernels); the CPU device's
+//     vectorized sqrt is Eigen's fast approximation (EIGEN_FAST_MATH:
+//     _mm_rsqrt_ps and a Newton step, 1-2 bits short), so Adam's var may
+//     differ from the CPU's in its last bits; m and v do not.
+//   - the softmax's exponential and logarithm: CUDA's expf/logf are within
+//     2 ulp of glibc's, which the CPU calls.
+//   - the GEMM's summation order: the CPU's Eigen blocks the sum; the GPU
+//     sums each output in k order with FMA.
 #pragma once
 
 #include <cmath>
