@@ -41,12 +41,12 @@ std::vector<float> Random(int64_t n, uint32_t seed, float lo = -1.0f, float hi =
 template <class T>
 bool SameBits(const std::vector<T>& got, const std::vector<T>& want, const char* what) {
   if (got.size() != want.size()) {
-    FAIL_CHECK(what << ": " << got.size() << " elements, want " << want.size());
+    FAIL_CHECK(std::string(what) << ": " << got.size() << " elements, want " << want.size());
     return false;
   }
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
-      FAIL_CHECK(what << "[" << i << "]: " << got[i] << " != " << want[i]);
+      FAIL_CHECK(std::string(what) << "[" << i << "]: " << got[i] << " != " << want[i]);
       return false;
     }
   }

@@ -8,11 +8,14 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "compute/cpu_device.hpp"
@@ -34,7 +37,7 @@ void CheckBitwise(const std::vector<float>& got, const std::vector<float>& want,
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      FAIL_CHECK(what << "[" << i << "]: " << got[i] << " != " << want[i]);
+      FAIL_CHECK(std::string(what) << "[" << i << "]: " << got[i] << " != " << want[i]);
       return;
     }
   }
@@ -252,6 +255,93 @@ TEST_CASE("the GEMM's fmaf dot product is within 1e-5 of double precision; its e
   CHECK(math::Relu(-2.0f) == 0.0f);
   CHECK(std::signbit(math::Relu(-0.0f)));  // std::max(x, 0)'s: -0 passes through
   CHECK(std::isnan(math::Relu(std::numeric_limits<float>::quiet_NaN())));
+}
+
+
+TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each output's k-ordered fmaf sum") {
+  // What GemmKernel does, with its __syncthreads() phases in sequence: every
+  // layout, shapes with partial tiles in m, n and k, every epilogue.
+  namespace G = math::gemm;
+  struct Case {
+    int64_t m, n, k;
+    bool ta, tb;
+    Epilogue e;
+  };
+  const Case cases[] = {{70, 130, 33, false, false, Epilogue::kBiasRelu}, {65, 10, 100, false, false, Epilogue::kBias},
+                        {129, 64, 17, true, false, Epilogue::kNone},      {40, 77, 10, false, true, Epilogue::kReluGradMask},
+                        {33, 17, 65, true, true, Epilogue::kNone},        {5, 7, 0, false, false, Epilogue::kBiasRelu},
+                        {64, 64, 16, false, false, Epilogue::kNone}};
+  uint32_t seed = 50;
+  for (const Case& t : cases) {
+    CAPTURE(t.m);
+    CAPTURE(t.n);
+    CAPTURE(t.k);
+    CAPTURE(t.ta);
+    CAPTURE(t.tb);
+    const std::vector<float> a = Random(t.m * t.k, seed++), b = Random(t.k * t.n, seed++);
+    const std::vector<float> bias = Random(t.n, seed++), act = Random(t.m * t.n, seed++);
+    std::vector<float> got(t.m * t.n, std::nanf("")), want(t.m * t.n);
+    GemmArgs g;
+    g.a = a.data();
+    g.b = b.data();
+    g.c = got.data();
+    g.m = t.m;
+    g.n = t.n;
+    g.k = t.k;
+    g.transpose_a = t.ta;
+    g.transpose_b = t.tb;
+    g.epilogue = t.e;
+    g.bias = bias.data();
+    g.relu_output = act.data();
+    const int64_t blocks_y = (t.m + G::kTile - 1) / G::kTile, blocks_x = (t.n + G::kTile - 1) / G::kTile;
+    for (int64_t by = 0; by < blocks_y; ++by) {
+      for (int64_t bx = 0; bx < blocks_x; ++bx) {
+        static G::SharedTile as, bs;
+        std::vector<std::array<std::array<float, 4>, 4>> acc(G::kThreads);
+        for (auto& x : acc) {
+          for (auto& row : x) row.fill(0.0f);
+        }
+        const int64_t row0 = by * G::kTile, col0 = bx * G::kTile;
+        for (int64_t k0 = 0; k0 < t.k; k0 += G::kDepth) {
+          for (auto& row : as) std::fill(std::begin(row), std::end(row), std::nanf(""));  // unstaged: poison
+          for (auto& row : bs) std::fill(std::begin(row), std::end(row), std::nanf(""));
+          for (int tid = 0; tid < G::kThreads; ++tid) G::LoadTiles(g, row0, col0, k0, tid, as, bs);
+          const int depth = static_cast<int>(std::min<int64_t>(G::kDepth, t.k - k0));
+          for (int tid = 0; tid < G::kThreads; ++tid) {
+            float sums[4][4];
+            for (int i = 0; i < 4; ++i) {
+              for (int j = 0; j < 4; ++j) sums[i][j] = acc[tid][i][j];
+            }
+            G::AccumulateTiles(tid, depth, as, bs, sums);
+            for (int i = 0; i < 4; ++i) {
+              for (int j = 0; j < 4; ++j) acc[tid][i][j] = sums[i][j];
+            }
+          }
+        }
+        for (int tid = 0; tid < G::kThreads; ++tid) {
+          float sums[4][4];
+          for (int i = 0; i < 4; ++i) {
+            for (int j = 0; j < 4; ++j) sums[i][j] = acc[tid][i][j];
+          }
+          G::StoreOutputs(g, row0, col0, tid, sums);
+        }
+      }
+    }
+    for (int64_t r = 0; r < t.m; ++r) {
+      for (int64_t c = 0; c < t.n; ++c) {
+        float sum = 0.0f;
+        for (int64_t kk = 0; kk < t.k; ++kk) {
+          sum = math::GemmFma(sum, t.ta ? a[kk * t.m + r] : a[r * t.k + kk], t.tb ? b[c * t.k + kk] : b[kk * t.n + c]);
+        }
+        float v = sum;
+        if (t.e == Epilogue::kBias) v = math::EpilogueBias(sum, bias[c]);
+        if (t.e == Epilogue::kBiasRelu) v = math::EpilogueBiasRelu(sum, bias[c]);
+        if (t.e == Epilogue::kReluGradMask) v = math::EpilogueReluGradMask(sum, act[r * t.n + c]);
+        want[r * t.n + c] = v;
+      }
+    }
+    CheckBitwise(got, want, "c");  // every output written (no NaN left), each its fmaf chain
+  }
 }
 
 }  // namespace

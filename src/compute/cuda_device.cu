@@ -149,9 +149,9 @@ namespace foreman::compute {
 
 namespace {
 
-constexpr int kGemmTile = 64;      // output tile edge
-constexpr int kGemmDepth = 16;     // k per shared-memory stage
-constexpr int kGemmThreads = 256;  // 16 x 16, each 4 x 4 outputs
+constexpr int kGemmTile = math::gemm::kTile;        // output tile edge
+constexpr int kGemmDepth = math::gemm::kDepth;      // k per shared-memory stage
+constexpr int kGemmThreads = math::gemm::kThreads;  // 16 x 16, each 4 x 4 outputs
 constexpr int kXentStatsThreads = 256;
 constexpr int kElementwiseThreads = 256;
 constexpr int64_t kMaxElementwiseBlocks = 8192;
@@ -159,10 +159,9 @@ constexpr int64_t kStagingBytes = int64_t{1} << 20;  // CopyToDevice through pin
 constexpr int kStagingSlots = 2;
 
 __global__ void __launch_bounds__(kGemmThreads) GemmKernel(GemmArgs g) {
-  __shared__ float as[kGemmDepth][kGemmTile + 1];
-  __shared__ float bs[kGemmDepth][kGemmTile + 1];
+  __shared__ math::gemm::SharedTile as;
+  __shared__ math::gemm::SharedTile bs;
   const int tid = threadIdx.x;
-  const int tx = tid % 16, ty = tid / 16;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kGemmTile;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kGemmTile;
   float acc[4][4];
@@ -172,89 +171,13 @@ __global__ void __launch_bounds__(kGemmThreads) GemmKernel(GemmArgs g) {
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
   }
   for (int64_t k0 = 0; k0 < g.k; k0 += kGemmDepth) {
-    // Stage op(A)[row0.., k0..] and op(B)[k0.., col0..]; consecutive threads
-    // read consecutive addresses in either storage order.
-#pragma unroll
-    for (int e = 0; e < kGemmTile * kGemmDepth / kGemmThreads; ++e) {
-      const int idx = tid + e * kGemmThreads;
-      int r, kk;
-      if (g.transpose_a) {  // A stored [k, m]
-        kk = idx / kGemmTile;
-        r = idx % kGemmTile;
-      } else {  // A stored [m, k]
-        r = idx / kGemmDepth;
-        kk = idx % kGemmDepth;
-      }
-      const int64_t gr = row0 + r, gk = k0 + kk;
-      float v = 0.0f;
-      if (gr < g.m && gk < g.k) v = g.transpose_a ? g.a[gk * g.m + gr] : g.a[gr * g.k + gk];
-      as[kk][r] = v;
-      int c;
-      if (g.transpose_b) {  // B stored [n, k]
-        c = idx / kGemmDepth;
-        kk = idx % kGemmDepth;
-      } else {  // B stored [k, n]
-        kk = idx / kGemmTile;
-        c = idx % kGemmTile;
-      }
-      const int64_t gc = col0 + c, gk2 = k0 + kk;
-      float w = 0.0f;
-      if (gc < g.n && gk2 < g.k) w = g.transpose_b ? g.b[gc * g.k + gk2] : g.b[gk2 * g.n + gc];
-      bs[kk][c] = w;
-    }
+    math::gemm::LoadTiles(g, row0, col0, k0, tid, as, bs);
     __syncthreads();
-    // Only the k that exist: an output's sum is exactly its k-ordered fmaf chain.
     const int depth = static_cast<int>(g.k - k0 < kGemmDepth ? g.k - k0 : kGemmDepth);
-    if (depth == kGemmDepth) {
-#pragma unroll
-      for (int kk = 0; kk < kGemmDepth; ++kk) {
-        float a[4], b[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = as[kk][ty + 16 * i];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) b[j] = bs[kk][tx + 16 * j];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) acc[i][j] = math::GemmFma(acc[i][j], a[i], b[j]);
-        }
-      }
-    } else {
-      for (int kk = 0; kk < depth; ++kk) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) acc[i][j] = math::GemmFma(acc[i][j], as[kk][ty + 16 * i], bs[kk][tx + 16 * j]);
-        }
-      }
-    }
+    math::gemm::AccumulateTiles(tid, depth, as, bs, acc);
     __syncthreads();
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t r = row0 + ty + 16 * i;
-    if (r >= g.m) continue;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t c = col0 + tx + 16 * j;
-      if (c >= g.n) continue;
-      float v = acc[i][j];
-      switch (g.epilogue) {
-        case Epilogue::kNone:
-          break;
-        case Epilogue::kBias:
-          v = math::EpilogueBias(v, g.bias[c]);
-          break;
-        case Epilogue::kBiasRelu:
-          v = math::EpilogueBiasRelu(v, g.bias[c]);
-          break;
-        case Epilogue::kReluGradMask:
-          v = math::EpilogueReluGradMask(v, g.relu_output[r * g.n + c]);
-          break;
-      }
-      g.c[r * g.n + c] = v;
-    }
-  }
+  math::gemm::StoreOutputs(g, row0, col0, tid, acc);
 }
 
 __global__ void ColumnSumsKernel(const float* delta, int64_t rows, int64_t cols, float* out) {

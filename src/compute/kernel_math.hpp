@@ -23,6 +23,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "foreman/compute.hpp"
+
 #ifdef __CUDACC__
 #define FOREMAN_HD __host__ __device__ __forceinline__
 #else
@@ -143,5 +145,109 @@ FOREMAN_HD void SoftmaxXentRow(const float* z, int64_t classes, int64_t label, f
   *loss = Log(sum) - (z[label] - max);
   *correct = argmax == label;
 }
+
+
+/// The GPU's tiled GEMM (cuda_device.cu's GemmKernel), as functions of the
+/// block and thread index so that a host test can run a block's threads
+/// phase by phase (the kernel separates the phases with __syncthreads):
+/// each block computes a kTile x kTile output tile with kThreads threads,
+/// each thread the 4 x 4 outputs (ty + 16 i, tx + 16 j); k advances kDepth
+/// at a time through the shared tiles as[kDepth][kTile + 1] (op(A) columns
+/// of the tile's rows) and bs[kDepth][kTile + 1] (op(B) rows of its columns).
+namespace gemm {
+
+constexpr int kTile = 64;
+constexpr int kDepth = 16;
+constexpr int kThreads = 256;
+using SharedTile = float[kDepth][kTile + 1];
+
+/// Phase 1 of a k step: thread `tid` stages its elements of op(A)[row0 +
+/// r, k0 + kk] and op(B)[k0 + kk, col0 + c] (0 outside the matrices);
+/// consecutive threads read consecutive addresses in either storage order.
+FOREMAN_HD void LoadTiles(const GemmArgs& g, int64_t row0, int64_t col0, int64_t k0, int tid, SharedTile& as,
+                          SharedTile& bs) {
+  for (int e = 0; e < kTile * kDepth / kThreads; ++e) {
+    const int idx = tid + e * kThreads;
+    int r, kk;
+    if (g.transpose_a) {  // A stored [k, m]
+      kk = idx / kTile;
+      r = idx % kTile;
+    } else {  // A stored [m, k]
+      r = idx / kDepth;
+      kk = idx % kDepth;
+    }
+    const int64_t gr = row0 + r, gk = k0 + kk;
+    float v = 0.0f;
+    if (gr < g.m && gk < g.k) v = g.transpose_a ? g.a[gk * g.m + gr] : g.a[gr * g.k + gk];
+    as[kk][r] = v;
+    int c;
+    if (g.transpose_b) {  // B stored [n, k]
+      c = idx / kDepth;
+      kk = idx % kDepth;
+    } else {  // B stored [k, n]
+      kk = idx / kTile;
+      c = idx % kTile;
+    }
+    const int64_t gc = col0 + c, gk2 = k0 + kk;
+    float w = 0.0f;
+    if (gc < g.n && gk2 < g.k) w = g.transpose_b ? g.b[gc * g.k + gk2] : g.b[gk2 * g.n + gc];
+    bs[kk][c] = w;
+  }
+}
+
+/// Phase 2: thread `tid` adds the staged k in order to its 4 x 4 sums, only
+/// the `depth` that exist (so each output is exactly its k-ordered chain).
+FOREMAN_HD void AccumulateTiles(int tid, int depth, const SharedTile& as, const SharedTile& bs, float (&acc)[4][4]) {
+  const int tx = tid % 16, ty = tid / 16;
+  if (depth == kDepth) {
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int kk = 0; kk < kDepth; ++kk) {
+      float a[4], b[4];
+      for (int i = 0; i < 4; ++i) a[i] = as[kk][ty + 16 * i];
+      for (int j = 0; j < 4; ++j) b[j] = bs[kk][tx + 16 * j];
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 4; ++j) acc[i][j] = GemmFma(acc[i][j], a[i], b[j]);
+      }
+    }
+    return;
+  }
+  for (int kk = 0; kk < depth; ++kk) {
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 4; ++j) acc[i][j] = GemmFma(acc[i][j], as[kk][ty + 16 * i], bs[kk][tx + 16 * j]);
+    }
+  }
+}
+
+/// The last phase: thread `tid` writes its outputs inside C with the epilogue.
+FOREMAN_HD void StoreOutputs(const GemmArgs& g, int64_t row0, int64_t col0, int tid, const float (&acc)[4][4]) {
+  const int tx = tid % 16, ty = tid / 16;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t r = row0 + ty + 16 * i;
+    if (r >= g.m) continue;
+    for (int j = 0; j < 4; ++j) {
+      const int64_t c = col0 + tx + 16 * j;
+      if (c >= g.n) continue;
+      float v = acc[i][j];
+      switch (g.epilogue) {
+        case Epilogue::kNone:
+          break;
+        case Epilogue::kBias:
+          v = EpilogueBias(v, g.bias[c]);
+          break;
+        case Epilogue::kBiasRelu:
+          v = EpilogueBiasRelu(v, g.bias[c]);
+          break;
+        case Epilogue::kReluGradMask:
+          v = EpilogueReluGradMask(v, g.relu_output[r * g.n + c]);
+          break;
+      }
+      g.c[r * g.n + c] = v;
+    }
+  }
+}
+
+}  // namespace gemm
 
 }  // namespace foreman::compute::math
