@@ -211,8 +211,13 @@ __global__ void __launch_bounds__(kXentStatsThreads)
                     double init_loss, long long init_correct) {
   __shared__ float losses[kXentStatsThreads];
   __shared__ unsigned char corrects[kXentStatsThreads];
-  double loss_sum = accumulate ? out->loss_sum : init_loss;
-  long long correct_sum = accumulate ? out->correct : init_correct;
+  // Only thread 0 sums (and reads *out, which it alone writes at the end).
+  double loss_sum = init_loss;
+  long long correct_sum = init_correct;
+  if (threadIdx.x == 0 && accumulate) {
+    loss_sum = out->loss_sum;
+    correct_sum = out->correct;
+  }
   for (int64_t base = 0; base < args.rows; base += kXentStatsThreads) {
     const int64_t r = base + threadIdx.x;
     if (r < args.rows) {
@@ -364,8 +369,21 @@ class CudaDevice final : public Device {
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
 
-  /// Streams, events and the small buffers of its own.
+  /// Streams, events and the small buffers of its own. A device that cannot
+  /// be used at all (another process holds it in exclusive mode, the driver
+  /// refuses it) is FAILED_PRECONDITION, like a missing device.
   Status Init() {
+    Status s = InitStreams();
+    if (s.code() == absl::StatusCode::kInternal && sticky_.ok() &&
+        (init_error_ == cudaErrorDevicesUnavailable || init_error_ == cudaErrorNoDevice ||
+         init_error_ == cudaErrorInsufficientDriver || init_error_ == cudaErrorInvalidDevice ||
+         init_error_ == cudaErrorSystemNotReady || init_error_ == cudaErrorNotPermitted)) {
+      return absl::FailedPreconditionError(s.message());
+    }
+    return s;
+  }
+
+  Status InitStreams() {
     cudaError_t err;
     if ((err = cudaSetDevice(index_)) != cudaSuccess) return Fail("create", "cudaSetDevice", err);
     if ((err = cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -431,13 +449,13 @@ class CudaDevice final : public Device {
     return Track(ColumnSumsImpl(delta, rows, cols, out));
   }
   Status SoftmaxXentForward(const SoftmaxXentArgs& args, SoftmaxXentStats* stats) override {
-    return Track(XentHostStats("SoftmaxXentForward", args, stats, 0.0f, nullptr));
+    return Track(XentHostStats("SoftmaxXentForward", args, stats, 0.0f, nullptr, /*with_grad=*/false));
   }
   Status SoftmaxXentBackward(const SoftmaxXentArgs& args, float scale, float* grad) override {
     return Track(XentBackwardImpl(args, scale, grad));
   }
   Status SoftmaxXent(const SoftmaxXentArgs& args, SoftmaxXentStats* stats, float scale, float* grad) override {
-    return Track(XentHostStats("SoftmaxXent", args, stats, scale, grad));
+    return Track(XentHostStats("SoftmaxXent", args, stats, scale, grad, /*with_grad=*/true));
   }
   Status ApplyGradientDescent(float* var, const float* grad, int64_t n, float learning_rate) override {
     return Track(GradientDescentImpl(var, grad, n, nullptr, learning_rate));
@@ -579,6 +597,7 @@ class CudaDevice final : public Device {
   /// INTERNAL naming the device, the operation, the call and the CUDA error;
   /// remembered when the error is sticky. A non-sticky error is cleared.
   Status Fail(const char* op, const char* call, cudaError_t err) {
+    init_error_ = err;
     const bool sticky = IsSticky(err);
     Status s = absl::InternalError(absl::StrCat(name_, " ", op, ": ", call, ": ", cudaGetErrorName(err), ": ",
                                                 cudaGetErrorString(err),
@@ -813,11 +832,10 @@ class CudaDevice final : public Device {
   }
 
   Status XentHostStats(const char* op, const SoftmaxXentArgs& args, SoftmaxXentStats* stats, float scale,
-                       float* grad) {
+                       float* grad, bool with_grad) {
     FOREMAN_RETURN_IF_ERROR(Enter(op, /*capturable=*/false));
     FOREMAN_RETURN_IF_ERROR(CheckXent(op, args));
     if (stats == nullptr) return Null(op, "stats");
-    const bool with_grad = std::string_view(op) != "SoftmaxXentForward";
     if (with_grad && args.rows > 0 && grad == nullptr) return Null(op, "grad");
     if (args.rows == 0) return absl::OkStatus();
     // Continues the host's sums, so the rows add to them in order.
@@ -938,6 +956,7 @@ class CudaDevice final : public Device {
   bool capturing_ = false;
   Status capture_error_;
   Status sticky_;  // the first sticky CUDA error: every later operation returns it
+  cudaError_t init_error_ = cudaSuccess;  // the last error Fail saw (for Init)
 };
 
 Status CudaCapturedOps::Replay() { return device_->ReplayGraph(exec_); }
