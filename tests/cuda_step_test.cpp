@@ -113,6 +113,10 @@ TEST_CASE("Gemm: every layout and epilogue is the k-ordered fmaf sum, within 1e-
       {130, 256, 10, false, true, Epilogue::kReluGradMask},  // the backward through ReLU (NT)
       {33, 17, 65, true, true, Epilogue::kNone},
       {5, 7, 0, false, false, Epilogue::kBiasRelu},  // k = 0: the epilogue of zeros
+      // Enough 64 x 64 tiles for two blocks per multiprocessor (an H200 has
+      // 132): GemmKernel<4>; the shapes above run GemmKernel<1>.
+      {2048, 1024, 33, false, false, Epilogue::kBiasRelu},
+      {1030, 2050, 19, true, true, Epilogue::kReluGradMask},
   };
   uint32_t seed = 100;
   for (const GemmCase& t : cases) {

@@ -258,10 +258,50 @@ TEST_CASE("the GEMM's fmaf dot product is within 1e-5 of double precision; its e
 }
 
 
-TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each output's k-ordered fmaf sum") {
-  // What GemmKernel does, with its __syncthreads() phases in sequence: every
-  // layout, shapes with partial tiles in m, n and k, every epilogue.
+/// GemmKernel<P>'s blocks on the host, each block's threads phase by phase.
+template <int P>
+void RunGemmBlocks(const GemmArgs& g) {
   namespace G = math::gemm;
+  constexpr int kTile = G::kTileOf<P>;
+  const int64_t blocks_y = (g.m + kTile - 1) / kTile, blocks_x = (g.n + kTile - 1) / kTile;
+  for (int64_t by = 0; by < blocks_y; ++by) {
+    for (int64_t bx = 0; bx < blocks_x; ++bx) {
+      static G::SharedTile<P> as, bs;
+      std::vector<std::array<std::array<float, P>, P>> acc(G::kThreads);
+      for (auto& x : acc) {
+        for (auto& row : x) row.fill(0.0f);
+      }
+      const int64_t row0 = by * kTile, col0 = bx * kTile;
+      for (int64_t k0 = 0; k0 < g.k; k0 += G::kDepth) {
+        for (auto& row : as) std::fill(std::begin(row), std::end(row), std::nanf(""));  // unstaged: poison
+        for (auto& row : bs) std::fill(std::begin(row), std::end(row), std::nanf(""));
+        for (int tid = 0; tid < G::kThreads; ++tid) G::LoadTiles<P>(g, row0, col0, k0, tid, as, bs);
+        const int depth = static_cast<int>(std::min<int64_t>(G::kDepth, g.k - k0));
+        for (int tid = 0; tid < G::kThreads; ++tid) {
+          float sums[P][P];
+          for (int i = 0; i < P; ++i) {
+            for (int j = 0; j < P; ++j) sums[i][j] = acc[tid][i][j];
+          }
+          G::AccumulateTiles<P>(tid, depth, as, bs, sums);
+          for (int i = 0; i < P; ++i) {
+            for (int j = 0; j < P; ++j) acc[tid][i][j] = sums[i][j];
+          }
+        }
+      }
+      for (int tid = 0; tid < G::kThreads; ++tid) {
+        float sums[P][P];
+        for (int i = 0; i < P; ++i) {
+          for (int j = 0; j < P; ++j) sums[i][j] = acc[tid][i][j];
+        }
+        G::StoreOutputs<P>(g, row0, col0, tid, sums);
+      }
+    }
+  }
+}
+
+TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each output's k-ordered fmaf sum") {
+  // What GemmKernel<4> and <1> do, with their __syncthreads() phases in
+  // sequence: every layout, partial tiles in m, n and k, every epilogue.
   struct Case {
     int64_t m, n, k;
     bool ta, tb;
@@ -293,40 +333,10 @@ TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each outpu
     g.epilogue = t.e;
     g.bias = bias.data();
     g.relu_output = act.data();
-    const int64_t blocks_y = (t.m + G::kTile - 1) / G::kTile, blocks_x = (t.n + G::kTile - 1) / G::kTile;
-    for (int64_t by = 0; by < blocks_y; ++by) {
-      for (int64_t bx = 0; bx < blocks_x; ++bx) {
-        static G::SharedTile as, bs;
-        std::vector<std::array<std::array<float, 4>, 4>> acc(G::kThreads);
-        for (auto& x : acc) {
-          for (auto& row : x) row.fill(0.0f);
-        }
-        const int64_t row0 = by * G::kTile, col0 = bx * G::kTile;
-        for (int64_t k0 = 0; k0 < t.k; k0 += G::kDepth) {
-          for (auto& row : as) std::fill(std::begin(row), std::end(row), std::nanf(""));  // unstaged: poison
-          for (auto& row : bs) std::fill(std::begin(row), std::end(row), std::nanf(""));
-          for (int tid = 0; tid < G::kThreads; ++tid) G::LoadTiles(g, row0, col0, k0, tid, as, bs);
-          const int depth = static_cast<int>(std::min<int64_t>(G::kDepth, t.k - k0));
-          for (int tid = 0; tid < G::kThreads; ++tid) {
-            float sums[4][4];
-            for (int i = 0; i < 4; ++i) {
-              for (int j = 0; j < 4; ++j) sums[i][j] = acc[tid][i][j];
-            }
-            G::AccumulateTiles(tid, depth, as, bs, sums);
-            for (int i = 0; i < 4; ++i) {
-              for (int j = 0; j < 4; ++j) acc[tid][i][j] = sums[i][j];
-            }
-          }
-        }
-        for (int tid = 0; tid < G::kThreads; ++tid) {
-          float sums[4][4];
-          for (int i = 0; i < 4; ++i) {
-            for (int j = 0; j < 4; ++j) sums[i][j] = acc[tid][i][j];
-          }
-          G::StoreOutputs(g, row0, col0, tid, sums);
-        }
-      }
-    }
+    std::vector<float> got1 = got;
+    RunGemmBlocks<4>(g);
+    g.c = got1.data();
+    RunGemmBlocks<1>(g);
     for (int64_t r = 0; r < t.m; ++r) {
       for (int64_t c = 0; c < t.n; ++c) {
         float sum = 0.0f;
@@ -340,7 +350,8 @@ TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each outpu
         want[r * t.n + c] = v;
       }
     }
-    CheckBitwise(got, want, "c");  // every output written (no NaN left), each its fmaf chain
+    CheckBitwise(got, want, "c (P = 4)");  // every output written (no NaN left), each its fmaf chain
+    CheckBitwise(got1, want, "c (P = 1)");
   }
 }
 

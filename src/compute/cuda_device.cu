@@ -126,7 +126,8 @@ Status SelfTest(int index, int n) {
 // Kernels (all launched on the device's compute stream; the launch
 // configuration is a function of the sizes only, and no kernel uses atomics,
 // so every result is a function of the inputs):
-//   GemmKernel       64x64 output tiles, 256 threads, each thread 4x4 outputs;
+//   GemmKernel<P>    16P x 16P output tiles, 256 threads, each thread P x P
+//                    outputs (P = 4 for large outputs, 1 for small ones);
 //                    A and B tiles of depth 16 staged through shared memory
 //                    (the layout, NN / TN / NT / TT, only changes how a tile
 //                    is loaded); each output is summed by one thread in k
@@ -149,35 +150,36 @@ namespace foreman::compute {
 
 namespace {
 
-constexpr int kGemmTile = math::gemm::kTile;        // output tile edge
 constexpr int kGemmDepth = math::gemm::kDepth;      // k per shared-memory stage
-constexpr int kGemmThreads = math::gemm::kThreads;  // 16 x 16, each 4 x 4 outputs
+constexpr int kGemmThreads = math::gemm::kThreads;  // 16 x 16, each P x P outputs
 constexpr int kXentStatsThreads = 256;
 constexpr int kElementwiseThreads = 256;
 constexpr int64_t kMaxElementwiseBlocks = 8192;
 constexpr int64_t kStagingBytes = int64_t{1} << 20;  // CopyToDevice through pinned staging up to this size
 constexpr int kStagingSlots = 2;
 
+template <int P>
 __global__ void __launch_bounds__(kGemmThreads) GemmKernel(GemmArgs g) {
-  __shared__ math::gemm::SharedTile as;
-  __shared__ math::gemm::SharedTile bs;
+  constexpr int kTile = math::gemm::kTileOf<P>;
+  __shared__ math::gemm::SharedTile<P> as;
+  __shared__ math::gemm::SharedTile<P> bs;
   const int tid = threadIdx.x;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kGemmTile;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kGemmTile;
-  float acc[4][4];
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  float acc[P][P];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < P; ++i) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+    for (int j = 0; j < P; ++j) acc[i][j] = 0.0f;
   }
   for (int64_t k0 = 0; k0 < g.k; k0 += kGemmDepth) {
-    math::gemm::LoadTiles(g, row0, col0, k0, tid, as, bs);
+    math::gemm::LoadTiles<P>(g, row0, col0, k0, tid, as, bs);
     __syncthreads();
     const int depth = static_cast<int>(g.k - k0 < kGemmDepth ? g.k - k0 : kGemmDepth);
-    math::gemm::AccumulateTiles(tid, depth, as, bs, acc);
+    math::gemm::AccumulateTiles<P>(tid, depth, as, bs, acc);
     __syncthreads();
   }
-  math::gemm::StoreOutputs(g, row0, col0, tid, acc);
+  math::gemm::StoreOutputs<P>(g, row0, col0, tid, acc);
 }
 
 __global__ void ColumnSumsKernel(const float* delta, int64_t rows, int64_t cols, float* out) {
@@ -386,6 +388,9 @@ class CudaDevice final : public Device {
   Status InitStreams() {
     cudaError_t err;
     if ((err = cudaSetDevice(index_)) != cudaSuccess) return Fail("create", "cudaSetDevice", err);
+    if ((err = cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, index_)) != cudaSuccess) {
+      return Fail("create", "cudaDeviceGetAttribute (multiprocessors)", err);
+    }
     if ((err = cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking)) != cudaSuccess) {
       return Fail("create", "cudaStreamCreateWithFlags (compute stream)", err);
     }
@@ -779,12 +784,23 @@ class CudaDevice final : public Device {
       if (g.relu_output == nullptr) return Null(kOp, "relu_output (epilogue kReluGradMask)");
       if (g.relu_output == g.c) return Invalid(kOp, "relu_output must not be c");
     }
-    const int64_t grid_y = (g.m + kGemmTile - 1) / kGemmTile;
-    const int64_t grid_x = (g.n + kGemmTile - 1) / kGemmTile;
+    // 64 x 64 tiles (P = 4) when they give every multiprocessor two blocks,
+    // else 16 x 16 (P = 1): more blocks for the small outputs of a small
+    // batch. Bitwise the same outputs either way (math::gemm).
+    constexpr int64_t kBig = math::gemm::kTileOf<4>, kSmall = math::gemm::kTileOf<1>;
+    const bool big = ((g.m + kBig - 1) / kBig) * ((g.n + kBig - 1) / kBig) >= 2 * int64_t{multiprocessors_};
+    const int64_t tile = big ? kBig : kSmall;
+    const int64_t grid_y = (g.m + tile - 1) / tile;
+    const int64_t grid_x = (g.n + tile - 1) / tile;
     if (grid_y > 65535 || grid_x > INT32_MAX) {
-      return Invalid(kOp, absl::StrCat("m = ", g.m, " exceeds this kernel's ", int64_t{65535} * kGemmTile, " rows"));
+      return Invalid(kOp, absl::StrCat("m = ", g.m, " exceeds this kernel's ", int64_t{65535} * tile, " rows"));
     }
-    GemmKernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), kGemmThreads, 0, compute_>>>(g);
+    const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
+    if (big) {
+      GemmKernel<4><<<grid, kGemmThreads, 0, compute_>>>(g);
+    } else {
+      GemmKernel<1><<<grid, kGemmThreads, 0, compute_>>>(g);
+    }
     return Launched(kOp, "GemmKernel");
   }
 
@@ -941,6 +957,7 @@ class CudaDevice final : public Device {
   const int index_;
   const std::string name_;
   const int64_t limit_;  // 0: none
+  int multiprocessors_ = 1;
   cudaStream_t compute_ = nullptr;
   cudaStream_t copy_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;

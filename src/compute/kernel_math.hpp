@@ -147,25 +147,32 @@ FOREMAN_HD void SoftmaxXentRow(const float* z, int64_t classes, int64_t label, f
 }
 
 
-/// The GPU's tiled GEMM (cuda_device.cu's GemmKernel), as functions of the
-/// block and thread index so that a host test can run a block's threads
+/// The GPU's tiled GEMM (cuda_device.cu's GemmKernel<P>), as functions of
+/// the block and thread index so that a host test can run a block's threads
 /// phase by phase (the kernel separates the phases with __syncthreads):
-/// each block computes a kTile x kTile output tile with kThreads threads,
-/// each thread the 4 x 4 outputs (ty + 16 i, tx + 16 j); k advances kDepth
-/// at a time through the shared tiles as[kDepth][kTile + 1] (op(A) columns
-/// of the tile's rows) and bs[kDepth][kTile + 1] (op(B) rows of its columns).
+/// each block of kThreads = 16 x 16 threads computes a 16 P x 16 P output
+/// tile (kTileOf<P>), each thread the P x P outputs (ty + 16 i,
+/// tx + 16 j); k advances kDepth at a time through the shared tiles
+/// as[kDepth][16 P + 1] (op(A) columns of the tile's rows) and
+/// bs[kDepth][16 P + 1] (op(B) rows of its columns). P = 4 for large
+/// outputs, P = 1 (more, smaller blocks) for small ones; every output is the
+/// same k-ordered fmaf chain either way, so the choice never changes a bit.
 namespace gemm {
 
-constexpr int kTile = 64;
 constexpr int kDepth = 16;
 constexpr int kThreads = 256;
-using SharedTile = float[kDepth][kTile + 1];
+template <int P>
+constexpr int kTileOf = 16 * P;
+template <int P>
+using SharedTile = float[kDepth][kTileOf<P> + 1];
 
 /// Phase 1 of a k step: thread `tid` stages its elements of op(A)[row0 +
 /// r, k0 + kk] and op(B)[k0 + kk, col0 + c] (0 outside the matrices);
 /// consecutive threads read consecutive addresses in either storage order.
-FOREMAN_HD void LoadTiles(const GemmArgs& g, int64_t row0, int64_t col0, int64_t k0, int tid, SharedTile& as,
-                          SharedTile& bs) {
+template <int P>
+FOREMAN_HD void LoadTiles(const GemmArgs& g, int64_t row0, int64_t col0, int64_t k0, int tid, SharedTile<P>& as,
+                          SharedTile<P>& bs) {
+  constexpr int kTile = kTileOf<P>;
   for (int e = 0; e < kTile * kDepth / kThreads; ++e) {
     const int idx = tid + e * kThreads;
     int r, kk;
@@ -195,38 +202,41 @@ FOREMAN_HD void LoadTiles(const GemmArgs& g, int64_t row0, int64_t col0, int64_t
   }
 }
 
-/// Phase 2: thread `tid` adds the staged k in order to its 4 x 4 sums, only
+/// Phase 2: thread `tid` adds the staged k in order to its P x P sums, only
 /// the `depth` that exist (so each output is exactly its k-ordered chain).
-FOREMAN_HD void AccumulateTiles(int tid, int depth, const SharedTile& as, const SharedTile& bs, float (&acc)[4][4]) {
+template <int P>
+FOREMAN_HD void AccumulateTiles(int tid, int depth, const SharedTile<P>& as, const SharedTile<P>& bs,
+                                float (&acc)[P][P]) {
   const int tx = tid % 16, ty = tid / 16;
   if (depth == kDepth) {
 #ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
     for (int kk = 0; kk < kDepth; ++kk) {
-      float a[4], b[4];
-      for (int i = 0; i < 4; ++i) a[i] = as[kk][ty + 16 * i];
-      for (int j = 0; j < 4; ++j) b[j] = bs[kk][tx + 16 * j];
-      for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 4; ++j) acc[i][j] = GemmFma(acc[i][j], a[i], b[j]);
+      float a[P], b[P];
+      for (int i = 0; i < P; ++i) a[i] = as[kk][ty + 16 * i];
+      for (int j = 0; j < P; ++j) b[j] = bs[kk][tx + 16 * j];
+      for (int i = 0; i < P; ++i) {
+        for (int j = 0; j < P; ++j) acc[i][j] = GemmFma(acc[i][j], a[i], b[j]);
       }
     }
     return;
   }
   for (int kk = 0; kk < depth; ++kk) {
-    for (int i = 0; i < 4; ++i) {
-      for (int j = 0; j < 4; ++j) acc[i][j] = GemmFma(acc[i][j], as[kk][ty + 16 * i], bs[kk][tx + 16 * j]);
+    for (int i = 0; i < P; ++i) {
+      for (int j = 0; j < P; ++j) acc[i][j] = GemmFma(acc[i][j], as[kk][ty + 16 * i], bs[kk][tx + 16 * j]);
     }
   }
 }
 
 /// The last phase: thread `tid` writes its outputs inside C with the epilogue.
-FOREMAN_HD void StoreOutputs(const GemmArgs& g, int64_t row0, int64_t col0, int tid, const float (&acc)[4][4]) {
+template <int P>
+FOREMAN_HD void StoreOutputs(const GemmArgs& g, int64_t row0, int64_t col0, int tid, const float (&acc)[P][P]) {
   const int tx = tid % 16, ty = tid / 16;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < P; ++i) {
     const int64_t r = row0 + ty + 16 * i;
     if (r >= g.m) continue;
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < P; ++j) {
       const int64_t c = col0 + tx + 16 * j;
       if (c >= g.n) continue;
       float v = acc[i][j];
