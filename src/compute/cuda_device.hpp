@@ -15,7 +15,15 @@
 //     expressions with the host (kernel_math.hpp). No atomics: every result
 //     is a function of the inputs.
 //   - Capture (BeginCapture/EndCapture) records a CUDA graph of the compute
-//     stream; CapturedOps::Replay launches it.
+//     stream; CapturedOps::Replay launches it. Refused while capturing
+//     (FAILED_PRECONDITION, spoiling the capture): Allocate, CopyToHost,
+//     CopyToHostBatch, SoftmaxXentForward / SoftmaxXent (host statistics),
+//     AllocateHostTensor, Synchronize, Replay — and CopyToDevice, whose
+//     recorded copy would read the caller's host buffer at every replay
+//     after the caller was told it may reuse it: copy a step's inputs
+//     before Replay instead.
+//   - CopyToDevice of up to 1 MiB goes through one of two page-locked
+//     staging buffers and returns at once; larger copies wait for the copy.
 //   - Errors are INTERNAL naming the device, the operation, the CUDA call or
 //     kernel and the CUDA error; a sticky error (the context is lost: an
 //     illegal address, a kernel trap) is remembered and every later
