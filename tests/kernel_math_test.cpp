@@ -299,7 +299,7 @@ void RunGemmBlocks(const GemmArgs& g) {
   }
 }
 
-TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each output's k-ordered fmaf sum") {
+TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each output's k-ordered fmaf sum, within 1e-5 of the CPU's") {
   // What GemmKernel<4> and <1> do, with their __syncthreads() phases in
   // sequence: every layout, partial tiles in m, n and k, every epilogue.
   struct Case {
@@ -310,7 +310,12 @@ TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each outpu
   const Case cases[] = {{70, 130, 33, false, false, Epilogue::kBiasRelu}, {65, 10, 100, false, false, Epilogue::kBias},
                         {129, 64, 17, true, false, Epilogue::kNone},      {40, 77, 10, false, true, Epilogue::kReluGradMask},
                         {33, 17, 65, true, true, Epilogue::kNone},        {5, 7, 0, false, false, Epilogue::kBiasRelu},
-                        {64, 64, 16, false, false, Epilogue::kNone}};
+                        {64, 64, 16, false, false, Epilogue::kNone},
+                        // The MLP's step at batch 128: forward, kernel gradients, ReLU's backward.
+                        {128, 256, 784, false, false, Epilogue::kBiasRelu}, {128, 10, 256, false, false, Epilogue::kBias},
+                        {784, 256, 128, true, false, Epilogue::kNone},      {256, 10, 128, true, false, Epilogue::kNone},
+                        {128, 256, 10, false, true, Epilogue::kReluGradMask}};
+  CpuDevice cpu(1, CpuIsa::kBaseline);
   uint32_t seed = 50;
   for (const Case& t : cases) {
     CAPTURE(t.m);
@@ -352,6 +357,27 @@ TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each outpu
     }
     CheckBitwise(got, want, "c (P = 4)");  // every output written (no NaN left), each its fmaf chain
     CheckBitwise(got1, want, "c (P = 1)");
+    // And within 1e-5 of the CPU device's GEMM, relative to the sum of the
+    // products' magnitudes (plus the bias's).
+    std::vector<float> cpu_c(t.m * t.n);
+    g.c = cpu_c.data();
+    REQUIRE(cpu.Gemm(g).ok());
+    for (int64_t r = 0; r < t.m; ++r) {
+      for (int64_t c = 0; c < t.n; ++c) {
+        double magnitude = 0;
+        for (int64_t kk = 0; kk < t.k; ++kk) {
+          magnitude += std::fabs(static_cast<double>(t.ta ? a[kk * t.m + r] : a[r * t.k + kk]) *
+                                 (t.tb ? b[c * t.k + kk] : b[kk * t.n + c]));
+        }
+        if (t.e == Epilogue::kBias || t.e == Epilogue::kBiasRelu) magnitude += std::fabs(bias[c]);
+        const double diff = std::fabs(static_cast<double>(want[r * t.n + c]) - cpu_c[r * t.n + c]);
+        if (diff > 1e-5 * magnitude) {
+          FAIL_CHECK("c[" << r << "," << c << "] = " << want[r * t.n + c] << ", the CPU's " << cpu_c[r * t.n + c]);
+          r = t.m;
+          break;
+        }
+      }
+    }
   }
 }
 
