@@ -596,7 +596,7 @@ TEST_CASE("Device strings: CPU spellings, GPU indices, malformed names") {
   }
 }
 
-TEST_CASE("CreateDevice: the CPU, no such device, and a GPU without its CUDA step") {
+TEST_CASE("CreateDevice: the CPU, no such device, and a GPU") {
   auto cpu = CreateDevice("/device:CPU:0", 2);
   REQUIRE(cpu.ok());
   CHECK((*cpu)->name() == "/cpu:0");
@@ -608,24 +608,25 @@ TEST_CASE("CreateDevice: the CPU, no such device, and a GPU without its CUDA ste
   CHECK(cpu1.message().find("/cpu:1") != absl::string_view::npos);
 
   // Never UNAVAILABLE (that would start a recovery): without CUDA in the
-  // build, without a driver or without the device, FAILED_PRECONDITION; with
-  // the device, UNIMPLEMENTED until the CUDA training step exists.
+  // build, without a driver or without the device, FAILED_PRECONDITION
+  // naming the device string; with the device, the CUDA device "/gpu:0".
   auto count = cuda::DeviceCount();
   const int gpus = count.ok() ? *count : 0;
   for (const char* gpu : {"/gpu:0", "/device:GPU:0", "/gpu:64"}) {
     CAPTURE(gpu);
-    Status s = CreateDevice(gpu, 1).status();
-    CHECK(s.message().find(gpu) != absl::string_view::npos);
-    CHECK(s.code() != absl::StatusCode::kUnavailable);
-    CHECK(s.code() != absl::StatusCode::kAborted);
+    auto created = CreateDevice(gpu, 1);
     const int index = std::string(gpu) == "/gpu:64" ? 64 : 0;
     if (index < gpus) {
-      CHECK(s.code() == absl::StatusCode::kUnimplemented);
-      CHECK(s.message().find("CUDA training step is not built yet") != absl::string_view::npos);
-    } else {
-      CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
-      if (!cuda::BuiltWithCuda()) CHECK(s.message().find("built without it") != absl::string_view::npos);
+      REQUIRE(created.ok());
+      CHECK((*created)->name() == "/gpu:0");
+      CHECK_FALSE((*created)->host_memory());
+      CHECK((*created)->supports_capture());
+      continue;
     }
+    Status s = created.status();
+    CHECK(s.message().find(gpu) != absl::string_view::npos);
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    if (!cuda::BuiltWithCuda()) CHECK(s.message().find("built without it") != absl::string_view::npos);
   }
 }
 

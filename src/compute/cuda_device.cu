@@ -1,12 +1,24 @@
-// CUDA device discovery, compiled by nvcc when meson's `cuda` feature is on.
-// Without a driver or a device every function returns UNAVAILABLE with the
-// CUDA runtime's own message; nothing here aborts.
+// CUDA device discovery (foreman/cuda.hpp) and the CUDA compute::Device
+// (cuda_device.hpp), compiled by nvcc when meson's `cuda` feature is on.
+// Discovery: without a driver or a device every function returns UNAVAILABLE
+// with the CUDA runtime's own message; nothing here aborts.
+// Eigen (through foreman/tensor.hpp) is host code here: without this it
+// compiles itself for the device too (slower, and noisy).
+#define EIGEN_NO_CUDA 1
+
+#include <algorithm>
+#include <cstring>
+#include <map>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "compute/cuda_device.hpp"
+#include "compute/kernel_math.hpp"
 #include "foreman/cuda.hpp"
 
 namespace foreman::cuda {
@@ -107,3 +119,917 @@ Status SelfTest(int index, int n) {
 }
 
 }  // namespace foreman::cuda
+
+// ============================================================================
+// The CUDA compute::Device.
+//
+// Kernels (all launched on the device's compute stream; the launch
+// configuration is a function of the sizes only, and no kernel uses atomics,
+// so every result is a function of the inputs):
+//   GemmKernel<P>    16P x 16P output tiles, 256 threads, each thread P x P
+//                    outputs (P = 4 for large outputs, 1 for small ones);
+//                    A and B tiles of depth 16 staged through shared memory
+//                    (the layout, NN / TN / NT / TT, only changes how a tile
+//                    is loaded); each output is summed by one thread in k
+//                    order with explicit fmaf (math::GemmFma) from 0, then
+//                    the epilogue. So an output is bitwise the sequential
+//                    fmaf dot product.
+//   ColumnSumsKernel one thread per column adds the rows in order from 0;
+//                    blocks of 32 columns stage 128 rows at a time through
+//                    shared memory.
+//   XentRowsKernel   SoftmaxXentBackward: one thread per row (math::SoftmaxXentRow).
+//   XentStatsKernel  with statistics: ONE block of 256 threads over chunks of
+//                    256 rows; each thread does its row (and its gradient),
+//                    then thread 0 adds the chunk's losses in row order in
+//                    double and the correct count in int64.
+//   the updates      elementwise grid-stride loops over math::GradientDescent /
+//                    Momentum / Adam, reading a DeviceScalar rate at execution.
+//   AdamStepSize / AdamFinish: one thread.
+//   GatherKernel     one thread per feature (and per label).
+// ============================================================================
+
+namespace foreman::compute {
+
+namespace {
+
+constexpr int kGemmDepth = math::gemm::kDepth;      // k per shared-memory stage
+constexpr int kGemmThreads = math::gemm::kThreads;  // 16 x 16, each P x P outputs
+constexpr int kXentStatsThreads = 256;
+constexpr int kElementwiseThreads = 256;
+constexpr int64_t kMaxElementwiseBlocks = 8192;
+constexpr int64_t kStagingBytes = int64_t{1} << 20;  // CopyToDevice through pinned staging up to this size
+constexpr int kStagingSlots = 2;
+
+template <int P>
+__global__ void __launch_bounds__(kGemmThreads) GemmKernel(GemmArgs g) {
+  constexpr int kTile = math::gemm::kTileOf<P>;
+  __shared__ math::gemm::SharedTile<P> as;
+  __shared__ math::gemm::SharedTile<P> bs;
+  const int tid = threadIdx.x;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  float acc[P][P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+#pragma unroll
+    for (int j = 0; j < P; ++j) acc[i][j] = 0.0f;
+  }
+  for (int64_t k0 = 0; k0 < g.k; k0 += kGemmDepth) {
+    math::gemm::LoadTiles<P>(g, row0, col0, k0, tid, as, bs);
+    __syncthreads();
+    const int depth = static_cast<int>(g.k - k0 < kGemmDepth ? g.k - k0 : kGemmDepth);
+    math::gemm::AccumulateTiles<P>(tid, depth, as, bs, acc);
+    __syncthreads();
+  }
+  math::gemm::StoreOutputs<P>(g, row0, col0, tid, acc);
+}
+
+// Column sums, each column added by one thread in row order from 0 (the
+// CPU's order): a block owns kSumCols columns; its threads stage kSumRows
+// rows of them through shared memory (coalesced, many loads in flight),
+// then the first warp adds them up, one column per thread.
+constexpr int kSumCols = 32;
+constexpr int kSumRows = 128;
+constexpr int kSumThreads = 256;
+
+__global__ void __launch_bounds__(kSumThreads) ColumnSumsKernel(const float* delta, int64_t rows, int64_t cols,
+                                                                  float* out) {
+  __shared__ float tile[kSumRows][kSumCols + 1];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kSumCols;
+  const int lane = threadIdx.x % kSumCols, row_in_step = threadIdx.x / kSumCols;
+  const int64_t c = c0 + lane;
+  float sum = 0.0f;
+  for (int64_t r0 = 0; r0 < rows; r0 += kSumRows) {
+    const int64_t count = rows - r0 < kSumRows ? rows - r0 : kSumRows;
+    for (int r = row_in_step; r < count; r += kSumThreads / kSumCols) {
+      tile[r][lane] = c < cols ? delta[(r0 + r) * cols + c] : 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x < kSumCols) {
+      for (int r = 0; r < count; ++r) sum += tile[r][threadIdx.x];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x < kSumCols && c < cols) out[c] = sum;
+}
+
+__device__ int64_t LabelAt(const SoftmaxXentArgs& args, int64_t row) {
+  return args.label_type == LabelType::kInt32 ? static_cast<const int32_t*>(args.labels)[row]
+                                              : static_cast<const int64_t*>(args.labels)[row];
+}
+
+// SoftmaxXentBackward: the gradient only, one thread per row.
+__global__ void XentRowsKernel(SoftmaxXentArgs args, float scale, float* grad) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= args.rows) return;
+  float loss;
+  bool correct;
+  math::SoftmaxXentRow(args.logits + r * args.classes, args.classes, LabelAt(args, r), scale,
+                       grad + r * args.classes, &loss, &correct);
+}
+
+// The statistics (and the gradient when grad is not null), in one block:
+// *out = (accumulate ? *out : init) + the rows' losses in row order (double)
+// and correct argmaxes.
+__global__ void __launch_bounds__(kXentStatsThreads)
+    XentStatsKernel(SoftmaxXentArgs args, float scale, float* grad, SoftmaxXentStats* out, bool accumulate,
+                    double init_loss, long long init_correct) {
+  __shared__ float losses[kXentStatsThreads];
+  __shared__ unsigned char corrects[kXentStatsThreads];
+  // Only thread 0 sums (and reads *out, which it alone writes at the end).
+  double loss_sum = init_loss;
+  long long correct_sum = init_correct;
+  if (threadIdx.x == 0 && accumulate) {
+    loss_sum = out->loss_sum;
+    correct_sum = out->correct;
+  }
+  for (int64_t base = 0; base < args.rows; base += kXentStatsThreads) {
+    const int64_t r = base + threadIdx.x;
+    if (r < args.rows) {
+      float loss;
+      bool correct;
+      math::SoftmaxXentRow(args.logits + r * args.classes, args.classes, LabelAt(args, r), scale,
+                           grad == nullptr ? nullptr : grad + r * args.classes, &loss, &correct);
+      losses[threadIdx.x] = loss;
+      corrects[threadIdx.x] = correct ? 1 : 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int64_t count = args.rows - base < kXentStatsThreads ? args.rows - base : kXentStatsThreads;
+      for (int64_t i = 0; i < count; ++i) {
+        loss_sum += static_cast<double>(losses[i]);
+        correct_sum += corrects[i];
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out->loss_sum = loss_sum;
+    out->correct = correct_sum;
+  }
+}
+
+__global__ void GradientDescentKernel(float* var, const float* grad, int64_t n, const float* lr_ptr, float lr) {
+  if (lr_ptr != nullptr) lr = *lr_ptr;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    var[i] = math::GradientDescent(var[i], grad[i], lr);
+  }
+}
+
+__global__ void MomentumKernel(float* var, float* accum, const float* grad, int64_t n, const float* lr_ptr, float lr,
+                               float momentum, bool use_nesterov) {
+  if (lr_ptr != nullptr) lr = *lr_ptr;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    math::Momentum(var + i, accum + i, grad[i], lr, momentum, use_nesterov);
+  }
+}
+
+__global__ void AdamKernel(float* var, float* m, float* v, const float* grad, int64_t n, const float* step_ptr,
+                           float step_size, float beta1, float beta2, float epsilon) {
+  if (step_ptr != nullptr) step_size = *step_ptr;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    math::Adam(var + i, m + i, v + i, grad[i], step_size, beta1, beta2, epsilon);
+  }
+}
+
+__global__ void AdamStepSizeKernel(const float* lr, const float* beta1_power, const float* beta2_power,
+                                   float* step_size) {
+  *step_size = math::AdamStepSize(*lr, *beta1_power, *beta2_power);
+}
+
+__global__ void AdamFinishKernel(float* beta1_power, float* beta2_power, float beta1, float beta2) {
+  *beta1_power = *beta1_power * beta1;
+  *beta2_power = *beta2_power * beta2;
+}
+
+__global__ void GatherKernel(GatherArgs a) {
+  const int64_t total = a.rows * a.feature_dim > a.rows ? a.rows * a.feature_dim : a.rows;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (i < a.rows) a.labels[i] = static_cast<int32_t>(a.example_labels[a.indices[i]]);
+    if (a.feature_dim > 0 && i < a.rows * a.feature_dim) {
+      const int64_t r = i / a.feature_dim, d = i % a.feature_dim;
+      a.features[i] = math::PixelToFeature(a.images[static_cast<int64_t>(a.indices[r]) * a.feature_dim + d]);
+    }
+  }
+}
+
+// Tests only (LaunchFaultingKernelForTesting): a write to an address no
+// allocation holds.
+__global__ void FaultingKernel(int* bogus) { *bogus = 1; }
+
+/// Blocks of kElementwiseThreads for n elements (grid-stride beyond the cap).
+unsigned ElementwiseBlocks(int64_t n) {
+  const int64_t blocks = (n + kElementwiseThreads - 1) / kElementwiseThreads;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, kMaxElementwiseBlocks)));
+}
+
+/// Errors after which the CUDA context cannot be used again.
+bool IsSticky(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void FreePinned(char* data) { cudaFreeHost(data); }
+
+class CudaDevice;
+
+class CudaCapturedOps final : public CapturedOps {
+ public:
+  CudaCapturedOps(CudaDevice* device, cudaGraphExec_t exec) : device_(device), exec_(exec) {}
+  ~CudaCapturedOps() override { cudaGraphExecDestroy(exec_); }
+  Status Replay() override;
+
+ private:
+  CudaDevice* device_;
+  cudaGraphExec_t exec_;
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int index, int64_t memory_limit_bytes)
+      : index_(index), name_(absl::StrCat("/gpu:", index)), limit_(memory_limit_bytes) {}
+
+  ~CudaDevice() override {
+    cudaSetDevice(index_);
+    if (capturing_) {
+      cudaGraph_t graph = nullptr;
+      cudaStreamEndCapture(compute_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+    }
+    if (compute_ != nullptr) cudaStreamSynchronize(compute_);
+    if (copy_ != nullptr) cudaStreamSynchronize(copy_);
+    for (const auto& [ptr, bytes] : allocations_) cudaFree(ptr);
+    for (void* p : deferred_frees_) cudaFree(p);
+    if (stats_scratch_ != nullptr) cudaFree(stats_scratch_);
+    if (host_stats_ != nullptr) cudaFreeHost(host_stats_);
+    for (int i = 0; i < kStagingSlots; ++i) {
+      if (staging_[i] != nullptr) cudaFreeHost(staging_[i]);
+      if (staging_done_[i] != nullptr) cudaEventDestroy(staging_done_[i]);
+    }
+    if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
+    if (copy_done_ != nullptr) cudaEventDestroy(copy_done_);
+    if (copy_ != nullptr) cudaStreamDestroy(copy_);
+    if (compute_ != nullptr) cudaStreamDestroy(compute_);
+    cudaGetLastError();
+  }
+
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  /// Streams, events and the small buffers of its own. A device that cannot
+  /// be used at all (another process holds it in exclusive mode, the driver
+  /// refuses it) is FAILED_PRECONDITION, like a missing device.
+  Status Init() {
+    Status s = InitStreams();
+    if (s.code() == absl::StatusCode::kInternal && sticky_.ok() &&
+        (init_error_ == cudaErrorDevicesUnavailable || init_error_ == cudaErrorNoDevice ||
+         init_error_ == cudaErrorInsufficientDriver || init_error_ == cudaErrorInvalidDevice ||
+         init_error_ == cudaErrorSystemNotReady || init_error_ == cudaErrorNotPermitted)) {
+      return absl::FailedPreconditionError(s.message());
+    }
+    return s;
+  }
+
+  Status InitStreams() {
+    cudaError_t err;
+    if ((err = cudaSetDevice(index_)) != cudaSuccess) return Fail("create", "cudaSetDevice", err);
+    if ((err = cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, index_)) != cudaSuccess) {
+      return Fail("create", "cudaDeviceGetAttribute (multiprocessors)", err);
+    }
+    if ((err = cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking)) != cudaSuccess) {
+      return Fail("create", "cudaStreamCreateWithFlags (compute stream)", err);
+    }
+    if ((err = cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking)) != cudaSuccess) {
+      return Fail("create", "cudaStreamCreateWithFlags (copy stream)", err);
+    }
+    if ((err = cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming)) != cudaSuccess ||
+        (err = cudaEventCreateWithFlags(&copy_done_, cudaEventDisableTiming)) != cudaSuccess) {
+      return Fail("create", "cudaEventCreateWithFlags", err);
+    }
+    for (int i = 0; i < kStagingSlots; ++i) {
+      if ((err = cudaEventCreateWithFlags(&staging_done_[i], cudaEventDisableTiming)) != cudaSuccess) {
+        return Fail("create", "cudaEventCreateWithFlags", err);
+      }
+      if ((err = cudaMallocHost(&staging_[i], kStagingBytes)) != cudaSuccess) {
+        return OutOfMemory("create", "cudaMallocHost (staging buffer)", kStagingBytes, err);
+      }
+    }
+    if ((err = cudaMallocHost(&host_stats_, sizeof(SoftmaxXentStats))) != cudaSuccess) {
+      return OutOfMemory("create", "cudaMallocHost (statistics)", sizeof(SoftmaxXentStats), err);
+    }
+    if ((err = cudaMalloc(&stats_scratch_, sizeof(SoftmaxXentStats))) != cudaSuccess) {
+      return OutOfMemory("create", "cudaMalloc (statistics)", sizeof(SoftmaxXentStats), err);
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string& name() const override { return name_; }
+  bool host_memory() const override { return false; }
+  bool supports_capture() const override { return true; }
+
+  StatusOr<void*> Allocate(int64_t bytes) override {
+    void* p = nullptr;
+    FOREMAN_RETURN_IF_ERROR(Track(AllocateImpl(bytes, &p)));
+    return p;
+  }
+
+  void Deallocate(void* ptr) override {
+    if (ptr == nullptr) return;
+    auto it = allocations_.find(ptr);
+    if (it == allocations_.end()) return;  // not ours (or freed already): nothing to free
+    allocated_ -= it->second;
+    allocations_.erase(it);
+    if (capturing_) {
+      deferred_frees_.push_back(ptr);  // cudaFree would synchronize inside the capture
+      return;
+    }
+    cudaSetDevice(index_);
+    const cudaError_t err = cudaFree(ptr);
+    if (err != cudaSuccess) (void)Fail("Deallocate", "cudaFree", err);  // remembered when sticky
+  }
+
+  Status CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) override {
+    return Track(CopyToDeviceImpl(device_dst, host_src, bytes));
+  }
+  Status CopyToHost(void* host_dst, const void* device_src, int64_t bytes) override {
+    return Track(CopyToHostImpl(host_dst, device_src, bytes));
+  }
+  Status Gemm(const GemmArgs& args) override { return Track(GemmImpl(args)); }
+  Status ColumnSums(const float* delta, int64_t rows, int64_t cols, float* out) override {
+    return Track(ColumnSumsImpl(delta, rows, cols, out));
+  }
+  Status SoftmaxXentForward(const SoftmaxXentArgs& args, SoftmaxXentStats* stats) override {
+    return Track(XentHostStats("SoftmaxXentForward", args, stats, 0.0f, nullptr, /*with_grad=*/false));
+  }
+  Status SoftmaxXentBackward(const SoftmaxXentArgs& args, float scale, float* grad) override {
+    return Track(XentBackwardImpl(args, scale, grad));
+  }
+  Status SoftmaxXent(const SoftmaxXentArgs& args, SoftmaxXentStats* stats, float scale, float* grad) override {
+    return Track(XentHostStats("SoftmaxXent", args, stats, scale, grad, /*with_grad=*/true));
+  }
+  Status ApplyGradientDescent(float* var, const float* grad, int64_t n, float learning_rate) override {
+    return Track(GradientDescentImpl(var, grad, n, nullptr, learning_rate));
+  }
+  Status ApplyMomentum(float* var, float* accum, const float* grad, int64_t n, const MomentumParams& p) override {
+    return Track(MomentumImpl(var, accum, grad, n, nullptr, p.learning_rate, p.momentum, p.use_nesterov));
+  }
+  Status ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n, const AdamParams& p) override {
+    return Track(AdamImpl(var, m, v, grad, n, nullptr, p.step_size, p.beta1, p.beta2, p.epsilon));
+  }
+  Status ApplyGradientDescent(float* var, const float* grad, int64_t n, DeviceScalar learning_rate) override {
+    if (learning_rate.ptr == nullptr) return Track(Null("ApplyGradientDescent", "learning_rate"));
+    return Track(GradientDescentImpl(var, grad, n, learning_rate.ptr, 0.0f));
+  }
+  Status ApplyMomentum(float* var, float* accum, const float* grad, int64_t n, DeviceScalar learning_rate,
+                       float momentum, bool use_nesterov) override {
+    if (learning_rate.ptr == nullptr) return Track(Null("ApplyMomentum", "learning_rate"));
+    return Track(MomentumImpl(var, accum, grad, n, learning_rate.ptr, 0.0f, momentum, use_nesterov));
+  }
+  Status ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n, DeviceScalar step_size, float beta1,
+                   float beta2, float epsilon) override {
+    if (step_size.ptr == nullptr) return Track(Null("ApplyAdam", "step_size"));
+    return Track(AdamImpl(var, m, v, grad, n, step_size.ptr, 0.0f, beta1, beta2, epsilon));
+  }
+  Status AdamStepSize(DeviceScalar learning_rate, DeviceScalar beta1_power, DeviceScalar beta2_power,
+                      float* step_size) override {
+    return Track(AdamStepSizeImpl(learning_rate, beta1_power, beta2_power, step_size));
+  }
+  Status AdamFinish(float* beta1_power, float* beta2_power, float beta1, float beta2) override {
+    return Track(AdamFinishImpl(beta1_power, beta2_power, beta1, beta2));
+  }
+  Status SoftmaxXentToDevice(const SoftmaxXentArgs& args, float scale, float* grad,
+                             SoftmaxXentStats* device_stats) override {
+    return Track(XentDeviceStats("SoftmaxXentToDevice", args, scale, grad, device_stats, /*accumulate=*/false));
+  }
+  Status SoftmaxXentForwardToDevice(const SoftmaxXentArgs& args, SoftmaxXentStats* device_stats) override {
+    return Track(XentDeviceStats("SoftmaxXentForwardToDevice", args, 0.0f, nullptr, device_stats,
+                                 /*accumulate=*/true));
+  }
+  Status GatherExamples(const GatherArgs& args) override { return Track(GatherImpl(args)); }
+
+  StatusOr<Tensor> AllocateHostTensor(DataType dtype, TensorShape shape) override {
+    if (!IsSupportedDataType(static_cast<int>(dtype)) || dtype == DataType::kString || shape.num_elements() == 0) {
+      return Tensor::Create(dtype, std::move(shape));
+    }
+    FOREMAN_RETURN_IF_ERROR(Track(Enter("AllocateHostTensor", /*capturable=*/false)));
+    const uint64_t n = static_cast<uint64_t>(shape.num_elements());
+    const uint64_t elem = DataTypeSize(dtype);
+    if (n > UINT64_MAX / elem) {
+      return absl::ResourceExhaustedError(absl::StrCat(name_, " AllocateHostTensor: cannot allocate ", n, " x ",
+                                                       elem, " bytes for ", DataTypeName(dtype), shape.ToString()));
+    }
+    const size_t bytes = static_cast<size_t>(n * elem);
+    void* p = nullptr;
+    const cudaError_t err = cudaMallocHost(&p, bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      if (err == cudaErrorMemoryAllocation) {
+        return absl::ResourceExhaustedError(absl::StrCat(name_, " AllocateHostTensor: cannot allocate ", bytes,
+                                                         " bytes of page-locked memory for ", DataTypeName(dtype),
+                                                         shape.ToString(), " (cudaMallocHost: ",
+                                                         cudaGetErrorString(err), ")"));
+      }
+      return Fail("AllocateHostTensor", "cudaMallocHost", err);
+    }
+    std::memset(p, 0, bytes);  // zero-filled, as Tensor::Create's
+    return Tensor::FromBuffer(dtype, std::move(shape), static_cast<char*>(p), &FreePinned);
+  }
+
+  Status CopyToHostBatch(const HostCopy* copies, int64_t count) override {
+    return Track(CopyToHostBatchImpl(copies, count));
+  }
+
+  Status BeginCapture() override {
+    if (!sticky_.ok()) return sticky_;
+    if (capturing_) return absl::FailedPreconditionError(name_ + " BeginCapture: already capturing");
+    cudaError_t err;
+    if ((err = cudaSetDevice(index_)) != cudaSuccess) return Fail("BeginCapture", "cudaSetDevice", err);
+    if ((err = cudaStreamBeginCapture(compute_, cudaStreamCaptureModeRelaxed)) != cudaSuccess) {
+      return Fail("BeginCapture", "cudaStreamBeginCapture", err);
+    }
+    capturing_ = true;
+    (void)std::exchange(capture_error_, Status());
+    return absl::OkStatus();
+  }
+
+  StatusOr<std::unique_ptr<CapturedOps>> EndCapture() override {
+    if (!capturing_) return absl::FailedPreconditionError(name_ + " EndCapture: not capturing");
+    capturing_ = false;
+    cudaSetDevice(index_);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end_err = cudaStreamEndCapture(compute_, &graph);
+    for (void* p : deferred_frees_) cudaFree(p);
+    deferred_frees_.clear();
+    Status status = std::exchange(capture_error_, Status());
+    if (status.ok() && end_err != cudaSuccess) status.Update(Fail("EndCapture", "cudaStreamEndCapture", end_err));
+    if (status.ok() && !sticky_.ok()) status.Update(sticky_);
+    cudaGraphExec_t exec = nullptr;
+    if (status.ok()) {
+      const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+      if (err != cudaSuccess) status.Update(Fail("EndCapture", "cudaGraphInstantiate", err));
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (!status.ok()) {
+      if (end_err != cudaSuccess) cudaGetLastError();
+      return status;
+    }
+    return std::unique_ptr<CapturedOps>(std::make_unique<CudaCapturedOps>(this, exec));
+  }
+
+  Status Synchronize() override {
+    FOREMAN_RETURN_IF_ERROR(Track(Enter("Synchronize", /*capturable=*/false)));
+    cudaError_t err;
+    if ((err = cudaStreamSynchronize(compute_)) != cudaSuccess) return Fail("Synchronize", "cudaStreamSynchronize", err);
+    if ((err = cudaStreamSynchronize(copy_)) != cudaSuccess) return Fail("Synchronize", "cudaStreamSynchronize", err);
+    return absl::OkStatus();
+  }
+
+  Status ReplayGraph(cudaGraphExec_t exec) {
+    FOREMAN_RETURN_IF_ERROR(Track(Enter("Replay", /*capturable=*/false)));
+    const cudaError_t err = cudaGraphLaunch(exec, compute_);
+    if (err != cudaSuccess) return Fail("Replay", "cudaGraphLaunch", err);
+    return absl::OkStatus();
+  }
+
+  Status LaunchFaultingKernel() {
+    FOREMAN_RETURN_IF_ERROR(Enter("LaunchFaultingKernelForTesting", /*capturable=*/false));
+    // A misaligned, unmapped address far from any allocation.
+    FaultingKernel<<<1, 1, 0, compute_>>>(reinterpret_cast<int*>(uintptr_t{0x10}));
+    FOREMAN_RETURN_IF_ERROR(Launched("LaunchFaultingKernelForTesting", "FaultingKernel"));
+    const cudaError_t err = cudaStreamSynchronize(compute_);
+    if (err != cudaSuccess) return Fail("LaunchFaultingKernelForTesting", "cudaStreamSynchronize", err);
+    return absl::InternalError(name_ + " LaunchFaultingKernelForTesting: the faulting kernel did not fault");
+  }
+
+ private:
+  // -- errors --------------------------------------------------------------
+
+  /// INTERNAL naming the device, the operation, the call and the CUDA error;
+  /// remembered when the error is sticky. A non-sticky error is cleared.
+  Status Fail(const char* op, const char* call, cudaError_t err) {
+    init_error_ = err;
+    const bool sticky = IsSticky(err);
+    Status s = absl::InternalError(absl::StrCat(name_, " ", op, ": ", call, ": ", cudaGetErrorName(err), ": ",
+                                                cudaGetErrorString(err),
+                                                sticky ? " (a sticky error: the device can no longer be used)" : ""));
+    if (sticky) {
+      if (sticky_.ok()) sticky_ = s;
+    } else {
+      cudaGetLastError();
+    }
+    return s;
+  }
+
+  Status OutOfMemory(const char* op, const char* call, int64_t bytes, cudaError_t err) {
+    if (err != cudaErrorMemoryAllocation) return Fail(op, call, err);
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat(name_, " ", op, ": out of device memory allocating ", bytes,
+                                                     " bytes (", call, ": ", cudaGetErrorName(err), ")"));
+  }
+
+  /// After a kernel launch: its launch error, if any.
+  Status Launched(const char* op, const char* kernel) {
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return Fail(op, absl::StrCat("kernel ", kernel, " launch").c_str(), err);
+    return absl::OkStatus();
+  }
+
+  Status Invalid(const char* op, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, " ", op, ": ", what));
+  }
+  Status Negative(const char* op, const char* what, int64_t value) {
+    return Invalid(op, absl::StrCat(what, " must be >= 0, got ", value));
+  }
+  Status Null(const char* op, const char* what) { return Invalid(op, absl::StrCat(what, " is null")); }
+
+  /// The start of every operation: a sticky error fails it at once; one that
+  /// must return a host value or wait is refused while capturing; the device
+  /// is made current on this thread.
+  Status Enter(const char* op, bool capturable) {
+    if (!sticky_.ok()) return sticky_;
+    if (capturing_ && !capturable) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          name_, " ", op, ": not allowed while capturing (it gives the host a value or waits for the device)"));
+    }
+    const cudaError_t err = cudaSetDevice(index_);
+    if (err != cudaSuccess) return Fail(op, "cudaSetDevice", err);
+    return absl::OkStatus();
+  }
+
+  /// An operation's result; while capturing, its first error spoils the
+  /// capture (EndCapture returns it).
+  Status Track(Status s) {
+    if (!s.ok() && capturing_ && capture_error_.ok()) capture_error_ = s;
+    return s;
+  }
+
+  // -- memory ----------------------------------------------------------------
+
+  Status AllocateImpl(int64_t bytes, void** out) {
+    FOREMAN_RETURN_IF_ERROR(Enter("Allocate", /*capturable=*/false));
+    if (bytes < 0) return Negative("Allocate", "bytes", bytes);
+    if (limit_ > 0 && bytes > limit_ - allocated_) {
+      return absl::ResourceExhaustedError(absl::StrCat(name_, " Allocate: out of device memory allocating ", bytes,
+                                                       " bytes: ", allocated_, " of the limit of ", limit_,
+                                                       " bytes (SessionConfig.device_memory_limit_bytes) in use"));
+    }
+    void* p = nullptr;
+    // cudaMalloc aligns to 256 bytes; 0 bytes still gives a unique pointer.
+    const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+    if (err != cudaSuccess) return OutOfMemory("Allocate", "cudaMalloc", bytes, err);
+    allocations_[p] = bytes;
+    allocated_ += bytes;
+    *out = p;
+    return absl::OkStatus();
+  }
+
+  Status CopyToDeviceImpl(void* dst, const void* src, int64_t bytes) {
+    static constexpr const char* kOp = "CopyToDevice";
+    // Refused while capturing: a recorded copy would read the host buffer at
+    // replay, after the caller was told it may reuse it.
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/false));
+    if (bytes < 0) return Negative(kOp, "bytes", bytes);
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr) return Null(kOp, "destination");
+    if (src == nullptr) return Null(kOp, "source");
+    cudaError_t err;
+    if (bytes <= kStagingBytes) {
+      // Through a pinned staging slot: the copy runs asynchronously and the
+      // caller's buffer is free at once. A slot is reused once its last copy
+      // is done.
+      const int slot = next_slot_;
+      next_slot_ = (next_slot_ + 1) % kStagingSlots;
+      if ((err = cudaEventSynchronize(staging_done_[slot])) != cudaSuccess) {
+        return Fail(kOp, "cudaEventSynchronize (staging buffer)", err);
+      }
+      std::memcpy(staging_[slot], src, static_cast<size_t>(bytes));
+      if ((err = cudaMemcpyAsync(dst, staging_[slot], static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                                 compute_)) != cudaSuccess) {
+        return Fail(kOp, "cudaMemcpyAsync", err);
+      }
+      if ((err = cudaEventRecord(staging_done_[slot], compute_)) != cudaSuccess) {
+        return Fail(kOp, "cudaEventRecord", err);
+      }
+      return absl::OkStatus();
+    }
+    if ((err = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, compute_)) !=
+        cudaSuccess) {
+      return Fail(kOp, "cudaMemcpyAsync", err);
+    }
+    if ((err = cudaStreamSynchronize(compute_)) != cudaSuccess) return Fail(kOp, "cudaStreamSynchronize", err);
+    return absl::OkStatus();
+  }
+
+  Status CopyToHostImpl(void* dst, const void* src, int64_t bytes) {
+    static constexpr const char* kOp = "CopyToHost";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/false));
+    if (bytes < 0) return Negative(kOp, "bytes", bytes);
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr) return Null(kOp, "destination");
+    if (src == nullptr) return Null(kOp, "source");
+    cudaError_t err;
+    if ((err = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, compute_)) !=
+        cudaSuccess) {
+      return Fail(kOp, "cudaMemcpyAsync", err);
+    }
+    if ((err = cudaStreamSynchronize(compute_)) != cudaSuccess) return Fail(kOp, "cudaStreamSynchronize", err);
+    return absl::OkStatus();
+  }
+
+  Status CopyToHostBatchImpl(const HostCopy* copies, int64_t count) {
+    static constexpr const char* kOp = "CopyToHostBatch";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/false));
+    if (count < 0) return Negative(kOp, "count", count);
+    if (count == 0) return absl::OkStatus();
+    if (copies == nullptr) return Null(kOp, "copies");
+    for (int64_t i = 0; i < count; ++i) {
+      if (copies[i].bytes < 0) return Negative(kOp, absl::StrCat("copies[", i, "].bytes").c_str(), copies[i].bytes);
+      if (copies[i].bytes > 0 && (copies[i].host_dst == nullptr || copies[i].device_src == nullptr)) {
+        return Null(kOp, absl::StrCat("copies[", i, "].", copies[i].host_dst == nullptr ? "host_dst" : "device_src")
+                             .c_str());
+      }
+    }
+    // The copy stream starts after everything called so far; the compute
+    // stream's later work waits only for these copies.
+    cudaError_t err;
+    if ((err = cudaEventRecord(compute_done_, compute_)) != cudaSuccess) return Fail(kOp, "cudaEventRecord", err);
+    if ((err = cudaStreamWaitEvent(copy_, compute_done_, 0)) != cudaSuccess) {
+      return Fail(kOp, "cudaStreamWaitEvent (copy stream)", err);
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      if (copies[i].bytes == 0) continue;
+      if ((err = cudaMemcpyAsync(copies[i].host_dst, copies[i].device_src, static_cast<size_t>(copies[i].bytes),
+                                 cudaMemcpyDeviceToHost, copy_)) != cudaSuccess) {
+        return Fail(kOp, "cudaMemcpyAsync (copy stream)", err);
+      }
+    }
+    if ((err = cudaEventRecord(copy_done_, copy_)) != cudaSuccess) return Fail(kOp, "cudaEventRecord", err);
+    if ((err = cudaStreamWaitEvent(compute_, copy_done_, 0)) != cudaSuccess) {
+      return Fail(kOp, "cudaStreamWaitEvent (compute stream)", err);
+    }
+    if ((err = cudaEventSynchronize(copy_done_)) != cudaSuccess) return Fail(kOp, "cudaEventSynchronize", err);
+    return absl::OkStatus();
+  }
+
+  // -- kernels ---------------------------------------------------------------
+
+  Status GemmImpl(const GemmArgs& g) {
+    static constexpr const char* kOp = "Gemm";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/true));
+    if (g.m < 0) return Negative(kOp, "m", g.m);
+    if (g.n < 0) return Negative(kOp, "n", g.n);
+    if (g.k < 0) return Negative(kOp, "k", g.k);
+    const bool has_output = g.m > 0 && g.n > 0;
+    if (!has_output) return absl::OkStatus();
+    if (g.c == nullptr) return Null(kOp, "c");
+    if (g.k > 0 && (g.a == nullptr || g.b == nullptr)) return Null(kOp, g.a ? "b" : "a");
+    const bool needs_bias = g.epilogue == Epilogue::kBias || g.epilogue == Epilogue::kBiasRelu;
+    if (needs_bias && g.bias == nullptr) return Null(kOp, "bias (epilogue kBias/kBiasRelu)");
+    if (g.epilogue == Epilogue::kReluGradMask) {
+      if (g.relu_output == nullptr) return Null(kOp, "relu_output (epilogue kReluGradMask)");
+      if (g.relu_output == g.c) return Invalid(kOp, "relu_output must not be c");
+    }
+    // 64 x 64 tiles (P = 4) when they give every multiprocessor two blocks,
+    // else 16 x 16 (P = 1): more blocks for the small outputs of a small
+    // batch. Bitwise the same outputs either way (math::gemm).
+    constexpr int64_t kBig = math::gemm::kTileOf<4>, kSmall = math::gemm::kTileOf<1>;
+    const bool big = ((g.m + kBig - 1) / kBig) * ((g.n + kBig - 1) / kBig) >= 2 * int64_t{multiprocessors_};
+    const int64_t tile = big ? kBig : kSmall;
+    const int64_t grid_y = (g.m + tile - 1) / tile;
+    const int64_t grid_x = (g.n + tile - 1) / tile;
+    if (grid_y > 65535 || grid_x > INT32_MAX) {
+      return Invalid(kOp, absl::StrCat("m = ", g.m, " exceeds this kernel's ", int64_t{65535} * tile, " rows"));
+    }
+    const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
+    if (big) {
+      GemmKernel<4><<<grid, kGemmThreads, 0, compute_>>>(g);
+    } else {
+      GemmKernel<1><<<grid, kGemmThreads, 0, compute_>>>(g);
+    }
+    return Launched(kOp, "GemmKernel");
+  }
+
+  Status ColumnSumsImpl(const float* delta, int64_t rows, int64_t cols, float* out) {
+    static constexpr const char* kOp = "ColumnSums";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/true));
+    if (rows < 0) return Negative(kOp, "rows", rows);
+    if (cols < 0) return Negative(kOp, "cols", cols);
+    if (cols == 0) return absl::OkStatus();
+    if (out == nullptr) return Null(kOp, "out");
+    if (rows > 0 && delta == nullptr) return Null(kOp, "delta");
+    const int64_t blocks = (cols + kSumCols - 1) / kSumCols;
+    if (blocks > INT32_MAX) return Invalid(kOp, absl::StrCat("cols = ", cols, " is too many for this kernel"));
+    ColumnSumsKernel<<<static_cast<unsigned>(blocks), kSumThreads, 0, compute_>>>(delta, rows, cols, out);
+    return Launched(kOp, "ColumnSumsKernel");
+  }
+
+  /// Blocks covering n threads exactly (one per column / row).
+  static unsigned ElementwiseBlocksFor(int64_t n) {
+    return static_cast<unsigned>(std::max<int64_t>(1, (n + kElementwiseThreads - 1) / kElementwiseThreads));
+  }
+
+  Status CheckXent(const char* op, const SoftmaxXentArgs& args) {
+    if (args.rows < 0) return Negative(op, "rows", args.rows);
+    if (args.classes < 1) return Invalid(op, absl::StrCat("classes must be >= 1, got ", args.classes));
+    if (args.rows > 0 && args.logits == nullptr) return Null(op, "logits");
+    if (args.rows > 0 && args.labels == nullptr) return Null(op, "labels");
+    return absl::OkStatus();
+  }
+
+  Status XentBackwardImpl(const SoftmaxXentArgs& args, float scale, float* grad) {
+    static constexpr const char* kOp = "SoftmaxXentBackward";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/true));
+    FOREMAN_RETURN_IF_ERROR(CheckXent(kOp, args));
+    if (args.rows == 0) return absl::OkStatus();
+    if (grad == nullptr) return Null(kOp, "grad");
+    XentRowsKernel<<<ElementwiseBlocksFor(args.rows), kElementwiseThreads, 0, compute_>>>(args, scale, grad);
+    return Launched(kOp, "XentRowsKernel");
+  }
+
+  /// The statistics kernel into *out (device memory).
+  Status LaunchXentStats(const char* op, const SoftmaxXentArgs& args, float scale, float* grad, SoftmaxXentStats* out,
+                         bool accumulate, double init_loss, int64_t init_correct) {
+    XentStatsKernel<<<1, kXentStatsThreads, 0, compute_>>>(args, scale, grad, out, accumulate, init_loss,
+                                                            static_cast<long long>(init_correct));
+    return Launched(op, "XentStatsKernel");
+  }
+
+  Status XentHostStats(const char* op, const SoftmaxXentArgs& args, SoftmaxXentStats* stats, float scale,
+                       float* grad, bool with_grad) {
+    FOREMAN_RETURN_IF_ERROR(Enter(op, /*capturable=*/false));
+    FOREMAN_RETURN_IF_ERROR(CheckXent(op, args));
+    if (stats == nullptr) return Null(op, "stats");
+    if (with_grad && args.rows > 0 && grad == nullptr) return Null(op, "grad");
+    if (args.rows == 0) return absl::OkStatus();
+    // Continues the host's sums, so the rows add to them in order.
+    FOREMAN_RETURN_IF_ERROR(LaunchXentStats(op, args, scale, with_grad ? grad : nullptr, stats_scratch_, false,
+                                            stats->loss_sum, stats->correct));
+    cudaError_t err;
+    if ((err = cudaMemcpyAsync(host_stats_, stats_scratch_, sizeof(SoftmaxXentStats), cudaMemcpyDeviceToHost,
+                               compute_)) != cudaSuccess) {
+      return Fail(op, "cudaMemcpyAsync (statistics)", err);
+    }
+    if ((err = cudaStreamSynchronize(compute_)) != cudaSuccess) return Fail(op, "cudaStreamSynchronize", err);
+    *stats = *host_stats_;
+    return absl::OkStatus();
+  }
+
+  Status XentDeviceStats(const char* op, const SoftmaxXentArgs& args, float scale, float* grad,
+                         SoftmaxXentStats* device_stats, bool accumulate) {
+    FOREMAN_RETURN_IF_ERROR(Enter(op, /*capturable=*/true));
+    FOREMAN_RETURN_IF_ERROR(CheckXent(op, args));
+    if (device_stats == nullptr) return Null(op, "device_stats");
+    if (!accumulate && args.rows > 0 && grad == nullptr) return Null(op, "grad");
+    // Launched even for 0 rows: SoftmaxXentToDevice then writes zeros.
+    return LaunchXentStats(op, args, scale, grad, device_stats, accumulate, 0.0, 0);
+  }
+
+  Status CheckUpdate(const char* op, int64_t n, std::initializer_list<std::pair<const char*, const void*>> ptrs) {
+    if (n < 0) return Negative(op, "n", n);
+    if (n == 0) return absl::OkStatus();
+    for (const auto& [what, p] : ptrs) {
+      if (p == nullptr) return Null(op, what);
+    }
+    return absl::OkStatus();
+  }
+
+  Status GradientDescentImpl(float* var, const float* grad, int64_t n, const float* lr_ptr, float lr) {
+    static constexpr const char* kOp = "ApplyGradientDescent";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/true));
+    FOREMAN_RETURN_IF_ERROR(CheckUpdate(kOp, n, {{"var", var}, {"grad", grad}}));
+    if (n == 0) return absl::OkStatus();
+    GradientDescentKernel<<<ElementwiseBlocks(n), kElementwiseThreads, 0, compute_>>>(var, grad, n, lr_ptr, lr);
+    return Launched(kOp, "GradientDescentKernel");
+  }
+
+  Status MomentumImpl(float* var, float* accum, const float* grad, int64_t n, const float* lr_ptr, float lr,
+                      float momentum, bool use_nesterov) {
+    static constexpr const char* kOp = "ApplyMomentum";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/true));
+    FOREMAN_RETURN_IF_ERROR(CheckUpdate(kOp, n, {{"var", var}, {"accum", accum}, {"grad", grad}}));
+    if (n == 0) return absl::OkStatus();
+    MomentumKernel<<<ElementwiseBlocks(n), kElementwiseThreads, 0, compute_>>>(var, accum, grad, n, lr_ptr, lr,
+                                                                               momentum, use_nesterov);
+    return Launched(kOp, "MomentumKernel");
+  }
+
+  Status AdamImpl(float* var, float* m, float* v, const float* grad, int64_t n, const float* step_ptr,
+                  float step_size, float beta1, float beta2, float epsilon) {
+    static constexpr const char* kOp = "ApplyAdam";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/true));
+    FOREMAN_RETURN_IF_ERROR(CheckUpdate(kOp, n, {{"var", var}, {"m", m}, {"v", v}, {"grad", grad}}));
+    if (n == 0) return absl::OkStatus();
+    AdamKernel<<<ElementwiseBlocks(n), kElementwiseThreads, 0, compute_>>>(var, m, v, grad, n, step_ptr, step_size,
+                                                                           beta1, beta2, epsilon);
+    return Launched(kOp, "AdamKernel");
+  }
+
+  Status AdamStepSizeImpl(DeviceScalar lr, DeviceScalar beta1_power, DeviceScalar beta2_power, float* step_size) {
+    static constexpr const char* kOp = "AdamStepSize";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/true));
+    if (lr.ptr == nullptr) return Null(kOp, "learning_rate");
+    if (beta1_power.ptr == nullptr) return Null(kOp, "beta1_power");
+    if (beta2_power.ptr == nullptr) return Null(kOp, "beta2_power");
+    if (step_size == nullptr) return Null(kOp, "step_size");
+    AdamStepSizeKernel<<<1, 1, 0, compute_>>>(lr.ptr, beta1_power.ptr, beta2_power.ptr, step_size);
+    return Launched(kOp, "AdamStepSizeKernel");
+  }
+
+  Status AdamFinishImpl(float* beta1_power, float* beta2_power, float beta1, float beta2) {
+    static constexpr const char* kOp = "AdamFinish";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/true));
+    if (beta1_power == nullptr) return Null(kOp, "beta1_power");
+    if (beta2_power == nullptr) return Null(kOp, "beta2_power");
+    AdamFinishKernel<<<1, 1, 0, compute_>>>(beta1_power, beta2_power, beta1, beta2);
+    return Launched(kOp, "AdamFinishKernel");
+  }
+
+  Status GatherImpl(const GatherArgs& a) {
+    static constexpr const char* kOp = "GatherExamples";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/true));
+    if (a.rows < 0) return Negative(kOp, "rows", a.rows);
+    if (a.feature_dim < 0) return Negative(kOp, "feature_dim", a.feature_dim);
+    if (a.rows == 0) return absl::OkStatus();
+    if (a.indices == nullptr) return Null(kOp, "indices");
+    if (a.labels == nullptr) return Null(kOp, "labels");
+    if (a.example_labels == nullptr) return Null(kOp, "example_labels");
+    if (a.feature_dim > 0 && (a.images == nullptr || a.features == nullptr)) {
+      return Null(kOp, a.images == nullptr ? "images" : "features");
+    }
+    const int64_t total = std::max(a.rows, a.rows * a.feature_dim);
+    GatherKernel<<<ElementwiseBlocks(total), kElementwiseThreads, 0, compute_>>>(a);
+    return Launched(kOp, "GatherKernel");
+  }
+
+  const int index_;
+  const std::string name_;
+  const int64_t limit_;  // 0: none
+  int multiprocessors_ = 1;
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t copy_ = nullptr;
+  cudaEvent_t compute_done_ = nullptr;
+  cudaEvent_t copy_done_ = nullptr;
+  char* staging_[kStagingSlots] = {};
+  cudaEvent_t staging_done_[kStagingSlots] = {};
+  int next_slot_ = 0;
+  SoftmaxXentStats* host_stats_ = nullptr;     // pinned
+  SoftmaxXentStats* stats_scratch_ = nullptr;  // device
+  std::map<void*, int64_t> allocations_;       // Allocate's, with their requested sizes
+  int64_t allocated_ = 0;
+  std::vector<void*> deferred_frees_;  // Deallocate'd while capturing
+  bool capturing_ = false;
+  Status capture_error_;
+  Status sticky_;  // the first sticky CUDA error: every later operation returns it
+  cudaError_t init_error_ = cudaSuccess;  // the last error Fail saw (for Init)
+};
+
+Status CudaCapturedOps::Replay() { return device_->ReplayGraph(exec_); }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int index, int64_t memory_limit_bytes) {
+  const std::string name = absl::StrCat("/gpu:", index);
+  if (memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": the device memory limit must be >= 0 bytes, got ", memory_limit_bytes));
+  }
+  StatusOr<int> count = cuda::DeviceCount();
+  if (!count.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(name, ": no usable CUDA device: ", count.status().message()));
+  }
+  if (index < 0 || index >= *count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, ": no such device, only ", *count, " CUDA device(s) present"));
+  }
+  auto device = std::make_unique<CudaDevice>(index, memory_limit_bytes);
+  FOREMAN_RETURN_IF_ERROR(device->Init());
+  return std::unique_ptr<Device>(std::move(device));
+}
+
+Status LaunchFaultingKernelForTesting(Device& device) {
+  auto* cuda = dynamic_cast<CudaDevice*>(&device);
+  if (cuda == nullptr) {
+    return absl::FailedPreconditionError(device.name() + " LaunchFaultingKernelForTesting: not a CUDA device");
+  }
+  return cuda->LaunchFaultingKernel();
+}
+
+}  // namespace foreman::compute

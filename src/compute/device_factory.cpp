@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "compute/cpu_device.hpp"
+#include "compute/cuda_device.hpp"
 #include "foreman/cuda.hpp"
 
 namespace foreman::compute {
@@ -79,10 +80,12 @@ StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& device, int in
     return absl::FailedPreconditionError(
         absl::StrCat(What(device), ": no such device, only ", *count, " CUDA device(s) present"));
   }
-  std::string model;
-  if (StatusOr<cuda::DeviceInfo> info = cuda::GetDeviceInfo(spec.index); info.ok()) model = " (" + info->name + ")";
-  return absl::UnimplementedError(absl::StrCat(What(device), model,
-                                               ": the CUDA training step is not built yet; use \"\" or \"/cpu:0\""));
+  StatusOr<std::unique_ptr<Device>> gpu = CreateCudaDevice(spec.index, memory_limit_bytes);
+  if (!gpu.ok()) {
+    // The device's own message names "/gpu:N"; the user's spelling too.
+    return Status(gpu.status().code(), absl::StrCat(What(device), ": ", gpu.status().message()));
+  }
+  return gpu;
 }
 
 }  // namespace foreman::compute

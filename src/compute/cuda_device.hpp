@@ -1,0 +1,62 @@
+// The CUDA compute::Device ("/gpu:N"), internal to libforeman: made by
+// CreateDevice (device_factory.cpp) for SessionConfig.device "/gpu:N".
+//
+// What it is (cuda_device.cu):
+//   - Device memory from cudaMalloc, counted against a limit
+//     (SessionConfig.device_memory_limit_bytes; RESOURCE_EXHAUSTED naming the
+//     device and the size, also when cudaMalloc itself runs out).
+//   - One compute stream for every operation and a copy stream for
+//     CopyToHostBatch (a checkpoint's snapshot): the compute stream waits
+//     only for those copies.
+//   - Own kernels, no cuBLAS: a tiled SGEMM summing each output in k order
+//     with explicit fmaf, column sums one thread per column, softmax
+//     cross-entropy one thread per row (its loss summed in double in row
+//     order by one thread), elementwise optimizer updates sharing their
+//     expressions with the host (kernel_math.hpp). No atomics: every result
+//     is a function of the inputs.
+//   - Capture (BeginCapture/EndCapture) records a CUDA graph of the compute
+//     stream; CapturedOps::Replay launches it. Refused while capturing
+//     (FAILED_PRECONDITION, spoiling the capture): Allocate, CopyToHost,
+//     CopyToHostBatch, SoftmaxXentForward / SoftmaxXent (host statistics),
+//     AllocateHostTensor, Synchronize, Replay — and CopyToDevice, whose
+//     recorded copy would read the caller's host buffer at every replay
+//     after the caller was told it may reuse it: copy a step's inputs
+//     before Replay instead.
+//   - CopyToDevice of up to 1 MiB goes through one of two page-locked
+//     staging buffers and returns at once; larger copies wait for the copy.
+//   - Errors are INTERNAL naming the device, the operation, the CUDA call or
+//     kernel and the CUDA error; a sticky error (the context is lost: an
+//     illegal address, a kernel trap) is remembered and every later
+//     operation fails at once with it.
+//
+// Thread-safety: one thread at a time (compute::Device's rule); the device is
+// made current (cudaSetDevice) on the calling thread by every operation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "foreman/compute.hpp"
+#include "foreman/status.hpp"
+
+namespace foreman::compute {
+
+/// The CUDA device "/gpu:<index>" with at most `memory_limit_bytes` of
+/// device memory in Allocate (0: only the device's own limit).
+/// FAILED_PRECONDITION when libforeman was built without CUDA ("built
+/// without CUDA"), when the driver is missing or `index` is not a device
+/// (naming "/gpu:<index>" and the number present); RESOURCE_EXHAUSTED when
+/// the device's own buffers do not fit; INVALID_ARGUMENT for
+/// memory_limit_bytes < 0; INTERNAL for another CUDA failure.
+StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int index, int64_t memory_limit_bytes);
+
+/// Tests only: launches a kernel that writes to an invalid device address on
+/// `device` (made by CreateCudaDevice) and waits for it, which leaves the
+/// CUDA context with a sticky error (cudaErrorIllegalAddress): the call
+/// returns that INTERNAL error and so does every later operation of the
+/// device. The process's CUDA context stays unusable afterwards, so a test
+/// calls it last. FAILED_PRECONDITION for another kind of device or a build
+/// without CUDA.
+Status LaunchFaultingKernelForTesting(Device& device);
+
+}  // namespace foreman::compute

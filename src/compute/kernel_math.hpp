@@ -1,0 +1,263 @@
+// The per-element and per-row math of the compute kernels, shared by the
+// CUDA kernels (cuda_device.cu, compiled by nvcc as __host__ __device__
+// functions) and the host (plain inline C++ when not compiled by nvcc), so
+// that the CPU unit tests (tests/kernel_math_test.cpp) check the very
+// expressions the GPU runs against the CPU device's baseline kernels
+// (cpu_kernels_impl.inc).
+//
+// Each function follows the CPU baseline kernels' operation order, so that
+// without contraction of a multiply and an add into an FMA (nvcc -fmad=false;
+// the baseline x86-64 ISA has no FMA) an update rounds exactly as the CPU's.
+// The only FMAs are the GEMM's, explicit (GemmFma). Three things differ by
+// device and are NOT bitwise shared:
+//   - Adam's square root: Sqrt is IEEE (as TF's kernels); the CPU device's
+//     vectorized sqrt is Eigen's fast approximation (EIGEN_FAST_MATH:
+//     _mm_rsqrt_ps and a Newton step, 1-2 bits short), so Adam's var may
+//     differ from the CPU's in its last bits; m and v do not.
+//   - the softmax's exponential and logarithm: CUDA's expf/logf are within
+//     2 ulp of glibc's, which the CPU calls.
+//   - the GEMM's summation order: the CPU's Eigen blocks the sum; the GPU
+//     sums each output in k order with FMA.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "foreman/compute.hpp"
+
+#ifdef __CUDACC__
+#define FOREMAN_HD __host__ __device__ __forceinline__
+#else
+#define FOREMAN_HD inline
+#endif
+
+namespace foreman::compute::math {
+
+/// exp and log in float: CUDA's expf/logf on the device, std::exp/std::log
+/// (glibc's expf/logf, what the CPU device calls) on the host.
+FOREMAN_HD float Exp(float x) {
+#ifdef __CUDA_ARCH__
+  return expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+FOREMAN_HD float Log(float x) {
+#ifdef __CUDA_ARCH__
+  return logf(x);
+#else
+  return std::log(x);
+#endif
+}
+FOREMAN_HD float Sqrt(float x) {
+#ifdef __CUDA_ARCH__
+  return sqrtf(x);  // IEEE-rounded (nvcc's default -prec-sqrt=true)
+#else
+  return std::sqrt(x);
+#endif
+}
+
+/// One step of a GEMM's dot product: acc + a·b rounded once (fmaf). The
+/// GPU's GEMM sums each output element as acc = GemmFma(acc, a[k], b[k]) for
+/// k = 0, 1, ..., starting from 0.
+FOREMAN_HD float GemmFma(float acc, float a, float b) {
+#ifdef __CUDA_ARCH__
+  return fmaf(a, b, acc);
+#else
+  return std::fma(a, b, acc);
+#endif
+}
+
+/// ReLU as Eigen's cwiseMax(0) computes it on the CPU (std::max(x, 0): NaN
+/// and -0 pass through).
+FOREMAN_HD float Relu(float x) { return x < 0.0f ? 0.0f : x; }
+
+/// The GEMM epilogues (compute::Epilogue) on one output element.
+FOREMAN_HD float EpilogueBias(float acc, float bias) { return acc + bias; }
+FOREMAN_HD float EpilogueBiasRelu(float acc, float bias) { return Relu(acc + bias); }
+FOREMAN_HD float EpilogueReluGradMask(float acc, float relu_output) { return relu_output > 0.0f ? acc : 0.0f; }
+
+/// TF1's ApplyGradientDescent on one element: var - grad·lr.
+FOREMAN_HD float GradientDescent(float var, float grad, float lr) { return var - grad * lr; }
+
+/// TF1's ApplyMomentum on one element: accum = accum·momentum + grad, then
+/// var - accum·lr, or with Nesterov var - (grad·lr + accum·momentum·lr).
+FOREMAN_HD void Momentum(float* var, float* accum, float grad, float lr, float momentum, bool use_nesterov) {
+  const float a = *accum * momentum + grad;
+  *accum = a;
+  if (use_nesterov) {
+    *var = *var - (grad * lr + a * momentum * lr);
+  } else {
+    *var = *var - a * lr;
+  }
+}
+
+/// TF1's ApplyAdam on one element with the step size lr_t:
+///   m += (grad - m)·(1 - beta1); v += (grad² - v)·(1 - beta2);
+///   var -= m·lr_t / (sqrt(v) + epsilon).
+FOREMAN_HD void Adam(float* var, float* m, float* v, float grad, float step_size, float beta1, float beta2,
+                     float epsilon) {
+  const float one_minus_beta1 = 1.0f - beta1;
+  const float one_minus_beta2 = 1.0f - beta2;
+  const float mm = *m + (grad - *m) * one_minus_beta1;
+  const float vv = *v + (grad * grad - *v) * one_minus_beta2;
+  *m = mm;
+  *v = vv;
+  *var = *var - (mm * step_size) / (Sqrt(vv) + epsilon);
+}
+
+/// Adam's step size lr·sqrt(1 - beta2_power) / (1 - beta1_power), in float
+/// (AdamOptimizer's lr_t as nn computes it on the host).
+FOREMAN_HD float AdamStepSize(float lr, float beta1_power, float beta2_power) {
+  return lr * Sqrt(1.0f - beta2_power) / (1.0f - beta1_power);
+}
+
+/// A uint8 pixel as a feature: a division by 255 (data::Dataset's).
+FOREMAN_HD float PixelToFeature(uint8_t pixel) { return static_cast<float>(pixel) / 255.0f; }
+
+/// TF's sparse softmax cross-entropy on one row of `classes` logits z with
+/// class `label` in [0, classes): the shifted log-sum-exp in float.
+/// Writes the row's loss log(sum_c exp(z_c - max)) - (z_label - max) to
+/// *loss and whether the first maximum is the label to *correct; with
+/// `grad` not null also grad[c] = (exp(z_c - max) / sum - [c == label])·scale
+/// (the exponentials are stored in grad and normalised in place, as the CPU
+/// kernel does; the sum adds the same values in the same order either way).
+FOREMAN_HD void SoftmaxXentRow(const float* z, int64_t classes, int64_t label, float scale, float* grad, float* loss,
+                               bool* correct) {
+  float max = z[0];
+  int64_t argmax = 0;
+  for (int64_t c = 1; c < classes; ++c) {
+    if (z[c] > max) {
+      max = z[c];
+      argmax = c;
+    }
+  }
+  float sum = 0;
+  if (grad != nullptr) {
+    for (int64_t c = 0; c < classes; ++c) {
+      grad[c] = Exp(z[c] - max);
+      sum += grad[c];
+    }
+    for (int64_t c = 0; c < classes; ++c) grad[c] = (grad[c] / sum - (c == label ? 1.0f : 0.0f)) * scale;
+  } else {
+    for (int64_t c = 0; c < classes; ++c) sum += Exp(z[c] - max);
+  }
+  *loss = Log(sum) - (z[label] - max);
+  *correct = argmax == label;
+}
+
+
+/// The GPU's tiled GEMM (cuda_device.cu's GemmKernel<P>), as functions of
+/// the block and thread index so that a host test can run a block's threads
+/// phase by phase (the kernel separates the phases with __syncthreads):
+/// each block of kThreads = 16 x 16 threads computes a 16 P x 16 P output
+/// tile (kTileOf<P>), each thread the P x P outputs (ty + 16 i,
+/// tx + 16 j); k advances kDepth at a time through the shared tiles
+/// as[kDepth][16 P + 1] (op(A) columns of the tile's rows) and
+/// bs[kDepth][16 P + 1] (op(B) rows of its columns). P = 4 for large
+/// outputs, P = 1 (more, smaller blocks) for small ones; every output is the
+/// same k-ordered fmaf chain either way, so the choice never changes a bit.
+namespace gemm {
+
+constexpr int kDepth = 16;
+constexpr int kThreads = 256;
+template <int P>
+constexpr int kTileOf = 16 * P;
+template <int P>
+using SharedTile = float[kDepth][kTileOf<P> + 1];
+
+/// Phase 1 of a k step: thread `tid` stages its elements of op(A)[row0 +
+/// r, k0 + kk] and op(B)[k0 + kk, col0 + c] (0 outside the matrices);
+/// consecutive threads read consecutive addresses in either storage order.
+template <int P>
+FOREMAN_HD void LoadTiles(const GemmArgs& g, int64_t row0, int64_t col0, int64_t k0, int tid, SharedTile<P>& as,
+                          SharedTile<P>& bs) {
+  constexpr int kTile = kTileOf<P>;
+  for (int e = 0; e < kTile * kDepth / kThreads; ++e) {
+    const int idx = tid + e * kThreads;
+    int r, kk;
+    if (g.transpose_a) {  // A stored [k, m]
+      kk = idx / kTile;
+      r = idx % kTile;
+    } else {  // A stored [m, k]
+      r = idx / kDepth;
+      kk = idx % kDepth;
+    }
+    const int64_t gr = row0 + r, gk = k0 + kk;
+    float v = 0.0f;
+    if (gr < g.m && gk < g.k) v = g.transpose_a ? g.a[gk * g.m + gr] : g.a[gr * g.k + gk];
+    as[kk][r] = v;
+    int c;
+    if (g.transpose_b) {  // B stored [n, k]
+      c = idx / kDepth;
+      kk = idx % kDepth;
+    } else {  // B stored [k, n]
+      kk = idx / kTile;
+      c = idx % kTile;
+    }
+    const int64_t gc = col0 + c, gk2 = k0 + kk;
+    float w = 0.0f;
+    if (gc < g.n && gk2 < g.k) w = g.transpose_b ? g.b[gc * g.k + gk2] : g.b[gk2 * g.n + gc];
+    bs[kk][c] = w;
+  }
+}
+
+/// Phase 2: thread `tid` adds the staged k in order to its P x P sums, only
+/// the `depth` that exist (so each output is exactly its k-ordered chain).
+template <int P>
+FOREMAN_HD void AccumulateTiles(int tid, int depth, const SharedTile<P>& as, const SharedTile<P>& bs,
+                                float (&acc)[P][P]) {
+  const int tx = tid % 16, ty = tid / 16;
+  if (depth == kDepth) {
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int kk = 0; kk < kDepth; ++kk) {
+      float a[P], b[P];
+      for (int i = 0; i < P; ++i) a[i] = as[kk][ty + 16 * i];
+      for (int j = 0; j < P; ++j) b[j] = bs[kk][tx + 16 * j];
+      for (int i = 0; i < P; ++i) {
+        for (int j = 0; j < P; ++j) acc[i][j] = GemmFma(acc[i][j], a[i], b[j]);
+      }
+    }
+    return;
+  }
+  for (int kk = 0; kk < depth; ++kk) {
+    for (int i = 0; i < P; ++i) {
+      for (int j = 0; j < P; ++j) acc[i][j] = GemmFma(acc[i][j], as[kk][ty + 16 * i], bs[kk][tx + 16 * j]);
+    }
+  }
+}
+
+/// The last phase: thread `tid` writes its outputs inside C with the epilogue.
+template <int P>
+FOREMAN_HD void StoreOutputs(const GemmArgs& g, int64_t row0, int64_t col0, int tid, const float (&acc)[P][P]) {
+  const int tx = tid % 16, ty = tid / 16;
+  for (int i = 0; i < P; ++i) {
+    const int64_t r = row0 + ty + 16 * i;
+    if (r >= g.m) continue;
+    for (int j = 0; j < P; ++j) {
+      const int64_t c = col0 + tx + 16 * j;
+      if (c >= g.n) continue;
+      float v = acc[i][j];
+      switch (g.epilogue) {
+        case Epilogue::kNone:
+          break;
+        case Epilogue::kBias:
+          v = EpilogueBias(v, g.bias[c]);
+          break;
+        case Epilogue::kBiasRelu:
+          v = EpilogueBiasRelu(v, g.bias[c]);
+          break;
+        case Epilogue::kReluGradMask:
+          v = EpilogueReluGradMask(v, g.relu_output[r * g.n + c]);
+          break;
+      }
+      g.c[r * g.n + c] = v;
+    }
+  }
+}
+
+}  // namespace gemm
+
+}  // namespace foreman::compute::math
