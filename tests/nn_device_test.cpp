@@ -213,6 +213,37 @@ TEST_CASE("TrainStep by indices on a device without host memory equals TrainStep
   }
 }
 
+TEST_CASE("an Mlp outlives its device after ReleaseDevice and trains on the next one") {
+  Schedule sched;
+  const OptimizerOptions opt = Optimizer(OptimizerKind::kMomentum);
+  const std::vector<int32_t>& order = *sched.dataset->Order(0);
+  compute::CpuDevice cpu(1, compute::CpuIsa::kBaseline);
+  auto ref_vars = NewStore(kSpec, opt, 3);
+  auto ref_mlp = Value(Mlp::Create(kSpec, opt));
+  auto vars = NewStore(kSpec, opt, 3);
+  auto mlp = Value(Mlp::Create(kSpec, opt));
+  for (int session = 0; session < 2; ++session) {
+    CAPTURE(session);
+    auto fake = std::make_unique<FakeDevice>();
+    auto examples = Value(DeviceExamples::Upload(sched.images.images, sched.images.labels, *fake));
+    auto ref_examples = Value(DeviceExamples::Upload(sched.images.images, sched.images.labels, cpu));
+    for (int i = 0; i < 2; ++i) {
+      const int32_t* idx = order.data() + 32 * (2 * session + i);
+      const int64_t rows = 2 * session + i == 3 ? 4 : 32;
+      const StepResult r = Value(mlp->TrainStep(*vars, *examples, idx, rows, *fake));
+      const StepResult e = Value(ref_mlp->TrainStep(*ref_vars, *ref_examples, idx, rows, cpu));
+      CHECK(SameBits(r.loss, e.loss));
+    }
+    CHECK(fake->captures() == (session == 0 ? 1 : 2));
+    mlp->ReleaseDevice(*fake);  // what a session's end does before its device goes
+    REQUIRE_OK(vars->ReleaseDevice(*fake));
+    examples.reset();
+    CHECK(fake->live_blocks() == 0);
+    CHECK(fake->bad_deallocations() == 0);
+  }
+  CheckSameBits(*ref_vars, *vars);
+}
+
 TEST_CASE("a device-resident step copies only its step block in and its statistics out") {
   Schedule sched;
   const OptimizerOptions opt = Optimizer(OptimizerKind::kAdam);

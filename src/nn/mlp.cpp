@@ -406,9 +406,11 @@ struct Mlp::Impl {
   /// The variables in `device`'s memory (VariableStore::DeviceData): for a
   /// training step (`train`: slots and beta powers too, and the device
   /// copies become the newer ones), or kernels and biases only. Dtypes and
-  /// shapes are checked through the host copies whenever the buffers differ
-  /// from those last checked (a variable's dtype and shape never change while
-  /// its device copy lives; a Delete and Create frees and reallocates it).
+  /// shapes are checked through the host copies (a const Get, which copies a
+  /// newer device value back) whenever the buffers differ from those last
+  /// checked: a variable's dtype and shape never change while its device
+  /// copy lives. Not caught: a variable deleted and re-created with another
+  /// shape whose new device copy lands at the old address.
   Status ResolveDeviceVars(VariableStore* mutable_vars, const VariableStore& vars, compute::Device& device,
                            bool train, DeviceVars* out) {
     std::vector<std::pair<const std::string*, TensorShape>> wanted;
@@ -433,7 +435,8 @@ struct Mlp::Impl {
       if (!p.ok()) return p.status();
       ptrs[i] = *p;
     }
-    if (checked_store != &vars || checked_device != &device || checked_ptrs != ptrs) {
+    // On a host-memory device the check costs no copy: always made.
+    if (device.host_memory() || checked_store != &vars || checked_device != &device || checked_ptrs != ptrs) {
       for (const auto& [name, shape] : wanted) FOREMAN_RETURN_IF_ERROR(GetFloat(vars, *name, shape).status());
       checked_store = &vars;
       checked_device = &device;
@@ -734,6 +737,15 @@ struct Mlp::Impl {
 
 Mlp::Mlp(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Mlp::~Mlp() = default;
+
+void Mlp::ReleaseDevice(const compute::Device& device) {
+  if (impl_->ws_device == &device) impl_->ReleaseDeviceWorkspace();
+  if (impl_->checked_device == &device) {
+    impl_->checked_store = nullptr;
+    impl_->checked_device = nullptr;
+    impl_->checked_ptrs.clear();
+  }
+}
 
 const MlpSpec& Mlp::spec() const { return impl_->spec; }
 const OptimizerOptions& Mlp::optimizer() const { return impl_->optimizer; }
