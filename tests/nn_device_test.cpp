@@ -268,6 +268,45 @@ TEST_CASE("a device-resident step copies only its step block in and its statisti
   CHECK(fake.copies_to_host() == out + 4);
   REQUIRE(mlp->TrainStep(*vars, *examples, order.data(), 32, fake).ok());
   CHECK(fake.copies_to_device() == in + 4);
+  // A host write (Assign) is uploaded by the next step, once.
+  REQUIRE_OK(vars->Assign("dense/bias", Tensor(DataType::kFloat, TensorShape{8})));
+  REQUIRE(mlp->TrainStep(*vars, *examples, order.data(), 32, fake).ok());
+  CHECK(fake.copies_to_device() == in + 6);
+  REQUIRE_OK(vars->ReleaseDevice(fake));
+}
+
+TEST_CASE("int64 labels and wrongly shaped variables on a device without host memory") {
+  Schedule sched;
+  const OptimizerOptions opt = Optimizer(OptimizerKind::kSgd);
+  data::Batch batch = Value(sched.dataset->GetBatch({}));
+  Tensor labels64(DataType::kInt64, batch.labels.shape());
+  for (int64_t i = 0; i < labels64.num_elements(); ++i) labels64.data<int64_t>()[i] = batch.labels.data<int32_t>()[i];
+  compute::CpuDevice cpu(1, compute::CpuIsa::kBaseline);
+  auto ref_vars = NewStore(kSpec, opt, 3);
+  const StepResult ref = Value(Value(Mlp::Create(kSpec, opt))->TrainStep(*ref_vars, batch.features, labels64, cpu));
+  FakeDevice fake;
+  auto vars = NewStore(kSpec, opt, 3);
+  auto mlp = Value(Mlp::Create(kSpec, opt));
+  const StepResult r = Value(mlp->TrainStep(*vars, batch.features, labels64, fake));
+  CHECK(SameBits(r.loss, ref.loss));
+  CheckSameBits(*ref_vars, *vars);
+
+  auto bad = NewStore(kSpec, opt, 3);
+  REQUIRE_OK(bad->Delete("dense_1/kernel"));
+  REQUIRE_OK(bad->Create("dense_1/kernel", Tensor(DataType::kFloat, TensorShape{6, 8})));
+  const int64_t ops = fake.operations(), uploads = fake.copies_to_device();
+  Status s = mlp->TrainStep(*bad, batch.features, batch.labels, fake).status();
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(s.message()).find("dense_1/kernel") != std::string::npos);
+  // Only the variables' allocations and uploads ran: no batch upload, no math.
+  CHECK(fake.copies_to_device() - uploads == 6);
+  CHECK(fake.operations() - ops == 2 * 6);
+  REQUIRE_OK(bad->Delete("dense_1/bias"));
+  s = mlp->TrainStep(*bad, batch.features, batch.labels, fake).status();
+  CHECK(s.code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(s.message()).find("dense_1/bias") != std::string::npos);
+  REQUIRE_OK(vars->ReleaseDevice(fake));
+  REQUIRE_OK(bad->ReleaseDevice(fake));
 }
 
 TEST_CASE("Evaluate on DeviceExamples equals Evaluate on the Tensors, in chunks") {
