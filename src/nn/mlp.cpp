@@ -10,6 +10,16 @@
 // output block while it is in cache on the CPU device (TF's fused
 // MatMul+BiasAdd+Relu does the same). For a fixed device and thread count a
 // step is bitwise reproducible.
+//
+// The device-resident path (a device without host memory, and the steps on
+// DeviceExamples on any device): the variables live where
+// VariableStore::DeviceData keeps them, the workspace is device memory
+// (Impl::Block, grown and reused), and the step is the same sequence of
+// device operations with its rates as device scalars (Impl::DeviceStepOps),
+// so that it can be captured once per batch size and replayed; per step only
+// the step block {learning rate, indices} goes in and 16 bytes of statistics
+// come out. Its results are bitwise those of the host path on the same
+// device kind (the device-scalar operations are the host ones' twins).
 #include <algorithm>
 #include <array>
 #include <cmath>
