@@ -239,18 +239,18 @@ Status FakeDevice::Gemm(const compute::GemmArgs& g) {
 }
 
 Status FakeDevice::ColumnSums(const float* delta, int64_t rows, int64_t cols, float* out) {
-  auto check = [=, this]() -> Status {
+  auto check = [=]() -> Status {
     if (rows < 0 || cols <= 0) return absl::OkStatus();
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ColumnSums", "out", out, cols * 4));
     return CheckDevice("ColumnSums", "delta", delta, rows * cols * 4);
   };
-  return Launch("ColumnSums", check, [=, this] { return cpu_.ColumnSums(delta, rows, cols, out); });
+  return Launch("ColumnSums", check, [=] { return cpu_.ColumnSums(delta, rows, cols, out); });
 }
 
 namespace {
-Status CheckXentOperands(const FakeDevice& d, const char* op, const compute::SoftmaxXentArgs& a,
+/// The logits and labels of a softmax cross-entropy, through `check`.
+Status CheckXentOperands(const char* op, const compute::SoftmaxXentArgs& a,
                          const std::function<Status(const char*, const char*, const void*, int64_t)>& check) {
-  (void)d;
   if (a.rows <= 0 || a.classes <= 0) return absl::OkStatus();
   FOREMAN_RETURN_IF_ERROR(check(op, "logits", a.logits, a.rows * a.classes * 4));
   return check(op, "labels", a.labels, LabelBytes(a));
@@ -259,7 +259,7 @@ Status CheckXentOperands(const FakeDevice& d, const char* op, const compute::Sof
 
 Status FakeDevice::SoftmaxXentForward(const compute::SoftmaxXentArgs& args, compute::SoftmaxXentStats* stats) {
   auto dev = [this](const char* op, const char* what, const void* p, int64_t b) { return CheckDevice(op, what, p, b); };
-  FOREMAN_RETURN_IF_ERROR(CheckXentOperands(*this, "SoftmaxXentForward", args, dev));
+  FOREMAN_RETURN_IF_ERROR(CheckXentOperands("SoftmaxXentForward", args, dev));
   FOREMAN_RETURN_IF_ERROR(CheckHost("SoftmaxXentForward", "stats", stats, sizeof(*stats)));
   return HostOp("SoftmaxXentForward", [&] { return cpu_.SoftmaxXentForward(args, stats); });
 }
@@ -269,17 +269,17 @@ Status FakeDevice::SoftmaxXentBackward(const compute::SoftmaxXentArgs& args, flo
     auto dev = [this](const char* op, const char* what, const void* p, int64_t b) {
       return CheckDevice(op, what, p, b);
     };
-    FOREMAN_RETURN_IF_ERROR(CheckXentOperands(*this, "SoftmaxXentBackward", args, dev));
+    FOREMAN_RETURN_IF_ERROR(CheckXentOperands("SoftmaxXentBackward", args, dev));
     if (args.rows <= 0 || args.classes <= 0) return absl::OkStatus();
     return CheckDevice("SoftmaxXentBackward", "grad", grad, args.rows * args.classes * 4);
   };
-  return Launch("SoftmaxXentBackward", check, [=, this] { return cpu_.SoftmaxXentBackward(args, scale, grad); });
+  return Launch("SoftmaxXentBackward", check, [=] { return cpu_.SoftmaxXentBackward(args, scale, grad); });
 }
 
 Status FakeDevice::SoftmaxXent(const compute::SoftmaxXentArgs& args, compute::SoftmaxXentStats* stats, float scale,
                                float* grad) {
   auto dev = [this](const char* op, const char* what, const void* p, int64_t b) { return CheckDevice(op, what, p, b); };
-  FOREMAN_RETURN_IF_ERROR(CheckXentOperands(*this, "SoftmaxXent", args, dev));
+  FOREMAN_RETURN_IF_ERROR(CheckXentOperands("SoftmaxXent", args, dev));
   if (args.rows > 0 && args.classes > 0) {
     FOREMAN_RETURN_IF_ERROR(CheckDevice("SoftmaxXent", "grad", grad, args.rows * args.classes * 4));
   }
@@ -293,13 +293,13 @@ Status FakeDevice::SoftmaxXentToDevice(const compute::SoftmaxXentArgs& args, flo
     auto dev = [this](const char* op, const char* what, const void* p, int64_t b) {
       return CheckDevice(op, what, p, b);
     };
-    FOREMAN_RETURN_IF_ERROR(CheckXentOperands(*this, "SoftmaxXentToDevice", args, dev));
+    FOREMAN_RETURN_IF_ERROR(CheckXentOperands("SoftmaxXentToDevice", args, dev));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("SoftmaxXentToDevice", "device_stats", device_stats, sizeof(*device_stats)));
     if (args.rows <= 0 || args.classes <= 0) return absl::OkStatus();
     return CheckDevice("SoftmaxXentToDevice", "grad", grad, args.rows * args.classes * 4);
   };
   return Launch("SoftmaxXentToDevice", check,
-                [=, this] { return cpu_.SoftmaxXentToDevice(args, scale, grad, device_stats); });
+                [=] { return cpu_.SoftmaxXentToDevice(args, scale, grad, device_stats); });
 }
 
 Status FakeDevice::SoftmaxXentForwardToDevice(const compute::SoftmaxXentArgs& args,
@@ -308,66 +308,66 @@ Status FakeDevice::SoftmaxXentForwardToDevice(const compute::SoftmaxXentArgs& ar
     auto dev = [this](const char* op, const char* what, const void* p, int64_t b) {
       return CheckDevice(op, what, p, b);
     };
-    FOREMAN_RETURN_IF_ERROR(CheckXentOperands(*this, "SoftmaxXentForwardToDevice", args, dev));
+    FOREMAN_RETURN_IF_ERROR(CheckXentOperands("SoftmaxXentForwardToDevice", args, dev));
     return CheckDevice("SoftmaxXentForwardToDevice", "device_stats", device_stats, sizeof(*device_stats));
   };
   return Launch("SoftmaxXentForwardToDevice", check,
-                [=, this] { return cpu_.SoftmaxXentForwardToDevice(args, device_stats); });
+                [=] { return cpu_.SoftmaxXentForwardToDevice(args, device_stats); });
 }
 
 Status FakeDevice::ApplyGradientDescent(float* var, const float* grad, int64_t n, float lr) {
-  auto check = [=, this]() -> Status {
+  auto check = [=]() -> Status {
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyGradientDescent", "var", var, n * 4));
     return CheckDevice("ApplyGradientDescent", "grad", grad, n * 4);
   };
-  return Launch("ApplyGradientDescent", check, [=, this] { return cpu_.ApplyGradientDescent(var, grad, n, lr); });
+  return Launch("ApplyGradientDescent", check, [=] { return cpu_.ApplyGradientDescent(var, grad, n, lr); });
 }
 
 Status FakeDevice::ApplyMomentum(float* var, float* accum, const float* grad, int64_t n,
                                  const compute::MomentumParams& p) {
-  auto check = [=, this]() -> Status {
+  auto check = [=]() -> Status {
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyMomentum", "var", var, n * 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyMomentum", "accum", accum, n * 4));
     return CheckDevice("ApplyMomentum", "grad", grad, n * 4);
   };
-  return Launch("ApplyMomentum", check, [=, this] { return cpu_.ApplyMomentum(var, accum, grad, n, p); });
+  return Launch("ApplyMomentum", check, [=] { return cpu_.ApplyMomentum(var, accum, grad, n, p); });
 }
 
 Status FakeDevice::ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n,
                              const compute::AdamParams& p) {
-  auto check = [=, this]() -> Status {
+  auto check = [=]() -> Status {
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyAdam", "var", var, n * 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyAdam", "m", m, n * 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyAdam", "v", v, n * 4));
     return CheckDevice("ApplyAdam", "grad", grad, n * 4);
   };
-  return Launch("ApplyAdam", check, [=, this] { return cpu_.ApplyAdam(var, m, v, grad, n, p); });
+  return Launch("ApplyAdam", check, [=] { return cpu_.ApplyAdam(var, m, v, grad, n, p); });
 }
 
 Status FakeDevice::ApplyGradientDescent(float* var, const float* grad, int64_t n, compute::DeviceScalar lr) {
-  auto check = [=, this]() -> Status {
+  auto check = [=]() -> Status {
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyGradientDescent", "learning_rate", lr.ptr, 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyGradientDescent", "var", var, n * 4));
     return CheckDevice("ApplyGradientDescent", "grad", grad, n * 4);
   };
-  return Launch("ApplyGradientDescent", check, [=, this] { return cpu_.ApplyGradientDescent(var, grad, n, lr); });
+  return Launch("ApplyGradientDescent", check, [=] { return cpu_.ApplyGradientDescent(var, grad, n, lr); });
 }
 
 Status FakeDevice::ApplyMomentum(float* var, float* accum, const float* grad, int64_t n, compute::DeviceScalar lr,
                                  float momentum, bool use_nesterov) {
-  auto check = [=, this]() -> Status {
+  auto check = [=]() -> Status {
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyMomentum", "learning_rate", lr.ptr, 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyMomentum", "var", var, n * 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyMomentum", "accum", accum, n * 4));
     return CheckDevice("ApplyMomentum", "grad", grad, n * 4);
   };
   return Launch("ApplyMomentum", check,
-                [=, this] { return cpu_.ApplyMomentum(var, accum, grad, n, lr, momentum, use_nesterov); });
+                [=] { return cpu_.ApplyMomentum(var, accum, grad, n, lr, momentum, use_nesterov); });
 }
 
 Status FakeDevice::ApplyAdam(float* var, float* m, float* v, const float* grad, int64_t n,
                              compute::DeviceScalar step_size, float beta1, float beta2, float epsilon) {
-  auto check = [=, this]() -> Status {
+  auto check = [=]() -> Status {
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyAdam", "step_size", step_size.ptr, 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyAdam", "var", var, n * 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("ApplyAdam", "m", m, n * 4));
@@ -375,27 +375,27 @@ Status FakeDevice::ApplyAdam(float* var, float* m, float* v, const float* grad, 
     return CheckDevice("ApplyAdam", "grad", grad, n * 4);
   };
   return Launch("ApplyAdam", check,
-                [=, this] { return cpu_.ApplyAdam(var, m, v, grad, n, step_size, beta1, beta2, epsilon); });
+                [=] { return cpu_.ApplyAdam(var, m, v, grad, n, step_size, beta1, beta2, epsilon); });
 }
 
 Status FakeDevice::AdamStepSize(compute::DeviceScalar lr, compute::DeviceScalar beta1_power,
                                 compute::DeviceScalar beta2_power, float* step_size) {
-  auto check = [=, this]() -> Status {
+  auto check = [=]() -> Status {
     FOREMAN_RETURN_IF_ERROR(CheckDevice("AdamStepSize", "learning_rate", lr.ptr, 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("AdamStepSize", "beta1_power", beta1_power.ptr, 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("AdamStepSize", "beta2_power", beta2_power.ptr, 4));
     return CheckDevice("AdamStepSize", "step_size", step_size, 4);
   };
   return Launch("AdamStepSize", check,
-                [=, this] { return cpu_.AdamStepSize(lr, beta1_power, beta2_power, step_size); });
+                [=] { return cpu_.AdamStepSize(lr, beta1_power, beta2_power, step_size); });
 }
 
 Status FakeDevice::AdamFinish(float* beta1_power, float* beta2_power, float beta1, float beta2) {
-  auto check = [=, this]() -> Status {
+  auto check = [=]() -> Status {
     FOREMAN_RETURN_IF_ERROR(CheckDevice("AdamFinish", "beta1_power", beta1_power, 4));
     return CheckDevice("AdamFinish", "beta2_power", beta2_power, 4);
   };
-  return Launch("AdamFinish", check, [=, this] { return cpu_.AdamFinish(beta1_power, beta2_power, beta1, beta2); });
+  return Launch("AdamFinish", check, [=] { return cpu_.AdamFinish(beta1_power, beta2_power, beta1, beta2); });
 }
 
 Status FakeDevice::GatherExamples(const compute::GatherArgs& a) {
