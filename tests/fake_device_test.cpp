@@ -85,6 +85,10 @@ TEST_CASE("operations on device memory compute as the CPU device and copies are 
   REQUIRE(d.CopyToHostBatch(&copy, 1).ok());
   CHECK(out[2] == 2.0f);
   CHECK(d.host_batches() == 1);
+  StatusOr<Tensor> pinned = d.AllocateHostTensor(DataType::kFloat, TensorShape{3});
+  REQUIRE(pinned.ok());
+  CHECK_FALSE(d.Contains(pinned->raw_data()));
+  CHECK(d.host_tensors() == 1);
   CHECK(d.allocated_bytes() == 24);
   d.Deallocate(var);
   CHECK(d.allocated_bytes() == 12);
@@ -132,12 +136,13 @@ TEST_CASE("an operation that needs the host spoils the capture") {
   FakeDevice d;
   float* p = AllocFloats(d, 1);
   float host = 0;
-  for (int which = 0; which < 4; ++which) {
+  for (int which = 0; which < 5; ++which) {
     CAPTURE(which);
     REQUIRE(d.BeginCapture().ok());
     Status s = which == 0   ? d.CopyToHost(&host, p, 4)
                : which == 1 ? d.Allocate(4).status()
                : which == 2 ? d.Synchronize()
+               : which == 3 ? d.AllocateHostTensor(DataType::kFloat, TensorShape{1}).status()
                             : d.CopyToDevice(p, &host, 4);
     CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
     CHECK(d.EndCapture().status().code() == absl::StatusCode::kFailedPrecondition);

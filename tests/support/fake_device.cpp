@@ -221,6 +221,16 @@ Status FakeDevice::CopyToHostBatch(const compute::HostCopy* copies, int64_t coun
   });
 }
 
+StatusOr<Tensor> FakeDevice::AllocateHostTensor(DataType dtype, TensorShape shape) {
+  Tensor t;
+  FOREMAN_RETURN_IF_ERROR(HostOp("AllocateHostTensor", [&]() -> Status {
+    FOREMAN_ASSIGN_OR_RETURN(t, Tensor::Create(dtype, std::move(shape)));
+    ++host_tensors_;
+    return absl::OkStatus();
+  }));
+  return t;
+}
+
 Status FakeDevice::Gemm(const compute::GemmArgs& g) {
   auto check = [this, g]() -> Status {
     if (g.m <= 0 || g.n <= 0 || g.k < 0) return absl::OkStatus();  // nothing written; the CPU checks signs

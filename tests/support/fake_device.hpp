@@ -15,8 +15,9 @@
 //     honours a memory limit (RESOURCE_EXHAUSTED naming the device and size).
 //   - supports_capture(): between BeginCapture and EndCapture operations are
 //     checked and recorded, not run; an operation that needs the host
-//     (Allocate, CopyToDevice, CopyToHost, CopyToHostBatch,
-//     SoftmaxXentForward, SoftmaxXent with host stats, Synchronize) is
+//     (Allocate, AllocateHostTensor, CopyToDevice, CopyToHost,
+//     CopyToHostBatch, SoftmaxXentForward, SoftmaxXent with host stats,
+//     Synchronize) is
 //     FAILED_PRECONDITION and spoils the capture (EndCapture returns that
 //     error). Replay runs the recorded operations in order, checking their
 //     pointers again (a block freed since is caught) and reading
@@ -89,6 +90,9 @@ class FakeDevice final : public compute::Device {
                                     compute::SoftmaxXentStats* device_stats) override;
   Status GatherExamples(const compute::GatherArgs& args) override;
   Status CopyToHostBatch(const compute::HostCopy* copies, int64_t count) override;
+  /// Tensor::Create's host memory, counted (host_tensors()); FAILED_PRECONDITION
+  /// while capturing (page-locked allocation waits for the device on CUDA).
+  StatusOr<Tensor> AllocateHostTensor(DataType dtype, TensorShape shape) override;
   bool supports_capture() const override { return options_.capture; }
   Status BeginCapture() override;
   StatusOr<std::unique_ptr<compute::CapturedOps>> EndCapture() override;
@@ -118,6 +122,8 @@ class FakeDevice final : public compute::Device {
   int64_t copies_to_host() const { return copies_to_host_; }
   int64_t bytes_to_host() const { return bytes_to_host_; }
   int64_t host_batches() const { return host_batches_; }
+  /// AllocateHostTensor calls that succeeded (a checkpoint's pinned buffers).
+  int64_t host_tensors() const { return host_tensors_; }
   /// Operations executed successfully (eager or replayed).
   int64_t operations() const { return operations_; }
   /// Successful EndCapture calls, and Replay calls.
@@ -155,6 +161,7 @@ class FakeDevice final : public compute::Device {
   int64_t copies_to_host_ = 0;
   int64_t bytes_to_host_ = 0;
   int64_t host_batches_ = 0;
+  int64_t host_tensors_ = 0;
   int64_t operations_ = 0;
   int64_t captures_ = 0;
   int64_t replays_ = 0;
