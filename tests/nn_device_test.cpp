@@ -391,6 +391,17 @@ TEST_CASE("bad indices, examples and devices are INVALID_ARGUMENT or FAILED_PREC
   CHECK(std::string(s.message()).find("1600 bytes") != std::string::npos);
   CHECK(small.live_blocks() == 0);
   REQUIRE_OK(vars->ReleaseDevice(fake));
+
+  // The step's workspace beyond the limit (the examples and variables take
+  // 3388 of its 3500 bytes): the device's RESOURCE_EXHAUSTED.
+  FakeDevice tight(FakeDevice::Options{"/fake:6", 3500, true});
+  auto tight_examples = Value(DeviceExamples::Upload(sched.images.images, sched.images.labels, tight));
+  s = mlp->TrainStep(*vars, *tight_examples, bad, 1, tight).status();
+  CHECK(s.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(s.message()).find("/fake:6") != std::string::npos);
+  CHECK(std::string(s.message()).find("512 bytes") != std::string::npos);  // dense/kernel's gradient
+  REQUIRE_OK(vars->ReleaseDevice(tight));
+  mlp->ReleaseDevice(tight);
 }
 
 TEST_CASE("a device error in the middle of a step is returned; later host reads work or report it") {
