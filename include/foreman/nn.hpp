@@ -184,17 +184,30 @@ class DeviceExamples {
 
  private:
   DeviceExamples(compute::Device* device, int64_t num_examples, int64_t feature_dim, uint8_t* images,
-                 uint8_t* labels);
+                 uint8_t* labels, std::vector<uint8_t> host_labels);
+  friend class Mlp;  // checks a batch's labels against host_labels_
   compute::Device* device_;
   int64_t num_examples_;
   int64_t feature_dim_;
   uint8_t* images_;
   uint8_t* labels_;
+  std::vector<uint8_t> host_labels_;  // the labels, kept on the host too for the range checks
 };
 
 /// Trains and evaluates an MLP on variables in a VariableStore. Holds the
 /// workspace (grown to the largest batch seen, then reused: no allocation
 /// per step). Not thread-safe: one per training thread.
+///
+/// On a device without host memory (a GPU), and for the steps on
+/// DeviceExamples on any device, the workspace is that device's memory
+/// (Device::Allocate) and the captured steps are that device's. The Mlp
+/// frees them in ReleaseDevice(), in its destructor, or when it is next used
+/// with another device for such a step: that device must still be alive
+/// then, so an Mlp that outlives its session's device (a graph's step kept
+/// across sessions) must be given ReleaseDevice() before the device goes.
+/// Such a device runs TrainStep, Evaluate and the steps on DeviceExamples;
+/// ComputeGradients and ApplyGradients (a cluster's split step) run on a
+/// host-memory device only: FAILED_PRECONDITION naming the device otherwise.
 class Mlp {
  public:
   /// INVALID_ARGUMENT for a bad spec or optimizer (ValidateMlpSpec,
@@ -238,9 +251,10 @@ class Mlp {
   /// the step's operations are captured once per batch size (and variable
   /// addresses) and replayed (a CUDA graph): the per-step values (indices,
   /// learning rate) are copied to the device first, then one replay, then
-  /// the loss and accuracy come back. Errors as TrainStep, and
-  /// INVALID_ARGUMENT for rows < 1, an index out of range, or examples of
-  /// another device or feature dimension.
+  /// the loss and accuracy come back. Errors as TrainStep ("labels[r] = v
+  /// is outside ..." for row r's example), and INVALID_ARGUMENT for rows < 1,
+  /// a null `indices`, "indices[r] = v is outside the examples' range
+  /// [0, N)", or examples of another device or feature dimension.
   StatusOr<StepResult> TrainStep(VariableStore& vars, const DeviceExamples& examples, const int32_t* indices,
                                  int64_t rows, compute::Device& device);
   /// The same on a CPU device running on `device` (not owned).
@@ -255,9 +269,10 @@ class Mlp {
   /// Adam, adam_step_size from the beta powers in `vars`. Once `*grads` holds
   /// this model's gradients, a call reuses its tensors and allocates nothing.
   /// Returns the loss and accuracy before the update, as TrainStep.
-  /// Errors as TrainStep (slots are not looked up), and INVALID_ARGUMENT for
-  /// a null `grads`; `*grads` is unchanged after a bad argument and
-  /// unspecified after a device error.
+  /// Errors as TrainStep (slots are not looked up), INVALID_ARGUMENT for
+  /// a null `grads`, FAILED_PRECONDITION on a device without host memory;
+  /// `*grads` is unchanged after a bad argument and unspecified after a
+  /// device error.
   StatusOr<StepResult> ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                         compute::Device& device, Gradients* grads);
   /// The same on a CPU device running on `device` (not owned).
@@ -278,6 +293,12 @@ class Mlp {
   StatusOr<StepResult> Evaluate(const VariableStore& vars, const DeviceExamples& examples, compute::Device& device);
 
   static constexpr int64_t kEvalChunkRows = 1024;
+
+  /// Frees the workspace and captured steps this Mlp holds in `device`'s
+  /// memory (a no-op when it holds none there); the next step there
+  /// allocates anew. Call before that device is destroyed when the Mlp
+  /// outlives it.
+  void ReleaseDevice(const compute::Device& device);
 
   const MlpSpec& spec() const;
   const OptimizerOptions& optimizer() const;
@@ -319,6 +340,8 @@ class Mlp {
 ///                     learning_rate or (Adam) adam_step_size that is negative
 ///                     or not finite; bad optimizer options
 ///                     (ValidateOptimizerOptions, learning_rate aside)
+///   FAILED_PRECONDITION `device` has no host memory (a GPU: the split step
+///                     runs on the CPU)
 ///   the device's own errors (compute.hpp)
 /// Not thread-safe for one `shard`: callers serialise updates to a store.
 Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
