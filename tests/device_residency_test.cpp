@@ -507,6 +507,21 @@ TEST_CASE("Session::Close copies the device's values back and frees them while t
   CHECK(sess->Close().ok());              // idempotent
 }
 
+TEST_CASE("Session::Close after a sticky device error: the device's INTERNAL, the copies freed") {
+  FakeFactoryScope factory;
+  auto sess = InitializedSession(FakeConfig());
+  FakeDevice& dev = *factory.last;
+  REQUIRE(sess->Run({kTrainOpName}).ok());
+  dev.InjectFailure(0, absl::InternalError("/fake:0: sticky"), /*sticky=*/true);
+  auto run = sess->Run({kTrainOpName});
+  CHECK(run.status().code() == absl::StatusCode::kInternal);
+  Status closed = sess->Close();
+  CHECK(closed.code() == absl::StatusCode::kInternal);
+  CHECK(absl::StrContains(Message(closed), "'w'"));
+  CHECK(dev.live_blocks() == 0);
+  CHECK(dev.bad_deallocations() == 0);
+}
+
 // A device owned by the session that forwards to a FakeDevice the test owns,
 // so that the FakeDevice can be inspected after the session (and this
 // device) are gone: a Deallocate after ~Session would call through a
@@ -578,6 +593,15 @@ TEST_CASE("~Session without Close frees the device's copies before the device is
     auto sess = InitializedSession(FakeConfig());
     REQUIRE(sess->Run({kTrainOpName}).ok());
     CHECK(dev.live_blocks() == 1);
+  }
+  CHECK(dev.live_blocks() == 0);
+  CHECK(dev.bad_deallocations() == 0);
+  CHECK(dev.copies_to_host() == 0);  // values dying with the session are not copied back
+  // A sticky device error does not stop the copies from being freed.
+  {
+    auto sess = InitializedSession(FakeConfig());
+    REQUIRE(sess->Run({kTrainOpName}).ok());
+    dev.InjectFailure(0, absl::InternalError("/fake:0: sticky"), /*sticky=*/true);
   }
   compute::SetFakeDeviceFactoryForTesting(nullptr);
   CHECK(dev.live_blocks() == 0);

@@ -259,7 +259,10 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Session::~Session() {
   // The device's copies go before the device does (Close() did this unless
-  // the session was never closed); the values may outlive this session.
+  // the session was never closed). Values only this session holds die with
+  // it, before the device (Impl's member order): their device copies are
+  // freed, not copied back. Values held elsewhere too get them back.
+  if (impl_->values.use_count() == 1) return;
   if (Status s = ReleaseDeviceCopies(impl_->device.get(), *impl_->values); !s.ok()) {
     FOREMAN_LOG_WARN("Session: the variables on {} could not be copied back: {}", impl_->device->name(),
                      s.ToString());
