@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -357,13 +358,18 @@ const std::vector<float> kGrad = {0.5f, -1.0f, 2.0f, 0.25f};
 // global_step and "w" float32[4] = {1, 2, 3, 4}; the step (train_op) runs
 // w -= grad * lr on the session's device with grad and lr in device memory,
 // then global_step += 1 on the host.
-std::shared_ptr<Graph> DeviceGraph() {
+// `before` (when set) runs first with the global step; its error fails the step.
+std::shared_ptr<Graph> DeviceGraph(std::function<Status(int64_t)> before = nullptr) {
   auto graph = std::make_shared<Graph>();
   REQUIRE(graph->CreateGlobalStep().ok());
   REQUIRE(graph->AddVariable("w", []() -> StatusOr<Tensor> { return Floats({1, 2, 3, 4}); }).ok());
   REQUIRE(graph
-              ->SetStep([](StepContext& ctx) -> Status {
+              ->SetStep([before](StepContext& ctx) -> Status {
                 if (!ctx.requested(kTrainOpName)) return absl::OkStatus();
+                if (before) {
+                  FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(ctx.variables()));
+                  FOREMAN_RETURN_IF_ERROR(before(step));
+                }
                 compute::Device& dev = ctx.compute();
                 FOREMAN_ASSIGN_OR_RETURN(void* w, ctx.variables().DeviceData("w", dev));
                 std::vector<float> host = kGrad;
@@ -821,6 +827,47 @@ TEST_CASE("a failed device copy fails that save; the previous checkpoint stays i
   auto prefixes = ListCheckpointPrefixes(Env::Default(), dir.path());
   REQUIRE(prefixes.ok());
   CHECK(*prefixes == std::vector<std::string>{dir / "model.ckpt-0", dir / "model.ckpt-2"});
+}
+
+TEST_CASE("a recovery closes the device session and goes on from the checkpoint on a new device") {
+  FakeDevice* last = nullptr;
+  int made = 0;
+  compute::DeviceFactoryForTesting inner = testing::FakeDeviceFactory(&last);
+  compute::SetFakeDeviceFactoryForTesting(
+      [&](const std::string& device, int64_t limit) -> StatusOr<std::unique_ptr<compute::Device>> {
+        ++made;
+        return inner(device, limit);
+      });
+  TempDir dir;
+  auto o = TrainingOptions(dir.path(), FakeConfig(), 2, 6);
+  bool preempted = false;
+  o.graph = DeviceGraph([&preempted](int64_t step) -> Status {
+    if (step == 3 && !preempted) {
+      preempted = true;
+      return absl::UnavailableError("injected preemption");
+    }
+    return absl::OkStatus();
+  });
+  o.recovery.initial_backoff = absl::Milliseconds(1);
+  o.recovery.max_backoff = absl::Milliseconds(1);
+  {
+    auto sess = MonitoredTrainingSession(o);
+    REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
+    while (!(*sess)->should_stop()) {
+      auto r = (*sess)->run({kTrainOpName});
+      REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+    }
+    REQUIRE((*sess)->close().ok());
+  }
+  compute::SetFakeDeviceFactoryForTesting(nullptr);
+  CHECK(preempted);
+  CHECK(made == 2);  // the recovery's new session has its own device
+  auto latest = LatestCheckpoint(Env::Default(), dir.path());
+  REQUIRE(latest.ok());
+  REQUIRE(latest->has_value());
+  auto saved = ReadCheckpoint(**latest);
+  CHECK(saved.at(kGlobalStepName).scalar<int64_t>().value() == 6);
+  CHECK(Values(saved.at("w")) == After({1, 2, 3, 4}, 6));
 }
 
 }  // namespace
