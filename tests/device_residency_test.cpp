@@ -655,6 +655,21 @@ TEST_CASE("SnapshotInto copies the device-newer variables in one batch into reus
   REQUIRE(internal::SnapshotInto(*sess, &snapshot).ok());
   CHECK(snapshot.count("zzz_gone") == 0);
   CHECK(snapshot.size() == 2);
+  // Strings stay on the host; an empty variable on the device has no bytes to copy.
+  REQUIRE(sess->WithVariables([&dev](VariableStore& vars) -> Status {
+                FOREMAN_RETURN_IF_ERROR(vars.Create("notes", Tensor::Scalar<std::string>("hello")));
+                FOREMAN_RETURN_IF_ERROR(vars.Create("empty", Tensor(DataType::kFloat, TensorShape{0})));
+                return vars.DeviceData("empty", dev).status();
+              })
+              .ok());
+  const int64_t batches = dev.host_batches();
+  auto third = internal::SnapshotInto(*sess, &snapshot);
+  REQUIRE_MESSAGE(third.ok(), third.status().ToString());
+  CHECK(*third == 2);
+  CHECK(snapshot.at("notes").scalar<std::string>().value() == "hello");
+  CHECK(snapshot.at("empty").shape() == TensorShape({0}));
+  CHECK(Values(snapshot.at("w")) == After({1, 2, 3, 4}, 2));
+  CHECK(dev.host_batches() == batches + 1);  // w, in one batch still
 }
 
 TEST_CASE("SnapshotInto: a failed device copy is the device's INTERNAL naming the variable") {
