@@ -150,9 +150,10 @@ struct Session::Impl {
   std::shared_ptr<Graph> graph;
   std::string target;
   SessionConfig config;
-  // Declared before `values`, so destroyed after them: a device's copies of
-  // the variables (VariableStore::DeviceData) are freed on the device.
-  // ~Session releases them first anyway (ReleaseDeviceCopies).
+  // Declared before `values`, so destroyed after them: the device copies of
+  // values only this session holds (VariableStore::DeviceData) are freed
+  // while the device lives. Close() and, for values held elsewhere too,
+  // ~Session release them explicitly (ReleaseDeviceCopies).
   std::unique_ptr<compute::Device> device;   // SessionConfig.device
   std::shared_ptr<internal::SessionValues> values;
   std::unique_ptr<compute::CpuDevice> host;  // the intra-op pool when `device` is not the CPU
@@ -173,8 +174,6 @@ struct Session::Impl {
 
 namespace {
 
-// The fetches a graph that declares its own accepts: those, its summary ops,
-// its variables and the runtime's global_step and train_op. Sorted, unique.
 // Copies back every variable value the session's device holds newer than
 // the host and frees the device's copies (VariableStore::ReleaseDevice): what
 // Close() and ~Session do before the device goes. Nothing for the CPU.
@@ -184,6 +183,8 @@ Status ReleaseDeviceCopies(compute::Device* device, internal::SessionValues& val
   return values.vars.ReleaseDevice(*device);
 }
 
+// The fetches a graph that declares its own accepts: those, its summary ops,
+// its variables and the runtime's global_step and train_op. Sorted, unique.
 std::vector<std::string> KnownFetches(const Graph& graph) {
   if (graph.fetches().empty()) return {};
   std::vector<std::string> known = graph.fetches();
