@@ -43,7 +43,9 @@ Tensor Floats(std::vector<float> values) {
   return Tensor::FromVector<float>(values, TensorShape{n}).value();
 }
 
-std::vector<float> Values(const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.num_elements()); }
+std::vector<float> Values(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.num_elements());
+}
 
 // The floats at a device pointer of the fake device (its blocks are host heap
 // memory, so a test may look without a counted copy).

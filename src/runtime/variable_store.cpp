@@ -45,7 +45,8 @@ Status VariableStore::SyncToHost(const Variable& var) const {
   if (copy == nullptr || !copy->device_newer) return absl::OkStatus();
   // const: the host copy is a cache of the value; refreshing it is not a change.
   Tensor& host = const_cast<Tensor&>(var.value);
-  FOREMAN_RETURN_IF_ERROR(copy->device->CopyToHost(host.raw_data(), copy->ptr, static_cast<int64_t>(host.TotalBytes())));
+  FOREMAN_RETURN_IF_ERROR(
+      copy->device->CopyToHost(host.raw_data(), copy->ptr, static_cast<int64_t>(host.TotalBytes())));
   copy->device_newer = false;
   return absl::OkStatus();
 }
