@@ -8,6 +8,7 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "foreman/tensor.hpp"
 #include "support/test_util.hpp"
@@ -211,4 +212,121 @@ TEST_CASE("Tensor::Create: INVALID_ARGUMENT for an unsupported dtype, RESOURCE_E
   CHECK(Message(huge.status()) == "cannot allocate 17592186044416 bytes for float32[4398046511104]");
   // The constructor, for sizes the program controls, throws.
   CHECK_THROWS_AS(Tensor(DataType::kFloat, TensorShape{int64_t{1} << 42}), std::bad_alloc);
+}
+
+// -- Tensor::FromBuffer (a device's page-locked host buffers) ----------------
+
+namespace {
+
+// A 64-byte-aligned buffer from the heap whose release is counted.
+int g_released = 0;
+char* g_last_released = nullptr;
+void CountingRelease(char* p) {
+  ++g_released;
+  g_last_released = p;
+  ::operator delete(p, std::align_val_t{64});
+}
+char* NewBuffer(std::size_t bytes) { return static_cast<char*>(::operator new(bytes, std::align_val_t{64})); }
+
+Tensor Adopted(TensorShape shape, float fill) {
+  const auto n = static_cast<std::size_t>(shape.num_elements());
+  char* data = NewBuffer(n * sizeof(float));
+  for (std::size_t i = 0; i < n; ++i) reinterpret_cast<float*>(data)[i] = fill + static_cast<float>(i);
+  return Tensor::FromBuffer(DataType::kFloat, std::move(shape), data, &CountingRelease);
+}
+
+}  // namespace
+
+TEST_CASE("FromBuffer: the tensor uses the buffer in place and releases it once when destroyed") {
+  g_released = 0;
+  char* data = NewBuffer(6 * sizeof(float));
+  {
+    Tensor t = Tensor::FromBuffer(DataType::kFloat, TensorShape{2, 3}, data, &CountingRelease);
+    CHECK(t.raw_data() == data);
+    CHECK(t.dtype() == DataType::kFloat);
+    CHECK(t.shape() == TensorShape({2, 3}));
+    CHECK(t.TotalBytes() == 6 * sizeof(float));
+    Tensor moved = std::move(t);  // the buffer goes with the move
+    CHECK(moved.raw_data() == data);
+    CHECK(g_released == 0);
+  }
+  CHECK(g_released == 1);
+  CHECK(g_last_released == data);
+}
+
+TEST_CASE("FromBuffer: a move-assignment over the tensor releases its buffer once") {
+  g_released = 0;
+  Tensor t = Adopted(TensorShape{4}, 1.0f);
+  char* data = t.raw_data();
+  t = Tensor(DataType::kFloat, TensorShape{4});  // an ordinary buffer replaces it
+  CHECK(g_released == 1);
+  CHECK(g_last_released == data);
+  CHECK(t.raw_data() != data);
+  t = Tensor(DataType::kFloat, TensorShape{4});  // ordinary over ordinary: not the adopted release
+  CHECK(g_released == 1);
+}
+
+TEST_CASE("FromBuffer: assigning a tensor of another shape or dtype releases the buffer once") {
+  g_released = 0;
+  Tensor t = Adopted(TensorShape{4}, 1.0f);
+  char* data = t.raw_data();
+  const Tensor other(DataType::kFloat, TensorShape{5});
+  t = other;
+  CHECK(g_released == 1);
+  CHECK(g_last_released == data);
+  CHECK(t.shape() == TensorShape({5}));
+  CHECK(t.Equals(other));
+
+  Tensor u = Adopted(TensorShape{4}, 1.0f);
+  u = Tensor::Scalar<int64_t>(7);  // another dtype, moved in
+  CHECK(g_released == 2);
+  Tensor w = Adopted(TensorShape{2}, 1.0f);
+  const Tensor ints(DataType::kInt32, TensorShape{2});  // same element count and bytes, another dtype
+  w = ints;
+  CHECK(g_released == 3);
+  CHECK(w.dtype() == DataType::kInt32);
+}
+
+TEST_CASE("FromBuffer: assigning a tensor of the same dtype and shape copies into the adopted buffer") {
+  g_released = 0;
+  Tensor t = Adopted(TensorShape{2, 2}, 0.0f);
+  char* data = t.raw_data();
+  auto source = Tensor::FromVector<float>({5, 6, 7, 8}, TensorShape{2, 2});
+  REQUIRE(source.ok());
+  t = *source;
+  CHECK(g_released == 0);
+  CHECK(t.raw_data() == data);
+  CHECK(t.Equals(*source));
+  CHECK(t.data<float>()[3] == 8.0f);
+  t = Tensor();  // dropping it releases it
+  CHECK(g_released == 1);
+}
+
+TEST_CASE("FromBuffer: copies of the tensor are ordinary tensors with their own buffer") {
+  g_released = 0;
+  {
+    Tensor t = Adopted(TensorShape{3}, 2.0f);
+    Tensor copy(t);
+    CHECK(copy.raw_data() != t.raw_data());
+    CHECK(copy.Equals(t));
+    Tensor assigned(DataType::kInt32, TensorShape{1});
+    assigned = t;  // another shape: a fresh ordinary buffer
+    CHECK(assigned.raw_data() != t.raw_data());
+    CHECK(assigned.Equals(t));
+    copy.data<float>()[0] = -1.0f;  // independent
+    CHECK(t.data<float>()[0] == 2.0f);
+  }
+  CHECK(g_released == 1);  // the copies' buffers are not handed to `release`
+}
+
+TEST_CASE("FromBuffer: an empty tensor over a null buffer") {
+  g_released = 0;
+  {
+    Tensor t = Tensor::FromBuffer(DataType::kFloat, TensorShape{0, 3}, nullptr, &CountingRelease);
+    CHECK(t.num_elements() == 0);
+    CHECK(t.TotalBytes() == 0);
+    Tensor copy(t);
+    CHECK(copy.Equals(t));
+  }
+  CHECK(g_released == 0);  // nothing to release
 }

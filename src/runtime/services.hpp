@@ -108,9 +108,17 @@ struct SaveTicket {
 /// Returns how many tensors were copied into buffers they already had.
 /// On a cluster session it first reads one consistent state of all ps tasks
 /// (RemoteValues::ReadConsistent) into the mirror, then copies as above.
+/// On a session whose device has no host memory (a GPU), new buffers come
+/// from the device's AllocateHostTensor (page-locked on CUDA; reused by the
+/// next saves), and the variables whose device copy is newer than the host
+/// one are copied from the device straight into their buffers with one
+/// CopyToHostBatch (internal::VariableStoreAccess); the store's host copies
+/// are left as they are (still stale, the device's copy stays the value).
 /// Errors: RESOURCE_EXHAUSTED when an allocation fails (Session::WithVariables
 /// turns the std::bad_alloc into a Status); on a cluster, ReadConsistent's
-/// FAILED_PRECONDITION or UNAVAILABLE.
+/// FAILED_PRECONDITION or UNAVAILABLE; the device's error (INTERNAL) when
+/// its copy fails, naming the variables copied (then `*snapshot` holds a
+/// partial copy: do not save it).
 StatusOr<int64_t> SnapshotInto(Session& session, std::map<std::string, Tensor>* snapshot);
 
 /// Who hears of each durable save (the actor API's CheckpointSaved): called

@@ -150,8 +150,12 @@ struct Session::Impl {
   std::shared_ptr<Graph> graph;
   std::string target;
   SessionConfig config;
-  std::shared_ptr<internal::SessionValues> values;
+  // Declared before `values`, so destroyed after them: the device copies of
+  // values only this session holds (VariableStore::DeviceData) are freed
+  // while the device lives. Close() and, for values held elsewhere too,
+  // ~Session release them explicitly (ReleaseDeviceCopies).
   std::unique_ptr<compute::Device> device;   // SessionConfig.device
+  std::shared_ptr<internal::SessionValues> values;
   std::unique_ptr<compute::CpuDevice> host;  // the intra-op pool when `device` is not the CPU
   compute::CpuDevice* cpu = nullptr;         // device or host: StepContext::eigen_device()
   std::atomic<bool> closed{false};
@@ -169,6 +173,15 @@ struct Session::Impl {
 };
 
 namespace {
+
+// Copies back every variable value the session's device holds newer than
+// the host and frees the device's copies (VariableStore::ReleaseDevice): what
+// Close() and ~Session do before the device goes. Nothing for the CPU.
+Status ReleaseDeviceCopies(compute::Device* device, internal::SessionValues& values) {
+  if (device == nullptr || device->host_memory()) return absl::OkStatus();
+  MutexLock lock(values.mu);
+  return values.vars.ReleaseDevice(*device);
+}
 
 // The fetches a graph that declares its own accepts: those, its summary ops,
 // its variables and the runtime's global_step and train_op. Sorted, unique.
@@ -203,7 +216,16 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
   }
   int threads = config.intra_op_parallelism_threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<compute::Device> device, compute::CreateDevice(config.device, threads, config.device_memory_limit_bytes));
+  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<compute::Device> device,
+                           compute::CreateDevice(config.device, threads, config.device_memory_limit_bytes));
+  if (!device->host_memory() && !target.empty()) {
+    // Variables with device copies are one session's own: values shared
+    // through a target (inproc://, a cluster's mirror) are read and written
+    // on the host by other sessions and by the ps tasks.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session target '", target, "' cannot be used with SessionConfig.device '", config.device, "' (",
+        device->name(), "): a device without host memory holds the variables only for a local session (target \"\")"));
+  }
   FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<internal::SessionValues> values, internal::ResolveSessionTarget(target));
   graph->Finalize();  // B19 / B93: creating a session finalizes the graph
   if (values->remote != nullptr) {
@@ -235,7 +257,18 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
 }
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Session::~Session() = default;
+
+Session::~Session() {
+  // The device's copies go before the device does (Close() did this unless
+  // the session was never closed). Values only this session holds die with
+  // it, before the device (Impl's member order): their device copies are
+  // freed, not copied back. Values held elsewhere too get them back.
+  if (impl_->values.use_count() == 1) return;
+  if (Status s = ReleaseDeviceCopies(impl_->device.get(), *impl_->values); !s.ok()) {
+    FOREMAN_LOG_WARN("Session: the variables on {} could not be copied back: {}", impl_->device->name(),
+                     s.ToString());
+  }
+}
 
 StatusOr<TensorMap> Session::Run(const std::vector<std::string>& fetches, const TensorMap& feeds,
                                  const RunOptions& options, RunMetadata* metadata) {
@@ -352,6 +385,9 @@ Status Session::RunCore(const std::vector<std::string>& requested, const TensorM
                    value.ok() && (*value)->dtype() != DataType::kInvalid) {
           values[i] = **value;
           answered[i] = 1;
+        } else if (!value.ok() && !absl::IsNotFound(value.status())) {
+          status = value.status();  // the device's failed copy back (INTERNAL naming the variable)
+          break;
         }
       }
     }
@@ -476,6 +512,8 @@ Status SessionAccess::WithConsistentVariables(Session& session, const std::funct
 
 bool SessionAccess::remote_variables(const Session& session) { return session.impl_->values->remote != nullptr; }
 
+compute::Device& SessionAccess::compute_device(Session& session) { return *session.impl_->device; }
+
 std::optional<RemoteValues::PsWait> SessionAccess::ps_wait(const Session& session) {
   const RemoteValues* remote = session.impl_->values->remote.get();
   if (remote == nullptr) return std::nullopt;
@@ -499,7 +537,10 @@ void SessionAccess::SetWriteThrough(Session& session, bool on) {
 
 Status Session::Close() {
   impl_->closed.store(true, std::memory_order_release);
-  return absl::OkStatus();
+  // The variables come back to the host (hooks' end(), Snapshot() and a
+  // later session on the same values read them there); the device's INTERNAL
+  // when a copy fails (those values stay at their last host copy).
+  return ReleaseDeviceCopies(impl_->device.get(), *impl_->values);
 }
 
 bool Session::closed() const { return impl_->closed.load(std::memory_order_acquire); }

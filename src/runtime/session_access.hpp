@@ -49,6 +49,10 @@ class SessionAccess {
   /// Whether `session`'s variables live on parameter servers.
   static bool remote_variables(const Session& session);
 
+  /// The session's compute device (SessionConfig.device), owned by it: the
+  /// checkpoint snapshot's host buffers come from its AllocateHostTensor.
+  static compute::Device& compute_device(Session& session);
+
   /// The ps-wait of a cluster session's target (RemoteValues::ps_wait);
   /// nullopt for a local session or a target without one. No remote call.
   static std::optional<RemoteValues::PsWait> ps_wait(const Session& session);

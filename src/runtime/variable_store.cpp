@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "foreman/compute.hpp"
 #include "platform/log.hpp"
+#include "runtime/variable_store_access.hpp"
 
 namespace foreman {
 
@@ -44,7 +45,8 @@ Status VariableStore::SyncToHost(const Variable& var) const {
   if (copy == nullptr || !copy->device_newer) return absl::OkStatus();
   // const: the host copy is a cache of the value; refreshing it is not a change.
   Tensor& host = const_cast<Tensor&>(var.value);
-  FOREMAN_RETURN_IF_ERROR(copy->device->CopyToHost(host.raw_data(), copy->ptr, static_cast<int64_t>(host.TotalBytes())));
+  FOREMAN_RETURN_IF_ERROR(
+      copy->device->CopyToHost(host.raw_data(), copy->ptr, static_cast<int64_t>(host.TotalBytes())));
   copy->device_newer = false;
   return absl::OkStatus();
 }
@@ -98,6 +100,22 @@ Status VariableStore::ReleaseDevice(compute::Device& device) {
 }
 
 compute::Device* VariableStore::resident_device() const { return resident_; }
+
+namespace internal {
+
+const void* VariableStoreAccess::DeviceNewerData(const VariableStore& vars, const std::string& name) {
+  auto it = vars.vars_.find(name);
+  if (it == vars.vars_.end()) return nullptr;
+  const VariableStore::DeviceCopy* copy = it->second->device.get();
+  return copy != nullptr && copy->device_newer ? copy->ptr : nullptr;
+}
+
+const Tensor* VariableStoreAccess::HostTensor(const VariableStore& vars, const std::string& name) {
+  auto it = vars.vars_.find(name);
+  return it == vars.vars_.end() ? nullptr : &it->second->value;
+}
+
+}  // namespace internal
 
 Status VariableStore::ValidateName(const std::string& name) {
   bool ok = !name.empty() && IsNameStart(name[0]);
@@ -210,11 +228,17 @@ std::size_t VariableStore::TotalBytes() const {
 
 namespace {
 
-// The global step tensor, checked to be an integer scalar (B124).
-StatusOr<const Tensor*> GlobalStepTensor(const VariableStore& vars) {
+// The global step tensor, checked to be an integer scalar (B124). Through
+// the non-const store the non-const Get(): a writer makes the host copy the
+// newer one (a device copy is refreshed before a step uses it).
+template <class Store>
+auto GlobalStepTensor(Store& vars) -> decltype(vars.Get(std::string())) {
   static const std::string name(kGlobalStepName);  // no temporary string per lookup (every step)
   auto t = vars.Get(name);
-  if (!t.ok()) return absl::NotFoundError("global_step not found: create it with CreateGlobalStep()");
+  if (absl::IsNotFound(t.status())) {
+    return absl::NotFoundError("global_step not found: create it with CreateGlobalStep()");
+  }
+  if (!t.ok()) return t.status();  // a device's failed copy back
   const Tensor& v = **t;
   if ((v.dtype() != DataType::kInt64 && v.dtype() != DataType::kInt32) || v.shape().rank() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("global_step must be an integer scalar, got ",
@@ -242,8 +266,7 @@ StatusOr<int64_t> GetOrCreateGlobalStep(VariableStore& vars) {
 }
 
 Status SetGlobalStep(VariableStore& vars, int64_t value) {
-  FOREMAN_ASSIGN_OR_RETURN(const Tensor* checked, GlobalStepTensor(vars));
-  Tensor* t = const_cast<Tensor*>(checked);  // the store is non-const here
+  FOREMAN_ASSIGN_OR_RETURN(Tensor * t, GlobalStepTensor(vars));
   if (t->dtype() == DataType::kInt32) {
     if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
       return absl::InvalidArgumentError(absl::StrCat("global_step is int32 and cannot hold ", value));
