@@ -220,6 +220,42 @@ echo "SKIP gpu no usable CUDA device: cudaErrorNoDevice" >"$tmp/gpu/runs.txt"
 out=$("$python" "$src/report.py" "$tmp/gpu" 2>&1)
 has '^\| 7 \| GPU \| not measured: no usable CUDA device: cudaErrorNoDevice \|' "$out" || fail "report.py: a skipped GPU part: $out"
 
+# -- tools/scripts/gpu-check.sh and gpu-bundle.sh (issue 15) without a GPU -----------------
+# The check says so in one line and exits 77 within seconds, from the build
+# tree and from a bundle (programs and their libraries, no data) run with
+# nothing but the bundle's libraries.
+build=$(cd "$(dirname "$train")/../.." && pwd)
+scripts=$src/../scripts
+if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA devices' "$devices"; then
+  SECONDS=0
+  out=$(timeout 60 "$scripts/gpu-check.sh" --build-dir "$build" --out "$tmp/gpucheck" 2>&1)
+  rc=$?
+  [[ $rc -eq 77 ]] && has '^gpu-check: SKIP: no usable GPU \(no CUDA devices: .+\); nothing else was run$' "$out" ||
+    fail "gpu-check.sh without a GPU: rc $rc: $out"
+  ((SECONDS < 20)) || fail "gpu-check.sh without a GPU took ${SECONDS} s"
+  grep -q '^gpu-check: SKIP: no usable GPU' "$tmp/gpucheck/summary.txt" || fail "gpu-check.sh: no summary.txt"
+  out=$(timeout 120 "$scripts/gpu-bundle.sh" --build-dir "$build" --out "$tmp/bundle" --no-build --no-data 2>&1)
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "gpu-bundle.sh exited $rc: $out"
+  for f in gpu-check.sh tests.txt BUILD.txt bin/foreman bin/train_bench bin/gpu_selftest bin/train_torch.py; do
+    [[ -e $tmp/bundle/$f ]] || fail "gpu-bundle.sh: no $f in the bundle: $(ls -R "$tmp/bundle" | head -50)"
+  done
+  compgen -G "$tmp/bundle/lib/libforeman.so.*" >/dev/null || fail "gpu-bundle.sh: no libforeman in lib/: $(ls "$tmp/bundle/lib")"
+  system_libs=$(ls "$tmp/bundle/lib" | grep -E '^(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda)\.so' || true)
+  [[ -z $system_libs ]] || fail "gpu-bundle.sh copied system libraries: $system_libs"
+  grep -q $'^gpu_selftest\tgpu_selftest' "$tmp/bundle/tests.txt" || fail "gpu-bundle.sh: tests.txt: $(cat "$tmp/bundle/tests.txt")"
+  out=$(cd "$tmp" && timeout 60 env -u LD_LIBRARY_PATH "$tmp/bundle/gpu-check.sh" --out "$tmp/gpucheck2" 2>&1)
+  rc=$?
+  [[ $rc -eq 77 ]] && has '^gpu-check: SKIP: no usable GPU \(no CUDA devices: ' "$out" ||
+    fail "the bundle's gpu-check.sh without a GPU: rc $rc: $out"
+  mkdir -p "$tmp/notabundle"
+  out=$(timeout 60 "$scripts/gpu-bundle.sh" --build-dir "$build" --out "$tmp/notabundle" --no-build --no-data 2>&1)
+  rc=$?
+  [[ $rc -eq 1 ]] && has 'is not a bundle' "$out" || fail "gpu-bundle.sh replaced a folder that is not a bundle: rc $rc: $out"
+else
+  echo "note: a CUDA device is visible: gpu-check.sh's no-GPU behaviour is not checked here (run it)"
+fi
+
 # run.sh refuses a bad --threads before it installs, builds or runs anything.
 out=$(timeout 30 "$src/run.sh" --threads 1,x --no-install --out "$tmp/never" 2>&1)
 rc=$?
