@@ -18,7 +18,7 @@
 // the optimizer's slots are variables, so they are checkpointed with the
 // weights; shuffling is a pure function of (seed, epoch). A run interrupted
 // and resumed therefore ends with the same weights as an uninterrupted one
-// (same seed and --threads).
+// (same seed, --threads and --device; docs/train.md "Devices").
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
