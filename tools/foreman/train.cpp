@@ -542,7 +542,7 @@ struct Model {
   // copied to the device once (uint8), batches gathered there in the order
   // train_set->Order(epoch) gives -- the order the CPU's pipeline reads.
   std::shared_ptr<const data::Dataset> train_set;
-  data::LabeledImages train_images;  // uploaded at the first step (then cleared)
+  data::LabeledImages train_images;  // uploaded at a session's first step (kept for a recovery's new session)
   data::LabeledImages test_images;
   std::unique_ptr<nn::DeviceExamples> device_train;
   std::unique_ptr<nn::DeviceExamples> device_test;
