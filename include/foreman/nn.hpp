@@ -184,17 +184,28 @@ class DeviceExamples {
 
  private:
   DeviceExamples(compute::Device* device, int64_t num_examples, int64_t feature_dim, uint8_t* images,
-                 uint8_t* labels);
+                 uint8_t* labels, std::vector<uint8_t> host_labels);
+  friend class Mlp;  // checks a batch's labels against host_labels_
   compute::Device* device_;
   int64_t num_examples_;
   int64_t feature_dim_;
   uint8_t* images_;
   uint8_t* labels_;
+  std::vector<uint8_t> host_labels_;  // the labels, kept on the host too for the range checks
 };
 
 /// Trains and evaluates an MLP on variables in a VariableStore. Holds the
 /// workspace (grown to the largest batch seen, then reused: no allocation
 /// per step). Not thread-safe: one per training thread.
+///
+/// On a device without host memory (a GPU), and for the steps on
+/// DeviceExamples on any device, the workspace is that device's memory
+/// (Device::Allocate) and the captured steps are that device's: the Mlp
+/// frees them in its destructor, or when it is next used with another device
+/// for such a step, so the device must outlive the Mlp (or that next use).
+/// Such a device runs TrainStep, Evaluate and the steps on DeviceExamples;
+/// ComputeGradients and ApplyGradients (a cluster's split step) run on a
+/// host-memory device only: FAILED_PRECONDITION naming the device otherwise.
 class Mlp {
  public:
   /// INVALID_ARGUMENT for a bad spec or optimizer (ValidateMlpSpec,

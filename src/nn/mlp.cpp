@@ -11,7 +11,9 @@
 // MatMul+BiasAdd+Relu does the same). For a fixed device and thread count a
 // step is bitwise reproducible.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -131,12 +133,34 @@ compute::SoftmaxXentArgs XentArgs(const float* logits, const Tensor& labels, int
   return args;
 }
 
-/// The MLP keeps its workspace and reads its variables in host memory.
-Status CheckHostMemory(const compute::Device& device) {
+/// ComputeGradients and ApplyGradients (a cluster's split step) run on
+/// host-memory devices only.
+Status CheckHostMemory(const compute::Device& device, const char* what) {
   if (device.host_memory()) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat("nn::Mlp on device ", device.name(),
-                                               ": the MLP step for a device without host memory (CUDA) is not "
-                                               "built yet"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " on device ", device.name(),
+      ": a device without host memory runs whole steps only (Mlp::TrainStep, Mlp::Evaluate); a cluster's split "
+      "step (ComputeGradients, ApplyGradients) runs on the CPU"));
+}
+
+/// The TrainStep by indices' and Evaluate's checks of `examples` and of the
+/// indices (each in [0, N); their labels in [0, classes)).
+Status CheckExamples(const MlpSpec& spec, const DeviceExamples& examples, const compute::Device& device) {
+  if (&examples.device() != &device) {
+    return absl::InvalidArgumentError(absl::StrCat("examples are on device ", examples.device().name(),
+                                                   ", not on the step's device ", device.name()));
+  }
+  if (examples.feature_dim() != spec.input_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("examples have ", examples.feature_dim(),
+                                                   " features each, the model's input_dim is ", spec.input_dim));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckLabel(const MlpSpec& spec, int64_t position, uint8_t label) {
+  if (label < spec.num_classes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("labels[", position, "] = ", static_cast<int>(label),
+                                                 " is outside the valid range of [0, ", spec.num_classes, ")"));
 }
 
 /// A float buffer that only grows (no allocation once it is large enough).
@@ -267,6 +291,364 @@ struct Mlp::Impl {
   std::vector<std::string> trainable;
   std::vector<TensorShape> trainable_shapes;
   std::vector<std::size_t> kernel_index, bias_index;
+
+  // -- the device-resident path (a device without host memory, and the steps
+  // on DeviceExamples on any device) ------------------------------------------
+  // Workspace blocks in ws_device's memory, grown, never shrunk: the fixed
+  // ones below, then per layer its output, delta, kernel and bias gradients.
+  enum Fixed { kFeatures, kLabels, kStepBlock, kStats, kScalars, kEvalIndices, kNumFixed };
+  struct DeviceBlock {
+    void* ptr = nullptr;
+    int64_t bytes = 0;
+  };
+  compute::Device* ws_device = nullptr;
+  std::vector<DeviceBlock> blocks;
+  int64_t eval_indices_ready = 0;      // iota entries uploaded into kEvalIndices
+  std::vector<unsigned char> host_step;  // the step block staged on the host
+  // Captured steps by (device, rows, every pointer they use), least recently
+  // used evicted past kMaxCaptures.
+  struct Captured {
+    std::vector<uintptr_t> key;
+    std::unique_ptr<compute::CapturedOps> ops;
+    uint64_t used = 0;
+  };
+  static constexpr std::size_t kMaxCaptures = 4;
+  std::vector<Captured> captures;
+  uint64_t capture_clock = 0;
+  // The device buffers whose variables' dtypes and shapes were last checked.
+  const VariableStore* checked_store = nullptr;
+  const compute::Device* checked_device = nullptr;
+  std::vector<const void*> checked_ptrs;
+
+  ~Impl() { ReleaseDeviceWorkspace(); }
+
+  void ReleaseDeviceWorkspace() {
+    captures.clear();  // before the memory they use
+    if (ws_device != nullptr) {
+      for (DeviceBlock& b : blocks) ws_device->Deallocate(b.ptr);
+    }
+    blocks.clear();
+    ws_device = nullptr;
+    eval_indices_ready = 0;
+  }
+
+  /// Block `slot` of at least `bytes` bytes on `device` (switching devices
+  /// frees the previous device's workspace first).
+  StatusOr<void*> Block(compute::Device& device, std::size_t slot, int64_t bytes) {
+    if (ws_device != &device) {
+      ReleaseDeviceWorkspace();
+      ws_device = &device;
+      blocks.assign(kNumFixed + 4 * layers.size(), DeviceBlock{});
+    }
+    DeviceBlock& b = blocks[slot];
+    if (b.ptr == nullptr || b.bytes < bytes) {
+      device.Deallocate(b.ptr);
+      b = DeviceBlock{};
+      if (slot == kEvalIndices) eval_indices_ready = 0;
+      FOREMAN_ASSIGN_OR_RETURN(b.ptr, device.Allocate(bytes));
+      b.bytes = bytes;
+    }
+    return b.ptr;
+  }
+
+  /// The device pointers of one step.
+  struct DeviceStep {
+    std::vector<float*> outputs, deltas, kgrads, bgrads;
+    float* features = nullptr;
+    void* labels = nullptr;
+    unsigned char* step_block = nullptr;  // {float learning rate, pad, int32 indices[rows] at kIndicesOffset}
+    compute::SoftmaxXentStats* stats = nullptr;
+    float* step_size = nullptr;  // Adam's lr_t
+  };
+  static constexpr int64_t kIndicesOffset = 16;
+
+  /// Reserves the workspace of a step of `rows` rows (labels of `label_bytes`
+  /// each; `indices`: room for the step block's indices).
+  StatusOr<DeviceStep> ReserveStep(compute::Device& device, int64_t rows, int64_t label_bytes, bool indices) {
+    DeviceStep s;
+    const std::size_t n = layers.size();
+    s.outputs.resize(n);
+    s.deltas.resize(n);
+    s.kgrads.resize(n);
+    s.bgrads.resize(n);
+    for (std::size_t l = 0; l < n; ++l) {
+      const Layer& layer = layers[l];
+      const std::size_t base = kNumFixed + 4 * l;
+      FOREMAN_ASSIGN_OR_RETURN(void* o, Block(device, base, rows * layer.out * 4));
+      FOREMAN_ASSIGN_OR_RETURN(void* d, Block(device, base + 1, rows * layer.out * 4));
+      FOREMAN_ASSIGN_OR_RETURN(void* k, Block(device, base + 2, layer.in * layer.out * 4));
+      FOREMAN_ASSIGN_OR_RETURN(void* b, Block(device, base + 3, layer.out * 4));
+      s.outputs[l] = static_cast<float*>(o);
+      s.deltas[l] = static_cast<float*>(d);
+      s.kgrads[l] = static_cast<float*>(k);
+      s.bgrads[l] = static_cast<float*>(b);
+    }
+    FOREMAN_ASSIGN_OR_RETURN(void* f, Block(device, kFeatures, rows * spec.input_dim * 4));
+    FOREMAN_ASSIGN_OR_RETURN(s.labels, Block(device, kLabels, rows * label_bytes));
+    FOREMAN_ASSIGN_OR_RETURN(void* st, Block(device, kStepBlock, kIndicesOffset + (indices ? rows * 4 : 0)));
+    FOREMAN_ASSIGN_OR_RETURN(void* stats, Block(device, kStats, sizeof(compute::SoftmaxXentStats)));
+    FOREMAN_ASSIGN_OR_RETURN(void* sc, Block(device, kScalars, 64));
+    s.features = static_cast<float*>(f);
+    s.step_block = static_cast<unsigned char*>(st);
+    s.stats = static_cast<compute::SoftmaxXentStats*>(stats);
+    s.step_size = static_cast<float*>(sc);
+    return s;
+  }
+
+  /// Every variable a step uses, in device memory.
+  struct DeviceVars {
+    std::vector<float*> kernels, biases;
+    std::vector<std::array<float*, 2>> kernel_slots, bias_slots;
+    float* beta1_power = nullptr;
+    float* beta2_power = nullptr;
+  };
+
+  /// The variables in `device`'s memory (VariableStore::DeviceData): for a
+  /// training step (`train`: slots and beta powers too, and the device
+  /// copies become the newer ones), or kernels and biases only. Dtypes and
+  /// shapes are checked through the host copies whenever the buffers differ
+  /// from those last checked (a variable's dtype and shape never change while
+  /// its device copy lives; a Delete and Create frees and reallocates it).
+  Status ResolveDeviceVars(VariableStore* mutable_vars, const VariableStore& vars, compute::Device& device,
+                           bool train, DeviceVars* out) {
+    std::vector<std::pair<const std::string*, TensorShape>> wanted;
+    for (const Layer& layer : layers) {
+      const TensorShape kshape{layer.in, layer.out}, bshape{layer.out};
+      wanted.emplace_back(&layer.kernel, kshape);
+      wanted.emplace_back(&layer.bias, bshape);
+      if (!train) continue;
+      for (std::size_t s = 0; s < layer.kernel_slots.size(); ++s) {
+        wanted.emplace_back(&layer.kernel_slots[s], kshape);
+        wanted.emplace_back(&layer.bias_slots[s], bshape);
+      }
+    }
+    static const std::string kBeta1 = internal::kBeta1PowerName, kBeta2 = internal::kBeta2PowerName;
+    if (train && optimizer.kind == OptimizerKind::kAdam) {
+      wanted.emplace_back(&kBeta1, TensorShape{});
+      wanted.emplace_back(&kBeta2, TensorShape{});
+    }
+    std::vector<const void*> ptrs(wanted.size());
+    for (std::size_t i = 0; i < wanted.size(); ++i) {
+      StatusOr<const void*> p = vars.DeviceData(*wanted[i].first, device);
+      if (!p.ok()) return p.status();
+      ptrs[i] = *p;
+    }
+    if (checked_store != &vars || checked_device != &device || checked_ptrs != ptrs) {
+      for (const auto& [name, shape] : wanted) FOREMAN_RETURN_IF_ERROR(GetFloat(vars, *name, shape).status());
+      checked_store = &vars;
+      checked_device = &device;
+      checked_ptrs = ptrs;
+    }
+    if (train) {
+      // The step writes them: the device copies become the newer ones.
+      for (std::size_t i = 0; i < wanted.size(); ++i) {
+        FOREMAN_ASSIGN_OR_RETURN(void* p, mutable_vars->DeviceData(*wanted[i].first, device));
+        ptrs[i] = p;
+      }
+    }
+    auto at = [&](std::size_t i) { return static_cast<float*>(const_cast<void*>(ptrs[i])); };
+    std::size_t i = 0;
+    out->kernels.assign(layers.size(), nullptr);
+    out->biases.assign(layers.size(), nullptr);
+    out->kernel_slots.assign(layers.size(), {nullptr, nullptr});
+    out->bias_slots.assign(layers.size(), {nullptr, nullptr});
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      out->kernels[l] = at(i++);
+      out->biases[l] = at(i++);
+      if (!train) continue;
+      for (std::size_t s = 0; s < layers[l].kernel_slots.size(); ++s) {
+        out->kernel_slots[l][s] = at(i++);
+        out->bias_slots[l][s] = at(i++);
+      }
+    }
+    if (train && optimizer.kind == OptimizerKind::kAdam) {
+      out->beta1_power = at(i++);
+      out->beta2_power = at(i++);
+    }
+    return absl::OkStatus();
+  }
+
+  /// The forward pass on device memory: outputs[l] for every layer.
+  Status DeviceForward(const float* x, int64_t rows, const DeviceVars& v, const std::vector<float*>& outs,
+                       compute::Device& device) {
+    const float* in = x;
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      compute::GemmArgs g;  // as Forward
+      g.a = in;
+      g.b = v.kernels[l];
+      g.c = outs[l];
+      g.m = rows;
+      g.k = layers[l].in;
+      g.n = layers[l].out;
+      g.epilogue = l + 1 < layers.size() ? compute::Epilogue::kBiasRelu : compute::Epilogue::kBias;
+      g.bias = v.biases[l];
+      FOREMAN_RETURN_IF_ERROR(device.Gemm(g));
+      in = outs[l];
+    }
+    return absl::OkStatus();
+  }
+
+  /// One training step's operations on device memory, in TrainStep's order
+  /// with the rates as device scalars (the learning rate at step_block[0];
+  /// Adam's lr_t computed on the device from the beta powers), so that the
+  /// sequence can be captured and replayed with new values. Writes the
+  /// batch's statistics to *s.stats.
+  Status DeviceStepOps(const float* x, const void* labels, compute::LabelType label_type, int64_t rows,
+                       const DeviceVars& v, const DeviceStep& s, compute::Device& device) {
+    const auto* lr = reinterpret_cast<const float*>(s.step_block);
+    const bool adam = optimizer.kind == OptimizerKind::kAdam;
+    if (adam) {
+      FOREMAN_RETURN_IF_ERROR(device.AdamStepSize(compute::DeviceScalar{lr}, compute::DeviceScalar{v.beta1_power},
+                                                  compute::DeviceScalar{v.beta2_power}, s.step_size));
+    }
+    FOREMAN_RETURN_IF_ERROR(DeviceForward(x, rows, v, s.outputs, device));
+    const std::size_t last = layers.size() - 1;
+    compute::SoftmaxXentArgs xent;
+    xent.logits = s.outputs[last];
+    xent.labels = labels;
+    xent.label_type = label_type;
+    xent.rows = rows;
+    xent.classes = spec.num_classes;
+    FOREMAN_RETURN_IF_ERROR(
+        device.SoftmaxXentToDevice(xent, 1.0f / static_cast<float>(rows), s.deltas[last], s.stats));
+    const compute::DeviceScalar rate{adam ? s.step_size : lr};
+    auto update = [&](float* var, const float* grad, const std::array<float*, 2>& slots, int64_t n) -> Status {
+      switch (optimizer.kind) {
+        case OptimizerKind::kSgd: return device.ApplyGradientDescent(var, grad, n, rate);
+        case OptimizerKind::kMomentum:
+          return device.ApplyMomentum(var, slots[0], grad, n, rate, optimizer.momentum, optimizer.use_nesterov);
+        case OptimizerKind::kAdam:
+          return device.ApplyAdam(var, slots[0], slots[1], grad, n, rate, optimizer.beta1, optimizer.beta2,
+                                  optimizer.epsilon);
+      }
+      return absl::InvalidArgumentError("invalid optimizer kind");
+    };
+    for (std::size_t l = layers.size(); l-- > 0;) {  // as Backward, then the layer's update
+      const Layer& layer = layers[l];
+      const float* in = l == 0 ? x : s.outputs[l - 1];
+      compute::GemmArgs kg;
+      kg.a = in;
+      kg.b = s.deltas[l];
+      kg.c = s.kgrads[l];
+      kg.m = layer.in;
+      kg.k = rows;
+      kg.n = layer.out;
+      kg.transpose_a = true;
+      FOREMAN_RETURN_IF_ERROR(device.Gemm(kg));
+      FOREMAN_RETURN_IF_ERROR(device.ColumnSums(s.deltas[l], rows, layer.out, s.bgrads[l]));
+      if (l > 0) {
+        compute::GemmArgs db;
+        db.a = s.deltas[l];
+        db.b = v.kernels[l];
+        db.c = s.deltas[l - 1];
+        db.m = rows;
+        db.k = layer.out;
+        db.n = layers[l - 1].out;
+        db.transpose_b = true;
+        db.epilogue = compute::Epilogue::kReluGradMask;
+        db.relu_output = s.outputs[l - 1];
+        FOREMAN_RETURN_IF_ERROR(device.Gemm(db));
+      }
+      FOREMAN_RETURN_IF_ERROR(update(v.kernels[l], s.kgrads[l], v.kernel_slots[l], layer.in * layer.out));
+      FOREMAN_RETURN_IF_ERROR(update(v.biases[l], s.bgrads[l], v.bias_slots[l], layer.out));
+    }
+    if (adam) {
+      FOREMAN_RETURN_IF_ERROR(device.AdamFinish(v.beta1_power, v.beta2_power, optimizer.beta1, optimizer.beta2));
+    }
+    return absl::OkStatus();
+  }
+
+  /// Copies the learning rate (and `rows` indices) into the step block.
+  Status UploadStepBlock(compute::Device& device, const DeviceStep& s, const int32_t* indices, int64_t rows) {
+    const std::size_t bytes = static_cast<std::size_t>(kIndicesOffset + (indices != nullptr ? rows * 4 : 0));
+    if (host_step.size() < bytes) host_step.resize(bytes);
+    std::memcpy(host_step.data(), &optimizer.learning_rate, sizeof(float));
+    if (indices != nullptr) std::memcpy(host_step.data() + kIndicesOffset, indices, static_cast<std::size_t>(rows) * 4);
+    return device.CopyToDevice(s.step_block, host_step.data(), static_cast<int64_t>(bytes));
+  }
+
+  /// The statistics of a step or an evaluation, copied back (the one wait).
+  static StatusOr<StepResult> ReadStats(compute::Device& device, const compute::SoftmaxXentStats* stats,
+                                        int64_t rows) {
+    compute::SoftmaxXentStats host;
+    FOREMAN_RETURN_IF_ERROR(device.CopyToHost(&host, stats, sizeof(host)));
+    StepResult result;
+    result.loss = static_cast<float>(host.loss_sum / static_cast<double>(rows));
+    result.accuracy = static_cast<float>(static_cast<double>(host.correct) / static_cast<double>(rows));
+    return result;
+  }
+
+  /// The captured step for `key`, capturing it with `record` on first use.
+  template <class Record>
+  StatusOr<compute::CapturedOps*> CapturedStep(compute::Device& device, std::vector<uintptr_t> key, Record&& record) {
+    ++capture_clock;
+    for (Captured& c : captures) {
+      if (c.key == key) {
+        c.used = capture_clock;
+        return c.ops.get();
+      }
+    }
+    FOREMAN_RETURN_IF_ERROR(device.BeginCapture());
+    Status s = record();
+    StatusOr<std::unique_ptr<compute::CapturedOps>> ops = device.EndCapture();
+    FOREMAN_RETURN_IF_ERROR(s);
+    if (!ops.ok()) return ops.status();
+    if (captures.size() >= kMaxCaptures) {
+      captures.erase(std::min_element(captures.begin(), captures.end(),
+                                      [](const Captured& a, const Captured& b) { return a.used < b.used; }));
+    }
+    captures.push_back(Captured{std::move(key), std::move(*ops), capture_clock});
+    return captures.back().ops.get();
+  }
+
+  /// TrainStep on host Tensors (checked) on a device without host memory:
+  /// the batch is copied to the device, the step runs there eagerly.
+  StatusOr<StepResult> TrainStepOnDevice(VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                         compute::Device& device) {
+    DeviceVars v;
+    FOREMAN_RETURN_IF_ERROR(ResolveDeviceVars(&vars, vars, device, /*train=*/true, &v));
+    const int64_t rows = features.shape().dim(0);
+    const int64_t label_bytes = static_cast<int64_t>(DataTypeSize(labels.dtype()));
+    FOREMAN_ASSIGN_OR_RETURN(DeviceStep s, ReserveStep(device, rows, label_bytes, /*indices=*/false));
+    FOREMAN_RETURN_IF_ERROR(UploadStepBlock(device, s, nullptr, rows));
+    FOREMAN_RETURN_IF_ERROR(device.CopyToDevice(s.features, features.raw_data(), rows * spec.input_dim * 4));
+    FOREMAN_RETURN_IF_ERROR(device.CopyToDevice(s.labels, labels.raw_data(), rows * label_bytes));
+    const compute::LabelType type =
+        labels.dtype() == DataType::kInt32 ? compute::LabelType::kInt32 : compute::LabelType::kInt64;
+    FOREMAN_RETURN_IF_ERROR(DeviceStepOps(s.features, s.labels, type, rows, v, s, device));
+    return ReadStats(device, s.stats, rows);
+  }
+
+  /// Evaluate on host Tensors (checked) on a device without host memory:
+  /// each chunk is copied to the device; the statistics stay there until the end.
+  StatusOr<StepResult> EvaluateOnDevice(const VariableStore& vars, const Tensor& features, const Tensor& labels,
+                                        compute::Device& device) {
+    DeviceVars v;
+    FOREMAN_RETURN_IF_ERROR(ResolveDeviceVars(nullptr, vars, device, /*train=*/false, &v));
+    const int64_t rows = features.shape().dim(0);
+    const int64_t label_bytes = static_cast<int64_t>(DataTypeSize(labels.dtype()));
+    const int64_t chunk = std::min(kEvalChunkRows, rows);
+    FOREMAN_ASSIGN_OR_RETURN(DeviceStep s, ReserveStep(device, chunk, label_bytes, /*indices=*/false));
+    const compute::SoftmaxXentStats zero;
+    FOREMAN_RETURN_IF_ERROR(device.CopyToDevice(s.stats, &zero, sizeof(zero)));
+    const compute::LabelType type =
+        labels.dtype() == DataType::kInt32 ? compute::LabelType::kInt32 : compute::LabelType::kInt64;
+    for (int64_t begin = 0; begin < rows; begin += kEvalChunkRows) {
+      const int64_t n = std::min(kEvalChunkRows, rows - begin);
+      FOREMAN_RETURN_IF_ERROR(device.CopyToDevice(
+          s.features, features.data<float>() + begin * spec.input_dim, n * spec.input_dim * 4));
+      FOREMAN_RETURN_IF_ERROR(device.CopyToDevice(s.labels, labels.raw_data() + begin * label_bytes, n * label_bytes));
+      FOREMAN_RETURN_IF_ERROR(DeviceForward(s.features, n, v, s.outputs, device));
+      compute::SoftmaxXentArgs xent;
+      xent.logits = s.outputs[layers.size() - 1];
+      xent.labels = s.labels;
+      xent.label_type = type;
+      xent.rows = n;
+      xent.classes = spec.num_classes;
+      FOREMAN_RETURN_IF_ERROR(device.SoftmaxXentForwardToDevice(xent, s.stats));
+    }
+    return ReadStats(device, s.stats, rows);
+  }
 
   /// Forward pass of `rows` rows of `x`: fills outputs[l] for every layer.
   Status Forward(const float* x, int64_t rows, const std::vector<const float*>& kernels,
@@ -411,8 +793,8 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features,
 StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
                                     compute::Device& device) {
   Impl& m = *impl_;
-  FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device));
   FOREMAN_RETURN_IF_ERROR(CheckBatch(m.spec, features, labels));
+  if (!device.host_memory()) return m.TrainStepOnDevice(vars, features, labels, device);
   const OptimizerOptions& opt = m.optimizer;
   const std::size_t num_layers = m.layers.size();
 
@@ -485,7 +867,7 @@ StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tens
                                            compute::Device& device, Gradients* grads) {
   Impl& m = *impl_;
   if (grads == nullptr) return absl::InvalidArgumentError("Mlp::ComputeGradients: grads is null");
-  FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device));
+  FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device, "Mlp::ComputeGradients"));
   FOREMAN_RETURN_IF_ERROR(CheckBatch(m.spec, features, labels));
   const OptimizerOptions& opt = m.optimizer;
   const std::size_t num_layers = m.layers.size();
@@ -546,7 +928,7 @@ Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, c
 
 Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
                       compute::Device& device) {
-  FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device));
+  FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device, "ApplyGradients"));
   OptimizerOptions checked = optimizer;
   checked.learning_rate = 1;  // not read: the rates come with the gradients
   FOREMAN_RETURN_IF_ERROR(ValidateOptimizerOptions(checked));
@@ -634,8 +1016,8 @@ StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& feat
 StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                    compute::Device& device) {
   Impl& m = *impl_;
-  FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device));
   FOREMAN_RETURN_IF_ERROR(CheckBatch(m.spec, features, labels));
+  if (!device.host_memory()) return m.EvaluateOnDevice(vars, features, labels, device);
   const std::size_t num_layers = m.layers.size();
   std::vector<const float*> kernels(num_layers), biases(num_layers);
   for (std::size_t l = 0; l < num_layers; ++l) {
@@ -657,6 +1039,110 @@ StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& feat
   result.loss = static_cast<float>(stats.loss_sum / static_cast<double>(rows));
   result.accuracy = static_cast<float>(static_cast<double>(stats.correct) / static_cast<double>(rows));
   return result;
+}
+
+StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const DeviceExamples& examples, const int32_t* indices,
+                                    int64_t rows, compute::Device& device) {
+  Impl& m = *impl_;
+  FOREMAN_RETURN_IF_ERROR(CheckExamples(m.spec, examples, device));
+  if (rows < 1) return absl::InvalidArgumentError(absl::StrCat("Mlp::TrainStep: rows must be >= 1, got ", rows));
+  if (indices == nullptr) return absl::InvalidArgumentError("Mlp::TrainStep: indices is null");
+  for (int64_t r = 0; r < rows; ++r) {
+    if (indices[r] < 0 || indices[r] >= examples.num_examples()) {
+      return absl::InvalidArgumentError(absl::StrCat("indices[", r, "] = ", indices[r],
+                                                     " is outside the examples' range [0, ",
+                                                     examples.num_examples(), ")"));
+    }
+    FOREMAN_RETURN_IF_ERROR(CheckLabel(m.spec, r, examples.host_labels_[static_cast<std::size_t>(indices[r])]));
+  }
+  Impl::DeviceVars v;
+  FOREMAN_RETURN_IF_ERROR(m.ResolveDeviceVars(&vars, vars, device, /*train=*/true, &v));
+  FOREMAN_ASSIGN_OR_RETURN(Impl::DeviceStep s, m.ReserveStep(device, rows, 4, /*indices=*/true));
+  FOREMAN_RETURN_IF_ERROR(m.UploadStepBlock(device, s, indices, rows));
+
+  const auto* device_indices = reinterpret_cast<const int32_t*>(s.step_block + Impl::kIndicesOffset);
+  auto record = [&]() -> Status {
+    compute::GatherArgs g;
+    g.images = examples.images();
+    g.example_labels = examples.labels();
+    g.num_examples = examples.num_examples();
+    g.feature_dim = examples.feature_dim();
+    g.indices = device_indices;
+    g.rows = rows;
+    g.features = s.features;
+    g.labels = static_cast<int32_t*>(s.labels);
+    FOREMAN_RETURN_IF_ERROR(device.GatherExamples(g));
+    return m.DeviceStepOps(s.features, s.labels, compute::LabelType::kInt32, rows, v, s, device);
+  };
+  if (!device.supports_capture()) {
+    FOREMAN_RETURN_IF_ERROR(record());
+  } else {
+    // Everything the recorded operations read or write, by address.
+    std::vector<uintptr_t> key = {reinterpret_cast<uintptr_t>(&device), static_cast<uintptr_t>(rows),
+                                  reinterpret_cast<uintptr_t>(examples.images()),
+                                  reinterpret_cast<uintptr_t>(examples.labels()),
+                                  static_cast<uintptr_t>(examples.num_examples())};
+    for (const Impl::DeviceBlock& b : m.blocks) key.push_back(reinterpret_cast<uintptr_t>(b.ptr));
+    for (std::size_t l = 0; l < m.layers.size(); ++l) {
+      key.push_back(reinterpret_cast<uintptr_t>(v.kernels[l]));
+      key.push_back(reinterpret_cast<uintptr_t>(v.biases[l]));
+      for (float* p : v.kernel_slots[l]) key.push_back(reinterpret_cast<uintptr_t>(p));
+      for (float* p : v.bias_slots[l]) key.push_back(reinterpret_cast<uintptr_t>(p));
+    }
+    key.push_back(reinterpret_cast<uintptr_t>(v.beta1_power));
+    key.push_back(reinterpret_cast<uintptr_t>(v.beta2_power));
+    FOREMAN_ASSIGN_OR_RETURN(compute::CapturedOps * ops, m.CapturedStep(device, std::move(key), record));
+    FOREMAN_RETURN_IF_ERROR(ops->Replay());
+  }
+  return Impl::ReadStats(device, s.stats, rows);
+}
+
+StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const DeviceExamples& examples,
+                                   compute::Device& device) {
+  Impl& m = *impl_;
+  FOREMAN_RETURN_IF_ERROR(CheckExamples(m.spec, examples, device));
+  const int64_t rows = examples.num_examples();
+  for (int64_t r = 0; r < rows; ++r) {
+    FOREMAN_RETURN_IF_ERROR(CheckLabel(m.spec, r, examples.host_labels_[static_cast<std::size_t>(r)]));
+  }
+  Impl::DeviceVars v;
+  FOREMAN_RETURN_IF_ERROR(m.ResolveDeviceVars(nullptr, vars, device, /*train=*/false, &v));
+  const int64_t chunk = std::min(kEvalChunkRows, rows);
+  FOREMAN_ASSIGN_OR_RETURN(Impl::DeviceStep s, m.ReserveStep(device, chunk, 4, /*indices=*/false));
+  // Each chunk gathers examples [begin, begin + n) as indices 0..n-1 of the
+  // arrays offset by begin: one iota uploaded once.
+  FOREMAN_ASSIGN_OR_RETURN(void* iota_mem, m.Block(device, Impl::kEvalIndices, chunk * 4));
+  auto* iota = static_cast<int32_t*>(iota_mem);
+  if (m.eval_indices_ready < chunk) {
+    std::vector<int32_t> host(static_cast<std::size_t>(chunk));
+    for (int64_t i = 0; i < chunk; ++i) host[static_cast<std::size_t>(i)] = static_cast<int32_t>(i);
+    FOREMAN_RETURN_IF_ERROR(device.CopyToDevice(iota, host.data(), chunk * 4));
+    m.eval_indices_ready = chunk;
+  }
+  const compute::SoftmaxXentStats zero;
+  FOREMAN_RETURN_IF_ERROR(device.CopyToDevice(s.stats, &zero, sizeof(zero)));
+  for (int64_t begin = 0; begin < rows; begin += kEvalChunkRows) {
+    const int64_t n = std::min(kEvalChunkRows, rows - begin);
+    compute::GatherArgs g;
+    g.images = examples.images() + begin * examples.feature_dim();
+    g.example_labels = examples.labels() + begin;
+    g.num_examples = n;
+    g.feature_dim = examples.feature_dim();
+    g.indices = iota;
+    g.rows = n;
+    g.features = s.features;
+    g.labels = static_cast<int32_t*>(s.labels);
+    FOREMAN_RETURN_IF_ERROR(device.GatherExamples(g));
+    FOREMAN_RETURN_IF_ERROR(m.DeviceForward(s.features, n, v, s.outputs, device));
+    compute::SoftmaxXentArgs xent;
+    xent.logits = s.outputs[m.layers.size() - 1];
+    xent.labels = s.labels;
+    xent.label_type = compute::LabelType::kInt32;
+    xent.rows = n;
+    xent.classes = m.spec.num_classes;
+    FOREMAN_RETURN_IF_ERROR(device.SoftmaxXentForwardToDevice(xent, s.stats));
+  }
+  return Impl::ReadStats(device, s.stats, rows);
 }
 
 }  // namespace foreman::nn
