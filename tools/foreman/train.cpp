@@ -609,13 +609,20 @@ void ReleaseDeviceExamples(Model& m, bool device_alive) {
 // Last among the job's hooks: on a GPU session, frees the device copies of
 // the data at end() (after EvalHook's final evaluation, before the session
 // and its device go), and forgets a previous session's (a recovery: that
-// device is gone) when a session is created.
+// device is gone) when a session is created. The Mlp's device workspace
+// lives on the device it ran on (nn.hpp: the device must outlive the Mlp or
+// its next use), so after a recovery the model gets a fresh Mlp and the old
+// one is dropped without touching the dead device.
 class DeviceExamplesHook : public SessionRunHook {
  public:
   explicit DeviceExamplesHook(std::shared_ptr<Model> model) : model_(std::move(model)) {}
   std::string name() const override { return "DeviceExamplesHook"; }
   Status after_create_session(Session*, Coordinator*) override {
-    if (model_->examples_device != nullptr) ReleaseDeviceExamples(*model_, /*device_alive=*/false);
+    if (model_->examples_device == nullptr) return absl::OkStatus();  // the first session
+    ReleaseDeviceExamples(*model_, /*device_alive=*/false);
+    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> fresh, nn::Mlp::Create(model_->spec, model_->optimizer));
+    (void)model_->mlp.release();  // NOLINT: its workspace went with the old session's device
+    model_->mlp = std::move(fresh);
     return absl::OkStatus();
   }
   Status end(Session*) override {
