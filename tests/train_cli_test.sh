@@ -5,7 +5,8 @@
 # resume and spec decision 9, an incompatible or busy --checkpoint-dir
 # (exit 2), SIGTERM (final checkpoint, exit 0), a second signal (exit 130), a
 # NaN loss (exit 1), a learning rate decayed to 0 (a warning, exit 0), --device
-# (cpu, auto, gpu:N without a GPU: exit 2 before anything is written).
+# (cpu, auto, gpu:N without a GPU: exit 2 before anything is written), the
+# GPU path's batch bookkeeping run on the CPU (bitwise the pipeline's weights).
 # Trains small models on the real Fashion-MNIST (Debian: dataset-fashion-mnist).
 #
 #   train_cli_test.sh FOREMAN TOOLS_TESTING_DIR
@@ -473,6 +474,34 @@ if devices=$(timeout 60 "$foreman" devices 2>&1) && has '^no CUDA devices' "$dev
 else
   echo "note: a CUDA device is visible here ($devices): the no-GPU checks of --device are skipped (tools/scripts/gpu-check.sh covers the GPU)"
 fi
+
+# -- 12. the GPU path's bookkeeping, run on the CPU device ------------------------------------
+# FOREMAN_TEST_GATHER_ON_DEVICE=1 (a test's knob) makes the job take the GPU
+# path on the CPU: the data uploaded once (nn::DeviceExamples), each batch
+# gathered from Dataset::Order at the saved position, no input pipeline,
+# evaluation on the device's test set. It must end with bitwise the weights
+# of the pipeline's run (2 epochs of 59 batches, the last of each a
+# remainder of 608), also when interrupted in the first epoch and resumed;
+# a failing run (a NaN loss) must end cleanly (exit 1, no crash).
+gather=(--hidden 32 --batch-size 1024 --epochs 2 --threads 1 --eval-every-steps 50 --seed 5)
+ckpt=model.ckpt-118.data-00000-of-00001
+pipe_out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/pipe" "${gather[@]}" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "gather reference run exited $rc: $pipe_out"
+out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather" "${gather[@]}" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "the gathered path exited $rc: $out"
+has '^input pipeline:' "$out" && fail "the gathered path used the input pipeline: $out"
+[[ $(grep '^test accuracy' <<<"$out") == "$(grep '^test accuracy' <<<"$pipe_out")" && -n $(grep '^test accuracy' <<<"$out") ]] ||
+  fail "the gathered path's test accuracy differs: $(grep '^test accuracy' <<<"$out") vs $(grep '^test accuracy' <<<"$pipe_out")"
+cmp -s "$tmp/pipe/$ckpt" "$tmp/gather/$ckpt" || fail "the gathered path's final weights differ from the pipeline's"
+out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather2" "${gather[@]}" --max-steps 40 2>&1); rc=$?
+[[ $rc -eq 0 ]] && has 'global_step 40\)' "$out" || fail "the gathered path to step 40 exited $rc: $out"
+out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather2" --max-steps 0 2>&1); rc=$?
+[[ $rc -eq 0 ]] && has 'global_step 118\)' "$out" || fail "the gathered path's resume exited $rc: $out"
+cmp -s "$tmp/pipe/$ckpt" "$tmp/gather2/$ckpt" || fail "the gathered path resumed at step 40 ends with other weights than the pipeline's"
+out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather-nan" "${small[@]}" --optimizer sgd \
+      --learning-rate 1e30 --max-steps 200 2>&1); rc=$?
+[[ $rc -eq 1 ]] && has '^foreman train: training failed: hook NanTensorHook::after_run: NaN loss' "$out" ||
+  fail "a NaN loss on the gathered path exited $rc: $out"
 
 if ((failures > 0)); then
   echo "$failures failure(s)"

@@ -547,6 +547,13 @@ struct Model {
   std::unique_ptr<nn::DeviceExamples> device_train;
   std::unique_ptr<nn::DeviceExamples> device_test;
   compute::Device* examples_device = nullptr;  // where device_train/test live
+  // Gather the batches on the device even on the CPU (a test's knob,
+  // FOREMAN_TEST_GATHER_ON_DEVICE=1: the GPU path's bookkeeping, run on the
+  // CPU device, must give bitwise the pipeline's results).
+  bool gather = false;
+  // The device whose memory holds the Mlp's workspace (a gathered step ran
+  // there): it must outlive the Mlp or its next use (nn.hpp).
+  compute::Device* mlp_device = nullptr;
   data::Batch test;  // the whole test set, in file order
   std::vector<std::string> histogram_variables;
   std::shared_ptr<EvalRecord> eval;
@@ -592,18 +599,29 @@ Status EnsureExamplesOn(Model& m, compute::Device& device) {
   return absl::OkStatus();
 }
 
-// Frees the device copies of the data while their device (the session's)
-// is alive; `device_alive` false (a session that ended without its hooks'
-// end()) leaves their memory to the device's teardown instead of touching a
-// device that may be gone.
-void ReleaseDeviceExamples(Model& m, bool device_alive) {
+// Frees what the model holds in a session's device memory -- the device
+// copies of the data and the Mlp (its workspace) -- while that device is
+// alive; with `device_alive` false (the session is gone: a recovery, or a
+// close() that skipped the hooks' end()) drops them without touching the
+// device, whose teardown freed their memory. The model gets a fresh Mlp (no
+// device memory until its next step), so that a later step -- a recovery's
+// new session, or an end() that evaluates after all -- still runs: it
+// uploads the data again.
+Status ReleaseDeviceResources(Model& m, bool device_alive) {
   if (!device_alive) {
     (void)m.device_train.release();  // NOLINT: the device freed its memory with it
     (void)m.device_test.release();
+    if (m.mlp_device != nullptr) (void)m.mlp.release();  // NOLINT: likewise its workspace
   }
   m.device_train.reset();
   m.device_test.reset();
   m.examples_device = nullptr;
+  if (m.mlp_device != nullptr) {
+    m.mlp.reset();
+    m.mlp_device = nullptr;
+    FOREMAN_ASSIGN_OR_RETURN(m.mlp, nn::Mlp::Create(m.spec, m.optimizer));
+  }
+  return absl::OkStatus();
 }
 
 // Last among the job's hooks: on a GPU session, frees the device copies of
@@ -618,16 +636,11 @@ class DeviceExamplesHook : public SessionRunHook {
   explicit DeviceExamplesHook(std::shared_ptr<Model> model) : model_(std::move(model)) {}
   std::string name() const override { return "DeviceExamplesHook"; }
   Status after_create_session(Session*, Coordinator*) override {
-    if (model_->examples_device == nullptr) return absl::OkStatus();  // the first session
-    ReleaseDeviceExamples(*model_, /*device_alive=*/false);
-    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<nn::Mlp> fresh, nn::Mlp::Create(model_->spec, model_->optimizer));
-    (void)model_->mlp.release();  // NOLINT: its workspace went with the old session's device
-    model_->mlp = std::move(fresh);
-    return absl::OkStatus();
+    return ReleaseDeviceResources(*model_, /*device_alive=*/false);
   }
   Status end(Session*) override {
-    ReleaseDeviceExamples(*model_, /*device_alive=*/true);
-    return absl::OkStatus();
+    // The last hook's end(): no step runs after it.
+    return ReleaseDeviceResources(*model_, /*device_alive=*/true);
   }
 
  private:
@@ -650,7 +663,7 @@ Status Step(Model& m, StepContext& ctx) {
     FOREMAN_ASSIGN_OR_RETURN(int64_t epoch, ReadInt64(vars, kEpochVariable));
     FOREMAN_ASSIGN_OR_RETURN(int64_t index, ReadInt64(vars, kIndexVariable));
     compute::Device& device = ctx.compute();
-    const bool on_device = !device.host_memory();
+    const bool on_device = m.gather || !device.host_memory();
     data::Batch batch;
     // The GPU path: the batch's indices in epoch `epoch`'s order, gathered
     // on the device (Dataset::GetBatch's bookkeeping: the last batch of an
@@ -712,6 +725,7 @@ Status Step(Model& m, StepContext& ctx) {
     } else if (on_device) {
       // A GPU: the step on the batch gathered there (a replayed CUDA graph).
       auto span = ctx.Trace("train");
+      m.mlp_device = &device;
       FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, *m.device_train, order->data() + index, rows, device));
     } else {
       // One process: TrainStep (the measured fast path) updates in place.
@@ -733,8 +747,9 @@ Status Step(Model& m, StepContext& ctx) {
       ctx.requested("eval_global_step")) {
     auto span = ctx.Trace("evaluate");
     nn::StepResult r;
-    if (!ctx.compute().host_memory()) {
+    if (m.gather || !ctx.compute().host_memory()) {
       FOREMAN_RETURN_IF_ERROR(EnsureExamplesOn(m, ctx.compute()));
+      m.mlp_device = &ctx.compute();
       FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->Evaluate(vars, *m.device_test, ctx.compute()));
     } else {
       FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->Evaluate(vars, m.test.features, m.test.labels, ctx.compute()));
@@ -963,6 +978,8 @@ struct TrainJob {
   // The session's device (ResolveDevice): "/cpu:0" or "/gpu:N".
   std::string device = "/cpu:0";
   bool on_gpu() const { return device != "/cpu:0"; }
+  // Batches gathered on the device (a GPU, or the test knob on the CPU).
+  bool gather = false;
   data::LabeledImages train_images;  // on a GPU: the data to upload (LoadData)
   data::LabeledImages test_images;
   std::shared_ptr<const data::Dataset> train_set;
@@ -1265,6 +1282,8 @@ ExitCode ResolveDevice(TrainJob& job) {
     job.device = parsed;
   }
   job.mts.config.device = job.device;
+  const char* knob = std::getenv("FOREMAN_TEST_GATHER_ON_DEVICE");
+  job.gather = job.on_gpu() || (knob != nullptr && std::string(knob) == "1" && !job.cluster);
   return std::nullopt;
 }
 
@@ -1282,7 +1301,7 @@ ExitCode LoadData(TrainJob& job) {
   // so a single-process resume continues its order).
   train_options.seed = static_cast<uint64_t>(f.seed) + (job.cluster ? job.cluster->task.task_index : 0);
   job.test_examples = mnist->test.labels.num_elements();
-  if (job.on_gpu()) {
+  if (job.gather) {
     // Copied to the device at the first step (nn::DeviceExamples::Upload).
     job.train_images = mnist->train;
     job.test_images = mnist->test;
@@ -1311,6 +1330,7 @@ ExitCode BuildModel(TrainJob& job) {
   model->decay_rate = f.learning_rate_decay_rate;
   model->eval = std::make_shared<EvalRecord>();
   model->train_set = job.train_set;
+  model->gather = job.gather;
   model->train_images = std::move(job.train_images);
   model->test_images = std::move(job.test_images);
   auto mlp = nn::Mlp::Create(job.spec, job.optimizer);
@@ -1380,7 +1400,7 @@ ExitCode AddHooks(TrainJob& job) {
     mts.hooks.push_back(job.eval);
   }
   // After EvalHook: its end() evaluates on the device copy of the test set.
-  if (job.on_gpu()) mts.hooks.push_back(std::make_shared<DeviceExamplesHook>(job.model));
+  if (job.gather) mts.hooks.push_back(std::make_shared<DeviceExamplesHook>(job.model));
   mts.graph = job.graph;
   mts.config.env = job.env;
   if (job.fault_hook != nullptr) mts.checkpoint_listeners.push_back(std::make_shared<DurableSavesListener>());
@@ -1636,7 +1656,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   // inherits the blocked signals): the session's restart policy and actor
   // faults ("input_pipeline") cover it. It starts before the first step.
   // A GPU session gathers its batches on the device: no pipeline.
-  if (!job.on_gpu()) {
+  if (!job.gather) {
     data::InputPipelineOptions pipeline_options;
     pipeline_options.prefetch_batches = static_cast<int>(job.f.prefetch_batches);
     auto pipeline = (*session)->NewInputPipeline(job.train_set, pipeline_options);
@@ -1650,19 +1670,19 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   const std::vector<std::string> fetches = {"train_op"};
   bool run_failed = false;
   while (!(*session)->should_stop()) {
-    if (!(*session)->run(fetches).ok()) {  // close() returns the error (OK after a clean stop)
-      run_failed = true;
+    Status ran = (*session)->run(fetches).status();
+    if (!ran.ok()) {  // close() returns the error (OK after a clean stop)
+      run_failed = !absl::IsOutOfRange(ran);  // the end of the data is a clean stop
       break;
     }
   }
-  // A failed run's close() skips the hooks' end(): free the device copies of
-  // the data now, while the session's device is alive.
-  if (run_failed) ReleaseDeviceExamples(*job.model, /*device_alive=*/true);
+  // A failed run's close() skips the hooks' end(): free what the model holds
+  // in the device's memory now, while the session's device is alive.
+  if (run_failed) ReleaseDeviceResources(*job.model, /*device_alive=*/true).IgnoreError();
   const Status closed = (*session)->close();
-  // Whatever is still on the device went with it; so did the Mlp's device
-  // workspace (its host object is not destroyed after its device).
-  if (job.model->examples_device != nullptr) ReleaseDeviceExamples(*job.model, /*device_alive=*/false);
-  if (job.on_gpu()) (void)job.model->mlp.release();  // NOLINT: see above
+  // What is still in the device's memory (a close() that skipped the hooks'
+  // end()) went with it.
+  ReleaseDeviceResources(*job.model, /*device_alive=*/false).IgnoreError();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   PrintServiceRestarts((*session)->service_restarts());
   if (const int64_t n = (*session)->recoveries(); n > 0) {
