@@ -87,7 +87,19 @@ if [[ -f $data/train-images-idx3-ubyte.gz ]]; then
   fi
   out=$(timeout 30 "$train" --device tpu 2>&1)
   rc=$?
-  [[ $rc -eq 2 ]] && has "^train_bench: --device wants cpu or gpu:N, not 'tpu'" "$out" || fail "train_bench --device tpu: rc $rc: $out"
+  [[ $rc -eq 2 ]] && has "^train_bench: --device wants cpu, gpu:N or cpu-gathered, not 'tpu'" "$out" || fail "train_bench --device tpu: rc $rc: $out"
+  # The GPU mode's code on the CPU device (--device cpu-gathered): every line.
+  out=$(TMPDIR=$tmp/scratch timeout 120 "$train" --data "$data" --device cpu-gathered --batches 64,100 --steps 3 --warmup 1 \
+        --save-every 2 --saves 2 2>&1)
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "train_bench --device cpu-gathered exited $rc: $out"
+  for b in 64 100; do
+    has "^RUN train\.foreman\.cpu_gathered\.b$b\.samples_per_s [0-9.e+]+ samples/s device=/cpu:0$" "$out" || fail "train_bench cpu-gathered b$b: $out"
+  done
+  has '^RUN train\.foreman\.cpu_gathered\.ckpt_stall_s [0-9.e+-]+ s saves=2 device=/cpu:0$' "$out" || fail "train_bench cpu-gathered: no stall: $out"
+  has '^RUN train\.foreman\.cpu_gathered\.ckpt_d2h_copy_s [0-9.e+-]+ s copies=20$' "$out" || fail "train_bench cpu-gathered: no copy: $out"
+  has '^RUN train\.foreman\.cpu_gathered\.ckpt_stall_over_copy [0-9.e+-]+ x$' "$out" || fail "train_bench cpu-gathered: no ratio: $out"
+  [[ -z $(ls -A "$tmp/scratch") ]] || fail "train_bench cpu-gathered left files behind: $(ls -R "$tmp/scratch")"
   if ((have_torch)); then
     out=$(timeout 120 "$python" "$src/train_torch.py" --data "$data" --threads 1 --steps 3 --warmup 1 \
           --info "$tmp/results/peer.t1.txt" 2>&1)

@@ -21,10 +21,12 @@
 //   RUN train.foreman.gpu.ckpt_stall_s <v> s
 //   RUN train.foreman.gpu.ckpt_d2h_copy_s <v> s
 //   RUN train.foreman.gpu.ckpt_stall_over_copy <v> x
-// Without a usable device it prints "SKIP ..." and exits 77.
+// Without a usable device it prints "SKIP ..." and exits 77. --device
+// cpu-gathered runs the same loop on the CPU device (the smoke test's way to
+// run this code without a GPU); its lines say train.foreman.cpu_gathered.
 //
 //   train_bench [--data DIR] [--threads 1] [--steps 400] [--warmup 50] [--seed 1]
-//               [--device cpu|gpu:N] [--batches 128,1024,8192] [--save-every 50] [--saves 10]
+//               [--device cpu|gpu:N|cpu-gathered] [--batches 128,1024,8192] [--save-every 50] [--saves 10]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -138,6 +140,7 @@ std::shared_ptr<foreman::Graph> GpuGraph(const std::shared_ptr<GpuModel>& model,
 // Samples/s at each batch size, then the checkpoint stall. Returns main's exit code.
 int RunGpu(const std::string& device, const std::string& data, const std::vector<int64_t>& batches, int64_t steps,
            int64_t warmup, uint64_t seed, int64_t save_every, int64_t saves) {
+  const std::string tag = device == "/cpu:0" ? "cpu_gathered" : "gpu";
   {
     // Whether a session can use the device at all (FAILED_PRECONDITION: no
     // CUDA in this build, no driver, no such device).
@@ -184,11 +187,13 @@ int RunGpu(const std::string& device, const std::string& data, const std::vector
     for (int64_t i = 0; i < steps; ++i) run();
     const double took = foreman_bench::NowSeconds() - start;
     const int64_t samples = model->samples - samples_before;
-    model->examples.reset();  // while the session's device lives
+    // What lives in the device's memory goes while the session's device lives.
+    model->examples.reset();
+    model->mlp.reset();
     if (foreman::Status s = session->close(); !s.ok()) foreman_bench::DieOn("close", s);
     std::printf("loss %.4f (batch %lld)\n", loss, static_cast<long long>(batch));
-    std::printf("RUN train.foreman.gpu.b%lld.samples_per_s %.6g samples/s device=%s\n", static_cast<long long>(batch),
-                static_cast<double>(samples) / took, device.c_str());
+    std::printf("RUN train.foreman.%s.b%lld.samples_per_s %.6g samples/s device=%s\n", tag.c_str(),
+                static_cast<long long>(batch), static_cast<double>(samples) / took, device.c_str());
     std::fflush(stdout);
   }
   if (saves > 0) {
@@ -213,13 +218,15 @@ int RunGpu(const std::string& device, const std::string& data, const std::vector
       if (auto out = session->run({"copy_probe"}); !out.ok()) foreman_bench::DieOn("copy probe", out.status());
     }
     model->examples.reset();
+    model->mlp.reset();
+    model->host.clear();  // page-locked by the device
     if (foreman::Status s = session->close(); !s.ok()) foreman_bench::DieOn("close", s);
     const double stall = foreman_bench::Summarize(save_steps).median - foreman_bench::Summarize(plain_steps).median;
     const double copy = foreman_bench::Summarize(model->copy_s).median;
-    std::printf("RUN train.foreman.gpu.ckpt_stall_s %.6g s saves=%zu device=%s\n", stall, save_steps.size(),
-                device.c_str());
-    std::printf("RUN train.foreman.gpu.ckpt_d2h_copy_s %.6g s copies=%zu\n", copy, model->copy_s.size());
-    std::printf("RUN train.foreman.gpu.ckpt_stall_over_copy %.6g x\n", copy > 0 ? stall / copy : 0.0);
+    std::printf("RUN train.foreman.%s.ckpt_stall_s %.6g s saves=%zu device=%s\n", tag.c_str(), stall,
+                save_steps.size(), device.c_str());
+    std::printf("RUN train.foreman.%s.ckpt_d2h_copy_s %.6g s copies=%zu\n", tag.c_str(), copy, model->copy_s.size());
+    std::printf("RUN train.foreman.%s.ckpt_stall_over_copy %.6g x\n", tag.c_str(), copy > 0 ? stall / copy : 0.0);
   }
   return 0;
 }
@@ -282,9 +289,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_bench: --threads, --steps and --save-every must be >= 1, --warmup and --saves >= 0\n");
     return 2;
   }
+  if (device == "cpu-gathered") return RunGpu("/cpu:0", data, batches, steps, warmup, seed, save_every, saves);
   if (device != "cpu") {
     if (device.rfind("gpu:", 0) != 0) {
-      std::fprintf(stderr, "train_bench: --device wants cpu or gpu:N, not '%s'\n", device.c_str());
+      std::fprintf(stderr, "train_bench: --device wants cpu, gpu:N or cpu-gathered, not '%s'\n", device.c_str());
       return 2;
     }
     return RunGpu("/" + device, data, batches, steps, warmup, seed, save_every, saves);
