@@ -15,8 +15,9 @@
 # It runs in a build tree (tools/scripts/gpu-check.sh; the programs of
 # --build-dir, default build-release, and meson's list of tests) or from a
 # bundle made by tools/scripts/gpu-bundle.sh (.gpu-bundle/gpu-check.sh: bin/,
-# lib/, data/ and tests.txt beside it; LD_LIBRARY_PATH=lib, plus cuBLAS from
-# this machine's PyTorch when it has one).
+# lib/, data/ and tests.txt beside it; Foreman's programs run with
+# LD_LIBRARY_PATH=lib, plus cuBLAS from this machine's PyTorch when it has
+# one; Python keeps the machine's own libraries).
 #
 # Exit: 0 every check passed (the speed targets are reported, met or missed,
 # but do not fail the check), 1 a check failed, 77 no usable GPU.
@@ -49,12 +50,16 @@ if [[ -x $here/bin/foreman && -f $here/tests.txt && -z $build_dir ]]; then
   torch_script=$bin/train_torch.py
   tests_tsv=$(cat "$here/tests.txt")
   [[ -z $data ]] && data=$here/data
-  export LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  # cuBLAS is not in the bundle (over 500 MB): PyTorch's nvidia-cublas has it.
+  # Only Foreman's programs get the bundle's libraries (Python and PyTorch
+  # keep the machine's own OpenSSL, zlib, ...). cuBLAS is not in the bundle
+  # (over 500 MB): PyTorch's nvidia-cublas has it.
+  ours_ld=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   cublas=$("$python" -c 'import os, nvidia.cublas as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null || true)
-  [[ -n $cublas && -d $cublas ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cublas
+  [[ -n $cublas && -d $cublas ]] && ours_ld=$ours_ld:$cublas
+  ours=(env LD_LIBRARY_PATH="$ours_ld")
 else
   mode=build
+  ours=()
   root=$(cd "$here/../.." && pwd)
   build_dir=${build_dir:-$root/build-release}
   [[ -f $build_dir/build.ninja ]] || { echo "gpu-check.sh: $build_dir is not a configured build (or run .gpu-bundle/gpu-check.sh)" >&2; exit 2; }
@@ -79,7 +84,7 @@ fail() { say "FAIL: $*"; failed=$((failed + 1)); }
 started=$(date +%s)
 
 # -- 1. the device --------------------------------------------------------------------------
-devices=$(timeout 60 "$foreman" devices 2>&1); rc=$?
+devices=$(timeout 60 "${ours[@]}" "$foreman" devices 2>&1); rc=$?
 echo "$devices" >"$out/devices.txt"
 if ((rc != 0)) || ! grep -q '^[0-9]* CUDA device(s)' <<<"$devices"; then
   why=$(grep -m1 '^no CUDA devices' <<<"$devices" || tail -1 <<<"$devices")
@@ -100,7 +105,7 @@ while IFS=$'\t' read -r name prog args; do
   [[ $mode == bundle ]] && prog=$bin/$prog
   read -ra argv <<<"${args:-}"
   t0=$EPOCHREALTIME
-  timeout 180 "$prog" "${argv[@]}" >"$out/test.$name.log" 2>&1; rc=$?
+  timeout 180 "${ours[@]}" "$prog" "${argv[@]}" >"$out/test.$name.log" 2>&1; rc=$?
   t=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
   case $rc in
     0) passed+=("$name ${t}s") ;;
@@ -113,7 +118,7 @@ say "gpu suite: ${#passed[@]} passed (${passed[*]:-none}), ${#skipped[@]} skippe
 
 # -- 3. the main job, and checkpoints moved between the GPU and the CPU -------------------------------
 main=$out/main-job
-timeout 300 "$foreman" train --device gpu:0 --data-dir "$data" --checkpoint-dir "$main" >"$out/main-job.out" 2>"$out/main-job.err"
+timeout 300 "${ours[@]}" "$foreman" train --device gpu:0 --data-dir "$data" --checkpoint-dir "$main" >"$out/main-job.out" 2>"$out/main-job.err"
 rc=$?
 acc=$(sed -n 's/^test accuracy: \([0-9.]*\) .*/\1/p' "$out/main-job.out")
 secs=$(sed -n 's/^trained \([0-9]*\) steps in \([0-9.]*\) s .*/\2/p' "$out/main-job.out")
@@ -132,7 +137,7 @@ small=(--data-dir "$data" --checkpoint-dir "$moved" --save-checkpoint-steps 100 
 ok=1
 for leg in "gpu:0 200" "cpu 400" "gpu:0 600"; do
   read -r dev last <<<"$leg"
-  timeout 120 "$foreman" train "${small[@]}" --device "$dev" --max-steps "$last" >>"$out/moved.out" 2>>"$out/moved.err"
+  timeout 120 "${ours[@]}" "$foreman" train "${small[@]}" --device "$dev" --max-steps "$last" >>"$out/moved.out" 2>>"$out/moved.err"
   rc=$?
   if ((rc != 0)) || ! grep -q "global_step $last)" "$out/moved.out"; then
     fail "checkpoints moved: the leg on $dev to step $last exited $rc ($out/moved.err)"; ok=0; break
@@ -142,7 +147,7 @@ done
 rm -rf "$moved"
 
 # -- 4. the benchmark ------------------------------------------------------------------------
-timeout 300 "$train_bench" --data "$data" --device gpu:0 --batches 128,1024,8192 --steps 400 --warmup 50 \
+timeout 300 "${ours[@]}" "$train_bench" --data "$data" --device gpu:0 --batches 128,1024,8192 --steps 400 --warmup 50 \
   --save-every 50 --saves 20 >"$out/train_bench.out" 2>"$out/train_bench.err"
 rc=$?
 ((rc == 0)) || fail "train_bench --device gpu:0 exited $rc ($out/train_bench.err)"
