@@ -439,6 +439,9 @@ check_usage "--device: 'gpu:-1' is not a device" --device gpu:-1
 check_usage "--device: '/gpu:0' is not a device" --device /gpu:0
 check_usage "--device: '' is not a device" --device ''
 check_usage '--device-memory-limit-mb must be in \[0, 1073741824\]' --device-memory-limit-mb -1
+# A cluster task trains on the CPU: gpu:N is refused before anything starts.
+check_usage '--device gpu:0: a cluster task trains on the CPU' --device gpu:0 --ps-hosts 127.0.0.1:1 \
+  --worker-hosts 127.0.0.1:2 --job-name worker --task-index 0
 [[ -e $tmp/never ]] && fail "a refused --device left $tmp/never behind"
 # --device cpu: no auto line, stored as given, the header names the threads.
 out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/dev" "${small[@]}" --device cpu --max-steps 20 2>&1); rc=$?
