@@ -69,6 +69,37 @@ if [[ -f $data/train-images-idx3-ubyte.gz ]]; then
   [[ $rc -eq 0 ]] || fail "train_bench exited $rc: $out"
   has '^RUN train\.foreman\.t1\.samples_per_s [0-9.e+]+ samples/s isa=(baseline|avx2|avx512)$' "$out" || fail "train_bench: $out"
   grep '^RUN' <<<"$out" >>"$runs"
+  # The GPU mode (issue 15; run.sh's part 7): without a usable GPU one SKIP
+  # line naming why, exit 77; with one, every figure's line.
+  out=$(timeout 120 "$train" --data "$data" --device gpu:0 --batches 128,256 --steps 3 --warmup 1 --save-every 2 \
+        --saves 2 2>&1)
+  rc=$?
+  if [[ $rc -eq 77 ]]; then
+    has "^SKIP train_bench --device gpu:0: SessionConfig.device '/gpu:0'" "$out" || fail "train_bench --device gpu:0 skipped without saying why: $out"
+  else
+    [[ $rc -eq 0 ]] || fail "train_bench --device gpu:0 exited $rc: $out"
+    for b in 128 256; do
+      has "^RUN train\.foreman\.gpu\.b$b\.samples_per_s [0-9.e+]+ samples/s device=/gpu:0$" "$out" || fail "train_bench gpu b$b: $out"
+    done
+    for f in ckpt_stall_s ckpt_d2h_copy_s ckpt_stall_over_copy; do
+      has "^RUN train\.foreman\.gpu\.$f [0-9.e+-]+ " "$out" || fail "train_bench gpu: no $f: $out"
+    done
+  fi
+  out=$(timeout 30 "$train" --device tpu 2>&1)
+  rc=$?
+  [[ $rc -eq 2 ]] && has "^train_bench: --device wants cpu, gpu:N or cpu-gathered, not 'tpu'" "$out" || fail "train_bench --device tpu: rc $rc: $out"
+  # The GPU mode's code on the CPU device (--device cpu-gathered): every line.
+  out=$(TMPDIR=$tmp/scratch timeout 120 "$train" --data "$data" --device cpu-gathered --batches 64,100 --steps 3 --warmup 1 \
+        --save-every 2 --saves 2 2>&1)
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "train_bench --device cpu-gathered exited $rc: $out"
+  for b in 64 100; do
+    has "^RUN train\.foreman\.cpu_gathered\.b$b\.samples_per_s [0-9.e+]+ samples/s device=/cpu:0$" "$out" || fail "train_bench cpu-gathered b$b: $out"
+  done
+  has '^RUN train\.foreman\.cpu_gathered\.ckpt_stall_s [0-9.e+-]+ s saves=2 device=/cpu:0$' "$out" || fail "train_bench cpu-gathered: no stall: $out"
+  has '^RUN train\.foreman\.cpu_gathered\.ckpt_d2h_copy_s [0-9.e+-]+ s copies=20$' "$out" || fail "train_bench cpu-gathered: no copy: $out"
+  has '^RUN train\.foreman\.cpu_gathered\.ckpt_stall_over_copy [0-9.e+-]+ x$' "$out" || fail "train_bench cpu-gathered: no ratio: $out"
+  [[ -z $(ls -A "$tmp/scratch") ]] || fail "train_bench cpu-gathered left files behind: $(ls -R "$tmp/scratch")"
   if ((have_torch)); then
     out=$(timeout 120 "$python" "$src/train_torch.py" --data "$data" --threads 1 --steps 3 --warmup 1 \
           --info "$tmp/results/peer.t1.txt" 2>&1)
@@ -81,6 +112,14 @@ if [[ -f $data/train-images-idx3-ubyte.gz ]]; then
     has '^torch_libs: ' "$info" || fail "train_torch.py --info: no libraries: $info"
     has '^RUN train\.torch\.t1\.samples_per_s [0-9.e+]+ samples/s$' "$out" || fail "train_torch.py: $out"
     grep '^RUN' <<<"$out" >>"$runs"
+    out=$(timeout 120 "$python" "$src/train_torch.py" --data "$data" --threads 1 --device cuda --steps 3 --warmup 1 2>&1)
+    rc=$?
+    if [[ $rc -eq 77 ]]; then
+      has '^SKIP train_torch.py --device cuda: torch.cuda is not available' "$out" || fail "train_torch.py --device cuda: $out"
+    else
+      [[ $rc -eq 0 ]] && has '^RUN train\.torch\.cuda\.b128\.samples_per_s [0-9.e+]+ samples/s device=' "$out" ||
+        fail "train_torch.py --device cuda exited $rc: $out"
+    fi
   fi
   out=$(timeout 180 "$recovery" --data "$data" --reps 1 --abort-at 3 --dir "$tmp/scratch" 2>&1)
   rc=$?
@@ -166,6 +205,68 @@ has '^\| 6 \|   global steps/s [^|]*\| 136 \[117–156\] \| stale 1 \[0–2\] \|
   fail "report.py: no sync global steps/s row: $out"
 has '^\| 6 \| ps kill -9 → the chief.s next step[^|]*\| 2100 \[700–2200\] \| ps reachable again 1900 [^|]*; restore 50 \[20–100\]; steps lost 105 \[100–110\] \|  \| ≤ 2 s \+ restore \| \*\*no\*\* \|$' "$out" ||
   fail "report.py: no ps-kill recovery row with its verdict: $out"
+
+# Part 7 (the GPU, issue 15): the rows and verdicts from train_bench's and
+# train_torch.py's lines; a SKIP line instead says the figures were not measured.
+mkdir -p "$tmp/gpu"
+cat >"$tmp/gpu/runs.txt" <<'EOF'
+RUN train.foreman.gpu.b128.samples_per_s 900000 samples/s device=/gpu:0
+RUN train.torch.cuda.b128.samples_per_s 100000 samples/s device=NVIDIA H200
+RUN train.foreman.gpu.main_job_s 1.2 s accuracy=0.8890 steps=7035
+RUN train.torch.cuda.main_job_s 7.2 s accuracy=0.8850 steps=7035
+RUN train.foreman.gpu.ckpt_stall_s 0.0011 s saves=20 device=/gpu:0
+RUN train.foreman.gpu.ckpt_d2h_copy_s 0.001 s copies=20
+RUN train.foreman.gpu.ckpt_stall_over_copy 1.1 x
+EOF
+echo "model: smoke" >"$tmp/gpu/machine.txt"
+out=$("$python" "$src/report.py" "$tmp/gpu" 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "report.py (gpu) exited $rc: $out"
+has '^\| 7 \| MLP on /gpu:0, batch 128[^|]*\| 900000 [^|]*\| PyTorch eager \(CUDA\) 100000 [^|]*\| 9\.00× [^|]*\| ≥ 1 M samples/s \| \*\*no\*\* \|$' "$out" ||
+  fail "report.py: no GPU batch-128 row with its verdict: $out"
+has '^\| 7 \| main job on the GPU[^|]*test accuracy 0\.8890 \| 1\.2 [^|]*\| PyTorch eager \(CUDA\) 7\.2 [^|]*accuracy 0\.8850 \| 6\.00× [^|]* faster \| [^|]* \| yes \|$' "$out" ||
+  fail "report.py: no GPU main-job row: $out"
+has '^\| 7 \| training-loop stall per checkpoint[^|]*\| 1\.1 m [^|]*\| copy 1 m [^|]*\| 1\.10× [^|]*\| ≤ 1\.2× the copy \| yes \|$' "$out" ||
+  fail "report.py: no GPU checkpoint-stall row: $out"
+echo "SKIP gpu no usable CUDA device: cudaErrorNoDevice" >"$tmp/gpu/runs.txt"
+out=$("$python" "$src/report.py" "$tmp/gpu" 2>&1)
+has '^\| 7 \| GPU \| not measured: no usable CUDA device: cudaErrorNoDevice \|' "$out" || fail "report.py: a skipped GPU part: $out"
+
+# -- tools/scripts/gpu-check.sh and gpu-bundle.sh (issue 15) without a GPU -----------------
+# The check says so in one line and exits 77 within seconds, from the build
+# tree and from a bundle (programs and their libraries, no data) run with
+# nothing but the bundle's libraries.
+build=$(cd "$(dirname "$train")/../.." && pwd)
+scripts=$src/../scripts
+if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA devices' "$devices"; then
+  SECONDS=0
+  out=$(timeout 60 "$scripts/gpu-check.sh" --build-dir "$build" --out "$tmp/gpucheck" 2>&1)
+  rc=$?
+  [[ $rc -eq 77 ]] && has '^gpu-check: SKIP: no usable GPU \(no CUDA devices: .+\); nothing else was run$' "$out" ||
+    fail "gpu-check.sh without a GPU: rc $rc: $out"
+  ((SECONDS < 20)) || fail "gpu-check.sh without a GPU took ${SECONDS} s"
+  grep -q '^gpu-check: SKIP: no usable GPU' "$tmp/gpucheck/summary.txt" || fail "gpu-check.sh: no summary.txt"
+  out=$(timeout 120 "$scripts/gpu-bundle.sh" --build-dir "$build" --out "$tmp/bundle" --no-build --no-data 2>&1)
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "gpu-bundle.sh exited $rc: $out"
+  for f in gpu-check.sh tests.txt BUILD.txt bin/foreman bin/train_bench bin/gpu_selftest bin/train_torch.py; do
+    [[ -e $tmp/bundle/$f ]] || fail "gpu-bundle.sh: no $f in the bundle: $(ls -R "$tmp/bundle" | head -50)"
+  done
+  compgen -G "$tmp/bundle/lib/libforeman.so.*" >/dev/null || fail "gpu-bundle.sh: no libforeman in lib/: $(ls "$tmp/bundle/lib")"
+  system_libs=$(ls "$tmp/bundle/lib" | grep -E '^(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda)\.so' || true)
+  [[ -z $system_libs ]] || fail "gpu-bundle.sh copied system libraries: $system_libs"
+  grep -q $'^gpu_selftest\tgpu_selftest' "$tmp/bundle/tests.txt" || fail "gpu-bundle.sh: tests.txt: $(cat "$tmp/bundle/tests.txt")"
+  out=$(cd "$tmp" && timeout 60 env -u LD_LIBRARY_PATH "$tmp/bundle/gpu-check.sh" --out "$tmp/gpucheck2" 2>&1)
+  rc=$?
+  [[ $rc -eq 77 ]] && has '^gpu-check: SKIP: no usable GPU \(no CUDA devices: ' "$out" ||
+    fail "the bundle's gpu-check.sh without a GPU: rc $rc: $out"
+  mkdir -p "$tmp/notabundle"
+  out=$(timeout 60 "$scripts/gpu-bundle.sh" --build-dir "$build" --out "$tmp/notabundle" --no-build --no-data 2>&1)
+  rc=$?
+  [[ $rc -eq 1 ]] && has 'is not a bundle' "$out" || fail "gpu-bundle.sh replaced a folder that is not a bundle: rc $rc: $out"
+else
+  echo "note: a CUDA device is visible: gpu-check.sh's no-GPU behaviour is not checked here (run it)"
+fi
 
 # run.sh refuses a bad --threads before it installs, builds or runs anything.
 out=$(timeout 30 "$src/run.sh" --threads 1,x --no-install --out "$tmp/never" 2>&1)

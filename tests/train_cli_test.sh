@@ -4,7 +4,9 @@
 # (evaluations at multiples of --eval-every-steps and at the final step),
 # resume and spec decision 9, an incompatible or busy --checkpoint-dir
 # (exit 2), SIGTERM (final checkpoint, exit 0), a second signal (exit 130), a
-# NaN loss (exit 1), a learning rate decayed to 0 (a warning, exit 0).
+# NaN loss (exit 1), a learning rate decayed to 0 (a warning, exit 0), --device
+# (cpu, auto, gpu:N without a GPU: exit 2 before anything is written), the
+# GPU path's batch bookkeeping run on the CPU (bitwise the pipeline's weights).
 # Trains small models on the real Fashion-MNIST (Debian: dataset-fashion-mnist).
 #
 #   train_cli_test.sh FOREMAN TOOLS_TESTING_DIR
@@ -429,6 +431,80 @@ out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/decayed" "${small[@]}"
 [[ $rc -eq 0 ]] || fail "a learning rate decayed to 0 exited $rc, expected 0: $out"
 has '^foreman train: warning: the learning rate decayed to 0 at global_step 141 ' "$out" || fail "a learning rate decayed to 0: no warning: $out"
 (( $(grep -c 'learning rate decayed to 0' <<<"$out") == 1 )) || fail "a learning rate decayed to 0: warned more than once: $out"
+
+# -- 11. --device (issue 15): cpu | gpu:N | auto; checked before anything is written ----------
+check_usage "--device: 'tpu' is not a device \(cpu, gpu:N" --device tpu
+check_usage "--device: 'gpu:' is not a device" --device gpu:
+check_usage "--device: 'gpu:-1' is not a device" --device gpu:-1
+check_usage "--device: '/gpu:0' is not a device" --device /gpu:0
+check_usage "--device: '' is not a device" --device ''
+check_usage '--device-memory-limit-mb must be in \[0, 1073741824\]' --device-memory-limit-mb -1
+# A cluster task trains on the CPU: gpu:N is refused before anything starts.
+check_usage '--device gpu:0: a cluster task trains on the CPU' --device gpu:0 --ps-hosts 127.0.0.1:1 \
+  --worker-hosts 127.0.0.1:2 --job-name worker --task-index 0
+[[ -e $tmp/never ]] && fail "a refused --device left $tmp/never behind"
+# --device cpu: no auto line, stored as given, the header names the threads.
+out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/dev" "${small[@]}" --device cpu --max-steps 20 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "--device cpu exited $rc: $out"
+has 'device auto:' "$out" && fail "--device cpu: an auto line: $out"
+has '^foreman train: MLP 784-32-10, .* 1 threads; checkpoints in' "$out" || fail "--device cpu: header: $out"
+grep -qx 'device = cpu' "$tmp/dev/train_settings.txt" || fail "--device cpu not stored: $(cat "$tmp/dev/train_settings.txt")"
+if devices=$(timeout 60 "$foreman" devices 2>&1) && has '^no CUDA devices' "$devices"; then
+  # No usable GPU here (CI): auto says so in one line and trains on the CPU;
+  # gpu:0 is exit 2 with the session's FAILED_PRECONDITION text, nothing written.
+  out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/dev" "${small[@]}" --device auto --max-steps 30 2>&1); rc=$?
+  [[ $rc -eq 0 ]] || fail "a resume with --device auto exited $rc: $out"
+  (( $(grep -c 'device auto:' <<<"$out") == 1 )) || fail "--device auto: not one line: $out"
+  has '^foreman train: --device auto: no usable GPU \(.+\); training on the CPU$' "$out" || fail "--device auto: $out"
+  has '^foreman train: note: --device auto replaces the stored cpu$' "$out" || fail "--device auto: no note: $out"
+  has 'global_step 30\)' "$out" || fail "--device auto: the resume did not reach step 30: $out"
+  out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/gpu/run" "${small[@]}" --device gpu:0 --max-steps 5 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || fail "--device gpu:0 without a GPU exited $rc, expected 2: $out"
+  has "^foreman train: cannot use --device gpu:0: SessionConfig.device '/gpu:0'(: no usable CUDA device: | needs CUDA, but Foreman was built without it)" "$out" \
+    || fail "--device gpu:0 without a GPU: message: $out"
+  [[ -e $tmp/gpu ]] && fail "--device gpu:0 without a GPU left $tmp/gpu behind: $(ls -R "$tmp/gpu")"
+  # A GPU run's directory (its settings say gpu:0) resumes here only with
+  # --device cpu (or auto); without it the stored gpu:0 is refused, the
+  # directory intact.
+  sed -i 's/^device = .*/device = gpu:1/' "$tmp/dev/train_settings.txt"
+  before=$(cd "$tmp/dev" && ls -l --time-style=+%s.%N . | sort)
+  out=$(timeout 60 "$foreman" train --checkpoint-dir "$tmp/dev" "${small[@]}" --max-steps 40 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || fail "a stored --device gpu:1 without a GPU exited $rc, expected 2: $out"
+  has "^foreman train: cannot use --device gpu:1: SessionConfig.device '/gpu:1'" "$out" || fail "stored gpu:1: $out"
+  [[ $(cd "$tmp/dev" && ls -l --time-style=+%s.%N . | sort) == "$before" ]] || fail "a refused stored gpu:1 changed $tmp/dev"
+  out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/dev" "${small[@]}" --device cpu --max-steps 40 2>&1); rc=$?
+  [[ $rc -eq 0 ]] && has 'global_step 40\)' "$out" || fail "a stored gpu:1 resumed with --device cpu: exited $rc: $out"
+else
+  echo "note: a CUDA device is visible here ($devices): the no-GPU checks of --device are skipped (tools/scripts/gpu-check.sh covers the GPU)"
+fi
+
+# -- 12. the GPU path's bookkeeping, run on the CPU device ------------------------------------
+# FOREMAN_TEST_GATHER_ON_DEVICE=1 (a test's knob) makes the job take the GPU
+# path on the CPU: the data uploaded once (nn::DeviceExamples), each batch
+# gathered from Dataset::Order at the saved position, no input pipeline,
+# evaluation on the device's test set. It must end with bitwise the weights
+# of the pipeline's run (2 epochs of 59 batches, the last of each a
+# remainder of 608), also when interrupted in the first epoch and resumed;
+# a failing run (a NaN loss) must end cleanly (exit 1, no crash).
+gather=(--hidden 32 --batch-size 1024 --epochs 2 --threads 1 --eval-every-steps 50 --seed 5)
+ckpt=model.ckpt-118.data-00000-of-00001
+pipe_out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/pipe" "${gather[@]}" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "gather reference run exited $rc: $pipe_out"
+out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather" "${gather[@]}" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "the gathered path exited $rc: $out"
+has '^input pipeline:' "$out" && fail "the gathered path used the input pipeline: $out"
+[[ $(grep '^test accuracy' <<<"$out") == "$(grep '^test accuracy' <<<"$pipe_out")" && -n $(grep '^test accuracy' <<<"$out") ]] ||
+  fail "the gathered path's test accuracy differs: $(grep '^test accuracy' <<<"$out") vs $(grep '^test accuracy' <<<"$pipe_out")"
+cmp -s "$tmp/pipe/$ckpt" "$tmp/gather/$ckpt" || fail "the gathered path's final weights differ from the pipeline's"
+out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather2" "${gather[@]}" --max-steps 40 2>&1); rc=$?
+[[ $rc -eq 0 ]] && has 'global_step 40\)' "$out" || fail "the gathered path to step 40 exited $rc: $out"
+out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather2" --max-steps 0 2>&1); rc=$?
+[[ $rc -eq 0 ]] && has 'global_step 118\)' "$out" || fail "the gathered path's resume exited $rc: $out"
+cmp -s "$tmp/pipe/$ckpt" "$tmp/gather2/$ckpt" || fail "the gathered path resumed at step 40 ends with other weights than the pipeline's"
+out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather-nan" "${small[@]}" --optimizer sgd \
+      --learning-rate 1e30 --max-steps 200 2>&1); rc=$?
+[[ $rc -eq 1 ]] && has '^foreman train: training failed: hook NanTensorHook::after_run: NaN loss' "$out" ||
+  fail "a NaN loss on the gathered path exited $rc: $out"
 
 if ((failures > 0)); then
   echo "$failures failure(s)"

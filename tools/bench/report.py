@@ -292,6 +292,52 @@ def train_rows(r, row, core_peak):
                 "", frac(base, t), "", "", "")
 
 
+def gpu_rows(r, row, verdict):
+    """7. The GPU (issue 15): train_bench --device gpu:0, train_torch.py --device cuda, foreman train's main job."""
+    skipped = []
+    path = os.path.join(r.root, "runs.txt")
+    if os.path.exists(path):
+        skipped = [line.split(None, 2)[2].strip() for line in open(path)
+                   if line.startswith("SKIP gpu ") and len(line.split(None, 2)) == 3]
+    if skipped:
+        row("7", "GPU", "not measured: " + skipped[0], "", "", "", "")
+        return
+    if not any(name.startswith(("train.foreman.gpu.", "train.torch.cuda.")) for name in r.runs):
+        return
+    device = r.field("train.foreman.gpu.b128.samples_per_s", "device") or "?"
+    for b in (128, 1024, 8192):
+        ours = r.runs.get("train.foreman.gpu.b%d.samples_per_s" % b, [])
+        peer = r.runs.get("train.torch.cuda.b%d.samples_per_s" % b, [])
+        goal = "≥ 1 M samples/s" if b == 128 else ""
+        met = verdict(stats(ours), lambda v: v >= 1e6) if b == 128 else ""
+        row("7", "MLP on %s, batch %d, a replayed step per batch (samples/s)" % (device, b), fmt(stats(ours)),
+            "PyTorch eager (CUDA) " + fmt(stats(peer)), fmt_ratio(pair_ratio(ours, peer)), goal, met)
+    ours = r.runs.get("train.foreman.gpu.main_job_s", [])
+    peer = r.runs.get("train.torch.cuda.main_job_s", [])
+    acc = r.field("train.foreman.gpu.main_job_s", "accuracy")
+    peer_acc = r.field("train.torch.cuda.main_job_s", "accuracy")
+    s = stats(ours)
+    speedup = pair_ratio(peer, ours)
+    met = ""
+    if s is not None:
+        ok = s[0] <= 1.5 and (speedup is None or speedup[0] >= 5)
+        try:
+            ok = ok and acc is not None and all(float(a) >= 0.88 for a in acc.split("/"))
+        except ValueError:
+            ok = False
+        met = "yes" if ok else "**no**"
+    row("7", "main job on the GPU, 15 epochs (7035 steps), `foreman train --device gpu:0` training time (s); "
+        "test accuracy %s" % (acc or "–"), fmt(s),
+        "PyTorch eager (CUDA) %s, accuracy %s" % (fmt(stats(peer)), peer_acc or "–"),
+        ("%s faster" % fmt_ratio(speedup)) if speedup else "–", "≤ 1.5 s, ≥ 5× PyTorch, ≥ 88 %", met)
+    stall = r.runs.get("train.foreman.gpu.ckpt_stall_s", [])
+    copy = r.runs.get("train.foreman.gpu.ckpt_d2h_copy_s", [])
+    ratio = stats(r.runs.get("train.foreman.gpu.ckpt_stall_over_copy", []))
+    row("7", "training-loop stall per checkpoint on the GPU vs the device→host copy of the variables (s)",
+        fmt(stats(stall)), "copy " + fmt(stats(copy)), fmt_ratio(ratio), "≤ 1.2× the copy",
+        verdict(ratio, lambda v: v <= 1.2))
+
+
 def main():
     if len(sys.argv) != 2:
         sys.stderr.write("usage: report.py RESULTS_DIR\n")
@@ -450,6 +496,7 @@ def main():
                 fmt(ms(field_stats("cluster.ps_kill_recovery_s", "reachable_s"))), fmt(ms(restore)),
                 fmt(field_stats("cluster.ps_kill_recovery_s", "steps_lost"))),
             "", "≤ 2 s + restore", met)
+    gpu_rows(r, row, verdict)
     print("\n".join(out))
     return 0
 

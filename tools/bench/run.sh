@@ -17,9 +17,12 @@
 #   --out            where the raw results and table.md go (default a new
 #                    directory under ${TMPDIR:-/tmp})
 #   --data           Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
-#   --parts          which parts to run (default all: 1,2,3,4,5 of issue 6 and
+#   --parts          which parts to run (default all: 1,2,3,4,5 of issue 6,
 #                    6, issue 13's cluster throughput and ps-kill recovery:
-#                    tools/bench/cluster_bench.sh)
+#                    tools/bench/cluster_bench.sh, and 7, issue 15's GPU: samples/s
+#                    at batch 128/1024/8192, the main job with --device gpu:0,
+#                    the checkpoint stall; PyTorch eager on CUDA beside it;
+#                    skipped with one line when no GPU can be used)
 #   --threads        part 1's thread counts (default 1,2; e.g. 1,8,16 on a 16-core machine)
 #   --python         the peer's Python with torch (default /usr/bin/python3, Debian's)
 #
@@ -42,7 +45,7 @@ install=1
 build_dir=build-release
 out=
 data=/usr/share/datasets/fashion-mnist
-parts=1,2,3,4,5,6
+parts=1,2,3,4,5,6,7
 threads_csv=1,2
 bin_dir=
 python=/usr/bin/python3
@@ -59,7 +62,7 @@ while (($#)); do
     --threads) threads_csv=$2; shift ;;
     --bin-dir) bin_dir=$2; shift ;;
     --python) python=$2; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -258,6 +261,51 @@ if part 6; then
   [[ -n $bin_dir ]] && foreman_bin=$bin/foreman
   TMPDIR=$scratch "$root/tools/bench/cluster_bench.sh" "$foreman_bin" --steps $((train_steps * 5)) --reps "$reps" \
     --data "$data" 2>"$out/cluster.log" | grep '^RUN' >>"$runs"
+fi
+
+# -- 7: the GPU (issue 15): Foreman's device step and PyTorch eager on CUDA, alternating -----------
+if part 7; then
+  gpu_rc=0
+  gpu_probe=$("$bin/train_bench" --data "$data" --device gpu:0 --batches 1 --steps 1 --warmup 0 --saves 0 \
+              2>>"$out/gpu.log") || gpu_rc=$?
+  if ((gpu_rc == 77)); then
+    why=$(sed -n 's/^SKIP train_bench --device gpu:0: //p' <<<"$gpu_probe" | head -1)
+    log "7. GPU: skipped, no usable GPU (${why:-train_bench said nothing})"
+    echo "SKIP gpu ${why:-no usable GPU}" >>"$runs"
+  elif ((gpu_rc != 0)); then
+    log "7. GPU: train_bench --device gpu:0 failed (exit $gpu_rc; $out/gpu.log)"; exit 1
+  else
+    foreman_bin=$build_dir/tools/foreman
+    [[ -n $bin_dir ]] && foreman_bin=$bin/foreman
+    gpu_reps=$reps; ((quick)) && gpu_reps=1
+    log "7. GPU ($gpu_reps runs per figure, $train_steps steps per batch size; the main job $gpu_reps time(s))"
+    for ((i = 0; i < gpu_reps; ++i)); do
+      "$bin/train_bench" --data "$data" --device gpu:0 --batches 128,1024,8192 --steps "$train_steps" \
+        --warmup "$train_warmup" 2>>"$out/gpu.log" | grep '^RUN' >>"$runs"
+      if ((have_torch)); then
+        for b in 128 1024 8192; do
+          "$python" "$root/tools/bench/train_torch.py" --data "$data" --threads 1 --device cuda --batch "$b" \
+            --steps "$train_steps" --warmup "$train_warmup" 2>>"$out/gpu.log" | grep '^RUN' >>"$runs" || true
+        done
+      fi
+      # The main job as a user runs it (docs/train.md's training time: the
+      # "trained N steps in T s" line), in a fresh directory each time.
+      job_out=$("$foreman_bin" train --device gpu:0 --data-dir "$data" --checkpoint-dir "$scratch/gpu-main.$i" \
+                2>>"$out/gpu.log") || { log "7. GPU: foreman train --device gpu:0 failed ($out/gpu.log)"; exit 1; }
+      echo "$job_out" >>"$out/gpu.log"
+      secs=$(sed -n 's/^trained \([0-9]*\) steps in \([0-9.]*\) s .*/\2/p' <<<"$job_out")
+      steps=$(sed -n 's/^trained \([0-9]*\) steps in .*/\1/p' <<<"$job_out")
+      acc=$(sed -n 's/^test accuracy: \([0-9.]*\) .*/\1/p' <<<"$job_out")
+      echo "RUN train.foreman.gpu.main_job_s ${secs:-nan} s accuracy=${acc:-?} steps=${steps:-?}" >>"$runs"
+      rm -rf "$scratch/gpu-main.$i"
+      if ((have_torch)); then
+        "$python" "$root/tools/bench/train_torch.py" --data "$data" --threads 1 --device cuda --epochs 15 \
+          2>>"$out/gpu.log" | grep '^RUN' >>"$runs" || true
+      fi
+    done
+    "$bin/train_bench" --data "$data" --device gpu:0 --batches 128 --steps 1 --warmup 100 --save-every 50 --saves 20 \
+      2>>"$out/gpu.log" | grep '^RUN train.foreman.gpu.ckpt' >>"$runs"
+  fi
 fi
 
 "$python" "$root/tools/bench/report.py" "$out" | tee "$out/table.md"

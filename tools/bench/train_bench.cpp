@@ -8,16 +8,230 @@
 // FOREMAN_MAX_ISA=baseline|avx2|avx512 caps it).
 // run.sh alternates these runs with tools/bench/train_torch.py's.
 //
+// With --device gpu:N (issue 15) the same loop runs on CUDA device N: the
+// training set copied to the device once (nn::DeviceExamples, uint8), each
+// step's batch gathered there from Dataset::Order (Mlp::TrainStep by
+// indices), for each batch size of --batches:
+//   RUN train.foreman.gpu.b<B>.samples_per_s <v> samples/s device=/gpu:N
+// then the checkpoint stall (batch 128, a save every --save-every steps into
+// a scratch directory): the training loop's delay per save (the median run()
+// of a step that started a save minus the median of the others) and the
+// device->host copy of the variables (CopyToHostBatch of every variable of
+// the model into page-locked host tensors, as a save's snapshot does):
+//   RUN train.foreman.gpu.ckpt_stall_s <v> s
+//   RUN train.foreman.gpu.ckpt_d2h_copy_s <v> s
+//   RUN train.foreman.gpu.ckpt_stall_over_copy <v> x
+// Without a usable device it prints "SKIP ..." and exits 77. --device
+// cpu-gathered runs the same loop on the CPU device (the smoke test's way to
+// run this code without a GPU); its lines say train.foreman.cpu_gathered.
+//
 //   train_bench [--data DIR] [--threads 1] [--steps 400] [--warmup 50] [--seed 1]
+//               [--device cpu|gpu:N|cpu-gathered] [--batches 128,1024,8192] [--save-every 50] [--saves 10]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "bench_util.hpp"
 #include "foreman/compute.hpp"
+#include "foreman/dataset.hpp"
 #include "foreman/monitored_session.hpp"
+#include "foreman/nn.hpp"
+#include "foreman/session.hpp"
 #include "mlp_model.hpp"
+
+namespace {
+
+// The GPU loop's model: the MLP, the training set as uint8 (uploaded at the
+// first step), and the position in the shuffled order.
+struct GpuModel {
+  foreman::nn::MlpSpec spec{784, {256}, 10};
+  foreman::nn::OptimizerOptions optimizer;  // Adam, TF1's defaults
+  foreman::data::LabeledImages images;
+  std::shared_ptr<const foreman::data::Dataset> train;  // for Order() and the batch size
+  std::unique_ptr<foreman::nn::Mlp> mlp;
+  std::unique_ptr<foreman::nn::DeviceExamples> examples;
+  foreman::data::DatasetPosition position;
+  int64_t samples = 0;
+  // The "copy_probe" fetch: a save's device->host copy of the variables.
+  std::vector<std::string> names;
+  std::vector<foreman::Tensor> host;
+  std::vector<double> copy_s;
+};
+
+std::shared_ptr<GpuModel> LoadGpuModel(const foreman::data::LabeledImages& images, int64_t batch, uint64_t seed) {
+  auto model = std::make_shared<GpuModel>();
+  model->images = images;
+  foreman::data::DatasetOptions options;
+  options.batch_size = batch;
+  options.epochs = 0;
+  options.shuffle = true;
+  options.seed = seed;
+  auto train = foreman::data::Dataset::Create(images, options);
+  if (!train.ok()) foreman_bench::DieOn("dataset", train.status());
+  model->train = *train;
+  model->spec.input_dim = model->train->feature_dim();
+  auto mlp = foreman::nn::Mlp::Create(model->spec, model->optimizer);
+  if (!mlp.ok()) foreman_bench::DieOn("model", mlp.status());
+  model->mlp = std::move(*mlp);
+  model->names = foreman::nn::MlpVariableNames(model->spec, model->optimizer);
+  return model;
+}
+
+foreman::Status CopyProbe(GpuModel& m, foreman::StepContext& ctx) {
+  foreman::compute::Device& device = ctx.compute();
+  const foreman::VariableStore& vars = ctx.variables();
+  if (m.host.empty()) {
+    for (const std::string& name : m.names) {
+      FOREMAN_ASSIGN_OR_RETURN(const foreman::Tensor* t, vars.Get(name));
+      FOREMAN_ASSIGN_OR_RETURN(foreman::Tensor h, device.AllocateHostTensor(t->dtype(), t->shape()));
+      m.host.push_back(std::move(h));
+    }
+  }
+  std::vector<foreman::compute::HostCopy> copies;
+  for (std::size_t i = 0; i < m.names.size(); ++i) {
+    FOREMAN_ASSIGN_OR_RETURN(const void* src, vars.DeviceData(m.names[i], device));
+    copies.push_back({m.host[i].raw_data(), src, static_cast<int64_t>(m.host[i].TotalBytes())});
+  }
+  FOREMAN_RETURN_IF_ERROR(device.Synchronize());
+  const double start = foreman_bench::NowSeconds();
+  FOREMAN_RETURN_IF_ERROR(device.CopyToHostBatch(copies.data(), static_cast<int64_t>(copies.size())));
+  m.copy_s.push_back(foreman_bench::NowSeconds() - start);
+  ctx.Set("copy_probe", foreman::Tensor::Scalar<int64_t>(1));  // an unanswered fetch is NOT_FOUND
+  return absl::OkStatus();
+}
+
+std::shared_ptr<foreman::Graph> GpuGraph(const std::shared_ptr<GpuModel>& model, uint64_t seed) {
+  auto graph = std::make_shared<foreman::Graph>();
+  foreman::Status s = graph->CreateGlobalStep();
+  if (s.ok()) s = foreman::nn::AddMlpVariables(*graph, model->spec, model->optimizer, seed);
+  if (s.ok()) {
+    s = graph->SetStep([model](foreman::StepContext& ctx) -> foreman::Status {
+      GpuModel& m = *model;
+      if (ctx.requested("copy_probe")) return CopyProbe(m, ctx);
+      if (!ctx.requested("train_op") && !ctx.requested("loss")) return absl::OkStatus();
+      foreman::compute::Device& device = ctx.compute();
+      if (m.examples == nullptr) {
+        FOREMAN_ASSIGN_OR_RETURN(m.examples, foreman::nn::DeviceExamples::Upload(m.images.images, m.images.labels, device));
+      }
+      const int64_t n = m.train->num_examples();
+      auto order = m.train->Order(m.position.epoch);
+      const int64_t rows = std::min(m.train->options().batch_size, n - m.position.index);
+      FOREMAN_ASSIGN_OR_RETURN(foreman::nn::StepResult r,
+                               m.mlp->TrainStep(ctx.variables(), *m.examples, order->data() + m.position.index, rows,
+                                                device));
+      m.position = m.position.index + rows == n ? foreman::data::DatasetPosition{m.position.epoch + 1, 0}
+                                                : foreman::data::DatasetPosition{m.position.epoch, m.position.index + rows};
+      m.samples += rows;
+      FOREMAN_RETURN_IF_ERROR(foreman::IncrementGlobalStep(ctx.variables()).status());
+      ctx.Set("train_op", foreman::Tensor::Scalar<int64_t>(1));
+      ctx.Set("loss", foreman::Tensor::Scalar<float>(r.loss));
+      return absl::OkStatus();
+    });
+  }
+  if (!s.ok()) foreman_bench::DieOn("building the graph", s);
+  return graph;
+}
+
+// Samples/s at each batch size, then the checkpoint stall. Returns main's exit code.
+int RunGpu(const std::string& device, const std::string& data, const std::vector<int64_t>& batches, int64_t steps,
+           int64_t warmup, uint64_t seed, int64_t save_every, int64_t saves) {
+  const std::string tag = device == "/cpu:0" ? "cpu_gathered" : "gpu";
+  {
+    // Whether a session can use the device at all (FAILED_PRECONDITION: no
+    // CUDA in this build, no driver, no such device).
+    auto probe = std::make_shared<foreman::Graph>();
+    (void)probe->SetStep([](foreman::StepContext&) { return absl::OkStatus(); });
+    foreman::SessionConfig config;
+    config.device = device;
+    config.intra_op_parallelism_threads = 1;
+    auto session = foreman::Session::Create(probe, "", config);
+    if (!session.ok()) {
+      std::printf("SKIP train_bench --device %s: %s\n", device.substr(1).c_str(), std::string(session.status().message()).c_str());
+      return 77;
+    }
+  }
+  auto mnist = foreman::data::LoadFashionMnist(foreman::Env::Default(), data);
+  if (!mnist.ok()) foreman_bench::DieOn("loading Fashion-MNIST from " + data, mnist.status());
+  auto open = [&](const std::shared_ptr<GpuModel>& model, const std::string& dir) {
+    foreman::MonitoredTrainingSessionOptions options;
+    options.graph = GpuGraph(model, seed);
+    options.config.device = device;
+    options.config.intra_op_parallelism_threads = 1;
+    options.log_step_count_steps = std::nullopt;
+    if (!dir.empty()) {
+      options.checkpoint_dir = dir;
+      options.save_checkpoint_steps = save_every;
+    }
+    auto session = foreman::MonitoredTrainingSession(std::move(options));
+    if (!session.ok()) foreman_bench::DieOn("MonitoredTrainingSession on " + device, session.status());
+    return std::move(*session);
+  };
+  const std::vector<std::string> fetches = {"train_op", "loss"};
+  for (int64_t batch : batches) {
+    auto model = LoadGpuModel(mnist->train, batch, seed);
+    auto session = open(model, "");
+    float loss = 0;
+    auto run = [&]() {
+      auto out = session->run(fetches);
+      if (!out.ok()) foreman_bench::DieOn("run", out.status());
+      loss = out->at("loss").scalar<float>().value();
+    };
+    for (int64_t i = 0; i < warmup; ++i) run();
+    const int64_t samples_before = model->samples;
+    const double start = foreman_bench::NowSeconds();
+    for (int64_t i = 0; i < steps; ++i) run();
+    const double took = foreman_bench::NowSeconds() - start;
+    const int64_t samples = model->samples - samples_before;
+    // What lives in the device's memory goes while the session's device lives.
+    model->examples.reset();
+    model->mlp.reset();
+    if (foreman::Status s = session->close(); !s.ok()) foreman_bench::DieOn("close", s);
+    std::printf("loss %.4f (batch %lld)\n", loss, static_cast<long long>(batch));
+    std::printf("RUN train.foreman.%s.b%lld.samples_per_s %.6g samples/s device=%s\n", tag.c_str(),
+                static_cast<long long>(batch), static_cast<double>(samples) / took, device.c_str());
+    std::fflush(stdout);
+  }
+  if (saves > 0) {
+    // The checkpoint stall: run() of the steps whose CheckpointSaverHook
+    // started a save (global_step a multiple of save_every after the step)
+    // against the others.
+    foreman_bench::ScratchDir dir;
+    auto model = LoadGpuModel(mnist->train, 128, seed);
+    auto session = open(model, dir.path());
+    std::vector<double> save_steps, plain_steps;
+    const int64_t total = warmup + save_every * saves;
+    for (int64_t i = 0; i < total; ++i) {
+      const double start = foreman_bench::NowSeconds();
+      auto out = session->run({"train_op", "global_step"});
+      const double took = foreman_bench::NowSeconds() - start;
+      if (!out.ok()) foreman_bench::DieOn("run", out.status());
+      if (i < warmup) continue;
+      const int64_t step = out->at("global_step").scalar<int64_t>().value() + 1;  // after this run's update
+      (step % save_every == 0 ? save_steps : plain_steps).push_back(took);
+    }
+    for (int i = 0; i < 20; ++i) {
+      if (auto out = session->run({"copy_probe"}); !out.ok()) foreman_bench::DieOn("copy probe", out.status());
+    }
+    model->examples.reset();
+    model->mlp.reset();
+    model->host.clear();  // page-locked by the device
+    if (foreman::Status s = session->close(); !s.ok()) foreman_bench::DieOn("close", s);
+    const double stall = foreman_bench::Summarize(save_steps).median - foreman_bench::Summarize(plain_steps).median;
+    const double copy = foreman_bench::Summarize(model->copy_s).median;
+    std::printf("RUN train.foreman.%s.ckpt_stall_s %.6g s saves=%zu device=%s\n", tag.c_str(), stall,
+                save_steps.size(), device.c_str());
+    std::printf("RUN train.foreman.%s.ckpt_d2h_copy_s %.6g s copies=%zu\n", tag.c_str(), copy, model->copy_s.size());
+    std::printf("RUN train.foreman.%s.ckpt_stall_over_copy %.6g x\n", tag.c_str(), copy > 0 ? stall / copy : 0.0);
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string data = foreman::data::kFashionMnistDir;
@@ -25,10 +239,17 @@ int main(int argc, char** argv) {
   int64_t steps = 400;
   int64_t warmup = 50;
   uint64_t seed = 1;
+  std::string device = "cpu";
+  std::vector<int64_t> batches = {128, 1024, 8192};
+  int64_t save_every = 50;
+  int64_t saves = 10;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--threads N] [--steps N] [--warmup N] [--seed N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--data DIR] [--threads N] [--steps N] [--warmup N] [--seed N] [--device cpu|gpu:N] "
+                   "[--batches B,B...] [--save-every N] [--saves N]\n",
+                   argv[0]);
       return 2;
     }
     const std::string value = argv[++i];
@@ -42,14 +263,39 @@ int main(int argc, char** argv) {
       warmup = std::atoll(value.c_str());
     } else if (arg == "--seed") {
       seed = std::strtoull(value.c_str(), nullptr, 10);
+    } else if (arg == "--device") {
+      device = value;
+    } else if (arg == "--batches") {
+      batches.clear();
+      for (absl::string_view part : absl::StrSplit(value, ',')) {
+        int64_t b = 0;
+        if (!absl::SimpleAtoi(part, &b) || b < 1) {
+          std::fprintf(stderr, "train_bench: --batches wants batch sizes >= 1 separated by commas, not '%s'\n",
+                       value.c_str());
+          return 2;
+        }
+        batches.push_back(b);
+      }
+    } else if (arg == "--save-every") {
+      save_every = std::atoll(value.c_str());
+    } else if (arg == "--saves") {
+      saves = std::atoll(value.c_str());
     } else {
       std::fprintf(stderr, "train_bench: unknown option %s\n", arg.c_str());
       return 2;
     }
   }
-  if (threads < 1 || steps < 1 || warmup < 0) {
-    std::fprintf(stderr, "train_bench: --threads and --steps must be >= 1, --warmup >= 0\n");
+  if (threads < 1 || steps < 1 || warmup < 0 || save_every < 1 || saves < 0) {
+    std::fprintf(stderr, "train_bench: --threads, --steps and --save-every must be >= 1, --warmup and --saves >= 0\n");
     return 2;
+  }
+  if (device == "cpu-gathered") return RunGpu("/cpu:0", data, batches, steps, warmup, seed, save_every, saves);
+  if (device != "cpu") {
+    if (device.rfind("gpu:", 0) != 0) {
+      std::fprintf(stderr, "train_bench: --device wants cpu, gpu:N or cpu-gathered, not '%s'\n", device.c_str());
+      return 2;
+    }
+    return RunGpu("/" + device, data, batches, steps, warmup, seed, save_every, saves);
   }
 
   auto model = foreman_bench::LoadMlpModel(data, seed);

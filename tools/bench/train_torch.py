@@ -20,6 +20,20 @@ BLAS/LAPACK/OpenMP/oneDNN libraries mapped into the process
 one of them, and the thread variables of the environment.
 
     train_torch.py --data DIR --threads N [--steps 400] [--warmup 50] [--seed 1] [--info FILE]
+
+With `--device cuda` (issue 15) the same model trains on the GPU, eager (no
+torch.compile, no CUDA graphs), with the whole training set already on the
+device (float32, converted once) and the batches gathered there from a
+permutation drawn on the device; the timed steps end with one
+torch.cuda.synchronize(). It prints "RUN train.torch.cuda.b<batch>.samples_per_s
+<v> samples/s device=<name>" (exit 77, "SKIP ...", when torch.cuda is not
+available). With `--epochs N` it instead trains N whole epochs the way
+`foreman train` does (learning rate 1e-3 x 0.8^(step / 1000), continuous),
+then evaluates the test set, and prints "RUN train.torch.<cpu|cuda>.main_job_s
+<s> s accuracy=<a> steps=<n>" (the training loop's wall time, data already in
+memory, evaluation excluded).
+
+    train_torch.py --data DIR --threads N --device cuda [--batch 128] [--epochs 15]
 """
 import argparse
 import gzip
@@ -101,32 +115,43 @@ def main():
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--info", help="also write what ran (versions, backends, threads) to this file")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--epochs", type=int, default=0, help="train this many epochs (the main job) instead")
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("SKIP train_torch.py --device cuda: torch.cuda is not available (PyTorch %s)" % torch.__version__,
+              flush=True)
+        raise SystemExit(77)
+    device = torch.device(args.device)
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 throughout, as Foreman
+        torch.backends.cudnn.allow_tf32 = False
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     images = read_idx(os.path.join(args.data, "train-images-idx3-ubyte.gz"))
     labels = read_idx(os.path.join(args.data, "train-labels-idx1-ubyte.gz"))
-    x_all = torch.from_numpy(images.reshape(len(images), -1).astype(np.float32) / 255.0)
-    y_all = torch.from_numpy(labels.astype(np.int64))
+    x_all = torch.from_numpy(images.reshape(len(images), -1).astype(np.float32) / 255.0).to(device)
+    y_all = torch.from_numpy(labels.astype(np.int64)).to(device)
 
     model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     for layer in (model[0], model[2]):
         torch.nn.init.xavier_uniform_(layer.weight)
         torch.nn.init.zeros_(layer.bias)
+    model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
 
     n = x_all.shape[0]
     # As foreman::data::Dataset: the last batch of an epoch holds the rest.
     batches_per_epoch = (n + args.batch - 1) // args.batch
-    generator = torch.Generator().manual_seed(args.seed)
-    order = torch.randperm(n, generator=generator)
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    order = torch.randperm(n, generator=generator, device=device)
     index = 0
 
     def step():
         nonlocal order, index
         if index == batches_per_epoch:
-            order = torch.randperm(n, generator=generator)
+            order = torch.randperm(n, generator=generator, device=device)
             index = 0
         idx = order[index * args.batch:(index + 1) * args.batch]
         index += 1
@@ -138,19 +163,51 @@ def main():
         opt.step()
         return loss, len(idx)
 
+    def sync():
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+
+    if args.epochs > 0:
+        # The main job: as `foreman train`'s defaults (exponential_decay, not staircase).
+        total = args.epochs * batches_per_epoch
+        sync()
+        start = time.perf_counter()
+        for global_step in range(total):
+            for group in opt.param_groups:
+                group["lr"] = 1e-3 * 0.8 ** (global_step / 1000.0)
+            loss, _ = step()
+        sync()
+        took = time.perf_counter() - start
+        test_images = read_idx(os.path.join(args.data, "t10k-images-idx3-ubyte.gz"))
+        test_labels = read_idx(os.path.join(args.data, "t10k-labels-idx1-ubyte.gz"))
+        with torch.no_grad():
+            xt = torch.from_numpy(test_images.reshape(len(test_images), -1).astype(np.float32) / 255.0).to(device)
+            yt = torch.from_numpy(test_labels.astype(np.int64)).to(device)
+            accuracy = float((model(xt).argmax(dim=1) == yt).float().mean())
+        print("loss %.4f" % float(loss))
+        print("RUN train.torch.%s.main_job_s %.6g s accuracy=%.4f steps=%d" % (args.device, took, accuracy, total),
+              flush=True)
+        return
+
     for _ in range(args.warmup):
         step()
+    sync()
     samples = 0
     start = time.perf_counter()
     for _ in range(args.steps):
         loss, rows = step()
         samples += rows
+    sync()
     took = time.perf_counter() - start
     print("loss %.4f" % float(loss))
     if args.info:
         with open(args.info, "w") as f:
             f.write(peer_info(args.threads))
-    print("RUN train.torch.t%d.samples_per_s %.6g samples/s" % (args.threads, samples / took), flush=True)
+    if args.device == "cuda":
+        print("RUN train.torch.cuda.b%d.samples_per_s %.6g samples/s device=%s" %
+              (args.batch, samples / took, torch.cuda.get_device_name(0)), flush=True)
+    else:
+        print("RUN train.torch.t%d.samples_per_s %.6g samples/s" % (args.threads, samples / took), flush=True)
 
 
 if __name__ == "__main__":

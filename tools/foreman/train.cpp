@@ -18,7 +18,7 @@
 // the optimizer's slots are variables, so they are checkpointed with the
 // weights; shuffling is a pure function of (seed, epoch). A run interrupted
 // and resumed therefore ends with the same weights as an uninterrupted one
-// (same seed and --threads).
+// (same seed, --threads and --device; docs/train.md "Devices").
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -54,6 +54,8 @@
 #include "train_settings.hpp"
 #include "foreman/bundle.hpp"
 #include "foreman/checkpoint.hpp"
+#include "foreman/compute.hpp"
+#include "foreman/cuda.hpp"
 #include "foreman/dataset.hpp"
 #include "foreman/env.hpp"
 #include "foreman/event_writer.hpp"
@@ -535,7 +537,23 @@ struct Model {
   nn::Gradients grads;   // a cluster worker's step: its gradients, reused
   bool ended_by_chief = false;  // a cluster worker's update was refused: the chief ended training
   std::unique_ptr<nn::Mlp> mlp;
-  std::unique_ptr<data::InputPipeline> pipeline;
+  std::unique_ptr<data::InputPipeline> pipeline;  // the CPU path's (null on a GPU)
+  // The GPU path (a session device without host memory): the data sets
+  // copied to the device once (uint8), batches gathered there in the order
+  // train_set->Order(epoch) gives -- the order the CPU's pipeline reads.
+  std::shared_ptr<const data::Dataset> train_set;
+  data::LabeledImages train_images;  // uploaded at a session's first step (kept for a recovery's new session)
+  data::LabeledImages test_images;
+  std::unique_ptr<nn::DeviceExamples> device_train;
+  std::unique_ptr<nn::DeviceExamples> device_test;
+  compute::Device* examples_device = nullptr;  // where device_train/test live
+  // Gather the batches on the device even on the CPU (a test's knob,
+  // FOREMAN_TEST_GATHER_ON_DEVICE=1: the GPU path's bookkeeping, run on the
+  // CPU device, must give bitwise the pipeline's results).
+  bool gather = false;
+  // The device whose memory holds the Mlp's workspace (a gathered step ran
+  // there): it must outlive the Mlp or its next use (nn.hpp).
+  compute::Device* mlp_device = nullptr;
   data::Batch test;  // the whole test set, in file order
   std::vector<std::string> histogram_variables;
   std::shared_ptr<EvalRecord> eval;
@@ -556,6 +574,79 @@ Status WriteInt64(VariableStore& vars, const std::string& name, int64_t value) {
   return absl::OkStatus();
 }
 
+// The data sets on `device` (the session's, without host memory), uploaded
+// at the first step that needs them. RESOURCE_EXHAUSTED (naming the device
+// and the size) when they do not fit.
+Status EnsureExamplesOn(Model& m, compute::Device& device) {
+  if (m.examples_device == &device) return absl::OkStatus();
+  m.device_train.reset();
+  m.device_test.reset();
+  m.examples_device = nullptr;
+  auto train = nn::DeviceExamples::Upload(m.train_images.images, m.train_images.labels, device);
+  if (!train.ok()) {
+    return Status(train.status().code(), absl::StrCat("uploading the training set (",
+                                                      m.train_images.images.num_elements() >> 20, " MiB) to ",
+                                                      device.name(), ": ", train.status().message()));
+  }
+  auto test = nn::DeviceExamples::Upload(m.test_images.images, m.test_images.labels, device);
+  if (!test.ok()) {
+    return Status(test.status().code(), absl::StrCat("uploading the test set (", m.test_images.images.num_elements() >> 20,
+                                                     " MiB) to ", device.name(), ": ", test.status().message()));
+  }
+  m.device_train = std::move(*train);
+  m.device_test = std::move(*test);
+  m.examples_device = &device;
+  return absl::OkStatus();
+}
+
+// Frees what the model holds in a session's device memory -- the device
+// copies of the data and the Mlp (its workspace) -- while that device is
+// alive; with `device_alive` false (the session is gone: a recovery, or a
+// close() that skipped the hooks' end()) drops them without touching the
+// device, whose teardown freed their memory. The model gets a fresh Mlp (no
+// device memory until its next step), so that a later step -- a recovery's
+// new session, or an end() that evaluates after all -- still runs: it
+// uploads the data again.
+Status ReleaseDeviceResources(Model& m, bool device_alive) {
+  if (!device_alive) {
+    (void)m.device_train.release();  // NOLINT: the device freed its memory with it
+    (void)m.device_test.release();
+    if (m.mlp_device != nullptr) (void)m.mlp.release();  // NOLINT: likewise its workspace
+  }
+  m.device_train.reset();
+  m.device_test.reset();
+  m.examples_device = nullptr;
+  if (m.mlp_device != nullptr) {
+    m.mlp.reset();
+    m.mlp_device = nullptr;
+    FOREMAN_ASSIGN_OR_RETURN(m.mlp, nn::Mlp::Create(m.spec, m.optimizer));
+  }
+  return absl::OkStatus();
+}
+
+// Last among the job's hooks: on a GPU session, frees the device copies of
+// the data at end() (after EvalHook's final evaluation, before the session
+// and its device go), and forgets a previous session's (a recovery: that
+// device is gone) when a session is created. The Mlp's device workspace
+// lives on the device it ran on (nn.hpp: the device must outlive the Mlp or
+// its next use), so after a recovery the model gets a fresh Mlp and the old
+// one is dropped without touching the dead device.
+class DeviceExamplesHook : public SessionRunHook {
+ public:
+  explicit DeviceExamplesHook(std::shared_ptr<Model> model) : model_(std::move(model)) {}
+  std::string name() const override { return "DeviceExamplesHook"; }
+  Status after_create_session(Session*, Coordinator*) override {
+    return ReleaseDeviceResources(*model_, /*device_alive=*/false);
+  }
+  Status end(Session*) override {
+    // The last hook's end(): no step runs after it.
+    return ReleaseDeviceResources(*model_, /*device_alive=*/true);
+  }
+
+ private:
+  std::shared_ptr<Model> model_;
+};
+
 // Fetches the step answers:
 //   train_op          one batch: forward, backward, optimizer update, global_step += 1
 //   loss, accuracy    of that batch, before the update (float32 scalars)
@@ -571,10 +662,33 @@ Status Step(Model& m, StepContext& ctx) {
     if (!m.first_step) m.first_step = std::chrono::steady_clock::now();
     FOREMAN_ASSIGN_OR_RETURN(int64_t epoch, ReadInt64(vars, kEpochVariable));
     FOREMAN_ASSIGN_OR_RETURN(int64_t index, ReadInt64(vars, kIndexVariable));
+    compute::Device& device = ctx.compute();
+    const bool on_device = m.gather || !device.host_memory();
     data::Batch batch;
-    {
+    // The GPU path: the batch's indices in epoch `epoch`'s order, gathered
+    // on the device (Dataset::GetBatch's bookkeeping: the last batch of an
+    // epoch is the remainder, then {epoch + 1, 0}).
+    std::shared_ptr<const std::vector<int32_t>> order;
+    int64_t rows = 0;
+    if (on_device) {
+      auto span = ctx.Trace("input");
+      FOREMAN_RETURN_IF_ERROR(EnsureExamplesOn(m, device));
+      const int64_t n = m.train_set->num_examples();
+      const data::DatasetOptions& options = m.train_set->options();
+      if (options.epochs > 0 && epoch >= options.epochs) return absl::OutOfRangeError("End of sequence");
+      if (epoch < 0 || index < 0 || index >= n) {
+        return absl::InvalidArgumentError(absl::StrCat("bad data position ", data::DatasetPosition{epoch, index}.ToString(),
+                                                       " (", kEpochVariable, ", ", kIndexVariable, ") for ", n,
+                                                       " examples"));
+      }
+      order = m.train_set->Order(epoch);
+      rows = std::min(options.batch_size, n - index);
+      batch.position = {epoch, index};
+      batch.next = index + rows == n ? data::DatasetPosition{epoch + 1, 0} : data::DatasetPosition{epoch, index + rows};
+    } else {
       auto span = ctx.Trace("input");
       FOREMAN_ASSIGN_OR_RETURN(batch, m.pipeline->Next(data::DatasetPosition{epoch, index}, m.batch_timeout));
+      rows = batch.labels.num_elements();
     }
     FOREMAN_ASSIGN_OR_RETURN(int64_t global_step, GetGlobalStep(vars));
     double lr = m.learning_rate;
@@ -608,12 +722,17 @@ Status Step(Model& m, StepContext& ctx) {
         if (absl::IsOutOfRange(applied)) m.ended_by_chief = true;
         return applied;
       }
+    } else if (on_device) {
+      // A GPU: the step on the batch gathered there (a replayed CUDA graph).
+      auto span = ctx.Trace("train");
+      m.mlp_device = &device;
+      FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, *m.device_train, order->data() + index, rows, device));
     } else {
       // One process: TrainStep (the measured fast path) updates in place.
       auto span = ctx.Trace("train");
-      FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, batch.features, batch.labels, ctx.compute()));
+      FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, batch.features, batch.labels, device));
     }
-    m.examples += batch.labels.num_elements();
+    m.examples += rows;
     ++m.steps;
     FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kEpochVariable, batch.next.epoch));
     FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kIndexVariable, batch.next.index));
@@ -627,7 +746,14 @@ Status Step(Model& m, StepContext& ctx) {
   if (ctx.requested("eval_accuracy") || ctx.requested("eval_loss") || ctx.requested("eval_summaries") ||
       ctx.requested("eval_global_step")) {
     auto span = ctx.Trace("evaluate");
-    FOREMAN_ASSIGN_OR_RETURN(nn::StepResult r, m.mlp->Evaluate(vars, m.test.features, m.test.labels, ctx.compute()));
+    nn::StepResult r;
+    if (m.gather || !ctx.compute().host_memory()) {
+      FOREMAN_RETURN_IF_ERROR(EnsureExamplesOn(m, ctx.compute()));
+      m.mlp_device = &ctx.compute();
+      FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->Evaluate(vars, *m.device_test, ctx.compute()));
+    } else {
+      FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->Evaluate(vars, m.test.features, m.test.labels, ctx.compute()));
+    }
     FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(vars));
     ctx.Set("eval_global_step", Tensor::Scalar<int64_t>(step));
     ctx.Set("eval_accuracy", Tensor::Scalar<float>(r.accuracy));
@@ -849,6 +975,13 @@ struct TrainJob {
   nn::MlpSpec spec;
   nn::OptimizerOptions optimizer;
   double learning_rate = 0;
+  // The session's device (ResolveDevice): "/cpu:0" or "/gpu:N".
+  std::string device = "/cpu:0";
+  bool on_gpu() const { return device != "/cpu:0"; }
+  // Batches gathered on the device (a GPU, or the test knob on the CPU).
+  bool gather = false;
+  data::LabeledImages train_images;  // on a GPU: the data to upload (LoadData)
+  data::LabeledImages test_images;
   std::shared_ptr<const data::Dataset> train_set;
   std::shared_ptr<const data::Dataset> test_set;
   int64_t test_examples = 0;
@@ -1091,6 +1224,69 @@ ExitCode PlanModel(TrainJob& job) {
   return std::nullopt;
 }
 
+// Whether a session can be made on `device` (SessionConfig.device): the
+// checks Session::Create makes (CUDA built, a driver, the device, its
+// memory under the limit), on an empty graph.
+Status ProbeDevice(const std::string& device, int64_t memory_limit_bytes, Env* env) {
+  auto graph = std::make_shared<Graph>();
+  FOREMAN_RETURN_IF_ERROR(graph->SetStep([](StepContext&) { return absl::OkStatus(); }));
+  SessionConfig config;
+  config.intra_op_parallelism_threads = 1;
+  config.device = device;
+  config.device_memory_limit_bytes = memory_limit_bytes;
+  config.env = env;
+  return Session::Create(std::move(graph), "", config).status();
+}
+
+// 3b. --device, resolved before the data loads: gpu:N that cannot be used is
+//     exit 2 with the session's error (FAILED_PRECONDITION: no CUDA in this
+//     build, no driver, no such device; RESOURCE_EXHAUSTED: the memory
+//     limit), and nothing is left in the directory; auto takes GPU 0 when a
+//     session can be made there and says which on stderr. A cluster task
+//     trains on the CPU (only a local session may use a GPU).
+ExitCode ResolveDevice(TrainJob& job) {
+  const TrainFlags& f = job.f;
+  const std::string parsed = *ParseDeviceFlag(f.device);  // validated
+  const int64_t limit = f.device_memory_limit_mb * (int64_t{1} << 20);
+  job.mts.config.device_memory_limit_bytes = limit;
+  if (parsed == "/cpu:0") {
+    job.device = parsed;
+  } else if (job.cluster) {
+    if (!parsed.empty()) {
+      return job.Exit(kExitUsage, "bad flags",
+                      absl::InvalidArgumentError(absl::StrCat("--device ", f.device,
+                                                              ": a cluster task trains on the CPU (only a "
+                                                              "single-process run may use a GPU)")));
+    }
+    job.device = "/cpu:0";
+  } else if (parsed.empty()) {
+    // auto: the CPU unless GPU 0 is usable.
+    job.device = "/cpu:0";
+    StatusOr<int> count = cuda::DeviceCount();
+    if (!count.ok() || *count == 0) {
+      std::fprintf(stderr, "foreman train: --device auto: no usable GPU (%s); training on the CPU\n",
+                   count.ok() ? "no CUDA device" : std::string(count.status().message()).c_str());
+    } else if (Status s = ProbeDevice("/gpu:0", limit, job.env); !s.ok()) {
+      std::fprintf(stderr, "foreman train: --device auto: GPU 0 cannot be used (%s); training on the CPU\n",
+                   std::string(s.message()).c_str());
+    } else {
+      job.device = "/gpu:0";
+      auto info = cuda::GetDeviceInfo(0);
+      std::fprintf(stderr, "foreman train: --device auto: training on /gpu:0%s\n",
+                   info.ok() ? absl::StrCat(" (", info->name, ")").c_str() : "");
+    }
+  } else {
+    if (Status s = ProbeDevice(parsed, limit, job.env); !s.ok()) {
+      return job.Exit(kExitUsage, absl::StrCat("cannot use --device ", f.device), s);
+    }
+    job.device = parsed;
+  }
+  job.mts.config.device = job.device;
+  const char* knob = std::getenv("FOREMAN_TEST_GATHER_ON_DEVICE");
+  job.gather = job.on_gpu() || (knob != nullptr && std::string(knob) == "1" && !job.cluster);
+  return std::nullopt;
+}
+
 // 4. The data.
 ExitCode LoadData(TrainJob& job) {
   const TrainFlags& f = job.f;
@@ -1105,6 +1301,11 @@ ExitCode LoadData(TrainJob& job) {
   // so a single-process resume continues its order).
   train_options.seed = static_cast<uint64_t>(f.seed) + (job.cluster ? job.cluster->task.task_index : 0);
   job.test_examples = mnist->test.labels.num_elements();
+  if (job.gather) {
+    // Copied to the device at the first step (nn::DeviceExamples::Upload).
+    job.train_images = mnist->train;
+    job.test_images = mnist->test;
+  }
   auto train_set = data::Dataset::Create(std::move(mnist->train), train_options);
   if (!train_set.ok()) return job.Exit(kExitUsage, absl::StrCat("bad training data in ", f.data_dir), train_set.status());
   data::DatasetOptions test_options;
@@ -1128,6 +1329,10 @@ ExitCode BuildModel(TrainJob& job) {
   model->decay_steps = f.learning_rate_decay_steps;
   model->decay_rate = f.learning_rate_decay_rate;
   model->eval = std::make_shared<EvalRecord>();
+  model->train_set = job.train_set;
+  model->gather = job.gather;
+  model->train_images = std::move(job.train_images);
+  model->test_images = std::move(job.test_images);
   auto mlp = nn::Mlp::Create(job.spec, job.optimizer);
   if (!mlp.ok()) return job.Exit(kExitUsage, "bad model", mlp.status());
   model->mlp = std::move(*mlp);
@@ -1194,6 +1399,8 @@ ExitCode AddHooks(TrainJob& job) {
     job.eval = std::make_shared<EvalHook>(f.checkpoint_dir + "/eval", f.eval_every_steps, job.env);
     mts.hooks.push_back(job.eval);
   }
+  // After EvalHook: its end() evaluates on the device copy of the test set.
+  if (job.gather) mts.hooks.push_back(std::make_shared<DeviceExamplesHook>(job.model));
   mts.graph = job.graph;
   mts.config.env = job.env;
   if (job.fault_hook != nullptr) mts.checkpoint_listeners.push_back(std::make_shared<DurableSavesListener>());
@@ -1273,12 +1480,13 @@ ExitCode WriteRunFiles(TrainJob& job) {
   log.stderr_level = job.tty ? LogLevel::kWarning : LogLevel::kInfo;
   if (Status s = ConfigureLogging(log); !s.ok()) return job.Exit(kExitUsage, "cannot write the log", s);
   std::fprintf(stderr,
-               "foreman train: MLP %s, %s (learning rate %g), batch %lld, %s, seed %lld, %lld threads; "
+               "foreman train: MLP %s, %s (learning rate %g), batch %lld, %s, seed %lld, %s; "
                "checkpoints in %s\n",
                Architecture(job.spec).c_str(), nn::OptimizerKindName(job.optimizer.kind).c_str(), job.learning_rate,
                static_cast<long long>(f.batch_size),
                job.total_steps > 0 ? absl::StrCat(job.total_steps, " steps").c_str() : "until stopped",
-               static_cast<long long>(f.seed), static_cast<long long>(f.threads), dir.c_str());
+               static_cast<long long>(f.seed),
+               job.on_gpu() ? job.device.c_str() : absl::StrCat(f.threads, " threads").c_str(), dir.c_str());
   if (job.cluster) {
     std::fprintf(stderr, "foreman train: the chief (worker 0 of %d, %s) of the cluster %s\n",
                  job.cluster->spec.num_tasks("worker"), job.server->target().c_str(),
@@ -1350,7 +1558,8 @@ int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
     std::printf("nothing to train: the restored run already reached its end (--max-steps %lld, --epochs %lld)\n",
                 static_cast<long long>(f.max_steps), static_cast<long long>(f.epochs));
   }
-  const data::InputPipeline::Stats pipeline_stats = job.model->pipeline->stats();
+  const data::InputPipeline::Stats pipeline_stats =
+      job.model->pipeline != nullptr ? job.model->pipeline->stats() : data::InputPipeline::Stats{};
   if (pipeline_stats.batches > 0) {
     std::printf("input pipeline: %lld batches, the step waited for %lld of them\n",
                 static_cast<long long>(pipeline_stats.batches), static_cast<long long>(pipeline_stats.waits));
@@ -1418,6 +1627,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   // RunPhase::Undo, while the lock is still held.
   ExitCode refused = OpenDirectory(cmd, job);
   if (!refused) refused = PlanModel(job);
+  if (!refused) refused = ResolveDevice(job);
   if (!refused) refused = LoadData(job);
   if (!refused) refused = stopped_early();
   if (!refused) refused = BuildModel(job);
@@ -1438,26 +1648,41 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   if (!session.ok()) {
     const auto code = session.status().code();
     const bool bad_input = code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
-                           code == absl::StatusCode::kFailedPrecondition;
+                           code == absl::StatusCode::kFailedPrecondition ||
+                           (job.on_gpu() && code == absl::StatusCode::kResourceExhausted);
     return job.Exit(bad_input ? kExitUsage : kExitFailed, "cannot start training", session.status());
   }
   // The input pipeline is one of the session's services (its producer actor
   // inherits the blocked signals): the session's restart policy and actor
   // faults ("input_pipeline") cover it. It starts before the first step.
-  data::InputPipelineOptions pipeline_options;
-  pipeline_options.prefetch_batches = static_cast<int>(job.f.prefetch_batches);
-  auto pipeline = (*session)->NewInputPipeline(job.train_set, pipeline_options);
-  if (!pipeline.ok()) {
-    (*session)->request_stop(pipeline.status());
-    (*session)->close().IgnoreError();
-    return job.Exit(kExitFailed, "input pipeline", pipeline.status());
+  // A GPU session gathers its batches on the device: no pipeline.
+  if (!job.gather) {
+    data::InputPipelineOptions pipeline_options;
+    pipeline_options.prefetch_batches = static_cast<int>(job.f.prefetch_batches);
+    auto pipeline = (*session)->NewInputPipeline(job.train_set, pipeline_options);
+    if (!pipeline.ok()) {
+      (*session)->request_stop(pipeline.status());
+      (*session)->close().IgnoreError();
+      return job.Exit(kExitFailed, "input pipeline", pipeline.status());
+    }
+    job.model->pipeline = std::move(*pipeline);
   }
-  job.model->pipeline = std::move(*pipeline);
   const std::vector<std::string> fetches = {"train_op"};
+  bool run_failed = false;
   while (!(*session)->should_stop()) {
-    if (!(*session)->run(fetches).ok()) break;  // close() returns the error (OK after a clean stop)
+    Status ran = (*session)->run(fetches).status();
+    if (!ran.ok()) {  // close() returns the error (OK after a clean stop)
+      run_failed = !absl::IsOutOfRange(ran);  // the end of the data is a clean stop
+      break;
+    }
   }
+  // A failed run's close() skips the hooks' end(): free what the model holds
+  // in the device's memory now, while the session's device is alive.
+  if (run_failed) ReleaseDeviceResources(*job.model, /*device_alive=*/true).IgnoreError();
   const Status closed = (*session)->close();
+  // What is still in the device's memory (a close() that skipped the hooks'
+  // end()) went with it.
+  ReleaseDeviceResources(*job.model, /*device_alive=*/false).IgnoreError();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   PrintServiceRestarts((*session)->service_restarts());
   if (const int64_t n = (*session)->recoveries(); n > 0) {
@@ -1465,7 +1690,14 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     std::fprintf(stderr, "recoveries: %lld (global steps lost: %lld)\n", static_cast<long long>(n),
                  static_cast<long long>((*session)->steps_lost()));
   }
-  if (!closed.ok()) return job.Exit(kExitFailed, "training failed", closed);
+  if (!closed.ok()) {
+    // Out of device memory (the data's upload or the first step, under
+    // --device-memory-limit-mb) is a setting to change, not a failure to retry.
+    if (job.on_gpu() && absl::IsResourceExhausted(closed)) {
+      return job.Exit(kExitUsage, absl::StrCat("out of memory on ", job.device), closed);
+    }
+    return job.Exit(kExitFailed, "training failed", closed);
+  }
   return Report(job, watcher, wall);
 }
 

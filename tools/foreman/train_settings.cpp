@@ -14,6 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -110,6 +111,9 @@ const std::vector<Field>& Fields() {
     v.push_back(MakeField("epochs", "--epochs", &TrainFlags::epochs));
     v.push_back(MakeField("max_steps", "--max-steps", &TrainFlags::max_steps));
     v.push_back(MakeField("threads", "--threads", &TrainFlags::threads));
+    v.push_back(MakeField("device", "--device", &TrainFlags::device));
+    v.push_back(
+        MakeField("device_memory_limit_mb", "--device-memory-limit-mb", &TrainFlags::device_memory_limit_mb));
     v.push_back(MakeField("learning_rate", "--learning-rate", &TrainFlags::learning_rate));
     v.push_back(MakeField("learning_rate_decay_steps", "--learning-rate-decay-steps",
                           &TrainFlags::learning_rate_decay_steps));
@@ -175,6 +179,22 @@ StatusOr<std::vector<int64_t>> ParseHidden(const std::string& text) {
     dims.push_back(d);
   }
   return dims;
+}
+
+StatusOr<std::string> ParseDeviceFlag(const std::string& text) {
+  if (text == "auto") return std::string();
+  if (text == "cpu") return std::string("/cpu:0");
+  if (absl::StartsWith(text, "gpu:")) {
+    const absl::string_view digits = absl::string_view(text).substr(4);
+    int64_t n = 0;
+    if (!digits.empty() && digits.size() <= 9 &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+        absl::SimpleAtoi(digits, &n)) {
+      return absl::StrCat("/gpu:", n);
+    }
+  }
+  return Usage(absl::StrCat("--device: '", absl::CHexEscape(text),
+                            "' is not a device (cpu, gpu:N with N the CUDA device's index, or auto)"));
 }
 
 double DefaultLearningRate(nn::OptimizerKind kind) {
@@ -354,6 +374,11 @@ Status ValidateTrainFlags(const TrainFlags& f) {
   if (f.threads < 0 || f.threads > 1024) {
     return Usage(absl::StrCat("--threads must be in [0, 1024] (0: one per CPU), got ", f.threads));
   }
+  FOREMAN_RETURN_IF_ERROR(ParseDeviceFlag(f.device).status());
+  if (f.device_memory_limit_mb < 0 || f.device_memory_limit_mb > (int64_t{1} << 30)) {
+    return Usage(absl::StrCat("--device-memory-limit-mb must be in [0, 1073741824] (0: the device's own limit), got ",
+                              f.device_memory_limit_mb));
+  }
   if (f.eval_every_steps < 0) {
     return Usage(absl::StrCat("--eval-every-steps must be >= 0 (0: only at the end), got ", f.eval_every_steps));
   }
@@ -527,6 +552,16 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->capture_default_str();
   cmd.add_option("--threads", f.threads, "Intra-op threads (0: one per CPU this process may use)")
       ->transform(DecimalInt64())->capture_default_str();
+  cmd.add_option("--device", f.device,
+                 "Where the step runs: cpu, gpu:N (CUDA device N; exit 2 when it cannot be used) or auto (GPU 0 "
+                 "when a session can be made there, else the CPU; said on stderr). Not model-defining: a run may "
+                 "resume on another device")
+      ->capture_default_str();
+  cmd.add_option("--device-memory-limit-mb", f.device_memory_limit_mb,
+                 "At most this many MiB of GPU memory (0: the device's own limit); running out is exit 2 naming "
+                 "the device and the size. Ignored on the CPU")
+      ->transform(DecimalInt64())
+      ->capture_default_str();
   cmd.add_option("--data-dir", f.data_dir, "Fashion-MNIST's gzip IDX files (Debian: dataset-fashion-mnist)")
       ->capture_default_str();
   cmd.add_option("--eval-every-steps", f.eval_every_steps,

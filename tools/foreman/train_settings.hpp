@@ -67,6 +67,13 @@ struct TrainFlags {
   std::string hidden = "256";
   int64_t seed = 0;
   int64_t threads = 0;  // 0: one per CPU this process may run on
+  // --device cpu | gpu:N | auto (docs/train.md "Devices"). Stored as given
+  // (like --threads, not model-defining: a resume may change it, with a
+  // note). auto: GPU 0 when a session can be made there, else the CPU.
+  std::string device = "auto";
+  // --device-memory-limit-mb: SessionConfig.device_memory_limit_bytes in MiB
+  // (0: the device's own limit). Ignored on the CPU.
+  int64_t device_memory_limit_mb = 0;
   int64_t eval_every_steps = 500;
   int64_t prefetch_batches = 4;
   // --fault-plan: a FaultPlan JSON file (foreman/fault.hpp). Not a setting of
@@ -86,6 +93,11 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& flags);
 
 /// Checks the flags on their own. INVALID_ARGUMENT naming the flag and value.
 Status ValidateTrainFlags(const TrainFlags& flags);
+
+/// --device's text: "cpu" -> "/cpu:0", "gpu:N" -> "/gpu:N" (N decimal
+/// digits, < 2^31), "auto" -> "" (resolved by `foreman train` at start).
+/// INVALID_ARGUMENT naming --device and the text otherwise.
+StatusOr<std::string> ParseDeviceFlag(const std::string& text);
 
 /// "256,128" -> {256, 128}; "none" -> {} (softmax regression). INVALID_ARGUMENT
 /// naming the text, and for an empty (or blank) text: softmax regression is

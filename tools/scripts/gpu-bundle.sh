@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Builds a folder that runs tools/scripts/gpu-check.sh on a GPU machine without
+# Foreman's Debian packages (../shared/notes/gpu-machine.md: no CAF, Abseil,
+# protobuf, spdlog, LevelDB there, no network): the programs and every shared
+# library `ldd` lists for them except glibc's own (libc, libm, libdl,
+# libpthread, librt, the loader), libgcc_s and libstdc++ (that machine's are
+# newer) and the CUDA driver's (libcuda, libnvidia-*: the machine's own must
+# be used); cuBLAS (libcublas*, libcublasLt*: over 500 MB) is left out too --
+# gpu-check.sh finds it in that machine's PyTorch (the nvidia-cublas package).
+#
+#   .gpu-bundle/gpu-check.sh      the check (finds bin/, lib/, data/ beside it)
+#   .gpu-bundle/bin/              foreman, train_bench, the `gpu` suite's programs
+#                                 and `cuda` (cuda_test), train_torch.py
+#   .gpu-bundle/lib/              their shared libraries, and libforeman's
+#                                 dlopened CPU kernels (libforeman_cpu_*.so)
+#   .gpu-bundle/data/             Fashion-MNIST's four .gz files
+#   .gpu-bundle/tests.txt         the test programs: name<TAB>program[<TAB>args]
+#
+# Copy the folder to the GPU machine and run `.gpu-bundle/gpu-check.sh` there
+# (it writes its logs under ./gpu-check-<time>/ and prints one line per figure).
+#
+# Usage: tools/scripts/gpu-bundle.sh [--build-dir DIR] [--out DIR] [--data DIR] [--no-build] [--no-data]
+#   --build-dir  a configured release build (default build-release); built
+#                first (ninja) unless --no-build
+#   --out        the bundle folder (default .gpu-bundle; it is replaced)
+#   --data       Fashion-MNIST (default /usr/share/datasets/fashion-mnist)
+#   --no-data    leave data/ empty (gpu-check.sh then wants --data)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+build_dir=build-release
+out=.gpu-bundle
+data=/usr/share/datasets/fashion-mnist
+build=1
+copy_data=1
+while (($#)); do
+  case $1 in
+    --build-dir) build_dir=$2; shift ;;
+    --out) out=$2; shift ;;
+    --data) data=$2; shift ;;
+    --no-build) build=0 ;;
+    --no-data) copy_data=0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) echo "gpu-bundle.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+log() { echo "gpu-bundle.sh: $*" >&2; }
+[[ -f $build_dir/build.ninja ]] || { log "$build_dir is not a configured build directory (tools/scripts/build.sh release)"; exit 1; }
+build_dir=$(cd "$build_dir" && pwd)
+
+# The `gpu` suite's programs and `cuda`, from meson's own list of tests.
+tests_tsv=$(meson introspect --tests "$build_dir" | /usr/bin/python3 -c '
+import json, sys
+for t in json.load(sys.stdin):
+    if any(s.split(":")[-1] == "gpu" for s in t["suite"]) or t["name"] == "cuda":
+        print("\t".join([t["name"]] + t["cmd"]))')
+[[ -n $tests_tsv ]] || { log "meson lists no gpu tests in $build_dir"; exit 1; }
+programs=("$build_dir/tools/foreman" "$build_dir/tools/bench/train_bench")
+while IFS=$'\t' read -r name prog _; do programs+=("$prog"); done <<<"$tests_tsv"
+
+if ((build)); then
+  targets=()
+  for p in "${programs[@]}"; do targets+=("${p#"$build_dir"/}"); done
+  ninja -C "$build_dir" "${targets[@]}" >&2
+fi
+
+if [[ -e $out && ! -f $out/BUILD.txt ]]; then
+  log "$out exists and is not a bundle (no BUILD.txt): not replacing it"; exit 1
+fi
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/data"
+for p in "${programs[@]}"; do
+  [[ -x $p ]] || { log "$p is missing (build it, or leave out --no-build)"; exit 1; }
+  cp "$p" "$out/bin/"
+done
+cp "$root/tools/bench/train_torch.py" "$out/bin/"
+cp "$root/tools/scripts/gpu-check.sh" "$out/gpu-check.sh"
+# Tests as name<TAB>program basename<TAB>args (arguments verbatim).
+while IFS=$'\t' read -r name prog args; do
+  printf '%s\t%s\t%s\n' "$name" "$(basename "$prog")" "${args:-}"
+done <<<"$tests_tsv" >"$out/tests.txt"
+
+# Shared libraries: everything ldd resolves, less the system's and the driver's.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libgcc_s\.so|libstdc\+\+\.so|libcuda\.so|libnvidia-|libcublas)'
+missing=()
+for p in "${programs[@]}"; do
+  while read -r lib arrow path _; do
+    [[ $arrow == "=>" ]] || continue
+    base=$(basename "$lib")
+    [[ $base =~ $skip ]] && continue
+    if [[ $path == "not" ]]; then missing+=("$base (for $(basename "$p"))"); continue; fi
+    [[ -e $out/lib/$base ]] || cp -L "$path" "$out/lib/$base"
+  done < <(ldd "$p")
+done
+((${#missing[@]} == 0)) || { log "ldd cannot find: ${missing[*]}"; exit 1; }
+# libforeman's CPU kernels for AVX2 and AVX-512, which it dlopens from its own
+# directory (not in ldd's list).
+for k in "$build_dir"/src/libforeman_cpu_*.so; do
+  [[ -e $k ]] && cp -L "$k" "$out/lib/"
+done
+
+if ((copy_data)); then
+  for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+    [[ -f $data/$f ]] || { log "$data/$f is missing (Debian: dataset-fashion-mnist)"; exit 1; }
+    cp "$data/$f" "$out/data/"
+  done
+fi
+{
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
+  echo "build: $build_dir"
+} >"$out/BUILD.txt"
+log "$out: $(ls "$out/bin" | wc -l) programs, $(ls "$out/lib" | wc -l) libraries, $(du -sh "$out" | cut -f1) in all"
+log "on the GPU machine: $out/gpu-check.sh"
