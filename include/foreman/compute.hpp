@@ -206,8 +206,16 @@ class Device {
   /// pointer too. RESOURCE_EXHAUSTED naming the device and the size when
   /// memory runs out; INVALID_ARGUMENT for bytes < 0.
   virtual StatusOr<void*> Allocate(int64_t bytes) = 0;
-  /// Frees what Allocate returned (null is ignored).
+  /// Frees what Allocate returned (null is ignored). A device frees all the
+  /// memory it allocated when it is destroyed.
   virtual void Deallocate(void* ptr) = 0;
+
+  /// Expires when this device is destroyed. Holders of its memory that may
+  /// outlive it (nn::Mlp's workspace, nn::DeviceExamples, kept across a
+  /// session's recoveries) keep it: once expired they free nothing (the
+  /// device did), and it tells a new device at a reused address from the old
+  /// one. Thread-safe.
+  std::weak_ptr<const void> lifetime() const { return lifetime_; }
 
   /// Copies `bytes` from host memory to device memory (the restore of a
   /// checkpoint, a batch of features) and from device memory to host memory
@@ -328,6 +336,9 @@ class Device {
   /// asynchronous failures surface here (INTERNAL naming the device and, on
   /// CUDA, the call or kernel). The CPU device returns at once.
   virtual Status Synchronize() { return Status(); }
+
+ private:
+  std::shared_ptr<const void> lifetime_ = std::make_shared<const char>(0);
 };
 
 }  // namespace foreman::compute

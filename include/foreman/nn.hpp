@@ -164,8 +164,10 @@ struct Gradients {
 class DeviceExamples {
  public:
   /// Copies `images` uint8 [N, d1, ...] (feature_dim = d1 * ...; rank >= 2)
-  /// and `labels` uint8 [N] to `device` (not owned: it must outlive this
-  /// object). N >= 1.
+  /// and `labels` uint8 [N] to `device` (not owned). N >= 1. The copies are
+  /// freed with this object, or by the device if it is destroyed first
+  /// (compute::Device::lifetime); then they must not be used any more
+  /// (a step on them fails: examples of another device).
   ///   INVALID_ARGUMENT    other dtypes or shapes, N = 0 or N > 2^31 - 1
   ///   RESOURCE_EXHAUSTED  the device's memory ran out (naming it and the size)
   ///   the device's INTERNAL
@@ -178,6 +180,8 @@ class DeviceExamples {
   int64_t num_examples() const { return num_examples_; }
   int64_t feature_dim() const { return feature_dim_; }
   compute::Device& device() const { return *device_; }
+  /// Whether the device holding the copies still exists.
+  bool device_alive() const { return !device_lifetime_.expired(); }
   /// Device memory: uint8 [num_examples, feature_dim] and uint8 [num_examples].
   const uint8_t* images() const { return images_; }
   const uint8_t* labels() const { return labels_; }
@@ -187,6 +191,7 @@ class DeviceExamples {
                  uint8_t* labels, std::vector<uint8_t> host_labels);
   friend class Mlp;  // checks a batch's labels against host_labels_
   compute::Device* device_;
+  std::weak_ptr<const void> device_lifetime_;  // a destroyed device freed the copies itself
   int64_t num_examples_;
   int64_t feature_dim_;
   uint8_t* images_;
@@ -202,9 +207,9 @@ class DeviceExamples {
 /// DeviceExamples on any device, the workspace is that device's memory
 /// (Device::Allocate) and the captured steps are that device's. The Mlp
 /// frees them in ReleaseDevice(), in its destructor, or when it is next used
-/// with another device for such a step: that device must still be alive
-/// then, so an Mlp that outlives its session's device (a graph's step kept
-/// across sessions) must be given ReleaseDevice() before the device goes.
+/// with another device for such a step. It may outlive that device (a
+/// graph's step kept across sessions): a destroyed device freed its memory
+/// itself (compute::Device::lifetime), and the next step allocates anew.
 /// Such a device runs TrainStep, Evaluate and the steps on DeviceExamples;
 /// ComputeGradients and ApplyGradients (a cluster's split step) run on a
 /// host-memory device only: FAILED_PRECONDITION naming the device otherwise.

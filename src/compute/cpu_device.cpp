@@ -88,7 +88,10 @@ CpuDevice::CpuDevice(int threads, CpuIsa max_isa)
 CpuDevice::CpuDevice(const Eigen::ThreadPoolDevice* eigen) : CpuDevice(eigen, MaxIsaOrBaseline()) {}
 CpuDevice::CpuDevice(const Eigen::ThreadPoolDevice* eigen, CpuIsa max_isa)
     : eigen_(eigen), kernels_(Choose(max_isa, &isa_)) {}
-CpuDevice::~CpuDevice() = default;
+CpuDevice::~CpuDevice() {
+  // Device's contract: what is still allocated goes with the device.
+  for (void* p : allocations_) ::operator delete(p, std::align_val_t(kAlignment));
+}
 
 int CpuDevice::num_threads() const { return eigen_->numThreads(); }
 
@@ -100,11 +103,13 @@ StatusOr<void*> CpuDevice::Allocate(int64_t bytes) {
   if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("/cpu:0: out of memory allocating ", bytes, " bytes"));
   }
+  allocations_.insert(p);
   return p;
 }
 
 void CpuDevice::Deallocate(void* ptr) {
-  if (ptr != nullptr) ::operator delete(ptr, std::align_val_t(kAlignment));
+  if (ptr == nullptr || allocations_.erase(ptr) == 0) return;
+  ::operator delete(ptr, std::align_val_t(kAlignment));
 }
 
 Status CpuDevice::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 
 #include "compute/cpu_kernels.hpp"
 #include "foreman/compute.hpp"
@@ -79,6 +80,7 @@ class CpuDevice final : public Device {
   CpuIsa isa_ = CpuIsa::kBaseline;
   const CpuKernels* kernels_;
   std::string name_ = "/cpu:0";
+  std::unordered_set<void*> allocations_;  // Allocate's, freed with the device
 };
 
 }  // namespace foreman::compute

@@ -50,6 +50,7 @@ StatusOr<std::unique_ptr<DeviceExamples>> DeviceExamples::Upload(const Tensor& i
 DeviceExamples::DeviceExamples(compute::Device* device, int64_t num_examples, int64_t feature_dim, uint8_t* images,
                                uint8_t* labels, std::vector<uint8_t> host_labels)
     : device_(device),
+      device_lifetime_(device->lifetime()),
       num_examples_(num_examples),
       feature_dim_(feature_dim),
       images_(images),
@@ -57,6 +58,7 @@ DeviceExamples::DeviceExamples(compute::Device* device, int64_t num_examples, in
       host_labels_(std::move(host_labels)) {}
 
 DeviceExamples::~DeviceExamples() {
+  if (device_lifetime_.expired()) return;  // the device freed them when it went
   device_->Deallocate(images_);
   device_->Deallocate(labels_);
 }

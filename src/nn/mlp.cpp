@@ -31,6 +31,7 @@
 #include "compute/cpu_device.hpp"
 #include "foreman/nn.hpp"
 #include "nn/optimizer.hpp"
+#include "runtime/variable_store_access.hpp"
 
 namespace foreman::nn {
 
@@ -156,6 +157,10 @@ Status CheckHostMemory(const compute::Device& device, const char* what) {
 /// The TrainStep by indices' and Evaluate's checks of `examples` and of the
 /// indices (each in [0, N); their labels in [0, classes)).
 Status CheckExamples(const MlpSpec& spec, const DeviceExamples& examples, const compute::Device& device) {
+  if (!examples.device_alive()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("examples were on a device that no longer exists, not on the step's device ", device.name()));
+  }
   if (&examples.device() != &device) {
     return absl::InvalidArgumentError(absl::StrCat("examples are on device ", examples.device().name(),
                                                    ", not on the step's device ", device.name()));
@@ -312,6 +317,7 @@ struct Mlp::Impl {
     int64_t bytes = 0;
   };
   compute::Device* ws_device = nullptr;
+  std::weak_ptr<const void> ws_lifetime;  // ws_device's (compute::Device::lifetime)
   std::vector<DeviceBlock> blocks;
   int64_t eval_indices_ready = 0;      // iota entries uploaded into kEvalIndices
   std::vector<unsigned char> host_step;  // the step block staged on the host
@@ -325,29 +331,34 @@ struct Mlp::Impl {
   static constexpr std::size_t kMaxCaptures = 4;
   std::vector<Captured> captures;
   uint64_t capture_clock = 0;
-  // The device buffers whose variables' dtypes and shapes were last checked.
-  const VariableStore* checked_store = nullptr;
-  const compute::Device* checked_device = nullptr;
-  std::vector<const void*> checked_ptrs;
 
   ~Impl() { ReleaseDeviceWorkspace(); }
 
   void ReleaseDeviceWorkspace() {
     captures.clear();  // before the memory they use
-    if (ws_device != nullptr) {
+    // A destroyed device freed its memory itself (compute::Device::lifetime).
+    if (ws_device != nullptr && !ws_lifetime.expired()) {
       for (DeviceBlock& b : blocks) ws_device->Deallocate(b.ptr);
     }
     blocks.clear();
     ws_device = nullptr;
+    ws_lifetime.reset();
     eval_indices_ready = 0;
+  }
+
+  /// Whether the workspace is `device`'s: the same object, still alive (not
+  /// a new device at a reused address).
+  bool WorkspaceOn(const compute::Device& device) const {
+    return ws_device == &device && !ws_lifetime.expired() && ws_lifetime.lock() == device.lifetime().lock();
   }
 
   /// Block `slot` of at least `bytes` bytes on `device` (switching devices
   /// frees the previous device's workspace first).
   StatusOr<void*> Block(compute::Device& device, std::size_t slot, int64_t bytes) {
-    if (ws_device != &device) {
+    if (!WorkspaceOn(device)) {
       ReleaseDeviceWorkspace();
       ws_device = &device;
+      ws_lifetime = device.lifetime();
       blocks.assign(kNumFixed + 4 * layers.size(), DeviceBlock{});
     }
     DeviceBlock& b = blocks[slot];
@@ -416,11 +427,8 @@ struct Mlp::Impl {
   /// The variables in `device`'s memory (VariableStore::DeviceData): for a
   /// training step (`train`: slots and beta powers too, and the device
   /// copies become the newer ones), or kernels and biases only. Dtypes and
-  /// shapes are checked through the host copies (a const Get, which copies a
-  /// newer device value back) whenever the buffers differ from those last
-  /// checked: a variable's dtype and shape never change while its device
-  /// copy lives. Not caught: a variable deleted and re-created with another
-  /// shape whose new device copy lands at the old address.
+  /// shapes are checked every step on the host copies, without copying
+  /// anything back.
   Status ResolveDeviceVars(VariableStore* mutable_vars, const VariableStore& vars, compute::Device& device,
                            bool train, DeviceVars* out) {
     std::vector<std::pair<const std::string*, TensorShape>> wanted;
@@ -439,18 +447,21 @@ struct Mlp::Impl {
       wanted.emplace_back(&kBeta1, TensorShape{});
       wanted.emplace_back(&kBeta2, TensorShape{});
     }
+    // Dtypes and shapes from the host copies as they are (current even when
+    // the device holds newer elements: nothing is copied back), before
+    // anything is allocated or copied.
+    for (const auto& [name, shape] : wanted) {
+      const Tensor* t = foreman::internal::VariableStoreAccess::HostTensor(vars, *name);
+      if (t == nullptr) return absl::NotFoundError(absl::StrCat("variable '", *name, "' not found"));
+      Status s = t->CheckDataType(DataType::kFloat);
+      if (s.ok()) s = t->CheckShape(shape);
+      if (!s.ok()) return Annotate(s, absl::StrCat("variable '", *name, "'"));
+    }
     std::vector<const void*> ptrs(wanted.size());
     for (std::size_t i = 0; i < wanted.size(); ++i) {
       StatusOr<const void*> p = vars.DeviceData(*wanted[i].first, device);
       if (!p.ok()) return p.status();
       ptrs[i] = *p;
-    }
-    // On a host-memory device the check costs no copy: always made.
-    if (device.host_memory() || checked_store != &vars || checked_device != &device || checked_ptrs != ptrs) {
-      for (const auto& [name, shape] : wanted) FOREMAN_RETURN_IF_ERROR(GetFloat(vars, *name, shape).status());
-      checked_store = &vars;
-      checked_device = &device;
-      checked_ptrs = ptrs;
     }
     if (train) {
       // The step writes them: the device copies become the newer ones.
@@ -750,11 +761,6 @@ Mlp::~Mlp() = default;
 
 void Mlp::ReleaseDevice(const compute::Device& device) {
   if (impl_->ws_device == &device) impl_->ReleaseDeviceWorkspace();
-  if (impl_->checked_device == &device) {
-    impl_->checked_store = nullptr;
-    impl_->checked_device = nullptr;
-    impl_->checked_ptrs.clear();
-  }
 }
 
 const MlpSpec& Mlp::spec() const { return impl_->spec; }

@@ -89,19 +89,27 @@ Status SnapshotFromDevice(const VariableStore& vars, const std::vector<std::stri
     const Tensor* host = VariableStoreAccess::HostTensor(vars, name);
     const void* device_value = resident != nullptr ? VariableStoreAccess::DeviceNewerData(vars, name) : nullptr;
     const bool numeric = host->dtype() != DataType::kString;
+    auto host_tensor = [&]() -> StatusOr<Tensor> {
+      StatusOr<Tensor> t = host_allocator.AllocateHostTensor(host->dtype(), host->shape());
+      if (!t.ok()) {
+        return Annotate(t.status(), absl::StrCat("a host buffer for variable '", name, "' from ",
+                                                 host_allocator.name(), " for the checkpoint"));
+      }
+      return t;
+    };
     Tensor* held = nullptr;
     if (out != snapshot->end() && out->first == name) {
       held = &out->second;
       if (SameBuffer(*held, host->dtype(), host->shape())) {
         ++*reused;
       } else if (numeric) {
-        FOREMAN_ASSIGN_OR_RETURN(*held, host_allocator.AllocateHostTensor(host->dtype(), host->shape()));
+        FOREMAN_ASSIGN_OR_RETURN(*held, host_tensor());
       }
       ++out;
     } else {
       Tensor fresh;
       if (numeric) {
-        FOREMAN_ASSIGN_OR_RETURN(fresh, host_allocator.AllocateHostTensor(host->dtype(), host->shape()));
+        FOREMAN_ASSIGN_OR_RETURN(fresh, host_tensor());
       }
       held = &snapshot->emplace_hint(out, name, std::move(fresh))->second;  // `out` stays the next one
     }

@@ -27,13 +27,16 @@ Status NotFound(const std::string& name) {
 // holds the value (variable_store.hpp, "Device residency").
 struct VariableStore::DeviceCopy {
   compute::Device* device = nullptr;
+  std::weak_ptr<const void> lifetime;  // the device's: a destroyed device freed `ptr` itself
   void* ptr = nullptr;
   bool device_newer = false;  // the device wrote it since the host copy was made
   bool host_newer = true;     // the host wrote it since the device copy was made
-  DeviceCopy(compute::Device* d, void* p) : device(d), ptr(p) {}
+  DeviceCopy(compute::Device* d, void* p) : device(d), lifetime(d->lifetime()), ptr(p) {}
   DeviceCopy(const DeviceCopy&) = delete;
   DeviceCopy& operator=(const DeviceCopy&) = delete;
-  ~DeviceCopy() { device->Deallocate(ptr); }
+  ~DeviceCopy() {
+    if (!lifetime.expired()) device->Deallocate(ptr);
+  }
 };
 
 VariableStore::Variable::~Variable() = default;
