@@ -318,10 +318,11 @@ class Device {
   virtual bool supports_capture() const { return false; }
   /// Records instead of running: the operations called until EndCapture
   /// check their arguments and are recorded, not executed. While capturing,
-  /// an operation that must give the host a value or wait for the device
-  /// (Allocate, CopyToHost, CopyToHostBatch, SoftmaxXentForward,
-  /// SoftmaxXent with host stats) is FAILED_PRECONDITION and spoils the
-  /// capture. UNIMPLEMENTED unless supports_capture(); FAILED_PRECONDITION
+  /// an operation that must give the host a value, read host memory or wait
+  /// for the device (Allocate, AllocateHostTensor, CopyToDevice, CopyToHost,
+  /// CopyToHostBatch, SoftmaxXentForward, SoftmaxXent with host stats,
+  /// Synchronize) is FAILED_PRECONDITION and spoils the capture: a replay's
+  /// inputs are copied to the device before Replay. UNIMPLEMENTED unless supports_capture(); FAILED_PRECONDITION
   /// when already capturing.
   virtual Status BeginCapture() {
     return Status(absl::StatusCode::kUnimplemented, name() + ": this device cannot capture operations");
