@@ -546,14 +546,10 @@ struct Model {
   data::LabeledImages test_images;
   std::unique_ptr<nn::DeviceExamples> device_train;
   std::unique_ptr<nn::DeviceExamples> device_test;
-  compute::Device* examples_device = nullptr;  // where device_train/test live
   // Gather the batches on the device even on the CPU (a test's knob,
   // FOREMAN_TEST_GATHER_ON_DEVICE=1: the GPU path's bookkeeping, run on the
   // CPU device, must give bitwise the pipeline's results).
   bool gather = false;
-  // The device whose memory holds the Mlp's workspace (a gathered step ran
-  // there): it must outlive the Mlp or its next use (nn.hpp).
-  compute::Device* mlp_device = nullptr;
   data::Batch test;  // the whole test set, in file order
   std::vector<std::string> histogram_variables;
   std::shared_ptr<EvalRecord> eval;
@@ -578,10 +574,13 @@ Status WriteInt64(VariableStore& vars, const std::string& name, int64_t value) {
 // at the first step that needs them. RESOURCE_EXHAUSTED (naming the device
 // and the size) when they do not fit.
 Status EnsureExamplesOn(Model& m, compute::Device& device) {
-  if (m.examples_device == &device) return absl::OkStatus();
-  m.device_train.reset();
+  // The copies of a session's device; after a recovery a new device (maybe
+  // at the same address: DeviceExamples knows whether its device lives).
+  if (m.device_train != nullptr && m.device_train->device_alive() && &m.device_train->device() == &device) {
+    return absl::OkStatus();
+  }
+  m.device_train.reset();  // frees nothing on a device that is gone (it did)
   m.device_test.reset();
-  m.examples_device = nullptr;
   auto train = nn::DeviceExamples::Upload(m.train_images.images, m.train_images.labels, device);
   if (!train.ok()) {
     return Status(train.status().code(), absl::StrCat("uploading the training set (",
@@ -595,52 +594,22 @@ Status EnsureExamplesOn(Model& m, compute::Device& device) {
   }
   m.device_train = std::move(*train);
   m.device_test = std::move(*test);
-  m.examples_device = &device;
   return absl::OkStatus();
 }
 
-// Frees what the model holds in a session's device memory -- the device
-// copies of the data and the Mlp (its workspace) -- while that device is
-// alive; with `device_alive` false (the session is gone: a recovery, or a
-// close() that skipped the hooks' end()) drops them without touching the
-// device, whose teardown freed their memory. The model gets a fresh Mlp (no
-// device memory until its next step), so that a later step -- a recovery's
-// new session, or an end() that evaluates after all -- still runs: it
-// uploads the data again.
-Status ReleaseDeviceResources(Model& m, bool device_alive) {
-  if (!device_alive) {
-    (void)m.device_train.release();  // NOLINT: the device freed its memory with it
-    (void)m.device_test.release();
-    if (m.mlp_device != nullptr) (void)m.mlp.release();  // NOLINT: likewise its workspace
-  }
-  m.device_train.reset();
-  m.device_test.reset();
-  m.examples_device = nullptr;
-  if (m.mlp_device != nullptr) {
-    m.mlp.reset();
-    m.mlp_device = nullptr;
-    FOREMAN_ASSIGN_OR_RETURN(m.mlp, nn::Mlp::Create(m.spec, m.optimizer));
-  }
-  return absl::OkStatus();
-}
-
-// Last among the job's hooks: on a GPU session, frees the device copies of
-// the data at end() (after EvalHook's final evaluation, before the session
-// and its device go), and forgets a previous session's (a recovery: that
-// device is gone) when a session is created. The Mlp's device workspace
-// lives on the device it ran on (nn.hpp: the device must outlive the Mlp or
-// its next use), so after a recovery the model gets a fresh Mlp and the old
-// one is dropped without touching the dead device.
+// Frees the device copies of the data at the end of a GPU session (after
+// EvalHook's final evaluation: the last hook's end()), while its device
+// lives. The Mlp's workspace stays until the Mlp's next step or its end: a
+// device that goes first frees its memory itself (compute::Device::lifetime),
+// as it does the data's after a failed run (whose close() skips end()).
 class DeviceExamplesHook : public SessionRunHook {
  public:
   explicit DeviceExamplesHook(std::shared_ptr<Model> model) : model_(std::move(model)) {}
   std::string name() const override { return "DeviceExamplesHook"; }
-  Status after_create_session(Session*, Coordinator*) override {
-    return ReleaseDeviceResources(*model_, /*device_alive=*/false);
-  }
   Status end(Session*) override {
-    // The last hook's end(): no step runs after it.
-    return ReleaseDeviceResources(*model_, /*device_alive=*/true);
+    model_->device_train.reset();
+    model_->device_test.reset();
+    return absl::OkStatus();
   }
 
  private:
@@ -725,7 +694,6 @@ Status Step(Model& m, StepContext& ctx) {
     } else if (on_device) {
       // A GPU: the step on the batch gathered there (a replayed CUDA graph).
       auto span = ctx.Trace("train");
-      m.mlp_device = &device;
       FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, *m.device_train, order->data() + index, rows, device));
     } else {
       // One process: TrainStep (the measured fast path) updates in place.
@@ -749,7 +717,6 @@ Status Step(Model& m, StepContext& ctx) {
     nn::StepResult r;
     if (m.gather || !ctx.compute().host_memory()) {
       FOREMAN_RETURN_IF_ERROR(EnsureExamplesOn(m, ctx.compute()));
-      m.mlp_device = &ctx.compute();
       FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->Evaluate(vars, *m.device_test, ctx.compute()));
     } else {
       FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->Evaluate(vars, m.test.features, m.test.labels, ctx.compute()));
@@ -1668,21 +1635,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     job.model->pipeline = std::move(*pipeline);
   }
   const std::vector<std::string> fetches = {"train_op"};
-  bool run_failed = false;
   while (!(*session)->should_stop()) {
-    Status ran = (*session)->run(fetches).status();
-    if (!ran.ok()) {  // close() returns the error (OK after a clean stop)
-      run_failed = !absl::IsOutOfRange(ran);  // the end of the data is a clean stop
-      break;
-    }
+    if (!(*session)->run(fetches).ok()) break;  // close() returns the error (OK after a clean stop)
   }
-  // A failed run's close() skips the hooks' end(): free what the model holds
-  // in the device's memory now, while the session's device is alive.
-  if (run_failed) ReleaseDeviceResources(*job.model, /*device_alive=*/true).IgnoreError();
   const Status closed = (*session)->close();
-  // What is still in the device's memory (a close() that skipped the hooks'
-  // end()) went with it.
-  ReleaseDeviceResources(*job.model, /*device_alive=*/false).IgnoreError();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   PrintServiceRestarts((*session)->service_restarts());
   if (const int64_t n = (*session)->recoveries(); n > 0) {
