@@ -309,6 +309,57 @@ TEST_CASE("a failed copy in ReleaseDevice names the variable and still frees the
   CHECK(Values(*vars.Get("w").value()) == std::vector<float>{1, 2});  // the last host copy
 }
 
+TEST_CASE("a device destroyed before ReleaseDevice: its newer values are reported lost, never read from freed memory") {
+  VariableStore vars;
+  REQUIRE(vars.Create("w", Floats({1, 2})).ok());
+  REQUIRE(vars.Create("r", Floats({5})).ok());
+  {
+    auto dev = std::make_unique<FakeDevice>();
+    void* w = vars.DeviceData("w", *dev).value();
+    REQUIRE(std::as_const(vars).DeviceData("r", *dev).ok());
+    REQUIRE(WriteOnDevice(*dev, w, {1, 2}, {3, 4}).ok());
+  }  // destroyed without ReleaseDevice: it freed its blocks itself
+  // The first read reports what was lost, naming the variable and the device.
+  Status s = std::as_const(vars).Get("w").status();
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(absl::StrContains(Message(s), "'w'"));
+  CHECK(absl::StrContains(Message(s), "/fake:0"));
+  CHECK(absl::StrContains(Message(s), "ReleaseDevice"));
+  CHECK_FALSE(absl::StrContains(Message(s), "'r'"));  // r's device copy was not newer
+  CHECK(vars.resident_device() == nullptr);
+  // Then the last host values are the values (as after a failed ReleaseDevice).
+  CHECK(Values(*std::as_const(vars).Get("w").value()) == std::vector<float>{1, 2});
+  CHECK(Values(*std::as_const(vars).Get("r").value()) == std::vector<float>{5});
+  // A new device (perhaps at the old one's address) gets fresh copies.
+  FakeDevice next;
+  auto w2 = vars.DeviceData("w", next);
+  REQUIRE_MESSAGE(w2.ok(), w2.status().ToString());
+  CHECK(next.Contains(*w2, 8));
+  CHECK(DeviceFloats(*w2, 2) == std::vector<float>{1, 2});
+  REQUIRE(vars.ReleaseDevice(next).ok());
+  CHECK(next.live_blocks() == 0);
+}
+
+TEST_CASE("a device destroyed before ReleaseDevice: DeviceData on the next device reports the loss once") {
+  VariableStore vars;
+  REQUIRE(vars.Create("w", Floats({1, 2})).ok());
+  auto dev = std::make_unique<FakeDevice>();
+  void* w = vars.DeviceData("w", *dev).value();
+  REQUIRE(WriteOnDevice(*dev, w, {1, 2}, {3, 4}).ok());
+  dev.reset();
+  FakeDevice next(FakeDevice::Options{"/fake:1", 0, true});
+  Status s = vars.DeviceData("w", next).status();
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(absl::StrContains(Message(s), "'w'"));
+  CHECK(absl::StrContains(Message(s), "/fake:0"));
+  CHECK(next.live_blocks() == 0);
+  auto w2 = vars.DeviceData("w", next);
+  REQUIRE(w2.ok());
+  CHECK(DeviceFloats(*w2, 2) == std::vector<float>{1, 2});
+  REQUIRE(vars.ReleaseDevice(next).ok());
+  CHECK(next.live_blocks() == 0);
+}
+
 TEST_CASE("SetGlobalStep on a device-resident global_step makes the host copy the newer one") {
   FakeDevice dev;
   VariableStore vars;

@@ -103,6 +103,10 @@ class VariableStore {
   /// its copies. Call before destroying the device (Session::Close does);
   /// a no-op for a device holding nothing. The device's INTERNAL when a copy
   /// fails (the copies are freed; those host values stay stale-but-last-known).
+  /// A device destroyed without it took its newer values along: the next
+  /// DeviceData, Get, Snapshot or ReleaseDevice returns FAILED_PRECONDITION
+  /// naming those variables and the device, once (the copies are dropped,
+  /// nothing is read from the freed memory); then the host values count.
   Status ReleaseDevice(compute::Device& device);
   /// The device holding copies, or null.
   compute::Device* resident_device() const;

@@ -1,6 +1,7 @@
 #include "foreman/variable_store.hpp"
 
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "foreman/compute.hpp"
@@ -31,7 +32,8 @@ struct VariableStore::DeviceCopy {
   void* ptr = nullptr;
   bool device_newer = false;  // the device wrote it since the host copy was made
   bool host_newer = true;     // the host wrote it since the device copy was made
-  DeviceCopy(compute::Device* d, void* p) : device(d), lifetime(d->lifetime()), ptr(p) {}
+  std::string device_name;  // the device's, for an error after it is gone
+  DeviceCopy(compute::Device* d, void* p) : device(d), lifetime(d->lifetime()), ptr(p), device_name(d->name()) {}
   DeviceCopy(const DeviceCopy&) = delete;
   DeviceCopy& operator=(const DeviceCopy&) = delete;
   ~DeviceCopy() {
@@ -44,6 +46,9 @@ VariableStore::VariableStore() = default;
 VariableStore::~VariableStore() = default;
 
 Status VariableStore::SyncToHost(const Variable& var) const {
+  if (var.device != nullptr && var.device->lifetime.expired()) {
+    FOREMAN_RETURN_IF_ERROR(internal::VariableStoreAccess::ForgetDestroyedDevice(*this));
+  }
   DeviceCopy* copy = var.device.get();
   if (copy == nullptr || !copy->device_newer) return absl::OkStatus();
   // const: the host copy is a cache of the value; refreshing it is not a change.
@@ -70,6 +75,11 @@ StatusOr<const void*> VariableStore::DeviceData(const std::string& name, compute
     return absl::InvalidArgumentError(
         absl::StrCat("variable '", name, "' holds strings, which cannot live on device ", device.name()));
   }
+  // A resident device destroyed without ReleaseDevice (perhaps `device` is
+  // a new one at its address): its copies are gone.
+  if (var.device != nullptr ? var.device->lifetime.expired() : resident_ != nullptr) {
+    FOREMAN_RETURN_IF_ERROR(internal::VariableStoreAccess::ForgetDestroyedDevice(*this));
+  }
   if (resident_ != nullptr && resident_ != &device) {
     FOREMAN_RETURN_IF_ERROR(const_cast<VariableStore*>(this)->ReleaseDevice(*resident_));
   }
@@ -90,6 +100,8 @@ StatusOr<const void*> VariableStore::DeviceData(const std::string& name, compute
 
 Status VariableStore::ReleaseDevice(compute::Device& device) {
   if (resident_ != &device) return absl::OkStatus();
+  FOREMAN_RETURN_IF_ERROR(internal::VariableStoreAccess::ForgetDestroyedDevice(*this));
+  if (resident_ == nullptr) return absl::OkStatus();  // it was destroyed, nothing newer lost
   Status first;
   for (auto& [name, var] : vars_) {
     if (var->device == nullptr) continue;
@@ -111,6 +123,31 @@ const void* VariableStoreAccess::DeviceNewerData(const VariableStore& vars, cons
   if (it == vars.vars_.end()) return nullptr;
   const VariableStore::DeviceCopy* copy = it->second->device.get();
   return copy != nullptr && copy->device_newer ? copy->ptr : nullptr;
+}
+
+Status VariableStoreAccess::ForgetDestroyedDevice(const VariableStore& vars) {
+  if (vars.resident_ == nullptr) return absl::OkStatus();
+  // Every copy is on the one resident device: the first tells whether it lives.
+  const VariableStore::DeviceCopy* first = nullptr;
+  for (const auto& [name, var] : vars.vars_) {
+    if (var->device != nullptr) {
+      first = var->device.get();
+      break;
+    }
+  }
+  if (first != nullptr && !first->lifetime.expired()) return absl::OkStatus();
+  const std::string device_name = first != nullptr ? first->device_name : std::string();
+  std::string lost;
+  for (const auto& [name, var] : vars.vars_) {
+    if (var->device == nullptr) continue;
+    if (var->device->device_newer) absl::StrAppend(&lost, lost.empty() ? "'" : ", '", name, "'");
+    var->device.reset();  // frees nothing: the device freed its memory
+  }
+  vars.resident_ = nullptr;
+  if (lost.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the newer values of variable(s) ", lost, " on ", device_name,
+      " were lost: the device was destroyed before VariableStore::ReleaseDevice; the host copies keep older values"));
 }
 
 const Tensor* VariableStoreAccess::HostTensor(const VariableStore& vars, const std::string& name) {
@@ -147,7 +184,9 @@ StatusOr<Tensor*> VariableStore::Get(const std::string& name) {
   Variable& var = *it->second;
   if (var.device != nullptr) {
     if (Status s = SyncToHost(var); !s.ok()) return Annotate(s, absl::StrCat("variable '", name, "'"));
-    var.device->host_newer = true;  // the caller may write through the pointer
+    // The caller may write through the pointer (null: a destroyed device's
+    // copy was just dropped).
+    if (var.device != nullptr) var.device->host_newer = true;
   }
   return &var.value;
 }

@@ -22,6 +22,12 @@ class VariableStoreAccess {
   /// value back (its dtype and shape are always current; its elements are
   /// stale when DeviceNewerData is not null). Null for no such variable.
   static const Tensor* HostTensor(const VariableStore& vars, const std::string& name);
+  /// When the device holding the store's copies was destroyed without
+  /// VariableStore::ReleaseDevice: drops every copy (the device freed their
+  /// memory) and returns FAILED_PRECONDITION naming the variables whose newer
+  /// values went with it and the device, once. OK otherwise (nothing held,
+  /// or the device lives). VariableStore's own guard before it uses a copy.
+  static Status ForgetDestroyedDevice(const VariableStore& vars);
 };
 
 }  // namespace foreman::internal

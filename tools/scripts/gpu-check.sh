@@ -166,12 +166,12 @@ else
   say "PyTorch: no torch with CUDA in $python: its figures were not measured"
 fi
 for b in 128 1024 8192; do
-  ours=$(value "train.foreman.gpu.b$b.samples_per_s" "$out/train_bench.out")
+  mine=$(value "train.foreman.gpu.b$b.samples_per_s" "$out/train_bench.out")
   theirs=$(value "train.torch.cuda.b$b.samples_per_s" "$out/torch.out")
   target=""
-  ((b == 128)) && target=$(awk -v v="${ours:-0}" 'BEGIN { print "; target >= 1 M: " ((v >= 1e6) ? "met" : "MISSED") }')
-  ratio=$(awk -v a="${ours:-0}" -v b="${theirs:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }')
-  say "samples/s at batch $b: Foreman ${ours:-not measured}, PyTorch eager ${theirs:-not measured} ($ratio)$target"
+  ((b == 128)) && target=$(awk -v v="${mine:-0}" 'BEGIN { print "; target >= 1 M: " ((v >= 1e6) ? "met" : "MISSED") }')
+  ratio=$(awk -v a="${mine:-0}" -v b="${theirs:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }')
+  say "samples/s at batch $b: Foreman ${mine:-not measured}, PyTorch eager ${theirs:-not measured} ($ratio)$target"
 done
 torch_main=$(sed -n 's/^RUN train.torch.cuda.main_job_s \([^ ]*\) s accuracy=\([^ ]*\).*/\1 s, accuracy \2/p' "$out/torch.out")
 torch_secs=${torch_main%% s,*}
