@@ -25,17 +25,12 @@
 #include "foreman/cuda.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/session.hpp"
+#include "support/random_floats.hpp"
 
 namespace foreman::compute {
 namespace {
 
-std::vector<float> Random(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using testing::Random;
 
 /// op(A)·op(B) in double, row-major, shapes as GemmArgs.
 std::vector<double> ReferenceProduct(const std::vector<float>& a, const std::vector<float>& b, int64_t m, int64_t n,

@@ -26,17 +26,12 @@
 #include "compute/kernel_math.hpp"
 #include "foreman/compute.hpp"
 #include "foreman/cuda.hpp"
+#include "support/random_floats.hpp"
 
 namespace foreman::compute {
 namespace {
 
-std::vector<float> Random(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using testing::Random;
 
 template <class T>
 bool SameBits(const std::vector<T>& got, const std::vector<T>& want, const char* what) {
