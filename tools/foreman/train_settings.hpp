@@ -104,29 +104,6 @@ StatusOr<std::string> ParseDeviceFlag(const std::string& text);
 /// asked for by name, an empty value is more likely an unset variable.
 StatusOr<std::vector<int64_t>> ParseHidden(const std::string& text);
 
-/// `--restart-policy`'s text: comma-separated parts, each one of
-///   one_for_one | one_for_all | rest_for_one     the strategy (OTP)
-///   permanent | transient | temporary            the type of every service not named
-///   <service>=permanent|transient|temporary      one service kind's type
-///                                                (summary_writer, checkpoint_saver,
-///                                                step_counter, input_pipeline)
-///   max_restarts=<n>, period_secs=<s>            the restart intensity
-///   initial_backoff_ms=<n>, max_backoff_ms=<n>   the back-off
-///   seed=<n>                                     the back-off's jitter
-/// e.g. "one_for_one,max_restarts=3,period_secs=60,summary_writer=permanent".
-/// Unset fields keep RestartPolicy's defaults (TF's). Strict: no whitespace
-/// anywhere, integers decimal digits only, period_secs a positive decimal
-/// with at most 3 decimals (millisecond resolution, no exponent).
-/// INVALID_ARGUMENT naming the part (and its position) that does not parse,
-/// is given twice, names an unknown service or a bad type for a known one,
-/// or sets initial_backoff_ms above max_backoff_ms; ValidateRestartPolicy's
-/// other refusals name the text.
-StatusOr<RestartPolicy> ParseRestartPolicy(const std::string& text);
-
-/// The policy in ParseRestartPolicy's syntax (every field; parses back to
-/// an equal policy), for the run's header.
-std::string RestartPolicyText(const RestartPolicy& policy);
-
 /// The learning rate of `--optimizer` when --learning-rate is not given.
 double DefaultLearningRate(nn::OptimizerKind kind);
 
