@@ -66,10 +66,11 @@
 // leader unless the child was already reaped or Release()d, so no error path
 // leaks a process. When the leader ends, Poll/Wait/Finish reap it; before the
 // reap, any process still alive in its group (a grandchild that outlived it)
-// is killed with SIGKILL and reported (ExitStatus::left_processes). Every
-// kill happens while the leader is not yet reaped, so its pid -- which is the
-// group id -- cannot have been reused by another process. Processes that
-// left the group themselves (setsid, setpgid) are out of reach.
+// is killed with SIGKILL and reported (ExitStatus::left_processes), and the
+// reap waits (up to 5000 ms) until none is left alive. Every kill happens
+// while the leader is not yet reaped, so its pid -- which is the group id --
+// cannot have been reused by another process. Processes that left the group
+// themselves (setsid, setpgid) are out of reach.
 //
 // Threads. Spawn may be called from any thread, also while other threads
 // run (a CAF actor system, a thread pool): the fork copies only the calling
@@ -79,13 +80,16 @@
 // another thread held at the fork cannot deadlock it). The calling thread
 // has every signal blocked for the fork's duration (its mask is restored
 // before Spawn returns), so none of this process's handlers runs in the
-// child before it has reset them. Spawn reads `environ`
-// before the fork: a concurrent setenv()/putenv() is not safe (it never
-// is). One Subprocess is used by one thread at a time. Do not let anything
-// else reap the child (waitpid(-1, ...), SIGCHLD set to SIG_IGN): Poll/Wait
-// then fail with FAILED_PRECONDITION.
+// child before it has reset them. Spawn reads `environ` before the fork: a
+// concurrent setenv()/putenv() is not safe (it never is). One Subprocess is
+// used by one thread at a time. Do not let anything else reap the child
+// (waitpid(-1, ...), SIGCHLD set to SIG_IGN): Poll/Wait then fail with
+// FAILED_PRECONDITION.
 //
-// The three uses (SIGKILL, SIGTERM, 0 as each caller chooses):
+// The three uses. Their death signals today: none for `foreman chaos`'s
+// train runs (parent_death_signal = 0 keeps that; the default SIGKILL ends
+// them with a killed `foreman chaos`), SIGKILL for the chaos cluster's
+// tasks and helpers, SIGTERM for `foreman cluster local`'s tasks.
 //
 // ```cpp
 // // `foreman chaos`: one train run under a timeout, output into its log.
