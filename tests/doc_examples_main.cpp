@@ -79,6 +79,21 @@ std::shared_ptr<const foreman::data::Dataset> ExampleDataset() {
   return dataset.ok() ? *dataset : nullptr;
 }
 
+foreman::data::FashionMnist ExampleImages() {
+  auto images = [](int64_t n) {
+    foreman::data::LabeledImages data{foreman::Tensor(foreman::DataType::kUInt8, {n, 4, 4}),
+                                      foreman::Tensor(foreman::DataType::kUInt8, {n})};
+    uint8_t* pixels = data.images.data<uint8_t>();
+    uint8_t* labels = data.labels.data<uint8_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      labels[i] = static_cast<uint8_t>(i % 10);
+      for (int64_t p = 0; p < 16; ++p) pixels[i * 16 + p] = p % 10 == i % 10 ? 255 : static_cast<uint8_t>(p * 7);
+    }
+    return data;
+  };
+  return foreman::data::FashionMnist{images(100), images(20)};
+}
+
 std::shared_ptr<foreman::SessionRunHook> ExampleStopAtStepHook() {
   foreman::StopAtStepHook::Options options;
   options.last_step = 200;

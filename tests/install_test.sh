@@ -3,9 +3,12 @@
 # libforeman (with a versioned SONAME), foreman.pc and foreman-actors.pc in
 # place; then programs of every kind the docs show build with nothing but
 # the pkg-config line and run: a program using every public header but the
-# actor API, and the four examples (tools/examples) — the synchronous API
+# actor API, the four examples (tools/examples) — the synchronous API
 # (MonitoredTrainingSession), the actor API (CAF), Supervisor.managed_session
-# and fault injection (foreman/fault.hpp).
+# and fault injection (foreman/fault.hpp) — and foreman train as a library
+# program (tests/support/installed_mlp_job.cpp: the run directory and the MLP
+# job), which trains, resumes, and is refused exactly as the installed
+# `foreman train` is on a directory whose checkpoints do not verify.
 # No source tree and no build tree is on any include or library path.
 #
 # Usage: install_test.sh BUILD_DIR SOURCE_ROOT [SANITIZE]
@@ -65,7 +68,8 @@ version=$(pkg-config --modversion foreman)
 
 # Each program: copied out of the tree, compiled with the pkg-config line alone.
 mkdir -p "$stage/src"
-cp "$source_root/tests/support/installed_hello.cpp" "$source_root"/tools/examples/*.cpp \
+cp "$source_root/tests/support/installed_hello.cpp" "$source_root/tests/support/installed_mlp_job.cpp" \
+   "$source_root"/tools/examples/*.cpp \
    "$source_root"/tools/examples/*.hpp "$stage/src/"
 build() {  # build NAME PKG_FLAGS...
   local name=$1; shift
@@ -76,6 +80,7 @@ build sync_training $flags
 build supervisor_training $flags
 build actor_training $actor_flags
 build fault_injection $flags
+build installed_mlp_job $flags
 
 # run NAME ARGS...: runs a built program in the stage with the installed
 # library; prints its output; fails the test on a missing binary or a
@@ -101,6 +106,35 @@ echo '{"seed": 3, "faults": []}' >"$stage/empty_plan.json"
 run fault_injection "$stage/faults" "$stage/empty_plan.json" && { out=$(cat "$stage/fault_injection.out")
   grep -q '^runs: 200, recoveries: 0$' <<<"$out" || fail "fault_injection with an empty plan: $out"; }
 
+# foreman train as a library program, on Fashion-MNIST (dataset-fashion-mnist):
+# a run, its resume, then the refusal of a run whose checkpoints are all
+# corrupt, word for word the installed `foreman train`'s.
+data=/usr/share/datasets/fashion-mnist
+foreman=$(find "$stage" -path '*/bin/foreman' -type f -print -quit)
+[[ -n $foreman ]] || fail "foreman is not installed"
+if [[ ! -f $data/train-images-idx3-ubyte.gz ]]; then
+  fail "no Fashion-MNIST in $data (tools/scripts/install-deps.sh installs dataset-fashion-mnist)"
+elif run installed_mlp_job "$stage/mlp" "$data" 20; then
+  out=$(cat "$stage/installed_mlp_job.out")
+  grep -q '^trained 20 steps$' <<<"$out" && grep -q '^test accuracy [0-9.]* at global_step 20$' <<<"$out" \
+    || fail "installed_mlp_job: $out"
+  grep -q '^hidden = 4$' "$stage/mlp/train_settings.txt" || fail "installed_mlp_job stored no settings: $(ls "$stage/mlp")"
+  run installed_mlp_job "$stage/mlp" "$data" 30 && { out=$(cat "$stage/installed_mlp_job.out")
+    grep -q "^resuming from $stage/mlp/model.ckpt-20\$" <<<"$out" && grep -q '^trained 10 steps$' <<<"$out" \
+      || fail "installed_mlp_job did not resume: $out"; }
+  for f in "$stage"/mlp/model.ckpt-*.data-*; do printf 'corrupt' | dd of="$f" bs=1 seek=0 conv=notrunc status=none; done
+  lib_out=$(cd "$stage" && LD_LIBRARY_PATH="$libdir" timeout 120 "$stage/src/installed_mlp_job" "$stage/mlp" "$data" 40 2>&1)
+  lib_rc=$?
+  cli_out=$(cd "$stage" && LD_LIBRARY_PATH="$libdir" timeout 120 "$foreman" train --checkpoint-dir "$stage/mlp" 2>&1)
+  cli_rc=$?
+  lib_line=$(grep '^installed_mlp_job: cannot resume: ' <<<"$lib_out" | sed 's/^installed_mlp_job: //')
+  cli_line=$(grep '^foreman train: cannot resume: ' <<<"$cli_out" | sed 's/^foreman train: //')
+  [[ $lib_rc -eq 2 && $cli_rc -eq 2 ]] || fail "corrupt checkpoints: installed_mlp_job exited $lib_rc, foreman train $cli_rc: $lib_out / $cli_out"
+  [[ $lib_line == "cannot resume: no checkpoint in $stage/mlp can be restored "*"; to start fresh on purpose, remove $stage/mlp or use another --checkpoint-dir" ]] \
+    || fail "installed_mlp_job's refusal: '$lib_line' ($lib_out)"
+  [[ -n $lib_line && $lib_line == "$cli_line" ]] || fail "the library program and foreman train are refused differently: '$lib_line' vs '$cli_line'"
+fi
+
 # The CPU kernel modules sit next to libforeman, and the installed library
 # loads them (it logs a warning naming a module it cannot load).
 for isa in avx2 avx512; do
@@ -114,4 +148,4 @@ if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)"
   exit 1
 fi
-echo "install: the library, 2 .pc files and 4 programs built from the pkg-config line alone"
+echo "install: the library, 2 .pc files and 6 programs built from the pkg-config line alone"

@@ -12,11 +12,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -874,6 +877,120 @@ TEST_CASE("FaultInjectionHook::Create rejects bad actor faults naming the fault 
     CHECK(absl::IsInvalidArgument(hook.status()));
     CHECK_MESSAGE(absl::StrContains(hook.status().message(), c.expected), hook.status().ToString());
   }
+}
+
+// -- the text form (ParseRestartPolicy, RestartPolicyText) ---------------------------
+
+TEST_CASE("ParseRestartPolicy: every part sets its field; unset fields keep TF's defaults") {
+  auto p = ParseRestartPolicy(
+      "rest_for_one,transient,summary_writer=permanent,checkpoint_saver=temporary,max_restarts=3,period_secs=0.5,"
+      "initial_backoff_ms=10,max_backoff_ms=2000,seed=18446744073709551615");
+  REQUIRE_MESSAGE(p.ok(), p.status().ToString());
+  CHECK(p->strategy == RestartStrategy::kRestForOne);
+  CHECK(p->type == RestartType::kTransient);
+  CHECK(p->services == std::map<std::string, RestartType>{{"checkpoint_saver", RestartType::kTemporary},
+                                                          {"summary_writer", RestartType::kPermanent}});
+  CHECK(p->max_restarts == 3);
+  CHECK(p->period == absl::Milliseconds(500));
+  CHECK(p->initial_backoff == absl::Milliseconds(10));
+  CHECK(p->max_backoff == absl::Seconds(2));
+  CHECK(p->seed == UINT64_MAX);
+
+  auto one = ParseRestartPolicy("max_restarts=1");
+  REQUIRE(one.ok());
+  const RestartPolicy defaults;
+  CHECK(one->strategy == defaults.strategy);
+  CHECK(one->type == defaults.type);
+  CHECK(one->services.empty());
+  CHECK(one->period == defaults.period);
+  CHECK(one->initial_backoff == defaults.initial_backoff);
+  CHECK(one->max_backoff == defaults.max_backoff);
+  CHECK(one->seed == 0);
+  auto tf = ParseRestartPolicy("one_for_one");
+  REQUIRE(tf.ok());
+  CHECK(tf->IsTensorFlowDefault());
+  auto period = ParseRestartPolicy("max_restarts=1,period_secs=60");
+  REQUIRE(period.ok());
+  CHECK(period->period == absl::Seconds(60));
+}
+
+TEST_CASE("ParseRestartPolicy refuses a bad text with INVALID_ARGUMENT naming the part and its position") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "--restart-policy must not be empty (leave it out for TF's default)"},
+      {"  ", "--restart-policy must not be empty (leave it out for TF's default)"},
+      {"bogus", "--restart-policy \"bogus\": part 1 \"bogus\": expected a strategy (one_for_one, one_for_all, "
+                "rest_for_one), a restart type (permanent, transient, temporary) or key=value"},
+      {"one_for_one,max_restarts=x",
+       "part 2 \"max_restarts=x\": max_restarts must be an integer in [0, 1000000] (decimal digits)"},
+      {"max_restarts=3,max_restarts=4", "part 2 \"max_restarts=4\": max_restarts given twice"},
+      {"one_for_one,one_for_all", "part 2 \"one_for_all\": a second strategy"},
+      {"permanent,temporary", "part 2 \"temporary\": a second default restart type"},
+      {"=3", "part 1 \"=3\": no key before '='"},
+      {"writer=permanent,max_restarts=1", "part 1 \"writer=permanent\": RestartPolicy: services: unknown service \"writer\""},
+      {"max_restarts=1,foo=permanent", "part 2 \"foo=permanent\": RestartPolicy: services: unknown service \"foo\""},
+      {"max_restarts=1,foo=bar", "part 2 \"foo=bar\": unknown key \"foo\" (max_restarts, period_secs"},
+      {"period_secs=0", "part 1 \"period_secs=0\": period_secs must be a positive decimal number of seconds"},
+      {" one_for_one", "part 1 \" one_for_one\": whitespace is not allowed"},
+      {"permanent,max_restarts = 3", "part 2 \"max_restarts = 3\": whitespace is not allowed"},
+      {"max_restarts=+3", "part 1 \"max_restarts=+3\": max_restarts must be an integer"},
+      {"max_restarts=0x10", "part 1 \"max_restarts=0x10\": max_restarts must be an integer"},
+      {"max_restarts=1000001", "part 1 \"max_restarts=1000001\": max_restarts must be an integer in [0, 1000000]"},
+      {"seed=-1", "part 1 \"seed=-1\": seed must be a non-negative 64-bit integer (decimal digits)"},
+      {"seed=18446744073709551616", "part 1 \"seed=18446744073709551616\": seed must be a non-negative 64-bit"},
+      {"period_secs=1e-300", "part 1 \"period_secs=1e-300\": period_secs must be a positive decimal"},
+      {"period_secs=0.0001", "part 1 \"period_secs=0.0001\": period_secs must be a positive decimal number of "
+                             "seconds, at most 1000000000, with at most 3 decimals (millisecond resolution)"},
+      {"period_secs=inf", "part 1 \"period_secs=inf\": period_secs must be a positive decimal"},
+      {"summary_writer=", "part 1 \"summary_writer=\": bad restart type \"\" for summary_writer (expected "
+                          "permanent, transient or temporary)"},
+      {"checkpoint_saver=Permanent", "part 1 \"checkpoint_saver=Permanent\": bad restart type \"Permanent\" for "
+                                     "checkpoint_saver"},
+      {"max_restarts=1,initial_backoff_ms=5000",
+       "part 2 \"initial_backoff_ms=5000\": initial_backoff_ms (5000) must not exceed max_backoff_ms (1000, the "
+       "default)"},
+      {"max_backoff_ms=10,initial_backoff_ms=20",
+       "part 2 \"initial_backoff_ms=20\": initial_backoff_ms (20) must not exceed max_backoff_ms (10)"},
+      {"max_backoff_ms=60001", "part 1 \"max_backoff_ms=60001\": max_backoff_ms must be an integer number of "
+                               "milliseconds in [0, 60000] (decimal digits)"},
+      {"permanent,,max_restarts=1", "part 2 \"\": empty"},
+      {"permanent,", "part 2 \"\": empty"},
+      {"tab\there", "part 1 \"tab\\there\": whitespace is not allowed"},
+  };
+  for (const auto& [text, expected] : cases) {
+    auto p = ParseRestartPolicy(text);
+    REQUIRE_MESSAGE(!p.ok(), "accepted: '", text, "'");
+    CHECK(absl::IsInvalidArgument(p.status()));
+    CHECK_MESSAGE(absl::StrContains(p.status().message(), expected), "'", text, "': ", p.status().message());
+  }
+}
+
+TEST_CASE("RestartPolicyText names every field and parses back to an equal policy") {
+  RestartPolicy p;
+  CHECK(RestartPolicyText(p) ==
+        "one_for_one,permanent,max_restarts=0,period_secs=5,initial_backoff_ms=0,max_backoff_ms=1000,seed=0");
+  p.strategy = RestartStrategy::kOneForAll;
+  p.type = RestartType::kTemporary;
+  p.services = {{"summary_writer", RestartType::kPermanent}, {"input_pipeline", RestartType::kTransient}};
+  p.max_restarts = 7;
+  p.period = absl::Milliseconds(2500);
+  p.initial_backoff = absl::Milliseconds(20);
+  p.max_backoff = absl::Seconds(60);
+  p.seed = 42;
+  const std::string text = RestartPolicyText(p);
+  CHECK(text ==
+        "one_for_all,temporary,input_pipeline=transient,summary_writer=permanent,max_restarts=7,period_secs=2.5,"
+        "initial_backoff_ms=20,max_backoff_ms=60000,seed=42");
+  auto back = ParseRestartPolicy(text);
+  REQUIRE_MESSAGE(back.ok(), back.status().ToString());
+  CHECK(back->strategy == p.strategy);
+  CHECK(back->type == p.type);
+  CHECK(back->services == p.services);
+  CHECK(back->max_restarts == p.max_restarts);
+  CHECK(back->period == p.period);
+  CHECK(back->initial_backoff == p.initial_backoff);
+  CHECK(back->max_backoff == p.max_backoff);
+  CHECK(back->seed == p.seed);
+  CHECK(RestartPolicyText(*back) == text);
 }
 
 }  // namespace

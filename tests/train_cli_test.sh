@@ -5,15 +5,17 @@
 # resume and spec decision 9, an incompatible or busy --checkpoint-dir
 # (exit 2), SIGTERM (final checkpoint, exit 0), a second signal (exit 130), a
 # NaN loss (exit 1), a learning rate decayed to 0 (a warning, exit 0), --device
-# (cpu, auto, gpu:N without a GPU: exit 2 before anything is written), the
-# GPU path's batch bookkeeping run on the CPU (bitwise the pipeline's weights).
+# (cpu, auto, gpu:N without a GPU: exit 2 before anything is written).
 # Trains small models on the real Fashion-MNIST (Debian: dataset-fashion-mnist).
+# What the library's run directory and MLP job guarantee on their own (the
+# lock held from the first check to the end of the run, the GPU path's batch
+# bookkeeping on the CPU giving bitwise the pipeline's weights) is tested at
+# their level: tests/run_directory_test.cpp, tests/mlp_job_test.cpp.
 #
-#   train_cli_test.sh FOREMAN TOOLS_TESTING_DIR [FULL]   (FULL 0: section 12 smallest case)
+#   train_cli_test.sh FOREMAN TOOLS_TESTING_DIR
 set -u
 foreman=$1
 tools=$2
-full=${3:-1}  # 0 under the sanitizers: section 12's smallest case only
 data=/usr/share/datasets/fashion-mnist
 py=/usr/bin/python3
 failures=0
@@ -310,28 +312,6 @@ caf_names=$(cat /proc/"$busy"/task/*/comm 2>/dev/null | grep '^fm-caf' | sort -u
 (( $(printf '%s\n' "$caf_names" | grep -c .) == 1 )) \
   || fail "the running job has threads of more than one actor system: $caf_names"
 
-# The directory stays locked from the first check to the end of the run: a
-# second job tries to take it at the moment the lock used to be released
-# (the job pauses there when FOREMAN_TEST_PAUSE_BEFORE_SESSION is set).
-d2=$tmp/window
-touch "$tmp/window.pause"
-FOREMAN_TEST_PAUSE_BEFORE_SESSION=$tmp/window.pause "$foreman" train --checkpoint-dir "$d2" "${small[@]}" \
-  --max-steps 20 >"$tmp/window.out" 2>&1 &
-window=$!; pids+=("$window")
-if wait_for "$tmp/window.pause.paused" "$window"; then
-  out=$(timeout 60 "$foreman" train --checkpoint-dir "$d2" "${small[@]}" --max-steps 20 2>&1); rc=$?
-  [[ $rc -eq 2 ]] || fail "a second train at the old lock-release point exited $rc: $out"
-  has 'checkpoint directory in use' "$out" || fail "lock window: unclear message: $out"
-  # The refused job wrote nothing there (the paused one has no session yet).
-  compgen -G "$d2/events.out.tfevents.*" >/dev/null && fail "a refused job wrote an events file: $(ls -A "$d2")"
-  [[ -e $d2/eval ]] && fail "a refused job created $d2/eval"
-else
-  fail "the job never reached the pause before its session: $(cat "$tmp/window.out")"
-fi
-rm -f "$tmp/window.pause"
-wait_exit "$window"; rc=$exit_rc
-[[ $rc == 0 ]] || fail "the paused job exited $rc after the pause: $(cat "$tmp/window.out")"
-
 # -- 6. SIGTERM: stop at a step boundary, final checkpoint, exit 0 -----------------------
 kill -TERM "$busy"
 wait_exit "$busy"; rc=$exit_rc
@@ -477,45 +457,6 @@ if devices=$(timeout 60 "$foreman" devices 2>&1) && has '^no CUDA devices' "$dev
   [[ $rc -eq 0 ]] && has 'global_step 40\)' "$out" || fail "a stored gpu:1 resumed with --device cpu: exited $rc: $out"
 else
   echo "note: a CUDA device is visible here ($devices): the no-GPU checks of --device are skipped (tools/scripts/gpu-check.sh covers the GPU)"
-fi
-
-# -- 12. the GPU path's bookkeeping, run on the CPU device ------------------------------------
-# FOREMAN_TEST_GATHER_ON_DEVICE=1 (a test's knob) makes the job take the GPU
-# path on the CPU: the data uploaded once (nn::DeviceExamples), each batch
-# gathered from Dataset::Order at the saved position, no input pipeline,
-# evaluation on the device's test set. It must end with bitwise the weights
-# of the pipeline's run (2 epochs of 59 batches, the last of each a
-# remainder of 608), also when interrupted in the first epoch and resumed;
-# a failing run (a NaN loss) must end cleanly (exit 1, no crash). A hidden
-# layer of 4 keeps the six runs cheap under the sanitizers (~30x slower).
-gather=(--hidden 4 --batch-size 1024 --epochs 2 --threads 1 --eval-every-steps 50 --seed 5)
-ckpt=model.ckpt-118.data-00000-of-00001
-if [[ $full != 1 ]]; then
-  # Under the sanitizers: the smallest case, a few gathered steps and the
-  # final evaluation on the device's test set (the unit tests nn_device and
-  # device_residency run the device path there in full).
-  out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 300 "$foreman" train --checkpoint-dir "$tmp/gather" "${gather[@]}" \
-        --max-steps 3 2>&1); rc=$?
-  [[ $rc -eq 0 ]] && has 'global_step 3\)' "$out" || fail "the gathered path to step 3 exited $rc: $out"
-  has '^input pipeline:' "$out" && fail "the gathered path used the input pipeline: $out"
-else
-pipe_out=$(timeout 120 "$foreman" train --checkpoint-dir "$tmp/pipe" "${gather[@]}" 2>&1); rc=$?
-[[ $rc -eq 0 ]] || fail "gather reference run exited $rc: $pipe_out"
-out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather" "${gather[@]}" 2>&1); rc=$?
-[[ $rc -eq 0 ]] || fail "the gathered path exited $rc: $out"
-has '^input pipeline:' "$out" && fail "the gathered path used the input pipeline: $out"
-[[ $(grep '^test accuracy' <<<"$out") == "$(grep '^test accuracy' <<<"$pipe_out")" && -n $(grep '^test accuracy' <<<"$out") ]] ||
-  fail "the gathered path's test accuracy differs: $(grep '^test accuracy' <<<"$out") vs $(grep '^test accuracy' <<<"$pipe_out")"
-cmp -s "$tmp/pipe/$ckpt" "$tmp/gather/$ckpt" || fail "the gathered path's final weights differ from the pipeline's"
-out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather2" "${gather[@]}" --max-steps 40 2>&1); rc=$?
-[[ $rc -eq 0 ]] && has 'global_step 40\)' "$out" || fail "the gathered path to step 40 exited $rc: $out"
-out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather2" --max-steps 0 2>&1); rc=$?
-[[ $rc -eq 0 ]] && has 'global_step 118\)' "$out" || fail "the gathered path's resume exited $rc: $out"
-cmp -s "$tmp/pipe/$ckpt" "$tmp/gather2/$ckpt" || fail "the gathered path resumed at step 40 ends with other weights than the pipeline's"
-out=$(FOREMAN_TEST_GATHER_ON_DEVICE=1 timeout 120 "$foreman" train --checkpoint-dir "$tmp/gather-nan" "${small[@]}" --optimizer sgd \
-      --learning-rate 1e30 --max-steps 200 2>&1); rc=$?
-[[ $rc -eq 1 ]] && has '^foreman train: training failed: hook NanTensorHook::after_run: NaN loss' "$out" ||
-  fail "a NaN loss on the gathered path exited $rc: $out"
 fi
 
 if ((failures > 0)); then

@@ -109,6 +109,38 @@ inline constexpr absl::Duration kMaxRestartBackoff = absl::Seconds(60);
 /// kMaxRestartBackoff, a type or strategy out of range. Thread-safe.
 Status ValidateRestartPolicy(const RestartPolicy& policy);
 
+/// Parses a policy's text form: comma-separated parts, each one of
+///   one_for_one | one_for_all | rest_for_one     the strategy
+///   permanent | transient | temporary            the type of every service not named
+///   <service>=permanent|transient|temporary      one service kind's type
+///                                                (summary_writer, checkpoint_saver,
+///                                                step_counter, input_pipeline)
+///   max_restarts=<n>, period_secs=<s>            the restart intensity
+///   initial_backoff_ms=<n>, max_backoff_ms=<n>   the back-off
+///   seed=<n>                                     the back-off's jitter
+/// e.g. "one_for_one,max_restarts=3,period_secs=60,summary_writer=permanent".
+/// Unset fields keep RestartPolicy's defaults (TF's). Strict: no whitespace
+/// anywhere, integers decimal digits only, period_secs a positive decimal
+/// with at most 3 decimals (millisecond resolution, no exponent).
+/// INVALID_ARGUMENT for an empty (or blank) text, and naming the part (and
+/// its 1-based position) that does not parse, is given twice, names an
+/// unknown service or a bad type for a known one, or sets
+/// initial_backoff_ms above max_backoff_ms; ValidateRestartPolicy's other
+/// refusals name the text. The messages name the text as the command-line
+/// flag that takes it (`foreman train --restart-policy`) does:
+///   --restart-policy "bogus": part 1 "bogus": expected a strategy (...)
+/// Thread-safe.
+StatusOr<RestartPolicy> ParseRestartPolicy(const std::string& text);
+
+/// `policy` in ParseRestartPolicy's syntax, every field given (strategy,
+/// type, each named service, max_restarts, period_secs, initial_backoff_ms,
+/// max_backoff_ms, seed), for a run's header. period_secs is printed with
+/// six significant digits: the text parses back to an equal policy when
+/// `policy` is valid and its period is a whole number of milliseconds below
+/// 1000000 s with at most six significant digits (60, 0.5, 86400).
+/// Thread-safe.
+std::string RestartPolicyText(const RestartPolicy& policy);
+
 /// The back-off before the `restart`-th (>= 1) consecutive restart of
 /// `service` (its full name, e.g. "summary_writer(/logs)"): a pure function
 /// of the policy, the name and `restart` (the jitter is FaultDraw(seed,

@@ -46,6 +46,9 @@ foreman::Tensor ExampleKernel();
 std::string ExampleEventFile();
 /// 10 images of 2x2 pixels in batches of 4, 2 epochs.
 std::shared_ptr<const foreman::data::Dataset> ExampleDataset();
+/// Fashion-MNIST's layout in small: 100 training and 20 test images of 4x4,
+/// labels 0..9.
+foreman::data::FashionMnist ExampleImages();
 /// StopAtStepHook at last_step 200.
 std::shared_ptr<foreman::SessionRunHook> ExampleStopAtStepHook();
 /// A job training ExampleGraph to step 50 in "job_dir".

@@ -1,5 +1,6 @@
 // Shared bits of the plain benchmark programs (tools/bench): a scratch
-// directory, a monotonic stopwatch, and the RESULT lines run.sh collects.
+// directory, a monotonic stopwatch, the RESULT lines run.sh collects, and
+// DieOn for a library error.
 //
 // Every figure is printed as one line
 //   RESULT <name> median=<v> min=<v> max=<v> n=<runs> unit=<unit>
@@ -18,7 +19,15 @@
 #include <system_error>
 #include <vector>
 
+#include "foreman/status.hpp"
+
 namespace foreman_bench {
+
+/// Prints "<what>: <status>" on stderr and exits 1.
+[[noreturn]] inline void DieOn(const std::string& what, const foreman::Status& s) {
+  std::fprintf(stderr, "%s: %s\n", what.c_str(), s.ToString().c_str());
+  std::exit(1);
+}
 
 /// Seconds on the steady clock since an arbitrary origin.
 inline double NowSeconds() {

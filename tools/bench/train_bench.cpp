@@ -1,17 +1,20 @@
-// Training throughput (issue 6, part 1), Foreman's side: the MLP 784-256-10,
-// batch 128, Adam, on Fashion-MNIST, trained through a
+// Training throughput (issue 6, part 1), Foreman's side: foreman train's MLP
+// job (foreman/mlp_job.hpp) with the MLP 784-256-10, batch 128, Adam at a
+// constant learning rate, on Fashion-MNIST, trained through a
 // MonitoredTrainingSession (no checkpoint directory and no step logging: the
 // figure is the training loop's, not the disk's) with `--threads` intra-op
-// threads. After --warmup untimed steps, times --steps steps and prints
+// threads, its batches from Dataset::GetBatch on the training thread
+// (MlpJobInput::kOnTrainingThread, as PyTorch's loop gathers them). After
+// --warmup untimed steps, times --steps steps and prints
 //   RUN train.foreman.t<threads>.samples_per_s <v> samples/s isa=<isa>
 // (isa: the CPU kernels' instruction set, compute::CpuInstructionSet();
 // FOREMAN_MAX_ISA=baseline|avx2|avx512 caps it).
 // run.sh alternates these runs with tools/bench/train_torch.py's.
 //
-// With --device gpu:N (issue 15) the same loop runs on CUDA device N: the
+// With --device gpu:N (issue 15) the same job runs on CUDA device N: the
 // training set copied to the device once (nn::DeviceExamples, uint8), each
 // step's batch gathered there from Dataset::Order (Mlp::TrainStep by
-// indices), for each batch size of --batches:
+// indices; MlpJobInput::kGatherOnDevice), for each batch size of --batches:
 //   RUN train.foreman.gpu.b<B>.samples_per_s <v> samples/s device=/gpu:N
 // then the checkpoint stall (batch 128, a save every --save-every steps into
 // a scratch directory): the training loop's delay per save (the median run()
@@ -32,6 +35,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -39,142 +43,116 @@
 #include "bench_util.hpp"
 #include "foreman/compute.hpp"
 #include "foreman/dataset.hpp"
+#include "foreman/mlp_job.hpp"
 #include "foreman/monitored_session.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/session.hpp"
-#include "mlp_model.hpp"
 
 namespace {
 
-// The GPU loop's model: the MLP, the training set as uint8 (uploaded at the
-// first step), and the position in the shuffled order.
-struct GpuModel {
-  foreman::nn::MlpSpec spec{784, {256}, 10};
-  foreman::nn::OptimizerOptions optimizer;  // Adam, TF1's defaults
-  foreman::data::LabeledImages images;
-  std::shared_ptr<const foreman::data::Dataset> train;  // for Order() and the batch size
-  std::unique_ptr<foreman::nn::Mlp> mlp;
-  std::unique_ptr<foreman::nn::DeviceExamples> examples;
-  foreman::data::DatasetPosition position;
-  int64_t samples = 0;
-  // The "copy_probe" fetch: a save's device->host copy of the variables.
+// The benchmark's settings of the job: 784-256-10, Adam (TF1's defaults) at
+// a constant rate, shuffled batches of `batch`, no end within the run, no
+// evaluation, step logging or summaries (the summary hook writes only with
+// a checkpoint directory; the stall run's fires at its first step).
+foreman::MlpJobSettings BenchSettings(int64_t batch, uint64_t seed, int threads) {
+  foreman::MlpJobSettings s;
+  s.checkpoint_dir.clear();
+  s.hidden = "256";
+  s.optimizer = "adam";
+  s.batch_size = batch;
+  s.seed = static_cast<int64_t>(seed);
+  s.threads = threads;
+  s.epochs = 0;
+  s.max_steps = int64_t{1} << 62;
+  s.learning_rate_decay_steps = 0;
+  s.log_step_count_steps = 0;
+  s.eval_every_steps = 0;
+  s.save_summaries_steps = int64_t{1} << 62;
+  return s;
+}
+
+std::unique_ptr<foreman::MlpJob> BenchJob(foreman::MlpJobOptions options) {
+  if (foreman::Status s = foreman::ValidateMlpJobSettings(options.settings); !s.ok()) {
+    foreman_bench::DieOn("settings", s);
+  }
+  auto job = foreman::MlpJob::Create(std::move(options));
+  if (!job.ok()) foreman_bench::DieOn("MlpJob", job.status());
+  return std::move(*job);
+}
+
+// The "copy_probe" fetch: a save's device->host copy of the variables
+// (CopyToHostBatch into page-locked host tensors, as a save's snapshot does),
+// answered by a wrapper of the job's step.
+struct CopyProbe {
   std::vector<std::string> names;
   std::vector<foreman::Tensor> host;
   std::vector<double> copy_s;
-};
 
-std::shared_ptr<GpuModel> LoadGpuModel(const foreman::data::LabeledImages& images, int64_t batch, uint64_t seed) {
-  auto model = std::make_shared<GpuModel>();
-  model->images = images;
-  foreman::data::DatasetOptions options;
-  options.batch_size = batch;
-  options.epochs = 0;
-  options.shuffle = true;
-  options.seed = seed;
-  auto train = foreman::data::Dataset::Create(images, options);
-  if (!train.ok()) foreman_bench::DieOn("dataset", train.status());
-  model->train = *train;
-  model->spec.input_dim = model->train->feature_dim();
-  auto mlp = foreman::nn::Mlp::Create(model->spec, model->optimizer);
-  if (!mlp.ok()) foreman_bench::DieOn("model", mlp.status());
-  model->mlp = std::move(*mlp);
-  model->names = foreman::nn::MlpVariableNames(model->spec, model->optimizer);
-  return model;
-}
-
-foreman::Status CopyProbe(GpuModel& m, foreman::StepContext& ctx) {
-  foreman::compute::Device& device = ctx.compute();
-  const foreman::VariableStore& vars = ctx.variables();
-  if (m.host.empty()) {
-    for (const std::string& name : m.names) {
-      FOREMAN_ASSIGN_OR_RETURN(const foreman::Tensor* t, vars.Get(name));
-      FOREMAN_ASSIGN_OR_RETURN(foreman::Tensor h, device.AllocateHostTensor(t->dtype(), t->shape()));
-      m.host.push_back(std::move(h));
-    }
-  }
-  std::vector<foreman::compute::HostCopy> copies;
-  for (std::size_t i = 0; i < m.names.size(); ++i) {
-    FOREMAN_ASSIGN_OR_RETURN(const void* src, vars.DeviceData(m.names[i], device));
-    copies.push_back({m.host[i].raw_data(), src, static_cast<int64_t>(m.host[i].TotalBytes())});
-  }
-  FOREMAN_RETURN_IF_ERROR(device.Synchronize());
-  const double start = foreman_bench::NowSeconds();
-  FOREMAN_RETURN_IF_ERROR(device.CopyToHostBatch(copies.data(), static_cast<int64_t>(copies.size())));
-  m.copy_s.push_back(foreman_bench::NowSeconds() - start);
-  ctx.Set("copy_probe", foreman::Tensor::Scalar<int64_t>(1));  // an unanswered fetch is NOT_FOUND
-  return absl::OkStatus();
-}
-
-std::shared_ptr<foreman::Graph> GpuGraph(const std::shared_ptr<GpuModel>& model, uint64_t seed) {
-  auto graph = std::make_shared<foreman::Graph>();
-  foreman::Status s = graph->CreateGlobalStep();
-  if (s.ok()) s = foreman::nn::AddMlpVariables(*graph, model->spec, model->optimizer, seed);
-  if (s.ok()) {
-    s = graph->SetStep([model](foreman::StepContext& ctx) -> foreman::Status {
-      GpuModel& m = *model;
-      if (ctx.requested("copy_probe")) return CopyProbe(m, ctx);
-      if (!ctx.requested("train_op") && !ctx.requested("loss")) return absl::OkStatus();
-      foreman::compute::Device& device = ctx.compute();
-      if (m.examples == nullptr) {
-        FOREMAN_ASSIGN_OR_RETURN(m.examples, foreman::nn::DeviceExamples::Upload(m.images.images, m.images.labels, device));
+  foreman::Status Run(foreman::StepContext& ctx) {
+    foreman::compute::Device& device = ctx.compute();
+    const foreman::VariableStore& vars = ctx.variables();
+    if (host.empty()) {
+      for (const std::string& name : names) {
+        FOREMAN_ASSIGN_OR_RETURN(const foreman::Tensor* t, vars.Get(name));
+        FOREMAN_ASSIGN_OR_RETURN(foreman::Tensor h, device.AllocateHostTensor(t->dtype(), t->shape()));
+        host.push_back(std::move(h));
       }
-      const int64_t n = m.train->num_examples();
-      auto order = m.train->Order(m.position.epoch);
-      const int64_t rows = std::min(m.train->options().batch_size, n - m.position.index);
-      FOREMAN_ASSIGN_OR_RETURN(foreman::nn::StepResult r,
-                               m.mlp->TrainStep(ctx.variables(), *m.examples, order->data() + m.position.index, rows,
-                                                device));
-      m.position = m.position.index + rows == n ? foreman::data::DatasetPosition{m.position.epoch + 1, 0}
-                                                : foreman::data::DatasetPosition{m.position.epoch, m.position.index + rows};
-      m.samples += rows;
-      FOREMAN_RETURN_IF_ERROR(foreman::IncrementGlobalStep(ctx.variables()).status());
-      ctx.Set("train_op", foreman::Tensor::Scalar<int64_t>(1));
-      ctx.Set("loss", foreman::Tensor::Scalar<float>(r.loss));
-      return absl::OkStatus();
-    });
+    }
+    std::vector<foreman::compute::HostCopy> copies;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      FOREMAN_ASSIGN_OR_RETURN(const void* src, vars.DeviceData(names[i], device));
+      copies.push_back({host[i].raw_data(), src, static_cast<int64_t>(host[i].TotalBytes())});
+    }
+    FOREMAN_RETURN_IF_ERROR(device.Synchronize());
+    const double start = foreman_bench::NowSeconds();
+    FOREMAN_RETURN_IF_ERROR(device.CopyToHostBatch(copies.data(), static_cast<int64_t>(copies.size())));
+    copy_s.push_back(foreman_bench::NowSeconds() - start);
+    ctx.Set("copy_probe", foreman::Tensor::Scalar<int64_t>(1));  // an unanswered fetch is NOT_FOUND
+    return absl::OkStatus();
   }
-  if (!s.ok()) foreman_bench::DieOn("building the graph", s);
-  return graph;
-}
+};
 
 // Samples/s at each batch size, then the checkpoint stall. Returns main's exit code.
 int RunGpu(const std::string& device, const std::string& data, const std::vector<int64_t>& batches, int64_t steps,
            int64_t warmup, uint64_t seed, int64_t save_every, int64_t saves) {
   const std::string tag = device == "/cpu:0" ? "cpu_gathered" : "gpu";
-  {
+  if (device != "/cpu:0") {
     // Whether a session can use the device at all (FAILED_PRECONDITION: no
     // CUDA in this build, no driver, no such device).
-    auto probe = std::make_shared<foreman::Graph>();
-    (void)probe->SetStep([](foreman::StepContext&) { return absl::OkStatus(); });
-    foreman::SessionConfig config;
-    config.device = device;
-    config.intra_op_parallelism_threads = 1;
-    auto session = foreman::Session::Create(probe, "", config);
-    if (!session.ok()) {
-      std::printf("SKIP train_bench --device %s: %s\n", device.substr(1).c_str(), std::string(session.status().message()).c_str());
+    foreman::MlpJobSettings probe = BenchSettings(128, seed, 1);
+    probe.device = device.substr(1);
+    if (auto usable = foreman::ResolveMlpJobDevice(probe); !usable.ok()) {
+      std::printf("SKIP train_bench --device %s: %s\n", device.substr(1).c_str(), std::string(usable.status().message()).c_str());
       return 77;
     }
   }
   auto mnist = foreman::data::LoadFashionMnist(foreman::Env::Default(), data);
   if (!mnist.ok()) foreman_bench::DieOn("loading Fashion-MNIST from " + data, mnist.status());
-  auto open = [&](const std::shared_ptr<GpuModel>& model, const std::string& dir) {
-    foreman::MonitoredTrainingSessionOptions options;
-    options.graph = GpuGraph(model, seed);
-    options.config.device = device;
-    options.config.intra_op_parallelism_threads = 1;
-    options.log_step_count_steps = std::nullopt;
-    if (!dir.empty()) {
-      options.checkpoint_dir = dir;
-      options.save_checkpoint_steps = save_every;
-    }
-    auto session = foreman::MonitoredTrainingSession(std::move(options));
+  auto probe = std::make_shared<CopyProbe>();
+  auto make = [&](int64_t batch, const std::string& dir) {
+    foreman::MlpJobOptions options;
+    options.settings = BenchSettings(batch, seed, 1);
+    options.settings.checkpoint_dir = dir;
+    if (!dir.empty()) options.settings.save_checkpoint_steps = save_every;
+    options.data = *mnist;
+    options.device = device;
+    options.input = foreman::MlpJobInput::kGatherOnDevice;
+    options.wrap_step = [probe](foreman::StepFn step) -> foreman::StepFn {
+      return [probe, step = std::move(step)](foreman::StepContext& ctx) {
+        return ctx.requested("copy_probe") ? probe->Run(ctx) : step(ctx);
+      };
+    };
+    return BenchJob(std::move(options));
+  };
+  auto open = [&](const foreman::MlpJob& job) {
+    auto session = foreman::MonitoredTrainingSession(job.SessionOptions());
     if (!session.ok()) foreman_bench::DieOn("MonitoredTrainingSession on " + device, session.status());
     return std::move(*session);
   };
   const std::vector<std::string> fetches = {"train_op", "loss"};
   for (int64_t batch : batches) {
-    auto model = LoadGpuModel(mnist->train, batch, seed);
-    auto session = open(model, "");
+    auto job = make(batch, "");
+    auto session = open(*job);
     float loss = 0;
     auto run = [&]() {
       auto out = session->run(fetches);
@@ -182,14 +160,12 @@ int RunGpu(const std::string& device, const std::string& data, const std::vector
       loss = out->at("loss").scalar<float>().value();
     };
     for (int64_t i = 0; i < warmup; ++i) run();
-    const int64_t samples_before = model->samples;
+    const int64_t samples_before = job->result().examples;
     const double start = foreman_bench::NowSeconds();
     for (int64_t i = 0; i < steps; ++i) run();
     const double took = foreman_bench::NowSeconds() - start;
-    const int64_t samples = model->samples - samples_before;
-    // What lives in the device's memory goes while the session's device lives.
-    model->examples.reset();
-    model->mlp.reset();
+    const int64_t samples = job->result().examples - samples_before;
+    // The device's copies of the data go at the session's end (the job's hook).
     if (foreman::Status s = session->close(); !s.ok()) foreman_bench::DieOn("close", s);
     std::printf("loss %.4f (batch %lld)\n", loss, static_cast<long long>(batch));
     std::printf("RUN train.foreman.%s.b%lld.samples_per_s %.6g samples/s device=%s\n", tag.c_str(),
@@ -201,8 +177,9 @@ int RunGpu(const std::string& device, const std::string& data, const std::vector
     // started a save (global_step a multiple of save_every after the step)
     // against the others.
     foreman_bench::ScratchDir dir;
-    auto model = LoadGpuModel(mnist->train, 128, seed);
-    auto session = open(model, dir.path());
+    auto job = make(128, dir.path());
+    probe->names = foreman::nn::MlpVariableNames(job->plan().spec, job->plan().optimizer);
+    auto session = open(*job);
     std::vector<double> save_steps, plain_steps;
     const int64_t total = warmup + save_every * saves;
     for (int64_t i = 0; i < total; ++i) {
@@ -214,18 +191,20 @@ int RunGpu(const std::string& device, const std::string& data, const std::vector
       const int64_t step = out->at("global_step").scalar<int64_t>().value() + 1;  // after this run's update
       (step % save_every == 0 ? save_steps : plain_steps).push_back(took);
     }
+    // The probe trains nothing: it runs on the raw session (no hooks).
     for (int i = 0; i < 20; ++i) {
-      if (auto out = session->run({"copy_probe"}); !out.ok()) foreman_bench::DieOn("copy probe", out.status());
+      foreman::Status probed = session->run_step_fn([](foreman::MonitoredStepContext& step) {
+        return step.session()->Run({"copy_probe"}).status();
+      });
+      if (!probed.ok()) foreman_bench::DieOn("copy probe", probed);
     }
-    model->examples.reset();
-    model->mlp.reset();
-    model->host.clear();  // page-locked by the device
+    probe->host.clear();  // page-locked by the device
     if (foreman::Status s = session->close(); !s.ok()) foreman_bench::DieOn("close", s);
     const double stall = foreman_bench::Summarize(save_steps).median - foreman_bench::Summarize(plain_steps).median;
-    const double copy = foreman_bench::Summarize(model->copy_s).median;
+    const double copy = foreman_bench::Summarize(probe->copy_s).median;
     std::printf("RUN train.foreman.%s.ckpt_stall_s %.6g s saves=%zu device=%s\n", tag.c_str(), stall,
                 save_steps.size(), device.c_str());
-    std::printf("RUN train.foreman.%s.ckpt_d2h_copy_s %.6g s copies=%zu\n", tag.c_str(), copy, model->copy_s.size());
+    std::printf("RUN train.foreman.%s.ckpt_d2h_copy_s %.6g s copies=%zu\n", tag.c_str(), copy, probe->copy_s.size());
     std::printf("RUN train.foreman.%s.ckpt_stall_over_copy %.6g x\n", tag.c_str(), copy > 0 ? stall / copy : 0.0);
   }
   return 0;
@@ -298,12 +277,14 @@ int main(int argc, char** argv) {
     return RunGpu("/" + device, data, batches, steps, warmup, seed, save_every, saves);
   }
 
-  auto model = foreman_bench::LoadMlpModel(data, seed);
-  foreman::MonitoredTrainingSessionOptions options;
-  options.graph = foreman_bench::MlpGraph(model, seed);
-  options.config.intra_op_parallelism_threads = threads;
-  options.log_step_count_steps = std::nullopt;
-  auto session = foreman::MonitoredTrainingSession(std::move(options));
+  auto mnist = foreman::data::LoadFashionMnist(foreman::Env::Default(), data);
+  if (!mnist.ok()) foreman_bench::DieOn("loading Fashion-MNIST from " + data, mnist.status());
+  foreman::MlpJobOptions options;
+  options.settings = BenchSettings(128, seed, threads);
+  options.data = *std::move(mnist);
+  options.input = foreman::MlpJobInput::kOnTrainingThread;
+  auto job = BenchJob(std::move(options));
+  auto session = foreman::MonitoredTrainingSession(job->SessionOptions());
   if (!session.ok()) foreman_bench::DieOn("MonitoredTrainingSession", session.status());
 
   const std::vector<std::string> fetches = {"train_op", "loss"};
@@ -314,11 +295,11 @@ int main(int argc, char** argv) {
     loss = out->at("loss").scalar<float>().value();
   };
   for (int64_t i = 0; i < warmup; ++i) run();
-  const int64_t samples_before = model->samples;
+  const int64_t samples_before = job->result().examples;
   const double start = foreman_bench::NowSeconds();
   for (int64_t i = 0; i < steps; ++i) run();
   const double took = foreman_bench::NowSeconds() - start;
-  const int64_t samples = model->samples - samples_before;
+  const int64_t samples = job->result().examples - samples_before;
   if (foreman::Status s = (*session)->close(); !s.ok()) foreman_bench::DieOn("close", s);
   std::printf("loss %.4f\n", loss);
   foreman::StatusOr<std::string> isa = foreman::compute::CpuInstructionSet();

@@ -1,0 +1,209 @@
+// The MLP job's step function (mlp_model.hpp): one batch on the path the
+// session and the job's input select, the learning-rate schedule, the
+// summaries and the test-set evaluation.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "foreman/compute.hpp"
+#include "foreman/summary.hpp"
+#include "foreman/variable_store.hpp"
+#include "train/mlp_model.hpp"
+
+namespace foreman::train_internal {
+namespace {
+
+StatusOr<int64_t> ReadInt64(const VariableStore& vars, const std::string& name) {
+  FOREMAN_ASSIGN_OR_RETURN(const Tensor* t, vars.Get(name));
+  return t->scalar<int64_t>();
+}
+
+Status WriteInt64(VariableStore& vars, const std::string& name, int64_t value) {
+  FOREMAN_ASSIGN_OR_RETURN(Tensor * t, vars.Get(name));
+  FOREMAN_RETURN_IF_ERROR(t->CheckType<int64_t>());
+  t->data<int64_t>()[0] = value;
+  return absl::OkStatus();
+}
+
+// The data sets on `device` (the session's), uploaded at the first step
+// that needs them. RESOURCE_EXHAUSTED (naming the device and the size) when
+// they do not fit.
+Status EnsureExamplesOn(MlpModel& m, compute::Device& device) {
+  // The copies of a session's device; after a recovery a new device (maybe
+  // at the same address: DeviceExamples knows whether its device lives).
+  if (m.device_train != nullptr && m.device_train->device_alive() && &m.device_train->device() == &device) {
+    return absl::OkStatus();
+  }
+  m.device_train.reset();  // frees nothing on a device that is gone (it did)
+  m.device_test.reset();
+  auto train = nn::DeviceExamples::Upload(m.train_images.images, m.train_images.labels, device);
+  if (!train.ok()) {
+    return Status(train.status().code(), absl::StrCat("uploading the training set (",
+                                                      m.train_images.images.num_elements() >> 20, " MiB) to ",
+                                                      device.name(), ": ", train.status().message()));
+  }
+  auto test = nn::DeviceExamples::Upload(m.test_images.images, m.test_images.labels, device);
+  if (!test.ok()) {
+    return Status(test.status().code(), absl::StrCat("uploading the test set (", m.test_images.images.num_elements() >> 20,
+                                                     " MiB) to ", device.name(), ": ", test.status().message()));
+  }
+  m.device_train = std::move(*train);
+  m.device_test = std::move(*test);
+  return absl::OkStatus();
+}
+
+// TF's exponential_decay at `global_step`; the observer hears once when the
+// float32 rate underflows to 0 (TF's would too: the steps go on without
+// changing the weights).
+Status SetLearningRate(MlpModel& m, int64_t global_step) {
+  double lr = m.learning_rate;
+  if (m.decay_steps > 0) {
+    lr *= std::pow(m.decay_rate, static_cast<double>(global_step) / static_cast<double>(m.decay_steps));
+  }
+  m.current_learning_rate = static_cast<float>(lr);
+  if (m.current_learning_rate == 0 && !m.warned_zero_rate) {
+    m.warned_zero_rate = true;
+    if (m.observer != nullptr) {
+      m.observer->OnWarning(absl::StrFormat(
+          "the learning rate decayed to 0 at global_step %d (%g x %g^(global_step / %d) underflows float32): the "
+          "following steps leave the weights unchanged; see --learning-rate-decay-steps and "
+          "--learning-rate-decay-rate",
+          global_step, m.learning_rate, m.decay_rate, m.decay_steps));
+    }
+  }
+  return m.mlp->set_learning_rate(m.current_learning_rate);
+}
+
+// One batch: forward, backward, update (here, or by the ps tasks), the data
+// position and global_step advanced.
+Status Train(MlpModel& m, StepContext& ctx, std::vector<std::string>& summaries) {
+  VariableStore& vars = ctx.variables();
+  if (!m.first_step) m.first_step = m.clock->MonotonicNow();
+  FOREMAN_ASSIGN_OR_RETURN(int64_t epoch, ReadInt64(vars, kEpochVariable));
+  FOREMAN_ASSIGN_OR_RETURN(int64_t index, ReadInt64(vars, kIndexVariable));
+  compute::Device& device = ctx.compute();
+  const bool on_device = m.gather || !device.host_memory();
+  data::Batch batch;
+  // The gathered path: the batch's indices in epoch `epoch`'s order,
+  // gathered on the device (Dataset::GetBatch's bookkeeping: the last batch
+  // of an epoch is the remainder, then {epoch + 1, 0}).
+  std::shared_ptr<const std::vector<int32_t>> order;
+  int64_t rows = 0;
+  if (on_device) {
+    auto span = ctx.Trace("input");
+    FOREMAN_RETURN_IF_ERROR(EnsureExamplesOn(m, device));
+    const int64_t n = m.train_set->num_examples();
+    const data::DatasetOptions& options = m.train_set->options();
+    if (options.epochs > 0 && epoch >= options.epochs) return absl::OutOfRangeError("End of sequence");
+    if (epoch < 0 || index < 0 || index >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("bad data position ", data::DatasetPosition{epoch, index}.ToString(),
+                                                     " (", kEpochVariable, ", ", kIndexVariable, ") for ", n,
+                                                     " examples"));
+    }
+    order = m.train_set->Order(epoch);
+    rows = std::min(options.batch_size, n - index);
+    batch.position = {epoch, index};
+    batch.next = index + rows == n ? data::DatasetPosition{epoch + 1, 0} : data::DatasetPosition{epoch, index + rows};
+  } else if (m.input == MlpJobInput::kOnTrainingThread) {
+    auto span = ctx.Trace("input");
+    FOREMAN_ASSIGN_OR_RETURN(batch, m.train_set->GetBatch(data::DatasetPosition{epoch, index}));
+    rows = batch.labels.num_elements();
+  } else {
+    auto span = ctx.Trace("input");
+    if (m.pipeline == nullptr) {
+      return absl::FailedPreconditionError(
+          "MlpJob: no input pipeline: call StartInput(session) before the first run (or use another MlpJobInput)");
+    }
+    FOREMAN_ASSIGN_OR_RETURN(batch, m.pipeline->Next(data::DatasetPosition{epoch, index}, m.batch_timeout));
+    rows = batch.labels.num_elements();
+  }
+  FOREMAN_ASSIGN_OR_RETURN(int64_t global_step, GetGlobalStep(vars));
+  FOREMAN_RETURN_IF_ERROR(SetLearningRate(m, global_step));
+  nn::StepResult r;
+  if (ctx.remote_variables()) {
+    // A cluster worker: the variables live on the ps tasks, which apply the
+    // gradients with their optimizer and count global_step (TF1:
+    // compute_gradients here, apply_gradients on the ps devices).
+    auto span = ctx.Trace("train");
+    FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->ComputeGradients(vars, batch.features, batch.labels, ctx.compute(), &m.grads));
+    if (Status applied = ctx.ApplyGradients(m.grads, m.optimizer); !applied.ok()) {
+      // OUT_OF_RANGE: the chief ended training; the batch was not used (the
+      // position stays), and the run ends as at the end of input.
+      if (absl::IsOutOfRange(applied)) m.ended_by_chief = true;
+      return applied;
+    }
+  } else if (on_device) {
+    // A GPU: the step on the batch gathered there (a replayed CUDA graph).
+    auto span = ctx.Trace("train");
+    FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, *m.device_train, order->data() + index, rows, device));
+  } else {
+    // One process: TrainStep (the measured fast path) updates in place.
+    auto span = ctx.Trace("train");
+    FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, batch.features, batch.labels, device));
+  }
+  m.examples += rows;
+  ++m.steps;
+  FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kEpochVariable, batch.next.epoch));
+  FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kIndexVariable, batch.next.index));
+  if (!ctx.remote_variables()) FOREMAN_RETURN_IF_ERROR(IncrementGlobalStep(vars).status());
+  ctx.Set("train_op", Tensor::Scalar<int64_t>(1));
+  ctx.Set("loss", Tensor::Scalar<float>(r.loss));
+  ctx.Set("accuracy", Tensor::Scalar<float>(r.accuracy));
+  summaries = {ScalarSummary("loss", r.loss), ScalarSummary("accuracy", r.accuracy)};
+  return absl::OkStatus();
+}
+
+// The whole test set with the variables as they are (after this run's update).
+Status Evaluate(MlpModel& m, StepContext& ctx) {
+  VariableStore& vars = ctx.variables();
+  auto span = ctx.Trace("evaluate");
+  nn::StepResult r;
+  if (m.gather || !ctx.compute().host_memory()) {
+    FOREMAN_RETURN_IF_ERROR(EnsureExamplesOn(m, ctx.compute()));
+    FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->Evaluate(vars, *m.device_test, ctx.compute()));
+  } else {
+    FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->Evaluate(vars, m.test.features, m.test.labels, ctx.compute()));
+  }
+  FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(vars));
+  ctx.Set("eval_global_step", Tensor::Scalar<int64_t>(step));
+  ctx.Set("eval_accuracy", Tensor::Scalar<float>(r.accuracy));
+  ctx.Set("eval_loss", Tensor::Scalar<float>(r.loss));
+  ctx.Set("eval_summaries", Tensor::Scalar<std::string>(MergeSummaries(
+                                {ScalarSummary("accuracy", r.accuracy), ScalarSummary("loss", r.loss)})));
+  MutexLock lock(m.eval->mu);
+  m.eval->step = step;
+  m.eval->accuracy = r.accuracy;
+  m.eval->loss = r.loss;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Status MlpStep(MlpModel& m, StepContext& ctx) {
+  std::vector<std::string> summaries;
+  if (ctx.requested("train_op")) FOREMAN_RETURN_IF_ERROR(Train(m, ctx, summaries));
+  // After the update: the summary is written at the post-run global_step.
+  if (ctx.requested("eval_accuracy") || ctx.requested("eval_loss") || ctx.requested("eval_summaries") ||
+      ctx.requested("eval_global_step")) {
+    FOREMAN_RETURN_IF_ERROR(Evaluate(m, ctx));
+  }
+  if (ctx.requested("summaries")) {
+    summaries.push_back(ScalarSummary("learning_rate", m.current_learning_rate));
+    if (m.extra_summaries) {
+      for (std::string& s : m.extra_summaries()) summaries.push_back(std::move(s));
+    }
+    for (const std::string& name : m.histogram_variables) {
+      FOREMAN_ASSIGN_OR_RETURN(const Tensor* t, static_cast<const VariableStore&>(ctx.variables()).Get(name));
+      FOREMAN_ASSIGN_OR_RETURN(std::string h, HistogramSummary(name, *t));
+      summaries.push_back(std::move(h));
+    }
+    ctx.Set("summaries", Tensor::Scalar<std::string>(MergeSummaries(summaries)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace foreman::train_internal

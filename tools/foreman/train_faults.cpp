@@ -1,0 +1,201 @@
+// `foreman train --fault-plan` (train_faults.hpp).
+#include "train_faults.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "command.hpp"
+#include "train_report.hpp"
+
+namespace foreman::cli {
+
+// The record of the run: the earlier processes' firings and this one's.
+// OnFire is a FaultObserver: called on the firing thread (the training
+// thread, the saver's, the summary writer's); thread-safe.
+class FaultRecorder {
+ public:
+  FaultRecorder(Env* base, std::string dir) : base_(base), dir_(std::move(dir)) {}
+
+  // The earlier processes' record (before any fault can fire).
+  void Load(std::vector<FiredFault> earlier) {
+    std::lock_guard<std::mutex> lock(mu_);
+    record_ = std::move(earlier);
+  }
+
+  void OnFire(const FiredFault& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    record_.push_back(f);
+    if (Status s = WriteFiredFaults(base_, dir_, record_); !s.ok()) {
+      // Nothing can be undone here: say what a restart may do.
+      std::fprintf(stderr,
+                   "foreman train: warning: cannot record the injected fault %s in %s/%s (%s): a restarted run "
+                   "may inject it again\n",
+                   f.id.c_str(), dir_.c_str(), kFaultRecordFile, std::string(s.message()).c_str());
+    }
+  }
+
+ private:
+  Env* const base_;
+  const std::string dir_;
+  std::mutex mu_;
+  std::vector<FiredFault> record_;
+};
+
+namespace {
+
+// Raises a process fault's signal on this process (the training thread, in
+// the FaultInjectionHook's before_run). SIGKILL ends it here. SIGTERM goes
+// to the SignalWatcher, which requests the run's stop: wait (at most 10 s)
+// until it has, so that the session stops at the end of this very step --
+// the same step in every run of the plan, not whenever the watcher thread
+// gets to it.
+void RaiseProcessFault(int sig, StopRequest& stop) {
+  if (sig != SIGTERM) {
+    kill(getpid(), sig);
+    return;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool requested = false;
+  const int64_t listener = stop.Listen([&](const Status&) {
+    std::lock_guard<std::mutex> lock(mu);
+    requested = true;
+    cv.notify_all();
+  });
+  kill(getpid(), sig);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return requested; });
+  }
+  stop.Unlisten(listener);
+}
+
+// NewDurableSavesListener's (train_faults.hpp): waits by being there.
+class DurableSavesListener : public CheckpointSaverListener {};
+
+// The id of the injected fault `s` reports: its InjectedFaultId (an env,
+// step, hook or actor fault's mark), or a kNanLoss fault fired in this
+// process behind a NanLossDuringTrainingError (NanTensorHook's, which does
+// not know of faults).
+std::optional<std::string> InjectedFaultIn(const Status& s, const std::vector<FiredFault>& fired,
+                                           const std::vector<StepFault>& steps) {
+  if (std::optional<std::string> id = InjectedFaultId(s)) return id;
+  if (!IsNanLossDuringTraining(s)) return std::nullopt;
+  for (const FiredFault& f : fired) {
+    for (const StepFault& step : steps) {
+      if (step.id == f.id && step.kind == StepFault::Kind::kNanLoss) return f.id;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// 1a. --fault-plan, read and checked before anything is written: a bad plan
+//     is exit 2 with ParseFaultPlan's message. The faults are armed, but
+//     nothing goes through them before the record is read (1b).
+std::optional<int> PrepareFaults(const std::string& plan_path, const std::string& checkpoint_dir,
+                                 const std::shared_ptr<StopRequest>& stop, TrainFaults& job) {
+  if (plan_path.empty()) return std::nullopt;
+  auto plan = ReadFaultPlan(Env::Default(), plan_path);
+  if (!plan.ok()) return Fail(kExitUsage, "bad fault plan", plan.status());
+  job.plan = *std::move(plan);
+  job.faulty = std::make_unique<FaultyEnv>(Env::Default(), job.plan.seed);
+  for (const EnvFault& e : job.plan.env) {
+    if (e.kind == EnvFault::Kind::kCrash || e.kind == EnvFault::Kind::kTornWrite) {
+      return Fail(kExitUsage, "bad fault plan",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      plan_path, ": fault \"", e.id, "\": kind ",
+                      e.kind == EnvFault::Kind::kCrash ? "crash" : "torn_write",
+                      " simulates a power cut, which needs an in-memory file system; foreman train writes to the "
+                      "real disk: use a process fault instead ({\"type\": \"process\", \"signal\": \"SIGKILL\", "
+                      "\"at_step\": N} kills the job without a final checkpoint)")));
+    }
+    if (e.op == EnvOp::kLock) {
+      // The lock is taken before the record of fired faults (which lives in
+      // the locked directory) is read, so through the real Env: such a
+      // fault would silently never fire.
+      return Fail(kExitUsage, "bad fault plan",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      plan_path, ": fault \"", e.id,
+                      "\": op lock: foreman train takes its directory's lock before any fault applies, so this fault "
+                      "would never fire (a lock held by another process is exit 2 already)")));
+    }
+    if (Status s = job.faulty->AddFault(e); !s.ok()) {
+      return Fail(kExitUsage, "bad fault plan", Status(s.code(), absl::StrCat(plan_path, ": ", s.message())));
+    }
+  }
+  // A NaN-loss fault acts on a fetch the runs request: foreman train's is
+  // "loss" (another name would silently never fire).
+  for (const StepFault& s : job.plan.steps) {
+    if (s.kind == StepFault::Kind::kNanLoss && s.loss_tensor != "loss") {
+      return Fail(kExitUsage, "bad fault plan",
+                  absl::InvalidArgumentError(absl::StrCat(plan_path, ": fault \"", s.id, "\": \"loss_tensor\" must be "
+                                                          "\"loss\" (the fetch foreman train's runs request), got \"",
+                                                          s.loss_tensor, "\"")));
+    }
+  }
+  job.recorder = std::make_shared<FaultRecorder>(Env::Default(), checkpoint_dir);
+  job.faulty->set_on_fire([recorder = job.recorder](const FiredFault& fired) { recorder->OnFire(fired); });
+  FaultInjectionHook::Options options;
+  options.steps = job.plan.steps;
+  options.hooks = job.plan.hooks;
+  options.processes = job.plan.processes;
+  options.actors = job.plan.actors;
+  options.seed = job.plan.seed;
+  options.on_fire = [recorder = job.recorder](const FiredFault& fired) { recorder->OnFire(fired); };
+  options.raise_signal = [stop](int sig) { RaiseProcessFault(sig, *stop); };
+  auto hook = FaultInjectionHook::Create(options);
+  if (!hook.ok()) {
+    return Fail(kExitUsage, "bad fault plan",
+                Status(hook.status().code(), absl::StrCat(plan_path, ": ", hook.status().message())));
+  }
+  job.hook = *std::move(hook);
+  return std::nullopt;
+}
+
+// 1b. With the lock held: the run's record of fired faults (a corrupt one
+//     is exit 2 naming it), MarkFired on the Env and the hook; from here on
+//     the job's Env is the FaultyEnv.
+std::optional<int> LoadFaultRecord(const std::string& checkpoint_dir, TrainFaults& job) {
+  if (job.faulty == nullptr) return std::nullopt;
+  auto record = ReadFiredFaults(Env::Default(), checkpoint_dir);
+  if (!record.ok()) {
+    return Fail(kExitUsage, "bad fault record",
+                Status(record.status().code(),
+                       absl::StrCat(record.status().message(), " (remove it to inject every fault of the plan again)")));
+  }
+  job.faulty->MarkFired(*record);
+  job.hook->MarkFired(*record);
+  job.recorder->Load(*std::move(record));
+  return std::nullopt;
+}
+
+std::shared_ptr<CheckpointSaverListener> NewDurableSavesListener() { return std::make_shared<DurableSavesListener>(); }
+
+std::optional<int> InjectedFaultExit(const TrainFaults& faults, const std::string& what, const Status& s) {
+  if (faults.faulty == nullptr || s.ok()) return std::nullopt;
+  std::vector<FiredFault> fired = faults.faulty->fired();
+  if (faults.hook != nullptr) {
+    const std::vector<FiredFault> hook_fired = faults.hook->fired();
+    fired.insert(fired.end(), hook_fired.begin(), hook_fired.end());
+  }
+  std::optional<std::string> id = InjectedFaultIn(s, fired, faults.plan.steps);
+  if (!id) return std::nullopt;
+  std::fprintf(stderr, "foreman train: %s: %s\nforeman train: stopped by injected fault %s: %s\n", what.c_str(),
+               std::string(s.message()).c_str(), id->c_str(),
+               s.ToString(absl::StatusToStringMode::kWithNoExtraData).c_str());
+  return kExitInjectedFault;
+}
+
+}  // namespace foreman::cli
