@@ -51,7 +51,7 @@
 #include "chaos_checks.hpp"
 #include "command.hpp"
 #include "foreman/env.hpp"
-#include "local_ports.hpp"
+#include "cluster/local_ports.hpp"
 #include "platform/hash.hpp"
 
 namespace foreman::cli {
@@ -433,7 +433,7 @@ StatusOr<SeedReport> RunSeed(const Cluster& c, int64_t seed) {
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", dir, "/plan.json"));
   }
   const std::string run_dir = dir + "/run";
-  FOREMAN_ASSIGN_OR_RETURN(std::vector<int> ports, FreeLoopbackPorts(3));
+  FOREMAN_ASSIGN_OR_RETURN(std::vector<int> ports, internal::FreeLoopbackPorts(3));
   // A plan with a partition: the partitioned task runs in namespace B, the
   // others in A (their own network: the ports are free there too).
   int cut_task = -1;

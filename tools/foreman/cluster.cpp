@@ -47,7 +47,7 @@
 #include "absl/strings/match.h"
 #include "actors/cluster_status.hpp"
 #include "command.hpp"
-#include "local_ports.hpp"
+#include "cluster/local_ports.hpp"
 
 namespace foreman::cli {
 namespace {
@@ -179,7 +179,7 @@ int RunLocal(const LocalFlags& f, const std::vector<std::string>& train_flags) {
   }
   const int ps = static_cast<int>(f.ps);
   const int workers = static_cast<int>(f.workers);
-  auto ports = FreeLoopbackPorts(ps + workers);
+  auto ports = internal::FreeLoopbackPorts(ps + workers);
   if (!ports.ok()) {
     std::fprintf(stderr, "foreman cluster local: %s\n", std::string(ports.status().message()).c_str());
     return kExitFailed;

@@ -6,7 +6,7 @@
 
 #include "foreman/status.hpp"
 
-namespace foreman::cli {
+namespace foreman::internal {
 
 /// `n` distinct free TCP ports on 127.0.0.1: bound together (so distinct),
 /// then released, so another process could take one before its task binds
@@ -14,4 +14,4 @@ namespace foreman::cli {
 /// socket cannot be made or bound. Thread-safe.
 StatusOr<std::vector<int>> FreeLoopbackPorts(int n);
 
-}  // namespace foreman::cli
+}  // namespace foreman::internal

@@ -1,5 +1,5 @@
 // See local_ports.hpp.
-#include "local_ports.hpp"
+#include "cluster/local_ports.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace foreman::cli {
+namespace foreman::internal {
 
 // `n` distinct free TCP ports on 127.0.0.1 (bound together, then released:
 // another process could take one before its task binds it; that task then
@@ -44,4 +44,4 @@ StatusOr<std::vector<int>> FreeLoopbackPorts(int n) {
   return ports;
 }
 
-}  // namespace foreman::cli
+}  // namespace foreman::internal
