@@ -12,7 +12,7 @@
 #include "actor_system.hpp"
 #include "input_pipeline.hpp"
 #include "atoms.hpp"
-#include "platform/injected_fault.hpp"
+#include "fault/injected_fault.hpp"
 #include "platform/log.hpp"
 
 namespace foreman::data {
