@@ -19,9 +19,6 @@
 namespace foreman {
 namespace {
 
-// The deprecated status_atom's value, without its deprecation warning.
-using legacy_status_atom = caf::atom_constant<caf::atom("fm_status")>;
-
 // A numeric one-element tensor as a double.
 std::optional<double> ScalarValue(const Tensor& t) {
   if (t.num_elements() != 1) return std::nullopt;
@@ -265,12 +262,6 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
         const Status error = s->FirstError();
         return JobStatus{state_name(), s->global_step.load(), s->local_steps.load(),
                          static_cast<int32_t>(error.code()), std::string(error.message())};
-      },
-      [self, state_name](legacy_status_atom) {
-        const auto& s = self->state.shared;
-        const Status error = s->FirstError();
-        return caf::make_message(state_name(), s->global_step.load(), s->local_steps.load(),
-                                 error.ok() ? std::string() : error.ToString());
       },
       [self](subscribe_atom) { Subscribe(self, Sender(self)); },
       [self](subscribe_atom, const caf::actor& who) { Subscribe(self, who); },

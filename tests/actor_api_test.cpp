@@ -510,7 +510,7 @@ TEST_CASE("A job never started whose handle is dropped ends without training") {
   CHECK(LatestCheckpoint(Env::Default(), dir.path())->value_or("") == "");
 }
 
-TEST_CASE("job_status_atom answers a code and a message; the deprecated status_atom still answers its tuple") {
+TEST_CASE("job_status_atom answers a running job's state, step, code and message") {
   TempDir dir;
   Model model;
   model.block_at = 4;
@@ -530,14 +530,6 @@ TEST_CASE("job_status_atom answers a code and a message; the deprecated status_a
   CHECK(typed.global_step == 4);
   CHECK(typed.code == 0);
   CHECK(typed.message.empty());
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  std::string legacy_state;
-  self->request(job, seconds(10), status_atom::value)
-      .receive([&](const std::string& state, int64_t, int64_t, const std::string&) { legacy_state = state; },
-               [&](caf::error& e) { FAIL("status request failed: " << caf::to_string(e)); });
-#pragma GCC diagnostic pop
-  CHECK(legacy_state == "running");
   self->send(job, stop_atom::value);
   model.release = true;
   CHECK(AwaitDown(self, job).ok());

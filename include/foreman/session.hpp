@@ -171,8 +171,6 @@ class StepContext {
   /// The CPU Eigen device of the session's intra-op pool, for a step's own
   /// Eigen code, whatever SessionConfig.device is (never null).
   const Eigen::ThreadPoolDevice& eigen_device() const { return *device_; }
-  [[deprecated("use eigen_device() (or compute() for the session's compute device)")]]
-  const Eigen::ThreadPoolDevice& device() const { return *device_; }
   int intra_op_threads() const;
 
   /// Applies a step's gradients (TF1: optimizer.apply_gradients(grads,
