@@ -36,9 +36,8 @@
 //   FOREMAN_RETURN_IF_ERROR(sess->Run({"train_op", "loss"}, batch).status());
 //   ```
 //
-// The step runs through a compute::Device (compute.hpp): the session's
-// (StepContext::compute()), or a CPU device around a caller's Eigen
-// ThreadPoolDevice (the overloads taking one). Numerics are float32
+// The step runs through a compute::Device (compute.hpp), the session's
+// (StepContext::compute()). Numerics are float32
 // throughout. For a given seed, device and thread count a run is bitwise
 // reproducible; a different thread count may change the rounding of the
 // matrix products.
@@ -54,10 +53,6 @@
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
 #include "foreman/variable_store.hpp"
-
-namespace Eigen {
-struct ThreadPoolDevice;
-}
 
 namespace foreman::nn {
 
@@ -262,9 +257,6 @@ class Mlp {
   /// [0, N)", or examples of another device or feature dimension.
   StatusOr<StepResult> TrainStep(VariableStore& vars, const DeviceExamples& examples, const int32_t* indices,
                                  int64_t rows, compute::Device& device);
-  /// The same on a CPU device running on `device` (not owned).
-  StatusOr<StepResult> TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                 const Eigen::ThreadPoolDevice& device);
 
   /// TrainStep without its update (TF1: optimizer.compute_gradients): the
   /// same forward and backward, giving bitwise the gradients TrainStep
@@ -280,18 +272,12 @@ class Mlp {
   /// device error.
   StatusOr<StepResult> ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                         compute::Device& device, Gradients* grads);
-  /// The same on a CPU device running on `device` (not owned).
-  StatusOr<StepResult> ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                        const Eigen::ThreadPoolDevice& device, Gradients* grads);
 
   /// Loss and accuracy over all N rows of `features`, no update, computed in
   /// chunks of at most kEvalChunkRows rows (bounded memory). Only kernels and
   /// biases are read. Errors as TrainStep.
   StatusOr<StepResult> Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                 compute::Device& device);
-  /// The same on a CPU device running on `device` (not owned).
-  StatusOr<StepResult> Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                const Eigen::ThreadPoolDevice& device);
   /// Loss and accuracy over every example of `examples` in order, gathered
   /// on the device in chunks of kEvalChunkRows; bitwise Evaluate on the same
   /// examples as Tensors. Errors as the TrainStep by indices.
@@ -351,8 +337,5 @@ class Mlp {
 /// Not thread-safe for one `shard`: callers serialise updates to a store.
 Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
                       compute::Device& device);
-/// The same on a CPU device running on `device` (not owned).
-Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
-                      const Eigen::ThreadPoolDevice& device);
 
 }  // namespace foreman::nn

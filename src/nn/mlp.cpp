@@ -813,12 +813,6 @@ StatusOr<std::unique_ptr<Mlp>> Mlp::Create(MlpSpec spec, OptimizerOptions optimi
 }
 
 StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                    const Eigen::ThreadPoolDevice& device) {
-  compute::CpuDevice cpu(&device);
-  return TrainStep(vars, features, labels, cpu);
-}
-
-StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
                                     compute::Device& device) {
   Impl& m = *impl_;
   FOREMAN_RETURN_IF_ERROR(CheckBatch(m.spec, features, labels));
@@ -886,12 +880,6 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features,
 }
 
 StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                           const Eigen::ThreadPoolDevice& device, Gradients* grads) {
-  compute::CpuDevice cpu(&device);
-  return ComputeGradients(vars, features, labels, cpu, grads);
-}
-
-StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                            compute::Device& device, Gradients* grads) {
   Impl& m = *impl_;
   if (grads == nullptr) return absl::InvalidArgumentError("Mlp::ComputeGradients: grads is null");
@@ -946,12 +934,6 @@ StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tens
   result.loss = static_cast<float>(stats.loss_sum / static_cast<double>(rows));
   result.accuracy = static_cast<float>(static_cast<double>(stats.correct) / static_cast<double>(rows));
   return result;
-}
-
-Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
-                      const Eigen::ThreadPoolDevice& device) {
-  compute::CpuDevice cpu(&device);
-  return ApplyGradients(optimizer, shard, grads, cpu);
 }
 
 Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
@@ -1033,12 +1015,6 @@ Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, c
     *beta2_power = *beta2_power * optimizer.beta2;
   }
   return absl::OkStatus();
-}
-
-StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                   const Eigen::ThreadPoolDevice& device) {
-  compute::CpuDevice cpu(&device);
-  return Evaluate(vars, features, labels, cpu);
 }
 
 StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
