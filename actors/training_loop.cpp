@@ -39,7 +39,7 @@ std::optional<double> ScalarValue(const Tensor& t) {
 // Subscribers get a ProgressStep every progress_every_steps global steps and
 // a CheckpointSaved per durable save (from the saver's thread); without one,
 // after_run does one relaxed load more than before and builds nothing.
-class JobProgressHook : public SessionRunHook {
+class JobProgressHook : public SessionRunHook, public internal::ServiceUser {
  public:
   explicit JobProgressHook(std::shared_ptr<internal::TrainingJobShared> shared) : shared_(std::move(shared)) {}
   std::string name() const override { return "TrainingJobProgressHook"; }

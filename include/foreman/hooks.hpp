@@ -51,7 +51,20 @@ namespace foreman {
 
 namespace internal {
 class Services;  // the runtime's service actors, as hooks see them
-}
+
+/// Not part of the hook interface: implemented by Foreman's own hooks whose
+/// work goes to the session's service actors (CheckpointSaverHook,
+/// StepCounterHook, SummarySaverHook, FaultInjectionHook). Foreman's sessions
+/// find it on a hook (dynamic_cast) and call AttachServices once, before
+/// begin(); a user hook does not implement it.
+class ServiceUser {
+ public:
+  virtual ~ServiceUser() = default;
+  /// The service actors of the session the hook runs in. Not owned; valid
+  /// until the session closes. Training thread.
+  virtual void AttachServices(Services* services) = 0;
+};
+}  // namespace internal
 
 /// What a hook adds to a run (TF: SessionRunArgs). Empty fetches means "no
 /// fetches" (TF's None: the hook then gets results == nullptr).
@@ -119,11 +132,6 @@ class SessionRunHook {
     return absl::OkStatus();
   }
   virtual Status end(Session* /*session*/) { return absl::OkStatus(); }
-
-  /// Called by Foreman's sessions before begin(): the service actors (summary
-  /// writers, checkpoint saver, step counter) of the session the hook runs
-  /// in. User hooks ignore it. Not owned; valid until the session closes.
-  virtual void AttachServices(internal::Services* /*services*/) {}
 };
 
 using HookList = std::vector<std::shared_ptr<SessionRunHook>>;
@@ -242,7 +250,7 @@ class CheckpointSaverListener {
 /// From begin(), the session's checkpoint_saver actor holds the checkpoint
 /// directory's lock (LockCheckpointDirectory) until the session's services
 /// shut down (the MonitoredSession's close()).
-class CheckpointSaverHook : public SessionRunHook {
+class CheckpointSaverHook : public SessionRunHook, public internal::ServiceUser {
  public:
   struct Options {
     std::string checkpoint_dir;
@@ -307,7 +315,7 @@ class CheckpointSaverHook : public SessionRunHook {
 /// defaults). Warns (first 5 times) when the stale global step did not
 /// change (TF's warning). A trigger with no Clock time elapsed records nothing (TF
 /// would divide by zero).
-class StepCounterHook : public SessionRunHook {
+class StepCounterHook : public SessionRunHook, public internal::ServiceUser {
  public:
   struct Options {
     /// Exactly one of every_n_steps / every_n_secs (INVALID_ARGUMENT
@@ -354,7 +362,7 @@ class StepCounterHook : public SessionRunHook {
 /// after a process restart. TF writes no START there, and the replayed steps
 /// appear twice.
 /// The writes go to output_dir's summary_writer actor.
-class SummarySaverHook : public SessionRunHook {
+class SummarySaverHook : public SessionRunHook, public internal::ServiceUser {
  public:
   struct Options {
     /// Exactly one of save_steps / save_secs (see SecondOrStepTimer).

@@ -173,8 +173,8 @@ class StepCounterService {
 /// The seam through which a FaultInjectionHook injects ActorFaults
 /// (fault.hpp) into the runtime's service actors, without CAF: the Runtime
 /// implements it and hands it out as Services::service_faults(); the
-/// MonitoredSession gives every hook the Services at creation
-/// (SessionRunHook::AttachServices). `service` is a kind:
+/// MonitoredSession gives every hook that is an internal::ServiceUser the
+/// Services at creation (ServiceUser::AttachServices). `service` is a kind:
 /// "summary_writer", "checkpoint_saver", "step_counter" or "input_pipeline";
 /// each call acts on every running service of that kind. Thread-safe.
 class ServiceFaults {
