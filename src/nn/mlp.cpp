@@ -936,6 +936,10 @@ StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tens
   return result;
 }
 
+Status Tf1Optimizer::ApplyGradients(const Gradients& grads, VariableStore& vars, compute::Device& device) const {
+  return nn::ApplyGradients(options_, vars, grads, device);
+}
+
 Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
                       compute::Device& device) {
   FOREMAN_RETURN_IF_ERROR(CheckHostMemory(device, "ApplyGradients"));
