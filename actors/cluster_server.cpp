@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "actor_system.hpp"
 #include "atoms.hpp"
+#include "status_error.hpp"
 #include "cluster_net.hpp"
 #include "cluster_status.hpp"
 #include "foreman/mutex.hpp"

@@ -12,6 +12,7 @@
 
 #include "actors/actor_system.hpp"
 #include "actors/atoms.hpp"
+#include "actors/status_error.hpp"
 #include "absl/strings/str_cat.h"
 #include "platform/log.hpp"
 #include "runtime/services.hpp"

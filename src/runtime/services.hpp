@@ -187,7 +187,7 @@ class ServiceFaults {
   /// `fault_id`. For each service sent the fault, one Completion is appended
   /// to `*applied` (when not null): the session_supervisor completes it (OK)
   /// once it has handled that service's exit -- the failure escalated (and
-  /// the coordinator has taken the report), the service removed, restarted
+  /// the failure_sink has taken the report), the service removed, restarted
   /// (no back-off) or its restart scheduled (with a back-off: completed
   /// then, not after it), or the normal exit forgotten -- or the tree shut
   /// down. The service's link (ChildLink::NoteKill, actors/) notes the
