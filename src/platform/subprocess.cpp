@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -101,9 +102,19 @@ bool AwaitGroupGone(pid_t pgid, int64_t timeout_ms) {
   return true;
 }
 
-// -- the child, between fork and exec: async-signal-safe calls only ----------------
+// -- the child, between clone and exec: raw system calls only -------------------
+//
+// The child is made by the clone system call itself, not by libc's fork(),
+// and makes only raw system calls until execve. Under a sanitizer, fork()
+// and the libc wrappers below are intercepted: ThreadSanitizer's fork()
+// starts its background thread again in the child (setns into a user
+// namespace then fails with EINVAL: the caller must be single-threaded),
+// and its _exit() runs its exit-time work, which flushed the parent's
+// buffered stdout into the child's log. A raw system call is the same in
+// every build, and the child touches nothing a lock of another thread could
+// have held at the clone (no allocation, no stdio, no interceptor).
 
-// Everything the child needs, prepared before the fork.
+// Everything the child needs, prepared before the clone.
 struct ChildPlan {
   const char* path = nullptr;  // what execve runs
   char* const* argv = nullptr;
@@ -120,52 +131,70 @@ struct ChildPlan {
   pid_t parent = 0;
 };
 
+[[noreturn]] void ChildExit(int code) {
+  for (;;) syscall(SYS_exit_group, code);
+}
+
+// The kernel's struct sigaction (rt_sigaction), which is not libc's.
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  std::uint64_t mask;
+};
+constexpr long kKernelSigsetBytes = sizeof(std::uint64_t);
+
 // Writes `prefix`, errno `err`'s description and a newline to stderr as one
-// write(), then exits with `code`.
+// write, then exits with `code`.
 [[noreturn]] void ChildFail(const char* prefix, int err, int code) {
   char line[1024];
   std::size_t n = 0;
-  const char* desc = strerrordesc_np(err);
+  const char* desc = strerrordesc_np(err);  // a table look-up: no lock, no allocation
   for (const char* part : {prefix, desc != nullptr ? desc : "unknown error", "\n"}) {
     for (const char* c = part; *c != '\0' && n < sizeof line; ++c) line[n++] = *c;
   }
   if (n == sizeof line) line[n - 1] = '\n';
-  ssize_t ignored = write(STDERR_FILENO, line, n);
-  (void)ignored;
-  _exit(code);
+  syscall(SYS_write, STDERR_FILENO, line, n);
+  ChildExit(code);
+}
+
+// dup2 as a system call (aarch64 has only dup3, which refuses old == new).
+bool ChildDup(int from, int to) {
+  if (from == to) return syscall(SYS_fcntl, to, F_SETFD, 0) == 0;
+  return syscall(SYS_dup3, from, to, 0) == to;
 }
 
 [[noreturn]] void RunChild(const ChildPlan& p) {
   // Descriptors first: the lines below go into the child's stderr.
-  if (dup2(p.stdin_fd, STDIN_FILENO) < 0 || dup2(p.stdout_fd, STDOUT_FILENO) < 0 ||
-      dup2(p.stderr_fd >= 0 ? p.stderr_fd : STDOUT_FILENO, STDERR_FILENO) < 0) {
-    _exit(126);
+  if (!ChildDup(p.stdin_fd, STDIN_FILENO) || !ChildDup(p.stdout_fd, STDOUT_FILENO) ||
+      !ChildDup(p.stderr_fd >= 0 ? p.stderr_fd : STDOUT_FILENO, STDERR_FILENO)) {
+    ChildExit(126);
   }
-  if (setpgid(0, 0) != 0) ChildFail(p.pgid_error, errno, 126);
+  if (syscall(SYS_setpgid, 0, 0) != 0) ChildFail(p.pgid_error, errno, 126);
   // Every signal at its default (the parent's handlers must not run here
   // once the mask is emptied, and an ignored signal would stay ignored
   // across exec); every signal is still blocked (Spawn blocked them).
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
+  KernelSigaction dfl{};
+  dfl.handler = SIG_DFL;
   for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);  // EINVAL for libc's own: fine
+    if (sig != SIGKILL && sig != SIGSTOP) syscall(SYS_rt_sigaction, sig, &dfl, nullptr, kKernelSigsetBytes);
   }
   // No descriptor but 0, 1 and 2 survives the exec (Linux >= 5.11; before,
   // only those opened with O_CLOEXEC are closed).
   syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
   for (int i = 0; i < 2; ++i) {
-    if (p.ns_fd[i] >= 0 && setns(p.ns_fd[i], p.ns_type[i]) != 0) ChildFail(p.ns_error[i], errno, 126);
+    if (p.ns_fd[i] >= 0 && syscall(SYS_setns, p.ns_fd[i], p.ns_type[i]) != 0) {
+      ChildFail(p.ns_error[i], errno, 126);
+    }
   }
   // After setns: a change of credentials would clear the death signal.
   if (p.death_signal != 0) {
-    prctl(PR_SET_PDEATHSIG, p.death_signal);
-    if (getppid() != p.parent) _exit(128 + p.death_signal);  // it died before the prctl
+    syscall(SYS_prctl, PR_SET_PDEATHSIG, p.death_signal, 0, 0, 0);
+    if (syscall(SYS_getppid) != p.parent) ChildExit(128 + p.death_signal);  // it died before the prctl
   }
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  execve(p.path, p.argv, p.envp);
+  const std::uint64_t none = 0;
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, kKernelSigsetBytes);
+  syscall(SYS_execve, p.path, p.argv, p.envp);
   ChildFail(p.exec_error, errno, 127);
 }
 
@@ -345,7 +374,9 @@ StatusOr<Subprocess> Subprocess::Spawn(const SpawnOptions& options) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  const pid_t pid = fork();
+  // fork() as the system call (see "the child" above): SIGCHLD at its
+  // exit, a copy of this thread's address space and stack.
+  const pid_t pid = static_cast<pid_t>(syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0));
   if (pid == 0) RunChild(plan);
   const int fork_errno = errno;
   if (pid > 0) setpgid(pid, pid);  // also here: a kill of the group right after Spawn reaches the child

@@ -73,11 +73,14 @@
 // themselves (setsid, setpgid) are out of reach.
 //
 // Threads. Spawn may be called from any thread, also while other threads
-// run (a CAF actor system, a thread pool): the fork copies only the calling
-// thread, and between fork and exec the child makes only async-signal-safe
-// system calls (everything -- argv, envp, paths, descriptors -- is prepared
-// before the fork; the child allocates nothing and takes no lock, so a lock
-// another thread held at the fork cannot deadlock it). The calling thread
+// run (a CAF actor system, a thread pool): the child is made by the clone
+// system call (fork's semantics: it copies only the calling thread), and
+// between clone and exec it makes only raw system calls -- no libc wrapper a
+// sanitizer intercepts, so the child behaves the same in every build
+// (everything -- argv, envp, paths, descriptors -- is prepared before the
+// clone; the child allocates nothing and takes no lock, so a lock another
+// thread held at the clone cannot deadlock it). libc's pthread_atfork
+// handlers do not run. The calling thread
 // has every signal blocked for the fork's duration (its mask is restored
 // before Spawn returns), so none of this process's handlers runs in the
 // child before it has reset them. Spawn reads `environ` before the fork: a
