@@ -32,7 +32,7 @@
 #include "absl/time/time.h"
 #include "foreman/status.hpp"
 #include "messages.hpp"
-#include "platform/injected_fault.hpp"
+#include "fault/injected_fault.hpp"
 #include "runtime/services.hpp"
 
 namespace foreman::internal {

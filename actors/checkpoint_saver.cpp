@@ -7,7 +7,7 @@
 
 #include "foreman/mutex.hpp"
 #include "absl/strings/str_cat.h"
-#include "platform/injected_fault.hpp"
+#include "fault/injected_fault.hpp"
 #include "platform/log.hpp"
 #include "summary_writer.hpp"
 

@@ -13,7 +13,7 @@
 #include "input_pipeline.hpp"
 #include "atoms.hpp"
 #include "child_link.hpp"
-#include "platform/injected_fault.hpp"
+#include "fault/injected_fault.hpp"
 #include "platform/log.hpp"
 
 namespace foreman::data {

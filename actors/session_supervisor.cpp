@@ -17,7 +17,7 @@
 #include "checkpoint_saver.hpp"
 #include "formats/saver.hpp"
 #include "input_pipeline.hpp"
-#include "platform/injected_fault.hpp"
+#include "fault/injected_fault.hpp"
 #include "platform/log.hpp"
 #include "platform/path.hpp"
 #include "runtime/runtime.hpp"

@@ -13,7 +13,7 @@ cd "$root" || exit 1
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-rooms=(cluster compute data formats nn platform runtime train)
+rooms=(cluster compute data fault formats nn platform runtime train)
 actual=$(find src -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | sort | tr '\n' ' ')
 [[ $actual == "${rooms[*]} " ]] || fail "src/ holds '$actual', expected '${rooms[*]} '"
 

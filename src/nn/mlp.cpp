@@ -31,6 +31,7 @@
 #include "compute/cpu_device.hpp"
 #include "foreman/nn.hpp"
 #include "nn/optimizer.hpp"
+#include "platform/hash.hpp"
 #include "runtime/variable_store_access.hpp"
 
 namespace foreman::nn {
@@ -40,23 +41,6 @@ namespace {
 std::string LayerName(std::size_t layer) {
   return layer == 0 ? std::string("dense") : absl::StrCat("dense_", layer);
 }
-
-// splitmix64 (Steele, Lea, Flood 2014): portable, and its finalizer is a
-// bijection, so distinct (seed, layer) keys start distinct streams.
-uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t state) : state_(state) {}
-  uint64_t Next() { return Mix64(state_ += 0x9e3779b97f4a7c15ULL); }
-
- private:
-  uint64_t state_;
-};
 
 struct Layer {
   int64_t in = 0;
@@ -232,7 +216,9 @@ StatusOr<Tensor> GlorotUniformKernel(int64_t fan_in, int64_t fan_out, uint64_t s
   FOREMAN_ASSIGN_OR_RETURN(Tensor kernel, Tensor::Create(DataType::kFloat, TensorShape{fan_in, fan_out}));
   // sqrt is correctly rounded (IEEE 754), so the limit is the same everywhere.
   const float limit = static_cast<float>(std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)));
-  SplitMix64 rng(Mix64(seed ^ Mix64(static_cast<uint64_t>(layer) + 1)));
+  // SplitMix64 (platform/hash.hpp): portable, and its mixing function is a
+  // bijection, so distinct (seed, layer) keys start distinct streams.
+  foreman::internal::SplitMix64Stream rng(foreman::internal::Mix64(seed ^ foreman::internal::Mix64(static_cast<uint64_t>(layer) + 1)));
   float* w = kernel.data<float>();
   for (int64_t i = 0; i < kernel.num_elements(); ++i) {
     // 24 random bits -> u in [-1, 1), exactly representable; one rounding

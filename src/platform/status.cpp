@@ -5,7 +5,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "platform/injected_fault.hpp"
+#include "fault/injected_fault.hpp"
 
 namespace foreman {
 

@@ -32,6 +32,8 @@
 #include <system_error>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -78,32 +80,41 @@ std::size_t Utf8SequenceLength(absl::string_view s, std::size_t i) {
   return n;
 }
 
-/// `s` as a JSON string; bytes that are not valid UTF-8 become U+FFFD.
+/// `run` (valid UTF-8) escaped by nlohmann-json, without the quotes, with
+/// this command's three escapes where nlohmann's differ: U+0008 and U+000C
+/// as "\u0008" and "\u000c" (nlohmann: "\b", "\f"), and U+007F as
+/// "\u007f" (nlohmann: the byte itself).
+void AppendEscaped(absl::string_view run, std::string* out) {
+  const std::string dumped = nlohmann::json(std::string(run)).dump();
+  for (std::size_t i = 1; i + 1 < dumped.size(); ++i) {  // inside the quotes
+    const char c = dumped[i];
+    if (c == 0x7f) {
+      *out += "\\u007f";
+    } else if (c != '\\') {
+      out->push_back(c);
+    } else {
+      const char next = dumped[++i];  // an escape: its second character
+      *out += next == 'b' ? "\\u0008" : next == 'f' ? "\\u000c" : std::string{'\\', next};
+    }
+  }
+}
+
+/// `s` as a JSON string; bytes that are not valid UTF-8 become U+FFFD
+/// ("\ufffd"), one per byte.
 std::string JsonString(absl::string_view s) {
   std::string out = "\"";
+  std::size_t run = 0;  // where the current valid run began
   for (std::size_t i = 0; i < s.size();) {
-    const char c = s[i];
     const std::size_t n = Utf8SequenceLength(s, i);
-    if (n == 0) {
-      out += "\\ufffd";
-      ++i;
+    if (n != 0) {
+      i += n;
       continue;
     }
-    if (c == '"' || c == '\\') {
-      absl::StrAppend(&out, "\\", absl::string_view(&c, 1));
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
-    } else {
-      out.append(s.data() + i, n);
-    }
-    i += n;
+    AppendEscaped(s.substr(run, i - run), &out);
+    out += "\\ufffd";
+    run = ++i;
   }
+  AppendEscaped(s.substr(run), &out);
   return out + "\"";
 }
 

@@ -1,10 +1,11 @@
 // ChromeTraceJson (foreman/hooks.hpp): a run's trace spans as a Chrome trace
 // file (chrome://tracing, Perfetto), the timeline ProfilerHook writes.
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -14,27 +15,24 @@ namespace foreman {
 
 namespace {
 
-/// A JSON string literal of `s` (UTF-8 passes through unchanged).
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
+using Json = nlohmann::ordered_json;  // keys in the order written
+
+/// `j` as compact JSON (nlohmann-json). Two escapes as this file always wrote
+/// them: U+0008 and U+000C as "\u0008" and "\u000c" (nlohmann writes the
+/// equivalent "\b" and "\f"). Bytes that are not UTF-8 become U+FFFD
+/// (before nlohmann-json they were copied, which made the file invalid JSON).
+std::string Dump(const Json& j) {
+  const std::string dumped = j.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  std::string out;
+  out.reserve(dumped.size());
+  for (std::size_t i = 0; i < dumped.size(); ++i) {
+    if (dumped[i] != '\\' || i + 1 == dumped.size()) {
+      out.push_back(dumped[i]);
+      continue;
     }
+    const char next = dumped[++i];  // an escape: its second character
+    out += next == 'b' ? "\\u0008" : next == 'f' ? "\\u000c" : std::string{'\\', next};
   }
-  out += "\"";
   return out;
 }
 
@@ -47,16 +45,25 @@ std::string ChromeTraceJson(const RunMetadata& metadata, int64_t step) {
     if (tid_of.emplace(e.thread_id, thread_ids.size()).second) thread_ids.push_back(e.thread_id);
   }
   std::vector<std::string> events;
-  events.push_back(absl::StrCat(R"({"name":"process_name","ph":"M","pid":0,"args":{"name":)",
-                                JsonString(absl::StrCat("Foreman step ", step)), "}}"));
+  events.push_back(Dump(Json{{"name", "process_name"},
+                             {"ph", "M"},
+                             {"pid", 0},
+                             {"args", {{"name", absl::StrCat("Foreman step ", step)}}}}));
   for (std::size_t t = 0; t < thread_ids.size(); ++t) {
-    events.push_back(absl::StrCat(R"({"name":"thread_name","ph":"M","pid":0,"tid":)", t, R"(,"args":{"name":)",
-                                  JsonString(absl::StrCat("thread ", t)), "}}"));
+    events.push_back(Dump(Json{{"name", "thread_name"},
+                               {"ph", "M"},
+                               {"pid", 0},
+                               {"tid", t},
+                               {"args", {{"name", absl::StrCat("thread ", t)}}}}));
   }
   for (const TraceEvent& e : metadata.step_stats) {
-    events.push_back(absl::StrCat(R"({"name":)", JsonString(e.name), R"(,"cat":)", JsonString(e.category),
-                                  R"(,"ph":"X","ts":)", e.start_us, R"(,"dur":)", e.duration_us,
-                                  R"(,"pid":0,"tid":)", tid_of.at(e.thread_id), "}"));
+    events.push_back(Dump(Json{{"name", e.name},
+                               {"cat", e.category},
+                               {"ph", "X"},
+                               {"ts", e.start_us},
+                               {"dur", e.duration_us},
+                               {"pid", 0},
+                               {"tid", tid_of.at(e.thread_id)}}));
   }
   return absl::StrCat("{\"traceEvents\":[\n", absl::StrJoin(events, ",\n"), "\n]}\n");
 }

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "foreman/fault.hpp"
-#include "platform/injected_fault.hpp"
+#include "fault/injected_fault.hpp"
 
 namespace foreman {
 

@@ -1,5 +1,5 @@
 // `foreman chaos`'s invariant checks (chaos_checks.hpp).
-#include "chaos_checks.hpp"
+#include "fault/chaos_checks.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -18,7 +18,7 @@
 #include "foreman/event_reader.hpp"
 #include "foreman/tensor.hpp"
 
-namespace foreman::cli {
+namespace foreman::internal {
 namespace {
 
 // "a, b, c, d, e and 3 more"
@@ -324,4 +324,4 @@ int64_t MillisSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
 }
 
-}  // namespace foreman::cli
+}  // namespace foreman::internal

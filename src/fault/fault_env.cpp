@@ -33,7 +33,7 @@
 #include "foreman/mutex.hpp"
 #include "platform/errno_status.hpp"
 #include "platform/hash.hpp"
-#include "platform/injected_fault.hpp"
+#include "fault/injected_fault.hpp"
 #include "platform/log.hpp"
 
 namespace foreman {

@@ -13,7 +13,7 @@
 
 #include "foreman/status.hpp"
 
-namespace foreman::cli {
+namespace foreman::internal {
 
 /// The preset names, in the order --help lists them: "disk", "steps",
 /// "signals", "all".
@@ -31,4 +31,4 @@ const std::vector<std::string>& ChaosPresetNames();
 /// unknown preset. Thread-safe.
 StatusOr<nlohmann::json> ChaosPresetPlan(const std::string& preset, uint64_t seed);
 
-}  // namespace foreman::cli
+}  // namespace foreman::internal

@@ -13,7 +13,7 @@
 #include "foreman/env.hpp"
 #include "foreman/status.hpp"
 
-namespace foreman::cli {
+namespace foreman::internal {
 
 /// Every checkpoint the state file of `dir` lists (and its latest) opens and
 /// verifies (the CRC32C of every tensor, BundleReader::VerifyAll), and
@@ -126,4 +126,4 @@ std::string ShellQuote(const std::string& s);
 /// Milliseconds since `start` on the steady clock.
 int64_t MillisSince(std::chrono::steady_clock::time_point start);
 
-}  // namespace foreman::cli
+}  // namespace foreman::internal

@@ -1,39 +1,23 @@
 // `foreman chaos`'s preset plans (chaos_plan.hpp).
-#include "chaos_plan.hpp"
+#include "fault/chaos_plan.hpp"
 
 #include "absl/strings/str_cat.h"
 #include "platform/hash.hpp"
 
-namespace foreman::cli {
+namespace foreman::internal {
 namespace {
 
-// A SplitMix64 stream (platform/hash.hpp): fixed by its definition, unlike
-// std::uniform_int_distribution's.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t state) : state_(state) {}
-  uint64_t Next() {
-    const uint64_t out = internal::SplitMix64(state_);
-    state_ += internal::kSplitMix64Gamma;
-    return out;
-  }
-  // In [lo, hi]; the modulo bias (< 2^-50 here) does not matter for a plan.
-  int64_t Uniform(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(Next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-  template <class T, std::size_t N>
-  const T& Pick(const T (&options)[N]) {
-    return options[Uniform(0, static_cast<int64_t>(N) - 1)];
-  }
-
- private:
-  uint64_t state_;
-};
+// The plan's draws come from a SplitMix64Stream (platform/hash.hpp), fixed
+// by its definition, unlike std::uniform_int_distribution's.
+template <class T, std::size_t N>
+const T& Pick(SplitMix64Stream& rng, const T (&options)[N]) {
+  return options[rng.Uniform(0, static_cast<int64_t>(N) - 1)];
+}
 
 constexpr int64_t kFirstStep = 1;
 constexpr int64_t kLastStep = 199;
 
-nlohmann::json DiskFault(SplitMix64& rng, const std::string& id) {
+nlohmann::json DiskFault(SplitMix64Stream& rng, const std::string& id) {
   struct Target {
     const char* path;
     const char* what;
@@ -44,8 +28,8 @@ nlohmann::json DiskFault(SplitMix64& rng, const std::string& id) {
       {"*.data-*", "data"}, {"*.index*", "index"}, {"*/checkpoint.tmp*", "state"}};
   static constexpr const char* kOps[] = {"append", "sync", "rename"};
   static constexpr const char* kErrors[] = {"EIO", "ENOSPC"};
-  const Target& target = rng.Pick(kTargets);
-  std::string op = rng.Pick(kOps);
+  const Target& target = Pick(rng, kTargets);
+  std::string op = Pick(rng, kOps);
   // The state file is written in one append.
   const int64_t max_nth = op == std::string("append") && std::string(target.what) != "state" ? 30 : 10;
   nlohmann::json f;
@@ -53,14 +37,14 @@ nlohmann::json DiskFault(SplitMix64& rng, const std::string& id) {
   f["type"] = "env";
   f["path"] = target.path;
   f["op"] = op;
-  f["error"] = rng.Pick(kErrors);
+  f["error"] = Pick(rng, kErrors);
   f["nth"] = rng.Uniform(1, max_nth);
   return f;
 }
 
-nlohmann::json StepFault(SplitMix64& rng, const std::string& id) {
+nlohmann::json StepFault(SplitMix64Stream& rng, const std::string& id) {
   static constexpr const char* kKinds[] = {"ABORTED", "UNAVAILABLE", "INTERNAL", "nan_loss"};
-  const std::string kind = rng.Pick(kKinds);
+  const std::string kind = Pick(rng, kKinds);
   nlohmann::json f;
   f["id"] = id;
   f["type"] = "step";
@@ -73,12 +57,12 @@ nlohmann::json StepFault(SplitMix64& rng, const std::string& id) {
   return f;
 }
 
-nlohmann::json SignalFault(SplitMix64& rng, const std::string& id) {
+nlohmann::json SignalFault(SplitMix64Stream& rng, const std::string& id) {
   static constexpr const char* kSignals[] = {"SIGKILL", "SIGTERM"};
   nlohmann::json f;
   f["id"] = id;
   f["type"] = "process";
-  f["signal"] = rng.Pick(kSignals);
+  f["signal"] = Pick(rng, kSignals);
   f["at_step"] = rng.Uniform(kFirstStep, kLastStep);
   return f;
 }
@@ -91,16 +75,16 @@ nlohmann::json SignalFault(SplitMix64& rng, const std::string& id) {
 // foreman train's 60 s batch timeout before the run fails, too long for a seed. None
 // changes training (a restarted job re-reads its batches from the restored
 // position: the same ones).
-nlohmann::json ActorFault(SplitMix64& rng, const std::string& id) {
+nlohmann::json ActorFault(SplitMix64Stream& rng, const std::string& id) {
   static constexpr const char* kServices[] = {"summary_writer", "step_counter", "checkpoint_saver", "input_pipeline"};
   static constexpr const char* kKinds[] = {"kill", "delay", "drop"};
   static constexpr const char* kInputKinds[] = {"kill", "delay"};
   nlohmann::json f;
   f["id"] = id;
   f["type"] = "actor";
-  const std::string service = rng.Pick(kServices);
+  const std::string service = Pick(rng, kServices);
   f["service"] = service;
-  const std::string kind = service == "input_pipeline" ? rng.Pick(kInputKinds) : rng.Pick(kKinds);
+  const std::string kind = service == "input_pipeline" ? Pick(rng, kInputKinds) : Pick(rng, kKinds);
   f["kind"] = kind;
   f["at_step"] = rng.Uniform(kFirstStep, kLastStep);
   if (kind == "delay") f["delay_ms"] = rng.Uniform(1, 50);
@@ -117,7 +101,7 @@ const std::vector<std::string>& ChaosPresetNames() {
 
 StatusOr<nlohmann::json> ChaosPresetPlan(const std::string& preset, uint64_t seed) {
   // FNV-1a of the preset's name: each preset draws its own stream.
-  SplitMix64 rng(internal::Fnv1a64(absl::StrCat("foreman-chaos/", preset)) ^ (seed * internal::kSplitMix64Gamma));
+  SplitMix64Stream rng(Fnv1a64(absl::StrCat("foreman-chaos/", preset)) ^ (seed * kSplitMix64Gamma));
   nlohmann::json faults = nlohmann::json::array();
   if (preset == "disk") {
     const int64_t n = rng.Uniform(1, 2);
@@ -150,4 +134,4 @@ StatusOr<nlohmann::json> ChaosPresetPlan(const std::string& preset, uint64_t see
   return plan;
 }
 
-}  // namespace foreman::cli
+}  // namespace foreman::internal

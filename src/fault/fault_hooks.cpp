@@ -19,7 +19,7 @@
 #include "foreman/fault.hpp"
 #include "foreman/mutex.hpp"
 #include "foreman/variable_store.hpp"
-#include "platform/injected_fault.hpp"
+#include "fault/injected_fault.hpp"
 #include "platform/log.hpp"
 #include "runtime/services.hpp"
 

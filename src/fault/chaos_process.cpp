@@ -1,0 +1,381 @@
+// The one-process presets and plan files of RunChaos (chaos_process.hpp has
+// the layout of a seed's directory and the invariants).
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "fault/chaos_plan.hpp"
+#include "fault/chaos_process.hpp"
+#include "foreman/fault.hpp"
+#include "platform/subprocess.hpp"
+
+namespace foreman::internal {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// The default job: about a second in the release build, fully deterministic
+// (one intra-op thread), a checkpoint every 20 steps, summaries every 10.
+const std::vector<std::string>& DefaultTrainFlags() {
+  static const std::vector<std::string> flags = {
+      "--max-steps", "200", "--hidden", "32", "--batch-size", "32", "--save-checkpoint-steps", "20",
+      "--save-summaries-steps", "10", "--threads", "1", "--eval-every-steps", "0"};
+  return flags;
+}
+
+// The last `n` non-empty lines of a process's log, the first after ": " and
+// the others each on a line of its own, indented ("" for an empty log): what
+// foreman train said last (an error and CLI11's "Run 'foreman --help'").
+std::string LastLines(const std::string& log, std::size_t n) {
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    line = absl::StripTrailingAsciiWhitespace(line);
+    if (!line.empty()) lines.emplace_back(line);
+  }
+  if (lines.size() > n) lines.erase(lines.begin(), lines.end() - static_cast<std::ptrdiff_t>(n));
+  return lines.empty() ? "" : absl::StrCat(": ", absl::StrJoin(lines, "\n  "));
+}
+
+struct ChildResult {
+  int exit_code = 0;  // as a shell reports it: 128 + signal when killed
+  bool timed_out = false;
+  bool left_processes = false;  // its process group outlived it (killed)
+  int64_t elapsed_ms = 0;
+};
+
+// Runs `foreman_program train ...` (`args`: argv[1...]) in its own process
+// group, stdin from /dev/null, stdout and stderr into `log_path`, bounded by
+// timeout_secs. No death signal: a killed RunChaos leaves the job running
+// (as it always did; the CLI's signal handler kills it).
+StatusOr<ChildResult> RunChild(const ChaosRun& run, const std::vector<std::string>& args,
+                               const std::string& log_path) {
+  SpawnOptions o;
+  o.program = run.options.foreman_program;
+  o.argv = {"foreman"};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.stdout_to = ChildOutput::File(log_path);
+  o.parent_death_signal = 0;
+  const auto start = std::chrono::steady_clock::now();
+  FOREMAN_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Spawn(o));
+  run.observer.OnProcessGroup(0, child.pid());
+  const int64_t timeout_ms = static_cast<int64_t>(std::ceil(run.options.timeout_secs * 1000));
+  StatusOr<FinishResult> finished = child.Finish(timeout_ms);
+  run.observer.OnProcessGroup(0, 0);
+  FOREMAN_RETURN_IF_ERROR(finished.status());
+  ChildResult result;
+  result.exit_code = finished->exit.exit_code;
+  result.timed_out = finished->timed_out;
+  result.left_processes = finished->exit.left_processes;
+  result.elapsed_ms = MillisSince(start);
+  return result;
+}
+
+std::string EndedBy(const ChildResult& child, const TrainLog& log) {
+  if (child.timed_out) return "timeout (killed)";
+  if (!log.stopped_by_fault.empty()) return absl::StrCat("injected fault ", log.stopped_by_fault);
+  if (child.exit_code == 0) return log.stopped_by_signal ? "signal (graceful stop)" : "done";
+  if (child.exit_code == 128 + SIGKILL) return "SIGKILL";
+  if (child.exit_code > 128) return absl::StrCat("signal ", child.exit_code - 128);
+  if (child.exit_code == kTrainExitUsage) return "refused (exit 2)";
+  return absl::StrCat("exit ", child.exit_code);
+}
+
+// The one-process run: the train flags as run, the baseline.
+struct Job {
+  ChaosRun& run;
+  std::vector<std::string> train_flags;  // as run (defaults or the user's, plus the forced ones)
+  std::string baseline_dir;
+  int64_t baseline_step = -1;
+  int64_t baseline_ms = 0;
+};
+
+// The command that replays `seed`; with `for_report`, absolute paths made
+// relative to the working directory (ReportWord).
+std::string ReplayCommand(const Job& job, int64_t seed, bool for_report) {
+  const ChaosOptions& o = job.run.options;
+  auto word = [&](const std::string& w) { return ShellQuote(for_report ? ReportWord(w, job.run.cwd) : w); };
+  std::string cmd = "foreman chaos";
+  if (!o.plan_file.empty()) {
+    absl::StrAppend(&cmd, " --plan ", word(o.plan_file));
+  } else {
+    absl::StrAppend(&cmd, " --preset ", job.run.preset);
+  }
+  absl::StrAppend(&cmd, " --seed ", seed);
+  if (o.timeout_secs != 60) absl::StrAppend(&cmd, " --timeout-secs ", o.timeout_secs);
+  if (!o.train_flags.empty()) {
+    absl::StrAppend(&cmd, " --");
+    for (const std::string& f : o.train_flags) absl::StrAppend(&cmd, " ", word(f));
+  }
+  return cmd;
+}
+
+// The seed's plan as JSON (its "seed" is the seed).
+StatusOr<json> SeedPlan(const ChaosRun& run, int64_t seed) {
+  if (!run.options.plan_file.empty()) {
+    json plan = run.user_plan;
+    plan["seed"] = seed;
+    return plan;
+  }
+  return ChaosPresetPlan(run.preset, static_cast<uint64_t>(seed));
+}
+
+// Makes the seed's directory and plan.json; returns the train command.
+StatusOr<std::vector<std::string>> PrepareSeed(const Job& job, const std::string& seed_dir, ProcessSeedReport& r) {
+  std::error_code ec;
+  fs::remove_all(seed_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot clear ", seed_dir, ": ", ec.message()));
+  fs::create_directories(seed_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", seed_dir, ": ", ec.message()));
+  FOREMAN_ASSIGN_OR_RETURN(r.plan, SeedPlan(job.run, r.seed));
+  r.faults_planned = static_cast<int64_t>(r.plan["faults"].size());
+  const std::string plan_path = seed_dir + "/plan.json";
+  {
+    std::ofstream out(plan_path);
+    out << r.plan.dump(2) << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", plan_path));
+  }
+  // The plan must be one foreman train accepts (a preset's always is).
+  if (auto parsed = ParseFaultPlan(r.plan.dump(), "plan.json"); !parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("seed ", r.seed, ": ", parsed.status().message()));
+  }
+  std::vector<std::string> args = {"train", "--checkpoint-dir", seed_dir + "/run"};
+  // An empty plan needs no --fault-plan: the seed is the fault-free job.
+  if (r.faults_planned > 0) {
+    args.push_back("--fault-plan");
+    args.push_back(plan_path);
+  }
+  args.insert(args.end(), job.train_flags.begin(), job.train_flags.end());
+  return args;
+}
+
+// Process `n`'s record from its exit and its log; the invariants checked
+// after every exit (1. checkpoints verify, 2. the step, 5. bounded).
+ProcessRun RecordProcess(const Job& job, const std::string& run_dir, int n, const ChildResult& child,
+                         const TrainLog& log, ProcessSeedReport& r) {
+  ProcessRun p;
+  p.exit_code = child.exit_code;
+  p.ended_by = EndedBy(child, log);
+  p.timed_out = child.timed_out;
+  p.left_processes = child.left_processes;
+  p.elapsed_ms = child.elapsed_ms;
+  p.recoveries = log.recoveries;
+  p.recovery_steps_lost = log.recovery_steps_lost;
+  for (const std::string& t : log.service_restarts) p.service_restarts.push_back(job.run.Rel(t));
+  p.summary_steps_lost = log.summary_steps_lost;
+  r.service_restarts += static_cast<int64_t>(log.service_restarts.size());
+  r.summary_steps_lost.insert(r.summary_steps_lost.end(), log.summary_steps_lost.begin(),
+                              log.summary_steps_lost.end());
+  p.start_step = log.restored_step ? *log.restored_step : (log.last_step >= 0 ? 0 : -1);
+  if (Status s = VerifyListedCheckpoints(job.run.env, run_dir); !s.ok()) {
+    r.invariants["checkpoints_verify"].Fail(absl::StrCat("after run ", n, ": ", job.run.Rel(std::string(s.message()))));
+  }
+  auto ckpt = LatestCheckpointStep(job.run.env, run_dir);
+  p.checkpoint_step = ckpt.ok() ? *ckpt : -1;
+  p.last_step = std::max(log.last_step, p.checkpoint_step);
+  // The step: +1 at a time within the process, and it starts where the one
+  // before left its latest checkpoint.
+  Invariant& steps = r.invariants["global_step"];
+  for (const std::string& e : log.step_errors) steps.Fail(absl::StrCat("run ", n, ": ", e));
+  if (n > 0 && p.start_step >= 0) {
+    const ProcessRun& before = r.runs.back();
+    const int64_t expected = std::max<int64_t>(before.checkpoint_step, 0);
+    if (p.start_step != expected) {
+      steps.Fail(absl::StrCat("run ", n, " started at step ", p.start_step, ", but the latest checkpoint run ", n - 1,
+                              " left is step ", expected));
+    }
+    r.steps_lost += std::max<int64_t>(0, before.last_step - p.start_step);
+  }
+  r.recoveries += log.recoveries;
+  r.recovery_steps_lost += log.recovery_steps_lost;
+  Invariant& bounded = r.invariants["bounded"];
+  if (child.timed_out) {
+    bounded.Fail(absl::StrCat("run ", n, " did not end within --timeout-secs ", job.run.options.timeout_secs,
+                              " (its process group was killed)"));
+  }
+  if (child.left_processes) bounded.Fail(absl::StrCat("run ", n, " left processes in its group (killed)"));
+  return p;
+}
+
+// The job's processes until it is done, refused, hung or out of restarts;
+// true when it was done.
+StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const std::vector<std::string>& args,
+                            ProcessSeedReport& r) {
+  const std::string run_dir = seed_dir + "/run";
+  const std::string plan_path = seed_dir + "/plan.json";
+  const std::string& plan_file = job.run.options.plan_file;
+  for (int n = 0; n <= kChaosMaxRestarts; ++n) {
+    const std::string log_path = absl::StrCat(seed_dir, "/run-", n, ".log");
+    FOREMAN_ASSIGN_OR_RETURN(ChildResult child, RunChild(job.run, args, log_path));
+    const TrainLog log = ParseTrainLog(ReadWholeFile(log_path));
+    job.run.observer.OnProcessExit(r.seed, n, run_dir);
+    if (n == 0 && child.exit_code == kTrainExitUsage && !child.timed_out) {
+      r.refused = true;
+      r.refused_lines = absl::StrReplaceAll(LastLines(ReadWholeFile(log_path), 4),
+                                            {{plan_path, plan_file.empty() ? "plan.json" : plan_file}});
+    }
+    r.runs.push_back(RecordProcess(job, run_dir, n, child, log, r));
+    if (child.exit_code == kTrainExitOk && !log.stopped_by_signal && !child.timed_out) return true;
+    if (child.timed_out || child.exit_code == kTrainExitUsage) break;  // a hang, or a refusal: no restart helps
+    if (n < kChaosMaxRestarts) ++r.restarts;
+  }
+  return false;
+}
+
+// The invariants checked at the seed's end: 6. finished, 3. the final
+// weights, 4. scalars once; and what the run directory recorded.
+void FinishSeed(const Job& job, const std::string& run_dir, bool done, ProcessSeedReport& r) {
+  const ChaosRun& run = job.run;
+  Invariant& finished = r.invariants["finished"];
+  if (!done) {
+    const ProcessRun& last = r.runs.back();
+    finished.Fail(last.timed_out || last.exit_code == kTrainExitUsage
+                      ? absl::StrCat("run ", r.runs.size() - 1, " ended by ", last.ended_by, ": not restarted")
+                      : absl::StrCat("not done after ", kChaosMaxRestarts, " restarts"));
+  } else if (!run.changes_training && r.runs.back().last_step != job.baseline_step) {
+    finished.Fail(absl::StrCat("ended at step ", r.runs.back().last_step, ", the fault-free run at step ",
+                               job.baseline_step));
+  }
+  Invariant& weights = r.invariants["final_weights"];
+  if (run.changes_training) {
+    weights.checked = false;
+    weights.details.push_back("not checked: the plan declares that it changes training");
+  } else if (!done) {
+    weights.checked = false;
+    weights.details.push_back("not checked: the job did not finish");
+  } else if (Status s = CompareFinalWeights(run.env, job.baseline_dir, run_dir); !s.ok()) {
+    weights.Fail(run.Rel(std::string(s.message())));
+  }
+  if (Status s = CheckScalarsOnce(run.env, run_dir); !s.ok()) {
+    r.invariants["scalars_once"].Fail(run.Rel(std::string(s.message())));
+  }
+  if (auto metrics = ReadRecoveryMetrics(run.env, run_dir); metrics.ok()) r.recovery_metrics = *std::move(metrics);
+  if (auto fired = ReadFiredFaults(run.env, run_dir); fired.ok()) {
+    for (const FiredFault& f : *fired) r.faults_fired.push_back(f.id);
+  }
+}
+
+StatusOr<ProcessSeedReport> RunSeed(const Job& job, int64_t seed) {
+  const auto start = std::chrono::steady_clock::now();
+  ProcessSeedReport r;
+  r.seed = seed;
+  r.replay = ReplayCommand(job, seed, /*for_report=*/false);
+  r.replay_report = ReplayCommand(job, seed, /*for_report=*/true);
+  for (const std::string& name : InvariantNames()) r.invariants[name] = Invariant();
+  const std::string seed_dir = absl::StrCat(job.run.work, "/seed-", seed);
+  FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> args, PrepareSeed(job, seed_dir, r));
+  FOREMAN_ASSIGN_OR_RETURN(bool done, RunProcesses(job, seed_dir, args, r));
+  FinishSeed(job, seed_dir + "/run", done, r);
+  r.elapsed_ms = MillisSince(start);
+  return r;
+}
+
+// The fault-free run every seed is compared with.
+Status RunBaseline(Job& job) {
+  ChaosRun& run = job.run;
+  const std::string baseline = run.work + "/baseline";
+  std::error_code ec;
+  fs::remove_all(baseline, ec);
+  fs::create_directories(baseline, ec);
+  job.baseline_dir = baseline + "/run";
+  std::vector<std::string> args = {"train", "--checkpoint-dir", job.baseline_dir};
+  args.insert(args.end(), job.train_flags.begin(), job.train_flags.end());
+  auto base = RunChild(run, args, baseline + "/run-0.log");
+  if (!base.ok()) return absl::InternalError(base.status().message());
+  auto base_step = LatestCheckpointStep(run.env, job.baseline_dir);
+  if (base->exit_code != kTrainExitOk || !base_step.ok() || *base_step < 0) {
+    // foreman train's last lines: its error, and CLI11's usage hint.
+    const std::string said = LastLines(ReadWholeFile(baseline + "/run-0.log"), 4);
+    const std::string how = base->timed_out ? absl::StrCat("did not end within --timeout-secs ", run.options.timeout_secs,
+                                                           " (allowed: (0, 86400]; give more than the job needs)")
+                                            : absl::StrCat("exited ", base->exit_code);
+    const std::string message = absl::StrCat("the fault-free run (foreman train ", absl::StrJoin(job.train_flags, " "),
+                                             ") ", how, said);
+    if (run.temporary && !run.options.keep) fs::remove_all(run.work, ec);
+    return base->exit_code == kTrainExitUsage ? absl::InvalidArgumentError(message) : absl::InternalError(message);
+  }
+  job.baseline_step = *base_step;
+  job.baseline_ms = base->elapsed_ms;
+  return absl::OkStatus();
+}
+
+// The train flags as run: the user's or the default job's, with a fixed
+// thread count (bit-for-bit results) and a progress line after every step
+// (the global_step invariant reads them).
+std::vector<std::string> TrainFlagsAsRun(const ChaosOptions& o) {
+  std::vector<std::string> flags = o.train_flags.empty() ? DefaultTrainFlags() : o.train_flags;
+  if (!HasFlag(flags, "--threads")) {
+    flags.push_back("--threads");
+    flags.push_back("1");
+  }
+  flags.push_back("--log-step-count-steps");
+  flags.push_back("1");
+  return flags;
+}
+
+// The seeds, each row told as it ends.
+StatusOr<std::vector<ProcessSeedReport>> RunSeeds(const Job& job) {
+  ChaosRun& run = job.run;
+  std::vector<ProcessSeedReport> reports;
+  std::error_code ec;
+  for (int64_t seed : run.seeds) {
+    auto r = RunSeed(job, seed);
+    if (!r.ok()) return Status(r.status().code(), absl::StrCat("seed ", seed, ": ", r.status().message()));
+    if (r->refused) {
+      // A refused plan or flags: every seed would be refused the same way.
+      if (run.temporary && !run.options.keep) fs::remove_all(run.work, ec);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "seed ", seed,
+          ": foreman train refused the job's first run (exit 2: the same command fails the same way); stopped "
+          "before any further seed",
+          r->refused_lines));
+    }
+    run.observer.OnTable(ProcessTableRow(*r));
+    // A temporary work directory keeps only what a failure needs (a soak of
+    // thousands of seeds would otherwise fill the disk).
+    if (run.temporary && !run.options.keep && r->ok()) fs::remove_all(absl::StrCat(run.work, "/seed-", seed), ec);
+    reports.push_back(std::move(*r));
+  }
+  return reports;
+}
+
+}  // namespace
+
+StatusOr<ChaosReport> RunProcessChaos(ChaosRun& run) {
+  Job job{run, TrainFlagsAsRun(run.options)};
+  const auto started = std::chrono::steady_clock::now();
+  FOREMAN_RETURN_IF_ERROR(RunBaseline(job));
+  const std::string what =
+      run.options.plan_file.empty() ? absl::StrCat("preset ", run.preset) : absl::StrCat("plan ", run.options.plan_file);
+  run.observer.OnTable(absl::StrCat("foreman chaos: ", what, ", train flags: ", absl::StrJoin(job.train_flags, " "),
+                                    "\n",
+                                    absl::StrFormat("fault-free run: global_step %lld in %.1f s\n",
+                                                    static_cast<long long>(job.baseline_step),
+                                                    static_cast<double>(job.baseline_ms) / 1000),
+                                    ProcessTableHeader()));
+  FOREMAN_ASSIGN_OR_RETURN(std::vector<ProcessSeedReport> reports, RunSeeds(job));
+  ChaosReport report;
+  report.seeds = static_cast<int64_t>(reports.size());
+  for (const ProcessSeedReport& r : reports) report.failed += r.ok() ? 0 : 1;
+  const int64_t total_ms = MillisSince(started);
+  report.summary = ProcessSummary(run, reports, total_ms);
+  report.json_written = WriteJsonReport(
+      run, ProcessReportJson(run, job.train_flags, job.baseline_step, job.baseline_ms, reports, report.failed, total_ms));
+  FinishWorkDirectory(run, &report);
+  return report;
+}
+
+}  // namespace foreman::internal
