@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -33,14 +34,14 @@
 #include "actors/actor_system.hpp"
 #include "actors/atoms.hpp"
 #include "actors/cluster_net.hpp"
-#include "actors/cluster_status.hpp"
 #include "actors/messages.hpp"
 #include "compute/cpu_device.hpp"
+#include "foreman/cluster_status.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/server.hpp"
 #include "foreman/summary.hpp"
 #include "runtime/session_target.hpp"
-#include "runtime/worker_step_rates.hpp"
+#include "cluster/worker_step_rates.hpp"
 
 namespace foreman {
 namespace {
@@ -793,10 +794,10 @@ TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every tas
   const std::string chief = absl::StrCat("127.0.0.1:", c.worker_ports[0]);
   const std::string ps = absl::StrCat("127.0.0.1:", c.ps_ports[0]);
 
-  StatusOr<std::vector<internal::ClusterTaskReport>> r = internal::QueryClusterStatus("tcp://" + chief, o, 2000);
+  StatusOr<std::vector<ClusterTaskReport>> r = QueryClusterStatus("tcp://" + chief, o, 2000);
   REQUIRE_MESSAGE(r.ok(), r.status().ToString());
   REQUIRE(r->size() == 3);
-  const internal::ClusterTaskReport& w0 = (*r)[0];
+  const ClusterTaskReport& w0 = (*r)[0];
   CHECK(w0.reachable);
   CHECK(w0.job_name == "worker");
   CHECK(w0.task_index == 0);
@@ -806,7 +807,7 @@ TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every tas
   REQUIRE(w0.ps_last_answer_ms.size() == 1);
   CHECK(w0.ps_last_answer_ms[0] >= 0);
   CHECK(w0.ps_last_answer_ms[0] < 10'000);
-  const internal::ClusterTaskReport& p0 = (*r)[1];
+  const ClusterTaskReport& p0 = (*r)[1];
   CHECK(p0.reachable);
   CHECK(p0.job_name == "ps");
   CHECK(p0.task_index == 0);
@@ -818,31 +819,31 @@ TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every tas
   REQUIRE(p0.worker_last_apply_ms.size() == 1);
   CHECK(p0.worker_last_apply_ms[0] >= 0);
   CHECK(p0.worker_last_apply_ms[0] < 10'000);
-  const internal::ClusterTaskReport& w1 = (*r)[2];
+  const ClusterTaskReport& w1 = (*r)[2];
   CHECK_FALSE(w1.reachable);
   CHECK(w1.job_name == "worker");
   CHECK(w1.task_index == 1);
   CHECK_MESSAGE(absl::StrContains(w1.error, absl::StrCat(c.worker_ports[1])), w1.error);
 
   // A ps asked directly knows only itself.
-  r = internal::QueryClusterStatus("tcp://" + ps, o, 2000);
+  r = QueryClusterStatus("tcp://" + ps, o, 2000);
   REQUIRE_MESSAGE(r.ok(), r.status().ToString());
   REQUIRE(r->size() == 1);
   CHECK((*r)[0].reachable);
   CHECK((*r)[0].global_step == 9);
 
   // Nothing listens: one report, unreachable.
-  r = internal::QueryClusterStatus(absl::StrCat("tcp://127.0.0.1:", c.worker_ports[1]), o, 2000);
+  r = QueryClusterStatus(absl::StrCat("tcp://127.0.0.1:", c.worker_ports[1]), o, 2000);
   REQUIRE_MESSAGE(r.ok(), r.status().ToString());
   REQUIRE(r->size() == 1);
   CHECK_FALSE((*r)[0].reachable);
 
   // Bad input: nothing asked.
-  CHECK(internal::QueryClusterStatus(chief, o, 2000).status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(internal::QueryClusterStatus("tls://" + chief, o, 2000).status().code() ==
+  CHECK(QueryClusterStatus(chief, o, 2000).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(QueryClusterStatus("tls://" + chief, o, 2000).status().code() ==
         absl::StatusCode::kInvalidArgument);  // no TLS files
-  CHECK(internal::QueryClusterStatus("tcp://" + chief, o, 0).status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(internal::QueryClusterStatus("tcp://127.0.0.1:99999", o, 2000).status().code() ==
+  CHECK(QueryClusterStatus("tcp://" + chief, o, 0).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(QueryClusterStatus("tcp://127.0.0.1:99999", o, 2000).status().code() ==
         absl::StatusCode::kInvalidArgument);
 }
 
@@ -881,8 +882,8 @@ TEST_CASE("per-worker steps/s: two workers' applies read from ps 0 become two ra
   ClusterOptions o;
   o.heartbeat_ms = 50;
   o.connection_timeout_ms = 200;
-  StatusOr<std::vector<internal::ClusterTaskReport>> st =
-      internal::QueryClusterStatus(absl::StrCat("tcp://127.0.0.1:", c.worker_ports[2]), o, 2000);
+  StatusOr<std::vector<ClusterTaskReport>> st =
+      QueryClusterStatus(absl::StrCat("tcp://127.0.0.1:", c.worker_ports[2]), o, 2000);
   REQUIRE_MESSAGE(st.ok(), st.status().ToString());
   REQUIRE(st->size() == 5);  // worker 2, ps 0, ps 1, worker 0, worker 1
   CHECK((*st)[0].ps_last_answer_ms == std::vector<int64_t>{-1, -1});
@@ -899,6 +900,50 @@ TEST_CASE("per-worker steps/s: two workers' applies read from ps 0 become two ra
   CHECK_MESSAGE(absl::StrContains(gone.status().message(), "ps task 0"), gone.status());
   CHECK(rates.Summaries().empty());
   CHECK(internal::WorkerAppliesOnPs0(*c.ps[1]).status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("QueryClusterStatus: a port where nothing listens is one unreachable report naming host:port") {
+  const int port = FreePorts(1)[0];  // released: nothing listens there
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  ClusterOptions o;
+  o.heartbeat_ms = 50;
+  o.connection_timeout_ms = 200;
+  const auto start = Clock::now();
+  StatusOr<std::vector<ClusterTaskReport>> r = QueryClusterStatus("tcp://" + address, o, 2000);
+  REQUIRE_MESSAGE(r.ok(), r.status().ToString());  // an unreachable task is a report, not an error
+  CHECK(Clock::now() - start < std::chrono::seconds(10));
+  REQUIRE(r->size() == 1);
+  const ClusterTaskReport& asked = (*r)[0];
+  CHECK_FALSE(asked.reachable);
+  CHECK(asked.address == address);
+  CHECK(asked.job_name.empty());
+  CHECK(asked.task_index == -1);
+  CHECK(asked.worker_steps == -1);
+  CHECK_MESSAGE(absl::StrContains(asked.error, address), asked.error);
+}
+
+TEST_CASE("WorkerStepRateSummaries: the chief's function primes, then gives one scalar per worker task") {
+  Cluster c(1, 2);
+  std::shared_ptr<RemoteValues> chief = c.Remote(0);
+  REQUIRE(chief->Bind(kNames).ok());
+  VariableStore local;
+  Fill(local, 0);
+  REQUIRE(chief->Write(local).ok());
+  std::function<std::vector<std::string>()> summaries = WorkerStepRateSummaries(c.workers[0].get(), 2);
+  CHECK(summaries().empty());  // the first call primes
+  for (int i = 0; i < 3; ++i) REQUIRE(chief->Apply(Grads(0.05f, 0.3f), i).ok());
+  std::vector<std::string> s = summaries();
+  REQUIRE(s.size() == 2);
+  for (int k = 0; k < 2; ++k) {
+    CHECK_MESSAGE(absl::StrContains(s[k], absl::StrCat("steps_per_sec/worker_", k)), k);
+  }
+  CHECK(s[0] != ScalarSummary("steps_per_sec/worker_0", 0.0f));  // worker 0 applied 3 steps
+  CHECK(s[1] == ScalarSummary("steps_per_sec/worker_1", 0.0f));  // worker 1 none
+  // A ps task's Server has no per-worker counts: none (a WARNING), not a crash.
+  CHECK(WorkerStepRateSummaries(c.ps[0].get(), 2)().empty());
+  // ps 0 gone: the read fails, none.
+  c.ps[0].reset();
+  CHECK(summaries().empty());
 }
 
 // Applies in a loop on another thread while something connects to the ps's

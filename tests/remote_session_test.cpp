@@ -1,4 +1,4 @@
-// The runtime's cluster seam (runtime/remote_values.hpp) on an in-memory
+// The runtime's cluster seam (cluster/remote_values.hpp) on an in-memory
 // cluster (support/fake_remote_values.hpp): what a Session binds, reads and
 // writes; a worker waiting for the chief (B88); chief and worker training
 // one model through ComputeGradients + StepContext::ApplyGradients; the

@@ -32,8 +32,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "foreman/cluster.hpp"
@@ -119,5 +121,23 @@ class Server {
   explicit Server(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// The chief's per-worker steps/s summaries (TF1 has none: each TF1
+/// worker's StepCounterHook writes only the cluster's "global_step/sec"). Returns a function to call at the
+/// summary cadence (e.g. from the step that answers the "summaries" fetch);
+/// each call reads ps 0's per-worker apply counts through `server` (one
+/// request, bounded by ServerOptions::request_timeout_ms) and returns one
+/// serialized Summary proto per worker task K in [0, num_workers) (smaller
+/// than 1: taken as 1), a scalar with tag "steps_per_sec/worker_K": the
+/// applies ps 0 accepted from worker K per second (monotonic clock) since
+/// the previous call. In asynchronous training they sum to about
+/// global_step/sec; in synchronous training to replicas_to_aggregate times
+/// it. The first call, and the first after a failed read, only primes and
+/// returns none; a failed read (UNAVAILABLE naming ps 0, or `server` not a
+/// running worker task's) returns none and logs a WARNING (the first 5
+/// times, then DEBUG). `server` (not null, not owned: a worker task's,
+/// normally the chief's) must outlive the function. The function is not
+/// thread-safe (call it from one thread, the chief's training thread).
+std::function<std::vector<std::string>()> WorkerStepRateSummaries(const Server* server, int num_workers);
 
 }  // namespace foreman

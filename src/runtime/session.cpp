@@ -2,7 +2,7 @@
 // mutex, which also serialises the steps of sessions sharing an inproc://
 // target. On a cluster target (SessionValues::remote) the values are a
 // mirror: every run and every read of the values refreshes it from the
-// RemoteValues first, under the same mutex (runtime/remote_values.hpp).
+// RemoteValues first, under the same mutex (cluster/remote_values.hpp).
 #include "foreman/session.hpp"
 
 #define EIGEN_USE_THREADS

@@ -1,7 +1,7 @@
 // The runtime's allocation-free Session::Run, for MonitoredSession's hooked
 // runs: fetch names sorted once per change of plan, results in slots kept
 // between runs instead of a fresh std::map per step; and the runtime's own
-// access to a cluster session's variables (runtime/remote_values.hpp): the
+// access to a cluster session's variables (cluster/remote_values.hpp): the
 // chief's writes, the checkpoint's consistent read, the ready check's errors.
 // Not a public API.
 #pragma once
@@ -16,7 +16,7 @@
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
 #include "foreman/variable_store.hpp"
-#include "runtime/remote_values.hpp"
+#include "cluster/remote_values.hpp"
 
 namespace foreman::internal {
 

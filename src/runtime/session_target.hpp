@@ -20,7 +20,7 @@
 #include "foreman/mutex.hpp"
 #include "foreman/status.hpp"
 #include "foreman/variable_store.hpp"
-#include "runtime/remote_values.hpp"
+#include "cluster/remote_values.hpp"
 
 namespace foreman::internal {
 

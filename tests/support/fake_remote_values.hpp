@@ -1,5 +1,5 @@
 // An in-memory cluster for the runtime's cluster seam
-// (runtime/remote_values.hpp): FakeRemoteValues is N fake ps shards, each a
+// (cluster/remote_values.hpp): FakeRemoteValues is N fake ps shards, each a
 // VariableStore under its own mutex, with the variables placed as TF1's
 // replica_device_setter places them (PlaceVariablesOnPs) and updates applied
 // with nn::ApplyGradients. A shard is uninitialized until Write; EndTraining
@@ -36,7 +36,7 @@
 #include "foreman/nn.hpp"
 #include "foreman/variable_store.hpp"
 #include "nn/optimizer.hpp"
-#include "runtime/remote_values.hpp"
+#include "cluster/remote_values.hpp"
 #include "runtime/session_target.hpp"
 
 namespace foreman::testing {
@@ -78,7 +78,7 @@ class FakeRemoteValues : public internal::RemoteValues {
 
   Status Read(VariableStore& mirror) override { return ReadShards(kRead, mirror); }
 
-  // Read less the optimizer slots (runtime/remote_values.hpp).
+  // Read less the optimizer slots (cluster/remote_values.hpp).
   Status ReadForStep(VariableStore& mirror) override { return ReadShards(kReadForStep, mirror); }
 
   Status ReadShards(Method method, VariableStore& mirror) {

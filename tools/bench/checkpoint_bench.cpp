@@ -8,12 +8,12 @@
 //                  copy) as measured, so a save normally finds the previous
 //                  one done;
 //                  the saves that still had to wait are counted apart.
-//   write          the checkpoint_saver actor's own time for one save
-//                  (serialise, write, fsync, rename, state file), through the
-//                  same service the hook uses (SaveTicket::write_time), from
-//                  the buffers the previous save handed back, as the hook
-//                  saves (after one untimed first save into new buffers,
-//                  reported apart as write_first_s).
+//   write          the time of one Saver::Save (serialise, write, fsync,
+//                  rename, state file): the call the checkpoint_saver actor
+//                  makes for the hook, and the time it reports; from the
+//                  buffers the previous save used, as the hook saves (after
+//                  one untimed first save into new buffers, reported apart
+//                  as write_first_s).
 //   syncs_per_save the fdatasync/fsync calls of one save (WritableFile::Sync
 //                  and Env::SyncDir counted through a forwarding Env).
 //   stall_cpu      the same runs in CPU time of the training thread (on a
@@ -33,13 +33,11 @@
 // Runs of the different methods alternate; every figure is over --reps runs.
 //
 //   checkpoint_bench [--sizes-mb 10,100,1000] [--reps 5] [--dir PARENT] [--torch CMD]
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -47,7 +45,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <new>
 #include <set>
 #include <sstream>
 #include <string>
@@ -55,17 +52,18 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "checkpoint_peers.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/hooks.hpp"
 #include "foreman/monitored_session.hpp"
 #include "foreman/session.hpp"
 #include "foreman/session_manager.hpp"
 #include "foreman/variable_store.hpp"
-#include "runtime/runtime.hpp"
 
 namespace {
 
 using foreman::Status;
+using foreman_bench::Buffer;
 using foreman_bench::NowSeconds;
 using foreman_bench::PrintResult;
 
@@ -101,137 +99,6 @@ std::map<std::string, foreman::Tensor> MakeState(int64_t mib) {
     left -= bytes;
   }
   return state;
-}
-
-// Env::Default() with its syncs counted: WritableFile::Sync (fdatasync) and
-// SyncDir (fsync of a directory).
-class SyncCountingEnv : public foreman::Env {
- public:
-  int64_t syncs() const { return syncs_.load(); }
-
-  foreman::StatusOr<std::string> ReadFileToString(const std::string& path) override {
-    return base_->ReadFileToString(path);
-  }
-  foreman::StatusOr<std::unique_ptr<foreman::RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    return base_->NewRandomAccessFile(path);
-  }
-  foreman::StatusOr<std::unique_ptr<foreman::WritableFile>> NewWritableFile(const std::string& path) override {
-    FOREMAN_ASSIGN_OR_RETURN(auto file, base_->NewWritableFile(path));
-    return std::unique_ptr<foreman::WritableFile>(new File(std::move(file), &syncs_));
-  }
-  foreman::StatusOr<std::unique_ptr<foreman::WritableFile>> NewAppendableFile(const std::string& path) override {
-    FOREMAN_ASSIGN_OR_RETURN(auto file, base_->NewAppendableFile(path));
-    return std::unique_ptr<foreman::WritableFile>(new File(std::move(file), &syncs_));
-  }
-  Status RenameFile(const std::string& from, const std::string& to) override { return base_->RenameFile(from, to); }
-  Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
-  Status FileExists(const std::string& path) override { return base_->FileExists(path); }
-  foreman::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
-  foreman::StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override {
-    return base_->GetChildren(dir);
-  }
-  foreman::StatusOr<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
-  Status RecursivelyCreateDir(const std::string& dir) override { return base_->RecursivelyCreateDir(dir); }
-  Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }
-  Status SyncDir(const std::string& dir) override {
-    ++syncs_;
-    return base_->SyncDir(dir);
-  }
-  foreman::StatusOr<std::unique_ptr<foreman::FileLock>> LockFile(const std::string& path) override {
-    return base_->LockFile(path);
-  }
-
- private:
-  class File : public foreman::WritableFile {
-   public:
-    File(std::unique_ptr<foreman::WritableFile> f, std::atomic<int64_t>* syncs) : f_(std::move(f)), syncs_(syncs) {}
-    Status Append(absl::string_view data) override { return f_->Append(data); }
-    Status Flush() override { return f_->Flush(); }
-    Status Sync() override {
-      ++*syncs_;
-      return f_->Sync();
-    }
-    Status Close() override { return f_->Close(); }
-    uint64_t Size() const override { return f_->Size(); }
-
-   private:
-    std::unique_ptr<foreman::WritableFile> f_;
-    std::atomic<int64_t>* syncs_;
-  };
-
-  foreman::Env* base_ = foreman::Env::Default();
-  std::atomic<int64_t> syncs_{0};
-};
-
-struct Buffer {
-  char* data;
-  std::size_t size;
-};
-
-char* AllocateAligned(std::size_t bytes) {
-  return static_cast<char*>(::operator new[](bytes, std::align_val_t(64)));
-}
-void FreeAligned(char* p) { ::operator delete[](p, std::align_val_t(64)); }
-
-// Fresh pages from the kernel (mmap, so every run faults them in, whatever
-// malloc would have reused): the copy's worst case.
-double MemcpyFresh(const std::map<std::string, foreman::Tensor>& state) {
-  std::vector<Buffer> out;
-  const double start = NowSeconds();
-  for (const auto& [name, t] : state) {
-    void* p = mmap(nullptr, t.TotalBytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      std::perror("mmap");
-      std::exit(1);
-    }
-    Buffer b{static_cast<char*>(p), t.TotalBytes()};
-    std::memcpy(b.data, t.raw_data(), b.size);
-    out.push_back(b);
-  }
-  const double took = NowSeconds() - start;
-  for (Buffer& b : out) munmap(b.data, b.size);
-  return took;
-}
-
-// Copy only: the destination pages are already mapped.
-double MemcpyWarm(const std::map<std::string, foreman::Tensor>& state, std::vector<Buffer>& dest) {
-  const double start = NowSeconds();
-  std::size_t i = 0;
-  for (const auto& [name, t] : state) std::memcpy(dest[i++].data, t.raw_data(), t.TotalBytes());
-  return NowSeconds() - start;
-}
-
-double RunTimed(const std::string& command) {
-  const double start = NowSeconds();
-  const int rc = std::system(command.c_str());
-  const double took = NowSeconds() - start;
-  if (rc != 0) {
-    std::fprintf(stderr, "checkpoint_bench: '%s' exited with %d\n", command.c_str(), rc);
-    std::exit(1);
-  }
-  return took;
-}
-
-// Runs CMD and returns the number on its "SECONDS <x>" line.
-double TorchSave(const std::string& cmd, int64_t mib, const std::string& dir) {
-  const std::string full = cmd + " --mb " + std::to_string(mib) + " --dir '" + dir + "'";
-  FILE* p = popen(full.c_str(), "r");
-  if (p == nullptr) {
-    std::fprintf(stderr, "checkpoint_bench: cannot run %s\n", full.c_str());
-    std::exit(1);
-  }
-  char line[512];
-  double seconds = -1;
-  while (std::fgets(line, sizeof(line), p) != nullptr) {
-    if (std::strncmp(line, "SECONDS ", 8) == 0) seconds = std::atof(line + 8);
-  }
-  const int rc = pclose(p);
-  if (rc != 0 || seconds < 0) {
-    std::fprintf(stderr, "checkpoint_bench: '%s' failed (status %d)\n", full.c_str(), rc);
-    std::exit(1);
-  }
-  return seconds;
 }
 
 void RemoveCheckpoints(const std::string& dir) {
@@ -402,33 +269,28 @@ int main(int argc, char** argv) {
       const std::map<std::string, foreman::Tensor> state = MakeState(mib);
       std::vector<Buffer> dest;
       for (const auto& [name, t] : state) {
-        Buffer b{AllocateAligned(t.TotalBytes()), t.TotalBytes()};
+        Buffer b{foreman_bench::AllocateAligned(t.TotalBytes()), t.TotalBytes()};
         std::memset(b.data, 1, b.size);
         dest.push_back(b);
       }
-      foreman::SessionConfig config;
-      auto runtime = foreman::internal::Runtime::Create(nullptr, config);
-      if (!runtime.ok()) Die("runtime", runtime.status());
-      SyncCountingEnv env;
+      foreman_bench::SyncCountingEnv env;
       foreman::SaverOptions saver_options;
       saver_options.env = &env;
       std::shared_ptr<foreman::Saver> saver = foreman::Saver::Create(saver_options).value();
-      auto service = (*runtime)->CheckpointSaver(ckpt_dir, saver, "model.ckpt");
-      if (!service.ok()) Die("checkpoint saver", service.status());
+      const std::string save_path = ckpt_dir + "/model.ckpt";
       // One save as CheckpointSaverHook makes it: the snapshot is copied into
-      // the buffers the previous save handed back (new ones the first time);
-      // returns the actor's write time and the syncs it made.
+      // the buffers the previous save used (new ones the first time), then
+      // Saver::Save writes them, timed as the checkpoint_saver actor times it;
+      // returns that time and the syncs it made.
       std::map<std::string, foreman::Tensor> buffers;
       auto save = [&](int64_t step, double* took, int64_t* synced) {
         for (const auto& [name, t] : state) buffers[name] = t;  // in place once the buffers exist
         const int64_t before = env.syncs();
-        std::shared_ptr<foreman::internal::SaveTicket> ticket = (*service)->StartSave(std::move(buffers), step);
-        Status s = ticket->Wait(absl::Minutes(10));
-        if (!s.ok()) Die("save", s);
+        const double start = NowSeconds();
+        foreman::StatusOr<std::string> prefix = saver->Save(buffers, save_path, step);
+        *took = NowSeconds() - start;
+        if (!prefix.ok()) Die("save", prefix.status());
         *synced = env.syncs() - before;
-        buffers = ticket->TakeBuffers();
-        foreman::MutexLock l(ticket->mu);
-        *took = absl::ToDoubleSeconds(ticket->write_time);
       };
       int64_t nsync = 0;
       save(0, &write_first, &nsync);
@@ -436,9 +298,9 @@ int main(int argc, char** argv) {
       // dd writing the same bytes in `nsync` blocks, each made durable.
       const int64_t nsync_block = (mib * kMiB + nsync - 1) / nsync;
       for (int r = 0; r < reps; ++r) {
-        fresh.push_back(MemcpyFresh(state));
+        fresh.push_back(foreman_bench::MemcpyFresh(state));
         const double cpu_start = ThreadCpuSeconds();
-        warm.push_back(MemcpyWarm(state, dest));
+        warm.push_back(foreman_bench::MemcpyWarm(state, dest));
         warm_cpu.push_back(ThreadCpuSeconds() - cpu_start);
         double took = 0;
         int64_t synced = 0;
@@ -446,22 +308,21 @@ int main(int argc, char** argv) {
         write.push_back(took);
         syncs.push_back(static_cast<double>(synced));
         write_rate.push_back(bytes / kMiB / write.back());
-        dd.push_back(RunTimed("dd if=/dev/zero of='" + other_dir + "/dd.bin' bs=1M count=" + std::to_string(mib) +
+        dd.push_back(foreman_bench::RunTimed("dd if=/dev/zero of='" + other_dir + "/dd.bin' bs=1M count=" + std::to_string(mib) +
                               " conv=fdatasync status=none"));
         dd_rate.push_back(bytes / kMiB / dd.back());
         std::filesystem::remove(other_dir + "/dd.bin");
-        dd_nsync.push_back(RunTimed("dd if=/dev/zero of='" + other_dir + "/dd.bin' bs=" + std::to_string(nsync_block) +
+        dd_nsync.push_back(foreman_bench::RunTimed("dd if=/dev/zero of='" + other_dir + "/dd.bin' bs=" + std::to_string(nsync_block) +
                                     " count=" + std::to_string(nsync) + " oflag=dsync status=none"));
         dd_nsync_rate.push_back(bytes / kMiB / dd_nsync.back());
         std::filesystem::remove(other_dir + "/dd.bin");
         if (!torch_cmd.empty()) {
-          torch.push_back(TorchSave(torch_cmd, mib, other_dir));
+          torch.push_back(foreman_bench::TorchSave(torch_cmd, mib, other_dir));
           torch_rate.push_back(bytes / kMiB / torch.back());
           RemoveCheckpoints(other_dir);
         }
       }
-      if (Status s = (*runtime)->Shutdown(absl::Minutes(10)); !s.ok()) Die("shutdown", s);
-      for (Buffer& b : dest) FreeAligned(b.data);
+      for (Buffer& b : dest) foreman_bench::FreeAligned(b.data);
     }
     RemoveCheckpoints(ckpt_dir);
 

@@ -14,40 +14,26 @@
 // exits, the others get --end-grace-secs to exit, then SIGTERM, then 5 s,
 // then SIGKILL. Exit: the chief's code (128 + N when a signal N ended it).
 // If `cluster local` itself is killed, each task gets a SIGTERM
-// (PR_SET_PDEATHSIG).
+// (PR_SET_PDEATHSIG). The machinery is the library's RunLocalCluster
+// (foreman/local_cluster.hpp); this file parses flags and prints.
 //
-// status: asks a task's address (cluster_status.hpp) and prints one line
+// status: asks a task's address (foreman/cluster_status.hpp) and prints one line
 // per task it learned of; the "last heard" fields (docs/cluster.md) are
 // what the tasks themselves saw: last_answer_ms on a ps line is the asked
 // worker's time since that ps task last answered it, last_apply_ms on a
 // worker line ps 0's time since that worker's last apply arrived; an asked
 // ps task lists the workers it has heard from, indented under its line.
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-#include <arpa/inet.h>
-
-#include <cerrno>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <memory>
-#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
-#include "actors/cluster_status.hpp"
+#include "absl/strings/str_cat.h"
 #include "command.hpp"
-#include "cluster/local_ports.hpp"
+#include "foreman/cluster_status.hpp"
+#include "foreman/local_cluster.hpp"
 
 namespace foreman::cli {
 namespace {
@@ -60,95 +46,6 @@ struct LocalFlags {
   int64_t workers = 2;
   int64_t end_grace_secs = 30;
 };
-
-struct Child {
-  std::string name;  // "ps 0", "worker 1"
-  pid_t pid = -1;
-  int out = -1, err = -1;        // read ends of its stdout / stderr pipes
-  std::string out_buf, err_buf;  // partial lines
-  bool exited = false;
-  int code = 0;  // exit code, or 128 + signal
-};
-
-// Writes every complete line of `buf` to `to`, prefixed; keeps the rest
-// (all of it at `eof`).
-void FlushLines(std::string& buf, const std::string& prefix, FILE* to, bool eof) {
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t nl = buf.find('\n', start);
-    if (nl == std::string::npos) break;
-    std::fprintf(to, "%s%.*s\n", prefix.c_str(), static_cast<int>(nl - start), buf.data() + start);
-    start = nl + 1;
-  }
-  buf.erase(0, start);
-  if (eof && !buf.empty()) {
-    std::fprintf(to, "%s%s\n", prefix.c_str(), buf.c_str());
-    buf.clear();
-  }
-  std::fflush(to);
-}
-
-// Reads what is there on `fd` into `buf`; false at EOF (the fd is closed).
-bool Drain(int& fd, std::string& buf, const std::string& prefix, FILE* to) {
-  char chunk[4096];
-  for (;;) {
-    const ssize_t n = read(fd, chunk, sizeof(chunk));
-    if (n > 0) {
-      buf.append(chunk, static_cast<std::size_t>(n));
-      FlushLines(buf, prefix, to, false);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    FlushLines(buf, prefix, to, true);
-    close(fd);
-    fd = -1;
-    return false;
-  }
-}
-
-StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const sigset_t& old_mask, int out_w, int err_w,
-                      const std::vector<int>& close_in_child) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return absl::UnavailableError(absl::StrCat("fork(): ", std::strerror(errno)));
-  if (pid == 0) {
-    setpgid(0, 0);  // its own group: a terminal's Ctrl-C reaches the parent only
-    // `cluster local` killed (SIGKILL): its tasks get a SIGTERM, not orphaned.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
-    for (int fd : close_in_child) close(fd);
-    dup2(out_w, STDOUT_FILENO);
-    dup2(err_w, STDERR_FILENO);
-    close(out_w);
-    close(err_w);
-    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    execv("/proc/self/exe", argv.data());
-    const char* what = "foreman cluster local: cannot run /proc/self/exe\n";
-    (void)!write(STDERR_FILENO, what, std::strlen(what));
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also here: no race with the child's own call
-  return pid;
-}
-
-const char* SignalName(int sig) {
-  switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "a signal";
-  }
-}
-
-int CodeOf(int wstatus) {
-  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
-  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
-  return 1;
-}
 
 int RunLocal(const LocalFlags& f, const std::vector<std::string>& train_flags) {
   if (f.ps < 1 || f.ps > 64) {
@@ -177,187 +74,28 @@ int RunLocal(const LocalFlags& f, const std::vector<std::string>& train_flags) {
       }
     }
   }
-  const int ps = static_cast<int>(f.ps);
-  const int workers = static_cast<int>(f.workers);
-  auto ports = internal::FreeLoopbackPorts(ps + workers);
-  if (!ports.ok()) {
-    std::fprintf(stderr, "foreman cluster local: %s\n", std::string(ports.status().message()).c_str());
-    return kExitFailed;
-  }
-  std::vector<std::string> ps_hosts, worker_hosts;
-  for (int i = 0; i < ps; ++i) ps_hosts.push_back(absl::StrCat("127.0.0.1:", (*ports)[i]));
-  for (int i = 0; i < workers; ++i) worker_hosts.push_back(absl::StrCat("127.0.0.1:", (*ports)[ps + i]));
-  const std::string ps_flag = absl::StrJoin(ps_hosts, ",");
-  const std::string worker_flag = absl::StrJoin(worker_hosts, ",");
-
-  // Signals: taken from a signalfd in the loop below.
-  sigset_t set, old_mask;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  sigaddset(&set, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &set, &old_mask);
-  const int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (sfd < 0) {
-    std::fprintf(stderr, "foreman cluster local: signalfd(): %s\n", std::strerror(errno));
-    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    return kExitFailed;
-  }
-  std::fprintf(stderr, "foreman cluster local: %d ps task(s) at %s; %d worker(s) at %s (worker 0 is the chief)\n",
-               ps, ps_flag.c_str(), workers, worker_flag.c_str());
-  std::fflush(stderr);
-
-  // ps tasks first, then the chief and the other workers.
-  std::vector<Child> children;
-  std::vector<int> parent_fds = {sfd};
-  Status started;
-  for (int i = 0; i < ps + workers && started.ok(); ++i) {
-    const bool is_ps = i < ps;
-    const int index = is_ps ? i : i - ps;
-    Child c;
-    c.name = absl::StrCat(is_ps ? "ps " : "worker ", index);
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-      started = absl::UnavailableError(absl::StrCat("pipe(): ", std::strerror(errno)));
-      break;
-    }
-    std::vector<std::string> args = {"foreman", "train"};
-    args.insert(args.end(), train_flags.begin(), train_flags.end());
-    for (std::string a : {std::string("--ps-hosts"), ps_flag, std::string("--worker-hosts"), worker_flag,
-                          std::string("--job-name"), std::string(is_ps ? "ps" : "worker"),
-                          std::string("--task-index"), std::to_string(index)}) {
-      args.push_back(std::move(a));
-    }
-    std::vector<int> close_in_child = parent_fds;
-    close_in_child.push_back(out[0]);
-    close_in_child.push_back(err[0]);
-    auto pid = Spawn(args, old_mask, out[1], err[1], close_in_child);
-    close(out[1]);
-    close(err[1]);
-    if (!pid.ok()) {
-      close(out[0]);
-      close(err[0]);
-      started = pid.status();
-      break;
-    }
-    c.pid = *pid;
-    c.out = out[0];
-    c.err = err[0];
-    fcntl(c.out, F_SETFL, O_NONBLOCK);
-    fcntl(c.err, F_SETFL, O_NONBLOCK);
-    parent_fds.push_back(c.out);
-    parent_fds.push_back(c.err);
-    children.push_back(std::move(c));
-  }
-  Child* chief = children.size() > static_cast<std::size_t>(ps) ? &children[ps] : nullptr;
-  if (!started.ok()) {
-    std::fprintf(stderr, "foreman cluster local: cannot start the tasks: %s\n",
-                 std::string(started.message()).c_str());
-  }
-
-  using Clock = std::chrono::steady_clock;
-  int signals = 0;
-  int ended_by_signal = 0;  // a signal that went to every task (the run ends at once)
-  // After the chief's exit (or a failed start): the others' deadline, and
-  // what was already sent (0 nothing, 1 SIGTERM, 2 SIGKILL).
-  std::optional<Clock::time_point> others_deadline;
-  if (chief == nullptr) others_deadline = Clock::now();
-  int escalation = 0;
-  auto signal_all = [&](int sig) {
-    for (Child& c : children) {
-      if (!c.exited) kill(c.pid, sig);
-    }
+  LocalClusterOptions options;
+  options.num_ps = static_cast<int>(f.ps);
+  options.num_workers = static_cast<int>(f.workers);
+  options.end_grace_secs = f.end_grace_secs;
+  options.train_flags = train_flags;
+  // Each task's lines, prefixed with it ("[worker 1] ..."), on the stream it used.
+  options.on_task_line = [](std::string_view task, bool is_stderr, std::string_view line) {
+    FILE* to = is_stderr ? stderr : stdout;
+    std::fprintf(to, "[%.*s] %.*s\n", static_cast<int>(task.size()), task.data(), static_cast<int>(line.size()),
+                 line.data());
+    std::fflush(to);
   };
-  auto all_done = [&] {
-    for (const Child& c : children) {
-      if (!c.exited || c.out >= 0 || c.err >= 0) return false;
-    }
-    return true;
+  options.on_message = [](std::string_view m) {
+    std::fprintf(stderr, "foreman cluster local: %.*s\n", static_cast<int>(m.size()), m.data());
+    std::fflush(stderr);
   };
-  while (!all_done()) {
-    std::vector<pollfd> fds;
-    fds.push_back({sfd, POLLIN, 0});
-    std::vector<std::pair<Child*, bool>> owners;  // (child, stdout?)
-    for (Child& c : children) {
-      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0}), owners.push_back({&c, true});
-      if (c.err >= 0) fds.push_back({c.err, POLLIN, 0}), owners.push_back({&c, false});
-    }
-    int wait_ms = 200;
-    poll(fds.data(), fds.size(), wait_ms);
-    for (std::size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      Child& c = *owners[i - 1].first;
-      const std::string prefix = absl::StrCat("[", c.name, "] ");
-      if (owners[i - 1].second) {
-        Drain(c.out, c.out_buf, prefix, stdout);
-      } else {
-        Drain(c.err, c.err_buf, prefix, stderr);
-      }
-    }
-    signalfd_siginfo info;
-    while (read(sfd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
-      const int sig = static_cast<int>(info.ssi_signo);
-      if (sig == SIGCHLD) continue;
-      ++signals;
-      if (signals == 1 && chief != nullptr && !chief->exited) {
-        std::fprintf(stderr,
-                     "foreman cluster local: %s received: forwarded to the chief (worker 0), which ends the run "
-                     "(a second signal goes to every task, a third kills them)\n",
-                     SignalName(sig));
-        kill(chief->pid, sig);
-      } else if (signals <= 2) {
-        std::fprintf(stderr, "foreman cluster local: %s received: forwarded to every task\n", SignalName(sig));
-        signal_all(sig);
-        ended_by_signal = sig;
-      } else {
-        std::fprintf(stderr, "foreman cluster local: %s received again: killing every task\n", SignalName(sig));
-        signal_all(SIGKILL);
-      }
-      std::fflush(stderr);
-    }
-    for (Child& c : children) {
-      if (c.exited) continue;
-      int wstatus = 0;
-      const pid_t r = waitpid(c.pid, &wstatus, WNOHANG);
-      if (r == c.pid) {
-        c.exited = true;
-        c.code = CodeOf(wstatus);
-        if (&c == chief) {
-          std::fprintf(stderr, "foreman cluster local: the chief exited %d; waiting up to %llds for the others\n",
-                       c.code, static_cast<long long>(f.end_grace_secs));
-          std::fflush(stderr);
-          others_deadline = Clock::now() + std::chrono::seconds(f.end_grace_secs);
-        }
-      }
-    }
-    if (others_deadline && Clock::now() >= *others_deadline) {
-      bool left = false;
-      for (const Child& c : children) left = left || !c.exited;
-      if (left && escalation < 2) {
-        std::vector<std::string> names;
-        for (const Child& c : children) {
-          if (!c.exited) names.push_back(c.name);
-        }
-        std::fprintf(stderr, "foreman cluster local: still running after the chief's exit: %s; sending %s\n",
-                     absl::StrJoin(names, ", ").c_str(), escalation == 0 ? "SIGTERM" : "SIGKILL");
-        std::fflush(stderr);
-        signal_all(escalation == 0 ? SIGTERM : SIGKILL);
-        ++escalation;
-        others_deadline = Clock::now() + std::chrono::seconds(5);
-      }
-    }
+  StatusOr<LocalClusterResult> result = RunLocalCluster(options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "foreman cluster local: %s\n", std::string(result.status().message()).c_str());
+    return absl::IsInvalidArgument(result.status()) ? kExitUsage : kExitFailed;
   }
-  close(sfd);
-  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  std::vector<std::string> summary;
-  for (const Child& c : children) summary.push_back(absl::StrCat(c.name, " ", c.code));
-  std::fprintf(stderr, "foreman cluster local: exit codes: %s\n", absl::StrJoin(summary, ", ").c_str());
-  if (!started.ok() || chief == nullptr) return kExitFailed;
-  // The user's second signal ended every task at once (the chief then fails
-  // on its lost ps): the exit says so, as a second signal to `foreman train` does.
-  if (ended_by_signal != 0 && chief->code != 0) return 128 + ended_by_signal;
-  return chief->code;
+  return result->exit_code;
 }
 
 // -- status -------------------------------------------------------------------------
@@ -384,18 +122,18 @@ int RunStatus(const StatusFlags& f) {
                  static_cast<long long>(f.heartbeat_ms), static_cast<long long>(f.connection_timeout_ms));
     return kExitUsage;
   }
-  auto reports = internal::QueryClusterStatus(f.target, options, f.timeout_ms);
+  auto reports = QueryClusterStatus(f.target, options, f.timeout_ms);
   if (!reports.ok()) {
     std::fprintf(stderr, "foreman cluster status: %s\n", std::string(reports.status().message()).c_str());
     return absl::IsInvalidArgument(reports.status()) ? kExitUsage : kExitFailed;
   }
-  const internal::ClusterTaskReport& asked = reports->front();
-  const internal::ClusterTaskReport* ps0 = nullptr;
-  for (const internal::ClusterTaskReport& r : *reports) {
+  const ClusterTaskReport& asked = reports->front();
+  const ClusterTaskReport* ps0 = nullptr;
+  for (const ClusterTaskReport& r : *reports) {
     if (r.job_name == "ps" && r.task_index == 0 && r.reachable) ps0 = &r;
   }
   auto ms_or_never = [](int64_t ms) { return ms < 0 ? std::string("never") : absl::StrCat(ms); };
-  for (const internal::ClusterTaskReport& r : *reports) {
+  for (const ClusterTaskReport& r : *reports) {
     const std::string who = r.task_index >= 0 ? absl::StrCat(r.job_name, " ", r.task_index) : std::string("?");
     std::string line = absl::StrCat(who, "  ", r.address, "  ");
     if (!r.reachable) {

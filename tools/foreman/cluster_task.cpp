@@ -9,8 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "command.hpp"
-#include "actors/cluster_status.hpp"
-#include "runtime/worker_step_rates.hpp"
 #include "foreman/session.hpp"
 
 namespace foreman::cli {
@@ -161,12 +159,6 @@ Status EndTrainingHook::end(Session*) {
                        "updates; the workers stop)\n",
                static_cast<long long>(step));
   return absl::OkStatus();
-}
-
-std::function<std::vector<std::string>()> WorkerStepRateSummaries(const Server* server, int num_workers) {
-  auto rates = std::make_shared<internal::WorkerStepRates>(
-      [server] { return internal::WorkerAppliesOnPs0(*server); }, num_workers);
-  return [rates] { return rates->Summaries(); };
 }
 
 }  // namespace foreman::cli

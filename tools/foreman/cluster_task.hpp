@@ -77,14 +77,4 @@ class EndTrainingHook : public SessionRunHook {
   std::optional<int64_t> final_step_;
 };
 
-/// The chief's per-worker steps/s (docs/cluster.md "Observability"): a
-/// function the chief's "summaries" op calls at its summary cadence; each
-/// call reads ps 0's per-worker apply counts through `server` (one request,
-/// bounded by the Server's request timeout) and returns one serialized
-/// scalar summary "steps_per_sec/worker_K" per worker task K of
-/// `num_workers`: its steps/s since the previous call (none on the first
-/// call, or when the read failed: a WARNING, runtime/worker_step_rates.hpp).
-/// `server` is not owned and outlives every call. Not thread-safe.
-std::function<std::vector<std::string>()> WorkerStepRateSummaries(const Server* server, int num_workers);
-
 }  // namespace foreman::cli

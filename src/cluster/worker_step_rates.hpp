@@ -26,7 +26,7 @@ class WorkerStepRates {
  public:
   /// Reads the per-worker counts (index: worker task_index; a count that
   /// never decreases, except when its source restarts); e.g.
-  /// WorkerAppliesOnPs0 (actors/cluster_status.hpp).
+  /// WorkerAppliesOnPs0 (actors/cluster_server.hpp).
   using ReadCounts = std::function<StatusOr<std::vector<int64_t>>()>;
   /// Seconds on a monotonic clock (default: std::chrono::steady_clock).
   using NowSecs = std::function<double()>;

@@ -1,4 +1,4 @@
-#include "runtime/worker_step_rates.hpp"
+#include "cluster/worker_step_rates.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,0 +1,223 @@
+// PsRemoteValues: a worker task's RemoteValues (cluster/remote_values.hpp)
+// over the ps shard actors (ps_shard.hpp), and the watcher that tells it
+// which ps proxies went down. Used by foreman::Server (cluster_server.cpp),
+// which makes one per worker task and shares it among the sessions of its
+// target.
+//
+// PsRemoteValues (RemoteValues over the ps shards): Bind places the names
+// with PlaceVariablesOnPs; each ps task is connected on first use with
+// ConnectActor (bounded by request_timeout_ms), its proxy monitored by a
+// watcher actor (a lost peer: IsPeerLost) and dropped after a loss or a
+// transport error other than a timeout (a slow peer keeps its link; a
+// frozen one is dropped by heartbeats), so the next call reconnects. Requests go to every shard
+// concerned at once and are then awaited, each with request_timeout_ms.
+// Transport failures are UNAVAILABLE "ps task K (host:port): <cause>"; a
+// shard's own answer (OUT_OF_RANGE after the end of training,
+// INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION) is returned unchanged.
+//   Read            ps_read of each shard's names; a shard answering "not
+//                   initialized" has its names erased from the mirror.
+//   ReadConsistent  ps_freeze every shard (the freeze bounded by
+//                   2 x request_timeout_ms + 1 s, and by the life of the
+//                   one scoped actor that asks), ps_read each, ps_thaw
+//                   every shard that froze (always, also after an error).
+//   Write           ps_init of every shard (also one that holds no
+//                   variable: it must be initialized to take applies) with
+//                   its share; VariablesMessage.global_step is the mirror's
+//                   global_step (0 without one).
+//   Apply           one ps_apply per shard (every shard: ps 0 steps
+//                   global_step, a shard with the beta powers steps them,
+//                   even with no gradient of its own); ps 0's answer is the
+//                   new global_step. gradients.worker is the worker's
+//                   task_index.
+// After the Server stops, every call is UNAVAILABLE naming the target.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "cluster/remote_values.hpp"
+#include "foreman/mutex.hpp"
+#include "foreman/status.hpp"
+#include "foreman/variable_store.hpp"
+
+namespace foreman::internal {
+
+// A caller's thread that made a scoped_actor (here or in cluster_net.cpp)
+// keeps a reference to that system's logger in thread-local storage, and
+// ~actor_system waits for it (actor_system.hpp): a Server destroyed on
+// another thread would hang. Dropped when this guard goes (declare it
+// before the scoped_actor, or around the call that makes one).
+struct ForgetSystemOnExit {
+  ForgetSystemOnExit() = default;
+  ForgetSystemOnExit(const ForgetSystemOnExit&) = delete;
+  ForgetSystemOnExit& operator=(const ForgetSystemOnExit&) = delete;
+  ~ForgetSystemOnExit() { caf::logger::set_current_actor_system(nullptr); }
+};
+
+// -- the watcher: which ps proxies went down ---------------------------------------
+
+struct LostProxies {
+  Mutex mu;
+  std::vector<std::pair<caf::actor_addr, std::string>> lost ABSL_GUARDED_BY(mu);
+  // Requests in flight to a proxy: CAF 0.17 never answers a request whose
+  // peer's connection was lost (caf-0.17.md §6), so the watcher answers
+  // them itself with sec::request_receiver_down (a killed ps fails the
+  // run within the heartbeat timeout, not the request timeout).
+  struct Pending {
+    caf::actor_addr proxy;
+    caf::strong_actor_ptr waiter;
+    caf::message_id response_id;
+  };
+  std::vector<Pending> pending ABSL_GUARDED_BY(mu);
+};
+
+// Monitors every proxy it is sent (a caf::actor message); records each
+// down_msg's cause in `lost` and fails the requests pending on that proxy.
+caf::behavior ProxyWatcher(caf::event_based_actor* self, std::shared_ptr<LostProxies> lost);
+
+// When a worker's PsRemoteValues last had an answer from each ps task
+// (steady clock ns; 0: never): a value, or the shard's own error (not a
+// timeout or a lost link). `foreman cluster status` prints it.
+struct PsAnswerTimes {
+  explicit PsAnswerTimes(std::size_t num_ps) : last_ns(num_ps) {}
+  std::vector<std::atomic<int64_t>> last_ns;
+
+  // Per ps task: ms since its last answer, -1 if none.
+  std::vector<int64_t> MsAgo() const;
+};
+
+// One ps task as a worker reaches it.
+struct PsTask {
+  std::string host;
+  uint16_t port = 0;
+  std::string where;  // "ps task K (host:port)"
+};
+
+// -- PsRemoteValues -------------------------------------------------------------------
+
+class PsRemoteValues final : public RemoteValues {
+ public:
+  // `system` and `watcher` (a ProxyWatcher fed `lost`) outlive every call
+  // until Shutdown. `ps`: the spec's ps tasks in index order; `target` the
+  // worker's "tcp://" / "tls://" address (named in errors).
+  PsRemoteValues(caf::actor_system* system, caf::actor watcher, std::shared_ptr<LostProxies> lost,
+                 std::vector<PsTask> ps, bool tls, int worker_index, int num_workers, int replicas_to_aggregate,
+                 int64_t request_timeout_ms, std::string target);
+
+  Status Bind(const std::vector<std::string>& names) override;
+
+  // ClusterOptions::ps_wait_secs, retried every heartbeat_ms. Set once,
+  // before the values are handed to any session.
+  void set_ps_wait(PsWait w) { ps_wait_ = w; }
+  PsWait ps_wait() const override { return ps_wait_; }
+
+  Status Read(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/false); }
+  Status ReadForStep(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/true); }
+  Status ReadConsistent(VariableStore& mirror) override;
+  Status Write(const VariableStore& mirror) override;
+  StatusOr<int64_t> Apply(const Gradients& grads, int64_t computed_at_step) override;
+
+  // Counts each accepted Apply in `counter` (`foreman cluster status`).
+  void CountAcceptedUpdates(std::shared_ptr<std::atomic<int64_t>> counter) { accepted_ = std::move(counter); }
+  // Records each ps task's answers in `answers` (`foreman cluster status`).
+  void RecordAnswers(std::shared_ptr<PsAnswerTimes> answers) { answers_ = std::move(answers); }
+
+  // ps 0's applies accepted per worker task (PsShardStatsMessage::
+  // worker_applies): the chief's steps_per_sec/worker_K summaries.
+  StatusOr<std::vector<int64_t>> WorkerApplies();
+
+  // Server::EndTraining: ps 0 first (its global_step), then the others.
+  StatusOr<int64_t> EndTraining();
+
+  // Every later call is UNAVAILABLE `why`; waits for the calls in flight
+  // (each bounded by its timeouts) and drops every CAF handle.
+  void Shutdown(const std::string& why);
+
+ private:
+  // Where the bound variables live (ps_remote_values.cpp).
+  struct Placement;
+
+  // A call in flight: Shutdown waits for it.
+  class Use {
+   public:
+    explicit Use(PsRemoteValues* rv) : rv_(rv) {}
+    Use(Use&& other) noexcept : rv_(std::exchange(other.rv_, nullptr)) {}
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    Use& operator=(Use&&) = delete;
+    ~Use() {
+      if (rv_ == nullptr) return;
+      {
+        MutexLock l(rv_->mu_);
+        --rv_->in_flight_;
+      }
+      rv_->cv_.notify_all();
+    }
+
+   private:
+    PsRemoteValues* rv_;
+  };
+
+  Status ReadNames(VariableStore& mirror, bool step_only);
+  Status WithMissingWorkers(int k, const Status& status);
+  StatusOr<Use> Enter();
+  StatusOr<std::shared_ptr<const Placement>> Bound(const char* method);
+  std::vector<int> AllShards() const;
+  static std::vector<int> ShardsWithNames(const Placement& p);
+  StatusOr<caf::actor> Proxy(int k);
+  std::optional<std::string> LostCause(const caf::actor& proxy);
+  void Forget(int k, const caf::actor& proxy, const std::string& cause);
+  Status ShardError(int k, const caf::actor& proxy, const caf::error& e, caf::actor_system& system);
+  caf::actor_system& System();
+  template <class T, class Send>
+  std::vector<StatusOr<T>> AskAll(const std::vector<int>& shards, Send send);
+  template <class T, class Send>
+  std::vector<StatusOr<T>> AskAllFrom(caf::scoped_actor& self, const std::vector<int>& shards, Send send);
+  void LogStats() const;
+
+  caf::actor_system* system_ ABSL_GUARDED_BY(mu_);  // null after Shutdown
+  caf::actor watcher_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<LostProxies> lost_;
+  const std::vector<PsTask> ps_;
+  const bool tls_;
+  const int worker_index_;
+  const int num_workers_;  // the spec's worker tasks (naming the missing ones of a synchronous step)
+  const int replicas_to_aggregate_;
+  const std::chrono::milliseconds timeout_;
+  const std::string target_;
+  PsWait ps_wait_;
+  std::shared_ptr<std::atomic<int64_t>> accepted_;  // set in Start, before any call
+  std::shared_ptr<PsAnswerTimes> answers_;          // set in Start, before any call
+
+  Mutex connect_mu_;  // one connect at a time; taken before mu_
+  Mutex mu_;
+  std::condition_variable_any cv_;  // in_flight_ fell
+  std::shared_ptr<const Placement> placement_ ABSL_GUARDED_BY(mu_);
+  std::vector<caf::actor> proxies_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> causes_ ABSL_GUARDED_BY(mu_);  // why the last proxy was dropped
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string why_ ABSL_GUARDED_BY(mu_);
+
+
+  // The network's share of a step (tools/bench/cluster_bench.sh): the wall
+  // time of Read/ReadForStep and Apply's requests and the tensor bytes they
+  // carried; logged at Shutdown when FOREMAN_CLUSTER_STATS is set.
+  struct Stats {
+    std::atomic<uint64_t> reads{0}, read_us{0}, bytes_in{0};
+    std::atomic<uint64_t> applies{0}, apply_us{0}, bytes_out{0};
+  };
+  Stats stats_;
+};
+
+}  // namespace foreman::internal
