@@ -3,12 +3,12 @@
 # 2); `--preset all --seeds N` holds every invariant (exit 0) with faults
 # fired and restarts made; a replay of one seed gives the same report apart
 # from the *_ms timings; disturbed runs where an invariant must fail (exit 1,
-# the replay command printed): a corrupted checkpoint (the test-only knob
-# FOREMAN_CHAOS_TEST_CORRUPT_CHECKPOINT), a plan that ends training early
+# the replay command printed): a corrupted checkpoint (FOREMAN_TESTING, a
+# test build of the program that flips a byte of it), a plan that ends training early
 # without declaring it, a job that does not end within --timeout-secs (and
 # leaves no process behind).
 #
-#   chaos_cli_test.sh FOREMAN SEEDS FULL
+#   chaos_cli_test.sh FOREMAN SEEDS FULL FOREMAN_TESTING
 # SEEDS: how many seeds of --preset all (30 in the release build, 2 under the
 # sanitizers); FULL=1 also runs the replay and the plan tests (release only:
 # under the sanitizers each foreman train is ~30x slower).
@@ -16,6 +16,7 @@ set -u
 foreman=$1
 seeds=$2
 full=$3
+foreman_testing=$4  # tests/support/foreman_testing_main.cpp
 data=/usr/share/datasets/fashion-mnist
 py=/usr/bin/python3
 failures=0
@@ -138,7 +139,7 @@ printf '{"faults": []}\n' >"$tmp/empty.json"
 # 40 steps (a fifth of the default): enough for two checkpoints, and cheap
 # under the sanitizers.
 corrupt_flags=(--max-steps 40 --hidden 32 --batch-size 32 --save-checkpoint-steps 20 --threads 1)
-out=$(FOREMAN_CHAOS_TEST_CORRUPT_CHECKPOINT=1 timeout 120 "$foreman" chaos --plan "$tmp/empty.json" --seed 4 \
+out=$(timeout 120 "$foreman_testing" chaos --plan "$tmp/empty.json" --seed 4 \
       --json "$tmp/corrupt.json" -- "${corrupt_flags[@]}" 2>&1); rc=$?
 [[ $rc -eq 1 ]] || fail "a corrupted checkpoint: exit $rc, expected 1: $out"
 has '^ +4 +0/0 +0 +0 +0 +FAIL ' "$out" || fail "a corrupted checkpoint: the table does not show checkpoints FAIL: $out"

@@ -9,17 +9,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "command.hpp"
-#include "foreman/bundle.hpp"
 #include "foreman/chaos.hpp"
-#include "foreman/checkpoint.hpp"
-#include "foreman/env.hpp"
 #include "foreman/logging.hpp"
 
 namespace foreman::cli {
@@ -47,26 +43,7 @@ void OnSignal(int sig) {
   _exit(128 + sig);
 }
 
-// The test-only knob FOREMAN_CHAOS_TEST_CORRUPT_CHECKPOINT (any non-empty
-// value): after a seed's first process exits, one byte in the middle of its
-// latest checkpoint's data file is flipped, so that checkpoints_verify must
-// fail (tests/chaos_cli_test.sh). Never set it otherwise.
-void MaybeCorruptForTest(const std::string& run_dir) {
-  const char* knob = std::getenv("FOREMAN_CHAOS_TEST_CORRUPT_CHECKPOINT");
-  if (knob == nullptr || *knob == '\0') return;
-  auto latest = LatestCheckpoint(Env::Default(), run_dir);
-  if (!latest.ok() || !latest->has_value()) return;
-  std::fstream f(BundleDataPath(**latest), std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(0, std::ios::end);
-  const std::streamoff size = f.tellg();
-  if (size <= 0) return;
-  f.seekg(size / 2);
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x5a);
-  f.seekp(size / 2);
-  f.write(&c, 1);
-}
+ChaosFirstExitHook g_first_exit_hook = nullptr;  // set only by a test build of the program
 
 class Printer : public ChaosObserver {
  public:
@@ -89,7 +66,7 @@ class Printer : public ChaosObserver {
     std::fflush(stdout);
   }
   void OnProcessExit(int64_t /*seed*/, int n, const std::string& run_dir) override {
-    if (n == 0) MaybeCorruptForTest(run_dir);
+    if (n == 0 && g_first_exit_hook != nullptr) g_first_exit_hook(run_dir);
   }
 };
 
@@ -121,6 +98,8 @@ int RunChaosCommand(ChaosOptions o) {
 }
 
 }  // namespace
+
+void SetChaosFirstExitHookForTest(ChaosFirstExitHook hook) { g_first_exit_hook = hook; }
 
 void AddChaosCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<ChaosOptions>();

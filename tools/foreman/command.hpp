@@ -55,6 +55,11 @@ inline constexpr int kExitInjectedFault = 3;
 /// (docs/fault-injection.md). Exit codes: 0 every invariant held, 1 one
 /// failed, 2 bad flags or plan.
 void AddChaosCommand(CLI::App& app, int* exit_code);
+/// A test program's hook (tests/support/foreman_testing_main.cpp): called
+/// with a seed's run directory after its first process exits, before the
+/// checks. `foreman` itself never sets it. Set before RunForeman.
+using ChaosFirstExitHook = void (*)(const std::string& run_dir);
+void SetChaosFirstExitHookForTest(ChaosFirstExitHook hook);
 
 /// `foreman cluster local`: a whole cluster (N ps, M workers) of `foreman
 /// train` processes on 127.0.0.1, watched, its signals forwarded to the
@@ -82,5 +87,9 @@ void AddInspectCommand(CLI::App& app, int* exit_code);
 /// injected fault (--fault-plan) ended the run, 130 second signal (and, as
 /// a shell reports it, 137 for a SIGKILL).
 void AddTrainCommand(CLI::App& app, int* exit_code);
+
+/// The whole `foreman` program: parses argv, runs the subcommand, returns
+/// the exit code (main.cpp; a test build of the program calls it too).
+int RunForeman(int argc, char** argv);
 
 }  // namespace foreman::cli
