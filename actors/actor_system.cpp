@@ -19,6 +19,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "atoms.hpp"
+#include "status_error.hpp"
 #include "messages.hpp"
 #include "platform/log.hpp"
 

@@ -81,7 +81,7 @@ caf::behavior checkpoint_saver(caf::stateful_actor<checkpoint_saver_state>* self
           if (st.args.cell != nullptr) {
             st.args.cell->Report(st.source, s);
           } else {
-            self->send(st.args.coordinator, report_atom::value, st.source, ToMessage(s));
+            self->send(st.args.failure_sink, report_atom::value, st.source, ToMessage(s));
           }
           ticket.Complete(std::move(s), "", took, std::move(buffers));
           return;

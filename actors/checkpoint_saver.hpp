@@ -23,7 +23,7 @@
 //   (kill_atom, caf::error reason)
 //       Quits with `reason` (an injected actor fault).
 // Errors: a failed save completes its ticket with the error and is sent to
-// the coordinator as (report_atom, "checkpoint_saver(<dir>)", status) --
+// the failure_sink as (report_atom, "checkpoint_saver(<dir>)", status) --
 // unless args.exit_on_error (a restart policy that may restart the saver):
 // then the actor quits with the error, and its link completes the ticket
 // with it, marked lost (SaveTicket::lost). When the actor dies with saves
@@ -39,7 +39,8 @@
 #include <string>
 
 #include "atoms.hpp"
-#include "coordinator.hpp"
+#include "child_link.hpp"
+#include "failure_sink.hpp"
 #include "foreman/mutex.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/clock.hpp"
@@ -62,11 +63,11 @@ struct CheckpointSaverArgs {
   std::shared_ptr<Saver> saver;
   std::shared_ptr<FileLock> lock;
   std::shared_ptr<SummaryWriterService> summary_writer;  // of `directory`; may be null (no event)
-  caf::actor coordinator;
+  caf::actor failure_sink;
   /// When set, a failed save is recorded here (Report) before its ticket is
   /// completed, so that whoever sees the failed ticket also sees the
   /// runtime's error() (a service failure is never taken for a preemption
-  /// the session could recover from). Else it is sent to `coordinator`.
+  /// the session could recover from). Else it is sent to `failure_sink`.
   std::shared_ptr<FailureCell> cell;
   Clock* clock = nullptr;     // measures SaveTicket::write_time
   /// Told of each durable save (may be null).

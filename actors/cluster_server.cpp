@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "actor_system.hpp"
 #include "atoms.hpp"
+#include "status_error.hpp"
 #include "cluster_net.hpp"
 #include "cluster/worker_step_rates.hpp"
 #include "foreman/cluster_status.hpp"

@@ -12,6 +12,7 @@
 #include "actor_system.hpp"
 #include "input_pipeline.hpp"
 #include "atoms.hpp"
+#include "child_link.hpp"
 #include "fault/injected_fault.hpp"
 #include "platform/log.hpp"
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "atoms.hpp"
+#include "status_error.hpp"
 #include "cluster_net.hpp"
 #include "foreman/cluster.hpp"
 #include "foreman/nn.hpp"

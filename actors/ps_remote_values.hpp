@@ -125,7 +125,7 @@ class PsRemoteValues final : public RemoteValues {
   Status ReadForStep(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/true); }
   Status ReadConsistent(VariableStore& mirror) override;
   Status Write(const VariableStore& mirror) override;
-  StatusOr<int64_t> Apply(const nn::Gradients& grads, int64_t computed_at_step) override;
+  StatusOr<int64_t> Apply(const Gradients& grads, int64_t computed_at_step) override;
 
   // Counts each accepted Apply in `counter` (`foreman cluster status`).
   void CountAcceptedUpdates(std::shared_ptr<std::atomic<int64_t>> counter) { accepted_ = std::move(counter); }

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "atoms.hpp"
+#include "status_error.hpp"
 #include "compute/cpu_device.hpp"
 #include "foreman/tensor.hpp"
 #include "nn/optimizer.hpp"

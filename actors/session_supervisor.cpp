@@ -59,8 +59,8 @@ struct PendingRestart {
 struct session_supervisor_state {
   std::shared_ptr<FailureCell> cell;
   std::shared_ptr<const SupervisorOptions> options;
-  caf::actor coordinator;  // null once it is down
-  caf::actor_addr coordinator_addr;
+  caf::actor failure_sink;  // null once it is down
+  caf::actor_addr failure_sink_addr;
   std::vector<ServiceChild> services;  // in start order
   std::map<uint64_t, PendingRestart> pending;
   uint64_t next_pending = 0;
@@ -78,17 +78,17 @@ std::string KindOf(const ChildSpec& spec) {
   return spec.name.substr(0, spec.name.find('('));
 }
 
-// Every child still running, the coordinator last.
+// Every child still running, the failure_sink last.
 std::vector<caf::actor> Running(supervisor_actor* self) {
   std::vector<caf::actor> out;
   for (const ServiceChild& c : self->state.services) {
     if (c.actor) out.push_back(c.actor);
   }
-  if (self->state.coordinator) out.push_back(self->state.coordinator);
+  if (self->state.failure_sink) out.push_back(self->state.failure_sink);
   return out;
 }
 
-// Services go first, the coordinator last, so that a failure reported while
+// Services go first, the failure_sink last, so that a failure reported while
 // the services stop still finds it.
 void StopChildren(supervisor_actor* self) {
   auto& st = self->state;
@@ -97,29 +97,29 @@ void StopChildren(supervisor_actor* self) {
     self->quit();
     return;
   }
-  const bool only_coordinator = running.size() == 1 && running.front() == st.coordinator;
+  const bool only_failure_sink = running.size() == 1 && running.front() == st.failure_sink;
   for (const caf::actor& child : running) {
-    if (child != st.coordinator || only_coordinator) self->send_exit(child, caf::exit_reason::user_shutdown);
+    if (child != st.failure_sink || only_failure_sink) self->send_exit(child, caf::exit_reason::user_shutdown);
   }
 }
 
 // The run fails with `s` (TF: a failing service ends the run).
 void Escalate(supervisor_actor* self, const std::string& name, const Status& s) {
   auto& st = self->state;
-  if (st.coordinator && !st.shutting_down) {
-    self->send(st.coordinator, report_atom::value, name, ToMessage(s));
+  if (st.failure_sink && !st.shutting_down) {
+    self->send(st.failure_sink, report_atom::value, name, ToMessage(s));
   } else {
     st.cell->Report(name, s);
   }
 }
 
-// The kill waiters of an exit just handled: completed once the coordinator
+// The kill waiters of an exit just handled: completed once the failure_sink
 // has taken every report sent before (its mailbox is in order), so a waiter
 // finds the run's error set when the exit escalated.
 void KillApplied(supervisor_actor* self, std::vector<std::shared_ptr<Completion>> waiters) {
   for (auto& done : waiters) {
-    if (self->state.coordinator) {
-      self->send(self->state.coordinator, flush_atom::value, std::move(done));
+    if (self->state.failure_sink) {
+      self->send(self->state.failure_sink, flush_atom::value, std::move(done));
     } else {
       done->Complete(absl::OkStatus());
     }
@@ -164,7 +164,7 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
   auto it = st.pending.find(id);
   if (it == st.pending.end()) return;
   PendingRestart& p = it->second;
-  if (st.shutting_down || !st.coordinator) {
+  if (st.shutting_down || !st.failure_sink) {
     DropPending(self, it->second);
     KillApplied(self, std::move(it->second.kill_waiters));
     st.pending.erase(it);
@@ -191,7 +191,7 @@ void MaybeRestart(supervisor_actor* self, uint64_t id) {
     if (c.spec.link) record.saves_lost = c.spec.link->TakeLostSaves();
     if (c.spec.on_exit) c.spec.on_exit(&record, true);
     caf::actor actor;
-    Status s = InvokeUserCode(absl::StrCat("restarting ", c.spec.name), [&] { actor = c.spec.spawn(self, st.coordinator); });
+    Status s = InvokeUserCode(absl::StrCat("restarting ", c.spec.name), [&] { actor = c.spec.spawn(self, st.failure_sink); });
     if (s.ok() && !actor) s = absl::InternalError(absl::StrCat("restarting ", c.spec.name, ": no actor"));
     if (!s.ok()) {
       c.removed = true;
@@ -319,18 +319,18 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
   MakeQuiet(self, "session_supervisor");
   self->state.cell = std::move(cell);
   self->state.options = std::move(options);
-  self->state.coordinator = SpawnCoordinator(self, self->state.cell);
-  self->state.coordinator_addr = self->state.coordinator.address();
-  self->state.children_ever.insert(self->state.coordinator_addr);
-  self->link_to(self->state.coordinator);
-  self->monitor(self->state.coordinator);
+  self->state.failure_sink = SpawnFailureSink(self, self->state.cell);
+  self->state.failure_sink_addr = self->state.failure_sink.address();
+  self->state.children_ever.insert(self->state.failure_sink_addr);
+  self->link_to(self->state.failure_sink);
+  self->monitor(self->state.failure_sink);
 
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
-    if (dm.source == st.coordinator_addr && st.coordinator) {
-      st.coordinator = nullptr;
+    if (dm.source == st.failure_sink_addr && st.failure_sink) {
+      st.failure_sink = nullptr;
       const bool expected = !dm.reason || (st.shutting_down && dm.reason == caf::exit_reason::user_shutdown);
-      if (!expected) st.cell->Report("coordinator", ErrorToStatus(dm.reason, "coordinator"));
+      if (!expected) st.cell->Report("failure_sink", ErrorToStatus(dm.reason, "failure_sink"));
       if (st.shutting_down) StopChildren(self);
       return;
     }
@@ -394,7 +394,7 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
   return {
       [=](spawn_atom, const ChildSpec& spec, const std::shared_ptr<SpawnReply>& reply) {
         auto& st = self->state;
-        if (st.shutting_down || !st.coordinator) {
+        if (st.shutting_down || !st.failure_sink) {
           reply->done->Complete(absl::FailedPreconditionError(
               absl::StrCat("cannot start ", spec.name, ": the session's actors are shutting down")));
           return;
@@ -403,7 +403,7 @@ caf::behavior session_supervisor(supervisor_actor* self, std::shared_ptr<Failure
         child.spec = spec;
         caf::actor actor;
         Status s = InvokeUserCode(absl::StrCat("starting ", spec.name),
-                                  [&] { actor = child.spec.spawn(self, st.coordinator); });
+                                  [&] { actor = child.spec.spawn(self, st.failure_sink); });
         if (s.ok() && !actor) s = absl::InternalError(absl::StrCat("starting ", spec.name, ": no actor"));
         if (!s.ok()) {
           reply->done->Complete(std::move(s));
@@ -547,9 +547,9 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
     const std::string name = absl::StrCat("checkpoint_saver(", dir, ")");
     FOREMAN_ASSIGN_OR_RETURN(
         auto link, SpawnChildLocked(name, "checkpoint_saver", faults,
-                                    [args](caf::local_actor* parent, const caf::actor& coordinator) {
+                                    [args](caf::local_actor* parent, const caf::actor& failure_sink) {
                                       CheckpointSaverArgs a = args;  // a restart spawns from the same args
-                                      a.coordinator = coordinator;
+                                      a.failure_sink = failure_sink;
                                       return SpawnCheckpointSaver(parent, std::move(a));
                                     }));
     auto handle = std::make_shared<CheckpointHandle>(dir, basename, std::move(saver), std::move(link));
@@ -752,7 +752,7 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
 
     // 1. Pending saves, which also queue their CHECKPOINT events, and what the
     // step counters still hold for the writers. 2. Flush and close every event
-    // file. 3. Stop the actors, the coordinator last.
+    // file. 3. Stop the actors, the failure_sink last.
     Status status = WaitForSaves(savers, deadline);
     // A service that is down (removed by the restart policy, or between
     // two incarnations) is skipped: its failure, if any, is in error().
@@ -833,11 +833,11 @@ class RuntimeImpl : public Runtime, public ServiceFaults {
     FOREMAN_ASSIGN_OR_RETURN(
         auto link, SpawnChildLocked(
                        absl::StrCat("summary_writer(", logdir, ")"), "summary_writer", faults,
-                       [args, first](caf::local_actor* parent, const caf::actor& coordinator) {
+                       [args, first](caf::local_actor* parent, const caf::actor& failure_sink) {
                          SummaryWriterArgs a = args;
                          a.writer = std::move(*first);  // null after the first incarnation
                          *first = nullptr;
-                         a.coordinator = coordinator;
+                         a.failure_sink = failure_sink;
                          return SpawnSummaryWriter(parent, std::move(a));
                        },
                        [queue](ServiceRestart* record, bool restart) {

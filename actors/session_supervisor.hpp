@@ -1,21 +1,21 @@
 // session_supervisor actor: the root of one session's supervision tree
-// (design.md §1). It spawns the coordinator at start and every service
+// (design.md §1). It spawns the failure_sink at start and every service
 // child on request, links and monitors them, and turns a child's abnormal
-// exit into a Status for the coordinator. Runtime::Create (the Runtime
+// exit into a Status for the failure_sink. Runtime::Create (the Runtime
 // facade, runtime.hpp) is implemented next to it, in session_supervisor.cpp.
 //
 // Protocol:
 //   (spawn_atom, ChildSpec spec, std::shared_ptr<SpawnReply> reply)
-//       Calls spec.spawn(self, coordinator), links and monitors the child,
+//       Calls spec.spawn(self, failure_sink), links and monitors the child,
 //       stores its handle in reply->actor and completes reply->done (an
 //       error when the factory threw).
 //   down_msg from a child
 //       Under TF's default RestartPolicy: a normal exit is forgotten. Any
 //       other exit reason (an error the child quit with, an exception it
 //       threw, a kill) becomes a Status (ErrorToStatus, e.g. INTERNAL
-//       "summary_writer(/logs) stopped: ...") that goes to the coordinator as
+//       "summary_writer(/logs) stopped: ...") that goes to the failure_sink as
 //       (report_atom, child name, status) -- or straight into the
-//       FailureCell when the coordinator itself died. (Escalation.)
+//       FailureCell when the failure_sink itself died. (Escalation.)
 //       Under another policy (restart_policy.hpp, OTP's supervisor): a
 //       service whose restart type says so (permanent: always; transient:
 //       after an abnormal exit; temporary: never) is restarted with the
@@ -38,7 +38,7 @@
 //   (kill_atom, std::string name, caf::error reason, std::shared_ptr<Completion> done)
 //       An injected actor fault (ServiceFaults::Kill): sends (kill_atom,
 //       reason) to the running service `name` and completes `done` once its
-//       exit is handled as above -- escalated (after the coordinator has
+//       exit is handled as above -- escalated (after the failure_sink has
 //       taken the report: a flush_atom sent behind it), removed, forgotten,
 //       restarted (no back-off), or a restart scheduled (with a back-off:
 //       not after it) -- or the tree shuts down. When
@@ -60,18 +60,19 @@
 #include <vector>
 
 #include "atoms.hpp"
-#include "coordinator.hpp"
+#include "child_link.hpp"
+#include "failure_sink.hpp"
 #include "foreman/clock.hpp"
 #include "foreman/restart_policy.hpp"
 
 namespace foreman::internal {
 
 /// How to start one child: `spawn` runs on the supervisor and returns the
-/// new actor (spawned from `parent`); `coordinator` is where it reports.
+/// new actor (spawned from `parent`); `failure_sink` is where it reports.
 /// A restart calls `spawn` again (on the supervisor).
 struct ChildSpec {
   std::string name;
-  std::function<caf::actor(caf::local_actor* parent, const caf::actor& coordinator)> spawn;
+  std::function<caf::actor(caf::local_actor* parent, const caf::actor& failure_sink)> spawn;
   /// The service kind the policy names ("summary_writer", ...); empty: the
   /// name up to its first '('.
   std::string kind;

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "atoms.hpp"
+#include "child_link.hpp"
 #include "runtime/services.hpp"
 
 namespace foreman::internal {

@@ -96,7 +96,7 @@ struct summary_writer_state {
   SummaryWriterArgs args;
   std::shared_ptr<EventFileWriter> writer;  // null until created (a restart)
   std::shared_ptr<SummaryQueue> queue;
-  caf::actor coordinator;
+  caf::actor failure_sink;
   std::string source;  // "summary_writer(<logdir>)"
   Status first_error;
   bool failed = false;  // exit_on_error: quitting with first_error
@@ -148,7 +148,7 @@ void Check(caf::stateful_actor<summary_writer_state>* self, const Status& s) {
   }
   if (st.first_error.ok()) {
     st.first_error = s;
-    self->send(st.coordinator, report_atom::value, st.source, ToMessage(s));
+    self->send(st.failure_sink, report_atom::value, st.source, ToMessage(s));
   } else {
     FOREMAN_LOG_ERROR("{}: {}", st.source, s.ToString());
   }
@@ -251,7 +251,7 @@ caf::behavior summary_writer(caf::stateful_actor<summary_writer_state>* self, Su
   st.writer = std::move(st.args.writer);
   if (st.writer) st.written = st.writer->events_written();
   st.queue = st.args.queue;
-  st.coordinator = st.args.coordinator;
+  st.failure_sink = st.args.failure_sink;
   st.source = absl::StrCat("summary_writer(", st.args.logdir, ")");
   MakeQuiet(self, st.source);
   // Once this actor is gone, what is queued cannot be written, nor what is

@@ -26,7 +26,7 @@
 //       queued later are dropped with one warning (TF: "closed FileWriter",
 //       B149). The actor keeps running until the supervisor stops it; when
 //       it exits, what is queued is dropped, and so is what is added later.
-// Errors: the first error of any write is sent to the coordinator as
+// Errors: the first error of any write is sent to the failure_sink as
 // (report_atom, "summary_writer(<logdir>)", status); later ones are logged.
 //
 // Flushing on time: no timer. EventFileWriter checks flush_secs on the Clock
@@ -48,6 +48,7 @@
 
 #include "absl/strings/string_view.h"
 #include "atoms.hpp"
+#include "child_link.hpp"
 #include "foreman/event_writer.hpp"
 #include "foreman/mutex.hpp"
 #include "runtime/services.hpp"
@@ -147,16 +148,16 @@ struct SummaryWriterArgs {
   EventFileWriterOptions options;
   std::string logdir;
   std::shared_ptr<SummaryQueue> queue;
-  caf::actor coordinator;
+  caf::actor failure_sink;
   /// A write error quits the actor with it (for the supervisor's restart
-  /// policy) instead of being reported to `coordinator` (TF's default: the
+  /// policy) instead of being reported to `failure_sink` (TF's default: the
   /// actor keeps running and the run fails with the report).
   bool exit_on_error = false;
   std::shared_ptr<MessageFaults> faults;  // may be null
 };
 
 /// Spawns the writer (detached) as a child of `parent`, taking its events
-/// from args.queue; failures go to args.coordinator (or quit it, see
+/// from args.queue; failures go to args.failure_sink (or quit it, see
 /// SummaryWriterArgs::exit_on_error).
 caf::actor SpawnSummaryWriter(caf::local_actor* parent, SummaryWriterArgs args);
 

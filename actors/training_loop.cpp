@@ -12,15 +12,13 @@
 
 #include "actors/actor_system.hpp"
 #include "actors/atoms.hpp"
+#include "actors/status_error.hpp"
 #include "absl/strings/str_cat.h"
 #include "platform/log.hpp"
 #include "runtime/services.hpp"
 
 namespace foreman {
 namespace {
-
-// The deprecated status_atom's value, without its deprecation warning.
-using legacy_status_atom = caf::atom_constant<caf::atom("fm_status")>;
 
 // A numeric one-element tensor as a double.
 std::optional<double> ScalarValue(const Tensor& t) {
@@ -42,7 +40,7 @@ std::optional<double> ScalarValue(const Tensor& t) {
 // Subscribers get a ProgressStep every progress_every_steps global steps and
 // a CheckpointSaved per durable save (from the saver's thread); without one,
 // after_run does one relaxed load more than before and builds nothing.
-class JobProgressHook : public SessionRunHook {
+class JobProgressHook : public SessionRunHook, public internal::ServiceUser {
  public:
   explicit JobProgressHook(std::shared_ptr<internal::TrainingJobShared> shared) : shared_(std::move(shared)) {}
   std::string name() const override { return "TrainingJobProgressHook"; }
@@ -265,12 +263,6 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
         const Status error = s->FirstError();
         return JobStatus{state_name(), s->global_step.load(), s->local_steps.load(),
                          static_cast<int32_t>(error.code()), std::string(error.message())};
-      },
-      [self, state_name](legacy_status_atom) {
-        const auto& s = self->state.shared;
-        const Status error = s->FirstError();
-        return caf::make_message(state_name(), s->global_step.load(), s->local_steps.load(),
-                                 error.ok() ? std::string() : error.ToString());
       },
       [self](subscribe_atom) { Subscribe(self, Sender(self)); },
       [self](subscribe_atom, const caf::actor& who) { Subscribe(self, who); },

@@ -9,8 +9,6 @@
 //   start_atom                        -> spawns training_loop (once)
 //   stop_atom                         -> clean stop at the next step boundary
 //   job_status_atom                   -> JobStatus
-//   status_atom (deprecated)          -> (std::string state, int64_t global_step,
-//                                         int64_t local_steps, std::string error)
 //   (subscribe_atom[, caf::actor])    -> monitors and adds the subscriber
 //   (unsubscribe_atom[, caf::actor])  -> removes it
 //   ProgressStep, CheckpointSaved, Recovered (from the loop's threads)

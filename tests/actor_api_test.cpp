@@ -10,11 +10,18 @@
 #include <chrono>
 #include <thread>
 #include <vector>
+#include <memory>
+#include <string>
 
 #include "absl/strings/cord.h"
 #include "foreman/checkpoint.hpp"
 #include "foreman/hooks.hpp"
 #include "support/test_util.hpp"
+#include "foreman/monitored_session.hpp"
+#include "support/call_log.hpp"
+#include "support/scripted_hook.hpp"
+#include "support/stop_at_step.hpp"
+#include "support/training_graph.hpp"
 
 namespace foreman {
 namespace {
@@ -510,7 +517,7 @@ TEST_CASE("A job never started whose handle is dropped ends without training") {
   CHECK(LatestCheckpoint(Env::Default(), dir.path())->value_or("") == "");
 }
 
-TEST_CASE("job_status_atom answers a code and a message; the deprecated status_atom still answers its tuple") {
+TEST_CASE("job_status_atom answers a running job's state, step, code and message") {
   TempDir dir;
   Model model;
   model.block_at = 4;
@@ -530,14 +537,6 @@ TEST_CASE("job_status_atom answers a code and a message; the deprecated status_a
   CHECK(typed.global_step == 4);
   CHECK(typed.code == 0);
   CHECK(typed.message.empty());
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  std::string legacy_state;
-  self->request(job, seconds(10), status_atom::value)
-      .receive([&](const std::string& state, int64_t, int64_t, const std::string&) { legacy_state = state; },
-               [&](caf::error& e) { FAIL("status request failed: " << caf::to_string(e)); });
-#pragma GCC diagnostic pop
-  CHECK(legacy_state == "running");
   self->send(job, stop_atom::value);
   model.release = true;
   CHECK(AwaitDown(self, job).ok());
@@ -581,4 +580,156 @@ TEST_CASE("stop_atom from a plain thread racing a recovery: the back-off ends, t
 }
 
 }  // namespace
+}  // namespace foreman
+
+// -- adversarial cases (issue 4's review; were tests/breaker_test.cpp) -------------
+// Shutdown mid-run, a failing result consumer, stop before start. Every wait
+// is bounded.
+
+namespace foreman {
+namespace adversarial {
+namespace {
+
+using testing::CallLog;
+using testing::Checkpoints;
+using testing::LastStep;
+using testing::MakeGraph;
+using testing::Model;
+using testing::ScriptedHook;
+using testing::TempDir;
+
+struct ActorFixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> system;
+  ActorFixture() {
+    cfg.set("scheduler.max-threads", 2);
+    system = std::make_unique<caf::actor_system>(cfg);
+  }
+  ~ActorFixture() { system->await_all_actors_done(); }
+};
+
+Status AwaitDown(caf::scoped_actor& self, const caf::actor& job) {
+  Status outcome = absl::DeadlineExceededError("no down_msg within 20 s");
+  bool done = false;
+  self->receive_while([&] { return !done; })(
+      [&](caf::down_msg& dm) {
+        if (dm.source == job) {
+          outcome = StatusFromExitReason(dm.reason);
+          done = true;
+        }
+      },
+      caf::after(std::chrono::seconds(20)) >> [&] { done = true; });
+  return outcome;
+}
+
+// Polls the job's JobStatus until its state is `state` (10 s at most).
+bool AwaitJobState(caf::scoped_actor& self, const caf::actor& job, const std::string& state) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool reached = false;
+    self->request(job, std::chrono::seconds(1), job_status_atom::value)
+        .receive([&](const JobStatus& s) { reached = s.state == state; }, [&](caf::error&) {});
+    if (reached) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// actor_api.hpp: "Killing the job ... closes the session (no end(): not a
+// clean stop)".
+TEST_CASE("actor API: a job shut down mid-run calls no end() and writes no final checkpoint") {
+  TempDir dir;
+  auto model = std::make_shared<Model>();
+  auto log = std::make_shared<CallLog>();
+  auto hook = std::make_shared<ScriptedHook>("user", log);
+  std::atomic<bool> blocked{false};
+  std::atomic<bool> release{false};
+  model->on_train = [&](int64_t step) -> Status {
+    if (step == 3) {
+      blocked = true;
+      for (int i = 0; i < 20000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return absl::OkStatus();
+  };
+  ActorFixture fx;
+  {
+    caf::scoped_actor self{*fx.system};
+    TrainingJob spec;
+    spec.options.graph = MakeGraph(model);
+    spec.options.checkpoint_dir = dir.path();
+    spec.options.save_checkpoint_steps = int64_t{100};
+    spec.options.hooks = {hook};
+    spec.start_immediately = true;
+    caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+    self->monitor(job);
+    for (int i = 0; i < 20000 && !blocked.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(blocked.load());
+    self->send_exit(job, caf::exit_reason::user_shutdown);
+    // Release the step only once the job took the exit ("stopping"): released
+    // earlier, a loaded machine ran the loop to step 100 (a periodic save)
+    // before the job actor read its exit_msg.
+    REQUIRE(AwaitJobState(self, job, "stopping"));
+    release = true;
+    CHECK(AwaitDown(self, job).code() == absl::StatusCode::kCancelled);
+  }
+  fx.system->await_all_actors_done();
+  CHECK(log->Count("user.end") == 0);
+  CHECK(Checkpoints(dir.path()) == std::vector<std::string>{"model.ckpt-0"});
+}
+
+// An on_results error ends training as a hook error does: no end() (B39),
+// no final checkpoint after the consumer failed (on_results runs in the job's
+// control hook's after_run).
+TEST_CASE("actor API: an on_results error runs no end() and writes no final checkpoint") {
+  TempDir dir;
+  auto model = std::make_shared<Model>();
+  auto log = std::make_shared<CallLog>();
+  auto hook = std::make_shared<ScriptedHook>("user", log);
+  ActorFixture fx;
+  {
+    caf::scoped_actor self{*fx.system};
+    TrainingJob spec;
+    spec.options.graph = MakeGraph(model);
+    spec.options.checkpoint_dir = dir.path();
+    spec.options.save_checkpoint_steps = int64_t{100};
+    spec.options.hooks = {hook};
+    spec.start_immediately = true;
+    int calls = 0;
+    spec.on_results = [calls](const TensorMap&) mutable -> Status {
+      return ++calls == 3 ? absl::DataLossError("consumer lost data") : absl::OkStatus();
+    };
+    caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+    self->monitor(job);
+    CHECK(AwaitDown(self, job).code() == absl::StatusCode::kDataLoss);
+  }
+  fx.system->await_all_actors_done();
+  CHECK(log->Count("user.end") == 0);
+  CHECK(Checkpoints(dir.path()) == std::vector<std::string>{"model.ckpt-0"});
+}
+
+// stop_atom before start_atom: the job must not hang (it either trains
+// nothing and ends cleanly, or ignores the stop).
+TEST_CASE("actor API: stop_atom then start_atom on an idle job ends the job cleanly, bounded") {
+  TempDir dir;
+  auto model = std::make_shared<Model>();
+  ActorFixture fx;
+  {
+    caf::scoped_actor self{*fx.system};
+    TrainingJob spec;
+    spec.options.graph = MakeGraph(model);
+    spec.options.checkpoint_dir = dir.path();
+    spec.options.hooks = {StopAtStepHook::Create(LastStep(5)).value()};
+    caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+    self->monitor(job);
+    self->send(job, stop_atom::value);
+    self->send(job, start_atom::value);
+    self->send(job, start_atom::value);
+    CHECK(AwaitDown(self, job).ok());
+  }
+  fx.system->await_all_actors_done();
+  CHECK(model->train_calls <= 5);
+}
+
+}  // namespace
+}  // namespace adversarial
 }  // namespace foreman

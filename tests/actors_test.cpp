@@ -322,7 +322,7 @@ TEST_CASE("Runtime in a caller's actor system leaves no actor running after Shut
   REQUIRE(runtime->SummaryWriter("/logs").ok());
   REQUIRE(runtime->CheckpointSaver("/ckpt", MakeSaver(&env), "model.ckpt").ok());
   REQUIRE(runtime->StepCounter("/logs", "global_step/sec").ok());
-  // supervisor, coordinator, 2 writers (/logs, /ckpt), saver, counter.
+  // supervisor, failure_sink, 2 writers (/logs, /ckpt), saver, counter.
   CHECK(ts.sys->registry().running() == 6);
   CHECK(runtime->Shutdown(kWait).ok());
   CHECK(ts.AllDone());
@@ -439,7 +439,7 @@ TEST_CASE("session_supervisor: a child that exits with an error is reported; shu
     caf::actor idle = spawn("idle", [](caf::event_based_actor*, int) -> caf::behavior {
       return {[](int) {}};
     });
-    CHECK(ts.sys->registry().running() == 4);  // supervisor, coordinator, quitter, idle
+    CHECK(ts.sys->registry().running() == 4);  // supervisor, failure_sink, quitter, idle
     caf::anon_send(quitter, fail_atom::value);
     REQUIRE(coord.wait_for_stop(kWait));
     // Code, message and payload crossed the exit reason and the report.

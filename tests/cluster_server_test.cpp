@@ -35,6 +35,7 @@
 #include "actors/atoms.hpp"
 #include "actors/cluster_net.hpp"
 #include "actors/messages.hpp"
+#include "compute/cpu_device.hpp"
 #include "foreman/cluster_status.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/server.hpp"
@@ -394,8 +395,7 @@ TEST_CASE("Apply: bitwise nn::ApplyGradients on a local copy, global_step + 1; R
   Fill(local, 100);
   REQUIRE(rv->Write(local).ok());
 
-  Eigen::ThreadPool pool(1);
-  Eigen::ThreadPoolDevice device(&pool, 1);
+  compute::CpuDevice device(1);  // one intra-op thread
   for (int step = 0; step < 3; ++step) {
     const nn::Gradients g = Grads(0.05f, 0.3f + static_cast<float>(step));
     StatusOr<int64_t> gs = rv->Apply(g, 100 + step);
@@ -457,8 +457,7 @@ TEST_CASE("ReadForStep over 2 ps tasks: every bound variable but the slots; the 
   VariableStore before;
   Fill(before, 100);
   REQUIRE(rv->Read(mirror).ok());
-  Eigen::ThreadPool pool(1);
-  Eigen::ThreadPoolDevice device(&pool, 1);
+  compute::CpuDevice device(1);  // one intra-op thread
   const nn::Gradients g = Grads(0.05f, 0.7f);
   REQUIRE(rv->Apply(g, 100).ok());
   REQUIRE(nn::ApplyGradients(options.optimizer, local, g, device).ok());
@@ -497,8 +496,7 @@ TEST_CASE("synchronous training (replicas_to_aggregate 2): two workers' applies 
   CHECK(*from_chief == 11);
   CHECK(*from_other == 11);
   // The mean of two equal gradients is the gradient: one local update.
-  Eigen::ThreadPool pool(1);
-  Eigen::ThreadPoolDevice device(&pool, 1);
+  compute::CpuDevice device(1);  // one intra-op thread
   REQUIRE(nn::ApplyGradients(options.optimizer, local, g, device).ok());
   VariableStore mirror;
   REQUIRE(other->Read(mirror).ok());
@@ -567,8 +565,7 @@ TEST_CASE("synchronous training over 2 ps tasks: each update is the mean of exac
   VariableStore local;
   Fill(local, 0);
   REQUIRE(w0->Write(local).ok());
-  Eigen::ThreadPool pool(1);
-  Eigen::ThreadPoolDevice device(&pool, 1);
+  compute::CpuDevice device(1);  // one intra-op thread
   const std::vector<std::string> trained(names.begin() + 1, names.end());
   Client client;
   const caf::actor ps0 = client.Connect(c.ps_ports[0]), ps1 = client.Connect(c.ps_ports[1]);

@@ -513,7 +513,7 @@ TEST_CASE("B98 StopAtStepHook needs exactly one of num_steps and last_step") {
 }
 
 // Issue 12 (8): every stock hook is built from its Options by Create(), which
-// checks them; the older factories and constructors still work (deprecated).
+// checks them.
 TEST_CASE("every stock hook has Options and Create(), which refuses bad options") {
   NanTensorHook::Options nan;
   CHECK(absl::IsInvalidArgument(NanTensorHook::Create(nan).status()));
@@ -545,32 +545,39 @@ TEST_CASE("every stock hook has Options and Create(), which refuses bad options"
   CHECK(LoggingTensorHook::Create(logging).ok());
 }
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-TEST_CASE("the deprecated hook factories and constructors still build working hooks") {
-  auto neither = StopAtStepHook::Create(std::nullopt, std::nullopt);
+// The hooks Create() builds do their work (before issue 26 this case ran the
+// deprecated positional factories and constructors, now removed).
+TEST_CASE("the hooks Create() builds from Options are working hooks") {
+  auto neither = StopAtStepHook::Create(StopAtStepHook::Options{});
   CHECK(absl::IsInvalidArgument(neither.status()));
-  auto by_last = StopAtStepHook::Create(std::nullopt, 5);
+  auto by_last = StopAtStepHook::Create(LastStep(5));
   REQUIRE(by_last.ok());
   CHECK((*by_last)->last_step() == 5);
 
-  auto nan = std::make_shared<NanTensorHook>("loss");
-  HookDriver nan_driver({nan});
+  NanTensorHook::Options nan_options;
+  nan_options.loss_tensor = "loss";
+  auto nan = NanTensorHook::Create(nan_options);
+  REQUIRE(nan.ok());
+  HookDriver nan_driver({*nan});
   REQUIRE(nan_driver.BeginAndCreate().ok());
   nan_driver.model().loss = std::nan("");
   CHECK(IsNanLossDuringTraining(nan_driver.Run({"train_op"}).status()));
 
-  auto final_ops = std::make_shared<FinalOpsHook>(std::vector<std::string>{"counter"});
-  CHECK(final_ops->name() == "FinalOpsHook");
-  auto feed = std::make_shared<FeedFnHook>([] { return TensorMap{}; });
-  CHECK(feed->name() == "FeedFnHook");
-  auto waiter = std::make_shared<GlobalStepWaiterHook>(0);
-  CHECK(waiter->name() == "GlobalStepWaiterHook");
-  CheckpointSaverHookOptions old_name;  // the old struct names still compile
-  old_name.checkpoint_dir = "/tmp/unused";
-  CHECK(old_name.save_steps == std::nullopt);
+  FinalOpsHook::Options final_options;
+  final_options.final_ops = {"counter"};
+  auto final_ops = FinalOpsHook::Create(final_options);
+  REQUIRE(final_ops.ok());
+  CHECK((*final_ops)->name() == "FinalOpsHook");
+  auto feed = FeedFnHook::Create(FeedFnHook::Options{[] { return TensorMap{}; }});
+  REQUIRE(feed.ok());
+  CHECK((*feed)->name() == "FeedFnHook");
+  auto waiter = GlobalStepWaiterHook::Create(GlobalStepWaiterHook::Options{});
+  REQUIRE(waiter.ok());
+  CHECK((*waiter)->name() == "GlobalStepWaiterHook");
+  CheckpointSaverHook::Options saver;
+  saver.checkpoint_dir = "/tmp/unused";
+  CHECK(saver.save_steps == std::nullopt);
 }
-#pragma GCC diagnostic pop
 
 TEST_CASE("B98 StopAtStepHook refuses a graph without a global step before any step") {
   auto hook = *StopAtStepHook::Create(NumSteps(5));

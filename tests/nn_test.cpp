@@ -22,6 +22,7 @@
 #include "foreman/checkpoint.hpp"
 #include "foreman/cluster.hpp"
 #include "foreman/mem_env.hpp"
+#include "compute/cpu_device.hpp"
 #include "foreman/nn.hpp"
 #include "nn/optimizer.hpp"
 
@@ -36,11 +37,13 @@ std::string Msg(const Status& s) { return std::string(s.message()); }
     REQUIRE_MESSAGE(s_.ok(), s_.ToString());      \
   } while (false)
 
-/// An Eigen pool and device of `threads` threads.
+/// An Eigen pool and device of `threads` threads, and the CPU compute device
+/// on it (what the session's "/cpu:0" is).
 struct Pool {
-  explicit Pool(int threads) : pool(threads), device(&pool, threads) {}
+  explicit Pool(int threads) : pool(threads), device(&pool, threads), cpu(&device) {}
   Eigen::ThreadPool pool;
   Eigen::ThreadPoolDevice device;
+  compute::CpuDevice cpu;
 };
 
 OptimizerOptions Sgd(float lr) {
@@ -184,7 +187,7 @@ RefParams NumericGradient(const MlpSpec& spec, RefParams p, const Batch& b) {
 /// The gradient Mlp computes at the kernels and biases of `vars`: one SGD step
 /// with learning rate 1 on a copy gives var - g exactly up to one rounding.
 RefParams MlpGradient(const MlpSpec& spec, const VariableStore& vars, const Batch& b,
-                      const Eigen::ThreadPoolDevice& device) {
+                      compute::Device& device) {
   VariableStore copy;
   for (std::size_t l = 0; l <= spec.hidden.size(); ++l) {
     for (const std::string& name : {LayerName(l) + "/kernel", LayerName(l) + "/bias"}) {
@@ -444,7 +447,7 @@ TEST_CASE("Gradients match finite differences in double: softmax regression") {
   (*vars->Get("dense/bias"))->data<float>()[1] = 0.3f;
   const Batch b = RandomBatch(7, 5, 3, 1);
   const RefParams expected = NumericGradient(spec, ParamsOf(spec, *vars), b);
-  const RefParams actual = MlpGradient(spec, *vars, b, pool.device);
+  const RefParams actual = MlpGradient(spec, *vars, b, pool.cpu);
   CheckClose(actual.kernel[0], expected.kernel[0], 1e-6, 1e-4, "dense/kernel");
   CheckClose(actual.bias[0], expected.bias[0], 1e-6, 1e-4, "dense/bias");
 }
@@ -459,7 +462,7 @@ TEST_CASE("Gradients match finite differences in double: two hidden ReLU layers"
   }
   const Batch b = RandomBatch(9, 4, 3, 2);
   const RefParams expected = NumericGradient(spec, ParamsOf(spec, *vars), b);
-  const RefParams actual = MlpGradient(spec, *vars, b, pool.device);
+  const RefParams actual = MlpGradient(spec, *vars, b, pool.cpu);
   for (std::size_t l = 0; l < 3; ++l) {
     CheckClose(actual.kernel[l], expected.kernel[l], 1e-6, 1e-4, LayerName(l) + "/kernel");
     CheckClose(actual.bias[l], expected.bias[l], 1e-6, 1e-4, LayerName(l) + "/bias");
@@ -478,15 +481,15 @@ TEST_CASE("TrainStep and Evaluate report the mean cross-entropy before the updat
   int64_t correct = 0;
   const double expected_loss = RefLoss(spec, ParamsOf(spec, *vars), b, &correct);
   auto mlp = NewMlp(spec, Adam(0.01f));
-  auto eval = mlp->Evaluate(*vars, b.features, b.labels, pool.device);
+  auto eval = mlp->Evaluate(*vars, b.features, b.labels, pool.cpu);
   REQUIRE(eval.ok());
   CHECK(eval->loss == doctest::Approx(expected_loss).epsilon(1e-5));
   CHECK(eval->accuracy == doctest::Approx(static_cast<double>(correct) / 2500).epsilon(1e-6));
-  auto step = mlp->TrainStep(*vars, b.features, b.labels, pool.device);
+  auto step = mlp->TrainStep(*vars, b.features, b.labels, pool.cpu);
   REQUIRE(step.ok());
   CHECK(step->loss == doctest::Approx(expected_loss).epsilon(1e-5));
   CHECK(step->accuracy == eval->accuracy);
-  auto after = mlp->Evaluate(*vars, b.features, b.labels, pool.device);
+  auto after = mlp->Evaluate(*vars, b.features, b.labels, pool.cpu);
   REQUIRE(after.ok());
   CHECK(after->loss < eval->loss);
 }
@@ -576,7 +579,7 @@ void CheckTwoSteps(const OptimizerOptions& opt) {
   double b1p = opt.beta1, b2p = opt.beta2;
   for (int step = 0; step < 2; ++step) {
     CAPTURE(step);
-    const RefParams g = MlpGradient(spec, *vars, b, pool.device);
+    const RefParams g = MlpGradient(spec, *vars, b, pool.cpu);
     std::map<std::string, std::vector<double>> grads = {
         {"dense/kernel", g.kernel[0]}, {"dense/bias", g.bias[0]}, {"dense_1/kernel", g.kernel[1]}, {"dense_1/bias", g.bias[1]}};
     std::map<std::string, std::vector<double>> var, s0, s1;
@@ -588,7 +591,7 @@ void CheckTwoSteps(const OptimizerOptions& opt) {
         s1[p] = Values(*vars, p + "/Adam_1");
       }
     }
-    REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.device).ok());
+    REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.cpu).ok());
     const double lr = opt.learning_rate;
     const double lr_t = lr * std::sqrt(1 - b2p) / (1 - b1p);
     for (const std::string& p : params) {
@@ -645,7 +648,7 @@ TEST_CASE("set_learning_rate changes the rate of the following steps, and reject
   const Batch b = RandomBatch(6, 4, 3, 4);
   auto expected_vars = NewStore(spec, Sgd(0.1f), 21);
   auto expected = NewMlp(spec, Sgd(0.1f));
-  REQUIRE(expected->TrainStep(*expected_vars, b.features, b.labels, pool.device).ok());
+  REQUIRE(expected->TrainStep(*expected_vars, b.features, b.labels, pool.cpu).ok());
 
   auto vars = NewStore(spec, Sgd(0.3f), 21);
   auto mlp = NewMlp(spec, Sgd(0.3f));
@@ -655,7 +658,7 @@ TEST_CASE("set_learning_rate changes the rate of the following steps, and reject
   CHECK(absl::IsInvalidArgument(mlp->set_learning_rate(std::nanf(""))));
   CHECK(absl::IsInvalidArgument(mlp->set_learning_rate(std::numeric_limits<float>::infinity())));
   CHECK(mlp->optimizer().learning_rate == 0.1f);
-  REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.device).ok());
+  REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.cpu).ok());
   for (const char* name : {"dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"}) {
     CAPTURE(name);
     CHECK(Var(*vars, name).Equals(Var(*expected_vars, name)));
@@ -673,12 +676,12 @@ TEST_CASE("a learning rate decayed to 0 leaves the variables as they are; the sl
     CAPTURE(o.use_nesterov);
     auto vars = NewStore(spec, o, 22);
     auto mlp = NewMlp(spec, o);
-    REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.device).ok());  // slots not all zero
+    REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.cpu).ok());  // slots not all zero
     std::map<std::string, Tensor> before;
     for (const std::string& name : vars->Names()) before.emplace(name, Var(*vars, name));
     REQUIRE(mlp->set_learning_rate(0.0f).ok());
     CHECK(mlp->optimizer().learning_rate == 0.0f);
-    auto r = mlp->TrainStep(*vars, b.features, b.labels, pool.device);
+    auto r = mlp->TrainStep(*vars, b.features, b.labels, pool.cpu);
     REQUIRE(r.ok());
     CHECK(std::isfinite(r->loss));
     int slots_changed = 0;
@@ -703,7 +706,7 @@ TEST_CASE("Same seed and thread count give bitwise-equal variables after N steps
     Pool pool(2);
     auto vars = NewStore(spec, Adam(0.01f), seed);
     auto mlp = NewMlp(spec, Adam(0.01f));
-    for (int i = 0; i < 10; ++i) REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.device).ok());
+    for (int i = 0; i < 10; ++i) REQUIRE(mlp->TrainStep(*vars, b.features, b.labels, pool.cpu).ok());
     return vars;
   };
   auto a = run(1), again = run(1), other = run(2);
@@ -744,12 +747,12 @@ TEST_CASE("A reused Mlp (workspace sized by the largest batch) computes what a f
   int seed = 0;
   for (int64_t rows : {16, 5, 16, 1, 40, 3}) {
     const Batch b = RandomBatch(rows, 6, 3, static_cast<uint32_t>(++seed));
-    auto r = reused->TrainStep(*reused_vars, b.features, b.labels, pool.device);
-    auto f = NewMlp(spec, Momentum(0.1f, 0.9f, false))->TrainStep(*fresh_vars, b.features, b.labels, pool.device);
+    auto r = reused->TrainStep(*reused_vars, b.features, b.labels, pool.cpu);
+    auto f = NewMlp(spec, Momentum(0.1f, 0.9f, false))->TrainStep(*fresh_vars, b.features, b.labels, pool.cpu);
     REQUIRE((r.ok() && f.ok()));
     CHECK(r->loss == f->loss);
     CHECK(SameVariables(*reused_vars, *fresh_vars));
-    auto re = reused->Evaluate(*reused_vars, b.features, b.labels, pool.device);
+    auto re = reused->Evaluate(*reused_vars, b.features, b.labels, pool.cpu);
     REQUIRE(re.ok());
   }
 }
@@ -764,7 +767,7 @@ TEST_CASE("Sanity at the benchmark size (784-256-10, batch 128): two runs agree 
     auto mlp = NewMlp(spec, Adam(0.001f));
     losses.clear();
     for (int i = 0; i < 2; ++i) {
-      auto r = mlp->TrainStep(*vars, b.features, b.labels, pool.device);
+      auto r = mlp->TrainStep(*vars, b.features, b.labels, pool.cpu);
       REQUIRE(r.ok());
       losses.push_back(r->loss);
     }
@@ -792,7 +795,7 @@ TEST_CASE("TrainStep rejects bad batches and variables, naming them, and updates
     CHECK_MESSAGE(absl::StrContains(Msg(r.status()), text), r.status().ToString());
     CHECK(SameVariables(*vars, *untouched));
   };
-  auto train = [&](const Tensor& x, const Tensor& y) { return mlp->TrainStep(*vars, x, y, pool.device); };
+  auto train = [&](const Tensor& x, const Tensor& y) { return mlp->TrainStep(*vars, x, y, pool.cpu); };
 
   expect(train(Tensor(DataType::kDouble, TensorShape{3, 4}), good.labels), absl::StatusCode::kInvalidArgument,
          "features: expected dtype float32, got float64");
@@ -813,7 +816,7 @@ TEST_CASE("TrainStep rejects bad batches and variables, naming them, and updates
   Tensor negative = *Tensor::FromVector<int64_t>({0, -1, 1}, TensorShape{3});
   expect(train(good.features, negative), absl::StatusCode::kInvalidArgument,
          "labels[1] = -1 is outside the valid range of [0, 2)");
-  CHECK(mlp->Evaluate(*vars, good.features, bad_label, pool.device).status().code() ==
+  CHECK(mlp->Evaluate(*vars, good.features, bad_label, pool.cpu).status().code() ==
         absl::StatusCode::kInvalidArgument);
 
   // Variables: missing, wrong shape, wrong dtype; the last ones checked last.
@@ -832,7 +835,7 @@ TEST_CASE("TrainStep rejects bad batches and variables, naming them, and updates
          "variable 'dense_1/kernel/Adam': expected dtype float32, got int64");
 
   VariableStore empty;
-  auto eval = mlp->Evaluate(empty, good.features, good.labels, pool.device);
+  auto eval = mlp->Evaluate(empty, good.features, good.labels, pool.cpu);
   CHECK(absl::IsNotFound(eval.status()));
   CHECK(Msg(eval.status()) == "variable 'dense/kernel' not found");
 }
@@ -843,7 +846,7 @@ TEST_CASE("A NaN loss is a value, not an error") {
   auto vars = NewStore(spec, Sgd(0.1f), 1);
   (*vars->Get("dense/kernel"))->data<float>()[0] = std::nanf("");
   const Batch b = RandomBatch(4, 3, 2, 1);
-  auto r = NewMlp(spec, Sgd(0.1f))->TrainStep(*vars, b.features, b.labels, pool.device);
+  auto r = NewMlp(spec, Sgd(0.1f))->TrainStep(*vars, b.features, b.labels, pool.cpu);
   REQUIRE(r.ok());
   CHECK(std::isnan(r->loss));
 }
@@ -870,7 +873,7 @@ TEST_CASE("Learns a separable problem: the loss falls and the accuracy reaches 1
       Pool pool(2);
       auto vars = NewStore(spec, opt, 3);
       auto mlp = NewMlp(spec, opt);
-      auto initial = mlp->Evaluate(*vars, data.features, data.labels, pool.device);
+      auto initial = mlp->Evaluate(*vars, data.features, data.labels, pool.cpu);
       REQUIRE(initial.ok());
       for (int epoch = 0; epoch < 20; ++epoch) {
         for (int64_t begin = 0; begin < rows; begin += 24) {
@@ -878,10 +881,10 @@ TEST_CASE("Learns a separable problem: the loss falls and the accuracy reaches 1
           Tensor y(DataType::kInt32, TensorShape{24});
           std::copy_n(data.features.data<float>() + begin * dim, 24 * dim, x.data<float>());
           std::copy_n(data.labels.data<int32_t>() + begin, 24, y.data<int32_t>());
-          REQUIRE(mlp->TrainStep(*vars, x, y, pool.device).ok());
+          REQUIRE(mlp->TrainStep(*vars, x, y, pool.cpu).ok());
         }
       }
-      auto final_eval = mlp->Evaluate(*vars, data.features, data.labels, pool.device);
+      auto final_eval = mlp->Evaluate(*vars, data.features, data.labels, pool.cpu);
       REQUIRE(final_eval.ok());
       CHECK(final_eval->loss < initial->loss / 10);
       CHECK(final_eval->accuracy == 1.0f);
@@ -965,18 +968,18 @@ void CheckSplitStepsMatchTrainStep(const OptimizerOptions& opt) {
   for (int step = 0; step < kSteps; ++step) {
     CAPTURE(step);
     const Batch b = RandomBatch(6 + step, 5, 4, 100 + static_cast<uint32_t>(step));
-    auto fused_result = fused_mlp->TrainStep(fused, b.features, b.labels, pool.device);
+    auto fused_result = fused_mlp->TrainStep(fused, b.features, b.labels, pool.cpu);
     REQUIRE_MESSAGE(fused_result.ok(), fused_result.status().ToString());
 
     // One store: gradients computed on a copy, applied to the store.
     {
       VariableStore read;
       CopyVariables(whole, read, [](const std::string&) { return true; });
-      auto result = worker_mlp->ComputeGradients(read, b.features, b.labels, pool.device, &grads);
+      auto result = worker_mlp->ComputeGradients(read, b.features, b.labels, pool.cpu, &grads);
       REQUIRE_MESSAGE(result.ok(), result.status().ToString());
       CHECK(result->loss == fused_result->loss);
       CHECK(result->accuracy == fused_result->accuracy);
-      REQUIRE_OK(ApplyGradients(opt, whole, grads, pool.device));
+      REQUIRE_OK(ApplyGradients(opt, whole, grads, pool.cpu));
     }
     // Two shards: the worker reads the trainables and beta powers from both
     // (no slots), each ps applies its share.
@@ -987,10 +990,10 @@ void CheckSplitStepsMatchTrainStep(const OptimizerOptions& opt) {
           return *shard.IsTrainable(n) || n == "beta1_power" || n == "beta2_power";
         });
       }
-      auto result = worker_mlp->ComputeGradients(read, b.features, b.labels, pool.device, &grads);
+      auto result = worker_mlp->ComputeGradients(read, b.features, b.labels, pool.cpu, &grads);
       REQUIRE_MESSAGE(result.ok(), result.status().ToString());
       CHECK(result->loss == fused_result->loss);
-      for (VariableStore& shard : ps) REQUIRE_OK(ApplyGradients(opt, shard, ShareOf(grads, shard), pool.device));
+      for (VariableStore& shard : ps) REQUIRE_OK(ApplyGradients(opt, shard, ShareOf(grads, shard), pool.cpu));
     }
   }
   CHECK(whole.Names() == fused.Names());
@@ -1026,7 +1029,7 @@ TEST_CASE("ComputeGradients: TrainStep's gradients and rates, vars untouched, sl
     const Batch b = RandomBatch(9, 4, 3, 2);
     Gradients grads;
     grads.grads_and_vars.push_back({"stale", Tensor(DataType::kInt32, TensorShape{2})});  // replaced
-    auto result = mlp->ComputeGradients(read, b.features, b.labels, pool.device, &grads);
+    auto result = mlp->ComputeGradients(read, b.features, b.labels, pool.cpu, &grads);
     REQUIRE_MESSAGE(result.ok(), result.status().ToString());
     CHECK(read.Snapshot().size() == before.size());
     for (auto& [name, value] : before) CHECK_MESSAGE(Var(read, name).Equals(value), name, " changed");
@@ -1062,7 +1065,7 @@ TEST_CASE("ComputeGradients: TrainStep's gradients and rates, vars untouched, sl
     for (const Gradients::GradAndVar& g : grads.grads_and_vars) buffers.push_back(g.grad.data<float>());
     REQUIRE_OK(mlp->set_learning_rate(0.25f));
     const Batch b2 = RandomBatch(4, 4, 3, 3);
-    REQUIRE(mlp->ComputeGradients(read, b2.features, b2.labels, pool.device, &grads).ok());
+    REQUIRE(mlp->ComputeGradients(read, b2.features, b2.labels, pool.cpu, &grads).ok());
     for (std::size_t i = 0; i < buffers.size(); ++i) CHECK(grads.grads_and_vars[i].grad.data<float>() == buffers[i]);
     CHECK(grads.learning_rate == 0.25f);
     if (opt.kind == OptimizerKind::kAdam) {
@@ -1078,7 +1081,7 @@ TEST_CASE("ComputeGradients rejects a null grads, bad batches and missing variab
   auto mlp = NewMlp(spec, Adam(0.1f));
   const Batch good = RandomBatch(3, 4, 2, 1);
   Gradients grads;
-  REQUIRE(mlp->ComputeGradients(*vars, good.features, good.labels, pool.device, &grads).ok());
+  REQUIRE(mlp->ComputeGradients(*vars, good.features, good.labels, pool.cpu, &grads).ok());
   const Gradients kept = grads;
   auto unchanged = [&] {
     REQUIRE(grads.grads_and_vars.size() == kept.grads_and_vars.size());
@@ -1086,23 +1089,23 @@ TEST_CASE("ComputeGradients rejects a null grads, bad batches and missing variab
       CHECK(grads.grads_and_vars[i].grad.Equals(kept.grads_and_vars[i].grad));
     }
   };
-  auto r = mlp->ComputeGradients(*vars, good.features, good.labels, pool.device, nullptr);
+  auto r = mlp->ComputeGradients(*vars, good.features, good.labels, pool.cpu, nullptr);
   CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(absl::StrContains(Msg(r.status()), "grads is null"));
   Tensor bad_label = good.labels;
   bad_label.data<int32_t>()[0] = 5;
-  r = mlp->ComputeGradients(*vars, good.features, bad_label, pool.device, &grads);
+  r = mlp->ComputeGradients(*vars, good.features, bad_label, pool.cpu, &grads);
   CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(absl::StrContains(Msg(r.status()), "labels[0] = 5"));
   unchanged();
   REQUIRE_OK(vars->Delete("beta1_power"));
-  r = mlp->ComputeGradients(*vars, good.features, good.labels, pool.device, &grads);
+  r = mlp->ComputeGradients(*vars, good.features, good.labels, pool.cpu, &grads);
   CHECK(r.status().code() == absl::StatusCode::kNotFound);
   CHECK(Msg(r.status()) == "variable 'beta1_power' not found");
   unchanged();
   REQUIRE_OK(vars->Delete("dense_1/bias"));
   REQUIRE_OK(vars->Create("dense_1/bias", Tensor(DataType::kFloat, TensorShape{3})));
-  r = mlp->ComputeGradients(*vars, good.features, good.labels, pool.device, &grads);
+  r = mlp->ComputeGradients(*vars, good.features, good.labels, pool.cpu, &grads);
   CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_MESSAGE(absl::StrContains(Msg(r.status()), "variable 'dense_1/bias': expected shape [2], got [3]"),
                 r.status().ToString());
@@ -1117,7 +1120,7 @@ TEST_CASE("ApplyGradients rejects bad gradients, misrouted gradients and missing
   auto mlp = NewMlp(spec, opt);
   const Batch b = RandomBatch(3, 4, 2, 1);
   Gradients good;
-  REQUIRE(mlp->ComputeGradients(*vars, b.features, b.labels, pool.device, &good).ok());
+  REQUIRE(mlp->ComputeGradients(*vars, b.features, b.labels, pool.cpu, &good).ok());
   // A shard as ps task 0 of 2 holds it: dense/bias (+ slots, beta powers), dense_1/bias.
   VariableStore shard;
   CopyVariables(*vars, shard, [](const std::string& n) {
@@ -1128,7 +1131,7 @@ TEST_CASE("ApplyGradients rejects bad gradients, misrouted gradients and missing
   auto initial = shard.Snapshot();
 
   auto expect = [&](const Gradients& g, absl::StatusCode code, const std::string& text) {
-    const Status s = ApplyGradients(opt, shard, g, pool.device);
+    const Status s = ApplyGradients(opt, shard, g, pool.cpu);
     CHECK(s.code() == code);
     CHECK_MESSAGE(absl::StrContains(Msg(s), text), s.ToString());
     for (auto& [name, value] : initial) CHECK_MESSAGE(Var(shard, name).Equals(value), name, " changed");
@@ -1154,7 +1157,7 @@ TEST_CASE("ApplyGradients rejects bad gradients, misrouted gradients and missing
   expect(g, absl::StatusCode::kInvalidArgument, "adam_step_size must be >= 0 and finite");
   OptimizerOptions bad = opt;
   bad.beta1 = 1;
-  CHECK(ApplyGradients(bad, shard, share, pool.device).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(ApplyGradients(bad, shard, share, pool.cpu).code() == absl::StatusCode::kInvalidArgument);
 
   REQUIRE_OK(shard.Delete("dense_1/bias/Adam_1"));
   initial.erase("dense_1/bias/Adam_1");
@@ -1170,7 +1173,7 @@ TEST_CASE("ApplyGradients rejects bad gradients, misrouted gradients and missing
   expect(share, absl::StatusCode::kNotFound, "holds 'beta1_power' but not 'beta2_power'");
 
   // Not a shard's fault: a momentum update needs "<var>/Momentum".
-  const Status s = ApplyGradients(Momentum(0.1f, 0.9f, false), shard, share, pool.device);
+  const Status s = ApplyGradients(Momentum(0.1f, 0.9f, false), shard, share, pool.cpu);
   CHECK(s.code() == absl::StatusCode::kNotFound);
   CHECK_MESSAGE(absl::StrContains(Msg(s), "variable 'dense/bias/Momentum' not found"), s.ToString());
 }
@@ -1184,15 +1187,15 @@ TEST_CASE("ApplyGradients advances Adam's beta powers once per call where the st
   VariableStore powers;
   REQUIRE_OK(powers.Create("beta1_power", Tensor::Scalar<float>(opt.beta1), false));
   REQUIRE_OK(powers.Create("beta2_power", Tensor::Scalar<float>(opt.beta2), false));
-  REQUIRE_OK(ApplyGradients(opt, powers, none, pool.device));
-  REQUIRE_OK(ApplyGradients(opt, powers, none, pool.device));
+  REQUIRE_OK(ApplyGradients(opt, powers, none, pool.cpu));
+  REQUIRE_OK(ApplyGradients(opt, powers, none, pool.cpu));
   CHECK(*Var(powers, "beta1_power").data<float>() == opt.beta1 * opt.beta1 * opt.beta1);
   CHECK(*Var(powers, "beta2_power").data<float>() == opt.beta2 * opt.beta2 * opt.beta2);
   // Other optimizers leave them alone; a store without them is fine.
-  REQUIRE_OK(ApplyGradients(Sgd(0.1f), powers, none, pool.device));
+  REQUIRE_OK(ApplyGradients(Sgd(0.1f), powers, none, pool.cpu));
   CHECK(*Var(powers, "beta1_power").data<float>() == opt.beta1 * opt.beta1 * opt.beta1);
   VariableStore empty;
-  REQUIRE_OK(ApplyGradients(opt, empty, none, pool.device));
+  REQUIRE_OK(ApplyGradients(opt, empty, none, pool.cpu));
   CHECK(empty.size() == 0);
 }
 
@@ -1205,9 +1208,9 @@ TEST_CASE("ApplyGradients takes two different zero-element variables (duplicates
   grads.learning_rate = 0.1f;
   grads.grads_and_vars.push_back({"p", *Tensor::Create(DataType::kFloat, TensorShape{0})});
   grads.grads_and_vars.push_back({"q", *Tensor::Create(DataType::kFloat, TensorShape{0, 4})});
-  REQUIRE_OK(ApplyGradients(Sgd(0.1f), shard, grads, pool.device));
+  REQUIRE_OK(ApplyGradients(Sgd(0.1f), shard, grads, pool.cpu));
   grads.grads_and_vars.push_back({"p", *Tensor::Create(DataType::kFloat, TensorShape{0})});
-  const Status twice = ApplyGradients(Sgd(0.1f), shard, grads, pool.device);
+  const Status twice = ApplyGradients(Sgd(0.1f), shard, grads, pool.cpu);
   CHECK(twice.code() == absl::StatusCode::kInvalidArgument);
   CHECK_MESSAGE(absl::StrContains(twice.message(), "variable 'p' has more than one gradient"), twice.ToString());
 }

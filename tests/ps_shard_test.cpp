@@ -27,6 +27,7 @@
 #include "absl/strings/match.h"
 #include "actors/actor_system.hpp"
 #include "actors/atoms.hpp"
+#include "actors/status_error.hpp"
 #include "actors/cluster_net.hpp"
 #include "actors/messages.hpp"
 #include "foreman/nn.hpp"

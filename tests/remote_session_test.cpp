@@ -112,7 +112,7 @@ std::shared_ptr<Graph> MlpGraph(const nn::OptimizerOptions& optimizer, std::shar
     } else {
       FOREMAN_ASSIGN_OR_RETURN(result, mlp->ComputeGradients(ctx.variables(), batch->features, batch->labels,
                                                              ctx.compute(), grads.get()));
-      FOREMAN_RETURN_IF_ERROR(ctx.ApplyGradients(*grads, optimizer));
+      FOREMAN_RETURN_IF_ERROR(ctx.ApplyGradients(*grads, nn::Tf1Optimizer(optimizer)));
     }
     for (const char* own : {"input_position", "local_batches"}) {
       FOREMAN_ASSIGN_OR_RETURN(Tensor * t, ctx.variables().Get(own));

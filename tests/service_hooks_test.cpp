@@ -134,7 +134,7 @@ struct Harness {
 
   Status Begin(int64_t step = 0) {
     for (auto& hook : hooks) {
-      hook->AttachServices(runtime.get());
+      if (auto* user = dynamic_cast<internal::ServiceUser*>(hook.get())) user->AttachServices(runtime.get());
       FOREMAN_RETURN_IF_ERROR(hook->begin());
     }
     return CreateSession(step);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "foreman/checkpoint.hpp"
@@ -14,6 +15,8 @@
 #include "foreman/summary.hpp"
 #include "support/log_capture.hpp"
 #include "support/test_util.hpp"
+#include "support/scripted_hook.hpp"
+#include "support/training_graph.hpp"
 
 namespace foreman {
 namespace {
@@ -392,4 +395,51 @@ TEST_CASE("B162 a service error reported to the coordinator is what managed_sess
 }
 
 }  // namespace
+}  // namespace foreman
+
+// -- adversarial cases (issue 4's review; were tests/breaker_test.cpp) -------------
+
+namespace foreman {
+namespace adversarial {
+namespace {
+
+using testing::Bounded;
+using testing::MakeGraph;
+using testing::Model;
+using testing::TempDir;
+
+TEST_CASE("Supervisor: two supervisors on one logdir: the second's managed_session fails on the lock, bounded") {
+  TempDir dir;
+  ManualClock clock;
+  auto model = std::make_shared<Model>();
+  auto make = [&] {
+    SupervisorOptions o;
+    o.graph = MakeGraph(model);
+    o.logdir = dir.path();
+    o.config.clock = &clock;
+    o.stop_grace_secs = 5;
+    auto sv = Supervisor::Create(o);
+    REQUIRE_MESSAGE(sv.ok(), sv.status().ToString());
+    return std::move(sv).value();
+  };
+  auto sv1 = make();
+  auto sv2 = make();
+  Status inner;
+  Status s1 = Bounded([&] {
+    return sv1->managed_session([&](Session& sess) -> Status {
+      REQUIRE(clock.BlockUntilWaiters(3, absl::Seconds(20)));
+      FOREMAN_RETURN_IF_ERROR(sess.Run({"train_op"}).status());
+      inner = sv2->managed_session([&](Session&) -> Status { return absl::OkStatus(); });
+      return absl::OkStatus();
+    });
+  });
+  CHECK(s1.ok());
+  CHECK_MESSAGE(absl::IsFailedPrecondition(inner), inner.ToString());
+  // Once sv1 stopped, the directory is free.
+  Status s2 = Bounded([&] { return sv2->managed_session([&](Session&) -> Status { return absl::OkStatus(); }); });
+  CHECK_MESSAGE(s2.ok(), s2.ToString());
+}
+
+}  // namespace
+}  // namespace adversarial
 }  // namespace foreman

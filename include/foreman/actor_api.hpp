@@ -31,10 +31,6 @@
 //                              dropped (the job monitors it).
 //   (unsubscribe_atom, caf::actor subscriber)
 //   unsubscribe_atom           (no handle: the sender) no more messages
-//   status_atom  -> (std::string state, int64_t global_step,
-//                    int64_t local_steps, std::string error)
-//                              deprecated (use job_status_atom): the error as
-//                              one string, "" when none
 //
 // An unobserved job pays nothing per step: without a subscriber no progress
 // message is built or sent (one relaxed atomic load per step decides).
@@ -117,8 +113,6 @@ using stop_atom = caf::atom_constant<caf::atom("fm_stop")>;
 using job_status_atom = caf::atom_constant<caf::atom("fm_jstatus")>;
 using subscribe_atom = caf::atom_constant<caf::atom("fm_sub")>;
 using unsubscribe_atom = caf::atom_constant<caf::atom("fm_unsub")>;
-using status_atom [[deprecated("use job_status_atom: it answers a JobStatus, the error as a code and a message")]] =
-    caf::atom_constant<caf::atom("fm_status")>;
 
 // -- typed messages -----------------------------------------------------------
 // Plain structs with a CAF inspect(); `code` fields hold an absl::StatusCode's

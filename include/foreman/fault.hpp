@@ -545,7 +545,7 @@ struct ActorFault {
 ///
 /// Thread-safety: the callbacks run on the training thread; fired(),
 /// MarkFired() and the wrapped step may run on any thread.
-class FaultInjectionHook : public SessionRunHook {
+class FaultInjectionHook : public SessionRunHook, public internal::ServiceUser {
  public:
   struct Options {
     std::vector<StepFault> steps;

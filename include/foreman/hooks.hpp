@@ -18,8 +18,7 @@
 //
 // Every stock hook is built the same way: fill its `Options` and call
 // `XxxHook::Create(options)`, which checks them (INVALID_ARGUMENT naming the
-// bad field) and returns a shared_ptr. The older factories and constructors
-// still compile, [[deprecated]], for one release. A hook that wants
+// bad field) and returns a shared_ptr. A hook that wants
 // training to end cleanly calls ctx.request_stop(), which takes effect after
 // the current run.
 //
@@ -52,7 +51,20 @@ namespace foreman {
 
 namespace internal {
 class Services;  // the runtime's service actors, as hooks see them
-}
+
+/// Not part of the hook interface: implemented by Foreman's own hooks whose
+/// work goes to the session's service actors (CheckpointSaverHook,
+/// StepCounterHook, SummarySaverHook, FaultInjectionHook). Foreman's sessions
+/// find it on a hook (dynamic_cast) and call AttachServices once, before
+/// begin(); a user hook does not implement it.
+class ServiceUser {
+ public:
+  virtual ~ServiceUser() = default;
+  /// The service actors of the session the hook runs in. Not owned; valid
+  /// until the session closes. Training thread.
+  virtual void AttachServices(Services* services) = 0;
+};
+}  // namespace internal
 
 /// What a hook adds to a run (TF: SessionRunArgs). Empty fetches means "no
 /// fetches" (TF's None: the hook then gets results == nullptr).
@@ -120,11 +132,6 @@ class SessionRunHook {
     return absl::OkStatus();
   }
   virtual Status end(Session* /*session*/) { return absl::OkStatus(); }
-
-  /// Called by Foreman's sessions before begin(): the service actors (summary
-  /// writers, checkpoint saver, step counter) of the session the hook runs
-  /// in. User hooks ignore it. Not owned; valid until the session closes.
-  virtual void AttachServices(internal::Services* /*services*/) {}
 };
 
 using HookList = std::vector<std::shared_ptr<SessionRunHook>>;
@@ -173,10 +180,6 @@ class StopAtStepHook : public SessionRunHook {
   /// ValueError): INVALID_ARGUMENT "One of num_steps or last_step must be
   /// specified." / "Only one of num_steps or last_step can be specified.".
   static StatusOr<std::shared_ptr<StopAtStepHook>> Create(const Options& options);
-  /// Two positional optionals are easy to swap: use Create(Options).
-  [[deprecated("use StopAtStepHook::Create(StopAtStepHook::Options)")]] static StatusOr<
-      std::shared_ptr<StopAtStepHook>>
-  Create(std::optional<int64_t> num_steps, std::optional<int64_t> last_step);
   std::string name() const override { return "StopAtStepHook"; }
   /// FAILED_PRECONDITION "Global step should be created to use
   /// StopAtStepHook." when the session's graph has no global_step. (TF checks
@@ -247,7 +250,7 @@ class CheckpointSaverListener {
 /// From begin(), the session's checkpoint_saver actor holds the checkpoint
 /// directory's lock (LockCheckpointDirectory) until the session's services
 /// shut down (the MonitoredSession's close()).
-class CheckpointSaverHook : public SessionRunHook {
+class CheckpointSaverHook : public SessionRunHook, public internal::ServiceUser {
  public:
   struct Options {
     std::string checkpoint_dir;
@@ -312,7 +315,7 @@ class CheckpointSaverHook : public SessionRunHook {
 /// defaults). Warns (first 5 times) when the stale global step did not
 /// change (TF's warning). A trigger with no Clock time elapsed records nothing (TF
 /// would divide by zero).
-class StepCounterHook : public SessionRunHook {
+class StepCounterHook : public SessionRunHook, public internal::ServiceUser {
  public:
   struct Options {
     /// Exactly one of every_n_steps / every_n_secs (INVALID_ARGUMENT
@@ -359,7 +362,7 @@ class StepCounterHook : public SessionRunHook {
 /// after a process restart. TF writes no START there, and the replayed steps
 /// appear twice.
 /// The writes go to output_dir's summary_writer actor.
-class SummarySaverHook : public SessionRunHook {
+class SummarySaverHook : public SessionRunHook, public internal::ServiceUser {
  public:
   struct Options {
     /// Exactly one of save_steps / save_secs (see SecondOrStepTimer).
@@ -470,9 +473,6 @@ class NanTensorHook : public SessionRunHook {
   };
   /// INVALID_ARGUMENT for an empty loss_tensor.
   static StatusOr<std::shared_ptr<NanTensorHook>> Create(const Options& options);
-  [[deprecated("use NanTensorHook::Create(NanTensorHook::Options)")]] NanTensorHook(std::string loss_tensor,
-                                                                                   bool fail_on_nan_loss = true)
-      : NanTensorHook(Options{std::move(loss_tensor), fail_on_nan_loss}) {}
   std::string name() const override { return "NanTensorHook"; }
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
   /// NaN (not Inf): with fail_on_nan_loss logs "Model diverged with loss =
@@ -504,10 +504,6 @@ class GlobalStepWaiterHook : public SessionRunHook {
   };
   /// INVALID_ARGUMENT for poll_interval <= 0 or max_wait <= 0.
   static StatusOr<std::shared_ptr<GlobalStepWaiterHook>> Create(const Options& options);
-  [[deprecated("use GlobalStepWaiterHook::Create(GlobalStepWaiterHook::Options)")]] GlobalStepWaiterHook(
-      int64_t wait_until_step, Clock* clock = Clock::Real(), absl::Duration poll_interval = absl::Milliseconds(500),
-      std::optional<absl::Duration> max_wait = std::nullopt)
-      : GlobalStepWaiterHook(Options{wait_until_step, clock, poll_interval, max_wait}) {}
   std::string name() const override { return "GlobalStepWaiterHook"; }
   Status begin() override;
   /// FAILED_PRECONDITION "Global step should be created to use
@@ -543,9 +539,6 @@ class FinalOpsHook : public SessionRunHook {
   };
   /// INVALID_ARGUMENT for an empty name in final_ops.
   static StatusOr<std::shared_ptr<FinalOpsHook>> Create(const Options& options);
-  [[deprecated("use FinalOpsHook::Create(FinalOpsHook::Options)")]] explicit FinalOpsHook(
-      std::vector<std::string> final_ops, TensorMap final_ops_feed_dict = {})
-      : FinalOpsHook(Options{std::move(final_ops), std::move(final_ops_feed_dict)}) {}
   std::string name() const override { return "FinalOpsHook"; }
   /// Runs final_ops (none: nothing) on the raw session with the feeds and
   /// keeps the values; OUT_OF_RANGE there is logged with TF's warning and
@@ -571,9 +564,6 @@ class FeedFnHook : public SessionRunHook {
   };
   /// INVALID_ARGUMENT for an empty feed_fn.
   static StatusOr<std::shared_ptr<FeedFnHook>> Create(const Options& options);
-  [[deprecated("use FeedFnHook::Create(FeedFnHook::Options)")]] explicit FeedFnHook(
-      std::function<TensorMap()> feed_fn)
-      : FeedFnHook(Options{std::move(feed_fn)}) {}
   std::string name() const override { return "FeedFnHook"; }
   /// No fetches, feeds = feed_fn() (its exceptions become the Status).
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
@@ -634,12 +624,5 @@ class ProfilerHook : public SessionRunHook {
 /// survive a JavaScript number). Names are JSON-escaped; ts and dur are
 /// microseconds.
 std::string ChromeTraceJson(const RunMetadata& metadata, int64_t step);
-
-// The options structs' older names (one release).
-using CheckpointSaverHookOptions [[deprecated("use CheckpointSaverHook::Options")]] = CheckpointSaverHook::Options;
-using StepCounterHookOptions [[deprecated("use StepCounterHook::Options")]] = StepCounterHook::Options;
-using SummarySaverHookOptions [[deprecated("use SummarySaverHook::Options")]] = SummarySaverHook::Options;
-using LoggingTensorHookOptions [[deprecated("use LoggingTensorHook::Options")]] = LoggingTensorHook::Options;
-using ProfilerHookOptions [[deprecated("use ProfilerHook::Options")]] = ProfilerHook::Options;
 
 }  // namespace foreman

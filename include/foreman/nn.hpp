@@ -36,9 +36,8 @@
 //   FOREMAN_RETURN_IF_ERROR(sess->Run({"train_op", "loss"}, batch).status());
 //   ```
 //
-// The step runs through a compute::Device (compute.hpp): the session's
-// (StepContext::compute()), or a CPU device around a caller's Eigen
-// ThreadPoolDevice (the overloads taking one). Numerics are float32
+// The step runs through a compute::Device (compute.hpp), the session's
+// (StepContext::compute()). Numerics are float32
 // throughout. For a given seed, device and thread count a run is bitwise
 // reproducible; a different thread count may change the rounding of the
 // matrix products.
@@ -51,13 +50,10 @@
 
 #include "foreman/compute.hpp"
 #include "foreman/graph.hpp"
+#include "foreman/optimizer.hpp"
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
 #include "foreman/variable_store.hpp"
-
-namespace Eigen {
-struct ThreadPoolDevice;
-}
 
 namespace foreman::nn {
 
@@ -133,27 +129,10 @@ struct StepResult {
   float accuracy = 0;   // fraction of rows whose argmax (first maximum) == label
 };
 
-/// The gradients of one step and the arguments of their update: what a
-/// worker of a cluster computes on the variables it read and sends to the
-/// parameter servers (TF1: optimizer.compute_gradients's grads_and_vars, and
-/// the learning-rate and lr_t tensors the apply ops read). Filled by
-/// Mlp::ComputeGradients, applied by ApplyGradients. A plain value: owns its
-/// tensors (copies are deep); thread-compatible.
-struct Gradients {
-  struct GradAndVar {
-    std::string variable;  // the trainable variable's name, "dense/kernel"
-    Tensor grad;           // float32, shaped as the variable: d(mean loss)/d(variable)
-  };
-  /// One entry per trainable variable of the model, sorted by name
-  /// ("dense/bias", "dense/kernel", "dense_1/bias", ...). A parameter
-  /// server's share is the entries of the variables it holds.
-  std::vector<GradAndVar> grads_and_vars;
-  /// The rate the step was computed with (Mlp::set_learning_rate's).
-  float learning_rate = 0;
-  /// Adam's lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power), from the
-  /// beta powers read with the variables; 0 for the other optimizers.
-  float adam_step_size = 0;
-};
+/// A step's gradients (optimizer.hpp): filled by Mlp::ComputeGradients,
+/// applied by ApplyGradients (or Tf1Optimizer through
+/// StepContext::ApplyGradients).
+using Gradients = foreman::Gradients;
 
 /// Labelled examples held in a device's memory, copied there once (the
 /// training data of a GPU session; TF: a dataset cached on the device), for
@@ -262,9 +241,6 @@ class Mlp {
   /// [0, N)", or examples of another device or feature dimension.
   StatusOr<StepResult> TrainStep(VariableStore& vars, const DeviceExamples& examples, const int32_t* indices,
                                  int64_t rows, compute::Device& device);
-  /// The same on a CPU device running on `device` (not owned).
-  StatusOr<StepResult> TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                 const Eigen::ThreadPoolDevice& device);
 
   /// TrainStep without its update (TF1: optimizer.compute_gradients): the
   /// same forward and backward, giving bitwise the gradients TrainStep
@@ -280,18 +256,12 @@ class Mlp {
   /// device error.
   StatusOr<StepResult> ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                         compute::Device& device, Gradients* grads);
-  /// The same on a CPU device running on `device` (not owned).
-  StatusOr<StepResult> ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                        const Eigen::ThreadPoolDevice& device, Gradients* grads);
 
   /// Loss and accuracy over all N rows of `features`, no update, computed in
   /// chunks of at most kEvalChunkRows rows (bounded memory). Only kernels and
   /// biases are read. Errors as TrainStep.
   StatusOr<StepResult> Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                 compute::Device& device);
-  /// The same on a CPU device running on `device` (not owned).
-  StatusOr<StepResult> Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                const Eigen::ThreadPoolDevice& device);
   /// Loss and accuracy over every example of `examples` in order, gathered
   /// on the device in chunks of kEvalChunkRows; bitwise Evaluate on the same
   /// examples as Tensors. Errors as the TrainStep by indices.
@@ -351,8 +321,21 @@ class Mlp {
 /// Not thread-safe for one `shard`: callers serialise updates to a store.
 Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
                       compute::Device& device);
-/// The same on a CPU device running on `device` (not owned).
-Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
-                      const Eigen::ThreadPoolDevice& device);
+
+/// The Optimizer (optimizer.hpp) of `options`: TF1's GradientDescentOptimizer,
+/// MomentumOptimizer or AdamOptimizer update, as ApplyGradients above — what
+/// a step hands StepContext::ApplyGradients. Holds a copy of the options
+/// (checked by each ApplyGradients call, learning_rate aside); immutable,
+/// so thread-safe.
+class Tf1Optimizer final : public Optimizer {
+ public:
+  explicit Tf1Optimizer(const OptimizerOptions& options) : options_(options) {}
+  const OptimizerOptions& options() const { return options_; }
+  /// nn::ApplyGradients(options(), vars, grads, device), with its errors.
+  Status ApplyGradients(const Gradients& grads, VariableStore& vars, compute::Device& device) const override;
+
+ private:
+  OptimizerOptions options_;
+};
 
 }  // namespace foreman::nn

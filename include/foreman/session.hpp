@@ -58,6 +58,7 @@
 #include "foreman/compute.hpp"
 #include "foreman/env.hpp"
 #include "foreman/graph.hpp"
+#include "foreman/optimizer.hpp"
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
 #include "foreman/variable_store.hpp"
@@ -67,11 +68,6 @@ struct ThreadPoolDevice;
 }
 
 namespace foreman {
-
-namespace nn {
-struct Gradients;
-struct OptimizerOptions;
-}  // namespace nn
 
 namespace internal {
 class RemoteValues;
@@ -171,22 +167,20 @@ class StepContext {
   /// The CPU Eigen device of the session's intra-op pool, for a step's own
   /// Eigen code, whatever SessionConfig.device is (never null).
   const Eigen::ThreadPoolDevice& eigen_device() const { return *device_; }
-  [[deprecated("use eigen_device() (or compute() for the session's compute device)")]]
-  const Eigen::ThreadPoolDevice& device() const { return *device_; }
   int intra_op_threads() const;
 
   /// Applies a step's gradients (TF1: optimizer.apply_gradients(grads,
-  /// global_step=global_step)). On a local or inproc:// session:
-  /// nn::ApplyGradients(optimizer, variables(), grads, compute()), then
+  /// global_step=global_step); optimizer.hpp). On a local or inproc://
+  /// session: optimizer.ApplyGradients(grads, variables(), compute()), then
   /// global_step += 1 when variables() holds it. On a cluster session
   /// (tcp://, tls://: remote_variables()), the ps tasks apply them with
   /// their own optimizer (started from the same flags; `optimizer` is not
-  /// sent) and variables()'s global_step becomes ps 0's new value; the
+  /// used) and variables()'s global_step becomes ps 0's new value; the
   /// step's own copies of the trainable variables are not updated (the next
-  /// run reads them again). Errors: nn::ApplyGradients's; on a cluster,
+  /// run reads them again). Errors: the optimizer's; on a cluster,
   /// UNAVAILABLE naming the ps task that cannot be reached, OUT_OF_RANGE
   /// once the chief ended training (end the run as at the end of input).
-  Status ApplyGradients(const nn::Gradients& grads, const nn::OptimizerOptions& optimizer);
+  Status ApplyGradients(const Gradients& grads, const Optimizer& optimizer);
   /// Whether the variables live on parameter servers (a cluster target):
   /// the step should then compute gradients (nn::Mlp::ComputeGradients) and
   /// call ApplyGradients rather than update variables() itself.

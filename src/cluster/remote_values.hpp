@@ -27,8 +27,8 @@
 #include "foreman/status.hpp"
 #include "foreman/variable_store.hpp"
 
-namespace foreman::nn {
-struct Gradients;
+namespace foreman {
+struct Gradients;  // optimizer.hpp
 }
 
 namespace foreman::internal {
@@ -91,7 +91,7 @@ class RemoteValues {
   /// OUT_OF_RANGE once the chief ended training (EndTraining: the worker's
   /// run ends cleanly, as at the end of its input); a ps task's refusal
   /// (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION) unchanged.
-  virtual StatusOr<int64_t> Apply(const nn::Gradients& grads, int64_t computed_at_step) = 0;
+  virtual StatusOr<int64_t> Apply(const Gradients& grads, int64_t computed_at_step) = 0;
 
   /// How a session of this target waits for an unreachable ps task (issue
   /// 13 point 4; ClusterOptions::ps_wait_secs and heartbeat_ms): on an

@@ -799,12 +799,6 @@ StatusOr<std::unique_ptr<Mlp>> Mlp::Create(MlpSpec spec, OptimizerOptions optimi
 }
 
 StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                    const Eigen::ThreadPoolDevice& device) {
-  compute::CpuDevice cpu(&device);
-  return TrainStep(vars, features, labels, cpu);
-}
-
-StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features, const Tensor& labels,
                                     compute::Device& device) {
   Impl& m = *impl_;
   FOREMAN_RETURN_IF_ERROR(CheckBatch(m.spec, features, labels));
@@ -872,12 +866,6 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const Tensor& features,
 }
 
 StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                           const Eigen::ThreadPoolDevice& device, Gradients* grads) {
-  compute::CpuDevice cpu(&device);
-  return ComputeGradients(vars, features, labels, cpu, grads);
-}
-
-StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tensor& features, const Tensor& labels,
                                            compute::Device& device, Gradients* grads) {
   Impl& m = *impl_;
   if (grads == nullptr) return absl::InvalidArgumentError("Mlp::ComputeGradients: grads is null");
@@ -934,10 +922,8 @@ StatusOr<StepResult> Mlp::ComputeGradients(const VariableStore& vars, const Tens
   return result;
 }
 
-Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
-                      const Eigen::ThreadPoolDevice& device) {
-  compute::CpuDevice cpu(&device);
-  return ApplyGradients(optimizer, shard, grads, cpu);
+Status Tf1Optimizer::ApplyGradients(const Gradients& grads, VariableStore& vars, compute::Device& device) const {
+  return nn::ApplyGradients(options_, vars, grads, device);
 }
 
 Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, const Gradients& grads,
@@ -1019,12 +1005,6 @@ Status ApplyGradients(const OptimizerOptions& optimizer, VariableStore& shard, c
     *beta2_power = *beta2_power * optimizer.beta2;
   }
   return absl::OkStatus();
-}
-
-StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,
-                                   const Eigen::ThreadPoolDevice& device) {
-  compute::CpuDevice cpu(&device);
-  return Evaluate(vars, features, labels, cpu);
 }
 
 StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& features, const Tensor& labels,

@@ -121,3 +121,9 @@ void ApplyDense(const OptimizerOptions& optimizer, float lr, float* var, const f
 
 }  // namespace internal
 }  // namespace foreman::nn
+
+namespace foreman {
+
+bool IsOptimizerSlotName(const std::string& name) { return nn::internal::IsSlotName(name); }
+
+}  // namespace foreman

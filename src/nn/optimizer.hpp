@@ -8,6 +8,10 @@
 
 #include "foreman/nn.hpp"
 
+namespace Eigen {
+struct ThreadPoolDevice;
+}
+
 namespace foreman::nn::internal {
 
 inline constexpr char kBeta1PowerName[] = "beta1_power";

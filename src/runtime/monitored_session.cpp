@@ -328,7 +328,9 @@ Status MonitoredSession::Impl::Start() {
   if (!rt.ok()) return rt.status();
   runtime = std::move(rt).value();
   for (std::size_t i = 0; i < hooks.size(); ++i) {
-    Status s = CallHook(Where(i, "AttachServices"), [&] { hooks[i]->AttachServices(runtime.get()); });
+    auto* user = dynamic_cast<internal::ServiceUser*>(hooks[i].get());
+    if (user == nullptr) continue;  // a hook that uses no service actors
+    Status s = CallHook(Where(i, "AttachServices"), [&] { user->AttachServices(runtime.get()); });
     if (!s.ok()) {
       Abort();
       return s;

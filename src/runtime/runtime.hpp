@@ -13,7 +13,7 @@
 // session's RestartPolicy (RuntimeOptions::restart; OTP's supervisor, see
 // actors/session_supervisor.hpp): restarted behind its stable address
 // (ChildLink), or removed. Under TF's default policy, or once the restart
-// intensity is exceeded, it is reported to the coordinator as a Status
+// intensity is exceeded, it is reported to the failure_sink actor as a Status
 // (first error wins); the session sees should_stop() and ends with that
 // error. Create() returns INVALID_ARGUMENT for a policy that
 // ValidateRestartPolicy refuses.
@@ -50,7 +50,7 @@ class Runtime : public Services {
 
   /// Stops the tree in order: waits for pending saves and for the step
   /// counters' last records, flushes and closes every summary writer, stops
-  /// every actor (the coordinator last) and waits until they are gone;
+  /// every actor (the failure_sink last) and waits until they are gone;
   /// bounded by `timeout` (real time; DEADLINE_EXCEEDED naming what did not
   /// stop). Returns the first service error (error()) if any. Idempotent:
   /// later calls return the first result. The destructor calls it when

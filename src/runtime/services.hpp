@@ -173,8 +173,8 @@ class StepCounterService {
 /// The seam through which a FaultInjectionHook injects ActorFaults
 /// (fault.hpp) into the runtime's service actors, without CAF: the Runtime
 /// implements it and hands it out as Services::service_faults(); the
-/// MonitoredSession gives every hook the Services at creation
-/// (SessionRunHook::AttachServices). `service` is a kind:
+/// MonitoredSession gives every hook that is an internal::ServiceUser the
+/// Services at creation (ServiceUser::AttachServices). `service` is a kind:
 /// "summary_writer", "checkpoint_saver", "step_counter" or "input_pipeline";
 /// each call acts on every running service of that kind. Thread-safe.
 class ServiceFaults {
@@ -187,7 +187,7 @@ class ServiceFaults {
   /// `fault_id`. For each service sent the fault, one Completion is appended
   /// to `*applied` (when not null): the session_supervisor completes it (OK)
   /// once it has handled that service's exit -- the failure escalated (and
-  /// the coordinator has taken the report), the service removed, restarted
+  /// the failure_sink has taken the report), the service removed, restarted
   /// (no back-off) or its restart scheduled (with a back-off: completed
   /// then, not after it), or the normal exit forgotten -- or the tree shut
   /// down. The service's link (ChildLink::NoteKill, actors/) notes the

@@ -24,8 +24,7 @@
 #include "compute/cpu_device.hpp"
 #include "compute/device_factory.hpp"
 #include "foreman/mutex.hpp"
-#include "foreman/nn.hpp"
-#include "nn/optimizer.hpp"
+#include "foreman/optimizer.hpp"
 #include "platform/log.hpp"
 #include "runtime/session_access.hpp"
 #include "runtime/session_target.hpp"
@@ -107,11 +106,11 @@ void StepContext::Set(const std::string& fetch, Tensor value) {
 
 int StepContext::intra_op_threads() const { return device_->numThreads(); }
 
-Status StepContext::ApplyGradients(const nn::Gradients& grads, const nn::OptimizerOptions& optimizer) {
+Status StepContext::ApplyGradients(const Gradients& grads, const Optimizer& optimizer) {
   VariableStore& vars = *variables_;
   const bool has_step = vars.Contains(GlobalStepName());
   if (remote_ == nullptr) {
-    FOREMAN_RETURN_IF_ERROR(nn::ApplyGradients(optimizer, vars, grads, compute()));
+    FOREMAN_RETURN_IF_ERROR(optimizer.ApplyGradients(grads, vars, compute()));
     if (has_step) FOREMAN_RETURN_IF_ERROR(IncrementGlobalStep(vars).status());
     return absl::OkStatus();
   }
@@ -337,7 +336,7 @@ Status Session::RunCore(const std::vector<std::string>& requested, const TensorM
     // ReadForStep leaves them, unless this run fetches one.
     if (remote != nullptr) {
       const bool fetches_slot = std::any_of(requested.begin(), requested.end(),
-                                            [](const std::string& f) { return nn::internal::IsSlotName(f); });
+                                            [](const std::string& f) { return IsOptimizerSlotName(f); });
       FOREMAN_RETURN_IF_ERROR(fetches_slot ? remote->Read(vars) : remote->ReadForStep(vars));
     }
     if (!impl_->known_fetches.empty()) {

@@ -130,7 +130,7 @@ Status Train(MlpModel& m, StepContext& ctx, std::vector<std::string>& summaries)
     // compute_gradients here, apply_gradients on the ps devices).
     auto span = ctx.Trace("train");
     FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->ComputeGradients(vars, batch.features, batch.labels, ctx.compute(), &m.grads));
-    if (Status applied = ctx.ApplyGradients(m.grads, m.optimizer); !applied.ok()) {
+    if (Status applied = ctx.ApplyGradients(m.grads, nn::Tf1Optimizer(m.optimizer)); !applied.ok()) {
       // OUT_OF_RANGE: the chief ended training; the batch was not used (the
       // position stays), and the run ends as at the end of input.
       if (absl::IsOutOfRange(applied)) m.ended_by_chief = true;

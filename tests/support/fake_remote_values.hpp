@@ -31,6 +31,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "compute/cpu_device.hpp"
 #include "foreman/cluster.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/variable_store.hpp"
@@ -47,7 +48,7 @@ class FakeRemoteValues : public internal::RemoteValues {
   enum Method { kBind, kRead, kReadConsistent, kWrite, kApply, kReadForStep, kMethods };
 
   FakeRemoteValues(int num_ps, nn::OptimizerOptions optimizer)
-      : optimizer_(optimizer), shards_(static_cast<std::size_t>(num_ps)), pool_(1), device_(&pool_, 1) {
+      : optimizer_(optimizer), shards_(static_cast<std::size_t>(num_ps)), device_(1) {
     for (auto& shard : shards_) shard = std::make_unique<Shard>();
   }
 
@@ -339,8 +340,7 @@ class FakeRemoteValues : public internal::RemoteValues {
   std::vector<int64_t> applied_at_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::map<int64_t, std::map<std::string, Tensor>> history_;  // under every shard's mutex
-  Eigen::ThreadPool pool_;
-  Eigen::ThreadPoolDevice device_;
+  compute::CpuDevice device_;  // one intra-op thread
 };
 
 /// A fake cluster registered for this object's lifetime: sessions on

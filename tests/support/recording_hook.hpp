@@ -18,7 +18,7 @@ namespace foreman::testing {
 
 // Logs "<name>.<callback>" and records what it saw; each callback's result
 // can be replaced.
-class RecordingHook : public SessionRunHook {
+class RecordingHook : public SessionRunHook, public internal::ServiceUser {
  public:
   RecordingHook(std::string name, std::shared_ptr<CallLog> log) : name_(std::move(name)), log_(std::move(log)) {}
   std::string name() const override { return name_; }

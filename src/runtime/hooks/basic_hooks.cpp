@@ -75,14 +75,6 @@ StatusOr<std::shared_ptr<StopAtStepHook>> StopAtStepHook::Create(const Options& 
   return std::shared_ptr<StopAtStepHook>(new StopAtStepHook(options.num_steps, options.last_step));
 }
 
-StatusOr<std::shared_ptr<StopAtStepHook>> StopAtStepHook::Create(std::optional<int64_t> num_steps,
-                                                                 std::optional<int64_t> last_step) {
-  Options options;
-  options.num_steps = num_steps;
-  options.last_step = last_step;
-  return Create(options);
-}
-
 StopAtStepHook::StopAtStepHook(std::optional<int64_t> num_steps, std::optional<int64_t> last_step)
     : num_steps_(num_steps), last_step_(last_step) {}
 

@@ -1,4 +1,4 @@
-#include "coordinator.hpp"
+#include "failure_sink.hpp"
 
 #include <utility>
 
@@ -29,14 +29,14 @@ Status FailureCell::error() {
 
 namespace {
 
-struct coordinator_state {
+struct failure_sink_state {
   std::shared_ptr<FailureCell> cell;
   static const char* name;
 };
-const char* coordinator_state::name = "coordinator";
+const char* failure_sink_state::name = "failure_sink";
 
-caf::behavior coordinator(caf::stateful_actor<coordinator_state>* self, std::shared_ptr<FailureCell> cell) {
-  MakeQuiet(self, "coordinator");
+caf::behavior failure_sink(caf::stateful_actor<failure_sink_state>* self, std::shared_ptr<FailureCell> cell) {
+  MakeQuiet(self, "failure_sink");
   self->state.cell = std::move(cell);
   return {
       [=](report_atom, const std::string& source, const StatusMessage& status) {
@@ -48,8 +48,8 @@ caf::behavior coordinator(caf::stateful_actor<coordinator_state>* self, std::sha
 
 }  // namespace
 
-caf::actor SpawnCoordinator(caf::local_actor* parent, std::shared_ptr<FailureCell> cell) {
-  return parent->spawn(coordinator, std::move(cell));
+caf::actor SpawnFailureSink(caf::local_actor* parent, std::shared_ptr<FailureCell> cell) {
+  return parent->spawn(failure_sink, std::move(cell));
 }
 
 }  // namespace foreman::internal

@@ -1,4 +1,4 @@
-// coordinator actor: where the tree's failures arrive (design.md §1).
+// failure_sink actor: where the tree's failures arrive (design.md §1).
 //
 // Protocol (fire-and-forget; no replies):
 //   (report_atom, std::string source, StatusMessage status)
@@ -27,13 +27,14 @@
 #include "foreman/mutex.hpp"
 #include "foreman/coordinator.hpp"
 #include "foreman/status.hpp"
+#include "status_error.hpp"
 
 namespace foreman::internal {
 
 /// The first service error and the session's Coordinator. Thread-safe.
 class FailureCell {
  public:
-  /// The coordinator of the current session (nullptr between sessions).
+  /// The Coordinator of the current session (nullptr between sessions).
   /// When an error was reported before, `coord` is stopped with it at once:
   /// a failed service stays failed for every later session.
   void SetCoordinator(Coordinator* coord);
@@ -52,8 +53,8 @@ class FailureCell {
   Status first_error_ ABSL_GUARDED_BY(mu_);
 };
 
-/// Spawns the coordinator actor as a child of `parent` (the
+/// Spawns the failure_sink actor as a child of `parent` (the
 /// session_supervisor), on the shared scheduler.
-caf::actor SpawnCoordinator(caf::local_actor* parent, std::shared_ptr<FailureCell> cell);
+caf::actor SpawnFailureSink(caf::local_actor* parent, std::shared_ptr<FailureCell> cell);
 
 }  // namespace foreman::internal
