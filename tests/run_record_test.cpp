@@ -109,7 +109,8 @@ TEST_CASE("A torn last line (a killed process) is skipped by the reader and cut 
 }
 
 TEST_CASE("A bad line before the last is DATA_LOSS naming the file and the line's number") {
-  const std::string text = "{\"event\":\"step\",\"global_step\":1}\n{\"event\":\"st\n{\"event\":\"step\",\"global_step\":2}\n";
+  const std::string text =
+      "{\"event\":\"step\",\"global_step\":1}\n{\"event\":\"st\n{\"event\":\"step\",\"global_step\":2}\n";
   auto bad = ParseRunRecord(text, "run/run_record.jsonl");
   REQUIRE(!bad.ok());
   CHECK(absl::IsDataLoss(bad.status()));

@@ -224,7 +224,8 @@ StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const s
     // is read only for --restart-policy's service restart lines).
     std::vector<nlohmann::json> events;
     if (auto record = ReadRunRecord(job.run.env, run_dir); !record.ok()) {
-      r.invariants["global_step"].Fail(absl::StrCat("after run ", n, ": ", job.run.Rel(std::string(record.status().message()))));
+      r.invariants["global_step"].Fail(
+          absl::StrCat("after run ", n, ": ", job.run.Rel(std::string(record.status().message()))));
     } else if (record->size() > recorded) {
       events.assign(record->begin() + static_cast<std::ptrdiff_t>(recorded), record->end());
       recorded = record->size();

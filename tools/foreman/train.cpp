@@ -88,7 +88,9 @@ int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
   if (watcher.signalled()) {
     std::printf("stopped by %s after its final checkpoint\n", SignalName(watcher.signal_number()));
   }
-  if (job.faults.record != nullptr) job.faults.record->Exit(watcher.signalled() ? SignalName(watcher.signal_number()) : "");
+  if (job.faults.record != nullptr) {
+    job.faults.record->Exit(watcher.signalled() ? SignalName(watcher.signal_number()) : "");
+  }
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
     std::fprintf(stderr, "foreman train: cannot write the report to stdout: %s\n", std::strerror(errno));
     return kExitFailed;
