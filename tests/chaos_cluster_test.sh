@@ -110,11 +110,15 @@ left=$(pgrep -f -- "$work3/seed-0" || true)
 #    lines), every task's last run exits 0 (the partitioned ps rejoins: 0),
 #    the invariants hold, no task and no namespace holder is left. Where
 #    namespaces cannot be made, the plan holds no partition and the report
-#    says why.
+#    says why. Synchronous training (--replicas-to-aggregate 2): each step
+#    needs both workers' gradients, so worker 1 cannot train the job to its
+#    end while the chief recovers from the cut; asynchronously, on a loaded
+#    machine it did, and the kill planned at the chief's step 233 never fired.
 work4=$tmp/work4
 holders_before=$(pgrep -fx "sleep 3600" | sort)
 "$foreman" chaos --preset cluster --seed 322 --work-dir "$work4" --keep --json "$tmp/report4.json" -- \
-  --max-steps 1000 --hidden 16 --batch-size 50 --threads 1 --eval-every-steps 0 >"$tmp/chaos4.out" 2>&1 &
+  --max-steps 1000 --hidden 16 --batch-size 50 --threads 1 --eval-every-steps 0 --replicas-to-aggregate 2 \
+  >"$tmp/chaos4.out" 2>&1 &
 chaos_pid=$!
 pids+=("$chaos_pid")
 wait_bounded "$chaos_pid" 60

@@ -175,9 +175,8 @@ class SeedRun {
     o.argv = ArgsOf(t);
     o.stdout_to = ChildOutput::File(k.log_path);
     o.join_namespaces_of = cut_task_ < 0 ? 0 : t == cut_task_ ? net_.b() : net_.a();
-    FOREMAN_ASSIGN_OR_RETURN(k.proc, Subprocess::Spawn(o));  // death signal SIGKILL: no orphaned task
+    FOREMAN_ASSIGN_OR_RETURN(k.proc, SpawnObserved(o, run_.observer, t));  // death signal SIGKILL: no orphaned task
     k.running = true;
-    run_.observer.OnProcessGroup(t, k.proc.pid());
     k.started = Clock::now();
     k.run = ClusterTaskRun();
     k.run.task = t;

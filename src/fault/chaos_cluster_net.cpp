@@ -1,5 +1,6 @@
 // --preset cluster's network partitions (chaos_cluster_net.hpp).
 #include "fault/chaos_cluster_net.hpp"
+#include "fault/chaos_run.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -76,8 +77,7 @@ StatusOr<Subprocess> PartitionNet::Holder(pid_t in, const std::vector<std::strin
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   o.join_namespaces_of = in;
   o.stderr_to = ChildOutput::DevNull();
-  FOREMAN_ASSIGN_OR_RETURN(Subprocess holder, Subprocess::Spawn(o));
-  observer_.OnProcessGroup(slot, holder.pid());
+  FOREMAN_ASSIGN_OR_RETURN(Subprocess holder, SpawnObserved(o, observer_, slot));
   std::error_code outer_ec;
   const std::string outer =
       fs::read_symlink(in > 0 ? absl::StrCat("/proc/", in, "/ns/net") : "/proc/self/ns/net", outer_ec).string();

@@ -71,8 +71,7 @@ StatusOr<ChildResult> RunChild(const ChaosRun& run, const std::vector<std::strin
   o.stdout_to = ChildOutput::File(log_path);
   o.parent_death_signal = 0;
   const auto start = std::chrono::steady_clock::now();
-  FOREMAN_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Spawn(o));
-  run.observer.OnProcessGroup(0, child.pid());
+  FOREMAN_ASSIGN_OR_RETURN(Subprocess child, SpawnObserved(o, run.observer, 0));
   const int64_t timeout_ms = static_cast<int64_t>(std::ceil(run.options.timeout_secs * 1000));
   StatusOr<FinishResult> finished = child.Finish(timeout_ms);
   run.observer.OnProcessGroup(0, 0);
@@ -362,6 +361,17 @@ StatusOr<std::vector<ProcessSeedReport>> RunSeeds(const Job& job) {
 }
 
 }  // namespace
+
+StatusOr<Subprocess> SpawnObserved(const SpawnOptions& o, ChaosObserver& observer, int slot) {
+  sigset_t stop_signals, old;
+  sigemptyset(&stop_signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, sig);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &old);
+  StatusOr<Subprocess> child = Subprocess::Spawn(o);
+  if (child.ok()) observer.OnProcessGroup(slot, child->pid());
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return child;
+}
 
 StatusOr<ChaosReport> RunProcessChaos(ChaosRun& run) {
   Job job{run, TrainFlagsAsRun(run.options)};

@@ -13,6 +13,7 @@
 #include "foreman/chaos.hpp"
 #include "foreman/env.hpp"
 #include "foreman/status.hpp"
+#include "platform/subprocess.hpp"
 
 namespace foreman::internal {
 
@@ -61,5 +62,17 @@ void FinishWorkDirectory(const ChaosRun& run, ChaosReport* report);
 /// --preset cluster (chaos_cluster.cpp).
 StatusOr<ChaosReport> RunProcessChaos(ChaosRun& run);
 StatusOr<ChaosReport> RunClusterChaos(ChaosRun& run);
+
+/// Subprocess::Spawn(o), then observer.OnProcessGroup(slot, pid), with
+/// SIGINT, SIGTERM and SIGHUP blocked in the calling thread from before the
+/// spawn until the observer knows the group: a handler that kills the
+/// observer's groups (the CLI's) and runs on this thread cannot run while the
+/// child exists unknown to it (under load the child reached exec, and a
+/// test's SIGTERM arrived, before the observer heard of it; the job, which
+/// has no death signal, was left running). A signal that came meanwhile is
+/// delivered when the mask is restored. RunChaos spawns from the thread that
+/// called it, so this holds where that thread is the one the signals reach
+/// (the CLI's: single-threaded).
+StatusOr<Subprocess> SpawnObserved(const SpawnOptions& o, ChaosObserver& observer, int slot);
 
 }  // namespace foreman::internal
