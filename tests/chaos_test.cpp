@@ -141,6 +141,62 @@ TEST_CASE("A failed invariant is in the report, not an error: a corrupted checkp
   CHECK(j["seeds"][0]["invariants"]["bounded"]["ok"] == true);
 }
 
+// Rewrites every process's log as it exits: the lines a reader of log text
+// would look for ("Restoring parameters from", "Recovered from a preemption
+// error", "Saving checkpoints for", "stopped by ...") are reworded.
+class Rewording : public ChaosObserver {
+ public:
+  void OnProcessExit(int64_t /*seed*/, int n, const std::string& run_dir) override {
+    const std::string log = (std::filesystem::path(run_dir).parent_path() / ("run-" + std::to_string(n) + ".log"));
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    for (const std::string from : {"Restoring parameters from", "Recovered from a preemption error",
+                                   "Saving checkpoints for", "stopped by", "step "}) {
+      for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+        text.replace(at, from.size(), "(reworded)");
+        ++reworded;
+      }
+    }
+    std::ofstream(log, std::ios::trunc) << text;
+    ++exits;
+  }
+  int exits = 0;
+  int reworded = 0;
+};
+
+TEST_CASE("The invariants read the run record, not the log: with every log line they knew reworded they still hold") {
+  TempDir dir("chaos_test");
+  const std::string plan = dir / "plan.json";
+  // An in-process recovery at step 10, then a graceful stop (SIGTERM) at
+  // step 25 (its final checkpoint is step 26): the job is restarted from it.
+  std::ofstream(plan) << R"({"faults": [
+    {"id": "preempt", "type": "step", "status": "UNAVAILABLE", "message": "parameter server lost", "at_step": 10},
+    {"id": "term", "type": "process", "signal": "SIGTERM", "at_step": 25}]})"
+                      << "\n";
+  ChaosOptions o = SmallJob(dir);
+  o.plan_file = plan;
+  Rewording rec;
+  StatusOr<ChaosReport> report = RunChaos(o, &rec);
+  REQUIRE_MESSAGE(report.ok(), report.status().ToString());
+  CHECK(rec.exits == 2);
+  CHECK(rec.reworded > 40);  // every progress line at least
+  CHECK_MESSAGE(report->failed == 0, report->summary);
+  const nlohmann::json j = ReadJson(o.json_path);
+  REQUIRE(j.is_object());
+  const nlohmann::json& seed = j["seeds"][0];
+  for (const auto& [name, inv] : seed["invariants"].items()) CHECK_MESSAGE(inv["ok"] == true, name);
+  // What only the record told: the recovery, the graceful stop, the restore.
+  REQUIRE(seed["runs"].size() == 2);
+  CHECK(seed["runs"][0]["recoveries"] == 1);
+  CHECK(seed["runs"][0]["ended_by"] == "signal (graceful stop)");
+  CHECK(seed["runs"][0]["last_step"] == 26);  // the fault fires in the run of step 25
+  CHECK(seed["runs"][1]["start_step"] == 26);
+  CHECK(seed["runs"][1]["last_step"] == 40);
+  CHECK(seed["runs"][1]["ended_by"] == "done");
+}
+
 TEST_CASE("RunChaos refuses bad options before it starts anything") {
   TempDir dir("chaos_test");
   ChaosOptions o = SmallJob(dir);

@@ -670,4 +670,57 @@ Status WriteFiredFaults(Env* env, const std::string& run_dir, const std::vector<
 ///   the Env's other errors.
 StatusOr<std::vector<FiredFault>> ReadFiredFaults(Env* env, const std::string& run_dir);
 
+
+// -- the run record ----------------------------------------------------------------
+
+/// The run record's file name inside a run directory: "run_record.jsonl".
+inline constexpr char kRunRecordFile[] = "run_record.jsonl";
+
+/// What a training process of a run did, appended to
+/// <run_dir>/run_record.jsonl as it happens: one JSON object per line, each
+/// line written whole and flushed (not fsynced), so a killed process leaves
+/// a readable prefix (at most its last line torn). Every process of the run
+/// appends to the same file. The objects, by "event":
+///   {"event":"restore","checkpoint":"model.ckpt-40","global_step":40}
+///       the process started from that checkpoint (its basename)
+///   {"event":"step","global_step":N}          a step completed at global_step N
+///   {"event":"save","global_step":N,"checkpoint":"model.ckpt-N","durable":true}
+///       the checkpoint of step N is durable (CheckpointSaverListener::after_save)
+///   {"event":"recovery","cause":"UNAVAILABLE: ...","global_step_before":B,
+///    "restored_global_step":R,"steps_lost":L}
+///       an in-process recovery (RecoveryOptions::on_recovered's RecoveryReport;
+///       written after the first good step on the restored session)
+///   {"event":"injected_stop","fault":"id"}    an injected fault ended the process
+///   {"event":"exit","stopped_by_signal":"SIGTERM"|null}
+///       the process ended training cleanly (after a signal's graceful stop or not)
+/// `foreman train --fault-plan` writes it (foreman chaos reads it; its
+/// invariants read no log text). Not TF's. Thread-safe: each call appends
+/// one line under a lock. Writes through the POSIX file system (never a
+/// FaultyEnv); a write that fails is dropped and kept in status().
+class RunRecordWriter {
+ public:
+  /// Opens <run_dir>/run_record.jsonl for appending (creating it). `run_dir`
+  /// must exist. Errors: INTERNAL naming the file and errno's text.
+  static StatusOr<std::unique_ptr<RunRecordWriter>> Open(const std::string& run_dir);
+  ~RunRecordWriter();
+  RunRecordWriter(const RunRecordWriter&) = delete;
+  RunRecordWriter& operator=(const RunRecordWriter&) = delete;
+
+  /// `checkpoint`: a checkpoint prefix (its basename is recorded).
+  void Restore(const std::string& checkpoint, int64_t global_step);
+  void Step(int64_t global_step);
+  void Save(int64_t global_step, const std::string& checkpoint);
+  void Recovery(const Status& cause, int64_t global_step_before, int64_t restored_global_step, int64_t steps_lost);
+  void InjectedStop(const std::string& fault_id);
+  /// `stopped_by_signal`: the signal's name ("SIGTERM"), empty when none.
+  void Exit(const std::string& stopped_by_signal);
+  /// OK, or the first write's error.
+  Status status() const;
+
+ private:
+  struct Impl;
+  explicit RunRecordWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace foreman

@@ -1,6 +1,7 @@
 // `foreman chaos`'s invariant checks (chaos_checks.hpp).
 #include "fault/chaos_checks.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -44,18 +45,6 @@ bool SameTensor(const Tensor& a, const Tensor& b) {
     return true;
   }
   return a.TotalBytes() == b.TotalBytes() && std::memcmp(a.raw_data(), b.raw_data(), a.TotalBytes()) == 0;
-}
-
-// The number after "<what>" in `line` (digits only), or nullopt.
-std::optional<int64_t> NumberAfter(absl::string_view line, absl::string_view what) {
-  const std::size_t at = line.find(what);
-  if (at == absl::string_view::npos) return std::nullopt;
-  absl::string_view rest = line.substr(at + what.size());
-  std::size_t n = 0;
-  while (n < rest.size() && rest[n] >= '0' && rest[n] <= '9') ++n;
-  int64_t value = 0;
-  if (n == 0 || !absl::SimpleAtoi(rest.substr(0, n), &value)) return std::nullopt;
-  return value;
 }
 
 }  // namespace
@@ -205,93 +194,101 @@ StatusOr<std::vector<RecoveryMetrics>> ReadRecoveryMetrics(Env* env, const std::
   return out;
 }
 
-TrainLog ParseTrainLog(const std::string& text) {
+namespace {
+
+int64_t IntField(const nlohmann::json& e, const char* key, int64_t otherwise = -1) {
+  const auto it = e.find(key);
+  return it != e.end() && it->is_number_integer() ? it->get<int64_t>() : otherwise;
+}
+
+std::string StringField(const nlohmann::json& e, const char* key) {
+  const auto it = e.find(key);
+  return it != e.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// Whether a recovery event that restored `step` - 1 follows `at` before the
+// next step event: the step event at `at` is the first good step on the
+// restored session (RecoveryOptions::on_recovered is called after it).
+bool RecoveredTo(const std::vector<nlohmann::json>& record, std::size_t at, int64_t step) {
+  for (std::size_t i = at + 1; i < record.size(); ++i) {
+    const std::string event = StringField(record[i], "event");
+    if (event == "recovery") return IntField(record[i], "restored_global_step") == step - 1;
+    if (event == "step") return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+TrainLog ParseTrainLog(const std::vector<nlohmann::json>& record, const std::string& log_text) {
   TrainLog log;
   bool started = false;
   int64_t current = 0;
-  int64_t last_saved = -1;  // the step of the last "Saving checkpoints for <n> into" line
-  int64_t saved_before = -1;  // the one before it (a restarted saver may lose the last)
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::StartsWith(line, "service restart ")) {
-      const std::size_t colon = line.find(": ");
-      if (colon != absl::string_view::npos) {
-        log.service_restarts.emplace_back(line.substr(colon + 2));
-        constexpr absl::string_view kLost = "summary steps lost: [";
-        if (const std::size_t at = line.find(kLost); at != absl::string_view::npos) {
-          absl::string_view list = line.substr(at + kLost.size());
-          list = list.substr(0, list.find(']'));
-          for (absl::string_view n : absl::StrSplit(list, ", ", absl::SkipEmpty())) {
-            int64_t step = 0;
-            if (absl::SimpleAtoi(n, &step)) log.summary_steps_lost.push_back(step);
-          }
-        }
-      }
-      continue;
-    }
-    // A save lost with a checkpoint_saver that the restart policy restarted
-    // (CheckpointSaverHook's WARNING): the latest checkpoint is the one before.
-    if (auto lost = NumberAfter(line, "The checkpoint of step "); lost && absl::StrContains(line, " was lost")) {
-      if (*lost == last_saved) last_saved = saved_before;
-      continue;
-    }
-    if (absl::StrContains(line, "Restoring parameters from ")) {
-      // The number is in the prefix's "-<step>" suffix: take the last one.
-      const std::size_t dash = line.rfind('-');
-      int64_t step = 0;
-      if (dash == absl::string_view::npos || !absl::SimpleAtoi(line.substr(dash + 1), &step)) continue;
-      if (!started) {
-        started = true;
-        log.restored_step = step;
-      } else if (step > current) {
-        log.step_errors.push_back(absl::StrCat("a recovery restored step ", step, " after step ", current));
-      } else if (last_saved >= 0 && step != last_saved) {
-        // A failed save ends the run (it is no preemption), and a recovery
-        // waits for the saves in flight: the last one saved is the latest.
-        log.step_errors.push_back(absl::StrCat("a recovery restored step ", step, ", but the latest checkpoint is step ",
-                                               last_saved));
-      }
+  int64_t latest_saved = -1;  // the latest durable checkpoint's step
+  for (std::size_t i = 0; i < record.size(); ++i) {
+    const nlohmann::json& e = record[i];
+    const std::string event = StringField(e, "event");
+    if (event == "restore") {
+      const int64_t step = IntField(e, "global_step");
+      if (step < 0) continue;
+      started = true;
+      log.restored_step = step;
       current = step;
       log.last_step = current;
-      continue;
-    }
-    if (absl::StrContains(line, "Recovered from a preemption error")) {
-      ++log.recoveries;
-      if (auto lost = NumberAfter(line, " restored; ")) log.recovery_steps_lost += *lost;
-      continue;
-    }
-    if (absl::StartsWith(line, "step ")) {
-      auto step = NumberAfter(line, "step ");
-      if (!step.has_value()) continue;
+    } else if (event == "step") {
+      const int64_t step = IntField(e, "global_step");
+      if (step < 0) continue;
       if (!started) {  // a fresh start: global_step 0
         started = true;
         current = 0;
       }
-      if (*step != current + 1) {
-        log.step_errors.push_back(absl::StrCat("step ", *step, " reported after step ", current));
+      if (step != current + 1 && !RecoveredTo(record, i, step)) {
+        log.step_errors.push_back(absl::StrCat("step ", step, " reported after step ", current));
       }
-      current = *step;
+      current = step;
       log.last_step = current;
-      continue;
+    } else if (event == "save") {
+      const int64_t step = IntField(e, "global_step");
+      if (!started && step == 0) {  // a fresh start
+        started = true;
+        current = 0;
+        log.last_step = 0;
+      }
+      latest_saved = std::max(latest_saved, step);
+    } else if (event == "recovery") {
+      ++log.recoveries;
+      log.recovery_steps_lost += std::max<int64_t>(0, IntField(e, "steps_lost", 0));
+      const int64_t restored = IntField(e, "restored_global_step");
+      const int64_t before = IntField(e, "global_step_before");
+      if (restored < 0) continue;
+      if (before >= 0 && restored > before) {
+        log.step_errors.push_back(absl::StrCat("a recovery restored step ", restored, " after step ", before));
+      } else if (latest_saved > restored) {
+        // A failed save ends the run (it is no preemption), and a recovery
+        // waits for the saves in flight: the last one saved is the latest.
+        log.step_errors.push_back(absl::StrCat("a recovery restored step ", restored,
+                                               ", but the latest checkpoint is step ", latest_saved));
+      }
+    } else if (event == "injected_stop") {
+      log.stopped_by_fault = StringField(e, "fault");
+    } else if (event == "exit") {
+      log.stopped_by_signal = !StringField(e, "stopped_by_signal").empty();
     }
-    if (auto saved = NumberAfter(line, "Saving checkpoints for ")) {
-      saved_before = last_saved;
-      last_saved = *saved;
-    }
-    if (absl::StrContains(line, "Saving checkpoints for 0 into") && !started) {
-      started = true;  // a fresh start
-      current = 0;
-      log.last_step = 0;
-      continue;
-    }
-    constexpr absl::string_view kStoppedBy = "stopped by injected fault ";
-    if (const std::size_t at = line.find(kStoppedBy); at != absl::string_view::npos) {
-      absl::string_view id = line.substr(at + kStoppedBy.size());
-      id = id.substr(0, id.find(':'));
-      log.stopped_by_fault = std::string(id);
-      continue;
-    }
-    if (absl::StartsWith(line, "stopped by ") && absl::StrContains(line, "after its final checkpoint")) {
-      log.stopped_by_signal = true;
+  }
+  // Under --restart-policy: `foreman train`'s report lines on stdout.
+  for (absl::string_view line : absl::StrSplit(log_text, '\n')) {
+    if (!absl::StartsWith(line, "service restart ")) continue;
+    const std::size_t colon = line.find(": ");
+    if (colon == absl::string_view::npos) continue;
+    log.service_restarts.emplace_back(line.substr(colon + 2));
+    constexpr absl::string_view kLost = "summary steps lost: [";
+    if (const std::size_t at = line.find(kLost); at != absl::string_view::npos) {
+      absl::string_view list = line.substr(at + kLost.size());
+      list = list.substr(0, list.find(']'));
+      for (absl::string_view n : absl::StrSplit(list, ", ", absl::SkipEmpty())) {
+        int64_t step = 0;
+        if (absl::SimpleAtoi(n, &step)) log.summary_steps_lost.push_back(step);
+      }
     }
   }
   return log;

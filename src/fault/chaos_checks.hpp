@@ -1,5 +1,5 @@
 // `foreman chaos`'s invariant checks, each on what a `foreman train` run left
-// in its checkpoint directory or printed to its log (docs/fault-injection.md,
+// in its checkpoint directory or its run record (docs/fault-injection.md,
 // "foreman chaos", lists the invariants and what a failure means).
 #pragma once
 
@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "foreman/env.hpp"
 #include "foreman/status.hpp"
@@ -62,17 +64,17 @@ struct RecoveryMetrics {
 /// its error.
 StatusOr<std::vector<RecoveryMetrics>> ReadRecoveryMetrics(Env* env, const std::string& dir);
 
-/// What one `foreman train` process printed (stdout and stderr, one file).
+/// What one `foreman train` process did: its run record's events
+/// (foreman/fault.hpp's RunRecordWriter; the events of that process only)
+/// and, under --restart-policy, its report's "service restart" lines.
 struct TrainLog {
-  /// The step the process restored at its start ("Restoring parameters from
-  /// <prefix>-<step>"), nullopt when it started fresh (or never got there).
+  /// The step the process restored at its start (a "restore" event),
+  /// nullopt when it started fresh (or never got there).
   std::optional<int64_t> restored_step;
-  /// The last global_step the process reported completing (its progress line
-  /// "step <n>...", printed after every step with --log-step-count-steps 1);
-  /// the start step when it completed none; -1 when it did not start.
+  /// The last global_step the process completed (its "step" events); the
+  /// start step when it completed none; -1 when it did not start.
   int64_t last_step = -1;
-  /// In-process recoveries (MonitoredSession's WARNING "Recovered from a
-  /// preemption error ...") and the steps they lost (reported - restored).
+  /// In-process recoveries ("recovery" events) and the steps they lost.
   int64_t recoveries = 0;
   int64_t recovery_steps_lost = 0;
   /// Under `foreman train --restart-policy`: the service restarts (and
@@ -82,20 +84,21 @@ struct TrainLog {
   /// steps lost: [...]"), in order.
   std::vector<std::string> service_restarts;
   std::vector<int64_t> summary_steps_lost;
-  /// The id of the injected fault that ended the process ("foreman train:
-  /// stopped by injected fault <id>: ..."), empty when none did.
+  /// The id of the injected fault that ended the process (an
+  /// "injected_stop" event), empty when none did.
   std::string stopped_by_fault;
-  /// The job stopped after a signal with its final checkpoint ("stopped by
-  /// SIGTERM after its final checkpoint").
+  /// The job stopped after a signal with its final checkpoint (an "exit"
+  /// event with "stopped_by_signal").
   bool stopped_by_signal = false;
   /// Each place where global_step moved other than +1 per step, or back to a
-  /// restored checkpoint, and each in-process recovery that restored another
-  /// checkpoint than the last one saved (empty: none).
+  /// checkpoint an in-process recovery restored, and each recovery that
+  /// restored another checkpoint than the latest durable one (empty: none).
   std::vector<std::string> step_errors;
 };
 
-/// Parses a process's log (see TrainLog).
-TrainLog ParseTrainLog(const std::string& text);
+/// `record`: the process's run-record events, in order; `log_text`: its
+/// stdout and stderr (only the "service restart" lines are read).
+TrainLog ParseTrainLog(const std::vector<nlohmann::json>& record, const std::string& log_text);
 
 // -- shared by `foreman chaos`'s presets (chaos.cpp, chaos_cluster.cpp) --------------
 

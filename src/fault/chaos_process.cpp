@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "fault/chaos_plan.hpp"
 #include "fault/chaos_process.hpp"
+#include "fault/run_record.hpp"
 #include "foreman/fault.hpp"
 #include "platform/subprocess.hpp"
 
@@ -152,12 +153,9 @@ StatusOr<std::vector<std::string>> PrepareSeed(const Job& job, const std::string
   if (auto parsed = ParseFaultPlan(r.plan.dump(), "plan.json"); !parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("seed ", r.seed, ": ", parsed.status().message()));
   }
-  std::vector<std::string> args = {"train", "--checkpoint-dir", seed_dir + "/run"};
-  // An empty plan needs no --fault-plan: the seed is the fault-free job.
-  if (r.faults_planned > 0) {
-    args.push_back("--fault-plan");
-    args.push_back(plan_path);
-  }
+  // Always with --fault-plan (an empty plan injects nothing): foreman train
+  // then writes the run record the invariants read.
+  std::vector<std::string> args = {"train", "--checkpoint-dir", seed_dir + "/run", "--fault-plan", plan_path};
   args.insert(args.end(), job.train_flags.begin(), job.train_flags.end());
   return args;
 }
@@ -217,11 +215,22 @@ StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const s
   const std::string run_dir = seed_dir + "/run";
   const std::string plan_path = seed_dir + "/plan.json";
   const std::string& plan_file = job.run.options.plan_file;
+  std::size_t recorded = 0;  // the run record's events of the processes before
   for (int n = 0; n <= kChaosMaxRestarts; ++n) {
     const std::string log_path = absl::StrCat(seed_dir, "/run-", n, ".log");
     FOREMAN_ASSIGN_OR_RETURN(ChildResult child, RunChild(job.run, args, log_path));
-    const TrainLog log = ParseTrainLog(ReadWholeFile(log_path));
     job.run.observer.OnProcessExit(r.seed, n, run_dir);
+    // What the process did: its events in the run record (the log's text
+    // is read only for --restart-policy's service restart lines).
+    std::vector<nlohmann::json> events;
+    if (auto record = ReadRunRecord(job.run.env, run_dir); !record.ok()) {
+      r.invariants["global_step"].Fail(
+          absl::StrCat("after run ", n, ": ", job.run.Rel(std::string(record.status().message()))));
+    } else if (record->size() > recorded) {
+      events.assign(record->begin() + static_cast<std::ptrdiff_t>(recorded), record->end());
+      recorded = record->size();
+    }
+    const TrainLog log = ParseTrainLog(events, ReadWholeFile(log_path));
     if (n == 0 && child.exit_code == kTrainExitUsage && !child.timed_out) {
       r.refused = true;
       r.refused_lines = absl::StrReplaceAll(LastLines(ReadWholeFile(log_path), 4),

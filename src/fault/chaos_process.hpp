@@ -6,7 +6,8 @@
 // Per invocation, one fault-free baseline run (the same train flags); then
 // per seed K, in <work>/seed-K/:
 //   plan.json     the seed's plan (replay: foreman train --fault-plan plan.json)
-//   run/          the job's --checkpoint-dir
+//   run/          the job's --checkpoint-dir (its run_record.jsonl: what
+//                 each process did, read by the invariants)
 //   run-<n>.log   stdout and stderr of the nth process (0: the first start)
 // Each process is a child (internal::Subprocess of ChaosOptions::
 // foreman_program) in its own process group, bounded by timeout_secs (then

@@ -1,5 +1,6 @@
 // Summaries (issue 6, part 4): scalar events/s and bytes/s through the
-// summary_writer actor (what SummarySaverHook and StepCounterHook use), and
+// summary_writer actor (what SummarySaverHook and StepCounterHook use),
+// reached through the public foreman::FileWriter (foreman/file_writer.hpp), and
 // through an EventFileWriter called directly on the caller's thread (the
 // baseline: the same file format and flush policy without the actor).
 // One iteration = `batch` scalar summaries sent, then a Flush() that waits
@@ -18,9 +19,8 @@
 
 #include "bench_util.hpp"
 #include "foreman/event_writer.hpp"
-#include "foreman/session.hpp"
+#include "foreman/file_writer.hpp"
 #include "foreman/summary.hpp"
-#include "runtime/runtime.hpp"
 
 namespace {
 
@@ -48,10 +48,7 @@ std::vector<std::string> Summaries(int n) {
 void BM_SummaryWriterActor(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   foreman_bench::ScratchDir dir("", "foreman_summary");
-  foreman::SessionConfig config;
-  auto runtime = foreman::internal::Runtime::Create(nullptr, config);
-  if (!runtime.ok()) return state.SkipWithError(runtime.status().ToString().c_str());
-  auto writer = (*runtime)->SummaryWriter(dir.path());
+  auto writer = foreman::FileWriter::Create(dir.path());
   if (!writer.ok()) return state.SkipWithError(writer.status().ToString().c_str());
   const std::vector<std::string> summaries = Summaries(batch);
   Status flushed = (*writer)->Flush(absl::Minutes(1));
@@ -67,7 +64,7 @@ void BM_SummaryWriterActor(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * batch);
   state.SetBytesProcessed(static_cast<int64_t>(DirectoryBytes(dir.path()) - before));
-  Status s = (*runtime)->Shutdown(absl::Minutes(1));
+  Status s = (*writer)->Close(absl::Minutes(1));
   if (!s.ok()) state.SkipWithError(s.ToString().c_str());
 }
 

@@ -18,6 +18,7 @@
 //   train_settings.txt           the settings of the run, for resuming it
 //   train.log                    the log
 //   fault_record.json            with --fault-plan: the injected faults that fired
+//   run_record.jsonl             with --fault-plan: what each process did (RunRecordWriter)
 //
 // Resume: the data position (input_pipeline/epoch, input_pipeline/index) and
 // the optimizer's slots are variables, so they are checkpointed with the
@@ -27,6 +28,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -85,6 +87,9 @@ int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
   }
   if (watcher.signalled()) {
     std::printf("stopped by %s after its final checkpoint\n", SignalName(watcher.signal_number()));
+  }
+  if (job.faults.record != nullptr) {
+    job.faults.record->Exit(watcher.signalled() ? SignalName(watcher.signal_number()) : "");
   }
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
     std::fprintf(stderr, "foreman train: cannot write the report to stdout: %s\n", std::strerror(errno));
@@ -156,6 +161,15 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
                            code == absl::StatusCode::kFailedPrecondition ||
                            (job.on_gpu() && code == absl::StatusCode::kResourceExhausted);
     return job.Exit(bad_input ? kExitUsage : kExitFailed, "cannot start training", session.status());
+  }
+  if (job.faults.record != nullptr && job.restore_from.has_value()) {
+    // The session restored it (the run directory's choice, RunDirectory::AttachTo).
+    const std::string& prefix = *job.restore_from;
+    int64_t step = -1;
+    if (const std::size_t dash = prefix.rfind('-'); dash != std::string::npos) {
+      step = std::strtoll(prefix.c_str() + dash + 1, nullptr, 10);
+    }
+    job.faults.record->Restore(prefix, step);
   }
   // The input pipeline is one of the session's services (its producer actor
   // inherits the blocked signals): the session's restart policy and actor

@@ -80,8 +80,39 @@ void RaiseProcessFault(int sig, StopRequest& stop) {
   stop.Unlisten(listener);
 }
 
-// NewDurableSavesListener's (train_faults.hpp): waits by being there.
-class DurableSavesListener : public CheckpointSaverListener {};
+// NewDurableSavesListener's (train_faults.hpp): waits by being there, and
+// records each durable save.
+class DurableSavesListener : public CheckpointSaverListener {
+ public:
+  DurableSavesListener(std::shared_ptr<RunRecordWriter> record, std::string dir)
+      : record_(std::move(record)), dir_(std::move(dir)) {}
+  StatusOr<bool> after_save(Session* /*session*/, int64_t global_step) override {
+    if (record_ != nullptr) record_->Save(global_step, absl::StrCat(dir_, "/model.ckpt-", global_step));
+    return false;
+  }
+
+ private:
+  const std::shared_ptr<RunRecordWriter> record_;
+  const std::string dir_;
+};
+
+// RecordingObserver's (train_faults.hpp).
+class RecordingObserver final : public MlpJobObserver {
+ public:
+  RecordingObserver(std::shared_ptr<RunRecordWriter> record, std::shared_ptr<MlpJobObserver> next)
+      : record_(std::move(record)), next_(std::move(next)) {}
+  void OnStep(const MlpJobProgress& progress) override {
+    record_->Step(progress.global_step);
+    next_->OnStep(progress);
+  }
+  void OnEval(const MlpJobEval& eval) override { next_->OnEval(eval); }
+  void OnWarning(const std::string& warning) override { next_->OnWarning(warning); }
+  void OnEnd() override { next_->OnEnd(); }
+
+ private:
+  const std::shared_ptr<RunRecordWriter> record_;
+  const std::shared_ptr<MlpJobObserver> next_;
+};
 
 // The id of the injected fault `s` reports: its InjectedFaultId (an env,
 // step, hook or actor fault's mark), or a kNanLoss fault fired in this
@@ -178,10 +209,30 @@ std::optional<int> LoadFaultRecord(const std::string& checkpoint_dir, TrainFault
   job.faulty->MarkFired(*record);
   job.hook->MarkFired(*record);
   job.recorder->Load(*std::move(record));
+  auto run_record = RunRecordWriter::Open(checkpoint_dir);
+  if (!run_record.ok()) return Fail(kExitFailed, "cannot open the run record", run_record.status());
+  job.record = *std::move(run_record);
   return std::nullopt;
 }
 
-std::shared_ptr<CheckpointSaverListener> NewDurableSavesListener() { return std::make_shared<DurableSavesListener>(); }
+std::shared_ptr<CheckpointSaverListener> NewDurableSavesListener(std::shared_ptr<RunRecordWriter> record,
+                                                                 std::string checkpoint_dir) {
+  return std::make_shared<DurableSavesListener>(std::move(record), std::move(checkpoint_dir));
+}
+
+std::shared_ptr<MlpJobObserver> RecordingObserver(std::shared_ptr<RunRecordWriter> record,
+                                                  std::shared_ptr<MlpJobObserver> next) {
+  if (record == nullptr) return next;
+  return std::make_shared<class RecordingObserver>(std::move(record), std::move(next));
+}
+
+void RecordRecoveries(std::shared_ptr<RunRecordWriter> record, RecoveryOptions& recovery) {
+  if (record == nullptr) return;
+  recovery.on_recovered = [record, before = std::move(recovery.on_recovered)](const RecoveryReport& r) {
+    if (before) before(r);
+    record->Recovery(r.cause, r.global_step_before, r.restored_global_step, r.steps_lost);
+  };
+}
 
 std::optional<int> InjectedFaultExit(const TrainFaults& faults, const std::string& what, const Status& s) {
   if (faults.faulty == nullptr || s.ok()) return std::nullopt;
@@ -192,6 +243,7 @@ std::optional<int> InjectedFaultExit(const TrainFaults& faults, const std::strin
   }
   std::optional<std::string> id = InjectedFaultIn(s, fired, faults.plan.steps);
   if (!id) return std::nullopt;
+  if (faults.record != nullptr) faults.record->InjectedStop(*id);
   std::fprintf(stderr, "foreman train: %s: %s\nforeman train: stopped by injected fault %s: %s\n", what.c_str(),
                std::string(s.message()).c_str(), id->c_str(),
                s.ToString(absl::StatusToStringMode::kWithNoExtraData).c_str());

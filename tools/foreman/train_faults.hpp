@@ -20,6 +20,8 @@
 #include "foreman/env.hpp"
 #include "foreman/fault.hpp"
 #include "foreman/hooks.hpp"
+#include "foreman/mlp_job.hpp"
+#include "foreman/monitored_session.hpp"
 #include "foreman/status.hpp"
 #include "foreman/stop.hpp"
 
@@ -33,6 +35,9 @@ struct TrainFaults {
   std::unique_ptr<FaultyEnv> faulty;
   std::shared_ptr<FaultInjectionHook> hook;
   std::shared_ptr<FaultRecorder> recorder;
+  // <checkpoint-dir>/run_record.jsonl (RunRecordWriter), opened with the
+  // fault record (1b): what the process did, for foreman chaos.
+  std::shared_ptr<RunRecordWriter> record;
 
   bool active() const { return faulty != nullptr; }
 };
@@ -56,11 +61,20 @@ std::optional<int> LoadFaultRecord(const std::string& checkpoint_dir, TrainFault
 // before k committed or not, depending on the saver thread's timing, and a
 // failed save ends the run a few steps later or sooner: the same plan
 // would lose different steps in different runs.
-std::shared_ptr<CheckpointSaverListener> NewDurableSavesListener();
+// Each durable save is appended to the run record (`record`, may be null).
+std::shared_ptr<CheckpointSaverListener> NewDurableSavesListener(std::shared_ptr<RunRecordWriter> record,
+                                                                 std::string checkpoint_dir);
+
+// With --fault-plan: the run record's step and recovery events, through the
+// job's observer (forwarding to `next`) and RecoveryOptions::on_recovered
+// (chained after `recovery`'s own).
+std::shared_ptr<MlpJobObserver> RecordingObserver(std::shared_ptr<RunRecordWriter> record,
+                                                  std::shared_ptr<MlpJobObserver> next);
+void RecordRecoveries(std::shared_ptr<RunRecordWriter> record, RecoveryOptions& recovery);
 
 // When `s` reports a fault injected in this process: prints "foreman train:
 // <what>: <message>" and "foreman train: stopped by injected fault <id>:
-// <status>" and returns kExitInjectedFault, so that a supervisor (foreman
+// <status>", appends an injected_stop event to the run record, and returns kExitInjectedFault, so that a supervisor (foreman
 // chaos) can tell it from a real failure; nullopt otherwise.
 std::optional<int> InjectedFaultExit(const TrainFaults& faults, const std::string& what, const Status& s);
 

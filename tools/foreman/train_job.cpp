@@ -133,8 +133,9 @@ ExitCode BuildModel(TrainJob& job) {
   options.device = job.device;
   options.env = job.env;
   job.tty = isatty(STDERR_FILENO) != 0;
-  options.observer =
-      std::make_shared<ProgressPrinter>(job.tty, f.log_step_count_steps > 0 ? f.log_step_count_steps : 100);
+  options.observer = RecordingObserver(
+      job.faults.record,
+      std::make_shared<ProgressPrinter>(job.tty, f.log_step_count_steps > 0 ? f.log_step_count_steps : 100));
   if (job.cluster) {
     options.cluster = MlpJobClusterTask{job.cluster->task.task_index, job.cluster->task.is_chief()};
     if (job.cluster->task.is_chief()) {
@@ -166,7 +167,10 @@ ExitCode BuildModel(TrainJob& job) {
 ExitCode SessionOptions(TrainJob& job) {
   MonitoredTrainingSessionOptions& mts = job.mts;
   mts = job.mlp->SessionOptions();
-  if (job.faults.active()) mts.checkpoint_listeners.push_back(NewDurableSavesListener());
+  if (job.faults.active()) {
+    mts.checkpoint_listeners.push_back(NewDurableSavesListener(job.faults.record, job.f.checkpoint_dir));
+    RecordRecoveries(job.faults.record, mts.recovery);
+  }
   // The run's one grace period is its StopRequest's (RunTrain set it from
   // --stop-grace-period-secs): the session's own setting stays unset.
   mts.runtime.stop = job.stop;
