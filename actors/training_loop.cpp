@@ -132,7 +132,10 @@ Status RunTrainingLoop(caf::actor_system& system, const std::shared_ptr<internal
   // sent at any moment (before start_atom too) reaches it: then no step runs.
   if (options.runtime.stop == nullptr) {
     StopRequestOptions stop_options;
-    stop_options.grace_period = absl::Seconds(options.stop_grace_period_secs);
+    // Unset: StopRequestOptions' default, the 120 s the session would use.
+    if (options.stop_grace_period_secs.has_value()) {
+      stop_options.grace_period = absl::Seconds(*options.stop_grace_period_secs);
+    }
     if (options.config.clock != nullptr) stop_options.clock = options.config.clock;
     options.runtime.stop = std::make_shared<StopRequest>(std::move(stop_options));
   }

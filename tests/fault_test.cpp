@@ -1,8 +1,9 @@
-// EnvWrapper and FaultyEnv (include/foreman/fault.hpp): every fault kind
-// injected through the Env API with its documented outcome, the errno ->
-// code mapping shared with the POSIX Env, crash and recovery over MemEnv,
-// determinism of probabilistic faults across threads, and the Saver's
-// commit protocol under injected disk faults.
+// EnvWrapper (include/foreman/env.hpp) and FaultyEnv
+// (include/foreman/fault.hpp): every fault kind injected through the Env API
+// with its documented outcome, the errno -> code mapping shared with the
+// POSIX Env, crash and recovery over MemEnv, determinism of probabilistic
+// faults across threads, and the Saver's commit protocol under injected disk
+// faults.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "foreman/clock.hpp"
 #include "foreman/mutex.hpp"
+#include "foreman/stop.hpp"
 #include "runtime/services.hpp"
 #include "support/call_log.hpp"
 #include "support/log_capture.hpp"
@@ -215,6 +216,111 @@ TEST_CASE("B18 a MonitoredSession from a graph alone initializes from scratch; o
 
   auto none = MonitoredSession::Create(MonitoredSessionOptions{});
   CHECK(absl::IsInvalidArgument(none.status()));
+}
+
+// -- the one stop grace period: the StopRequest's ------------------------------------
+
+TEST_CASE("stop_grace_period_secs unset, no StopRequest passed: the session's own has TF's 120 s; set: that") {
+  auto script = std::make_shared<StepScript>();
+  MonitoredSessionOptions o;
+  o.graph = MakeGraph(script);
+  CHECK_FALSE(o.stop_grace_period_secs.has_value());
+  auto sess = MonitoredSession::Create(o);
+  REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
+  REQUIRE((*sess)->stop_request() != nullptr);
+  CHECK((*sess)->stop_request()->grace_period() == absl::Seconds(120));
+  CHECK((*sess)->close().ok());
+
+  o.graph = MakeGraph(script);
+  o.stop_grace_period_secs = 7.5;
+  auto set = MonitoredSession::Create(o);
+  REQUIRE_MESSAGE(set.ok(), set.status().ToString());
+  CHECK((*set)->stop_request()->grace_period() == absl::Milliseconds(7500));
+  CHECK((*set)->close().ok());
+
+  SingularMonitoredSessionOptions so;
+  so.graph = MakeGraph(script);
+  auto singular = SingularMonitoredSession::Create(so);
+  REQUIRE_MESSAGE(singular.ok(), singular.status().ToString());
+  CHECK((*singular)->stop_request()->grace_period() == absl::Seconds(120));
+  CHECK((*singular)->close().ok());
+}
+
+TEST_CASE("stop_grace_period_secs unset, a StopRequest passed in RuntimeOptions::stop: its grace period is the run's") {
+  auto script = std::make_shared<StepScript>();
+  StopRequestOptions stop_options;
+  stop_options.grace_period = absl::Seconds(5);
+  auto stop = std::make_shared<StopRequest>(stop_options);
+  MonitoredSessionOptions o;
+  o.graph = MakeGraph(script);
+  o.runtime.stop = stop;
+  auto sess = MonitoredSession::Create(o);
+  REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
+  CHECK((*sess)->stop_request() == stop);
+  CHECK((*sess)->stop_request()->grace_period() == absl::Seconds(5));
+  REQUIRE((*sess)->run({"train_op"}).ok());
+  CHECK((*sess)->close().ok());
+
+  // MonitoredTrainingSession passes it on unchanged.
+  MonitoredTrainingSessionOptions mts;
+  mts.graph = MakeGraph(script);
+  mts.runtime.stop = stop;
+  auto trained = MonitoredTrainingSession(mts);
+  REQUIRE_MESSAGE(trained.ok(), trained.status().ToString());
+  CHECK((*trained)->stop_request() == stop);
+  CHECK((*trained)->close().ok());
+}
+
+TEST_CASE("stop_grace_period_secs set and a StopRequest with another grace period: INVALID_ARGUMENT naming both") {
+  auto script = std::make_shared<StepScript>();
+  auto stop = std::make_shared<StopRequest>(StopRequestOptions{});  // 120 s
+  const std::string expected = "stop_grace_period_secs=5 but RuntimeOptions::stop's grace period is 120 s; set one";
+
+  MonitoredSessionOptions o;
+  o.graph = MakeGraph(script);
+  o.stop_grace_period_secs = 5;
+  o.runtime.stop = stop;
+  auto sess = MonitoredSession::Create(o);
+  REQUIRE(absl::IsInvalidArgument(sess.status()));
+  CHECK(sess.status().message() == expected);
+
+  SingularMonitoredSessionOptions so;
+  so.graph = MakeGraph(script);
+  so.stop_grace_period_secs = 5;
+  so.runtime.stop = stop;
+  auto singular = SingularMonitoredSession::Create(so);
+  REQUIRE(absl::IsInvalidArgument(singular.status()));
+  CHECK(singular.status().message() == expected);
+
+  MonitoredTrainingSessionOptions mts;
+  mts.graph = MakeGraph(script);
+  mts.stop_grace_period_secs = 5;
+  mts.runtime.stop = stop;
+  auto trained = MonitoredTrainingSession(mts);
+  REQUIRE(absl::IsInvalidArgument(trained.status()));
+  CHECK(trained.status().message() == expected);
+
+  // Nothing ran and the caller's StopRequest is untouched.
+  CHECK(script->train_calls == 0);
+  CHECK_FALSE(stop->stop_requested());
+  CHECK_FALSE(stop->completed());
+}
+
+TEST_CASE("stop_grace_period_secs set and a StopRequest with the same grace period: accepted") {
+  auto script = std::make_shared<StepScript>();
+  StopRequestOptions stop_options;
+  stop_options.grace_period = absl::Seconds(1.5);
+  auto stop = std::make_shared<StopRequest>(stop_options);
+  MonitoredSessionOptions o;
+  o.graph = MakeGraph(script);
+  o.stop_grace_period_secs = 1.5;
+  o.runtime.stop = stop;
+  auto sess = MonitoredSession::Create(o);
+  REQUIRE_MESSAGE(sess.ok(), sess.status().ToString());
+  CHECK((*sess)->stop_request() == stop);
+  CHECK((*sess)->stop_request()->grace_period() == absl::Milliseconds(1500));
+  REQUIRE((*sess)->run({"train_op"}).ok());
+  CHECK((*sess)->close().ok());
 }
 
 TEST_CASE("B19 Create calls begin() in order, creates the session, a fresh coordinator, then after_create_session in order") {

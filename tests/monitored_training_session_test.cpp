@@ -898,6 +898,7 @@ TEST_CASE("a StopRequest given in RuntimeOptions and stopped before the session 
   ManualClock clock;
   auto model = std::make_shared<Model>();
   auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.stop_grace_period_secs.reset();  // the StopRequest's grace period is the one setting
   StopRequestOptions stop_options;
   stop_options.clock = &clock;
   o.runtime.stop = std::make_shared<StopRequest>(stop_options);
@@ -947,6 +948,7 @@ TEST_CASE("the stop grace period ends with the final checkpoint, not with the la
   std::atomic<int> expired{0};
   auto model = std::make_shared<Model>();
   auto o = ChiefOptions(MakeGraph(model), dir.path(), &clock);
+  o.stop_grace_period_secs.reset();  // the StopRequest's grace period is the one setting
   StopRequestOptions stop_options;
   stop_options.clock = &clock;
   stop_options.grace_period = absl::Seconds(5);

@@ -26,6 +26,17 @@ TEST_CASE("StopRequest: the first request wins; later ones change nothing") {
   stop.Complete();
 }
 
+TEST_CASE("StopRequest: grace_period() is the option as given, TF's 120 s by default") {
+  CHECK(StopRequest().grace_period() == absl::Seconds(120));
+  StopRequestOptions o;
+  o.grace_period = absl::Seconds(5);
+  StopRequest stop(o);
+  CHECK(stop.grace_period() == absl::Seconds(5));
+  stop.request_stop();
+  CHECK(stop.grace_period() == absl::Seconds(5));  // a request does not change it
+  stop.Complete();
+}
+
 TEST_CASE("StopRequest: a listener hears every request from when it listens, at once when one came before") {
   StopRequest stop;
   std::vector<Status> heard;

@@ -1,7 +1,10 @@
 // Env: every file operation Foreman makes goes through this interface, so a
 // test can swap in the in-memory MemEnv (foreman/mem_env.hpp), whose crash
 // loses exactly what a real crash loses. (TF: tensorflow::Env / FileSystem;
-// LevelDB: leveldb::Env.)
+// LevelDB: leveldb::Env.) EnvWrapper, below, forwards every call to another
+// Env, so a decorator (FaultyEnv in foreman/fault.hpp, a test's counting
+// Env) overrides only the calls it changes (LevelDB keeps its EnvWrapper in
+// env.h too).
 //
 // Durability model, the one the checkpoint commit protocol relies on:
 //   - WritableFile::Sync() makes the bytes appended so far durable.
@@ -120,6 +123,38 @@ class Env {
   /// the holder's pid when another process, or another lock object in this
   /// process, holds it.
   virtual StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) = 0;
+};
+
+/// An Env that forwards every call to `base`. Subclass it and override the
+/// calls you want to change; the others keep forwarding. Thread-safe as the
+/// base is. Files it returns are the base's own.
+class EnvWrapper : public Env {
+ public:
+  /// `base` is not owned and must outlive the wrapper and every file it
+  /// returned. Must not be null.
+  explicit EnvWrapper(Env* base) : base_(base) {}
+
+  /// The Env calls forward to.
+  Env* base() const { return base_; }
+
+  StatusOr<std::string> ReadFileToString(const std::string& path) override;
+  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override;
+  Status RenameFile(const std::string& from, const std::string& to) override;
+  Status DeleteFile(const std::string& path) override;
+  Status FileExists(const std::string& path) override;
+  StatusOr<uint64_t> GetFileSize(const std::string& path) override;
+  StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override;
+  StatusOr<bool> IsDirectory(const std::string& path) override;
+  Status CreateDir(const std::string& dir) override;
+  Status RecursivelyCreateDir(const std::string& dir) override;
+  Status DeleteDir(const std::string& dir) override;
+  Status SyncDir(const std::string& dir) override;
+  StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+
+ private:
+  Env* base_;
 };
 
 // -- helpers built on any Env ----------------------------------------------------

@@ -1,8 +1,8 @@
-// Fault injection in the file system: EnvWrapper, an Env that forwards every
-// call to another Env, and FaultyEnv, an EnvWrapper that makes chosen
-// operations fail, write short, tear, slow down or crash, as a full disk, a
-// failing fsync or a power cut would. (LevelDB/RocksDB: EnvWrapper,
-// FaultInjectionTestEnv; FoundationDB's simulation: a seed reproduces a run.)
+// Fault injection in the file system: FaultyEnv, an EnvWrapper
+// (foreman/env.hpp) that makes chosen operations fail, write short, tear,
+// slow down or crash, as a full disk, a failing fsync or a power cut would.
+// (LevelDB/RocksDB: FaultInjectionTestEnv; FoundationDB's simulation: a seed
+// reproduces a run.)
 //
 // Usage: hand the job a FaultyEnv wrapped around the Env it would use; the
 // first append to a checkpoint data file then finds the disk full:
@@ -81,38 +81,6 @@
 #include "foreman/hooks.hpp"
 
 namespace foreman {
-
-/// An Env that forwards every call to `base`. Subclass it and override the
-/// calls you want to change; the others keep forwarding. Thread-safe as the
-/// base is. Files it returns are the base's own.
-class EnvWrapper : public Env {
- public:
-  /// `base` is not owned and must outlive the wrapper and every file it
-  /// returned. Must not be null.
-  explicit EnvWrapper(Env* base) : base_(base) {}
-
-  /// The Env calls forward to.
-  Env* base() const { return base_; }
-
-  StatusOr<std::string> ReadFileToString(const std::string& path) override;
-  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
-  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
-  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override;
-  Status RenameFile(const std::string& from, const std::string& to) override;
-  Status DeleteFile(const std::string& path) override;
-  Status FileExists(const std::string& path) override;
-  StatusOr<uint64_t> GetFileSize(const std::string& path) override;
-  StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override;
-  StatusOr<bool> IsDirectory(const std::string& path) override;
-  Status CreateDir(const std::string& dir) override;
-  Status RecursivelyCreateDir(const std::string& dir) override;
-  Status DeleteDir(const std::string& dir) override;
-  Status SyncDir(const std::string& dir) override;
-  StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
-
- private:
-  Env* base_;
-};
 
 /// The operations a fault can match. A name operation matches on its one
 /// path; RenameFile on `from` or `to` (the first that matches is the

@@ -254,6 +254,10 @@ class MlpJob {
   /// checkpoint_dir), and when gathering the hook that frees the device's
   /// copies of the data at end(). The caller adds what is not the job's: a
   /// RunDirectory (AttachTo), runtime.stop, listeners, a cluster's master.
+  /// A caller that passes its own runtime.stop makes that StopRequest's
+  /// grace_period the settings' stop_grace_period_secs, or resets
+  /// stop_grace_period_secs (a different value is INVALID_ARGUMENT at
+  /// creation; see MonitoredSessionOptions::stop_grace_period_secs).
   /// Each call returns the same hooks.
   MonitoredTrainingSessionOptions SessionOptions() const;
 

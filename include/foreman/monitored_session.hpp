@@ -145,8 +145,12 @@ struct RuntimeOptions {
   absl::Duration shutdown_timeout = absl::Seconds(60);
   /// The run's stop request (see foreman/stop.hpp): a caller that must be
   /// able to stop the run before the session exists (a signal handler that
-  /// starts with the process) creates it and passes it here. nullptr: the
-  /// session makes its own, with stop_grace_period_secs as its grace period.
+  /// starts with the process) creates it and passes it here. Its
+  /// StopRequestOptions::grace_period is then the run's one stop grace
+  /// period: leave the session options' stop_grace_period_secs unset (or set
+  /// it to the same value; a different one is INVALID_ARGUMENT at creation).
+  /// nullptr: the session makes its own, with stop_grace_period_secs (unset:
+  /// 120 s) as its grace period.
   std::shared_ptr<StopRequest> stop;
   /// A lock the caller already holds on `held_lock_directory`
   /// (LockCheckpointDirectory). The checkpoint saver of that directory uses
@@ -168,7 +172,14 @@ struct MonitoredSessionOptions {
   std::shared_ptr<SessionCreator> session_creator;
   std::shared_ptr<Graph> graph;
   HookList hooks;
-  double stop_grace_period_secs = 120;
+  /// The stop grace period, in seconds (TF's stop_grace_period_secs, whose
+  /// default this keeps), for the StopRequest the session makes when
+  /// runtime.stop is nullptr; unset: 120. With a runtime.stop passed in, that
+  /// StopRequest's grace_period is the one setting: unset here takes it, and
+  /// a value that differs from it is INVALID_ARGUMENT at creation
+  /// ("stop_grace_period_secs=5 but RuntimeOptions::stop's grace period is
+  /// 120 s; set one"). The grace period bounds the stop (see request_stop()).
+  std::optional<double> stop_grace_period_secs;
   RecoveryOptions recovery;
   RuntimeOptions runtime;
 };
@@ -239,7 +250,8 @@ class MonitoredSession {
   /// After a clean stop (or none) calls every
   /// hook's end() (final checkpoint, summary flush; as in TF, a failing end()
   /// skips the later hooks' end() but not the rest of close); then stops the
-  /// coordinator and joins it with stop_grace_period_secs, shuts the service
+  /// coordinator and joins it with what is left of the stop grace period
+  /// (all of it when no stop was requested), shuts the service
   /// actors down (bounded) and closes the raw session. Returns OK after a
   /// clean stop, else the first error (a step's, a hook's, a service's). As
   /// TF, no end() after an error. Unlike TF (which raises), a second close()
@@ -258,10 +270,11 @@ class MonitoredSession {
   ///     and returns OK.
   ///   an error: an abort: training ends with it as with a failed step —
   ///     close() calls no end() (no final checkpoint) and returns it.
-  /// The first request wins. It starts the stop grace period
-  /// (stop_grace_period_secs, or the grace period of the RuntimeOptions::stop
-  /// the caller passed): close() completes the stop once every end() has run;
-  /// until then the same deadline bounds the coordinator's join. Non-blocking
+  /// The first request wins. It starts the stop grace period (the
+  /// StopRequest's grace_period: the one passed in RuntimeOptions::stop, or
+  /// the session's own, made with stop_grace_period_secs): close() completes
+  /// the stop once every end() has run; until then the same deadline bounds
+  /// the coordinator's join. Non-blocking
   /// and thread-safe (TF: Coordinator.request_stop, but surviving the
   /// re-creation of the coordinator that a recovery does). The session object
   /// must outlive the call; a thread that may outlive the session keeps
@@ -361,7 +374,9 @@ struct SingularMonitoredSessionOptions {
   SessionConfig config;
   std::string checkpoint_dir;
   std::string checkpoint_filename_with_path;
-  double stop_grace_period_secs = 120;
+  /// As MonitoredSessionOptions::stop_grace_period_secs (unset: 120 s, or
+  /// runtime.stop's grace period).
+  std::optional<double> stop_grace_period_secs;
   RuntimeOptions runtime;
 };
 
@@ -415,7 +430,9 @@ struct MonitoredTrainingSessionOptions {
   Defaultable<int64_t> save_summaries_steps;
   Defaultable<double> save_summaries_secs;
   SessionConfig config;
-  double stop_grace_period_secs = 120;
+  /// As MonitoredSessionOptions::stop_grace_period_secs (unset: 120 s, or
+  /// runtime.stop's grace period).
+  std::optional<double> stop_grace_period_secs;
   /// Default 100 (TF's); 0 or None() (std::nullopt) disables the
   /// StepCounterHook (as TF).
   Defaultable<int64_t> log_step_count_steps;

@@ -27,8 +27,9 @@
 // its listeners, and enforces the stop grace period: from the first
 // request, the owner has `grace_period` (on `clock`) to call Complete()
 // (MonitoredSession::close() does when a CheckpointSaverHook's end() has
-// made the final save durable; without one, when every hook's end() ran). If it does not, on_grace_expired runs once, on the StopRequest's
-// own watchdog thread (TF: Coordinator.join's stop_grace_period_secs, which
+// made the final save durable; without one, when every hook's end() ran).
+// If it does not, on_grace_expired runs once, on the StopRequest's own
+// watchdog thread (TF: Coordinator.join's stop_grace_period_secs, which
 // bounds the same wait). One StopRequest serves one run: once complete, a
 // later request is recorded and heard by listeners but starts no grace period.
 // A request with an error made while close() runs makes close() return that
@@ -52,7 +53,10 @@ namespace foreman {
 
 struct StopRequestOptions {
   /// How long after the first request_stop() the stop may take to complete
-  /// (TF's stop_grace_period_secs). Must be >= 0.
+  /// (TF's stop_grace_period_secs, default 120 s). Must be >= 0. This is the
+  /// run's one grace-period setting: a session given this StopRequest
+  /// (RuntimeOptions::stop) uses it, and leaves its own
+  /// stop_grace_period_secs unset (foreman/monitored_session.hpp).
   absl::Duration grace_period = absl::Seconds(120);
   /// Measures the grace period. Not owned; must outlive the StopRequest.
   Clock* clock = Clock::Real();
@@ -91,6 +95,8 @@ class StopRequest {
   /// The end of the grace period on options.clock's monotonic time, once a
   /// stop was requested and not yet completed.
   std::optional<absl::Duration> grace_deadline() const;
+  /// StopRequestOptions::grace_period, as given. Thread-safe.
+  absl::Duration grace_period() const { return options_.grace_period; }
 
   /// Calls `fn(status)` on every request_stop() from now on — at once (on
   /// this thread) when a stop was already requested. Returns an id for

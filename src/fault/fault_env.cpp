@@ -1,4 +1,4 @@
-// EnvWrapper and FaultyEnv (foreman/fault.hpp).
+// FaultyEnv (foreman/fault.hpp).
 //
 // Every FaultyEnv operation goes through State::Before(): it counts the
 // operation in its path's per-kind index, decides which armed faults trigger
@@ -62,34 +62,6 @@ std::optional<std::string> InjectedFaultId(const Status& s) {
   if (!id.has_value()) return std::nullopt;
   return std::string(*id);
 }
-
-// -- EnvWrapper --------------------------------------------------------------------
-
-StatusOr<std::string> EnvWrapper::ReadFileToString(const std::string& path) {
-  return base_->ReadFileToString(path);
-}
-StatusOr<std::unique_ptr<RandomAccessFile>> EnvWrapper::NewRandomAccessFile(const std::string& path) {
-  return base_->NewRandomAccessFile(path);
-}
-StatusOr<std::unique_ptr<WritableFile>> EnvWrapper::NewWritableFile(const std::string& path) {
-  return base_->NewWritableFile(path);
-}
-StatusOr<std::unique_ptr<WritableFile>> EnvWrapper::NewAppendableFile(const std::string& path) {
-  return base_->NewAppendableFile(path);
-}
-Status EnvWrapper::RenameFile(const std::string& from, const std::string& to) { return base_->RenameFile(from, to); }
-Status EnvWrapper::DeleteFile(const std::string& path) { return base_->DeleteFile(path); }
-Status EnvWrapper::FileExists(const std::string& path) { return base_->FileExists(path); }
-StatusOr<uint64_t> EnvWrapper::GetFileSize(const std::string& path) { return base_->GetFileSize(path); }
-StatusOr<std::vector<std::string>> EnvWrapper::GetChildren(const std::string& dir) {
-  return base_->GetChildren(dir);
-}
-StatusOr<bool> EnvWrapper::IsDirectory(const std::string& path) { return base_->IsDirectory(path); }
-Status EnvWrapper::CreateDir(const std::string& dir) { return base_->CreateDir(dir); }
-Status EnvWrapper::RecursivelyCreateDir(const std::string& dir) { return base_->RecursivelyCreateDir(dir); }
-Status EnvWrapper::DeleteDir(const std::string& dir) { return base_->DeleteDir(dir); }
-Status EnvWrapper::SyncDir(const std::string& dir) { return base_->SyncDir(dir); }
-StatusOr<std::unique_ptr<FileLock>> EnvWrapper::LockFile(const std::string& path) { return base_->LockFile(path); }
 
 // -- the draw --------------------------------------------------------------------------
 

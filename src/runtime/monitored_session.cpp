@@ -110,6 +110,20 @@ auto CallHook(const std::string& where, Fn&& fn) {
 
 std::string FormatSeconds(absl::Duration d) { return absl::StrCat(absl::ToDoubleSeconds(d), " s"); }
 
+/// The run's one stop grace period: `stop`'s when the caller passed one
+/// (then `secs`, if set, must agree with it), else `secs` for the
+/// StopRequest the session makes (unset: StopRequestOptions' default, TF's
+/// 120 s).
+StatusOr<absl::Duration> StopGracePeriod(const std::optional<double>& secs, const StopRequest* stop) {
+  if (stop == nullptr) return secs.has_value() ? absl::Seconds(*secs) : StopRequestOptions().grace_period;
+  if (secs.has_value() && absl::Seconds(*secs) != stop->grace_period()) {
+    return absl::InvalidArgumentError(absl::StrCat("stop_grace_period_secs=", *secs,
+                                                   " but RuntimeOptions::stop's grace period is ",
+                                                   FormatSeconds(stop->grace_period()), "; set one"));
+  }
+  return stop->grace_period();
+}
+
 }  // namespace
 
 // -- Impl -------------------------------------------------------------------------
@@ -123,6 +137,7 @@ struct MonitoredSession::Impl {
   // names them.
   std::vector<std::string> before_run_where;
   std::vector<std::string> after_run_where;
+  // The StopRequest's grace period (StopGracePeriod), fixed at Create.
   absl::Duration stop_grace_period;
   RecoveryOptions recovery;
   RuntimeOptions runtime_options;
@@ -259,11 +274,14 @@ Status MonitoredSession::Impl::StoppedBeforeStep() {
   return absl::CancelledError("MonitoredSession: stop requested (request_stop) before the step: no step ran");
 }
 
-// The coordinator's join gets what is left of the stop grace period.
+// The coordinator's join gets what is left of the stop grace period (the
+// StopRequest's; never more than all of it, should the StopRequest measure
+// on another clock than the session's).
 absl::Duration MonitoredSession::Impl::RemainingGrace() const {
   std::optional<absl::Duration> deadline = stop->grace_deadline();
   if (!deadline.has_value()) return stop_grace_period;
-  return std::max(absl::ZeroDuration(), std::min(stop_grace_period, *deadline - clock->MonotonicNow()));
+  const absl::Duration left = *deadline - clock->MonotonicNow();
+  return std::max(absl::ZeroDuration(), std::min(left, stop_grace_period));
 }
 
 bool MonitoredSession::Impl::ShouldStop() const {
@@ -946,7 +964,8 @@ StatusOr<std::unique_ptr<MonitoredSession>> MonitoredSession::Create(MonitoredSe
     return absl::InvalidArgumentError("MonitoredSession needs a session_creator or a graph");
   }
   impl->hooks = std::move(options.hooks);
-  impl->stop_grace_period = absl::Seconds(options.stop_grace_period_secs);
+  FOREMAN_ASSIGN_OR_RETURN(impl->stop_grace_period,
+                           StopGracePeriod(options.stop_grace_period_secs, options.runtime.stop.get()));
   impl->recovery = options.recovery;
   impl->runtime_options = options.runtime;
   impl->stop = options.runtime.stop;
@@ -1050,7 +1069,8 @@ StatusOr<std::unique_ptr<SingularMonitoredSession>> SingularMonitoredSession::Cr
                                                         options.checkpoint_dir,
                                                         options.checkpoint_filename_with_path);
   impl->hooks = std::move(options.hooks);
-  impl->stop_grace_period = absl::Seconds(options.stop_grace_period_secs);
+  FOREMAN_ASSIGN_OR_RETURN(impl->stop_grace_period,
+                           StopGracePeriod(options.stop_grace_period_secs, options.runtime.stop.get()));
   impl->runtime_options = options.runtime;
   impl->stop = options.runtime.stop;
   impl->recoverable = false;  // B23

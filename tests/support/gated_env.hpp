@@ -1,4 +1,4 @@
-// GatedEnv: an EnvWrapper (foreman/fault.hpp) that forwards to another Env,
+// GatedEnv: an EnvWrapper (foreman/env.hpp) that forwards to another Env,
 // except that creating a writable file whose path contains a chosen
 // substring can be held until the test releases it, fail with a chosen
 // Status, or throw. For tests of

@@ -171,7 +171,10 @@ ExitCode SessionOptions(TrainJob& job) {
     mts.checkpoint_listeners.push_back(NewDurableSavesListener(job.faults.record, job.f.checkpoint_dir));
     RecordRecoveries(job.faults.record, mts.recovery);
   }
+  // The run's one grace period is its StopRequest's (RunTrain set it from
+  // --stop-grace-period-secs): the session's own setting stays unset.
   mts.runtime.stop = job.stop;
+  mts.stop_grace_period_secs.reset();
   if (job.dir != nullptr) job.dir->AttachTo(mts);
   if (job.cluster && !job.cluster->task.is_chief()) {
     // WorkerSessionCreator: polls for the chief's session every heartbeat,
