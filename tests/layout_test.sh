@@ -54,6 +54,11 @@ while IFS= read -r hit; do
   fi
 done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' tools/foreman tools/bench tools/examples \
            --include='*.cpp' --include='*.hpp' --include='*.h' 2>/dev/null)
+# No way around it with a relative path, in either include form.
+while IFS= read -r hit; do
+  fail "tools/ includes through a relative path ($hit): only installed headers, by name"
+done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"][^>"]*\.\./' tools/foreman tools/bench tools/examples \
+           --include='*.cpp' --include='*.hpp' --include='*.h' 2>/dev/null)
 while IFS= read -r hit; do
   fail "tools/ reaches past the installed headers ($hit): it builds as a user does, with foreman_dep"
 done < <(grep -rnE 'include_directories|foreman_internal_dep' tools --include=meson.build 2>/dev/null)

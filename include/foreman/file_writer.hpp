@@ -13,6 +13,7 @@
 // reach it in the order they were added, whichever thread added them.
 //
 //   ```cpp
+//   #include "foreman/file_writer.hpp"
 //   #include "foreman/summary.hpp"
 //   FOREMAN_ASSIGN_OR_RETURN(auto writer, foreman::FileWriter::Create("train_dir"));
 //   writer->AddSummary(foreman::ScalarSummary("loss", 0.3f), step);  // queued; returns at once

@@ -25,7 +25,7 @@
 //     return absl::InternalError("expected INVALID_ARGUMENT");
 //   }
 //   // A real run: options.program = the foreman executable, options.num_ps = 1, options.num_workers = 2,
-//   // options.train_flags = {"--train-steps", "100", "--checkpoint-dir", dir}; the result's exit_code is
+//   // options.train_flags = {"--max-steps", "100", "--checkpoint-dir", dir}; the result's exit_code is
 //   // the chief's.
 //   ```
 #pragma once

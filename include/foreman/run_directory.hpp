@@ -22,6 +22,8 @@
 //   FOREMAN_ASSIGN_OR_RETURN(std::optional<foreman::RunSettings> stored, dir->ReadSettings({"lr"}));
 //   FOREMAN_ASSIGN_OR_RETURN(std::optional<std::string> restore, dir->CheckpointToRestore());
 //   // ... build the graph; if `restore`, dir->CheckCheckpointMatches(*restore, *graph) ...
+//   // (a refusal before Commit(): call dir->Undo() first -- dropping an
+//   // uncommitted RunDirectory leaves what OpenRunDirectory made)
 //   if (!dir->Commit()) return absl::CancelledError("undone");  // from here on the files stay
 //   FOREMAN_RETURN_IF_ERROR(dir->WriteSettings({{"lr", stored ? stored->at("lr") : "0.1"}}));
 //   foreman::MonitoredTrainingSessionOptions opts;
@@ -169,7 +171,10 @@ class RunDirectory {
   /// the lock file when it did not exist before, then each directory it
   /// created (deepest first), only while empty. A directory that did not
   /// exist is gone again; one that existed is left as it was. Nothing after
-  /// Commit(); idempotent. Thread-safe.
+  /// Commit(); idempotent. Thread-safe. Destroying a RunDirectory neither
+  /// commits nor undoes: it releases the lock and leaves the files as they
+  /// are, so a program that refuses to start calls Undo() itself (as
+  /// `foreman train` does).
   void Undo();
 
  private:
