@@ -28,13 +28,14 @@ using foreman::testing::TempDir;
 constexpr char kFakeForeman[] = R"(#!/bin/sh
 [ "$1" = train ] || exit 90
 shift
-job= index= flags= hosts= stuck=
+job= index= flags= hosts= stuck= stubborn=
 while [ $# -gt 0 ]; do
   case $1 in
     --job-name) job=$2; shift 2 ;;
     --task-index) index=$2; shift 2 ;;
     --ps-hosts|--worker-hosts) hosts="$hosts $1=$2"; shift 2 ;;
     --stuck) stuck=1; flags="$flags $1"; shift ;;
+    --stubborn) stubborn=1; flags="$flags $1"; shift ;;
     *) flags="$flags $1"; shift ;;
   esac
 done
@@ -42,7 +43,9 @@ echo "out $job $index:$flags;$hosts"
 printf 'err %s %s' "$job" "$index" >&2
 case $job$index in
   worker0) exit 3 ;;
-  worker1) [ -n "$stuck" ] && exec sleep 30 ;;
+  worker1) [ -n "$stuck" ] && exec sleep 30
+           # Ignores SIGTERM, and its child (which inherits that) holds the pipes.
+           if [ -n "$stubborn" ]; then trap '' TERM; sleep 30; fi ;;
 esac
 exit 0
 )";
@@ -132,6 +135,23 @@ TEST_CASE("RunLocalCluster: a task left running after the chief's grace gets a S
   CHECK((Has(rec.messages, "still running after the chief's exit: worker 1; sending SIGTERM") ||
          Has(rec.messages, "still running after the chief's exit: ps 0, worker 1; sending SIGTERM")));
   CHECK(rec.messages.back() == absl::StrCat("exit codes: ps 0 ", ps_code, ", worker 0 3, worker 1 143"));
+}
+
+TEST_CASE("RunLocalCluster: a task that ignores the SIGTERM gets a SIGKILL 5 s later, its whole group") {
+  TempDir dir;
+  Recorded rec;
+  LocalClusterOptions o = FakeOptions(dir, rec);
+  o.train_flags = {"--stubborn"};
+  o.end_grace_secs = 0;
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<LocalClusterResult> r = RunLocalCluster(o);
+  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+  // The SIGKILL comes 5 s after the SIGTERM; a kill of the task alone would
+  // leave its `sleep 30` holding the pipes, and the run would last 30 s.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+  REQUIRE(r->task_exit_codes.size() == 3);
+  CHECK(r->task_exit_codes[2] == std::pair<std::string, int>{"worker 1", 128 + 9});
+  CHECK(Has(rec.messages, "still running after the chief's exit: worker 1; sending SIGKILL"));
 }
 
 TEST_CASE("RunLocalCluster: options out of range are INVALID_ARGUMENT naming the field; nothing starts") {

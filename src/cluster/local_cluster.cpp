@@ -251,7 +251,9 @@ class Run {
         ended_by_signal_ = sig;
       } else {
         sinks_.Message(absl::StrCat(SignalName(sig), " received again: killing every task"));
-        SignalAll(SIGKILL);
+        for (Task& t : tasks_) {
+          if (!t.exited) t.process.KillGroup(SIGKILL).IgnoreError();
+        }
       }
     }
   }
@@ -291,7 +293,10 @@ class Run {
     sinks_.Message(absl::StrCat("still running after the chief's exit: ", absl::StrJoin(names, ", "), "; sending ",
                                 escalation_ == 0 ? "SIGTERM" : "SIGKILL"));
     for (Task& t : tasks_) {
-      if (!t.exited) t.process.Signal(escalation_ == 0 ? SIGTERM : SIGKILL).IgnoreError();
+      if (t.exited) continue;
+      // SIGKILL to the task's whole group: a child of it that outlives the
+      // task would hold its pipes open (and the loop waits for their EOF).
+      (escalation_ == 0 ? t.process.Signal(SIGTERM) : t.process.KillGroup(SIGKILL)).IgnoreError();
     }
     ++escalation_;
     SetOthersDeadline(Clock::now() + std::chrono::seconds(5));
