@@ -228,6 +228,34 @@ TEST_CASE("settings round trip: the comment, then key = value lines in key order
   CHECK((*run)->resuming());
 }
 
+TEST_CASE("WriteSettings refuses settings that would not read back as written; a settings_file outside the "
+          "directory is refused") {
+  TempDir tmp;
+  auto run = OpenRunDirectory(tmp / "run");
+  REQUIRE(run.ok());
+  REQUIRE((*run)->WriteSettings({{"seed", "3"}}).ok());
+  const std::string before = ReadFile((*run)->settings_path());
+  for (const RunSettings& bad : std::vector<RunSettings>{{{"", "1"}},
+                                                         {{"k=v", "1"}},
+                                                         {{"#k", "1"}},
+                                                         {{" k", "1"}},
+                                                         {{"k", "x\ny"}},
+                                                         {{"k", "x "}}}) {
+    Status s = (*run)->WriteSettings(bad);
+    CHECK_MESSAGE(absl::IsInvalidArgument(s), s.ToString());
+    CHECK_MESSAGE(absl::StrContains(s.message(), (*run)->settings_path()), s.ToString());
+    CHECK(ReadFile((*run)->settings_path()) == before);  // nothing written
+  }
+  for (const char* file : {"", "..", "../escape.txt", "sub/settings"}) {
+    RunDirectoryOptions o;
+    o.settings_file = file;
+    auto refused = OpenRunDirectory(tmp / "other", o);
+    CHECK_MESSAGE(absl::IsInvalidArgument(refused.status()), file);
+    CHECK_FALSE(std::filesystem::exists(tmp / "other"));
+  }
+  CHECK_FALSE(std::filesystem::exists(tmp / "escape.txt"));
+}
+
 TEST_CASE("WriteSettings replaces the file atomically: a failed write leaves the previous settings and no "
           "temporary file") {
   TempDir tmp;

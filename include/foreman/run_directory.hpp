@@ -61,7 +61,8 @@ struct RunDirectoryOptions {
   /// The file system (nullptr: Env::Default()); not owned, outlives the
   /// RunDirectory. The lock and Undo() always use this one (see set_env).
   Env* env = nullptr;
-  /// The settings file, a name inside the directory.
+  /// The settings file, a name inside the directory (no '/'; OpenRunDirectory
+  /// refuses another with INVALID_ARGUMENT).
   std::string settings_file = kRunSettingsFile;
   /// Who writes runs here and how its user names another directory: the
   /// refusals say "... checkpoints that <program> did not write ...: use
@@ -121,7 +122,10 @@ class RunDirectory {
   /// should start each with '#' and end with '\n'), like a checkpoint: a
   /// temporary file, synced, renamed, the directory synced. On failure the
   /// temporary file is removed and the previous settings file is intact.
-  /// The Env's errors.
+  /// INVALID_ARGUMENT, before anything is written, for a setting that would
+  /// not read back as written: an empty key, or one with '=', a line break,
+  /// a leading '#' or surrounding blanks; a value with a line break or
+  /// surrounding blanks. The Env's errors.
   Status WriteSettings(const RunSettings& settings, const std::string& comment = "") const;
 
   /// The checkpoint a run in this directory restores (a checkpoint prefix),

@@ -10,6 +10,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -84,6 +85,11 @@ Status RunDirectory::Lock() {
 }
 
 StatusOr<std::unique_ptr<RunDirectory>> OpenRunDirectory(const std::string& dir, const RunDirectoryOptions& options) {
+  const std::string& f = options.settings_file;
+  if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("RunDirectoryOptions::settings_file '", f,
+                                                   "' is not a file name inside the run directory"));
+  }
   std::unique_ptr<RunDirectory> run(new RunDirectory(dir, options));
   FOREMAN_RETURN_IF_ERROR(run->Lock());
   return run;
@@ -127,7 +133,32 @@ StatusOr<std::optional<RunSettings>> RunDirectory::ReadSettings(const std::vecto
   return std::optional<RunSettings>(std::move(settings));
 }
 
+namespace {
+
+// What ReadSettings reads back as written: a key without '=', a line break,
+// a leading '#' or surrounding blanks; a value without a line break or
+// surrounding blanks (ReadSettings strips them).
+Status CheckSetting(const std::string& path, const std::string& key, const std::string& value) {
+  auto padded = [](const std::string& x) {
+    return !x.empty() && (absl::ascii_isspace(x.front()) || absl::ascii_isspace(x.back()));
+  };
+  if (key.empty() || key.find_first_of("=\n\r") != std::string::npos || key[0] == '#' || padded(key)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot write the setting key '", absl::CEscape(key),
+                                                   "' (it must be non-empty, without '=', a line break, a "
+                                                   "leading '#' or surrounding blanks)"));
+  }
+  if (value.find_first_of("\n\r") != std::string::npos || padded(value)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot write the value of '", key, "', '",
+                                                   absl::CEscape(value),
+                                                   "' (it must have no line break and no surrounding blanks)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Status RunDirectory::WriteSettings(const RunSettings& settings, const std::string& comment) const {
+  for (const auto& [key, value] : settings) FOREMAN_RETURN_IF_ERROR(CheckSetting(settings_path(), key, value));
   std::string text = comment;
   for (const auto& [key, value] : settings) absl::StrAppend(&text, key, " = ", value, "\n");
   const std::string path = settings_path();
