@@ -128,6 +128,19 @@ TEST_CASE("the destructor closes: what was added reaches the file") {
   CHECK(scalars[2].step == 2);
 }
 
+TEST_CASE("null options mean the defaults: Env::Default() and Clock::Real()") {
+  TempDir dir("file_writer");
+  FileWriterOptions o;
+  o.env = nullptr;
+  o.clock = nullptr;
+  auto writer = MustCreate(dir.path(), o);
+  writer->AddSummary(ScalarSummary("loss", 0.5f), 7);
+  REQUIRE(writer->Close(absl::Seconds(60)).ok());
+  const std::vector<Scalar> scalars = Scalars(EventsOf(dir.path()));
+  REQUIRE(scalars.size() == 1);
+  CHECK(scalars[0].step == 7);
+}
+
 TEST_CASE("a logdir that cannot be created: the Env's error, naming the logdir") {
   TempDir dir("file_writer");
   const std::string file = dir / "a_file";

@@ -37,11 +37,11 @@
 namespace foreman {
 
 struct FileWriterOptions {
-  /// Every file operation of the writer. Not owned; must outlive the
-  /// FileWriter.
+  /// Every file operation of the writer (nullptr: Env::Default()). Not
+  /// owned; must outlive the FileWriter.
   Env* env = Env::Default();
-  /// The events' wall_time and the flush_secs decisions. Not owned; must
-  /// outlive the FileWriter. Flush() and Close() timeouts are real time.
+  /// The events' wall_time and the flush_secs decisions (nullptr:
+  /// Clock::Real()). Not owned; must outlive the FileWriter. Flush() and Close() timeouts are real time.
   Clock* clock = Clock::Real();
 };
 

@@ -41,8 +41,8 @@ StatusOr<std::unique_ptr<FileWriter>> FileWriter::Create(const std::string& logd
   if (logdir.empty()) return absl::InvalidArgumentError("FileWriter: empty logdir");
   const std::string where = absl::StrCat("FileWriter(", logdir, ")");
   SessionConfig config;
-  config.env = options.env;
-  config.clock = options.clock;
+  config.env = options.env != nullptr ? options.env : Env::Default();
+  config.clock = options.clock != nullptr ? options.clock : Clock::Real();
   StatusOr<std::unique_ptr<internal::Runtime>> runtime = internal::Runtime::Create(nullptr, config);
   if (!runtime.ok()) return Annotate(runtime.status(), where);
   StatusOr<std::shared_ptr<internal::SummaryWriterService>> writer = (*runtime)->SummaryWriter(logdir);
@@ -61,8 +61,14 @@ StatusOr<std::unique_ptr<FileWriter>> FileWriter::Create(const std::string& logd
 FileWriter::FileWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 FileWriter::~FileWriter() {
+  bool closed_by_caller = false;
+  {
+    MutexLock l(impl_->close_mu);
+    closed_by_caller = impl_->close_done;
+  }
+  if (closed_by_caller) return;  // Close() already returned its result
   Status s = Close(kDestructorCloseTimeout);
-  if (!s.ok()) FOREMAN_LOG_ERROR("FileWriter({}): closing: {}", impl_->logdir, s.ToString());
+  if (!s.ok()) FOREMAN_LOG_ERROR("{}", s.ToString());  // Close's error names the writer
 }
 
 void FileWriter::AddSummary(absl::string_view serialized_summary, int64_t global_step) {
