@@ -275,6 +275,20 @@ TEST_CASE("evaluations at every multiple of eval_every_steps and at the final st
   CHECK(testing::SummarySteps(testing::Events(tmp / "once/eval"), "accuracy") == std::vector<int64_t>{10});
 }
 
+TEST_CASE("Create checks the settings itself: a batch size of 0 or negative threads is INVALID_ARGUMENT naming it") {
+  TempDir tmp;
+  MlpJobOptions zero = TinyOptions(tmp / "zero");
+  zero.settings.batch_size = 0;
+  auto refused = MlpJob::Create(std::move(zero));
+  CHECK(absl::IsInvalidArgument(refused.status()));
+  CHECK_MESSAGE(absl::StrContains(refused.status().message(), "--batch-size"), refused.status().ToString());
+  MlpJobOptions threads = TinyOptions(tmp / "threads");
+  threads.settings.threads = -3;
+  refused = MlpJob::Create(std::move(threads));
+  CHECK(absl::IsInvalidArgument(refused.status()));
+  CHECK_MESSAGE(absl::StrContains(refused.status().message(), "--threads"), refused.status().ToString());
+}
+
 TEST_CASE("SessionOptions carry the settings and the hooks in order; the pipeline's input needs StartInput") {
   TempDir tmp;
   MlpJobOptions o = TinyOptions(tmp / "opts");

@@ -172,7 +172,8 @@ struct MlpJobClusterTask {
 };
 
 struct MlpJobOptions {
-  /// Validated (ValidateMlpJobSettings); threads 0 is resolved by Create.
+  /// Checked by Create with ValidateMlpJobSettings (its INVALID_ARGUMENT,
+  /// naming the field by its flag); threads 0 is resolved by Create.
   MlpJobSettings settings;
   /// The training and test sets (moved in): data::LoadFashionMnist's, or
   /// any images of the same layout (labels < 10).
@@ -235,7 +236,8 @@ class MlpJob {
   /// graph and the hooks. Errors, each message naming what was built:
   ///   INVALID_ARGUMENT  "bad training data in <data_dir>: ...", "bad test
   ///                     data in <data_dir>: ...", "bad model: ...";
-  ///                     kGatherOnDevice with a cluster task; PlanMlpJob's
+  ///                     kGatherOnDevice with a cluster task;
+  ///                     ValidateMlpJobSettings's; PlanMlpJob's
   ///   other codes       "building the model: ...", "test data: ...",
   ///                     "hooks: ..." (internal errors)
   static StatusOr<std::unique_ptr<MlpJob>> Create(MlpJobOptions options);

@@ -159,6 +159,8 @@ MlpJob::MlpJob(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MlpJob::~MlpJob() = default;
 
 StatusOr<std::unique_ptr<MlpJob>> MlpJob::Create(MlpJobOptions options) {
+  // The caller's settings may not have come through the CLI's checks.
+  FOREMAN_RETURN_IF_ERROR(ValidateMlpJobSettings(options.settings));
   auto impl = std::make_unique<Impl>();
   impl->settings = std::move(options.settings);
   const MlpJobSettings& f = impl->settings;
