@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -301,6 +302,19 @@ const std::vector<std::string>& InvariantNames() {
 }
 
 std::string InvariantCell(const Invariant& i) { return !i.ok ? "FAIL" : i.checked ? "ok" : "-"; }
+
+std::string FailedSeedText(int64_t seed, const std::map<std::string, Invariant>& invariants,
+                           const std::string& runs_line, const std::string& work_dir, const std::string& replay) {
+  std::string out = absl::StrFormat("\nseed %lld FAILED:\n", static_cast<long long>(seed));
+  for (const std::string& name : InvariantNames()) {
+    const Invariant& i = invariants.at(name);
+    if (i.ok) continue;
+    for (const std::string& d : i.details) absl::StrAppendFormat(&out, "  %s: %s\n", name, d);
+  }
+  absl::StrAppendFormat(&out, "%s\n  logs: %s/seed-%lld\n  replay: %s\n", runs_line, work_dir,
+                        static_cast<long long>(seed), replay);
+  return out;
+}
 
 bool HasFlag(const std::vector<std::string>& flags, const std::string& name) {
   for (const std::string& f : flags) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -119,6 +120,13 @@ const std::vector<std::string>& InvariantNames();
 
 /// The report's cell for `i`: "FAIL", "ok" or "-" (not checked).
 std::string InvariantCell(const Invariant& i);
+
+/// A failed seed's block of the report, for every preset: "seed N FAILED:",
+/// each failed invariant's details (in InvariantNames() order), `runs_line`
+/// (as given, without its newline), where the seed's logs are under
+/// `work_dir`, and the replay command.
+std::string FailedSeedText(int64_t seed, const std::map<std::string, Invariant>& invariants,
+                           const std::string& runs_line, const std::string& work_dir, const std::string& replay);
 
 /// Whether `flags` has `--name` or `--name=V`.
 bool HasFlag(const std::vector<std::string>& flags, const std::string& name);

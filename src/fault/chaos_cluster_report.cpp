@@ -143,20 +143,12 @@ std::string TableRow(const ClusterSeedReport& r) {
 }
 
 std::string FailedSeed(const ChaosRun& run, const ClusterSeedReport& r) {
-  std::string out = absl::StrFormat("\nseed %lld FAILED:\n", static_cast<long long>(r.seed));
-  for (const std::string& name : InvariantNames()) {
-    const Invariant& i = r.invariants.at(name);
-    if (i.ok) continue;
-    for (const std::string& d : i.details) absl::StrAppendFormat(&out, "  %s: %s\n", name, d);
-  }
-  out += "  runs:";
+  std::string runs = "  runs:";
   for (const ClusterTaskRun& t : r.runs) {
-    absl::StrAppendFormat(&out, " [%s %d: %s, steps %lld..%lld]", kClusterTaskNames[t.task], t.n, t.ended_by,
+    absl::StrAppendFormat(&runs, " [%s %d: %s, steps %lld..%lld]", kClusterTaskNames[t.task], t.n, t.ended_by,
                           static_cast<long long>(t.first_step), static_cast<long long>(t.last_step));
   }
-  absl::StrAppendFormat(&out, "\n  logs: %s/seed-%lld\n  replay: %s\n", run.work, static_cast<long long>(r.seed),
-                        r.replay);
-  return out;
+  return FailedSeedText(r.seed, r.invariants, runs, run.work, r.replay);
 }
 
 json ReportJson(const ClusterJob& job, const std::string& partition, const std::vector<ClusterSeedReport>& reports,

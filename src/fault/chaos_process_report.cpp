@@ -87,20 +87,12 @@ json SeedJson(const ProcessSeedReport& r) {
 // A failed seed: each failed invariant's details, its runs, where its logs
 // are, how to replay it.
 std::string FailedSeed(const ChaosRun& run, const ProcessSeedReport& r) {
-  std::string out = absl::StrFormat("\nseed %lld FAILED:\n", static_cast<long long>(r.seed));
-  for (const std::string& name : InvariantNames()) {
-    const Invariant& i = r.invariants.at(name);
-    if (i.ok) continue;
-    for (const std::string& d : i.details) absl::StrAppendFormat(&out, "  %s: %s\n", name, d);
-  }
-  out += "  runs:";
+  std::string runs = "  runs:";
   for (const ProcessRun& p : r.runs) {
-    absl::StrAppendFormat(&out, " [%s, steps %lld..%lld]", p.ended_by, static_cast<long long>(p.start_step),
+    absl::StrAppendFormat(&runs, " [%s, steps %lld..%lld]", p.ended_by, static_cast<long long>(p.start_step),
                           static_cast<long long>(p.last_step));
   }
-  absl::StrAppendFormat(&out, "\n  logs: %s/seed-%lld\n  replay: %s\n", run.work, static_cast<long long>(r.seed),
-                        r.replay);
-  return out;
+  return FailedSeedText(r.seed, r.invariants, runs, run.work, r.replay);
 }
 
 // Under --restart-policy: what the session's supervisor restarted in
