@@ -41,11 +41,17 @@ while [ $# -gt 0 ]; do
 done
 echo "out $job $index:$flags;$hosts"
 printf 'err %s %s' "$job" "$index" >&2
+ready="$(dirname "$0")/stubborn_ready"
 case $job$index in
-  worker0) exit 3 ;;
+  worker0) # With --stubborn the chief exits only once worker 1 ignores
+           # SIGTERM (at most 10 s), so the SIGTERM cannot come before the trap.
+           if [ -n "$stubborn" ]; then
+             i=0; while [ ! -e "$ready" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+           fi
+           exit 3 ;;
   worker1) [ -n "$stuck" ] && exec sleep 30
            # Ignores SIGTERM, and its child (which inherits that) holds the pipes.
-           if [ -n "$stubborn" ]; then trap '' TERM; sleep 30; fi ;;
+           if [ -n "$stubborn" ]; then trap '' TERM; : > "$ready"; sleep 30; fi ;;
 esac
 exit 0
 )";
