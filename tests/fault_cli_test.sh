@@ -99,10 +99,24 @@ for p in "$tmp"/doc-plan-*.json; do
     || fail "the docs' plan $(cat "$p") was not accepted (exit $rc): $out"
 done
 
-# 4. The fault-free reference.
-train --checkpoint-dir "$tmp/ref" "${small[@]}"
+# 4. The fault-free reference, with --run-record (no plan): the file gets
+#    one step event per step and the exit, the directory no run record.
+train --checkpoint-dir "$tmp/ref" --run-record "$tmp/ref-record.jsonl" "${small[@]}"
 [[ $rc -eq 0 ]] || fail "the reference run exited $rc: $out"
 [[ ! -e $tmp/ref/fault_record.json ]] || fail "a run without --fault-plan wrote a fault record"
+[[ ! -e $tmp/ref/run_record.jsonl ]] || fail "--run-record FILE also wrote the directory's run_record.jsonl"
+events=$("$py" -c 'import json, sys
+e = [json.loads(l) for l in open(sys.argv[1])]
+steps = [x["global_step"] for x in e if x["event"] == "step"]
+print(len(steps), steps[0] if steps else -1, steps[-1] if steps else -1, e[-1]["event"] if e else "none")' \
+  "$tmp/ref-record.jsonl" 2>&1)
+[[ $events == "$steps 1 $steps exit" ]] || fail "--run-record: want '$steps 1 $steps exit' (steps, first, last, last event), got '$events'"
+# A ps task trains nothing: --run-record there is exit 2 before it serves.
+train --ps-hosts 127.0.0.1:1 --worker-hosts 127.0.0.1:2 --job-name ps --task-index 0 \
+  --checkpoint-dir "$tmp/ps" --run-record "$tmp/ps.jsonl"
+[[ $rc -eq 2 ]] && has "--run-record is for a training task; a ps task trains nothing" "$out" \
+  || fail "--run-record on a ps: exit $rc: $out"
+[[ ! -e $tmp/ps.jsonl ]] || fail "a refused ps task wrote its run record"
 
 # 5. A corrupt record is exit 2 naming it.
 mkdir -p "$tmp/corrupt" && echo '{"fired": 3}' >"$tmp/corrupt/fault_record.json"

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "fault/chaos_checks.hpp"
 #include "fault/run_record.hpp"
 #include "foreman/fault.hpp"
@@ -22,6 +24,7 @@ namespace {
 using internal::ParseRunRecord;
 using internal::ParseTrainLog;
 using internal::ReadRunRecord;
+using internal::ReadRunRecordFile;
 using json = nlohmann::json;
 using testing::TempDir;
 
@@ -70,6 +73,32 @@ TEST_CASE("RunRecordWriter appends one flushed JSON object per line, in order; R
   const std::string text = ReadText(dir / kRunRecordFile);
   CHECK(std::count(text.begin(), text.end(), '\n') == 7);
   CHECK(text.back() == '\n');
+}
+
+TEST_CASE("RunRecordWriter::OpenFile writes the file it is given; a failure is recorded with its stage and code") {
+  TempDir dir("run_record_test");
+  const std::string path = dir / "chief-0.jsonl";
+  {
+    auto w = RunRecordWriter::OpenFile(path);
+    REQUIRE_MESSAGE(w.ok(), w.status().ToString());
+    (*w)->Step(7);
+    (*w)->Failed("training failed", absl::UnavailableError("ps 0 gone (waiting for the ps tasks)"));
+    CHECK((*w)->status().ok());
+  }
+  CHECK(!std::filesystem::exists(dir / kRunRecordFile));  // the given file, not the directory's
+  auto events = ReadRunRecordFile(Env::Default(), path);
+  REQUIRE_MESSAGE(events.ok(), events.status().ToString());
+  REQUIRE(events->size() == 2);
+  CHECK((*events)[0] == json::parse(R"({"event":"step","global_step":7})"));
+  CHECK((*events)[1] == json::parse(R"json({"event":"failed","what":"training failed","code":"UNAVAILABLE",
+                                            "message":"ps 0 gone (waiting for the ps tasks)"})json"));
+  auto bad = RunRecordWriter::OpenFile(dir / "missing/r.jsonl");
+  REQUIRE(!bad.ok());
+  CHECK(absl::IsInternal(bad.status()));
+  CHECK_MESSAGE(absl::StrContains(bad.status().message(), "missing/r.jsonl"), bad.status());
+  auto none = ReadRunRecordFile(Env::Default(), dir / "none.jsonl");
+  REQUIRE(none.ok());
+  CHECK(none->empty());
 }
 
 TEST_CASE("No record is no events; a directory that does not exist cannot be opened") {

@@ -66,7 +66,8 @@ struct ChaosOptions {
   /// (past it the process group is killed: a hang).
   double timeout_secs = 60;
   /// `foreman train` flags; empty: the preset's default job. May not set
-  /// --checkpoint-dir or --fault-plan (set per seed).
+  /// --checkpoint-dir, --fault-plan or --run-record (set per seed), nor,
+  /// under the cluster preset, the cluster flags it sets.
   std::vector<std::string> train_flags;
 };
 

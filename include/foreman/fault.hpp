@@ -693,8 +693,12 @@ inline constexpr char kRunRecordFile[] = "run_record.jsonl";
 ///   {"event":"injected_stop","fault":"id"}    an injected fault ended the process
 ///   {"event":"exit","stopped_by_signal":"SIGTERM"|null}
 ///       the process ended training cleanly (after a signal's graceful stop or not)
-/// `foreman train --fault-plan` writes it (foreman chaos reads it; its
-/// invariants read no log text). Not TF's. Thread-safe: each call appends
+///   {"event":"failed","what":"training failed","code":"UNAVAILABLE","message":"..."}
+///       the process ended with an error (`what`: the stage; `code`: the
+///       status code's TF name, as absl::StatusCodeToString gives it)
+/// `foreman train --fault-plan` writes it, and `foreman train --run-record
+/// FILE` (also a cluster's workers); foreman chaos reads it (its invariants
+/// read no log text). Not TF's. Thread-safe: each call appends
 /// one line under a lock. Writes through the POSIX file system (never a
 /// FaultyEnv); a write that fails is dropped and kept in status().
 class RunRecordWriter {
@@ -702,6 +706,9 @@ class RunRecordWriter {
   /// Opens <run_dir>/run_record.jsonl for appending (creating it). `run_dir`
   /// must exist. Errors: INTERNAL naming the file and errno's text.
   static StatusOr<std::unique_ptr<RunRecordWriter>> Open(const std::string& run_dir);
+  /// Opens the record file `path` itself for appending (creating it; its
+  /// directory must exist). Errors: INTERNAL naming the file and errno's text.
+  static StatusOr<std::unique_ptr<RunRecordWriter>> OpenFile(const std::string& path);
   ~RunRecordWriter();
   RunRecordWriter(const RunRecordWriter&) = delete;
   RunRecordWriter& operator=(const RunRecordWriter&) = delete;
@@ -714,6 +721,8 @@ class RunRecordWriter {
   void InjectedStop(const std::string& fault_id);
   /// `stopped_by_signal`: the signal's name ("SIGTERM"), empty when none.
   void Exit(const std::string& stopped_by_signal);
+  /// `what`: the stage that failed ("training failed"); `error` not OK.
+  void Failed(const std::string& what, const Status& error);
   /// OK, or the first write's error.
   Status status() const;
 

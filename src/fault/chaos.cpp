@@ -84,7 +84,7 @@ Status CheckFlags(const ChaosOptions& o, ChaosRun& run) {
   if (!(o.timeout_secs > 0 && o.timeout_secs <= 86400)) {
     return absl::InvalidArgumentError(absl::StrCat("--timeout-secs must be in (0, 86400], got ", o.timeout_secs));
   }
-  for (const char* owned : {"--checkpoint-dir", "--fault-plan"}) {
+  for (const char* owned : {"--checkpoint-dir", "--fault-plan", "--run-record"}) {
     if (HasFlag(o.train_flags, owned)) {
       return absl::InvalidArgumentError(
           absl::StrCat("the train flags after -- may not set ", owned, ": foreman chaos sets it per seed"));

@@ -6,9 +6,12 @@
 // start of task ps / chief / worker1). The three tasks are children
 // (internal::Subprocess of ChaosOptions::foreman_program, death signal
 // SIGKILL) in their own process groups on free 127.0.0.1 ports
-// (internal::FreeLoopbackPorts). A supervision loop (every 20 ms) reaps
-// exits, reads the chief's progress lines, fires the next event when the
-// chief reported its step (SIGKILL to the task's group), restarts the killed
+// (internal::FreeLoopbackPorts). The chief and worker 1 each write their
+// run record (`foreman train --run-record`, foreman/fault.hpp's
+// RunRecordWriter) to <task>-<n>.jsonl beside the log; the harness reads
+// those, never the logs. A supervision loop (every 20 ms) reaps exits,
+// reads the chief's step events, fires the next event when the chief
+// reported its step (SIGKILL to the task's group), restarts the killed
 // task on its own port after the drawn delay, and watches the chief's
 // checkpoints. The run ends when every task has ended (the chief at
 // --max-steps; the ps and worker 1 after the chief ended training).
@@ -33,11 +36,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "cluster/local_ports.hpp"
 #include "fault/chaos_cluster_net.hpp"
+#include "fault/run_record.hpp"
 #include "platform/subprocess.hpp"
 
 namespace foreman::internal {
@@ -72,8 +74,10 @@ struct Task {
   Clock::time_point started;
   int starts = 0;
   std::string log_path;
-  std::size_t log_offset = 0;  // how far the chief's log was read
-  std::string partial;
+  std::string record_path;        // its run record ("" for the ps: it trains nothing)
+  std::size_t record_offset = 0;  // how far the record was read
+  std::string partial;            // a line of it not yet ended by '\n'
+  bool record_failed = false;     // its record could not be read (reported once)
   ClusterTaskRun run;
   std::optional<Clock::time_point> restart_at;
 };
@@ -136,8 +140,7 @@ class SeedRun {
     common_ = job_.train_flags;
     for (const std::string& w :
          {std::string("--ps-hosts"), absl::StrCat(HostOf(kPs), ":", ports_[0]), std::string("--worker-hosts"),
-          absl::StrCat(HostOf(kChief), ":", ports_[1], ",", HostOf(kWorker1), ":", ports_[2]),
-          std::string("--log-step-count-steps"), std::string("1")}) {
+          absl::StrCat(HostOf(kChief), ":", ports_[1], ",", HostOf(kWorker1), ":", ports_[2])}) {
       common_.push_back(w);
     }
     if (cut_task_ >= 0) common_.push_back("--insecure");  // not loopback: TLS or --insecure
@@ -159,10 +162,11 @@ class SeedRun {
                          "--ps-join-timeout-secs", absl::StrCat(static_cast<int64_t>(std::ceil(timeout_secs)))});
     } else if (task == kChief) {
       a.insert(a.end(), {"--job-name", "worker", "--task-index", "0", "--checkpoint-dir", run_dir_,
-                         "--save-checkpoint-steps", "20", "--ps-wait-secs", absl::StrCat(ps_wait_secs)});
+                         "--save-checkpoint-steps", "20", "--ps-wait-secs", absl::StrCat(ps_wait_secs),
+                         "--run-record", tasks_[task].record_path});
     } else {
       a.insert(a.end(), {"--job-name", "worker", "--task-index", "1", "--checkpoint-dir", dir_ + "/worker1-unused",
-                         "--ps-wait-secs", absl::StrCat(ps_wait_secs)});
+                         "--ps-wait-secs", absl::StrCat(ps_wait_secs), "--run-record", tasks_[task].record_path});
     }
     return a;
   }
@@ -170,6 +174,7 @@ class SeedRun {
   Status StartTask(int t) {
     Task& k = tasks_[t];
     k.log_path = absl::StrCat(dir_, "/", kClusterTaskFiles[t], "-", k.starts, ".log");
+    k.record_path = t == kPs ? "" : absl::StrCat(dir_, "/", kClusterTaskFiles[t], "-", k.starts, ".jsonl");
     SpawnOptions o;
     o.program = run_.options.foreman_program;
     o.argv = ArgsOf(t);
@@ -182,34 +187,52 @@ class SeedRun {
     k.run.task = t;
     k.run.n = k.starts++;
     k.run.checkpoint_at_start = last_ckpt_;
-    k.log_offset = 0;
+    k.record_offset = 0;
     k.partial.clear();
+    k.record_failed = false;
     k.restart_at.reset();
     return absl::OkStatus();
   }
 
-  // Reads the task's new progress lines ("step <n>...") into its record.
-  static void ReadSteps(Task& k) {
-    const std::string text = ReadClusterLog(k.log_path, k.log_offset);
-    k.log_offset += text.size();
+  // Reads the task's new run record events (whole lines) into its run:
+  // steps, recoveries' steps lost, a failure. A line cut off by a kill
+  // stays in `partial` and is never read.
+  void ReadRecord(int t) {
+    Task& k = tasks_[t];
+    if (k.record_path.empty() || k.record_failed) return;
+    const std::string text = ReadClusterLog(k.record_path, k.record_offset);
+    k.record_offset += text.size();
     k.partial += text;
-    std::size_t start = 0;
-    for (std::size_t nl; (nl = k.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-      absl::string_view line(k.partial.data() + start, nl - start);
-      if (!absl::ConsumePrefix(&line, "step ")) continue;
-      const std::size_t end = line.find_first_not_of("0123456789");
-      int64_t s = 0;
-      if (!absl::SimpleAtoi(line.substr(0, end), &s)) continue;
-      if (k.run.first_step < 0) k.run.first_step = s;
-      k.run.last_step = s;
+    const std::size_t end = k.partial.rfind('\n');
+    if (end == std::string::npos) return;
+    StatusOr<std::vector<json>> events =
+        ParseRunRecord(k.partial.substr(0, end + 1), absl::StrCat(kClusterTaskFiles[t], "-", k.run.n, ".jsonl"));
+    k.partial.erase(0, end + 1);
+    if (!events.ok()) {
+      k.record_failed = true;
+      r_.invariants["finished"].Fail(absl::StrCat(kClusterTaskNames[t], " run ", k.run.n,
+                                                  ": its run record cannot be read: ", events.status().message()));
+      return;
     }
-    k.partial.erase(0, start);
+    for (const json& e : *events) {
+      const std::string& kind = e["event"].get_ref<const std::string&>();
+      if (kind == "step" && e.contains("global_step") && e["global_step"].is_number_integer()) {
+        const int64_t s = e["global_step"].get<int64_t>();
+        if (k.run.first_step < 0) k.run.first_step = s;
+        k.run.last_step = s;
+      } else if (kind == "recovery" && e.contains("steps_lost") && e["steps_lost"].is_number_integer()) {
+        k.run.steps_lost += e["steps_lost"].get<int64_t>();
+      } else if (kind == "failed") {
+        k.run.failed_code = e.value("code", "");
+        k.run.failed = absl::StrCat(k.run.failed_code, ": ", e.value("message", ""));
+      }
+    }
   }
 
   // Ends task `t`'s record after its exit (reaped: `exit`).
   void Ended(int t, const ExitStatus& exit) {
     Task& k = tasks_[t];
-    ReadSteps(k);
+    ReadRecord(t);
     k.run.exit_code = exit.exit_code;
     k.run.elapsed_ms = MillisSince(k.started);
     if (exit.left_processes) {
@@ -227,13 +250,7 @@ class SeedRun {
       r_.invariants["checkpoints_verify"].Fail(
           absl::StrCat("after chief run ", k.run.n, ": ", run_.Rel(std::string(s.message()))));
     }
-    const std::string log = ReadClusterLog(k.log_path, 0);
-    const std::size_t at = log.rfind("(global steps lost: ");
-    int64_t lost = 0;
-    if (at != std::string::npos) {
-      const std::string num = log.substr(at + 20, log.find(')', at) - at - 20);
-      if (absl::SimpleAtoi(num, &lost)) r_.steps_lost += lost;
-    }
+    r_.steps_lost += k.run.steps_lost;
   }
 
   // Kills task `t`'s group now and reaps it.
@@ -290,7 +307,7 @@ class SeedRun {
       }
       last_ckpt_ = std::max(last_ckpt_, *ckpt);
     }
-    if (tasks_[kChief].running) ReadSteps(tasks_[kChief]);
+    if (tasks_[kChief].running) ReadRecord(kChief);
   }
 
   // 3. Restarts due; *pending when one is still waiting.
@@ -364,7 +381,7 @@ class SeedRun {
       bool any_alive = false;
       for (const Task& k : tasks_) any_alive = any_alive || k.running || k.restart_at.has_value();
       if (!any_alive) return absl::OkStatus();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a poll of 3 children and a log file
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a poll of 3 children and a record file
     }
   }
 

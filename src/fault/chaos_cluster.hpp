@@ -59,8 +59,11 @@ struct ClusterTaskRun {
   bool left_processes = false;
   bool cut_at_end = false;           // its network was cut when the chief ended training
   int64_t checkpoint_at_start = -1;  // the chief's latest checkpoint when it started (-1: none)
-  int64_t first_step = -1;           // the first / last step it reported (-1: none)
+  int64_t first_step = -1;           // the first / last step its run record reported (-1: none)
   int64_t last_step = -1;
+  int64_t steps_lost = 0;            // its run record's recoveries' steps lost
+  std::string failed;                // its run record's "failed" event: "CODE: message" ("" none)
+  std::string failed_code;           // that event's code ("UNAVAILABLE")
   int64_t elapsed_ms = 0;
 };
 

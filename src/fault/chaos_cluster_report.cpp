@@ -35,7 +35,7 @@ constexpr uint64_t kNetcutKey = 0x6e6574637574ULL;     // "netcut"
 // The default job: about 7 s a seed on two cores, steps slow enough (a
 // 784-64-10 MLP, batch 100) that a worker alone does not finish the job
 // during a killed chief's 0.2-2 s restart delay; a checkpoint every 20
-// steps, a progress line per step (the events fire on the chief's).
+// steps (the events fire on the chief's run record's step events).
 const std::vector<std::string>& DefaultClusterTrainFlags() {
   static const std::vector<std::string> flags = {"--max-steps", "3000", "--hidden", "64", "--batch-size", "100",
                                                  "--threads", "1", "--eval-every-steps", "0"};
@@ -45,7 +45,7 @@ const std::vector<std::string>& DefaultClusterTrainFlags() {
 // Set by --preset cluster itself: refused after --.
 constexpr const char* kOwnFlags[] = {"--ps-hosts", "--worker-hosts", "--job-name", "--task-index",
                                      "--checkpoint-dir", "--fault-plan", "--insecure", "--ps-wait-secs",
-                                     "--ps-join-timeout-secs", "--save-checkpoint-steps", "--log-step-count-steps"};
+                                     "--ps-join-timeout-secs", "--save-checkpoint-steps", "--run-record"};
 
 // The value of `--name V` or `--name=V` as an integer; nullopt when absent.
 std::optional<int64_t> IntFlag(const std::vector<std::string>& flags, const std::string& name) {
@@ -73,7 +73,7 @@ std::string QuotedWords(const std::vector<std::string>& words) {
 // The ends docs/cluster.md's failure table gives: the chief 0 at
 // --max-steps, the others 0 after the chief ended training, a planned kill
 // 137.
-void CheckTaskEnds(const std::string& dir, int t, ClusterSeedReport& r) {
+void CheckTaskEnds(int t, ClusterSeedReport& r) {
   Invariant& finished = r.invariants["finished"];
   const ClusterTaskRun* last = nullptr;
   for (const ClusterTaskRun& run : r.runs) {
@@ -90,11 +90,10 @@ void CheckTaskEnds(const std::string& dir, int t, ClusterSeedReport& r) {
   if (last == nullptr) return;  // killed last, after training ended
   // A worker whose ps is gone past --ps-wait-secs exits 1; cut off when the
   // chief ended training, it never learnt of the end, and the ps was gone
-  // when it was healed (its log says so; any other exit 1 fails).
-  const bool missed_end =
-      t == kWorker1 && last->exit_code == 1 && last->cut_at_end &&
-      absl::StrContains(ReadClusterLog(absl::StrCat(dir, "/", kClusterTaskFiles[t], "-", last->n, ".log"), 0),
-                        "waiting for the ps tasks; ClusterOptions::ps_wait_secs");
+  // when it was healed (its run record's failure is UNAVAILABLE; any other
+  // exit 1 fails).
+  const bool missed_end = t == kWorker1 && last->exit_code == 1 && last->cut_at_end &&
+                          last->failed_code == "UNAVAILABLE";
   if (last->exit_code != 0 && !missed_end) {
     finished.Fail(absl::StrCat(kClusterTaskNames[t], " run ", last->n, " ended by ", last->ended_by,
                                last->exit_code == 1 && t != kChief ? " (1: the ps was gone past --ps-wait-secs?)" : "",
@@ -121,6 +120,8 @@ json SeedJson(const ClusterSeedReport& r) {
                     {"checkpoint_at_start", run.checkpoint_at_start},
                     {"first_step", run.first_step},
                     {"last_step", run.last_step},
+                    {"steps_lost", run.steps_lost},
+                    {"failed", run.failed.empty() ? json(nullptr) : json(run.failed)},
                     {"elapsed_ms", run.elapsed_ms}});
   }
   j["runs"] = runs;
@@ -193,7 +194,7 @@ ClusterSeedReport NewClusterSeedReport(const ClusterJob& job, int64_t seed) {
 
 void CheckClusterEnds(const ClusterJob& job, const std::string& dir, bool chief_done, int64_t last_ckpt,
                       ClusterSeedReport& r) {
-  for (int t = 0; t < 3; ++t) CheckTaskEnds(dir, t, r);
+  for (int t = 0; t < 3; ++t) CheckTaskEnds(t, r);
   // A restarted chief resumes past the checkpoint it started with (it
   // re-attaches to the ps, or restores that checkpoint and its first step
   // is the one after it): never at or before it.

@@ -90,8 +90,12 @@ RunRecordWriter::~RunRecordWriter() {
 }
 
 StatusOr<std::unique_ptr<RunRecordWriter>> RunRecordWriter::Open(const std::string& run_dir) {
+  return OpenFile(absl::StrCat(run_dir, "/", kRunRecordFile));
+}
+
+StatusOr<std::unique_ptr<RunRecordWriter>> RunRecordWriter::OpenFile(const std::string& path) {
   auto impl = std::make_unique<Impl>();
-  impl->path = absl::StrCat(run_dir, "/", kRunRecordFile);
+  impl->path = path;
   // A torn last line (a process killed while writing it) is cut off first,
   // so that this process's lines start on a line of their own.
   if (Status s = DropTornLine(impl->path); !s.ok()) return s;
@@ -140,6 +144,13 @@ void RunRecordWriter::Exit(const std::string& stopped_by_signal) {
                  {"stopped_by_signal", stopped_by_signal.empty() ? json(nullptr) : json(stopped_by_signal)}});
 }
 
+void RunRecordWriter::Failed(const std::string& what, const Status& error) {
+  impl_->Append({{"event", "failed"},
+                 {"what", what},
+                 {"code", absl::StatusCodeToString(error.code())},
+                 {"message", std::string(error.message())}});
+}
+
 Status RunRecordWriter::status() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->status;
@@ -172,7 +183,10 @@ StatusOr<std::vector<json>> ParseRunRecord(const std::string& text, const std::s
 }
 
 StatusOr<std::vector<json>> ReadRunRecord(Env* env, const std::string& run_dir) {
-  const std::string path = absl::StrCat(run_dir, "/", kRunRecordFile);
+  return ReadRunRecordFile(env, absl::StrCat(run_dir, "/", kRunRecordFile));
+}
+
+StatusOr<std::vector<json>> ReadRunRecordFile(Env* env, const std::string& path) {
   if (!env->FileExists(path).ok()) return std::vector<json>{};
   FOREMAN_ASSIGN_OR_RETURN(std::string text, env->ReadFileToString(path));
   return ParseRunRecord(text, path);

@@ -24,4 +24,8 @@ StatusOr<std::vector<nlohmann::json>> ParseRunRecord(const std::string& text, co
 /// does not exist. The Env's errors otherwise.
 StatusOr<std::vector<nlohmann::json>> ReadRunRecord(Env* env, const std::string& run_dir);
 
+/// ParseRunRecord of the record file `path` (`foreman train --run-record`);
+/// no events when it does not exist. The Env's errors otherwise.
+StatusOr<std::vector<nlohmann::json>> ReadRunRecordFile(Env* env, const std::string& path);
+
 }  // namespace foreman::internal

@@ -83,6 +83,10 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
     return absl::InvalidArgumentError(
         "--fault-plan is for a single-process run; it cannot be given with the cluster flags (--job-name)");
   }
+  if (!f.run_record.empty() && c.job_name == "ps") {
+    return absl::InvalidArgumentError(
+        "--run-record is for a training task; a ps task trains nothing (give it to the workers only)");
+  }
   if (c.task_index < 0 || c.task_index > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("--task-index must be >= 0, got ", c.task_index));
   }

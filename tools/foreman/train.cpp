@@ -18,7 +18,7 @@
 //   train_settings.txt           the settings of the run, for resuming it
 //   train.log                    the log
 //   fault_record.json            with --fault-plan: the injected faults that fired
-//   run_record.jsonl             with --fault-plan: what each process did (RunRecordWriter)
+//   run_record.jsonl             with --fault-plan (or --run-record FILE): what each process did (RunRecordWriter)
 //
 // Resume: the data position (input_pipeline/epoch, input_pipeline/index) and
 // the optimizer's slots are variables, so they are checkpointed with the

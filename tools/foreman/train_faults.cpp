@@ -209,6 +209,7 @@ std::optional<int> LoadFaultRecord(const std::string& checkpoint_dir, TrainFault
   job.faulty->MarkFired(*record);
   job.hook->MarkFired(*record);
   job.recorder->Load(*std::move(record));
+  if (job.record != nullptr) return std::nullopt;  // --run-record's file
   auto run_record = RunRecordWriter::Open(checkpoint_dir);
   if (!run_record.ok()) return Fail(kExitFailed, "cannot open the run record", run_record.status());
   job.record = *std::move(run_record);

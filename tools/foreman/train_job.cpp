@@ -25,6 +25,17 @@ std::string Architecture(const nn::MlpSpec& spec) {
   return absl::StrJoin(dims, "-");
 }
 
+// --run-record FILE: the run record, opened before anything trains (a
+// cluster's non-chief worker too). Without it, --fault-plan's default
+// (<checkpoint-dir>/run_record.jsonl) is opened by LoadFaultRecord.
+ExitCode OpenRunRecord(TrainJob& job) {
+  if (job.f.run_record.empty()) return std::nullopt;
+  auto record = RunRecordWriter::OpenFile(job.f.run_record);
+  if (!record.ok()) return Fail(kExitUsage, "cannot open the run record", record.status());
+  job.faults.record = *std::move(record);
+  return std::nullopt;
+}
+
 }  // namespace
 
 // 1-2. Flags, the directory's lock (a second `foreman train` is refused
@@ -38,7 +49,7 @@ ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
   if (Status s = ValidateTrainFlags(f); !s.ok()) return job.Exit(kExitUsage, "bad flags", s);
   // A cluster's non-chief worker: the chief's directory is not its own (no
   // lock, no settings, no restore: the chief initialises or restores the ps).
-  if (!job.owns_directory()) return std::nullopt;
+  if (!job.owns_directory()) return OpenRunRecord(job);
   if (ExitCode code = PrepareFaults(f.fault_plan, dir, job.stop, job.faults)) return code;
   job.phase->SetDir(dir);
   auto opened = OpenRunDirectory(dir);
@@ -51,6 +62,7 @@ ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
   }
   job.dir = std::move(*opened);
   job.phase->SetRunDirectory(job.dir);
+  if (ExitCode code = OpenRunRecord(job)) return code;  // before LoadFaultRecord's default
   if (ExitCode code = LoadFaultRecord(dir, job.faults)) return code;
   if (job.faults.active()) job.env = job.faults.faulty.get();
   job.dir->set_env(job.env);
@@ -169,8 +181,8 @@ ExitCode SessionOptions(TrainJob& job) {
   mts = job.mlp->SessionOptions();
   if (job.faults.active()) {
     mts.checkpoint_listeners.push_back(NewDurableSavesListener(job.faults.record, job.f.checkpoint_dir));
-    RecordRecoveries(job.faults.record, mts.recovery);
   }
+  RecordRecoveries(job.faults.record, mts.recovery);  // with a run record
   // The run's one grace period is its StopRequest's (RunTrain set it from
   // --stop-grace-period-secs): the session's own setting stays unset.
   mts.runtime.stop = job.stop;

@@ -62,8 +62,10 @@ struct TrainJob {
     return cluster ? absl::StrCat(cluster->task.job_name, " ", cluster->task.task_index, ": ") : "";
   }
   // Fail(), unless `s` reports a fault injected in this process (exit 3).
+  // With a run record, a "failed" event.
   int Exit(int code, const std::string& what, const Status& s) const {
     if (ExitCode injected = InjectedFaultExit(faults, what, s)) return *injected;
+    if (faults.record != nullptr) faults.record->Failed(what, s);
     return Fail(code, what, s);
   }
 };

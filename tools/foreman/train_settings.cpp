@@ -88,6 +88,12 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
                  "recorded in <checkpoint-dir>/fault_record.json and, unless marked repeat, do not fire again "
                  "when the run is restarted. Not stored in the run's settings")
       ->check(NonEmpty());
+  cmd.add_option("--run-record", f.run_record,
+                 "Append what this process does (restores, steps, recoveries, its end; durable saves with --fault-plan) to this file "
+                 "as JSON lines (docs/fault-injection.md, \"The run record\"); also on a cluster's workers, not "
+                 "on a ps task. With --fault-plan the default is <checkpoint-dir>/run_record.jsonl. Not stored in "
+                 "the run's settings")
+      ->check(NonEmpty());
   cmd.add_option("--restart-policy", f.restart_policy,
                  "Restart failing service actors (summary writer, checkpoint saver, step counter, input pipeline) "
                  "instead of "

@@ -47,6 +47,9 @@ struct TrainFlags : MlpJobSettings {
   // --fault-plan: a FaultPlan JSON file (foreman/fault.hpp). Not a setting of
   // the run: never stored, so a resume without the flag injects nothing.
   std::string fault_plan;
+  // --run-record FILE: what this process did, as JSON lines (RunRecordWriter
+  // in foreman/fault.hpp), appended to FILE. Never stored.
+  std::string run_record;
   // The cluster flags: never stored or compared (see ClusterFlags).
   ClusterFlags cluster;
 };
