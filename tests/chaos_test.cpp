@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "foreman/bundle.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/env.hpp"
@@ -226,6 +227,14 @@ TEST_CASE("RunChaos refuses bad options before it starts anything") {
   o = SmallJob(dir);
   o.foreman_program.clear();
   CHECK(absl::IsInvalidArgument(RunChaos(o).status()));
+
+  o = SmallJob(dir);
+  o.foreman_program = dir / "no-such-foreman";
+  StatusOr<ChaosReport> missing = RunChaos(o, &rec);
+  REQUIRE(!missing.ok());
+  CHECK(absl::IsInvalidArgument(missing.status()));
+  CHECK(missing.status().message() == absl::StrCat("ChaosOptions::foreman_program: ", o.foreman_program,
+                                                   " is not an executable file (a path: no PATH search)"));
 
   CHECK(rec.work_dir.empty());  // nothing was made
   CHECK(rec.groups == 0);

@@ -40,7 +40,8 @@ namespace foreman {
 /// [1, 1000000], got 0").
 struct ChaosOptions {
   /// The `foreman` executable whose `train` subcommand is the job (the CLI
-  /// passes "/proc/self/exe": itself). REQUIRES: not empty.
+  /// passes "/proc/self/exe": itself): a path, run without a PATH search.
+  /// Empty, or not an executable file: INVALID_ARGUMENT naming it.
   std::string foreman_program;
   /// "disk", "steps", "actors", "signals", "all" or "cluster" (the tasks of
   /// a local cluster killed and restarted); "" with no plan_file: "all".

@@ -206,6 +206,14 @@ StatusOr<ChaosReport> RunChaos(const ChaosOptions& options, ChaosObserver* obser
   if (options.foreman_program.empty()) {
     return absl::InvalidArgumentError("ChaosOptions::foreman_program is empty: give the foreman executable");
   }
+  // Run by execve (no PATH search): a path that is not an executable file
+  // would fail every seed as an exit 127.
+  struct stat st {};
+  if (::stat(options.foreman_program.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      ::access(options.foreman_program.c_str(), X_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ChaosOptions::foreman_program: ", options.foreman_program,
+                                                   " is not an executable file (a path: no PATH search)"));
+  }
   FOREMAN_RETURN_IF_ERROR(internal::CheckFlags(options, run));
   if (!options.plan_file.empty()) FOREMAN_RETURN_IF_ERROR(internal::ReadPlanFile(options.plan_file, run));
   if (!options.json_path.empty()) FOREMAN_RETURN_IF_ERROR(internal::CheckWritable(options.json_path));
