@@ -425,9 +425,16 @@ Status Ended(const ps_shard_state& st) {
       absl::StrCat(Who(st), ": training ended by the chief at global_step ", st.end_step));
 }
 
+// A request after the end (the chief's final checkpoint and evaluation
+// read; a worker's apply is refused): the Server told, so a ps task's Join
+// waits until the cluster is quiet, not only until the updates stop.
+void NoteEndedActivity(const ps_shard_state& st) {
+  if (st.ended && st.options.on_end_activity) st.options.on_end_activity();
+}
+
 // An apply after the end: answered OUT_OF_RANGE, and the Server told.
 void RefuseEnded(ps_shard_state& st, caf::typed_response_promise<int64_t>& promise) {
-  if (st.options.on_end_activity) st.options.on_end_activity();  // before the answer
+  NoteEndedActivity(st);  // before the answer
   promise.deliver(ErrorOf(Ended(st)));
 }
 
@@ -516,11 +523,13 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         return caf::ok_atom::value;
       },
       [self](ps_read_atom, const std::vector<std::string>& names) -> caf::result<VariablesMessage> {
+        NoteEndedActivity(self->state);
         StatusOr<VariablesMessage> r = Read(self->state, names);
         if (!r.ok()) return ErrorOf(r.status());
         return *std::move(r);
       },
       [self](ps_snap_atom) -> caf::result<VariablesMessage> {
+        NoteEndedActivity(self->state);
         StatusOr<VariablesMessage> r = Snapshot(self->state);
         if (!r.ok()) return ErrorOf(r.status());
         return *std::move(r);
@@ -544,6 +553,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
       },
       [self](ps_freeze_atom, int64_t timeout_ms) -> caf::result<int64_t> {
         auto& st = self->state;
+        NoteEndedActivity(st);
         if (timeout_ms <= 0 || timeout_ms > kMaxFreezeMs) {
           return ErrorOf(absl::InvalidArgumentError(absl::StrCat(
               Who(st), ": freeze timeout_ms must be in [1, ", kMaxFreezeMs, "], got ", timeout_ms)));
@@ -561,7 +571,10 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         self->delayed_send(self, std::chrono::milliseconds(timeout_ms), ps_thawed_atom::value, epoch, timeout_ms);
         return GlobalStep(st);
       },
-      [self](ps_thaw_atom) -> int64_t { return Thaw(self->state); },
+      [self](ps_thaw_atom) -> int64_t {
+        NoteEndedActivity(self->state);
+        return Thaw(self->state);
+      },
       [self](ps_end_atom, int64_t chief_step) -> int64_t {
         auto& st = self->state;
         if (!st.ended) {

@@ -112,7 +112,9 @@
 //       is final for the shard's life (an init does not undo it).
 //       Idempotent. Answers the global_step (-1: not held or not
 //       initialized). Calls options.on_end_activity (if set) on the end and
-//       on every apply refused after it.
+//       on every request after it but ps_stats (applies refused, and the
+//       reads, snapshots, freezes and thaws of the chief's final checkpoint
+//       and evaluation).
 //
 // A cluster checkpoint (rule: all shards at one global_step): the chief
 // freezes every shard (ps 0 answers the step), snapshots every shard, and

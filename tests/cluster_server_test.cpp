@@ -676,15 +676,26 @@ TEST_CASE("EndTraining: the chief only; later applies OUT_OF_RANGE, reads served
   REQUIRE(rv->ReadConsistent(mirror).ok());
   CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 42);
 
-  // Join: after connection_timeout_ms (200 ms) without an update (the
-  // refused apply above was the last).
+  // Join: after connection_timeout_ms (200 ms) without a request. Reads
+  // after the end (a chief's final checkpoint and evaluation), one every
+  // 100 ms for 500 ms, keep the ps tasks serving until they stop.
+  const auto t_reads = Clock::now();
+  std::thread reader([&rv] {
+    for (int i = 0; i < 6; ++i) {
+      VariableStore m;
+      CHECK(rv->ReadConsistent(m).ok());
+      if (i < 5) std::this_thread::sleep_for(milliseconds(100));
+    }
+  });
   for (auto& ps : c.ps) {
     const auto t0 = Clock::now();
     Status joined = ps->Join(absl::Seconds(5));
     CHECK_MESSAGE(joined.ok(), joined);
     CHECK(Clock::now() - t0 < milliseconds(2000));
     CHECK(Clock::now() - t_end >= milliseconds(200));
+    CHECK(Clock::now() - t_reads >= milliseconds(500 + 200));
   }
+  reader.join();
   // A worker's Join waits for Stop.
   CHECK(c.workers[1]->Join(absl::Milliseconds(20)).code() == absl::StatusCode::kDeadlineExceeded);
   c.workers[1]->Stop();

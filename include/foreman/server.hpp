@@ -105,8 +105,10 @@ class Server {
   StatusOr<int64_t> EndTraining();
 
   /// A ps task: blocks until training has ended (the chief's EndTraining)
-  /// and the workers have had time to see it (no update for
-  /// connection_timeout_ms, at most 10 x that), or until Stop(); OK then.
+  /// and the cluster is done with it (no request — a refused update, the
+  /// chief's reads for its final checkpoint and evaluation — for
+  /// connection_timeout_ms, at most 10 x that after the end), or until
+  /// Stop(); OK then.
   /// DEADLINE_EXCEEDED when `timeout` passes first. On a worker task:
   /// until Stop() or `timeout`. TF: server.join(), bounded. Stop() from
   /// another thread ends a Join in progress; destroying the Server during
