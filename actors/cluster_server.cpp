@@ -187,7 +187,7 @@ Status ValidateServerOptions(const ServerOptions& options) {
         absl::StrCat("ServerOptions.request_timeout_ms must be > 0, got ", options.request_timeout_ms));
   }
   if (options.replicas_to_aggregate < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--replicas-to-aggregate must be >= 0, got ",
+    return absl::InvalidArgumentError(absl::StrCat("ServerOptions.replicas_to_aggregate (--replicas-to-aggregate) must be >= 0, got ",
                                                    options.replicas_to_aggregate));
   }
   return nn::ValidateOptimizerOptions(options.optimizer);
@@ -373,7 +373,7 @@ StatusOr<std::vector<ClusterTaskReport>> QueryTasks(const std::string& target, c
         absl::StrCat("'", target, "' is not a task's address: expected tcp://HOST:PORT or tls://HOST:PORT"));
   }
   if (timeout_ms <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--timeout-ms must be > 0, got ", timeout_ms));
+    return absl::InvalidArgumentError(absl::StrCat("QueryClusterStatus: timeout_ms (--timeout-ms) must be > 0, got ", timeout_ms));
   }
   const std::string address = target.substr(std::strlen(kTcpScheme));
   auto spec = ClusterSpec::Create({{"asked", {address}}});
@@ -384,12 +384,13 @@ StatusOr<std::vector<ClusterTaskReport>> QueryTasks(const std::string& target, c
   const bool any_tls = !options.tls_cert.empty() || !options.tls_key.empty() || !options.tls_ca.empty();
   if (tls && !options.tls_enabled()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(target, " is a TLS address: give --tls-cert, --tls-key and --tls-ca (a certificate of the "
-                             "cluster's CA)"));
+        absl::StrCat(target, " is a TLS address: give ClusterOptions' tls_cert, tls_key and tls_ca (--tls-cert, "
+                             "--tls-key, --tls-ca: a certificate of the cluster's CA)"));
   }
   if (!tls && any_tls) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--tls-* given with the plain address ", target, ": use tls://", address));
+        absl::StrCat("ClusterOptions' tls_* files (--tls-*) given with the plain address ", target, ": use tls://",
+                     address));
   }
   if (tls) FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(options.tls_cert, options.tls_key, options.tls_ca));
   const NetConfig net = NetConfigOf(options, tls);

@@ -851,9 +851,13 @@ TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every tas
 
   // Bad input: nothing asked.
   CHECK(QueryClusterStatus(chief, o, 2000).status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(QueryClusterStatus("tls://" + chief, o, 2000).status().code() ==
-        absl::StatusCode::kInvalidArgument);  // no TLS files
-  CHECK(QueryClusterStatus("tcp://" + chief, o, 0).status().code() == absl::StatusCode::kInvalidArgument);
+  // The library's messages name the option first, then the CLI's flag.
+  Status no_tls = QueryClusterStatus("tls://" + chief, o, 2000).status();
+  CHECK(no_tls.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(absl::StrContains(no_tls.message(), "give ClusterOptions' tls_cert, tls_key and tls_ca"), no_tls);
+  Status zero = QueryClusterStatus("tcp://" + chief, o, 0).status();
+  CHECK(zero.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(zero.message() == "QueryClusterStatus: timeout_ms (--timeout-ms) must be > 0, got 0");
   CHECK(QueryClusterStatus("tcp://127.0.0.1:99999", o, 2000).status().code() ==
         absl::StatusCode::kInvalidArgument);
 }
