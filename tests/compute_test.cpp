@@ -136,6 +136,41 @@ TEST_CASE("Gemm matches a scalar loop for every transpose and epilogue") {
   }
 }
 
+TEST_CASE("Gemm split across 2 and 3 intra-op threads (row blocks, or k for a weight gradient) agrees with 1 thread "
+          "and is bitwise reproducible") {
+  CpuDevice one(1), two(2), three(3);
+  // Past the split's threshold (2^18 multiply-adds): an m of one row block
+  // and one row; a k split into 8 + 8 + 1 rows; a 10-column weight gradient
+  // (split along k whatever n); a product whose m is not a multiple of 8.
+  const std::vector<std::array<int64_t, 3>> shapes = {{9, 300, 200}, {400, 40, 17}, {784, 10, 128}, {131, 67, 61}};
+  for (const auto& [m, n, k] : shapes) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+      for (Epilogue e : {Epilogue::kNone, Epilogue::kBiasRelu, Epilogue::kReluGradMask}) {
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(k);
+        CAPTURE(ta);
+        CAPTURE(tb);
+        INFO("epilogue ", EpilogueName(e));
+        const GemmInputs in(m, n, k);
+        std::vector<float> c1(static_cast<std::size_t>(m * n), 7.0f), c2 = c1, c3 = c1, again = c1;
+        REQUIRE(one.Gemm(in.Args(ta, tb, e, c1.data())).ok());
+        REQUIRE(two.Gemm(in.Args(ta, tb, e, c2.data())).ok());
+        REQUIRE(three.Gemm(in.Args(ta, tb, e, c3.data())).ok());
+        for (std::size_t i = 0; i < c1.size(); ++i) {
+          REQUIRE(c2[i] == doctest::Approx(c1[i]).epsilon(1e-5).scale(static_cast<double>(k)));
+          REQUIRE(c3[i] == doctest::Approx(c1[i]).epsilon(1e-5).scale(static_cast<double>(k)));
+        }
+        for (CpuDevice* dev : {&two, &three}) {
+          REQUIRE(dev->Gemm(in.Args(ta, tb, e, again.data())).ok());
+          REQUIRE(std::memcmp((dev == &two ? c2 : c3).data(), again.data(), again.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("Gemm with k = 0 writes the epilogue of zeros") {
   CpuDevice dev(1);
   const std::vector<float> bias = {-1.0f, 2.0f};
@@ -276,7 +311,7 @@ UpdateState NewState(int64_t n) {
   return {Random(n, 7), Random(n, 8), Random(n, 9, 0.0f, 0.5f), Random(n, 10, 0.0f, 0.5f)};
 }
 
-// Large enough to be split over the pool and into several chunks.
+// Several chunks (kChunk = 1024); below the size that is split over the pool.
 constexpr int64_t kN = 5000;
 
 TEST_CASE("ApplyGradientDescent: var -= grad * lr") {
@@ -332,12 +367,31 @@ TEST_CASE("ApplyAdam: m, v moving averages; var -= m * lr_t / (sqrt(v) + epsilon
 }
 
 TEST_CASE("The elementwise updates do not depend on the thread count") {
-  UpdateState one = NewState(kN), four = NewState(kN);
-  CpuDevice dev1(1), dev4(4);
-  const AdamParams p{0.001f, 0.9f, 0.999f, 1e-8f};
-  REQUIRE(dev1.ApplyAdam(one.var.data(), one.s0.data(), one.s1.data(), one.grad.data(), kN, p).ok());
-  REQUIRE(dev4.ApplyAdam(four.var.data(), four.s0.data(), four.s1.data(), four.grad.data(), kN, p).ok());
-  CHECK(std::memcmp(one.var.data(), four.var.data(), kN * sizeof(float)) == 0);
+  // kN runs on the calling thread; 100003 elements (past 2^15) are split
+  // into one block per thread, the last one short. In device memory (64-byte
+  // aligned, as every variable is): Eigen peels unaligned leading elements
+  // off into scalar code, so a std::vector's varying alignment would change
+  // the last bits whatever the thread count.
+  for (const int64_t n : {kN, int64_t{100003}}) {
+    CAPTURE(n);
+    std::vector<float> var[2];
+    for (int t = 0; t < 2; ++t) {
+      CpuDevice dev(t == 0 ? 1 : 4);
+      const UpdateState in = NewState(n);
+      const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+      float* buf[4];
+      for (int i = 0; i < 4; ++i) buf[i] = static_cast<float*>(dev.Allocate(static_cast<int64_t>(bytes)).value());
+      std::memcpy(buf[0], in.var.data(), bytes);
+      std::memcpy(buf[1], in.s0.data(), bytes);
+      std::memcpy(buf[2], in.s1.data(), bytes);
+      std::memcpy(buf[3], in.grad.data(), bytes);
+      const AdamParams p{0.001f, 0.9f, 0.999f, 1e-8f};
+      REQUIRE(dev.ApplyAdam(buf[0], buf[1], buf[2], buf[3], n, p).ok());
+      var[t].assign(buf[0], buf[0] + n);
+      for (float* b : buf) dev.Deallocate(b);
+    }
+    CHECK(std::memcmp(var[0].data(), var[1].data(), static_cast<std::size_t>(n) * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("CPU device memory is host memory: Allocate, copies, Deallocate") {

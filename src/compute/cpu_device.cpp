@@ -74,8 +74,13 @@ const CpuKernels* Choose(CpuIsa max_isa, CpuIsa* chosen) {
 
 }  // namespace
 
+// `threads` intra-op threads: the calling (training) thread and threads - 1
+// pool workers. The caller always takes a share of a parallel kernel (Gemm's
+// first row block, parallelFor's first range), so a pool of `threads`
+// workers would leave one spinning for work on a core the caller needs
+// (on 2 cores, --threads 2 was slower than 1).
 struct CpuDevice::Pool {
-  explicit Pool(int threads) : pool(threads), device(&pool, threads) {}
+  explicit Pool(int threads) : pool(std::max(1, threads - 1)), device(&pool, threads) {}
   Eigen::ThreadPool pool;
   Eigen::ThreadPoolDevice device;
 };
