@@ -161,6 +161,10 @@ RUN train.torch.t1.samples_per_s 20000 samples/s
 RUN train.foreman_baseline_isa.t1.samples_per_s 10000 samples/s isa=baseline
 RUN train.foreman.t2.samples_per_s 40000 samples/s isa=avx512
 RUN train.torch.t2.samples_per_s 21000 samples/s
+RUN train.foreman.b1024.t1.samples_per_s 50000 samples/s isa=avx512
+RUN train.foreman.b1024.t2.samples_per_s 90000 samples/s isa=avx512
+RUN train.foreman.b1024.t1.samples_per_s 50000 samples/s isa=avx512
+RUN train.foreman.b1024.t2.samples_per_s 90000 samples/s isa=avx512
 EOF
 printf 'model: smoke\nisa: avx2 fma avx512f\npin.t1: taskset -c 0\n' >"$tmp/synthetic/machine.txt"
 out=$("$python" "$src/report.py" "$tmp/synthetic" 2>&1)
@@ -172,6 +176,11 @@ has '^\| 1 \| [^|]*default build vs FOREMAN_MAX_ISA=baseline[^|]*\| [^|]*\(isa=a
   fail "report.py: no baseline ISA row with its isa= fields: $out"
 has '^\| 1 \| MLP [^|]*, 2 threads \(samples/s\) \|[^|]*\|[^|]*spread 1\.05× \| 1\.95× ' "$out" ||
   fail "report.py: the 2-thread ratio: $out"
+# Issue 27's intra-op scaling: 2 threads against 1 of the same invocation.
+has '^\| 1 \| intra-op scaling, batch 128: 2 threads / 1 thread \(samples/s\) \| 40000 [^|]* vs 35000 [^|]*\| PyTorch [^|]*\| 1\.14× [^|]*\| ≥ 1\.4× 1 thread \| \*\*no\*\* \|$' "$out" ||
+  fail "report.py: no batch-128 scaling row with its verdict: $out"
+has '^\| 1 \| intra-op scaling, batch 1024: 2 threads / 1 thread \(samples/s\) \| 90000 [^|]* vs 50000 [^|]*\| – \| 1\.80× [^|]*\| ≥ 1\.7× 1 thread \| yes \|$' "$out" ||
+  fail "report.py: no batch-1024 scaling row with its verdict: $out"
 has '^CPU instruction sets: avx2 fma avx512f\.$' "$out" || fail "report.py: no instruction sets: $out"
 
 # Part 6 (cluster_bench.sh's lines): the ratio per pair of runs against the

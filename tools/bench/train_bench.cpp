@@ -7,6 +7,7 @@
 // (MlpJobInput::kOnTrainingThread, as PyTorch's loop gathers them). After
 // --warmup untimed steps, times --steps steps and prints
 //   RUN train.foreman.t<threads>.samples_per_s <v> samples/s isa=<isa>
+// (with --batch B other than 128: train.foreman.b<B>.t<threads>...)
 // (isa: the CPU kernels' instruction set, compute::CpuInstructionSet();
 // FOREMAN_MAX_ISA=baseline|avx2|avx512 caps it).
 // run.sh alternates these runs with tools/bench/train_torch.py's.
@@ -28,7 +29,7 @@
 // cpu-gathered runs the same loop on the CPU device (the smoke test's way to
 // run this code without a GPU); its lines say train.foreman.cpu_gathered.
 //
-//   train_bench [--data DIR] [--threads 1] [--steps 400] [--warmup 50] [--seed 1]
+//   train_bench [--data DIR] [--threads 1] [--batch 128] [--steps 400] [--warmup 50] [--seed 1]
 //               [--device cpu|gpu:N|cpu-gathered] [--batches 128,1024,8192] [--save-every 50] [--saves 10]
 #include <algorithm>
 #include <cstdio>
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench_util.hpp"
 #include "foreman/compute.hpp"
@@ -215,6 +217,7 @@ int RunGpu(const std::string& device, const std::string& data, const std::vector
 int main(int argc, char** argv) {
   std::string data = foreman::data::kFashionMnistDir;
   int threads = 1;
+  int64_t batch = 128;  // the CPU run's
   int64_t steps = 400;
   int64_t warmup = 50;
   uint64_t seed = 1;
@@ -226,7 +229,7 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) {
       std::fprintf(stderr,
-                   "usage: %s [--data DIR] [--threads N] [--steps N] [--warmup N] [--seed N] [--device cpu|gpu:N] "
+                   "usage: %s [--data DIR] [--threads N] [--batch B] [--steps N] [--warmup N] [--seed N] [--device cpu|gpu:N] "
                    "[--batches B,B...] [--save-every N] [--saves N]\n",
                    argv[0]);
       return 2;
@@ -236,6 +239,8 @@ int main(int argc, char** argv) {
       data = value;
     } else if (arg == "--threads") {
       threads = std::atoi(value.c_str());
+    } else if (arg == "--batch") {
+      batch = std::atoll(value.c_str());
     } else if (arg == "--steps") {
       steps = std::atoll(value.c_str());
     } else if (arg == "--warmup") {
@@ -264,8 +269,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (threads < 1 || steps < 1 || warmup < 0 || save_every < 1 || saves < 0) {
-    std::fprintf(stderr, "train_bench: --threads, --steps and --save-every must be >= 1, --warmup and --saves >= 0\n");
+  if (threads < 1 || batch < 1 || steps < 1 || warmup < 0 || save_every < 1 || saves < 0) {
+    std::fprintf(stderr,
+                 "train_bench: --threads, --batch, --steps and --save-every must be >= 1, --warmup and --saves >= 0\n");
     return 2;
   }
   if (device == "cpu-gathered") return RunGpu("/cpu:0", data, batches, steps, warmup, seed, save_every, saves);
@@ -280,7 +286,7 @@ int main(int argc, char** argv) {
   auto mnist = foreman::data::LoadFashionMnist(foreman::Env::Default(), data);
   if (!mnist.ok()) foreman_bench::DieOn("loading Fashion-MNIST from " + data, mnist.status());
   foreman::MlpJobOptions options;
-  options.settings = BenchSettings(128, seed, threads);
+  options.settings = BenchSettings(batch, seed, threads);
   options.data = *std::move(mnist);
   options.input = foreman::MlpJobInput::kOnTrainingThread;
   auto job = BenchJob(std::move(options));
@@ -304,7 +310,8 @@ int main(int argc, char** argv) {
   std::printf("loss %.4f\n", loss);
   foreman::StatusOr<std::string> isa = foreman::compute::CpuInstructionSet();
   if (!isa.ok()) foreman_bench::DieOn("CpuInstructionSet", isa.status());
-  std::printf("RUN train.foreman.t%d.samples_per_s %.6g samples/s isa=%s\n", threads,
+  const std::string batch_part = batch == 128 ? "" : absl::StrCat("b", batch, ".");
+  std::printf("RUN train.foreman.%st%d.samples_per_s %.6g samples/s isa=%s\n", batch_part.c_str(), threads,
               static_cast<double>(samples) / took, isa->c_str());
   return 0;
 }

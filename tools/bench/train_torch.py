@@ -207,7 +207,8 @@ def main():
         print("RUN train.torch.cuda.b%d.samples_per_s %.6g samples/s device=%s" %
               (args.batch, samples / took, torch.cuda.get_device_name(0)), flush=True)
     else:
-        print("RUN train.torch.t%d.samples_per_s %.6g samples/s" % (args.threads, samples / took), flush=True)
+        batch = "" if args.batch == 128 else "b%d." % args.batch
+        print("RUN train.torch.%st%d.samples_per_s %.6g samples/s" % (batch, args.threads, samples / took), flush=True)
 
 
 if __name__ == "__main__":
