@@ -238,13 +238,13 @@ for ((i = 0; i < reps; ++i)); do
       pinned "$t" "$python" "$root/tools/bench/train_torch.py" "${train_args[@]}" --threads "$t" "${info[@]}" \
         2>>"$out/train.log" | grep '^RUN' >>"$runs"
     fi
-    # Batch 1024 (issue 27's intra-op scaling), the same samples per run.
+    # Batch 1024 (issue 27's intra-op scaling): twice the samples of a batch-128 run.
     pinned "$t" env -u FOREMAN_MAX_ISA "$bin/train_bench" --data "$data" --batch 1024 \
-      --steps $(((train_steps + 7) / 8)) --warmup $(((train_warmup + 7) / 8)) --threads "$t" \
+      --steps $(((train_steps + 3) / 4)) --warmup $(((train_warmup + 7) / 8)) --threads "$t" \
       2>>"$out/train.log" | grep '^RUN' >>"$runs"
     if ((have_torch)); then
       pinned "$t" "$python" "$root/tools/bench/train_torch.py" --data "$data" --batch 1024 \
-        --steps $(((train_steps + 7) / 8)) --warmup $(((train_warmup + 7) / 8)) --threads "$t" \
+        --steps $(((train_steps + 3) / 4)) --warmup $(((train_warmup + 7) / 8)) --threads "$t" \
         2>>"$out/train.log" | grep '^RUN' >>"$runs"
     fi
     if ((t == 1)); then
