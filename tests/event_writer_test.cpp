@@ -26,6 +26,7 @@
 #include "foreman/clock.hpp"
 #include "foreman/crc32c.hpp"
 #include "foreman/event_reader.hpp"
+#include "foreman/fault.hpp"
 #include "foreman/mem_env.hpp"
 #include "foreman/summary.hpp"
 #include "foreman/tensor.hpp"
@@ -339,6 +340,83 @@ TEST_CASE("a write error is returned by the Add that flushes, and by every Close
   const Status closed = writer->Close();
   CHECK_FALSE(closed.ok());
   CHECK(writer->Close() == closed);
+}
+
+/// Fixture's options over a FaultyEnv on its MemEnv with `fault` armed on
+/// the event files' appends.
+struct FaultyFixture : Fixture {
+  explicit FaultyFixture(EnvFault fault) : faulty(&env) {
+    fault.path_pattern = "*tfevents*";
+    fault.op = EnvOp::kAppend;
+    REQUIRE(faulty.AddFault(fault).ok());
+    options.env = &faulty;
+  }
+  FaultyEnv faulty;
+};
+
+TEST_CASE("a short write of an event's record: the events before it stay readable, it and the later ones go to a "
+          "new file, each once") {
+  EnvFault fault;
+  fault.id = "short";
+  fault.kind = EnvFault::Kind::kShortWrite;
+  fault.prefix_bytes = 7;
+  fault.nth = 3;  // appends: the file_version record, event 1, event 2
+  FaultyFixture f(fault);
+  f.options.max_queue = 1;
+  CapturedLog log;
+  auto writer = f.Create();
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 1), 1).ok());
+  const std::string old_path = writer->path();
+  const Status failed = writer->AddSummary(ScalarSummary("loss", 2), 2);
+  REQUIRE_FALSE(failed.ok());
+  CHECK(f.env.GetFileSize(old_path).value() > 0);
+  f.clock.Advance(absl::Seconds(1));
+  REQUIRE(writer->AddSummary(ScalarSummary("loss", 3), 3).ok());  // event 2 first, in the new file
+  REQUIRE(writer->Close().ok());
+
+  CHECK(writer->path() != old_path);
+  CHECK_MESSAGE(absl::StrContains(log.text(), "The events file " + old_path + " may end in a partial record"),
+                log.text());
+  CHECK_MESSAGE(absl::StrContains(log.text(), "writing to " + writer->path()), log.text());
+  // The old file: its events, then the 7 bytes of the cut record (a cut
+  // tail: DATA_LOSS without allow_truncated_tail, the end with it).
+  CHECK(absl::IsDataLoss(ReadEventFile(&f.env, old_path).status()));
+  auto old_events = ReadEventFile(&f.env, old_path, /*allow_truncated_tail=*/true);
+  REQUIRE_MESSAGE(old_events.ok(), old_events.status().ToString());
+  REQUIRE(old_events->size() == 2);  // file_version, step 1
+  CHECK((*old_events)[1].step == 1);
+  auto new_events = ReadEventFile(&f.env, writer->path());
+  REQUIRE_MESSAGE(new_events.ok(), new_events.status().ToString());
+  REQUIRE(new_events->size() == 3);  // file_version, step 2, step 3
+  CHECK((*new_events)[1].step == 2);
+  CHECK((*new_events)[2].step == 3);
+}
+
+TEST_CASE("an EIO on an event's append writes none of its record: the retry writes it once, in the same file") {
+  // Text summaries go through RecordWriter (a scalar's record is framed at
+  // Add). The 3rd append of the file fails: before, that was event 1's data
+  // after its header had gone in, and the retry wrote the whole record
+  // again after the orphan header; now each record is one append.
+  EnvFault fault;
+  fault.id = "eio";
+  fault.kind = EnvFault::Kind::kError;
+  fault.nth = 3;
+  FaultyFixture f(fault);
+  f.options.max_queue = 1;
+  auto writer = f.Create();
+  const std::string path = writer->path();
+  REQUIRE(writer->AddSummary(TextSummary("t", "a"), 1).ok());
+  REQUIRE_FALSE(writer->AddSummary(TextSummary("t", "b"), 2).ok());
+  REQUIRE(writer->Flush().ok());
+  REQUIRE(writer->AddSummary(TextSummary("t", "c"), 3).ok());
+  REQUIRE(writer->Close().ok());
+  CHECK(writer->path() == path);
+  auto events = ReadEventFile(&f.env, path);
+  REQUIRE_MESSAGE(events.ok(), events.status().ToString());
+  REQUIRE(events->size() == 4);
+  CHECK((*events)[1].step == 1);
+  CHECK((*events)[2].step == 2);
+  CHECK((*events)[3].step == 3);
 }
 
 TEST_CASE("B152: when the event file disappears, the next flush logs an error and writes to a new file") {

@@ -45,7 +45,9 @@ class RecordWriter {
   /// REQUIRES: `file` outlives the writer.
   explicit RecordWriter(WritableFile* file) : file_(file) {}
 
-  /// Appends one framed record. Errors are the file's.
+  /// Appends one framed record, in one WritableFile::Append (a failure
+  /// leaves none of the record or a prefix of it, which the file's Size()
+  /// tells). Errors are the file's.
   Status WriteRecord(absl::string_view data);
   /// Flush()/Sync() of the underlying file.
   Status Flush();
@@ -53,6 +55,7 @@ class RecordWriter {
 
  private:
   WritableFile* file_;
+  std::string framed_;  // the record being appended; reused
 };
 
 struct RecordReaderOptions {

@@ -339,14 +339,41 @@ struct EventFileWriter::Impl {
     return absl::OkStatus();
   }
 
+  /// After a write that may have left a partial record at the end of the
+  /// current file (`torn`): logs an error and moves on to a new file, where
+  /// the queued events go. The records before the partial one stay readable
+  /// (a reader sees the partial one as a cut tail, TensorBoard as the end of
+  /// that file).
+  Status ReplaceTornFile() {
+    const std::string old_path = path;
+    const Status why = *torn;
+    if (Status s = OpenNewFile(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("events file ", old_path, " may end in a partial record (",
+                                                 why.ToString(), "), and opening a new one failed: ", s.message()));
+    }
+    torn.reset();
+    FOREMAN_LOG_ERROR("The events file {} may end in a partial record after a failed write ({}); writing to {}.",
+                      old_path, why.ToString(), path);
+    return absl::OkStatus();
+  }
+
   /// Writes every queued event and flushes the file. Events written before
   /// an error leave the queue; the rest stay. B152 is checked only when
   /// there are events to write (as TF's EventsWriter does).
   Status WriteQueue() {
     if (!queue.empty()) FOREMAN_RETURN_IF_ERROR(ReopenIfFileDisappeared());
+    if (!queue.empty() && torn.has_value()) FOREMAN_RETURN_IF_ERROR(ReplaceTornFile());
     std::size_t written = 0;
     Status s;
-    while (written < queue.size() && (s = WritePending(queue[written])).ok()) ++written;
+    uint64_t before = file->Size();
+    while (written < queue.size()) {
+      before = file->Size();
+      if (!(s = WritePending(queue[written])).ok()) break;
+      ++written;
+    }
+    // A record's one append failed after part of it went in (a short
+    // write): the failed event stays queued, and goes to a new file.
+    if (!s.ok() && file->Size() != before) torn = s;
     if (written == queue.size()) {
       queue.clear();
       records.clear();
@@ -356,7 +383,11 @@ struct EventFileWriter::Impl {
       queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(written));
     }
     events_written += static_cast<int64_t>(written);
-    if (s.ok()) s = writer->Flush();
+    if (s.ok()) {
+      s = writer->Flush();
+      // A failed flush may have handed the OS part of the buffered bytes.
+      if (!s.ok()) torn = s;
+    }
     if (s.ok() && written > 0) last_flush = options.clock->MonotonicNow();
     return s;
   }
@@ -414,6 +445,11 @@ struct EventFileWriter::Impl {
   int64_t events_written = 0;  // to the current file
   bool closed = false;
   Status close_status;
+  // A write into the current file failed after some of its bytes went in
+  // (a short append, or a flush of buffered bytes): the file may end in a
+  // partial record. The next write moves to a new file rather than append
+  // after it (a record after a partial one would be unreadable).
+  std::optional<Status> torn;
 };
 
 // -- EventFileWriter ----------------------------------------------------------------

@@ -67,14 +67,16 @@ Status ReadUpTo(const RandomAccessFile& file, uint64_t offset, uint64_t n, std::
 // -- RecordWriter ---------------------------------------------------------------
 
 Status RecordWriter::WriteRecord(absl::string_view data) {
-  char header[kRecordHeaderBytes];
-  EncodeFixed(header, data.size(), 8);
-  EncodeFixed(header + 8, MaskedCrc(header, 8), 4);
-  char footer[kRecordFooterBytes];
-  EncodeFixed(footer, MaskedCrc(data.data(), data.size()), 4);
-  FOREMAN_RETURN_IF_ERROR(file_->Append(absl::string_view(header, sizeof header)));
-  FOREMAN_RETURN_IF_ERROR(file_->Append(data));
-  return file_->Append(absl::string_view(footer, sizeof footer));
+  // One append of the framed record: a failed append either wrote none of
+  // it or a prefix (its Size() says which), never a header whose data a
+  // retry would write again after it.
+  framed_.resize(kRecordHeaderBytes + data.size() + kRecordFooterBytes);
+  char* out = framed_.data();
+  EncodeFixed(out, data.size(), 8);
+  EncodeFixed(out + 8, MaskedCrc(out, 8), 4);
+  if (!data.empty()) std::memcpy(out + kRecordHeaderBytes, data.data(), data.size());
+  EncodeFixed(out + kRecordHeaderBytes + data.size(), MaskedCrc(data.data(), data.size()), 4);
+  return file_->Append(framed_);
 }
 
 Status RecordWriter::Flush() { return file_->Flush(); }
