@@ -28,6 +28,14 @@
 // its own file_version record): the queued events go there, those already in
 // the lost file are gone. path() then names the new file.
 //
+// Not TF's: each record is one append, and a write that may have left part
+// of a record at the end of the file (a short append, a failed flush) makes
+// the next write move on to a new file the same way (an error logged naming
+// both): the event that failed and the later ones go there, once each, and
+// the events before it stay readable in the old file (whose cut last record
+// a reader sees as its end). TF's writer appended after the partial record,
+// which left the rest of the file unreadable.
+//
 //   ```cpp
 //   FOREMAN_ASSIGN_OR_RETURN(auto writer, foreman::EventFileWriter::Create("train_dir"));
 //   FOREMAN_RETURN_IF_ERROR(writer->AddSummary(foreman::ScalarSummary("loss", 0.3f), step));
