@@ -33,8 +33,8 @@
 // the next write move on to a new file the same way (an error logged naming
 // both): the event that failed and the later ones go there, once each, and
 // the events before it stay readable in the old file (whose cut last record
-// a reader sees as its end). TF's writer appended after the partial record,
-// which left the rest of the file unreadable.
+// a reader sees as its end). Appending after the partial record would leave
+// the rest of the file unreadable.
 //
 //   ```cpp
 //   FOREMAN_ASSIGN_OR_RETURN(auto writer, foreman::EventFileWriter::Create("train_dir"));
