@@ -198,6 +198,48 @@ TEST_CASE("The invariants read the run record, not the log: with every log line 
   CHECK(seed["runs"][1]["ended_by"] == "done");
 }
 
+// The seed's report without its times (which differ from run to run).
+nlohmann::json WithoutTimes(nlohmann::json seed) {
+  seed.erase("elapsed_ms");
+  seed.erase("recovery_metrics");
+  seed.erase("replay");
+  for (nlohmann::json& run : seed["runs"]) run.erase("elapsed_ms");
+  return seed;
+}
+
+TEST_CASE("A plan of probabilistic env faults takes the same course in two work directories (draws keyed under the "
+          "run directory)") {
+  TempDir dir("chaos_test");
+  const std::string plan = dir / "flaky.json";
+  // Every append may fail (EIO, once); which one does is the seed's draw.
+  std::ofstream(plan) << R"({"seed": 11, "faults": [
+    {"id": "flaky", "type": "env", "op": "append", "path": "*", "error": "EIO", "probability": 0.05}]})"
+                      << "\n";
+  nlohmann::json seeds[2];
+  std::string records[2];
+  for (int i = 0; i < 2; ++i) {
+    ChaosOptions o = SmallJob(dir);
+    o.plan_file = plan;
+    o.keep = true;
+    o.work_dir = dir / (i == 0 ? "work-a" : "elsewhere/work-b");
+    o.json_path = dir / (i == 0 ? "a.json" : "b.json");
+    StatusOr<ChaosReport> report = RunChaos(o);
+    REQUIRE_MESSAGE(report.ok(), report.status().ToString());
+    const nlohmann::json j = ReadJson(o.json_path);
+    REQUIRE(j.is_object());
+    seeds[i] = WithoutTimes(j["seeds"][0]);
+    std::ifstream in(o.work_dir + "/seed-3/run/fault_record.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    records[i] = ss.str();
+  }
+  CHECK_MESSAGE(seeds[0]["faults_fired"] == nlohmann::json::array({"flaky"}), seeds[0].dump());
+  CHECK(records[0].find("\"flaky\"") != std::string::npos);
+  CHECK(records[0].find("work-a") == std::string::npos);  // keyed under the run directory
+  CHECK(records[0] == records[1]);
+  CHECK(seeds[0].dump() == seeds[1].dump());
+}
+
 TEST_CASE("RunChaos refuses bad options before it starts anything") {
   TempDir dir("chaos_test");
   ChaosOptions o = SmallJob(dir);

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -556,6 +557,48 @@ TEST_CASE("CanonicalPath strips exactly a trailing .tempstate<digits> or .tmp<di
                            "/c/a.tmp1-2x", "/tmp1-2/a", ""}) {
     CAPTURE(kept);
     CHECK(FaultyEnv::CanonicalPath(kept) == kept);
+  }
+}
+
+/// Under `root` through a FaultyEnv keyed there (set_key_root): a
+/// checkpoint temporary, two event files of one directory (names of two
+/// different seconds) and a file outside the root, 30 appends each, with a
+/// probabilistic EIO; returns the fired points.
+std::vector<FiredFault> FiredUnder(const std::string& root, const std::vector<std::string>& event_names) {
+  MemEnv mem;
+  FaultyEnv env(&mem, /*seed=*/5);
+  env.set_key_root(root + "/");  // a trailing '/' is the same root
+  EnvFault f;
+  f.id = "eio";
+  f.op = EnvOp::kAppend;
+  f.probability = 0.1;
+  f.repeat = true;
+  REQUIRE(env.AddFault(f).ok());
+  REQUIRE(env.RecursivelyCreateDir(root + "/eval").ok());
+  REQUIRE(env.RecursivelyCreateDir("/outside").ok());
+  for (const std::string& path : {root + "/model.ckpt-1.index.tempstate" + std::to_string(root.size()),
+                                  root + "/eval/" + event_names[0], root + "/eval/" + event_names[1],
+                                  std::string("/outside/data")}) {
+    auto file = env.NewWritableFile(path);
+    REQUIRE(file.ok());
+    for (int i = 0; i < 30; ++i) (*file)->Append("x").IgnoreError();
+  }
+  return env.fired();
+}
+
+TEST_CASE("set_key_root: draws and fired paths are keyed under the run directory, event files by their ordinal") {
+  const std::vector<FiredFault> a =
+      FiredUnder("/work/a/run", {"events.out.tfevents.1700000000.host1", "events.out.tfevents.1700000009.host1"});
+  const std::vector<FiredFault> b = FiredUnder(
+      "/elsewhere/b/run", {"events.out.tfevents.1800000000.other", "events.out.tfevents.1800000001.other"});
+  REQUIRE(!a.empty());
+  CHECK(Points(a) == Points(b));
+  std::set<std::string> paths;
+  for (const FiredFault& f : a) paths.insert(f.path);
+  for (const std::string& p : paths) {
+    CAPTURE(p);
+    CHECK((p == "model.ckpt-1.index" || p == "eval/events.out.tfevents.#0" || p == "eval/events.out.tfevents.#1" ||
+           p == "/outside/data"));
   }
 }
 

@@ -51,7 +51,10 @@
 // operation kind, operation index) -- a pure function, no shared random
 // stream -- falls below its probability, so the same seed and faults select
 // the same (canonical path, operation index) points however threads
-// interleave, and whatever random or pid suffix a temporary got. An `nth`
+// interleave, and whatever random or pid suffix a temporary got. With
+// set_key_root(dir) the key is the canonical path under `dir` (an event file
+// by its ordinal in its directory), so the points are the same wherever the
+// run directory is. An `nth`
 // fault counts the matching operations of all paths together, so it is
 // reproducible when those operations are ordered (one writer; or a pattern
 // that matches one file).
@@ -265,6 +268,18 @@ class FaultyEnv : public EnvWrapper {
   /// Records faults as having fired before (in an earlier process of the same
   /// run): a fault without `repeat` whose id is listed does not fire again.
   void MarkFired(const std::vector<FiredFault>& fired);
+
+  /// Keys draws, operation indexes and FiredFault::path on the part of a
+  /// path under `dir` (the job's run directory), so a plan takes the same
+  /// course wherever that directory is (`foreman chaos`'s replay in another
+  /// work directory); a TensorBoard event file there
+  /// ("events.out.tfevents.<secs>.<host>...") is keyed by its ordinal among
+  /// the event files of its directory that this Env has seen
+  /// ("eval/events.out.tfevents.#0"), not by its creation second and host.
+  /// `dir` itself keys as "."; paths outside it keep their CanonicalPath.
+  /// Call before the first operation. Globs still match the real paths.
+  /// Not TF's. Thread-safe.
+  void set_key_root(const std::string& dir);
 
   /// Calls `on_fire` at every later firing (see FaultObserver: on the
   /// operation's thread, before the fault takes effect); an empty function

@@ -165,6 +165,35 @@ struct FaultyEnv::State {
   std::set<std::string> fired_before ABSL_GUARDED_BY(mu);
   /// Called outside mu (a copy of the pointer is taken under it).
   std::shared_ptr<const FaultObserver> on_fire ABSL_GUARDED_BY(mu);
+  /// set_key_root's directory ("" none), without a trailing '/'.
+  std::string key_root ABSL_GUARDED_BY(mu);
+  /// Each event file seen, by its canonical path: its ordinal among the
+  /// event files of its directory (set_key_root).
+  std::map<std::string, int64_t> event_file_ordinals ABSL_GUARDED_BY(mu);
+  std::map<std::string, int64_t> event_files_per_dir ABSL_GUARDED_BY(mu);
+
+  /// The key of `path`: CanonicalPath, then with a key root the part under
+  /// it (an event file named by its ordinal in its directory).
+  std::string KeyLocked(const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::string canonical = CanonicalPath(path);
+    if (key_root.empty()) return canonical;
+    if (canonical == key_root) return ".";
+    if (canonical.size() <= key_root.size() || canonical.compare(0, key_root.size(), key_root) != 0 ||
+        canonical[key_root.size()] != '/') {
+      return canonical;  // outside the root: as it is
+    }
+    std::string rel = canonical.substr(key_root.size() + 1);
+    const std::size_t slash = rel.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : rel.substr(0, slash + 1);
+    constexpr absl::string_view kEvents = "events.out.tfevents.";
+    if (absl::string_view(rel).substr(dir.size()).substr(0, kEvents.size()) == kEvents) {
+      // Named after its creation second and host: keyed by its ordinal.
+      auto [it, added] = event_file_ordinals.emplace(canonical, 0);
+      if (added) it->second = event_files_per_dir[dir]++;
+      return absl::StrCat(dir, kEvents, "#", it->second);
+    }
+    return rel;
+  }
 
   /// Shared by each operation while it runs in the base; exclusive in Crash().
   std::shared_mutex crash_mu;
@@ -181,9 +210,8 @@ struct FaultyEnv::State {
   /// The per-kind operation counters of `path`; the pointer stays valid for
   /// the state's life (a std::map node). Read and written under mu.
   std::array<int64_t, kNumEnvOps>* CountsFor(const std::string& path) {
-    const std::string canonical = CanonicalPath(path);
     MutexLock l(mu);
-    return &op_counts[canonical];
+    return &op_counts[KeyLocked(path)];
   }
 
   Status Crash() {
@@ -205,17 +233,19 @@ struct FaultyEnv::State {
     if (crashed.load()) return CrashedError(where, "");
     const std::string& path = where.path;
     const std::string* other = where.other;
-    // Draws, operation indexes and the record use the canonical paths (see
-    // FaultyEnv::CanonicalPath); the globs match the real ones.
-    const std::string canonical = CanonicalPath(path);
-    const std::string other_canonical = other != nullptr ? CanonicalPath(*other) : std::string();
+    // Draws, operation indexes and the record use the paths' keys
+    // (FaultyEnv::CanonicalPath, relative to set_key_root's directory); the
+    // globs match the real paths.
     absl::Duration latency = absl::ZeroDuration();
     bool crash = false;
     Status error;
     std::vector<FiredFault> now_fired;  // announced outside mu, before they take effect
+    std::vector<const std::string*> now_fired_paths;  // the real path each fired at, for the log
     std::shared_ptr<const FaultObserver> observer;
     {
       MutexLock l(mu);
+      const std::string canonical = KeyLocked(path);
+      const std::string other_canonical = other != nullptr ? KeyLocked(*other) : std::string();
       const int k = static_cast<int>(op);
       const int64_t index = ++(counts != nullptr ? *counts : op_counts[canonical])[k];
       // A rename between two names of one canonical path counts once.
@@ -244,6 +274,7 @@ struct FaultyEnv::State {
         a.fired = true;
         fired.push_back(FiredFault{f.id, *at, op, at_index});
         now_fired.push_back(fired.back());
+        now_fired_paths.push_back(at == &canonical ? &path : other);
         switch (f.kind) {
           case EnvFault::Kind::kLatency:
             latency += f.latency;
@@ -270,9 +301,10 @@ struct FaultyEnv::State {
       }
       if (!now_fired.empty()) observer = on_fire;
     }
-    for (const FiredFault& f : now_fired) {
-      FOREMAN_LOG_WARN("injected fault {} fired at {} {} (operation {})", f.id, EnvOpName(f.op), f.path,
-                       f.op_index);
+    for (std::size_t i = 0; i < now_fired.size(); ++i) {
+      const FiredFault& f = now_fired[i];
+      FOREMAN_LOG_WARN("injected fault {} fired at {} {} (operation {})", f.id, EnvOpName(f.op),
+                       CanonicalPath(*now_fired_paths[i]), f.op_index);
       if (observer != nullptr && *observer) (*observer)(f);
     }
     if (latency > absl::ZeroDuration()) clock->SleepFor(latency);
@@ -474,6 +506,13 @@ std::vector<FiredFault> FaultyEnv::fired() const {
 void FaultyEnv::MarkFired(const std::vector<FiredFault>& fired) {
   MutexLock l(state_->mu);
   for (const FiredFault& f : fired) state_->fired_before.insert(f.id);
+}
+
+void FaultyEnv::set_key_root(const std::string& dir) {
+  std::string root = dir;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  MutexLock l(state_->mu);
+  state_->key_root = std::move(root);
 }
 
 void FaultyEnv::set_on_fire(FaultObserver on_fire) {

@@ -142,6 +142,8 @@ std::optional<int> PrepareFaults(const std::string& plan_path, const std::string
   if (!plan.ok()) return Fail(kExitUsage, "bad fault plan", plan.status());
   job.plan = *std::move(plan);
   job.faulty = std::make_unique<FaultyEnv>(Env::Default(), job.plan.seed);
+  // Draws keyed under the run directory: a replay elsewhere takes the same course.
+  job.faulty->set_key_root(checkpoint_dir);
   for (const EnvFault& e : job.plan.env) {
     if (e.kind == EnvFault::Kind::kCrash || e.kind == EnvFault::Kind::kTornWrite) {
       return Fail(kExitUsage, "bad fault plan",
