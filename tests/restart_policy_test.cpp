@@ -80,8 +80,8 @@ bool HasRestarts(const MonitoredSession& sess, std::size_t n) {
   return Eventually([&] { return sess.service_restarts().size() >= n; });
 }
 
-// The nth append to an event file: its file_version record takes appends
-// 1-3 (header, data, footer), then each event is one append.
+// The nth append to an event file: its file_version record is append 1,
+// then each event is one append (RecordWriter writes a record whole).
 EnvFault EventFileEio(int64_t nth, bool repeat = false) {
   EnvFault f;
   f.id = "eio";
@@ -168,7 +168,7 @@ RestartPolicy Restarting(RestartType type, int max_restarts = 3) {
 
 TEST_CASE_FIXTURE(SessionFixture, "default policy (TF): a summary writer whose event file fails EIO ends the run with that error") {
   FaultyEnv env(Env::Default(), 1);
-  REQUIRE(env.AddFault(EventFileEio(8)).ok());
+  REQUIRE(env.AddFault(EventFileEio(6)).ok());
   auto sess = Open(Opts({}, 40, false, &env));
   Steps(*sess, 40).IgnoreError();
   const Status s = sess->close();
@@ -205,8 +205,8 @@ TEST_CASE_FIXTURE(SessionFixture, "permanent summary_writer: after EIO it restar
   testing::CapturedLog log;
   FaultyEnv env(Env::Default(), 1);
   // The first event file (named for the ManualClock's first second) fails
-  // from its 8th append on; the restarted writer's next file is fine.
-  EnvFault broken = EventFileEio(8, /*repeat=*/true);
+  // from its 6th append on; the restarted writer's next file is fine.
+  EnvFault broken = EventFileEio(6, /*repeat=*/true);
   broken.path_pattern = "*events.out.tfevents.1700000000.*";
   REQUIRE(env.AddFault(broken).ok());
   auto o = Opts({}, 30, false, &env);
@@ -251,7 +251,7 @@ TEST_CASE_FIXTURE(SessionFixture, "permanent summary_writer: after EIO it restar
 TEST_CASE_FIXTURE(SessionFixture, "intensity exceeded: a summary writer failing on every write escalates; the run fails with its last error") {
   FaultyEnv env(Env::Default(), 1);
   // From the first event on, every append fails, the new files' too.
-  REQUIRE(env.AddFault(EventFileEio(4, /*repeat=*/true)).ok());
+  REQUIRE(env.AddFault(EventFileEio(2, /*repeat=*/true)).ok());
   auto o = Opts({}, 1000000, false, &env);
   o.runtime.restart = Restarting(RestartType::kPermanent, 2);
   auto sess = Open(o);
@@ -492,7 +492,7 @@ PreparedSupervisor PermanentSupervisor(const std::string& logdir, ManualClock* c
 
 TEST_CASE_FIXTURE(SessionFixture, "Supervisor takes the policy too: its summary writer is restarted after EIO") {
   FaultyEnv env(Env::Default(), 1);
-  REQUIRE(env.AddFault(EventFileEio(4)).ok());  // the first event (START) fails
+  REQUIRE(env.AddFault(EventFileEio(2)).ok());  // the first event (START) fails
   auto sv = PermanentSupervisor(dir.path(), &clock, &env, /*save_model_secs=*/std::nullopt);
   REQUIRE(Eventually([&] { return !sv->service_restarts().empty(); }));
   CHECK(sv->stop().ok());
