@@ -124,7 +124,9 @@ Status FromMessage(const StatusMessage& message) {
   return s;
 }
 
-StatusOr<TensorMessage> ToMessage(const std::string& name, const Tensor& tensor) {
+namespace {
+
+StatusOr<TensorMessage> MessageOver(const std::string& name, const Tensor& tensor, bool borrow) {
   const std::size_t element = DataTypeSize(tensor.dtype());
   if (element == 0) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' of dtype ", DataTypeName(tensor.dtype()),
@@ -134,13 +136,24 @@ StatusOr<TensorMessage> ToMessage(const std::string& name, const Tensor& tensor)
   m.name = name;
   m.dtype = static_cast<int32_t>(tensor.dtype());
   m.shape = tensor.shape().dims();
-  m.bytes.assign(tensor.raw_data(), tensor.TotalBytes());
+  m.bytes = borrow ? TensorBytes::Borrow(tensor.raw_data(), tensor.TotalBytes())
+                   : TensorBytes::Copy(tensor.raw_data(), tensor.TotalBytes());
   return m;
 }
 
-StatusOr<Tensor> FromMessage(const TensorMessage& message) {
-  const auto dtype = static_cast<DataType>(message.dtype);
-  const std::size_t element = IsSupportedDataType(message.dtype) ? DataTypeSize(dtype) : 0;
+}  // namespace
+
+StatusOr<TensorMessage> ToMessage(const std::string& name, const Tensor& tensor) {
+  return MessageOver(name, tensor, /*borrow=*/false);
+}
+
+StatusOr<TensorMessage> BorrowingMessage(const std::string& name, const Tensor& tensor) {
+  return MessageOver(name, tensor, /*borrow=*/true);
+}
+
+Status CheckTensorMessage(const TensorMessage& message, DataType* dtype) {
+  *dtype = static_cast<DataType>(message.dtype);
+  const std::size_t element = IsSupportedDataType(message.dtype) ? DataTypeSize(*dtype) : 0;
   if (element == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", message.name, "': dtype ", message.dtype, " is not a numeric dtype"));
@@ -156,9 +169,24 @@ StatusOr<Tensor> FromMessage(const TensorMessage& message) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", message.name, "': ", message.bytes.size(),
                                                    " bytes for ", elements, " elements of ", element, " bytes"));
   }
+  return absl::OkStatus();
+}
+
+StatusOr<Tensor> FromMessage(const TensorMessage& message) {
+  DataType dtype;
+  FOREMAN_RETURN_IF_ERROR(CheckTensorMessage(message, &dtype));
   FOREMAN_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(dtype, TensorShape(message.shape)));
-  if (!message.bytes.empty()) std::memcpy(t.raw_data(), message.bytes.data(), message.bytes.size());
+  if (!message.bytes.empty()) {
+    std::memcpy(t.raw_data(), message.bytes.data(), message.bytes.size());
+    TransportCopyCounters::CountCopy(message.bytes.size());
+  }
   return t;
+}
+
+StatusOr<Tensor> FromMessage(TensorMessage&& message) {
+  DataType dtype;
+  FOREMAN_RETURN_IF_ERROR(CheckTensorMessage(message, &dtype));
+  return message.bytes.TakeAsTensor(dtype, TensorShape(message.shape));
 }
 
 OwnedActorSystem::~OwnedActorSystem() {

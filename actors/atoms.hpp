@@ -54,6 +54,7 @@ using kill_atom = caf::atom_constant<caf::atom("kill")>;            // services:
 using ps_init_atom = caf::atom_constant<caf::atom("psinit")>;       // ps_shard: replace the variables (init/restore)
 using ps_read_atom = caf::atom_constant<caf::atom("psread")>;       // ps_shard: read variables by name
 using ps_apply_atom = caf::atom_constant<caf::atom("psapply")>;     // ps_shard: apply a worker's gradients
+using ps_apply_read_atom = caf::atom_constant<caf::atom("psapplyrd")>;  // ps_shard: apply, answer the step's values
 using ps_snap_atom = caf::atom_constant<caf::atom("pssnapshot")>;   // ps_shard: read every variable
 using ps_freeze_atom = caf::atom_constant<caf::atom("psfreeze")>;   // ps_shard: hold applies (bounded)
 using ps_thaw_atom = caf::atom_constant<caf::atom("psthaw")>;       // ps_shard: apply the held applies

@@ -140,6 +140,13 @@ void Unregister(const std::shared_ptr<ServerCore>& core) {
 // actor_system.hpp).
 void Teardown(ServerCore& core, const std::string& why) {
   if (core.remote) core.remote->Shutdown(why);
+  if (core.is_ps && std::getenv("FOREMAN_CLUSTER_STATS") != nullptr) {
+    // The ps task's share of the bytes copied (tools/bench/cluster_bench.sh):
+    // process-wide counters of tensor_bytes.hpp.
+    const TransportCopyCounters c = TransportCopyCounters::Snapshot();
+    FOREMAN_LOG_INFO("{}: transport stats: serialized={} deserialized={} copied={}", core.target, c.serialized,
+                     c.deserialized, c.copied);
+  }
   if (!core.system) return;
   Status s = RunOnShortLivedThread([&core]() -> Status {
     {

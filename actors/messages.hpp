@@ -3,10 +3,11 @@
 // registered in every system Foreman builds (ConfigureActorSystemConfig), so
 // that CAF can serialise them. No closures, no pointers, no absl types.
 //
-// Tensors travel as raw byte buffers (a std::string, which CAF writes as a
-// length and the bytes), never as std::vector<float>, which CAF serialises
-// element by element. The bytes are the tensor's host layout (row-major,
-// little-endian on every platform Foreman builds for).
+// Tensors travel as raw byte buffers (TensorBytes, tensor_bytes.hpp: shared
+// and copy-on-write, written and read by CAF in one apply_raw each), never
+// as std::vector<float>, which CAF serialises element by element. The bytes
+// are the tensor's host layout (row-major, little-endian on every platform
+// Foreman builds for).
 //
 // The local control messages of the supervision tree (a spawn request with
 // its factory, a save ticket, a waiter's Completion) carry closures and
@@ -22,6 +23,7 @@
 
 #include "foreman/status.hpp"
 #include "foreman/tensor.hpp"
+#include "tensor_bytes.hpp"
 
 namespace foreman::internal {
 
@@ -46,7 +48,7 @@ struct TensorMessage {
   std::string name;
   int32_t dtype = 0;             // foreman::DataType's value
   std::vector<int64_t> shape;    // dimensions, outermost first
-  std::string bytes;             // num_elements * element size bytes
+  TensorBytes bytes;             // num_elements * element size bytes
 };
 
 /// Values of variables at one global step (a ps shard's answer to a read).
@@ -158,11 +160,22 @@ StatusMessage ToMessage(const Status& status);
 /// never becomes a code Foreman treats specially).
 Status FromMessage(const StatusMessage& message);
 
+/// `tensor` with a copy of its bytes (counted: TransportCopyCounters).
 /// INVALID_ARGUMENT for a string tensor (not a raw buffer).
 StatusOr<TensorMessage> ToMessage(const std::string& name, const Tensor& tensor);
+/// As ToMessage, over `tensor`'s own bytes (TensorBytes::Borrow: no copy):
+/// the caller keeps `tensor` alive and unchanged until the message's bytes
+/// are returned (TensorBytes::WaitUntilReturned).
+StatusOr<TensorMessage> BorrowingMessage(const std::string& name, const Tensor& tensor);
 /// INVALID_ARGUMENT naming the tensor when the dtype is unknown, a dimension
 /// is negative, or the byte count does not match the shape (a peer's bad
-/// input never reaches a tensor).
+/// input never reaches a tensor). OK: sets *dtype.
+Status CheckTensorMessage(const TensorMessage& message, DataType* dtype);
+/// The tensor of a checked message, its bytes copied (counted).
 StatusOr<Tensor> FromMessage(const TensorMessage& message);
+/// The same, taking the message's bytes without a copy when it holds the
+/// only reference to a block (TensorBytes::TakeAsTensor); the result is a
+/// block tensor either way. `message.bytes` is empty afterwards.
+StatusOr<Tensor> FromMessage(TensorMessage&& message);
 
 }  // namespace foreman::internal

@@ -40,19 +40,27 @@ bool IsNonTrainableName(const std::string& name) {
   return name == kGlobalStep || nn::internal::IsBetaPowerName(name) || nn::internal::IsSlotName(name);
 }
 
-// Sets `m` into `mirror`, reusing the variable's storage when dtype and
-// shape match.
-Status Store(VariableStore& mirror, const TensorMessage& m) {
+// Sets `m` into `mirror`: the received bytes become the variable's without
+// a copy when `m` holds the only reference to them (a remote ps's answer,
+// deserialized); otherwise (a ps in this process, whose answer shares its
+// variable's bytes) they are copied into the variable's storage when dtype
+// and shape match. `m.bytes` may be taken.
+Status Store(VariableStore& mirror, TensorMessage& m) {
   StatusOr<Tensor*> existing = mirror.Get(m.name);
   if (existing.ok()) {
     Tensor& t = **existing;
     if (static_cast<int32_t>(t.dtype()) == m.dtype && t.shape().dims() == m.shape && t.TotalBytes() == m.bytes.size() &&
         DataTypeSize(t.dtype()) != 0) {
-      if (!m.bytes.empty()) std::memcpy(t.raw_data(), m.bytes.data(), m.bytes.size());
+      if (m.bytes.unique() && !m.bytes.borrowed()) {
+        t = m.bytes.TakeAsTensor(t.dtype(), t.shape());
+      } else if (!m.bytes.empty()) {
+        std::memcpy(t.raw_data(), m.bytes.data(), m.bytes.size());
+        TransportCopyCounters::CountCopy(m.bytes.size());
+      }
       return absl::OkStatus();
     }
   }
-  FOREMAN_ASSIGN_OR_RETURN(Tensor value, FromMessage(m));
+  FOREMAN_ASSIGN_OR_RETURN(Tensor value, FromMessage(std::move(m)));
   bool trainable = !IsNonTrainableName(m.name);
   if (existing.ok()) {
     trainable = mirror.IsTrainable(m.name).value_or(trainable);
@@ -205,6 +213,7 @@ std::vector<StatusOr<T>> PsRemoteValues::AskAllFrom(caf::scoped_actor& self, con
 Status PsRemoteValues::Bind(const std::vector<std::string>& names) {
   MutexLock l(mu_);
   if (placement_ != nullptr) {
+    fresh_mirror_ = nullptr;  // a new session's first step reads
     const std::vector<std::string>& bound = placement_->names;
     if (names == bound) return absl::OkStatus();
     const std::size_t n = std::min(names.size(), bound.size());
@@ -215,6 +224,7 @@ Status PsRemoteValues::Bind(const std::vector<std::string>& names) {
         ": '", i < names.size() ? names[i] : "<end>", "' vs '", i < bound.size() ? bound[i] : "<end>",
         "' (every session of a target must build the same graph)"));
   }
+  fresh_mirror_ = nullptr;  // a new session's first step reads
   FOREMAN_ASSIGN_OR_RETURN(std::vector<int> place, PlaceVariablesOnPs(names, static_cast<int>(ps_.size())));
   auto p = std::make_shared<Placement>();
   p->names = names;
@@ -232,6 +242,8 @@ Status PsRemoteValues::Bind(const std::vector<std::string>& names) {
 // Read (all bound names) or ReadForStep (less the slots); a shard that
 // is not initialized loses all its names from `mirror` either way.
 Status PsRemoteValues::ReadNames(VariableStore& mirror, bool step_only) {
+  if (step_only && TakeFresh(&mirror)) return absl::OkStatus();  // the last ApplyAndRead's answer
+  ForgetFresh();
   FOREMAN_ASSIGN_OR_RETURN(auto use, Enter());
   FOREMAN_ASSIGN_OR_RETURN(auto placement, Bound(step_only ? "ReadForStep" : "Read"));
   const auto& names = step_only ? placement->step_names : placement->shard_names;
@@ -251,7 +263,7 @@ Status PsRemoteValues::ReadNames(VariableStore& mirror, bool step_only) {
       }
       continue;
     }
-    for (const TensorMessage& m : r[i]->tensors) {
+    for (TensorMessage& m : r[i]->tensors) {
       stats_.bytes_in += m.bytes.size();
       FOREMAN_RETURN_IF_ERROR(Store(mirror, m));
     }
@@ -260,6 +272,7 @@ Status PsRemoteValues::ReadNames(VariableStore& mirror, bool step_only) {
 }
 
 Status PsRemoteValues::ReadConsistent(VariableStore& mirror) {
+  ForgetFresh();
   FOREMAN_ASSIGN_OR_RETURN(auto use, Enter());
   FOREMAN_ASSIGN_OR_RETURN(auto placement, Bound("ReadConsistent"));
   const std::vector<int> all = AllShards();
@@ -309,11 +322,12 @@ Status PsRemoteValues::ReadConsistent(VariableStore& mirror) {
     }
   }
   FOREMAN_RETURN_IF_ERROR(status);
-  for (const TensorMessage& m : values) FOREMAN_RETURN_IF_ERROR(Store(mirror, m));
+  for (TensorMessage& m : values) FOREMAN_RETURN_IF_ERROR(Store(mirror, m));
   return absl::OkStatus();
 }
 
 Status PsRemoteValues::Write(const VariableStore& mirror) {
+  ForgetFresh();
   FOREMAN_ASSIGN_OR_RETURN(auto use, Enter());
   FOREMAN_ASSIGN_OR_RETURN(auto placement, Bound("Write"));
   int64_t global_step = 0;
@@ -346,8 +360,23 @@ Status PsRemoteValues::Write(const VariableStore& mirror) {
 }
 
 StatusOr<int64_t> PsRemoteValues::Apply(const nn::Gradients& grads, int64_t computed_at_step) {
+  return ApplyImpl(grads, computed_at_step, nullptr);
+}
+
+StatusOr<int64_t> PsRemoteValues::ApplyAndRead(const nn::Gradients& grads, int64_t computed_at_step,
+                                               VariableStore& mirror) {
+  return ApplyImpl(grads, computed_at_step, &mirror);
+}
+
+// The gradients travel as views of the caller's tensors (no copy: CAF's
+// serialization writes them into the socket's buffer); before returning,
+// every view handed to CAF must be gone (serialized and dropped, or dropped
+// with a lost connection), since the caller reuses its tensors.
+StatusOr<int64_t> PsRemoteValues::ApplyImpl(const nn::Gradients& grads, int64_t computed_at_step,
+                                            VariableStore* mirror) {
+  ForgetFresh();
   FOREMAN_ASSIGN_OR_RETURN(auto use, Enter());
-  FOREMAN_ASSIGN_OR_RETURN(auto placement, Bound("Apply"));
+  FOREMAN_ASSIGN_OR_RETURN(auto placement, Bound(mirror != nullptr ? "ApplyAndRead" : "Apply"));
   std::vector<ApplyGradientsMessage> updates(ps_.size());
   for (ApplyGradientsMessage& u : updates) {
     u.gradients.step = computed_at_step;
@@ -361,25 +390,83 @@ StatusOr<int64_t> PsRemoteValues::Apply(const nn::Gradients& grads, int64_t comp
       return absl::NotFoundError(absl::StrCat(target_, ": a gradient of variable '", g.variable,
                                               "', which is not one of the ps tasks' variables"));
     }
-    FOREMAN_ASSIGN_OR_RETURN(TensorMessage m, ToMessage(g.variable, g.grad));
+    FOREMAN_ASSIGN_OR_RETURN(TensorMessage m, BorrowingMessage(g.variable, g.grad));
     stats_.bytes_out += m.bytes.size();
     updates[it->second].gradients.tensors.push_back(std::move(m));
   }
+  // Runs last (declared after `updates`'s use below): waits for CAF to drop
+  // every copy of the views.
+  struct ReturnViews {
+    const std::vector<ApplyGradientsMessage>& updates;
+    std::chrono::milliseconds bound;
+    const std::string& target;
+    ~ReturnViews() {
+      for (const ApplyGradientsMessage& u : updates) {
+        for (const TensorMessage& m : u.gradients.tensors) {
+          if (m.bytes.WaitUntilReturned(bound)) continue;
+          // Nothing else is safe: the caller's gradient buffers would be
+          // read after they were reused or freed.
+          FOREMAN_LOG_ERROR("{}: the network layer still holds the gradient of '{}' {} ms after its apply ended; "
+                            "aborting (its buffer cannot be reused safely)",
+                            target, m.name, bound.count());
+          std::abort();
+        }
+      }
+    }
+  } return_views{updates, 2 * timeout_ + std::chrono::seconds(60), target_};
   StatsTimer timer(stats_.apply_us);
   ++stats_.applies;
-  std::vector<StatusOr<int64_t>> r =
-      AskAll<int64_t>(AllShards(), [&](caf::scoped_actor& self, const caf::actor& proxy, int k) {
-        return self->request(proxy, timeout_, ps_apply_atom::value, updates[k]);
-      });
-  for (std::size_t k = 0; k < r.size(); ++k) {
-    if (r[k].ok()) continue;
-    if (replicas_to_aggregate_ > 0 && absl::IsUnavailable(r[k].status())) {
-      return WithMissingWorkers(static_cast<int>(k), r[k].status());
+  const std::vector<int> all = AllShards();
+  std::vector<StatusOr<int64_t>> steps;
+  std::vector<StatusOr<VariablesMessage>> values;
+  if (mirror == nullptr) {
+    steps = AskAll<int64_t>(all, [&](caf::scoped_actor& self, const caf::actor& proxy, int k) {
+      return self->request(proxy, timeout_, ps_apply_atom::value, updates[k]);
+    });
+  } else {
+    values = AskAll<VariablesMessage>(all, [&](caf::scoped_actor& self, const caf::actor& proxy, int k) {
+      return self->request(proxy, timeout_, ps_apply_read_atom::value, updates[k]);
+    });
+  }
+  for (std::size_t k = 0; k < all.size(); ++k) {
+    const Status status = mirror == nullptr ? steps[k].status() : values[k].status();
+    if (status.ok()) continue;
+    if (replicas_to_aggregate_ > 0 && absl::IsUnavailable(status)) {
+      return WithMissingWorkers(static_cast<int>(k), status);
     }
-    return r[k].status();
+    return status;
   }
   if (accepted_) accepted_->fetch_add(1);
-  return *r[0];
+  if (mirror == nullptr) return *steps[0];
+  for (std::size_t k = 0; k < all.size(); ++k) {
+    for (TensorMessage& m : values[k]->tensors) {
+      // Only the variables bound to ps task k (a ps answers all its own).
+      auto it = placement->shard_of.find(m.name);
+      if (it == placement->shard_of.end() || it->second != all[k]) continue;
+      stats_.bytes_in += m.bytes.size();
+      FOREMAN_RETURN_IF_ERROR(Store(*mirror, m));
+    }
+  }
+  MarkFresh(mirror);
+  return values[0]->global_step;
+}
+
+bool PsRemoteValues::TakeFresh(const VariableStore* mirror) {
+  MutexLock l(mu_);
+  const bool fresh = fresh_mirror_ == mirror;
+  fresh_mirror_ = nullptr;
+  if (fresh) ++stats_.fused_reads;
+  return fresh;
+}
+
+void PsRemoteValues::ForgetFresh() {
+  MutexLock l(mu_);
+  fresh_mirror_ = nullptr;
+}
+
+void PsRemoteValues::MarkFresh(const VariableStore* mirror) {
+  MutexLock l(mu_);
+  fresh_mirror_ = mirror;
 }
 
 // cluster.md rule 4: a synchronous apply that was not answered names the
@@ -583,10 +670,14 @@ void PsRemoteValues::LogStats() const {
     const uint64_t count = n.load();
     return count == 0 ? 0.0 : static_cast<double>(sum.load()) / static_cast<double>(count);
   };
+  // bytes_in counts both reads' and fused applies' answers.
+  const TransportCopyCounters copies = TransportCopyCounters::Snapshot();
   FOREMAN_LOG_INFO(
-      "{}: cluster stats: reads={} read_us={:.0f} read_bytes={:.0f} applies={} apply_us={:.0f} apply_bytes={:.0f}",
-      target_, stats_.reads.load(), per(stats_.read_us, stats_.reads), per(stats_.bytes_in, stats_.reads),
-      stats_.applies.load(), per(stats_.apply_us, stats_.applies), per(stats_.bytes_out, stats_.applies));
+      "{}: cluster stats: reads={} read_us={:.0f} fused_reads={} applies={} apply_us={:.0f} apply_bytes={:.0f} "
+      "bytes_in={} serialized={} deserialized={} copied={}",
+      target_, stats_.reads.load(), per(stats_.read_us, stats_.reads), stats_.fused_reads.load(),
+      stats_.applies.load(), per(stats_.apply_us, stats_.applies), per(stats_.bytes_out, stats_.applies),
+      stats_.bytes_in.load(), copies.serialized, copies.deserialized, copies.copied);
 }
 
 }  // namespace foreman::internal

@@ -29,6 +29,14 @@
 //                   even with no gradient of its own); ps 0's answer is the
 //                   new global_step. gradients.worker is the worker's
 //                   task_index.
+//   ApplyAndRead    one ps_apply_read per shard (the same apply, answered
+//                   with the shard's step variables after it): one round
+//                   trip per step; the values are stored in the mirror and
+//                   the next ReadForStep of that mirror returns at once.
+// Tensor bytes (tensor_bytes.hpp): gradients are sent as views of the
+// caller's tensors (an apply returns only once CAF dropped every view);
+// received values become the mirror's tensors without a copy (a ps in the
+// same process shares its variables' bytes: those are copied).
 // After the Server stops, every call is UNAVAILABLE naming the target.
 #pragma once
 
@@ -126,6 +134,7 @@ class PsRemoteValues final : public RemoteValues {
   Status ReadConsistent(VariableStore& mirror) override;
   Status Write(const VariableStore& mirror) override;
   StatusOr<int64_t> Apply(const Gradients& grads, int64_t computed_at_step) override;
+  StatusOr<int64_t> ApplyAndRead(const Gradients& grads, int64_t computed_at_step, VariableStore& mirror) override;
 
   // Counts each accepted Apply in `counter` (`foreman cluster status`).
   void CountAcceptedUpdates(std::shared_ptr<std::atomic<int64_t>> counter) { accepted_ = std::move(counter); }
@@ -169,6 +178,12 @@ class PsRemoteValues final : public RemoteValues {
   };
 
   Status ReadNames(VariableStore& mirror, bool step_only);
+  StatusOr<int64_t> ApplyImpl(const Gradients& grads, int64_t computed_at_step, VariableStore* mirror);
+  // ApplyAndRead's answer in `mirror` is what the next ReadForStep of it
+  // returns, unless another call came in between (RemoteValues::ApplyAndRead).
+  bool TakeFresh(const VariableStore* mirror);  // true once after MarkFresh(mirror)
+  void ForgetFresh();
+  void MarkFresh(const VariableStore* mirror);
   Status WithMissingWorkers(int k, const Status& status);
   StatusOr<Use> Enter();
   StatusOr<std::shared_ptr<const Placement>> Bound(const char* method);
@@ -208,6 +223,7 @@ class PsRemoteValues final : public RemoteValues {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string why_ ABSL_GUARDED_BY(mu_);
+  const VariableStore* fresh_mirror_ ABSL_GUARDED_BY(mu_) = nullptr;  // holds the last ApplyAndRead's answer
 
 
   // The network's share of a step (tools/bench/cluster_bench.sh): the wall
@@ -216,6 +232,7 @@ class PsRemoteValues final : public RemoteValues {
   struct Stats {
     std::atomic<uint64_t> reads{0}, read_us{0}, bytes_in{0};
     std::atomic<uint64_t> applies{0}, apply_us{0}, bytes_out{0};
+    std::atomic<uint64_t> fused_reads{0};  // ReadForSteps answered by ApplyAndRead's answer
   };
   Stats stats_;
 };

@@ -25,15 +25,27 @@ namespace {
 
 constexpr char kGlobalStepName[] = "global_step";
 
+// How an apply is answered: (ps_apply_atom) with the new global_step,
+// (ps_apply_read_atom) with the shard's step variables right after it
+// (StepValues). Errors either way.
+struct ApplyReply {
+  caf::response_promise promise;
+  bool with_values = false;
+};
+
 struct HeldApply {
   ApplyGradientsMessage update;
-  caf::typed_response_promise<int64_t> promise;
+  ApplyReply reply;
 };
 
 struct ps_shard_state {
   PsShardOptions options;
   std::unique_ptr<compute::CpuDevice> device;
   bool initialized = false;
+  // Every tensor here is a block tensor (tensor_bytes.hpp): reads share
+  // its bytes with the answer (no copy), and an update that finds a block
+  // still shared (an answer not yet serialized) writes a copy instead
+  // (Writable).
   std::map<std::string, Tensor> vars;
   bool frozen = false;
   uint64_t freeze_epoch = 0;  // the timeout of an older freeze is ignored
@@ -50,7 +62,7 @@ struct ps_shard_state {
   struct Waiting {
     int32_t worker = 0;
     std::vector<std::pair<std::string, Tensor>> grads;
-    caf::typed_response_promise<int64_t> promise;
+    ApplyReply reply;
   };
   std::vector<Waiting> waiting;
   // Gradients averaged into the applied updates, and the fewest and most in
@@ -88,18 +100,34 @@ int64_t GlobalStep(const ps_shard_state& st) {
   return it == st.vars.end() ? -1 : *it->second.data<int64_t>();
 }
 
-// FromMessage(m), its error naming the ps task.
-StatusOr<Tensor> TensorOf(const ps_shard_state& st, const TensorMessage& m) {
-  StatusOr<Tensor> t = FromMessage(m);
+// FromMessage(std::move(m)): a block tensor, the received bytes taken
+// without a copy when `m` holds the only reference; its error naming the ps
+// task.
+StatusOr<Tensor> TensorOf(const ps_shard_state& st, TensorMessage& m) {
+  StatusOr<Tensor> t = FromMessage(std::move(m));
   if (!t.ok()) return Status(t.status().code(), absl::StrCat(Who(st), ": ", t.status().message()));
   return t;
 }
 
-StatusOr<TensorMessage> Message(const std::string& name, const Tensor& t) { return ToMessage(name, t); }
+// The answer's copy of variable `t` (a block tensor): its bytes shared.
+TensorMessage Message(const std::string& name, const Tensor& t) {
+  TensorMessage m;
+  m.name = name;
+  m.dtype = static_cast<int32_t>(t.dtype());
+  m.shape = t.shape().dims();
+  m.bytes = TensorBytes::ShareBlockOf(t);
+  return m;
+}
 
-Status Init(ps_shard_state& st, const VariablesMessage& message) {
+// `t` (a block tensor of st.vars) made safe to write: a copy when an
+// answer still shares its bytes.
+void Writable(Tensor& t) {
+  if (!TensorBytes::IsUniqueBlockTensor(t)) t = TensorBytes::BlockCopyOf(t);
+}
+
+Status Init(ps_shard_state& st, VariablesMessage& message) {
   std::map<std::string, Tensor> vars;
-  for (const TensorMessage& m : message.tensors) {
+  for (TensorMessage& m : message.tensors) {
     if (m.name.empty()) return absl::InvalidArgumentError(absl::StrCat(Who(st), ": a variable with an empty name"));
     FOREMAN_ASSIGN_OR_RETURN(Tensor t, TensorOf(st, m));
     if (m.name == kGlobalStepName && (t.dtype() != DataType::kInt64 || t.shape().dims().size() != 0)) {
@@ -156,8 +184,19 @@ StatusOr<VariablesMessage> Read(const ps_shard_state& st, const std::vector<std:
     if (it == st.vars.end()) {
       return absl::NotFoundError(absl::StrCat(Who(st), " holds no variable '", name, "'"));
     }
-    FOREMAN_ASSIGN_OR_RETURN(TensorMessage m, Message(name, it->second));
-    out.tensors.push_back(std::move(m));
+    out.tensors.push_back(Message(name, it->second));
+  }
+  return out;
+}
+
+// What a training step reads from the shard (ReadForStep's names: every
+// variable but the optimizer slots), sorted by name: the answer of
+// ps_apply_read_atom.
+VariablesMessage StepValues(const ps_shard_state& st) {
+  VariablesMessage out;
+  out.global_step = GlobalStep(st);
+  for (const auto& [name, t] : st.vars) {
+    if (!IsSlot(st, name)) out.tensors.push_back(Message(name, t));
   }
   return out;
 }
@@ -194,7 +233,9 @@ struct Plan {
   std::vector<Planned> gradients;
 };
 
-StatusOr<Plan> PlanUpdate(ps_shard_state& st, const ApplyGradientsMessage& update) {
+// Takes the gradients' bytes out of `update` (without a copy when they were
+// received), so `update` is left without them.
+StatusOr<Plan> PlanUpdate(ps_shard_state& st, ApplyGradientsMessage& update) {
   if (!st.initialized) return NotInitialized(st);
   const nn::OptimizerOptions& opt = st.options.optimizer;
   float lr = update.learning_rate;
@@ -208,7 +249,7 @@ StatusOr<Plan> PlanUpdate(ps_shard_state& st, const ApplyGradientsMessage& updat
   std::vector<Planned> plan;
   plan.reserve(update.gradients.tensors.size());
   std::set<std::string> seen;
-  for (const TensorMessage& m : update.gradients.tensors) {
+  for (TensorMessage& m : update.gradients.tensors) {
     if (!seen.insert(m.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(Who(st), ": two gradients for variable '", m.name, "'"));
     }
@@ -264,6 +305,9 @@ StatusOr<int64_t> Commit(ps_shard_state& st, const Plan& plan) {
   const nn::OptimizerOptions& opt = st.options.optimizer;
   const float lr = plan.lr;
   for (const Planned& p : plan.gradients) {
+    Writable(*p.var);
+    if (p.slots[0] != nullptr) Writable(*p.slots[0]);
+    if (p.slots[1] != nullptr) Writable(*p.slots[1]);
     FOREMAN_RETURN_IF_ERROR(nn::internal::ApplyDense(
         opt, lr, p.var->data<float>(), p.grad.data<float>(), p.slots[0] ? p.slots[0]->data<float>() : nullptr,
         p.slots[1] ? p.slots[1]->data<float>() : nullptr, p.var->num_elements(), *st.device));
@@ -272,24 +316,40 @@ StatusOr<int64_t> Commit(ps_shard_state& st, const Plan& plan) {
   auto b2 = st.vars.find(nn::internal::kBeta2PowerName);
   if (opt.kind == nn::OptimizerKind::kAdam && b1 != st.vars.end() && b2 != st.vars.end()) {
     // AdamOptimizer._finish: beta*_power.assign(beta*_power * beta*).
+    Writable(b1->second);
+    Writable(b2->second);
     *b1->second.data<float>() = *b1->second.data<float>() * opt.beta1;
     *b2->second.data<float>() = *b2->second.data<float>() * opt.beta2;
   }
   auto gs = st.vars.find(kGlobalStepName);
-  if (gs != st.vars.end()) ++*gs->second.data<int64_t>();
+  if (gs != st.vars.end()) {
+    Writable(gs->second);
+    ++*gs->second.data<int64_t>();
+  }
   return GlobalStep(st);
 }
 
-StatusOr<int64_t> Apply(ps_shard_state& st, const ApplyGradientsMessage& update) {
+StatusOr<int64_t> Apply(ps_shard_state& st, ApplyGradientsMessage& update) {
   FOREMAN_ASSIGN_OR_RETURN(Plan plan, PlanUpdate(st, update));
   return Commit(st, plan);
 }
 
 caf::error ErrorOf(const Status& s) { return StatusToError(s); }
 
+void Refuse(ApplyReply& reply, const Status& why) { reply.promise.deliver(ErrorOf(why)); }
+
+// An accepted apply's answer, taken now (after the update it was part of).
+void Answer(const ps_shard_state& st, ApplyReply& reply, int64_t global_step) {
+  if (reply.with_values) {
+    reply.promise.deliver(StepValues(st));
+  } else {
+    reply.promise.deliver(global_step);
+  }
+}
+
 // Answers every apply waiting for an aggregated update with `why`.
 void FailWaiting(ps_shard_state& st, const Status& why) {
-  for (auto& w : st.waiting) w.promise.deliver(ErrorOf(why));
+  for (auto& w : st.waiting) Refuse(w.reply, why);
   st.waiting.clear();
 }
 
@@ -320,12 +380,11 @@ void CountAccepted(ps_shard_state& st, int32_t worker) {
 // Synchronous mode (TF's SyncReplicasOptimizer on this shard): adds
 // `update`'s gradients to the accumulators, or drops them when stale; the
 // replicas_to_aggregate-th apply of a step applies the means once.
-void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
-                caf::typed_response_promise<int64_t> promise) {
+void Accumulate(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply reply) {
   StatusOr<Plan> plan = PlanUpdate(st, update);
   if (!plan.ok()) {
     ++st.stats.refused_updates;
-    promise.deliver(ErrorOf(plan.status()));
+    Refuse(reply, plan.status());
     return;
   }
   const int64_t step = update.gradients.step;
@@ -335,14 +394,14 @@ void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
     st.stats.dropped_gradients += 1;
     FOREMAN_LOG_DEBUG("{}: dropped the stale gradients of worker {} computed at step {} (now at step {})", Who(st),
                       update.gradients.worker, step, st.sync_step);
-    promise.deliver(GlobalStep(st));
+    Answer(st, reply, GlobalStep(st));
     return;
   }
   if (step > st.sync_step) {
     ++st.stats.refused_updates;
-    promise.deliver(ErrorOf(absl::InvalidArgumentError(absl::StrCat(
+    Refuse(reply, absl::InvalidArgumentError(absl::StrCat(
         Who(st), ": gradients of step ", step, " from worker ", update.gradients.worker,
-        ", but the shard aggregates step ", st.sync_step, " (a step it has not reached)"))));
+        ", but the shard aggregates step ", st.sync_step, " (a step it has not reached)")));
     return;
   }
   // One apply per worker and step: a worker's newer apply (its session
@@ -352,9 +411,9 @@ void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
   for (auto it = st.waiting.begin(); it != st.waiting.end(); ++it) {
     if (it->worker != update.gradients.worker) continue;
     st.stats.dropped_gradients += 1;
-    it->promise.deliver(ErrorOf(absl::AbortedError(
-        absl::StrCat(Who(st), ": worker ", update.gradients.worker, "'s apply of step ", step,
-                     " was replaced by its newer apply of the same step"))));
+    Refuse(it->reply, absl::AbortedError(absl::StrCat(Who(st), ": worker ", update.gradients.worker,
+                                                      "'s apply of step ", step,
+                                                      " was replaced by its newer apply of the same step")));
     st.waiting.erase(it);
     // A worker's applies count once per step: the newer one, not the replaced one.
     if (CountedWorker(update.gradients.worker)) {
@@ -365,7 +424,7 @@ void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
   ps_shard_state::Waiting w;
   w.worker = update.gradients.worker;
   for (Planned& p : plan->gradients) w.grads.emplace_back(p.name, std::move(p.grad));
-  w.promise = std::move(promise);
+  w.reply = std::move(reply);
   st.waiting.push_back(std::move(w));
   CountAccepted(st, update.gradients.worker);
   st.last_rates.learning_rate = update.learning_rate;
@@ -399,8 +458,8 @@ void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
     float* sum = acc.sum.data<float>();
     const float count = static_cast<float>(acc.count);
     for (int64_t i = 0; i < acc.sum.num_elements(); ++i) sum[i] = sum[i] / count;
-    StatusOr<TensorMessage> m = ToMessage(name, acc.sum);
-    if (m.ok()) mean.gradients.tensors.push_back(*std::move(m));
+    // Shared, not copied: once the sums are dropped, PlanUpdate takes them.
+    mean.gradients.tensors.push_back(Message(name, acc.sum));
   }
   accumulators.clear();
   StatusOr<int64_t> r = Apply(st, mean);
@@ -408,7 +467,7 @@ void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
   st.waiting.clear();
   if (!r.ok()) {
     ++st.stats.refused_updates;
-    for (auto& one : waiting) one.promise.deliver(ErrorOf(r.status()));
+    for (auto& one : waiting) Refuse(one.reply, r.status());
     return;
   }
   ++st.stats.applied_updates;
@@ -417,7 +476,7 @@ void Accumulate(ps_shard_state& st, const ApplyGradientsMessage& update,
   st.aggregated_gradients += n;
   st.min_per_update = st.stats.applied_updates == 1 ? n : std::min(st.min_per_update, n);
   st.max_per_update = std::max(st.max_per_update, n);
-  for (auto& one : waiting) one.promise.deliver(*r);
+  for (auto& one : waiting) Answer(st, one.reply, *r);
 }
 
 Status Ended(const ps_shard_state& st) {
@@ -433,30 +492,29 @@ void NoteEndedActivity(const ps_shard_state& st) {
 }
 
 // An apply after the end: answered OUT_OF_RANGE, and the Server told.
-void RefuseEnded(ps_shard_state& st, caf::typed_response_promise<int64_t>& promise) {
+void RefuseEnded(ps_shard_state& st, ApplyReply& reply) {
   NoteEndedActivity(st);  // before the answer
-  promise.deliver(ErrorOf(Ended(st)));
+  Refuse(reply, Ended(st));
 }
 
 // An apply: now (asynchronous), or into the accumulators (synchronous).
-void Dispatch(ps_shard_state& st, const ApplyGradientsMessage& update,
-              caf::typed_response_promise<int64_t> promise) {
+void Dispatch(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply reply) {
   if (st.ended) {
-    RefuseEnded(st, promise);
+    RefuseEnded(st, reply);
     return;
   }
   if (st.options.replicas_to_aggregate > 0) {
-    Accumulate(st, update, std::move(promise));
+    Accumulate(st, update, std::move(reply));
     return;
   }
   StatusOr<int64_t> r = Apply(st, update);
   if (r.ok()) {
     ++st.stats.applied_updates;
     CountAccepted(st, update.gradients.worker);
-    promise.deliver(*r);
+    Answer(st, reply, *r);
   } else {
     ++st.stats.refused_updates;
-    promise.deliver(ErrorOf(r.status()));
+    Refuse(reply, r.status());
   }
 }
 
@@ -472,9 +530,28 @@ int64_t Thaw(ps_shard_state& st) {
     HeldApply h = std::move(st.held.front());
     st.held.pop_front();
     ++n;
-    Dispatch(st, h.update, std::move(h.promise));
+    Dispatch(st, h.update, std::move(h.reply));
   }
   return n;
+}
+
+// An apply (either atom) as it arrives: dispatched now, or held by a freeze.
+void OnApply(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply reply) {
+  NoteArrival(st, update.gradients.worker);
+  if (!st.frozen || st.ended) {
+    Dispatch(st, update, std::move(reply));
+    return;
+  }
+  if (static_cast<int>(st.held.size()) >= kMaxHeldApplies) {
+    ++st.stats.refused_updates;
+    Refuse(reply, absl::UnavailableError(
+                      absl::StrCat(Who(st), " is frozen for a checkpoint and already holds ", kMaxHeldApplies, " applies")));
+    return;
+  }
+  // Kept past this message: a local sender's borrowed bytes are copied now
+  // (its request may time out and its buffer be reused before the thaw).
+  for (TensorMessage& m : update.gradients.tensors) m.bytes.Detach();
+  st.held.push_back(HeldApply{std::move(update), std::move(reply)});
 }
 
 caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions options) {
@@ -487,9 +564,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
   // first (their senders would otherwise wait for their own timeouts).
   self->set_exit_handler([self](caf::exit_msg& msg) {
     auto& st = self->state;
-    for (HeldApply& h : st.held) {
-      h.promise.deliver(ErrorOf(absl::UnavailableError(absl::StrCat(Who(st), " stopped while frozen"))));
-    }
+    for (HeldApply& h : st.held) Refuse(h.reply, absl::UnavailableError(absl::StrCat(Who(st), " stopped while frozen")));
     st.held.clear();
     FailWaiting(st, absl::UnavailableError(absl::StrCat(Who(st), " stopped before the aggregated update")));
     self->quit(msg.reason);
@@ -508,7 +583,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         Who(st), down.reason ? self->system().render(down.reason) : std::string("it exited normally"), n);
   });
   return {
-      [self](ps_init_atom, const VariablesMessage& vars) -> caf::result<caf::ok_atom> {
+      [self](ps_init_atom, VariablesMessage& vars) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         const int64_t old_step = st.sync_step;
         Status s = Init(st, vars);
@@ -535,21 +610,16 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         return *std::move(r);
       },
       [self](ps_apply_atom, ApplyGradientsMessage& update) -> caf::result<int64_t> {
-        auto& st = self->state;
-        auto promise = self->make_response_promise<int64_t>();
-        NoteArrival(st, update.gradients.worker);
-        if (!st.frozen || st.ended) {
-          Dispatch(st, update, promise);
-          return promise;
-        }
-        if (static_cast<int>(st.held.size()) >= kMaxHeldApplies) {
-          ++st.stats.refused_updates;
-          promise.deliver(ErrorOf(absl::UnavailableError(
-              absl::StrCat(Who(st), " is frozen for a checkpoint and already holds ", kMaxHeldApplies, " applies"))));
-          return promise;
-        }
-        st.held.push_back(HeldApply{std::move(update), promise});
-        return promise;
+        ApplyReply reply{self->make_response_promise(), /*with_values=*/false};
+        caf::response_promise answer = reply.promise;
+        OnApply(self->state, update, std::move(reply));
+        return answer;
+      },
+      [self](ps_apply_read_atom, ApplyGradientsMessage& update) -> caf::result<VariablesMessage> {
+        ApplyReply reply{self->make_response_promise(), /*with_values=*/true};
+        caf::response_promise answer = reply.promise;
+        OnApply(self->state, update, std::move(reply));
+        return answer;
       },
       [self](ps_freeze_atom, int64_t timeout_ms) -> caf::result<int64_t> {
         auto& st = self->state;
@@ -584,7 +654,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
           // update end too: their workers' runs end cleanly.
           std::deque<HeldApply> held = std::move(st.held);
           st.held.clear();
-          for (HeldApply& h : held) h.promise.deliver(ErrorOf(Ended(st)));
+          for (HeldApply& h : held) Refuse(h.reply, Ended(st));
           if (!st.waiting.empty()) {
             st.stats.dropped_gradients += static_cast<int64_t>(st.waiting.size());
             FailWaiting(st, Ended(st));

@@ -81,6 +81,22 @@
 //       While frozen the apply is held (in arrival order, at most
 //       kMaxHeldApplies; more are refused with UNAVAILABLE) and answered
 //       when the shard thaws.
+//   (ps_apply_read_atom, ApplyGradientsMessage update)       -> VariablesMessage
+//       The same apply, answered instead with what the worker's next step
+//       reads (issue 27 point 2: one round trip per step, not a read and an
+//       apply): every variable of the shard but the optimizer slots, sorted
+//       by name, and global_step as for a read, taken when the answer is
+//       given: right after this update (asynchronous), after the aggregated
+//       update (synchronous), or at once for a stale gradient that was
+//       dropped. TF1's semantics hold: the worker's next step sees its own
+//       update landed, and other workers' updates as far as they arrived
+//       (an asynchronous read). Errors as for ps_apply_atom.
+//
+// Tensor bytes: a read's or snapshot's answer shares the variables' bytes
+// (TensorBytes, no copy); the next update of a variable whose bytes are
+// still shared (the answer not serialized yet) writes a copy of it
+// (copy-on-write), so an answer never changes after it was given. A
+// received apply's gradients are applied from the received bytes.
 //   (ps_freeze_atom, int64_t timeout_ms)                      -> int64_t
 //       Holds applies from now until (ps_thaw_atom), until the actor that
 //       asked for the freeze ends (the shard monitors it: a chief killed

@@ -306,6 +306,113 @@ TEST_CASE("typed messages: Status and tensors round-trip through CAF's serialisa
   CHECK(absl::IsInvalidArgument(internal::FromMessage(bad).status()));
 }
 
+// TensorBytes (actors/tensor_bytes.hpp, issue 27 point 2): tensors cross a
+// node with one copy on each side, shared otherwise.
+TEST_CASE("TensorBytes: one apply_raw each way, copy-on-write, borrowed views returned, blocks adopted by tensors") {
+  using internal::TensorBytes;
+  using internal::TransportCopyCounters;
+  Tensor w(DataType::kFloat, TensorShape({64, 16}));
+  for (int64_t i = 0; i < w.num_elements(); ++i) w.data<float>()[i] = static_cast<float>(i) * 0.25f;
+  const std::size_t n = w.TotalBytes();
+
+  // Serialized from the bytes and deserialized into a fresh block: n bytes
+  // each way, and no other copy.
+  internal::TensorMessage m = internal::BorrowingMessage("w", w).value();
+  CHECK(m.bytes.borrowed());
+  CHECK(m.bytes.data() == w.raw_data());
+  const TransportCopyCounters c0 = TransportCopyCounters::Snapshot();
+  std::vector<char> buf;
+  {
+    caf::binary_serializer sink(static_cast<caf::execution_unit*>(nullptr), buf);
+    REQUIRE_FALSE(sink(m));
+  }
+  internal::TensorMessage back;
+  {
+    caf::binary_deserializer source(static_cast<caf::execution_unit*>(nullptr), buf);
+    REQUIRE_FALSE(source(back));
+  }
+  const TransportCopyCounters c1 = TransportCopyCounters::Snapshot();
+  CHECK(c1.serialized - c0.serialized == n);
+  CHECK(c1.deserialized - c0.deserialized == n);
+  CHECK(c1.copied == c0.copied);
+  CHECK(back.bytes == m.bytes);
+  CHECK_FALSE(back.bytes.borrowed());
+  CHECK(back.bytes.unique());
+
+  // The received block becomes the tensor's buffer: no copy.
+  const char* received = back.bytes.data();
+  StatusOr<Tensor> t = internal::FromMessage(std::move(back));
+  REQUIRE(t.ok());
+  CHECK(t->raw_data() == received);
+  CHECK(t->Equals(w));
+  CHECK(TransportCopyCounters::Snapshot().copied == c0.copied);
+
+  // A length beyond what the payload still holds is refused before any
+  // allocation (a peer's 1 MiB claim in a 1 KiB message).
+  std::vector<char> lie;
+  {
+    caf::binary_serializer sink(static_cast<caf::execution_unit*>(nullptr), lie);
+    internal::TensorMessage small = internal::ToMessage("w", Tensor::Scalar<float>(1)).value();
+    REQUIRE_FALSE(sink(small));
+  }
+  // The message is name, dtype, shape, then the bytes' length (a varint)
+  // and the 4 bytes: make the length claim 2^20 instead.
+  lie.resize(lie.size() - 5);
+  for (uint8_t b : {0x80, 0x80, 0x40}) lie.push_back(static_cast<char>(b));
+  lie.resize(lie.size() + 1024, 0);
+  {
+    internal::TensorMessage out;
+    const uint64_t allocated = TransportCopyCounters::Snapshot().allocated;
+    caf::binary_deserializer source(static_cast<caf::execution_unit*>(nullptr), lie);
+    CHECK(source(out));  // an error
+    CHECK(TransportCopyCounters::Snapshot().allocated == allocated);
+  }
+
+  // Copies share; a write to a shared buffer writes a private copy.
+  TensorBytes a = TensorBytes::Copy(w.raw_data(), n);
+  TensorBytes b = a;
+  CHECK(b.data() == a.data());
+  CHECK_FALSE(a.unique());
+  b.mutable_data()[0] = 42;
+  CHECK(b.data() != a.data());
+  CHECK(a.unique());
+  CHECK(std::memcmp(a.data(), w.raw_data(), n) == 0);
+  char* own = a.mutable_data();  // unique: written in place
+  CHECK(own == a.data());
+
+  // A borrowed view: returned once every copy is gone; Detach copies it.
+  {
+    TensorBytes view = TensorBytes::Borrow(w.raw_data(), n);
+    auto held = std::make_unique<TensorBytes>(view);
+    CHECK_FALSE(view.WaitUntilReturned(std::chrono::milliseconds(2)));
+    std::thread dropper([&held] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      held.reset();
+    });
+    CHECK(view.WaitUntilReturned(std::chrono::seconds(10)));
+    dropper.join();
+    TensorBytes kept = view;
+    kept.Detach();
+    CHECK(kept.data() != w.raw_data());
+    CHECK(kept == view);
+    CHECK(view.unique());
+  }
+
+  // A block shared with a tensor: the tensor's copy-on-write check, and a
+  // shared block is copied (not taken) into a tensor.
+  Tensor block = TensorBytes::BlockCopyOf(w);
+  CHECK(TensorBytes::IsUniqueBlockTensor(block));
+  TensorBytes share = TensorBytes::ShareBlockOf(block);
+  CHECK(share.data() == block.raw_data());
+  CHECK_FALSE(TensorBytes::IsUniqueBlockTensor(block));
+  TensorBytes again = share;
+  Tensor copied = again.TakeAsTensor(DataType::kFloat, w.shape());
+  CHECK(copied.raw_data() != block.raw_data());
+  CHECK(copied.Equals(w));
+  share = TensorBytes();
+  CHECK(TensorBytes::IsUniqueBlockTensor(block));
+}
+
 TEST_CASE("Runtime rejects a negative actor_threads") {
   MemEnv env;
   SessionConfig config = Config(&env);

@@ -190,13 +190,13 @@ has '^CPU instruction sets: avx2 fma avx512f\.$' "$out" || fail "report.py: no i
 mkdir -p "$tmp/cluster"
 cat >"$tmp/cluster/runs.txt" <<'EOF'
 RUN cluster.single 100000 samples/s steps_per_sec=781 cpu_ms_per_step=1.5
-RUN cluster.ps1_w1 40000 samples/s steps_per_sec=312 cpu_ms_per_step=3.5 reads=1013 read_us=900 read_bytes=831013 applies=1000 apply_us=1100 apply_bytes=814120
-RUN cluster.ps1_w2 50000 samples/s steps_per_sec=390 cpu_ms_per_step=4 reads=520 read_us=1500 read_bytes=831013 applies=500 apply_us=1700 apply_bytes=814120
+RUN cluster.ps1_w1 40000 samples/s steps_per_sec=312 cpu_ms_per_step=3.5 copied_per_step=3300000 reads=15 read_us=900 fused_reads=985 applies=1000 apply_us=1100 apply_bytes=814120 bytes_in=831013000
+RUN cluster.ps1_w2 50000 samples/s steps_per_sec=390 cpu_ms_per_step=4 copied_per_step=3300000 reads=15 read_us=1500 fused_reads=485 applies=500 apply_us=1700 apply_bytes=814120 bytes_in=415506500
 RUN cluster.single 110000 samples/s steps_per_sec=859 cpu_ms_per_step=1.4
-RUN cluster.ps1_w1 55000 samples/s steps_per_sec=430 cpu_ms_per_step=3.3 reads=1013 read_us=800 read_bytes=831013 applies=1000 apply_us=1000 apply_bytes=814120
-RUN cluster.ps1_w2 60000 samples/s steps_per_sec=469 cpu_ms_per_step=3.9 reads=520 read_us=1400 read_bytes=831013 applies=500 apply_us=1600 apply_bytes=814120
-RUN cluster.ps1_w2_sync 30000 samples/s steps_per_sec=117 cpu_ms_per_step=8 stale=0 reads=1013 read_us=900 read_bytes=831013 applies=1000 apply_us=3000 apply_bytes=814120
-RUN cluster.ps1_w2_sync 40000 samples/s steps_per_sec=156 cpu_ms_per_step=7 stale=2 reads=1013 read_us=800 read_bytes=831013 applies=1000 apply_us=2000 apply_bytes=814120
+RUN cluster.ps1_w1 55000 samples/s steps_per_sec=430 cpu_ms_per_step=3.3 copied_per_step=3200000 reads=15 read_us=800 fused_reads=985 applies=1000 apply_us=1000 apply_bytes=814120 bytes_in=831013000
+RUN cluster.ps1_w2 60000 samples/s steps_per_sec=469 cpu_ms_per_step=3.9 copied_per_step=3200000 reads=15 read_us=1400 fused_reads=485 applies=500 apply_us=1600 apply_bytes=814120 bytes_in=415506500
+RUN cluster.ps1_w2_sync 30000 samples/s steps_per_sec=117 cpu_ms_per_step=8 stale=0 copied_per_step=3300000 reads=15 read_us=900 fused_reads=985 applies=1000 apply_us=3000 apply_bytes=814120 bytes_in=831013000
+RUN cluster.ps1_w2_sync 40000 samples/s steps_per_sec=156 cpu_ms_per_step=7 stale=2 copied_per_step=3200000 reads=15 read_us=800 fused_reads=985 applies=1000 apply_us=2000 apply_bytes=814120 bytes_in=831013000
 RUN cluster.ps_kill_recovery_s 0.7 s recovered_s=0.66 restarted_s=0.5 reachable_s=0.64 restore_s=0.02 steps_lost=110
 RUN cluster.ps_kill_recovery_s 2.1 s recovered_s=2 restarted_s=0.5 reachable_s=1.9 restore_s=0.05 steps_lost=unknown
 RUN cluster.ps_kill_recovery_s 2.2 s recovered_s=2.1 restarted_s=0.5 reachable_s=2 restore_s=0.1 steps_lost=100
@@ -204,10 +204,14 @@ EOF
 out=$("$python" "$src/report.py" "$tmp/cluster" 2>&1)
 rc=$?
 [[ $rc -eq 0 ]] || fail "report.py (cluster) exited $rc: $out"
-has '^\| 6 \| training throughput, 1 ps \+ 1 worker \(async\)[^|]*\| 47500 [^|]*\| one process 105000 [^|]*\| 0\.45× \[0\.40–0\.50\] \| ≥ 0\.7× one process \| \*\*no\*\* \|$' "$out" ||
+has '^\| 6 \| training throughput, 1 ps \+ 1 worker \(async\)[^|]*\| 47500 [^|]*\| one process 105000 [^|]*\| 0\.45× \[0\.40–0\.50\] \| ≥ 0\.85× one process \| \*\*no\*\* \|$' "$out" ||
   fail "report.py: no 1 ps + 1 worker row with its ratio and verdict: $out"
-has '^\| 6 \|   worker 0.s network per step: read / apply [^|]*\| 850 \[800–900\] / 1050 ' "$out" ||
+has '^\| 6 \|   worker 0.s network per step: round trips; apply \(µs\) \| 1\.0[0-9]* \[[^]]*\]; 1050 \[1000–1100\] ' "$out" ||
   fail "report.py: no network row: $out"
+has '^\| 6 \|   bytes copied in user space per global step, all processes \(B\) \| [^|]*\| payload [^|]*\| 1\.98× \[1\.95–2\.01\] \| ≤ 2× the payload \| yes \|$' "$out" ||
+  fail "report.py: no bytes-copied row with its verdict: $out"
+has '^\| 6 \|   CPU time of all its processes per global step \(ms\) \| [^|]*\| one process [^|]*\| 2\.35× \[2\.33–2\.36\] \| ≤ 1\.3× one process \| \*\*no\*\* \|$' "$out" ||
+  fail "report.py: no CPU-per-step row with its verdict: $out"
 has '^\| 6 \| training throughput, 1 ps \+ 2 workers \(sync, --replicas-to-aggregate 2\)[^|]*\| 35000 [^|]*\| one process 105000 [^|]*\| 0\.33× \[0\.30–0\.36\] \|' "$out" ||
   fail "report.py: no sync row with its ratio: $out"
 has '^\| 6 \|   global steps/s [^|]*\| 136 \[117–156\] \| stale 1 \[0–2\] \|' "$out" ||

@@ -362,10 +362,15 @@ TEST_CASE("RemoteValues over 2 ps tasks: Read before init erases, Write / Read r
   CHECK_FALSE(mirror.IsTrainable("global_step").value());
   CHECK_FALSE(mirror.IsTrainable("dense/kernel/Momentum").value());
 
-  // The mirror's storage is reused where dtype and shape match.
-  const void* kernel = mirror.Get("dense/kernel").value()->raw_data();
+  // A read copies nothing beyond CAF's (de)serialization (issue 27 point
+  // 2): the ps shares its variables' bytes with the answer, and the
+  // received bytes become the mirror's tensors.
+  const internal::TransportCopyCounters before = internal::TransportCopyCounters::Snapshot();
   REQUIRE(rv->Read(mirror).ok());
-  CHECK(mirror.Get("dense/kernel").value()->raw_data() == kernel);
+  const internal::TransportCopyCounters after = internal::TransportCopyCounters::Snapshot();
+  CheckSame(source, mirror, kNames);
+  CHECK(after.copied == before.copied);
+  CHECK(after.deserialized > before.deserialized);
 
   // Placement (PlaceVariablesOnPs): global_step and dense/bias, dense_1/bias
   // (with their slots) on ps 0; dense/kernel, dense_1/kernel on ps 1.
@@ -427,6 +432,71 @@ TEST_CASE("Apply: bitwise nn::ApplyGradients on a local copy, global_step + 1; R
   nn::Gradients unknown = Grads(0.05f, 1.0f);
   unknown.grads_and_vars.push_back({"zzz", Floats({1}, 1.0f)});
   CHECK(rv->Apply(unknown, 104).status().code() == absl::StatusCode::kNotFound);
+}
+
+// Issue 27 point 2: a step's update and the next step's read in one round
+// trip. ApplyAndRead leaves in the mirror what a ReadForStep right after the
+// apply reads; the next ReadForStep of that mirror asks nothing; any other
+// call in between (here Write, as a chief's restore) makes it read again,
+// and an update after that restore answers the restored values plus it.
+TEST_CASE("ApplyAndRead over 2 ps tasks: the mirror as a ReadForStep after the apply; one round trip; a restore in between reads") {
+  const ServerOptions options = Options(nn::OptimizerKind::kMomentum);
+  Cluster c(2, 1, options);
+  std::shared_ptr<RemoteValues> rv = c.Remote();
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore local;
+  Fill(local, 100);
+  REQUIRE(rv->Write(local).ok());
+  const std::vector<std::string> step_names = {"global_step", "dense/kernel", "dense/bias", "dense_1/kernel",
+                                               "dense_1/bias"};
+  compute::CpuDevice device(1);
+  VariableStore mirror;
+  REQUIRE(rv->Read(mirror).ok());
+  for (int step = 0; step < 3; ++step) {
+    const nn::Gradients g = Grads(0.05f, 0.3f + static_cast<float>(step));
+    StatusOr<int64_t> gs = rv->ApplyAndRead(g, 100 + step, mirror);
+    REQUIRE_MESSAGE(gs.ok(), gs.status().ToString());
+    CHECK(*gs == 101 + step);
+    REQUIRE(nn::ApplyGradients(options.optimizer, local, g, device).ok());
+    REQUIRE(SetGlobalStep(local, 101 + step).ok());
+    CheckSame(local, mirror, step_names);
+    // The next step's read is the answer: nothing is received.
+    const uint64_t received = internal::TransportCopyCounters::Snapshot().deserialized;
+    REQUIRE(rv->ReadForStep(mirror).ok());
+    CHECK(internal::TransportCopyCounters::Snapshot().deserialized == received);
+    CheckSame(local, mirror, step_names);
+  }
+  // Only once: a second ReadForStep reads.
+  uint64_t received = internal::TransportCopyCounters::Snapshot().deserialized;
+  REQUIRE(rv->ReadForStep(mirror).ok());
+  CHECK(internal::TransportCopyCounters::Snapshot().deserialized > received);
+
+  // A restore between the answer and the next step (the chief's Write):
+  // the next ReadForStep reads the restored values, and the next fused
+  // answer carries the restored values with the update applied.
+  REQUIRE(rv->ApplyAndRead(Grads(0.05f, 2.0f), 103, mirror).ok());
+  VariableStore restored;
+  Fill(restored, 50);
+  REQUIRE(rv->Write(restored).ok());
+  received = internal::TransportCopyCounters::Snapshot().deserialized;
+  REQUIRE(rv->ReadForStep(mirror).ok());
+  CHECK(internal::TransportCopyCounters::Snapshot().deserialized > received);
+  CheckSame(restored, mirror, step_names);
+  const nn::Gradients g = Grads(0.05f, 4.0f);
+  StatusOr<int64_t> gs = rv->ApplyAndRead(g, 50, mirror);
+  REQUIRE_MESSAGE(gs.ok(), gs.status().ToString());
+  CHECK(*gs == 51);
+  REQUIRE(nn::ApplyGradients(options.optimizer, restored, g, device).ok());
+  REQUIRE(SetGlobalStep(restored, 51).ok());
+  CheckSame(restored, mirror, step_names);
+
+  // A refused update: the error unchanged, and the next ReadForStep reads.
+  nn::Gradients bad = Grads(0.05f, 1.0f);
+  bad.grads_and_vars[1].grad = Floats({2, 2}, 1.0f);
+  CHECK(rv->ApplyAndRead(bad, 51, mirror).status().code() == absl::StatusCode::kInvalidArgument);
+  received = internal::TransportCopyCounters::Snapshot().deserialized;
+  REQUIRE(rv->ReadForStep(mirror).ok());
+  CHECK(internal::TransportCopyCounters::Snapshot().deserialized > received);
 }
 
 TEST_CASE("ReadForStep over 2 ps tasks: every bound variable but the slots; the slots left; erased before init") {

@@ -877,6 +877,56 @@ ApplyGradientsMessage AtStep(int64_t step, int32_t worker, std::vector<TensorMes
   return u;
 }
 
+// Issue 27 point 2: ps_apply_read_atom is ps_apply_atom answered with the
+// step's values (every variable but the slots) taken right after the
+// update; an answer shares the variables' bytes and never changes after it
+// was given (copy-on-write: the next update writes a copy).
+TEST_CASE("ps_apply_read: the apply, answered with the non-slot variables after it; answers never change later") {
+  Node node;
+  OptimizerOptions opt;
+  opt.kind = OptimizerKind::kAdam;
+  caf::actor shard = node.Shard(0, opt);
+  std::mt19937 rng(11);
+  VariablesMessage vars;
+  vars.tensors = {GlobalStep(5),
+                  Floats("beta1_power", {}, {0.9f}),
+                  Floats("beta2_power", {}, {0.999f}),
+                  Floats("w", {2, 3}, Random(6, rng)),
+                  Floats("w/Adam", {2, 3}, std::vector<float>(6, 0.0f)),
+                  Floats("w/Adam_1", {2, 3}, std::vector<float>(6, 0.0f))};
+  REQUIRE(Init(*node.sys, shard, vars).ok());
+  StatusOr<VariablesMessage> before = Read(*node.sys, shard, {"w", "w/Adam"});
+  REQUIRE(before.ok());
+  const std::vector<float> w_before = ValuesOf(before->tensors[0]);
+
+  StatusOr<VariablesMessage> answer = Ask<VariablesMessage>(
+      *node.sys, shard, internal::ps_apply_read_atom::value, Update({Floats("w", {2, 3}, Random(6, rng))}, 0, 0.01f));
+  REQUIRE_MESSAGE(answer.ok(), answer.status().ToString());
+  CHECK(answer->global_step == 6);
+  std::vector<std::string> names;
+  for (const TensorMessage& t : answer->tensors) names.push_back(t.name);
+  CHECK(names == std::vector<std::string>{"beta1_power", "beta2_power", "global_step", "w"});
+  StatusOr<VariablesMessage> after = Read(*node.sys, shard, {"beta1_power", "beta2_power", "global_step", "w"});
+  REQUIRE(after.ok());
+  for (std::size_t i = 0; i < names.size(); ++i) CHECK(answer->tensors[i].bytes == after->tensors[i].bytes);
+  CHECK(ValuesOf(answer->tensors[3]) != w_before);
+  // The read taken before the update still holds the values before it.
+  CHECK(ValuesOf(before->tensors[0]) == w_before);
+  CHECK(ValuesOf(before->tensors[1]) == std::vector<float>(6, 0.0f));
+
+  // Another update: the earlier answer is unchanged too.
+  const std::vector<float> w_answered = ValuesOf(answer->tensors[3]);
+  REQUIRE(Apply(*node.sys, shard, Update({Floats("w", {2, 3}, Random(6, rng))}, 0, 0.01f)).ok());
+  CHECK(ValuesOf(answer->tensors[3]) == w_answered);
+  CHECK(ValuesOf(Read(*node.sys, shard, {"w"})->tensors[0]) != w_answered);
+
+  // Errors as for ps_apply_atom, the shard unchanged.
+  StatusOr<VariablesMessage> refused = Ask<VariablesMessage>(
+      *node.sys, shard, internal::ps_apply_read_atom::value, Update({Floats("w", {3}, {1, 2, 3})}, 0, 0.01f));
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Stats(*node.sys, shard).global_step == 7);
+}
+
 TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale gradients dropped and counted") {
   Eigen::ThreadPool pool(1);
   Eigen::ThreadPoolDevice device(&pool, 1);

@@ -93,6 +93,26 @@ class RemoteValues {
   /// (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION) unchanged.
   virtual StatusOr<int64_t> Apply(const Gradients& grads, int64_t computed_at_step) = 0;
 
+  /// Apply(), and `mirror` then set as by ReadForStep from each ps task's
+  /// state right after it applied this update (issue 27 point 2: PsRemote-
+  /// Values asks for both in one round trip, the ps answering the apply
+  /// with the values). Session::Run's step uses it, so a worker's next step
+  /// needs no read of its own: an implementation may then answer the next
+  /// ReadForStep of the same `mirror` from what this call stored, provided
+  /// no other method was called in between (Bind, every Read*, Write and
+  /// Apply* end that; a new session's first step always reads, as after a
+  /// recovery). TF1's semantics: the next step reads after its own update
+  /// landed; other workers' updates are seen as far as they had arrived (an
+  /// asynchronous read). Returns the new global_step; errors as Apply's,
+  /// and `mirror` is then unspecified for the bound variables (the next
+  /// ReadForStep reads). The default: Apply, then ReadForStep(mirror).
+  virtual StatusOr<int64_t> ApplyAndRead(const Gradients& grads, int64_t computed_at_step, VariableStore& mirror) {
+    StatusOr<int64_t> next = Apply(grads, computed_at_step);
+    if (!next.ok()) return next;
+    if (Status s = ReadForStep(mirror); !s.ok()) return s;
+    return next;
+  }
+
   /// How a session of this target waits for an unreachable ps task (issue
   /// 13 point 4; ClusterOptions::ps_wait_secs and heartbeat_ms): on an
   /// UNAVAILABLE error MonitoredSession's recovery keeps re-creating the

@@ -121,7 +121,9 @@ Status StepContext::ApplyGradients(const Gradients& grads, const Optimizer& opti
   if (has_step) {
     FOREMAN_ASSIGN_OR_RETURN(computed_at_step, GetGlobalStep(vars));
   }
-  FOREMAN_ASSIGN_OR_RETURN(int64_t next, remote_->Apply(grads, computed_at_step));
+  // One round trip: the ps tasks answer the update with what the next
+  // step reads (RemoteValues::ApplyAndRead).
+  FOREMAN_ASSIGN_OR_RETURN(int64_t next, remote_->ApplyAndRead(grads, computed_at_step, vars));
   if (has_step) FOREMAN_RETURN_IF_ERROR(SetGlobalStep(vars, next));
   return absl::OkStatus();
 }

@@ -76,6 +76,12 @@ rate_of() { sed -n 's/.*trained [0-9]* steps in [0-9.]* s (\([0-9.]*\) steps\/s.
 timed() { local f=$1; shift; /usr/bin/time -f '%U %S' -o "$f" "$@"; }  # timed FILE CMD...: CPU seconds into FILE
 cpu_of() { awk '{ s += $1 + $2 } END { print s + 0 }' "$@"; }            # user + sys of the FILEs
 stats_of() { sed -n 's/.*cluster stats: \(.*\)$/\1/p' "$1" | tail -1; }
+# Bytes copied in user space by every process of a configuration (tensor_bytes.hpp's
+# counters: serialized + deserialized + copied, logged at each task's end).
+copies_of() {
+  sed -n 's/.*\(cluster\|transport\) stats: .*serialized=\([0-9]*\) deserialized=\([0-9]*\) copied=\([0-9]*\).*/\2 \3 \4/p' "$@" |
+    awk '{ s += $1 + $2 + $3 } END { print s + 0 }'
+}
 
 run_single() {
   local d=$tmp/single
@@ -94,7 +100,7 @@ run_cluster() {  # run_cluster WORKERS [sync]: sync aggregates all WORKERS' grad
   ps_port=$(free_port)
   for ((i = 0; i < n; ++i)); do wk+=("$(free_port)"); hosts+=("127.0.0.1:${wk[i]}"); done
   local net=(--ps-hosts "127.0.0.1:$ps_port" --worker-hosts "$(IFS=,; echo "${hosts[*]}")" "${sync[@]}")
-  timed "$d/ps.time" "$foreman" train "${model[@]}" "${net[@]}" --job-name ps --task-index 0 --ps-join-timeout-secs 600 \
+  FOREMAN_CLUSTER_STATS=1 timed "$d/ps.time" "$foreman" train "${model[@]}" "${net[@]}" --job-name ps --task-index 0 --ps-join-timeout-secs 600 \
     >"$d/ps.out" 2>&1 &
   local ps_pid=$!; pids+=("$ps_pid")
   local wpids=()
@@ -117,8 +123,8 @@ run_cluster() {  # run_cluster WORKERS [sync]: sync aggregates all WORKERS' grad
     extra="stale=$(sed -n 's/.*, \([0-9]*\) stale gradients dropped.*/\1/p' "$d/ps.out" | tail -1) "
   fi
   awk -v r="$total" -v g="$global" -v c="$config" -v x="$extra" -v s="$(stats_of "$d/w0.out")" -v cpu="$(cpu_of "$d"/*.time)" \
-    -v steps="$steps" \
-    'BEGIN { printf "RUN cluster.%s %.0f samples/s steps_per_sec=%.1f cpu_ms_per_step=%.3f %s%s\n", c, r * 128, g, cpu * 1000 / steps, x, s }'
+    -v steps="$steps" -v copies="$(copies_of "$d"/*.out)" \
+    'BEGIN { printf "RUN cluster.%s %.0f samples/s steps_per_sec=%.1f cpu_ms_per_step=%.3f copied_per_step=%.0f %s%s\n", c, r * 128, g, cpu * 1000 / steps, copies / steps, x, s }'
 }
 
 # The ps-kill recovery (header): one repetition, one RUN line.
