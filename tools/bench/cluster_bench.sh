@@ -37,27 +37,42 @@
 # latest checkpoint); steps_lost: the global steps since that checkpoint. The times are the arrival times of the chief's stderr lines
 # (unbuffered) at a timestamping reader, against the kill's $EPOCHREALTIME.
 #
+# --workers LIST (default 1,2): the asynchronous clusters run, 1 ps + N workers
+# for each N (issue 27 point 4: 1,2,4,8 on a bigger machine); the synchronous
+# one runs with 2 workers when 2 is in the list. Where the machine has a core
+# for every task (N + 1 <= the CPUs this process may use), each task is
+# pinned to its own core with taskset (the ps on the first, worker i on the
+# (i+2)-th; the one process on the second); otherwise nothing is pinned.
+#
 # Usage: tools/bench/cluster_bench.sh FOREMAN_BIN [--steps N] [--reps N] [--recovery-reps N] [--data DIR]
+#        [--workers 1,2,4,8]
 # (run.sh --parts 6 runs it with its build and --reps; --reps 0 runs only the
 # recovery, --recovery-reps 0 none). CLUSTER_BENCH_KEEP=1 keeps the processes'
 # outputs (the last run of each configuration) and names their directory.
 set -euo pipefail
-foreman=${1:?usage: cluster_bench.sh FOREMAN_BIN [--steps N] [--reps N] [--recovery-reps N] [--data DIR]}
+foreman=${1:?usage: cluster_bench.sh FOREMAN_BIN [--steps N] [--reps N] [--recovery-reps N] [--data DIR] [--workers LIST]}
 shift
 steps=2000
 reps=3
 recovery_reps=5
 data=/usr/share/datasets/fashion-mnist
+workers_csv=1,2
 while (($#)); do
   case $1 in
     --steps) steps=$2; shift ;;
     --reps) reps=$2; shift ;;
     --recovery-reps) recovery_reps=$2; shift ;;
     --data) data=$2; shift ;;
+    --workers) workers_csv=$2; shift ;;
     *) echo "cluster_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
+IFS=, read -ra worker_counts <<<"$workers_csv"
+for n in "${worker_counts[@]}"; do
+  [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "cluster_bench.sh: --workers wants worker counts >= 1 separated by commas, not '$workers_csv'" >&2; exit 2; }
+done
+mapfile -t cpus < <(/usr/bin/python3 -c 'import os; print("\n".join(map(str, sorted(os.sched_getaffinity(0)))))')
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cluster_bench.XXXXXX")
 pids=()
 cleanup() {
@@ -68,6 +83,10 @@ cleanup() {
 }
 trap cleanup EXIT
 log() { echo "cluster_bench: $*" >&2; }
+# $(pin K): "taskset -c <the K-th CPU this process may use>" (0-based) when
+# the current configuration pins (pin_tasks=1), else nothing.
+pin_tasks=0
+pin() { if ((pin_tasks)); then echo "taskset -c ${cpus[$1]}"; fi; }
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 model=(--threads 1 --optimizer adam --batch-size 128 --hidden 256 --seed 0 --data-dir "$data"
        --eval-every-steps 0 --log-step-count-steps 0 --save-checkpoint-secs 3600 --save-summaries-steps 100000)
@@ -86,7 +105,7 @@ copies_of() {
 run_single() {
   local d=$tmp/single
   rm -rf "$d"; mkdir -p "$d"
-  timed "$d/time" timeout 600 "$foreman" train --checkpoint-dir "$d/ckpt" "${model[@]}" --max-steps "$steps" \
+  timed "$d/time" $(pin 1) timeout 600 "$foreman" train --checkpoint-dir "$d/ckpt" "${model[@]}" --max-steps "$steps" \
     >"$d/out" 2>&1 || { log "single process failed:"; cat "$d/out" >&2; return 1; }
   local r; r=$(rate_of "$d/out")
   awk -v r="$r" -v cpu="$(cpu_of "$d/time")" -v n="$steps" \
@@ -97,15 +116,16 @@ run_cluster() {  # run_cluster WORKERS [sync]: sync aggregates all WORKERS' grad
   local n=$1 mode=${2:-async} d=$tmp/c$1${2:-} ps_port wk=() hosts=() i config=ps1_w$1 sync=()
   if [[ $mode == sync ]]; then config=ps1_w${n}_sync; sync=(--replicas-to-aggregate "$n"); fi
   rm -rf "$d"; mkdir -p "$d"
+  pin_tasks=$((n + 1 <= ${#cpus[@]}))
   ps_port=$(free_port)
   for ((i = 0; i < n; ++i)); do wk+=("$(free_port)"); hosts+=("127.0.0.1:${wk[i]}"); done
   local net=(--ps-hosts "127.0.0.1:$ps_port" --worker-hosts "$(IFS=,; echo "${hosts[*]}")" "${sync[@]}")
-  FOREMAN_CLUSTER_STATS=1 timed "$d/ps.time" "$foreman" train "${model[@]}" "${net[@]}" --job-name ps --task-index 0 --ps-join-timeout-secs 600 \
+  FOREMAN_CLUSTER_STATS=1 timed "$d/ps.time" $(pin 0) "$foreman" train "${model[@]}" "${net[@]}" --job-name ps --task-index 0 --ps-join-timeout-secs 600 \
     >"$d/ps.out" 2>&1 &
   local ps_pid=$!; pids+=("$ps_pid")
   local wpids=()
   for ((i = n - 1; i >= 0; --i)); do
-    FOREMAN_CLUSTER_STATS=1 timed "$d/w$i.time" timeout 600 "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index "$i" \
+    FOREMAN_CLUSTER_STATS=1 timed "$d/w$i.time" $(pin $((i + 1))) timeout 600 "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index "$i" \
       --checkpoint-dir "$d/ckpt$i" --max-steps "$steps" --ps-wait-secs 60 >"$d/w$i.out" 2>&1 &
     wpids+=($!); pids+=($!)
   done
@@ -191,12 +211,11 @@ run_recovery() {
              g - k, r - k, s - k, a - k, r - a, l }'
 }
 
-log "foreman $foreman, $steps steps per run, $reps repetitions"
+log "foreman $foreman, $steps steps per run, $reps repetitions, workers ${worker_counts[*]} (${#cpus[@]} CPUs: a cluster of N workers is pinned, a task per CPU, when N + 1 <= ${#cpus[@]})"
 for ((rep = 0; rep < reps; ++rep)); do
-  run_single
-  run_cluster 1
-  run_cluster 2
-  run_cluster 2 sync
+  pin_tasks=$((2 <= ${#cpus[@]})); run_single
+  for n in "${worker_counts[@]}"; do run_cluster "$n"; done
+  for n in "${worker_counts[@]}"; do if ((n == 2)); then run_cluster 2 sync; fi; done
 done
 for ((rep = 0; rep < recovery_reps; ++rep)); do
   run_recovery

@@ -484,10 +484,13 @@ def main():
                       if re.fullmatch(r"[-+0-9.eE]+", f.get(key, ""))])
 
     single = r.runs.get("cluster.single", [])
-    for name, label, goal in (("cluster.single", "one process", ""),
-                              ("cluster.ps1_w1", "1 ps + 1 worker (async)", "≥ 0.85× one process"),
-                              ("cluster.ps1_w2", "1 ps + 2 workers (async)", ""),
-                              ("cluster.ps1_w2_sync", "1 ps + 2 workers (sync, --replicas-to-aggregate 2)", "")):
+    configs = [("cluster.single", "one process", ""),
+               ("cluster.ps1_w1", "1 ps + 1 worker (async)", "≥ 0.85× one process")]
+    # 1 ps + N workers for every N cluster_bench.sh --workers ran (issue 27 point 4).
+    counts = sorted({int(m.group(1)) for m in (re.fullmatch(r"cluster\.ps1_w(\d+)", k) for k in r.runs) if m})
+    configs += [("cluster.ps1_w%d" % n, "1 ps + %d workers (async)" % n, "") for n in counts if n > 1]
+    configs += [("cluster.ps1_w2_sync", "1 ps + 2 workers (sync, --replicas-to-aggregate 2)", "")]
+    for name, label, goal in configs:
         if name not in r.runs:
             continue
         ratio = pair_ratio(r.runs[name], single) if name != "cluster.single" else None

@@ -24,6 +24,8 @@
 #                    the checkpoint stall; PyTorch eager on CUDA beside it;
 #                    skipped with one line when no GPU can be used)
 #   --threads        part 1's thread counts (default 1,2; e.g. 1,8,16 on a 16-core machine)
+#   --workers        part 6's cluster sizes, 1 ps + N workers each (default 1,2; e.g.
+#                    1,2,4,8 on a 16-core machine: each task pinned to its own core)
 #   --python         the peer's Python with torch (default /usr/bin/python3, Debian's)
 #
 # Installs what only the benchmarks need (python3-torch, libopenblas0-pthread),
@@ -47,6 +49,7 @@ out=
 data=/usr/share/datasets/fashion-mnist
 parts=1,2,3,4,5,6,7
 threads_csv=1,2
+workers_csv=1,2
 bin_dir=
 python=/usr/bin/python3
 while (($#)); do
@@ -60,9 +63,10 @@ while (($#)); do
     --data) data=$2; shift ;;
     --parts) parts=$2; shift ;;
     --threads) threads_csv=$2; shift ;;
+    --workers) workers_csv=$2; shift ;;
     --bin-dir) bin_dir=$2; shift ;;
     --python) python=$2; shift ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -269,7 +273,7 @@ if part 6; then
   foreman_bin=$build_dir/tools/foreman
   [[ -n $bin_dir ]] && foreman_bin=$bin/foreman
   TMPDIR=$scratch "$root/tools/bench/cluster_bench.sh" "$foreman_bin" --steps $((train_steps * 5)) --reps "$reps" \
-    --data "$data" 2>"$out/cluster.log" | grep '^RUN' >>"$runs"
+    --data "$data" --workers "$workers_csv" 2>"$out/cluster.log" | grep '^RUN' >>"$runs"
 fi
 
 # -- 7: the GPU (issue 15): Foreman's device step and PyTorch eager on CUDA, alternating -----------
