@@ -439,12 +439,26 @@ StatusOr<int64_t> PsRemoteValues::ApplyImpl(const nn::Gradients& grads, int64_t 
   if (accepted_) accepted_->fetch_add(1);
   if (mirror == nullptr) return *steps[0];
   for (std::size_t k = 0; k < all.size(); ++k) {
+    std::size_t stored = 0;
     for (TensorMessage& m : values[k]->tensors) {
       // Only the variables bound to ps task k (a ps answers all its own).
       auto it = placement->shard_of.find(m.name);
       if (it == placement->shard_of.end() || it->second != all[k]) continue;
       stats_.bytes_in += m.bytes.size();
       FOREMAN_RETURN_IF_ERROR(Store(*mirror, m));
+      ++stored;
+    }
+    // As ReadForStep would: a bound variable the ps task does not hold.
+    const std::vector<std::string>& wanted = placement->step_names[all[k]];
+    if (stored != wanted.size()) {
+      for (const std::string& name : wanted) {
+        const bool answered =
+            std::any_of(values[k]->tensors.begin(), values[k]->tensors.end(),
+                        [&](const TensorMessage& m) { return m.name == name; });
+        if (!answered) {
+          return absl::NotFoundError(absl::StrCat(ps_[all[k]].where, " holds no variable '", name, "'"));
+        }
+      }
     }
   }
   MarkFresh(mirror);
@@ -453,7 +467,10 @@ StatusOr<int64_t> PsRemoteValues::ApplyImpl(const nn::Gradients& grads, int64_t 
 
 bool PsRemoteValues::TakeFresh(const VariableStore* mirror) {
   MutexLock l(mu_);
-  const bool fresh = fresh_mirror_ == mirror;
+  // After Shutdown every call is UNAVAILABLE (Enter), this one too; an
+  // answer older than kMaxFusedReadAge is not a step's read any more.
+  const bool fresh = fresh_mirror_ == mirror && !closed_ &&
+                     std::chrono::steady_clock::now() - fresh_since_ <= kMaxFusedReadAge;
   fresh_mirror_ = nullptr;
   if (fresh) ++stats_.fused_reads;
   return fresh;
@@ -467,6 +484,7 @@ void PsRemoteValues::ForgetFresh() {
 void PsRemoteValues::MarkFresh(const VariableStore* mirror) {
   MutexLock l(mu_);
   fresh_mirror_ = mirror;
+  fresh_since_ = std::chrono::steady_clock::now();
 }
 
 // cluster.md rule 4: a synchronous apply that was not answered names the

@@ -32,7 +32,11 @@
 //   ApplyAndRead    one ps_apply_read per shard (the same apply, answered
 //                   with the shard's step variables after it): one round
 //                   trip per step; the values are stored in the mirror and
-//                   the next ReadForStep of that mirror returns at once.
+//                   the next ReadForStep of that mirror returns at once
+//                   when it comes within kMaxFusedReadAge of the answer
+//                   (a step's next run follows its apply within
+//                   microseconds; a later one reads, so the read stays as
+//                   close to the step's start as TF1's).
 // Tensor bytes (tensor_bytes.hpp): gradients are sent as views of the
 // caller's tensors (an apply returns only once CAF dropped every view);
 // received values become the mirror's tensors without a copy (a ps in the
@@ -112,6 +116,9 @@ struct PsTask {
 };
 
 // -- PsRemoteValues -------------------------------------------------------------------
+
+// How long an ApplyAndRead's answer serves as the next step's read.
+inline constexpr std::chrono::milliseconds kMaxFusedReadAge{100};
 
 class PsRemoteValues final : public RemoteValues {
  public:
@@ -224,6 +231,7 @@ class PsRemoteValues final : public RemoteValues {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string why_ ABSL_GUARDED_BY(mu_);
   const VariableStore* fresh_mirror_ ABSL_GUARDED_BY(mu_) = nullptr;  // holds the last ApplyAndRead's answer
+  std::chrono::steady_clock::time_point fresh_since_ ABSL_GUARDED_BY(mu_);  // when it was stored
 
 
   // The network's share of a step (tools/bench/cluster_bench.sh): the wall

@@ -187,7 +187,7 @@ void TensorBytes::resize(std::size_t n) {
   if (n == old) return;
   TensorBytes grown = Uninitialized(n);
   if (n > 0) {
-    std::memcpy(grown.rep_->data, data(), std::min(n, old));
+    if (old > 0) std::memcpy(grown.rep_->data, data(), std::min(n, old));
     if (n > old) std::memset(grown.rep_->data + old, 0, n - old);
   }
   *this = std::move(grown);

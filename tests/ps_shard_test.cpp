@@ -665,6 +665,37 @@ TEST_CASE("a freeze without a thaw ends at its timeout, and the held applies are
   CHECK(s.queued_updates == 1);
 }
 
+// A sender in the same process passes its gradient's own bytes (a borrowed
+// view, PsRemoteValues::Apply); a frozen shard that holds the apply must copy
+// them and let the view go at once: the sender's request may time out and
+// its buffer be reused before the thaw.
+TEST_CASE("a frozen shard copies a held apply's borrowed gradient, so the sender's buffer is free before the thaw") {
+  Node node;
+  caf::actor shard = node.Shard(0, Sgd());
+  VariablesMessage vars;
+  vars.tensors = {GlobalStep(0), Floats("w", {4}, {1, 2, 3, 4})};
+  REQUIRE(Init(*node.sys, shard, vars).ok());
+  caf::scoped_actor freezer{*node.sys};
+  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  Tensor grad = *Tensor::FromVector<float>({1, 1, 1, 1}, TensorShape{4});
+  ApplyGradientsMessage update = Update({}, 0.5f);
+  update.gradients.tensors.push_back(internal::BorrowingMessage("w", grad).value());
+  caf::scoped_actor worker{*node.sys};
+  auto held = worker->request(shard, kReply, internal::ps_apply_atom::value, update);
+  // Held by the freeze, and the view already returned.
+  CHECK(update.gradients.tensors[0].bytes.WaitUntilReturned(std::chrono::seconds(10)));
+  CHECK(Stats(*node.sys, shard).queued_updates == 1);
+  std::fill(grad.data<float>(), grad.data<float>() + 4, 1000.0f);  // the sender reuses its buffer
+  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_thaw_atom::value).ok());
+  StatusOr<int64_t> applied = absl::UnknownError("no answer");
+  held.receive([&](int64_t step) { applied = step; },
+               [&](caf::error& e) { applied = internal::ErrorToStatus(e, "ps shard"); });
+  REQUIRE_MESSAGE(applied.ok(), applied.status().ToString());
+  StatusOr<VariablesMessage> w = Read(*node.sys, shard, {"w"});
+  REQUIRE(w.ok());
+  CHECK(ValuesOf(w->tensors[0]) == std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f});  // w - 0.5 * 1, not * 1000
+}
+
 TEST_CASE("a freeze ends when the actor that asked for it ends, and the held applies are then applied") {
   // The chief killed mid-checkpoint: its consistent read's actor is gone
   // (locally it ends; across the network its proxy is killed when the
@@ -914,10 +945,15 @@ TEST_CASE("ps_apply_read: the apply, answered with the non-slot variables after 
   CHECK(ValuesOf(before->tensors[0]) == w_before);
   CHECK(ValuesOf(before->tensors[1]) == std::vector<float>(6, 0.0f));
 
-  // Another update: the earlier answer is unchanged too.
+  // Another update: the earlier answer is unchanged too, every tensor of it
+  // (the beta powers and global_step are written by every update).
+  std::vector<internal::TensorBytes> answered;
+  for (const TensorMessage& t : answer->tensors) {
+    answered.push_back(internal::TensorBytes::Copy(t.bytes.data(), t.bytes.size()));
+  }
   const std::vector<float> w_answered = ValuesOf(answer->tensors[3]);
   REQUIRE(Apply(*node.sys, shard, Update({Floats("w", {2, 3}, Random(6, rng))}, 0, 0.01f)).ok());
-  CHECK(ValuesOf(answer->tensors[3]) == w_answered);
+  for (std::size_t i = 0; i < answered.size(); ++i) CHECK(answer->tensors[i].bytes == answered[i]);
   CHECK(ValuesOf(Read(*node.sys, shard, {"w"})->tensors[0]) != w_answered);
 
   // Errors as for ps_apply_atom, the shard unchanged.

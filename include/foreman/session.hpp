@@ -175,9 +175,14 @@ class StepContext {
   /// global_step += 1 when variables() holds it. On a cluster session
   /// (tcp://, tls://: remote_variables()), the ps tasks apply them with
   /// their own optimizer (started from the same flags; `optimizer` is not
-  /// used) and variables()'s global_step becomes ps 0's new value; the
-  /// step's own copies of the trainable variables are not updated (the next
-  /// run reads them again). Errors: the optimizer's; on a cluster,
+  /// used), and variables() then holds what each ps task answered right
+  /// after applying them (every variable but the optimizer slots, other
+  /// workers' updates as far as they had arrived; global_step ps 0's new
+  /// value): the next run's read, taken in the same round trip. On a
+  /// cluster a data pointer or Eigen map into variables() taken before the
+  /// call is invalid after it (the received bytes become the tensors'
+  /// buffers; the Tensor objects stay). Gradients' buffers are read until
+  /// the call returns. Errors: the optimizer's; on a cluster,
   /// UNAVAILABLE naming the ps task that cannot be reached, OUT_OF_RANGE
   /// once the chief ended training (end the run as at the end of input).
   Status ApplyGradients(const Gradients& grads, const Optimizer& optimizer);

@@ -105,7 +105,10 @@ class RemoteValues {
   /// landed; other workers' updates are seen as far as they had arrived (an
   /// asynchronous read). Returns the new global_step; errors as Apply's,
   /// and `mirror` is then unspecified for the bound variables (the next
-  /// ReadForStep reads). The default: Apply, then ReadForStep(mirror).
+  /// ReadForStep reads). The mirror's tensors may get new buffers (the
+  /// received bytes become them): a data pointer or Eigen map taken before
+  /// the call is invalid after it (the Tensor objects stay). The default:
+  /// Apply, then ReadForStep(mirror).
   virtual StatusOr<int64_t> ApplyAndRead(const Gradients& grads, int64_t computed_at_step, VariableStore& mirror) {
     StatusOr<int64_t> next = Apply(grads, computed_at_step);
     if (!next.ok()) return next;
