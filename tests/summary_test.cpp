@@ -5,13 +5,16 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "formats/histogram.hpp"
 #include "summary.pb.h"
 
 namespace foreman {
@@ -102,6 +105,61 @@ TEST_CASE("the default bucket limits are TF's: 1e-12 growing by 1.1 below 1e20, 
     REQUIRE(limits[i] == -limits[limits.size() - 1 - i]);
   }
   CHECK(&DefaultHistogramBucketLimits() == &limits);  // built once
+}
+
+// Issue 29 point 2: the O(1) bucket index is the binary search's, bit for
+// bit, on every edge: 0 and -0, each limit and its two neighbours,
+// subnormals, the extremes, the infinities and NaN, and random values of
+// every magnitude.
+TEST_CASE("HistogramBucketIndex equals upper_bound over the limits (clamped to the last bucket) for every value") {
+  const std::vector<double>& limits = DefaultHistogramBucketLimits();
+  const auto by_search = [&](double v) {
+    return std::min<std::size_t>(std::upper_bound(limits.begin(), limits.end(), v) - limits.begin(),
+                                 limits.size() - 1);
+  };
+  std::vector<double> values = {0.0,
+                                -0.0,
+                                1e-12,
+                                -1e-12,
+                                1e-13,
+                                -1e-13,
+                                1e20,
+                                -1e20,
+                                1.0,
+                                -1.0,
+                                DBL_MAX,
+                                -DBL_MAX,
+                                DBL_MIN,
+                                -DBL_MIN,
+                                std::numeric_limits<double>::denorm_min(),
+                                -std::numeric_limits<double>::denorm_min(),
+                                1e-310,
+                                -1e-310,
+                                std::numeric_limits<double>::infinity(),
+                                -std::numeric_limits<double>::infinity(),
+                                std::numeric_limits<double>::quiet_NaN(),
+                                -std::numeric_limits<double>::quiet_NaN()};
+  for (double limit : limits) {
+    values.push_back(limit);
+    values.push_back(std::nextafter(limit, std::numeric_limits<double>::infinity()));
+    values.push_back(std::nextafter(limit, -std::numeric_limits<double>::infinity()));
+  }
+  std::mt19937_64 rng(29);
+  std::uniform_real_distribution<double> exponent(-330, 310);
+  for (int i = 0; i < 200000; ++i) {
+    const double v = std::pow(10.0, exponent(rng));
+    values.push_back(i % 2 == 0 ? v : -v);
+    values.push_back(static_cast<double>(static_cast<float>(i % 2 == 0 ? v : -v)));  // float32 values, as summaries get them
+  }
+  std::size_t mismatches = 0;
+  for (double v : values) {
+    const std::size_t want = by_search(v);
+    const std::size_t got = internal::HistogramBucketIndex(v);
+    if (got != want && ++mismatches <= 5) {
+      FAIL_CHECK("value ", v, ": bucket ", got, ", the search's ", want);
+    }
+  }
+  CHECK(mismatches == 0);
 }
 
 TEST_CASE("a histogram of {0, 1, 1, 2, -3} has TF's statistics, bucket counts and collapsed empty runs") {

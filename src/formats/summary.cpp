@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "histogram.hpp"
 #include "summary.pb.h"
 
 namespace foreman {
@@ -27,11 +30,7 @@ class Histogram {
   Histogram() : buckets_(DefaultHistogramBucketLimits().size(), 0.0) {}
 
   void Add(double value) {
-    const std::vector<double>& limits = DefaultHistogramBucketLimits();
-    // TF indexes past the end for value == DBL_MAX; the last bucket holds it.
-    const auto b = std::min<std::size_t>(
-        std::upper_bound(limits.begin(), limits.end(), value) - limits.begin(), limits.size() - 1);
-    buckets_[b] += 1;
+    buckets_[internal::HistogramBucketIndex(value)] += 1;
     min_ = std::min(min_, value);
     max_ = std::max(max_, value);
     num_ += 1;
@@ -144,5 +143,66 @@ const std::vector<double>& DefaultHistogramBucketLimits() {
   }();
   return *limits;
 }
+
+namespace internal {
+
+namespace {
+
+// log2(a), a >= 1e-12 and finite, to within 0.01: the exponent plus
+// log2(1 + f) of the mantissa's fraction f, as f + 0.3466 f (1 - f). Enough
+// for a guess: a bucket is log2(1.1) = 0.1375 wide.
+double ApproxLog2(double a) {
+  uint64_t bits;
+  std::memcpy(&bits, &a, sizeof bits);
+  const auto exponent = static_cast<int64_t>((bits >> 52) & 0x7ff) - 1023;
+  const double f = static_cast<double>(bits & ((uint64_t{1} << 52) - 1)) * 0x1p-52;
+  return static_cast<double>(exponent) + f + 0.3466 * f * (1.0 - f);
+}
+
+struct Layout {
+  const std::vector<double>* limits;
+  std::size_t zero;      // the index of the limit 0.0
+  std::size_t positive;  // how many limits 1e-12 * 1.1^k there are (DBL_MAX not counted)
+};
+
+const Layout& GetLayout() {
+  static const Layout layout = [] {
+    const std::vector<double>& limits = DefaultHistogramBucketLimits();
+    const auto zero = static_cast<std::size_t>(std::find(limits.begin(), limits.end(), 0.0) - limits.begin());
+    return Layout{&limits, zero, limits.size() - zero - 2};
+  }();
+  return layout;
+}
+
+}  // namespace
+
+std::size_t HistogramBucketIndex(double value) {
+  const Layout& layout = GetLayout();
+  const std::vector<double>& limits = *layout.limits;
+  const std::size_t n = limits.size();
+  if (std::isnan(value)) return n - 1;  // no limit is greater: the search's end, clamped
+  // The guess: limits[zero + 1 + k] ~ 1e-12 * 1.1^k, limits[zero - 1 - k] ~ -1e-12 * 1.1^k.
+  constexpr double kLog2Smallest = -39.863137138648348;  // log2(1e-12)
+  constexpr double kInvLog2Step = 7.272540897341713;    // 1 / log2(1.1)
+  const double a = std::fabs(value);
+  std::size_t k = 0;
+  if (a >= 1e-12) {
+    const double steps = (a < 1e20 ? ApproxLog2(a) - kLog2Smallest : 200.0) * kInvLog2Step;
+    k = std::min(static_cast<std::size_t>(steps), layout.positive);
+  }
+  const std::size_t guess = value >= 0 ? layout.zero + 1 + k : layout.zero - std::min(k + 1, layout.zero);
+  // The first limit greater than `value` is the guess or one of its two
+  // neighbours (the guess is off only for a value within 0.07 bucket of a
+  // limit): from one below it, count the two limits not above the value
+  // (two independent compares, no branch).
+  std::size_t g = std::min(guess >= 1 ? guess - 1 : 0, n - 2);
+  g += static_cast<std::size_t>(limits[g] <= value) + static_cast<std::size_t>(limits[g + 1] <= value);
+  // Exact whatever the guess: no step taken here when it was right.
+  while (g < n && limits[g] <= value) ++g;
+  while (g > 0 && limits[g - 1] > value) --g;
+  return std::min(g, n - 1);
+}
+
+}  // namespace internal
 
 }  // namespace foreman
