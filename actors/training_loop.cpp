@@ -149,10 +149,34 @@ Status RunTrainingLoop(caf::actor_system& system, const std::shared_ptr<internal
   return session->close();
 }
 
+// JobFinished for `reason` to `subscribers` from outside the job actor (a
+// killed job's: shared->finished_sent was set by the caller).
+void SendJobFinished(const std::vector<caf::actor>& subscribers, const caf::error& reason, int64_t global_step) {
+  const Status final_status = StatusFromExitReason(reason);
+  for (const caf::actor& s : subscribers) {
+    caf::anon_send(s, JobFinished{static_cast<int32_t>(final_status.code()), std::string(final_status.message()),
+                                  global_step});
+  }
+}
+
 void training_loop(caf::blocking_actor* self, std::shared_ptr<internal::TrainingJobShared> shared) {
   Status status = RunTrainingLoop(self->system(), shared);
   if (!status.ok()) shared->RecordError(status);
   FOREMAN_LOG_DEBUG("training_loop finished: {}", status.ToString());
+  // A killed job cannot forward JobFinished at this loop's end: send it here,
+  // now that the session is closed (its checkpoint directory released).
+  std::vector<caf::actor> subscribers;
+  caf::error reason;
+  {
+    MutexLock lock(shared->mu);
+    shared->loop_done = true;
+    if (shared->job_gone && !shared->finished_sent) {
+      shared->finished_sent = true;
+      subscribers = shared->subscriber_list;
+      reason = shared->job_exit_reason;
+    }
+  }
+  if (!subscribers.empty()) SendJobFinished(subscribers, reason, shared->global_step.load());
   self->fail_state(ExitReasonFromStatus(status));
 }
 
@@ -168,12 +192,18 @@ const char* JobState::name = "foreman.training_job";
 
 using job_actor = caf::stateful_actor<JobState>;
 
+void CopySubscribers(JobState& st) {
+  MutexLock lock(st.shared->mu);
+  st.shared->subscriber_list = st.subscribers;
+}
+
 void Subscribe(job_actor* self, const caf::actor& who) {
   auto& st = self->state;
   if (!who || std::find(st.subscribers.begin(), st.subscribers.end(), who) != st.subscribers.end()) return;
   self->monitor(who);
   st.subscribers.push_back(who);
   st.shared->subscribers.store(static_cast<int>(st.subscribers.size()), std::memory_order_relaxed);
+  CopySubscribers(st);
 }
 
 void Unsubscribe(job_actor* self, const caf::actor_addr& who) {
@@ -184,6 +214,7 @@ void Unsubscribe(job_actor* self, const caf::actor_addr& who) {
   self->demonitor(*it);
   st.subscribers.erase(it);
   st.shared->subscribers.store(static_cast<int>(st.subscribers.size()), std::memory_order_relaxed);
+  CopySubscribers(st);
 }
 
 caf::actor Sender(job_actor* self) { return caf::actor_cast<caf::actor>(self->current_sender()); }
@@ -200,13 +231,23 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
   // the loop stops at its next step boundary with CANCELLED (no end()).
   // The keep-alive handle goes too (already gone after a normal end): a
   // killed job must not be kept by its own training loop.
-  self->attach_functor([shared](const caf::error&) {
+  self->attach_functor([shared](const caf::error& reason) {
     shared->Abort();
     caf::actor keep_alive;
+    std::vector<caf::actor> subscribers;
     {
       MutexLock lock(shared->mu);
       keep_alive.swap(shared->keep_alive);
+      shared->job_gone = true;
+      shared->job_exit_reason = reason;
+      // Killed with no loop left to tell them (never started, or ended with
+      // its down message still in the mailbox): JobFinished now.
+      if ((!shared->loop_started || shared->loop_done) && !shared->finished_sent) {
+        shared->finished_sent = true;
+        subscribers = shared->subscriber_list;
+      }
     }
+    if (!subscribers.empty()) SendJobFinished(subscribers, reason, shared->global_step.load());
   });
   self->set_default_handler(caf::drop);
   // A subscriber that does not handle a message answers it with an error
@@ -223,6 +264,10 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
       MutexLock lock(self->state.shared->mu);
       self->state.shared->keep_alive = caf::actor_cast<caf::actor>(self);
     }
+    {
+      MutexLock lock(self->state.shared->mu);
+      self->state.shared->loop_started = true;
+    }
     self->state.loop = self->spawn<caf::monitored>(training_loop, self->state.shared);
   };
   self->set_down_handler([self](caf::down_msg& dm) {
@@ -234,8 +279,15 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
     st.loop = nullptr;
     const caf::error reason = st.exit_reason ? st.exit_reason : dm.reason;
     const Status final_status = StatusFromExitReason(reason);
-    Forward(self, JobFinished{static_cast<int32_t>(final_status.code()), std::string(final_status.message()),
-                              st.shared->global_step.load()});
+    bool send = false;
+    {
+      MutexLock lock(st.shared->mu);
+      send = !std::exchange(st.shared->finished_sent, true);
+    }
+    if (send) {
+      Forward(self, JobFinished{static_cast<int32_t>(final_status.code()), std::string(final_status.message()),
+                                st.shared->global_step.load()});
+    }
     caf::actor keep_alive;  // released when this handler returns, after quit()
     {
       MutexLock lock(st.shared->mu);
@@ -260,7 +312,12 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
   };
   return {
       [start](start_atom) { start(); },
-      [self](stop_atom) { self->state.shared->RequestStop(absl::OkStatus()); },
+      // Before start_atom too: the loop is started to end at once, so no
+      // step runs and the final checkpoint is written (the header's rule).
+      [self, start](stop_atom) {
+        self->state.shared->RequestStop(absl::OkStatus());
+        start();
+      },
       [self, state_name](job_status_atom) {
         const auto& s = self->state.shared;
         const Status error = s->FirstError();

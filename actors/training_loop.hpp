@@ -69,6 +69,16 @@ struct TrainingJobShared {
   std::shared_ptr<StopRequest> stop ABSL_GUARDED_BY(mu);  // the run's, once the loop made it
   Status pending_stop ABSL_GUARDED_BY(mu);  // a stop asked before that
   caf::actor keep_alive ABSL_GUARDED_BY(mu);  // the job, while the loop runs
+  // JobFinished, last to every subscriber, exactly once, however the job
+  // ends: by the job actor at its loop's down message; or, when the job was
+  // killed (exit_reason::kill runs no handler), by the loop when it ends, or
+  // by the job's cleanup when the loop already ended or never started.
+  std::vector<caf::actor> subscriber_list ABSL_GUARDED_BY(mu);  // the job's subscribers (a copy)
+  bool loop_started ABSL_GUARDED_BY(mu) = false;
+  bool loop_done ABSL_GUARDED_BY(mu) = false;
+  bool job_gone ABSL_GUARDED_BY(mu) = false;  // the job actor exited
+  caf::error job_exit_reason ABSL_GUARDED_BY(mu);
+  bool finished_sent ABSL_GUARDED_BY(mu) = false;
 
   /// A stop (OK: clean) from the job actor, at any moment. Thread-safe.
   void RequestStop(const Status& status) {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "foreman/checkpoint.hpp"
 #include "foreman/hooks.hpp"
 #include "support/test_util.hpp"
@@ -224,6 +225,81 @@ TEST_CASE("stop_atom before start_atom: the job runs no step and exits normally 
   REQUIRE(latest.ok());
   REQUIRE(latest->has_value());
   CHECK(**latest == dir.path() + "/model.ckpt-0");
+}
+
+// Issue 30 bug 3: the header's rule holds without any start_atom.
+TEST_CASE("stop_atom alone on an idle job: no step runs, the final checkpoint is written, the job ends OK") {
+  TempDir dir;
+  Model model;
+  Fixture fx;
+  std::atomic<int> results{0};
+  {
+    caf::scoped_actor self{*fx.system};
+    TrainingJob job = Job(model, dir.path(), /*last_step=*/1000);
+    job.on_results = [&](const TensorMap&) {
+      ++results;
+      return absl::OkStatus();
+    };
+    caf::actor handle = SpawnTrainingJob(*fx.system, std::move(job));
+    self->monitor(handle);
+    self->send(handle, subscribe_atom::value);
+    self->send(handle, stop_atom::value);
+    Received r = Collect(self);
+    REQUIRE(r.finished.size() == 1);
+    CHECK(r.finished[0].status().ok());
+    Status outcome = AwaitDown(self, handle);
+    CHECK_MESSAGE(outcome.ok(), outcome.ToString());
+  }
+  CHECK(results == 0);
+  auto latest = LatestCheckpoint(Env::Default(), dir.path());
+  REQUIRE(latest.ok());
+  REQUIRE(latest->has_value());
+  CHECK(**latest == dir.path() + "/model.ckpt-0");
+}
+
+// Issue 30 bug 2: JobFinished is the last message after a kill too (no
+// handler runs for exit_reason::kill): from the loop once it has closed the
+// session, or at once for a job that never started.
+TEST_CASE("a killed job's subscribers still get JobFinished (CANCELLED), last; also when it was idle") {
+  TempDir dir;
+  Model model;
+  model.block_at = 3;
+  Fixture fx;
+  {
+    caf::scoped_actor self{*fx.system};
+    TrainingJob spec = Job(model, dir.path(), 0);
+    caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+    self->monitor(job);
+    self->send(job, subscribe_atom::value);
+    self->send(job, start_atom::value);
+    for (int i = 0; i < 20000 && !model.blocked.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(model.blocked.load());
+    self->send_exit(job, caf::exit_reason::kill);
+    model.release = true;
+    Received r = Collect(self);
+    REQUIRE(r.finished.size() == 1);
+    CHECK(r.finished[0].status().code() == absl::StatusCode::kCancelled);
+    CHECK_MESSAGE(absl::StrContains(r.finished[0].message, "kill"), r.finished[0].message);
+    CHECK(AwaitDown(self, job).code() == absl::StatusCode::kCancelled);
+    // Nothing after it.
+    bool more = false;
+    self->receive([&](const ProgressStep&) { more = true; }, [&](const CheckpointSaved&) { more = true; },
+                  [&](const JobFinished&) { more = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
+    CHECK_FALSE(more);
+
+    TempDir idle_dir;
+    caf::actor idle = SpawnTrainingJob(*fx.system, Job(model, idle_dir.path(), 0));
+    self->send(idle, subscribe_atom::value);
+    StatusOr<JobStatus> st = absl::UnknownError("no answer");
+    self->request(idle, seconds(20), job_status_atom::value)
+        .receive([&](const JobStatus& s) { st = s; }, [&](caf::error&) {});  // the subscription is in
+    self->send_exit(idle, caf::exit_reason::kill);
+    Received idle_r = Collect(self, seconds(20));
+    REQUIRE(idle_r.finished.size() == 1);
+    CHECK(idle_r.finished[0].status().code() == absl::StatusCode::kCancelled);
+  }
+  fx.system->await_all_actors_done();
+  CHECK(fx.system->registry().running() == 0);
 }
 
 TEST_CASE("A job waits for start, trains to its last step and exits normally, in the caller's system") {
