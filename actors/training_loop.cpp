@@ -14,6 +14,7 @@
 #include "actors/atoms.hpp"
 #include "actors/status_error.hpp"
 #include "absl/strings/str_cat.h"
+#include "formats/checkpoint_lock.hpp"
 #include "platform/log.hpp"
 #include "runtime/services.hpp"
 
@@ -170,6 +171,10 @@ void training_loop(caf::blocking_actor* self, std::shared_ptr<internal::Training
   {
     MutexLock lock(shared->mu);
     shared->loop_done = true;
+    if (shared->marked_closing) {
+      shared->marked_closing = false;
+      internal::UnmarkCheckpointDirectoryClosing(shared->job.options.checkpoint_dir);
+    }
     if (shared->job_gone && !shared->finished_sent) {
       shared->finished_sent = true;
       subscribers = shared->subscriber_list;
@@ -240,6 +245,12 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
       keep_alive.swap(shared->keep_alive);
       shared->job_gone = true;
       shared->job_exit_reason = reason;
+      // Gone before its loop closed the session: a restart on the same
+      // directory waits for that close instead of being refused.
+      if (shared->loop_started && !shared->loop_done && !shared->job.options.checkpoint_dir.empty()) {
+        shared->marked_closing = true;
+        internal::MarkCheckpointDirectoryClosing(shared->job.options.checkpoint_dir);
+      }
       // Killed with no loop left to tell them (never started, or ended with
       // its down message still in the mailbox): JobFinished now.
       if ((!shared->loop_started || shared->loop_done) && !shared->finished_sent) {

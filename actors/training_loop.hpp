@@ -79,6 +79,9 @@ struct TrainingJobShared {
   bool job_gone ABSL_GUARDED_BY(mu) = false;  // the job actor exited
   caf::error job_exit_reason ABSL_GUARDED_BY(mu);
   bool finished_sent ABSL_GUARDED_BY(mu) = false;
+  // The job was killed while its loop held the checkpoint directory: marked
+  // closing (formats/checkpoint_lock.hpp) until the loop has closed it.
+  bool marked_closing ABSL_GUARDED_BY(mu) = false;
 
   /// A stop (OK: clean) from the job actor, at any moment. Thread-safe.
   void RequestStop(const Status& status) {

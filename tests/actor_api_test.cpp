@@ -302,6 +302,47 @@ TEST_CASE("a killed job's subscribers still get JobFinished (CANCELLED), last; a
   CHECK(fx.system->registry().running() == 0);
 }
 
+// Issue 30 bug 1: OTP's restart at the down_msg. A killed job's down_msg
+// comes while its loop still closes the session that holds the checkpoint
+// directory's lock; the restarted job on the same directory waits for that
+// (checkpoint_lock.hpp) instead of being refused by its own process.
+TEST_CASE("a job restarted on the same directory at a killed job's down_msg is not refused by the closing one") {
+  Fixture fx;
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    TempDir dir;  // fresh: each round's killed job must reach its blocking step
+    Model model;
+    model.block_at = 2;
+    caf::scoped_actor self{*fx.system};
+    TrainingJob spec = Job(model, dir.path(), 0);
+    spec.start_immediately = true;
+    caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+    self->monitor(job);
+    for (int i = 0; i < 20000 && !model.blocked.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!model.blocked.load()) {
+      model.release = true;
+      FAIL("the job never reached its blocking step");
+    }
+    self->send_exit(job, caf::exit_reason::kill);
+    CHECK(AwaitDown(self, job).code() == absl::StatusCode::kCancelled);
+    // The loop is still inside its blocked step, holding the lock; it
+    // closes the session only after the restart is already waiting.
+    Model second;
+    caf::actor restarted = SpawnTrainingJob(*fx.system, Job(second, dir.path(), 3));
+    self->monitor(restarted);
+    self->send(restarted, start_atom::value);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    model.release = true;
+    Status outcome = AwaitDown(self, restarted);
+    CHECK_MESSAGE(outcome.ok(), outcome.ToString());
+    // It trained on from the killed job's final checkpoint to its own end.
+    StatusOr<std::optional<std::string>> latest = LatestCheckpoint(Env::Default(), dir.path());
+    REQUIRE(latest.ok());
+    REQUIRE(latest->has_value());
+    CHECK(absl::EndsWith(**latest, "model.ckpt-3"));
+  }
+}
+
 TEST_CASE("A job waits for start, trains to its last step and exits normally, in the caller's system") {
   TempDir dir;
   Model model;

@@ -86,7 +86,11 @@
 //
 // Killing the job (exit_reason::kill or user_shutdown via send_exit) stops the
 // loop at the next step boundary, closes the session (no end(): not a clean
-// stop) and exits with that reason.
+// stop) and exits with that reason. The job's down_msg can come before that
+// close released the checkpoint directory's lock: a job of the same process
+// started on that directory meanwhile (OTP's restart at the down_msg) waits
+// for the release, at most 30 s, instead of failing with FAILED_PRECONDITION
+// "in use by process <this pid>". Another process is refused at once.
 #pragma once
 
 #include <cstdint>

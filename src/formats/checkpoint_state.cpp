@@ -3,6 +3,9 @@
 #include "foreman/checkpoint.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
 #include <utility>
 
 #include <google/protobuf/io/tokenizer.h>
@@ -13,8 +16,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint_lock.hpp"
 #include "checkpoint_state.pb.h"
 #include "foreman/bundle.hpp"
+#include "foreman/mutex.hpp"
 #include "platform/log.hpp"
 #include "platform/path.hpp"
 
@@ -220,6 +225,50 @@ StatusOr<std::optional<std::string>> LatestCheckpoint(Env* env, const std::strin
 
 // -- the lock ----------------------------------------------------------------------
 
+namespace internal {
+namespace {
+
+struct ClosingDirectories {
+  Mutex mu;
+  std::condition_variable_any cv;
+  std::map<std::string, int> marks ABSL_GUARDED_BY(mu);
+};
+
+ClosingDirectories& Closing() {
+  static auto* closing = new ClosingDirectories;  // never destroyed: jobs may end during exit
+  return *closing;
+}
+
+}  // namespace
+
+void MarkCheckpointDirectoryClosing(const std::string& dir) {
+  ClosingDirectories& c = Closing();
+  MutexLock l(c.mu);
+  ++c.marks[NormalizeDirectory(dir)];
+}
+
+void UnmarkCheckpointDirectoryClosing(const std::string& dir) {
+  ClosingDirectories& c = Closing();
+  {
+    MutexLock l(c.mu);
+    auto it = c.marks.find(NormalizeDirectory(dir));
+    if (it != c.marks.end() && --it->second <= 0) c.marks.erase(it);
+  }
+  c.cv.notify_all();
+}
+
+bool WaitWhileCheckpointDirectoryClosing(const std::string& dir, absl::Duration timeout) {
+  const std::string key = NormalizeDirectory(dir);
+  ClosingDirectories& c = Closing();
+  MutexLock l(c.mu);
+  if (c.marks.count(key) == 0) return false;
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+  c.cv.wait_until(l, deadline, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return c.marks.count(key) == 0; });
+  return true;
+}
+
+}  // namespace internal
+
 StatusOr<std::unique_ptr<FileLock>> LockCheckpointDirectory(Env* env, const std::string& dir) {
   if (dir.empty()) return absl::InvalidArgumentError("the checkpoint directory must not be empty");
   // FAILED_PRECONDITION means "held by another owner" and nothing else: an
@@ -236,6 +285,12 @@ StatusOr<std::unique_ptr<FileLock>> LockCheckpointDirectory(Env* env, const std:
         absl::StrCat("cannot lock the checkpoint directory ", dir, ": ", lock_path, " is a directory"));
   }
   StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(lock_path);
+  // Held by a killed job of this process whose loop is closing its session
+  // (checkpoint_lock.hpp): wait for the release, then try again.
+  if (absl::IsFailedPrecondition(lock.status()) &&
+      internal::WaitWhileCheckpointDirectoryClosing(dir, internal::kClosingLockWait)) {
+    lock = env->LockFile(lock_path);
+  }
   if (absl::IsFailedPrecondition(lock.status())) {   // both Envs: held, by another process or lock object
     return absl::FailedPreconditionError(absl::StrCat("checkpoint directory ", dir, " is in use by process ",
                                                       PidFromLockError(lock.status().message())));
