@@ -306,6 +306,67 @@ TEST_CASE("reads refresh the mirror first; only the chief's init op and restore 
   CHECK((*chief)->UninitializedVariables(true).empty());  // reachable again
 }
 
+// Issue 30 bug 4: graph.hpp's local way of writing a step (update
+// variables() in place, increment global_step) on a cluster never trained,
+// silently: the next read overwrote the change.
+std::unique_ptr<Session> InitializedChief(FakeCluster& cluster, std::shared_ptr<Graph> graph) {
+  SessionManagerOptions manager_options;
+  manager_options.graph = graph;
+  manager_options.local_init_op = DefaultLocalInitOp();
+  auto manager = SessionManager::Create(manager_options);
+  REQUIRE(manager.ok());
+  PrepareSessionOptions prepare;
+  prepare.init_op = DefaultInitOp();
+  prepare.config = OneThread();
+  auto chief = (*manager)->prepare_session(cluster.target("chief"), prepare);
+  REQUIRE_MESSAGE(chief.ok(), chief.status().ToString());
+  return std::move(chief).value();
+}
+
+TEST_CASE("issue 30: a cluster step that updates variables() in place fails with FAILED_PRECONDITION naming it") {
+  SUBCASE("TrainStep and IncrementGlobalStep: global_step named, every run") {
+    FakeCluster cluster("in_place_step", 2, Adam());
+    auto log = std::make_shared<StepLog>();
+    std::unique_ptr<Session> chief = InitializedChief(cluster, MlpGraph(Adam(), log, /*train_step=*/true));
+    for (int run = 0; run < 2; ++run) {
+      StatusOr<TensorMap> out = chief->Run({"train_op"});
+      CHECK(absl::IsFailedPrecondition(out.status()));
+      CHECK_MESSAGE(absl::StrContains(out.status().message(), "variable 'global_step' in place (from 0 to 1)"),
+                    out.status().ToString());
+      CHECK(absl::StrContains(out.status().message(), "StepContext::ApplyGradients"));
+    }
+    CHECK(cluster.ps().calls(FakeRemoteValues::kApply) == 0);
+  }
+  SUBCASE("a weight changed without global_step: named at the first run") {
+    FakeCluster cluster("in_place_weight", 1, Adam());
+    auto graph = std::make_shared<Graph>();
+    REQUIRE_OK(graph->CreateGlobalStep());
+    REQUIRE_OK(graph->AddVariable("w", Tensor::Scalar<float>(1.0f)));
+    REQUIRE_OK(graph->AddLocalVariable("local_count", Tensor::Scalar<int64_t>(0)));
+    auto bump = std::make_shared<std::atomic<bool>>(false);
+    REQUIRE_OK(graph->SetStep([bump](StepContext& ctx) -> Status {
+      FOREMAN_ASSIGN_OR_RETURN(Tensor * local, ctx.variables().Get("local_count"));
+      *local->data<int64_t>() += 1;  // a local variable is the worker's own: allowed
+      if (bump->load()) {
+        FOREMAN_ASSIGN_OR_RETURN(Tensor * w, ctx.variables().Get("w"));
+        *w->data<float>() += 1.0f;
+      }
+      return absl::OkStatus();
+    }));
+    std::unique_ptr<Session> chief = InitializedChief(cluster, graph);
+    SUBCASE("changed at the first run") {
+      bump->store(true);
+      StatusOr<TensorMap> out = chief->Run({"train_op"});
+      CHECK(absl::IsFailedPrecondition(out.status()));
+      CHECK_MESSAGE(absl::StrContains(out.status().message(), "variable 'w' in place"), out.status().ToString());
+    }
+    SUBCASE("a step that changes only its own local variable runs") {
+      REQUIRE_OK(chief->Run({"train_op"}).status());
+      REQUIRE_OK(chief->Run({"train_op"}).status());
+    }
+  }
+}
+
 TEST_CASE("a run reads all but the optimizer slots (ReadForStep); a run fetching a slot reads them all") {
   FakeCluster cluster("step_reads", 2, Adam());
   auto graph = MlpGraph(Adam(), std::make_shared<StepLog>());

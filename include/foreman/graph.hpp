@@ -29,6 +29,12 @@
 //   }));
 //   ```
 //
+// This step updates its variables itself, which only a local or inproc://
+// session allows. On a cluster target (tcp://, tls://) a step computes
+// gradients and calls StepContext::ApplyGradients (nn.hpp's Mlp, the ps
+// tasks apply them); a cluster run that changes variables() in place fails
+// with FAILED_PRECONDITION naming the variable (session.hpp).
+//
 // A graph is built on one thread; Finalize() (called by every session
 // creation, as TF's sessions finalize theirs) makes it read-only, after which
 // it may be shared by any number of sessions and threads. Share it by

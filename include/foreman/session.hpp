@@ -188,7 +188,12 @@ class StepContext {
   Status ApplyGradients(const Gradients& grads, const Optimizer& optimizer);
   /// Whether the variables live on parameter servers (a cluster target):
   /// the step should then compute gradients (nn::Mlp::ComputeGradients) and
-  /// call ApplyGradients rather than update variables() itself.
+  /// call ApplyGradients rather than update variables() itself. There,
+  /// variables() is this worker's copy, read again before every run, so an
+  /// update made to it in place would be lost: a run whose step returns OK
+  /// without calling ApplyGradients fails with FAILED_PRECONDITION (naming
+  /// the variable) when it changed global_step (checked every run) or any
+  /// other ps-held variable (checked at the session's first such run).
   bool remote_variables() const { return remote_ != nullptr; }
 
   /// Records a span for RunMetadata while tracing is on (no-op otherwise):
@@ -239,6 +244,7 @@ class StepContext {
   RunMetadata* metadata_;  // null unless tracing
   Clock* clock_;
   internal::RemoteValues* remote_ = nullptr;  // a cluster session's (Session sets it)
+  bool applied_ = false;                      // ApplyGradients was called (a cluster's in-place check)
 };
 
 class Session {

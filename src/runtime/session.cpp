@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -123,6 +124,7 @@ Status StepContext::ApplyGradients(const Gradients& grads, const Optimizer& opti
   }
   // One round trip: the ps tasks answer the update with what the next
   // step reads (RemoteValues::ApplyAndRead).
+  applied_ = true;
   FOREMAN_ASSIGN_OR_RETURN(int64_t next, remote_->ApplyAndRead(grads, computed_at_step, vars));
   if (has_step) FOREMAN_RETURN_IF_ERROR(SetGlobalStep(vars, next));
   return absl::OkStatus();
@@ -171,7 +173,40 @@ struct Session::Impl {
   // `fn` succeeds. Only on a cluster session; set by one thread while no
   // other uses the session.
   std::atomic<bool> write_through{false};
+  // A cluster session's ps-held variables (RemoteValues::Bind's names), and
+  // whether a run's step already returned OK without ApplyGradients and
+  // was checked for in-place updates of all of them (InPlaceUpdateError).
+  // Under values->mu.
+  std::vector<std::string> remote_names;
+  bool in_place_checked = false;
 };
+
+namespace {
+
+// A cluster step that updated the mirror itself (graph.hpp's local way)
+// would never train: its changes are overwritten by the next read.
+Status InPlaceUpdateError(const std::string& target, const std::string& variable, const std::string& change) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the step function changed variable '", variable, "' in place (", change, ") on a cluster session (target '",
+      target, "'): there variables() is this worker's copy of the ps tasks' values, read again before every run, "
+      "so the change would be lost and training would never advance. Compute the gradients and call "
+      "StepContext::ApplyGradients(grads, optimizer): the ps tasks apply them and advance global_step "
+      "(TF1: optimizer.apply_gradients(grads, global_step))"));
+}
+
+// The bytes of each of `names` in `vars` (empty for a string or missing
+// variable: not compared).
+std::vector<std::string> SnapshotBytes(const VariableStore& vars, const std::vector<std::string>& names) {
+  std::vector<std::string> bytes(names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    StatusOr<const Tensor*> t = vars.Get(names[i]);
+    if (!t.ok() || (*t)->dtype() == DataType::kString || (*t)->dtype() == DataType::kInvalid) continue;
+    bytes[i].assign((*t)->raw_data(), (*t)->TotalBytes());
+  }
+  return bytes;
+}
+
+}  // namespace
 
 namespace {
 
@@ -241,6 +276,11 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
   }
 
   auto impl = std::make_unique<Impl>();
+  if (values->remote != nullptr) {
+    for (const VariableDef& def : graph->variables()) {
+      if (!def.local && def.device.empty()) impl->remote_names.push_back(def.name);
+    }
+  }
   impl->known_fetches = KnownFetches(*graph);
   for (const VariableDef& def : graph->variables()) impl->variable_names.push_back(def.name);
   std::sort(impl->variable_names.begin(), impl->variable_names.end());
@@ -367,12 +407,37 @@ Status Session::RunCore(const std::vector<std::string>& requested, const TensorM
         answered[i] = 1;
       }
     }
+    // A cluster step must not update the mirror in place: global_step is
+    // compared every run, every ps-held variable at the first run.
+    std::optional<int64_t> step_before;
+    std::vector<std::string> bytes_before;
+    if (remote != nullptr) {
+      if (StatusOr<int64_t> s = GetGlobalStep(vars); s.ok()) step_before = *s;
+      if (!impl_->in_place_checked) bytes_before = SnapshotBytes(vars, impl_->remote_names);
+    }
     StepContext ctx(&vars, &requested, &feeds, values, answered, &impl_->cpu->eigen_device(), impl_->device.get(),
                     trace, clock);
     ctx.remote_ = remote;
     const int64_t start_us = absl::ToInt64Microseconds(started);
     static const std::string kWhere = "step function";
     status = InvokeUserCode(kWhere, [&] { return impl_->graph->step()(ctx); });
+    if (status.ok() && remote != nullptr && !ctx.applied_) {
+      if (step_before.has_value()) {
+        if (StatusOr<int64_t> s = GetGlobalStep(vars); s.ok() && *s != *step_before) {
+          return InPlaceUpdateError(impl_->target, GlobalStepName(),
+                                    absl::StrCat("from ", *step_before, " to ", *s));
+        }
+      }
+      if (!impl_->in_place_checked) {
+        const std::vector<std::string> bytes_after = SnapshotBytes(vars, impl_->remote_names);
+        for (std::size_t i = 0; i < bytes_after.size(); ++i) {
+          if (bytes_before[i] != bytes_after[i]) {
+            return InPlaceUpdateError(impl_->target, impl_->remote_names[i], "its bytes differ after the step");
+          }
+        }
+        impl_->in_place_checked = true;
+      }
+    }
     if (status.ok()) {
       // Fetches the step left unanswered that the Session answers: train_op
       // (an empty Tensor, TF's None for an op) and variables (their value now).
