@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -273,6 +274,41 @@ TEST_CASE("evaluations at every multiple of eval_every_steps and at the final st
   once.settings.eval_every_steps = 0;
   REQUIRE(Train(*Job(std::move(once))).ok());
   CHECK(testing::SummarySteps(testing::Events(tmp / "once/eval"), "accuracy") == std::vector<int64_t>{10});
+}
+
+// Issue 30 bug 5 (B154): a run killed after evaluating past its last
+// checkpoint, resumed, evaluates those steps again; the resumed run's eval
+// writer starts with a SessionLog START at the restored step + 1, so
+// TensorBoard shows each evaluation once, as for the training summaries.
+TEST_CASE("B154 a resumed run's evaluations purge those the killed run wrote after its restored checkpoint") {
+  TempDir tmp;
+  const std::string dir = tmp / "resumed";
+  MlpJobOptions first = TinyOptions(dir);
+  first.settings.eval_every_steps = 3;
+  first.settings.max_steps = 7;
+  REQUIRE(Train(*Job(std::move(first))).ok());
+  // The kill: the state file goes back to the first checkpoint, as if the
+  // process died after evaluating at 3 and 6 but before any later save.
+  auto state = ReadCheckpointState(Env::Default(), dir);
+  REQUIRE(state.ok());
+  REQUIRE(state->has_value());
+  CheckpointState back = **state;
+  const std::string earliest = back.all_model_checkpoint_paths.front();
+  REQUIRE(absl::EndsWith(earliest, "model.ckpt-0"));
+  back.model_checkpoint_path = earliest;
+  back.all_model_checkpoint_paths = {earliest};
+  back.all_model_checkpoint_timestamps.clear();
+  REQUIRE(WriteCheckpointState(Env::Default(), dir, back).ok());
+
+  MlpJobOptions resumed = TinyOptions(dir);
+  resumed.settings.eval_every_steps = 3;
+  resumed.settings.max_steps = 7;
+  REQUIRE(Train(*Job(std::move(resumed))).ok());
+  const auto evals = testing::Events(dir + "/eval");
+  // Both runs wrote 3, 6 and 7; TensorBoard keeps the resumed run's only.
+  CHECK(testing::SummarySteps(evals, "accuracy") == std::vector<int64_t>{3, 6, 7, 3, 6, 7});
+  CHECK(testing::KeptAfterPurge(evals, "accuracy") == std::map<int64_t, int>{{3, 1}, {6, 1}, {7, 1}});
+  CHECK(testing::KeptAfterPurge(evals, "loss") == std::map<int64_t, int>{{3, 1}, {6, 1}, {7, 1}});
 }
 
 TEST_CASE("Create checks the settings itself: a batch size of 0 or negative threads is INVALID_ARGUMENT naming it") {

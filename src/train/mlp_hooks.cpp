@@ -73,6 +73,7 @@ void ProgressHook::ReportEval() {
 Status EvalHook::after_create_session(Session* session, Coordinator*) {
   FOREMAN_ASSIGN_OR_RETURN(int64_t step, session->GlobalStep());
   if (!start_step_) start_step_ = step;
+  restart_at_ = step + 1;
   return absl::OkStatus();
 }
 
@@ -112,6 +113,10 @@ Status EvalHook::Record(const TensorMap& values, bool write) {
     EventFileWriterOptions options;
     options.env = env_;
     FOREMAN_ASSIGN_OR_RETURN(writer_, EventFileWriter::Create(output_dir_, options));
+  }
+  if (restart_at_.has_value()) {
+    FOREMAN_RETURN_IF_ERROR(writer_->AddSessionLog(SessionLogStatus::kStart, *restart_at_));
+    restart_at_.reset();
   }
   FOREMAN_RETURN_IF_ERROR(writer_->AddSummary(values.at("eval_summaries").scalar<std::string>().value(), r.global_step));
   return writer_->Flush();

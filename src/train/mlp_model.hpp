@@ -122,7 +122,11 @@ class ProgressHook : public SessionRunHook {
 // every N steps from there: 1, 501, ...; and it writes nothing at the end.)
 // A run that trained nothing (a finished run started again) reports but
 // writes no second event at a step already evaluated. The event file is
-// created at the first evaluation.
+// created at the first evaluation. Each session (the first, and each one a
+// recovery creates) starts from a restored global_step C: before the first
+// evaluation it writes, a SessionLog START at C+1 (B154, as the
+// SummarySaverHook's B114), so TensorBoard discards the evaluations a killed
+// or failed run wrote after its last checkpoint, which this run writes again.
 class EvalHook : public SessionRunHook {
  public:
   EvalHook(std::string output_dir, int64_t every_steps, Env* env)
@@ -143,6 +147,7 @@ class EvalHook : public SessionRunHook {
   const int64_t every_;
   Env* const env_;
   std::optional<int64_t> start_step_;
+  std::optional<int64_t> restart_at_;  // a START not yet written: the last session's restored step + 1
   std::optional<MlpJobEval> last_;
   std::unique_ptr<EventFileWriter> writer_;
 };
