@@ -151,5 +151,24 @@ out=$("$foreman" events "$work/empty" 2>&1); rc=$?
 out=$("$foreman" events 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "events without a path exited $rc, want 2: $out"
 
+# -- strings from the file stay on their line (issue 30 point 6) ----------------
+# A tag that forges a line and clears the screen, a bidi override, a byte
+# that is not UTF-8, a tab in a checkpoint path: escaped in text, exact in JSON.
+"$write_sample_events" "$work/hostile" --hostile || fail "write_sample_events --hostile exited $?"
+expected_hostile='step 0  wall 1700000000.000  file_version  brain.Event:2
+step 1  wall 1700000000.000  scalar  loss\nstep 9  wall 0  scalar  loss = 0\x1b[2J = 0.5
+step 1  wall 1700000000.000  text  note\u202e = "a\rb\xff"
+step 1  wall 1700000000.000  session_log  CHECKPOINT  checkpoint_path /ckpt/x\tmodel.ckpt-1'
+out=$("$foreman" events "$work/hostile" 2>&1); rc=$?
+[[ $rc -eq 0 && $out == "$expected_hostile" ]] || fail "events on hostile strings exited $rc and printed:
+$out
+expected:
+$expected_hostile"
+if LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f\x80-\xff]' <<<"$out"; then fail "a control or non-ASCII byte reached the terminal"; fi
+out=$("$foreman" events --json "$work/hostile" 2>&1); rc=$?
+[[ $rc -eq 0 && $out == *'"tag":"loss\nstep 9  wall 0  scalar  loss = 0\u001b[2J"'* &&
+   $out == *$'"tag":"note\xe2\x80\xae"'* && $out == *'"checkpoint_path":"/ckpt/x\tmodel.ckpt-1"'* ]] ||
+  fail "events --json on hostile strings exited $rc and printed: $out"
+
 if ((failures > 0)); then echo "$failures failure(s)"; exit 1; fi
 echo "events_cli: all checks passed"

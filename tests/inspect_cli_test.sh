@@ -121,5 +121,12 @@ out=$("$foreman" inspect "$dir" --max-values -3 2>&1); rc=$?
 has '2147483647' "$out" || fail "--max-values -3 message: $out"
 has '[0-9]{20}' "$out" && fail "--max-values -3 prints a huge number: $out"
 
+# A tensor name from the file stays on its line (issue 30 point 6).
+hostile=$("$writer" "$tmp/hostile" --hostile) || fail "writer --hostile: $hostile"
+out=$("$foreman" inspect "$hostile" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "inspect on a hostile name exited $rc: $out"
+has '^evil\\n\\x1b\[2Jname\\xff +float32 +\[\]$' "$out" || fail "the hostile name is not escaped on one line: $out"
+if LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f\x80-\xff]' <<<"$out"; then fail "a control or non-ASCII byte reached the terminal: $out"; fi
+
 if ((failures > 0)); then echo "$failures failure(s)"; exit 1; fi
 echo "inspect_cli: all checks passed"

@@ -285,6 +285,51 @@ TEST_CASE("Reconfiguring while another thread logs loses and duplicates no messa
 
 // -- levels --------------------------------------------------------------------
 
+// -- escaping (issue 30 point 6) -------------------------------------------------
+
+TEST_CASE("EscapeForTerminal keeps printable text and escapes what breaks a line or drives the terminal") {
+  using namespace std::string_literals;
+  // Printable ASCII and valid UTF-8 that prints come back unchanged, a
+  // backslash included.
+  for (const std::string& plain : {""s, "loss/total"s, "C:\\runs\\x"s, "précision 日本 😀"s, "a  b"s}) {
+    CHECK(EscapeForTerminal(plain) == plain);
+  }
+  CHECK(EscapeForTerminal("two\nlines\r\tand a tab") == "two\\nlines\\r\\tand a tab");
+  CHECK(EscapeForTerminal("\x1b[31mred\x1b[0m") == "\\x1b[31mred\\x1b[0m");
+  CHECK(EscapeForTerminal("nul\0bell\a del\x7f"s) == "nul\\x00bell\\x07 del\\x7f");
+  // Bytes that are not UTF-8: each alone; a cut sequence; an overlong one;
+  // a surrogate.
+  CHECK(EscapeForTerminal("\xff\xfe") == "\\xff\\xfe");
+  CHECK(EscapeForTerminal("cut \xe2\x82") == "cut \\xe2\\x82");
+  CHECK(EscapeForTerminal("\xc0\xaf") == "\\xc0\\xaf");
+  CHECK(EscapeForTerminal("\xed\xa0\x80") == "\\xed\\xa0\\x80");
+  // C1 controls (U+009B is CSI), line separators, bidi overrides, zero
+  // width and BOM: valid UTF-8, escaped as code points.
+  CHECK(EscapeForTerminal("\xc2\x9b" "31m") == "\\u009b31m");
+  CHECK(EscapeForTerminal("a\xe2\x80\xa8" "b") == "a\\u2028b");
+  CHECK(EscapeForTerminal("txt.\xe2\x80\xae" "exe") == "txt.\\u202eexe");
+  CHECK(EscapeForTerminal("\xe2\x80\x8bhidden\xef\xbb\xbf") == "\\u200bhidden\\ufeff");
+  CHECK(EscapeForTerminal("\xe2\x81\xa6" "x") == "\\u2066x");
+  // Just outside the ranges: printed.
+  CHECK(EscapeForTerminal("\xc2\xa0\xe2\x80\x90\xe2\x81\xb0") == "\xc2\xa0\xe2\x80\x90\xe2\x81\xb0");
+  // Escaping twice changes nothing.
+  for (const std::string& s : {"\x1b]0;title\a"s, "a\nb\xff"s, "\xe2\x80\xae"s}) {
+    CHECK(EscapeForTerminal(EscapeForTerminal(s)) == EscapeForTerminal(s));
+  }
+}
+
+TEST_CASE("A log line holds one message on one line: control characters in it are escaped") {
+  RestoreLogging restore;
+  TempDir dir;
+  const std::string path = (dir / "foreman.log");
+  REQUIRE(ConfigureLogging(FileOnly(path, LogLevel::kInfo)).ok());
+  const std::string from_a_file = "tag\nforged [I] line\x1b[2J";
+  FOREMAN_LOG_WARN("bad tag {} in {}", from_a_file, "events.out");
+  const std::vector<std::string> lines = ReadLines(path);
+  REQUIRE(lines.size() == 1);
+  CHECK_MESSAGE(MessageOf(lines[0], 'W') == "bad tag tag\\nforged [I] line\\x1b[2J in events.out", lines[0]);
+}
+
 TEST_CASE("ParseLogLevel reads every level name") {
   const std::pair<const char*, LogLevel> cases[] = {
       {"trace", LogLevel::kTrace},   {"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo},

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "foreman/status.hpp"
 
 namespace foreman {
@@ -44,5 +45,21 @@ StatusOr<LogLevel> ParseLogLevel(const std::string& text);
 
 /// The current level.
 LogLevel GetLogLevel();
+
+/// `text` made safe to print as part of one line on a terminal or in a log:
+/// what came from a file or a peer (a summary's tag, a tensor name in a
+/// checkpoint, a host name, an error message quoting them) can neither break
+/// the line nor send a control sequence to the terminal. Valid UTF-8 that
+/// prints stays as it is; escaped are newline, tab and carriage return
+/// (\n, \t, \r), every other C0 control and DEL (\x1b),
+/// C1 controls and the invisible format characters that reorder or hide text
+/// (U+0080..U+009F, U+200B..U+200F, U+2028..U+202E, U+2060..U+2069, U+FEFF,
+/// as \u202e), and each byte that is not part of valid UTF-8 (\xff). Text
+/// with none of these comes back unchanged (a backslash too: the result is
+/// for reading, not for parsing back; text already escaped stays as it
+/// is, so escaping twice changes nothing). Foreman's log lines pass every
+/// message through it; JSON output is escaped by JSON's rules instead.
+/// Thread-safe.
+std::string EscapeForTerminal(absl::string_view text);
 
 }  // namespace foreman

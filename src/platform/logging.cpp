@@ -13,10 +13,12 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -32,8 +34,25 @@ namespace {
 // -- levels and patterns ------------------------------------------------------
 
 /// "[2026-11-29 18:30:00.123] [I] message"; the level letter is coloured on a
-/// colour terminal.
-constexpr char kPattern[] = "[%Y-%m-%d %H:%M:%S.%e] [%^%L%$] %v";
+/// colour terminal; %* is the message through EscapeForTerminal.
+constexpr char kPattern[] = "[%Y-%m-%d %H:%M:%S.%e] [%^%L%$] %*";
+
+/// The %* flag: the message as one line with no control character in it
+/// (EscapeForTerminal).
+class EscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    const std::string escaped = EscapeForTerminal(absl::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(escaped.data(), escaped.data() + escaped.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<EscapedMessage>(); }
+};
+
+std::unique_ptr<spdlog::formatter> MakeFormatter() {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<EscapedMessage>('*').set_pattern(kPattern);
+  return formatter;
+}
 
 spdlog::level::level_enum ToSpdlog(LogLevel level) {
   switch (level) {
@@ -72,7 +91,7 @@ struct LoggerState {
 
 std::shared_ptr<spdlog::sinks::sink> MakeStderrSink() {
   auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>(spdlog::color_mode::automatic);
-  sink->set_pattern(kPattern);
+  sink->set_formatter(MakeFormatter());
   return sink;
 }
 
@@ -128,7 +147,7 @@ StatusOr<std::vector<std::shared_ptr<spdlog::sinks::sink>>> MakeSinks(const LogO
     try {
       auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(options.file_path,
                                                                       /*truncate=*/false);
-      file->set_pattern(kPattern);
+      file->set_formatter(MakeFormatter());
       sinks.push_back(std::move(file));
     } catch (const spdlog::spdlog_ex& e) {
       return absl::InternalError(
@@ -145,6 +164,83 @@ namespace internal {
 spdlog::logger& Logger() { return *State().logger; }
 
 }  // namespace internal
+
+// -- escaping -----------------------------------------------------------------
+
+namespace {
+
+/// The code point of the valid UTF-8 sequence at s[i] and its length, or
+/// length 0 when none starts there.
+std::pair<uint32_t, std::size_t> DecodeUtf8(absl::string_view s, std::size_t i) {
+  static constexpr uint32_t kMinCodePoint[] = {0, 0, 0x80, 0x800, 0x10000};
+  const auto lead = static_cast<unsigned char>(s[i]);
+  if (lead < 0x80) return {lead, 1};
+  const std::size_t n = (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : (lead & 0xF8) == 0xF0 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return {0, 0};
+  uint32_t cp = lead & (0x7Fu >> n);
+  for (std::size_t k = 1; k < n; ++k) {
+    const auto c = static_cast<unsigned char>(s[i + k]);
+    if ((c & 0xC0) != 0x80) return {0, 0};
+    cp = cp << 6 | (c & 0x3Fu);
+  }
+  if (cp < kMinCodePoint[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
+  return {cp, n};
+}
+
+/// C1 controls and the format characters that hide or reorder text.
+bool IsInvisibleControl(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9F) || (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E) ||
+         (cp >= 0x2060 && cp <= 0x2069) || cp == 0xFEFF;
+}
+
+void AppendHex(char prefix, uint32_t value, int digits, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('\\');
+  out->push_back(prefix);
+  for (int d = digits - 1; d >= 0; --d) out->push_back(kHex[(value >> (4 * d)) & 15]);
+}
+
+}  // namespace
+
+std::string EscapeForTerminal(absl::string_view text) {
+  std::string out;
+  std::size_t copied = 0;  // text[copied, i) goes out as it is
+  bool escaped = false;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7F) {  // printable ASCII: the common case
+      ++i;
+      continue;
+    }
+    auto [cp, n] = DecodeUtf8(text, i);
+    if (n > 1 && !IsInvisibleControl(cp)) {
+      i += n;
+      continue;
+    }
+    if (!escaped) out.reserve(text.size() + 16);
+    escaped = true;
+    out.append(text.data() + copied, i - copied);
+    if (n == 0) {  // not part of valid UTF-8: the byte
+      AppendHex('x', c, 2, &out);
+      n = 1;
+    } else if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp < 0x80) {
+      AppendHex('x', cp, 2, &out);
+    } else {
+      AppendHex('u', cp, 4, &out);
+    }
+    i += n;
+    copied = i;
+  }
+  if (!escaped) return std::string(text);
+  out.append(text.data() + copied, text.size() - copied);
+  return out;
+}
 
 // -- public API ---------------------------------------------------------------
 

@@ -1,6 +1,8 @@
 // Writes one event file with known contents into the directory given as the
-// only argument, for events_cli_test.sh. Wall time starts at 1700000000 s and
-// advances 0.5 s per step; the host name is "testhost".
+// first argument, for events_cli_test.sh. Wall time starts at 1700000000 s and
+// advances 0.5 s per step; the host name is "testhost". With --hostile as
+// the second argument, the file holds instead a tag, a checkpoint path and a
+// text with control characters, a bidi override and a byte that is not UTF-8.
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -34,14 +36,29 @@ foreman::Status WriteSample(const std::string& logdir) {
   return writer->Close();
 }
 
+foreman::Status WriteHostile(const std::string& logdir) {
+  foreman::ManualClock clock;
+  foreman::EventFileWriterOptions options;
+  options.clock = &clock;
+  options.hostname = "testhost";
+  FOREMAN_ASSIGN_OR_RETURN(auto writer, foreman::EventFileWriter::Create(logdir, options));
+  FOREMAN_RETURN_IF_ERROR(writer->AddSummary(
+      foreman::MergeSummaries({foreman::ScalarSummary("loss\nstep 9  wall 0  scalar  loss = 0\x1b[2J", 0.5f),
+                               foreman::TextSummary("note\xe2\x80\xae", "a\rb\xff")}),
+      1));
+  FOREMAN_RETURN_IF_ERROR(writer->AddSessionLog(foreman::SessionLogStatus::kCheckpoint, 1, "/ckpt/x\tmodel.ckpt-1"));
+  return writer->Close();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s LOGDIR\n", argv[0]);
+  const bool hostile = argc == 3 && std::string(argv[2]) == "--hostile";
+  if (argc != 2 && !hostile) {
+    std::fprintf(stderr, "usage: %s LOGDIR [--hostile]\n", argv[0]);
     return 2;
   }
-  foreman::Status s = WriteSample(argv[1]);
+  foreman::Status s = hostile ? WriteHostile(argv[1]) : WriteSample(argv[1]);
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 1;

@@ -83,7 +83,7 @@ int RunChaosCommand(ChaosOptions o) {
   auto report = RunChaos(o, &printer);
   if (!report.ok()) {
     // Bad flags or plan (exit 2) are INVALID_ARGUMENT; the rest failed work.
-    std::fprintf(stderr, "foreman chaos: %s\n", std::string(report.status().message()).c_str());
+    std::fprintf(stderr, "foreman chaos: %s\n", EscapeForTerminal(report.status().message()).c_str());
     return absl::IsInvalidArgument(report.status()) ? kExitUsage : kExitFailed;
   }
   std::fputs(report->summary.c_str(), stdout);

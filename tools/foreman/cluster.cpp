@@ -34,6 +34,7 @@
 #include "command.hpp"
 #include "foreman/cluster_status.hpp"
 #include "foreman/local_cluster.hpp"
+#include "foreman/logging.hpp"
 
 namespace foreman::cli {
 namespace {
@@ -82,17 +83,17 @@ int RunLocal(const LocalFlags& f, const std::vector<std::string>& train_flags) {
   // Each task's lines, prefixed with it ("[worker 1] ..."), on the stream it used.
   options.on_task_line = [](std::string_view task, bool is_stderr, std::string_view line) {
     FILE* to = is_stderr ? stderr : stdout;
-    std::fprintf(to, "[%.*s] %.*s\n", static_cast<int>(task.size()), task.data(), static_cast<int>(line.size()),
-                 line.data());
+    const std::string safe = EscapeForTerminal(absl::string_view(line.data(), line.size()));  // a task's line stays one line
+    std::fprintf(to, "[%.*s] %s\n", static_cast<int>(task.size()), task.data(), safe.c_str());
     std::fflush(to);
   };
   options.on_message = [](std::string_view m) {
-    std::fprintf(stderr, "foreman cluster local: %.*s\n", static_cast<int>(m.size()), m.data());
+    std::fprintf(stderr, "foreman cluster local: %s\n", EscapeForTerminal(absl::string_view(m.data(), m.size())).c_str());
     std::fflush(stderr);
   };
   StatusOr<LocalClusterResult> result = RunLocalCluster(options);
   if (!result.ok()) {
-    std::fprintf(stderr, "foreman cluster local: %s\n", std::string(result.status().message()).c_str());
+    std::fprintf(stderr, "foreman cluster local: %s\n", EscapeForTerminal(result.status().message()).c_str());
     return absl::IsInvalidArgument(result.status()) ? kExitUsage : kExitFailed;
   }
   return result->exit_code;
@@ -124,7 +125,7 @@ int RunStatus(const StatusFlags& f) {
   }
   auto reports = QueryClusterStatus(f.target, options, f.timeout_ms);
   if (!reports.ok()) {
-    std::fprintf(stderr, "foreman cluster status: %s\n", std::string(reports.status().message()).c_str());
+    std::fprintf(stderr, "foreman cluster status: %s\n", EscapeForTerminal(reports.status().message()).c_str());
     return absl::IsInvalidArgument(reports.status()) ? kExitUsage : kExitFailed;
   }
   const ClusterTaskReport& asked = reports->front();
@@ -163,7 +164,7 @@ int RunStatus(const StatusFlags& f) {
                         ms_or_never(k < ps0->worker_last_apply_ms.size() ? ps0->worker_last_apply_ms[k] : -1));
       }
     }
-    std::printf("%s\n", line.c_str());
+    std::printf("%s\n", EscapeForTerminal(line).c_str());  // holds what the peers said
     if (&r == &asked && r.reachable && r.job_name == "ps") {
       // An asked ps task knows the workers only by index, from their applies.
       for (std::size_t k = 0; k < r.worker_last_apply_ms.size(); ++k) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "command.hpp"
 #include "foreman/session.hpp"
+#include "foreman/logging.hpp"
 
 namespace foreman::cli {
 namespace {
@@ -122,7 +123,7 @@ int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, 
   auto server = Server::Create(cluster.spec, cluster.task, options);
   if (!server.ok()) {
     std::fprintf(stderr, "foreman train: %s: cannot start: %s\n", who.c_str(),
-                 std::string(server.status().message()).c_str());
+                 EscapeForTerminal(server.status().message()).c_str());
     return absl::IsInvalidArgument(server.status()) ? kExitUsage : kExitFailed;
   }
   std::fprintf(stderr,
@@ -146,9 +147,9 @@ int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, 
     std::fprintf(stderr, "foreman train: %s: %s\n", who.c_str(),
                  absl::IsDeadlineExceeded(joined)
                      ? absl::StrCat("the chief did not end training within --ps-join-timeout-secs=",
-                                    absl::ToInt64Seconds(join_timeout), " (", joined.message(), ")")
+                                    absl::ToInt64Seconds(join_timeout), " (", EscapeForTerminal(joined.message()), ")")
                            .c_str()
-                     : std::string(joined.message()).c_str());
+                     : EscapeForTerminal(joined.message()).c_str());
     return kExitFailed;
   }
   std::printf("%s: training ended; exiting\n", who.c_str());

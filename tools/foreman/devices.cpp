@@ -6,6 +6,7 @@
 #include "command.hpp"
 #include "foreman/compute.hpp"
 #include "foreman/cuda.hpp"
+#include "foreman/logging.hpp"
 
 namespace foreman::cli {
 
@@ -14,14 +15,14 @@ void AddDevicesCommand(CLI::App& app, int* exit_code) {
   cmd->callback([exit_code] {
     StatusOr<std::string> isa = compute::CpuInstructionSet();
     if (!isa.ok()) {
-      std::fprintf(stderr, "foreman devices: %s\n", std::string(isa.status().message()).c_str());
+      std::fprintf(stderr, "foreman devices: %s\n", EscapeForTerminal(isa.status().message()).c_str());
       *exit_code = kExitUsage;
       return;
     }
     std::printf("/cpu:0: %s kernels (FOREMAN_MAX_ISA=baseline|avx2|avx512 caps them)\n", isa->c_str());
     auto n = cuda::DeviceCount();
     if (!n.ok()) {
-      std::printf("no CUDA devices: %s\n", std::string(n.status().message()).c_str());
+      std::printf("no CUDA devices: %s\n", EscapeForTerminal(n.status().message()).c_str());
       *exit_code = kExitOk;  // no GPU is a normal state, not a failure
       return;
     }
@@ -29,7 +30,7 @@ void AddDevicesCommand(CLI::App& app, int* exit_code) {
     for (int i = 0; i < *n; ++i) {
       auto info = cuda::GetDeviceInfo(i);
       if (!info.ok()) {
-        std::printf("  %d: %s\n", i, std::string(info.status().message()).c_str());
+        std::printf("  %d: %s\n", i, EscapeForTerminal(info.status().message()).c_str());
         *exit_code = kExitFailed;
         continue;
       }

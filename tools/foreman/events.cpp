@@ -38,6 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "command.hpp"
+#include "foreman/logging.hpp"
 #include "foreman/event_reader.hpp"
 
 namespace foreman::cli {
@@ -60,7 +61,11 @@ std::string Number(T v) {
   return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
 }
 
-std::string QuotedText(absl::string_view s) { return absl::StrCat("\"", absl::Utf8SafeCEscape(s), "\""); }
+/// `s` in C's quoted form; bytes that are not UTF-8 and invisible format
+/// characters escaped too (EscapeForTerminal).
+std::string QuotedText(absl::string_view s) {
+  return absl::StrCat("\"", EscapeForTerminal(absl::Utf8SafeCEscape(s)), "\"");
+}
 
 /// Length of the valid UTF-8 sequence starting at s[i], or 0 if there is none.
 std::size_t Utf8SequenceLength(absl::string_view s, std::size_t i) {
@@ -191,10 +196,10 @@ std::string TextLine(const Event& e, const SummaryValue* value) {
   if (value == nullptr) {
     absl::StrAppend(&line, KindName(e.kind));
     switch (e.kind) {
-      case Event::Kind::kFileVersion: absl::StrAppend(&line, "  ", e.file_version); break;
+      case Event::Kind::kFileVersion: absl::StrAppend(&line, "  ", EscapeForTerminal(e.file_version)); break;
       case Event::Kind::kSessionLog:
         absl::StrAppend(&line, "  ", StatusName(e.session_status));
-        if (!e.checkpoint_path.empty()) absl::StrAppend(&line, "  checkpoint_path ", e.checkpoint_path);
+        if (!e.checkpoint_path.empty()) absl::StrAppend(&line, "  checkpoint_path ", EscapeForTerminal(e.checkpoint_path));
         if (!e.message.empty()) absl::StrAppend(&line, "  msg ", QuotedText(e.message));
         break;
       case Event::Kind::kLogMessage: absl::StrAppend(&line, "  ", QuotedText(e.message)); break;
@@ -202,7 +207,7 @@ std::string TextLine(const Event& e, const SummaryValue* value) {
     }
     return line;
   }
-  absl::StrAppend(&line, KindName(value->kind), "  ", value->tag);
+  absl::StrAppend(&line, KindName(value->kind), "  ", EscapeForTerminal(value->tag));
   switch (value->kind) {
     case SummaryValue::Kind::kScalar:  // simple_value is a float
       absl::StrAppend(&line, " = ", Number(static_cast<float>(value->scalar)));
@@ -216,7 +221,7 @@ std::string TextLine(const Event& e, const SummaryValue* value) {
       break;
     }
     case SummaryValue::Kind::kOther:
-      if (!value->plugin_name.empty()) absl::StrAppend(&line, "  plugin ", value->plugin_name);
+      if (!value->plugin_name.empty()) absl::StrAppend(&line, "  plugin ", EscapeForTerminal(value->plugin_name));
       break;
   }
   return line;
@@ -264,7 +269,7 @@ std::string JsonLine(const std::string& file, const std::string* run, const Even
 /// Prints `s` and returns the exit code for it: bad input (a missing, corrupt
 /// or foreign file) is kExitUsage, anything else kExitFailed.
 int Fail(const Status& s) {
-  std::fprintf(stderr, "foreman events: %s\n", std::string(s.message()).c_str());
+  std::fprintf(stderr, "foreman events: %s\n", EscapeForTerminal(s.message()).c_str());
   const bool bad_input = absl::IsNotFound(s) || absl::IsDataLoss(s) || absl::IsInvalidArgument(s);
   return bad_input ? kExitUsage : kExitFailed;
 }
@@ -322,10 +327,10 @@ int RunEvents(const EventsFlags& flags) {
   const bool name_runs = runs.size() > 1 || (runs.size() == 1 && runs[0].name != "." && !runs[0].name.empty());
   int exit_code = kExitOk;
   for (const Run& run : runs) {
-    if (!flags.json && name_runs) std::printf("# run %s\n", run.name.c_str());
+    if (!flags.json && name_runs) std::printf("# run %s\n", EscapeForTerminal(run.name).c_str());
     const std::string* run_name = name_runs ? &run.name : nullptr;
     for (const std::string& file : run.files) {
-      if (!flags.json && run.files.size() > 1) std::printf("# %s\n", file.c_str());
+      if (!flags.json && run.files.size() > 1) std::printf("# %s\n", EscapeForTerminal(file).c_str());
       std::vector<Event> events;
       // Everything before a damaged record is printed, then the error.
       const Status read = ReadEventFileInto(env, file, &events, /*allow_truncated_tail=*/true);

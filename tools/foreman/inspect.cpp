@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "command.hpp"
+#include "foreman/logging.hpp"
 #include "foreman/bundle.hpp"
 #include "foreman/checkpoint.hpp"
 
@@ -107,7 +108,7 @@ std::string ByDtype(DataType dtype, Fn&& fn) {
 // -- the command --------------------------------------------------------------------
 
 int Fail(const Status& s) {
-  std::fprintf(stderr, "foreman inspect: %s\n", std::string(s.message()).c_str());
+  std::fprintf(stderr, "foreman inspect: %s\n", EscapeForTerminal(s.message()).c_str());
   return kExitUsage;
 }
 
@@ -137,12 +138,16 @@ int RunInspect(const InspectFlags& flags) {
     entries = {*e};
   }
   std::size_t name_width = 0;
-  for (const BundleEntry& e : entries) name_width = std::max(name_width, e.name.size());
+  // Names as printed: a name from the file cannot break its line.
+  std::vector<std::string> names;
+  for (const BundleEntry& e : entries) names.push_back(EscapeForTerminal(e.name));
+  for (const std::string& n : names) name_width = std::max(name_width, n.size());
 
-  std::printf("checkpoint %s\n", prefix->c_str());
+  std::printf("checkpoint %s\n", EscapeForTerminal(*prefix).c_str());
   int exit_code = kExitOk;
-  for (const BundleEntry& e : entries) {
-    std::printf("%-*s  %-7s  %s\n", static_cast<int>(name_width), e.name.c_str(), DataTypeName(e.dtype).c_str(),
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const BundleEntry& e = entries[i];
+    std::printf("%-*s  %-7s  %s\n", static_cast<int>(name_width), names[i].c_str(), DataTypeName(e.dtype).c_str(),
                 e.shape.ToString().c_str());
     StatusOr<Tensor> t = (*reader)->Lookup(e.name);
     if (absl::IsUnimplemented(t.status())) {   // a dtype Foreman cannot decode: listed, its raw CRC checked

@@ -40,6 +40,7 @@
 #include "command.hpp"
 #include "train_job.hpp"
 #include "foreman/checkpoint.hpp"
+#include "foreman/logging.hpp"
 
 namespace foreman::cli {
 namespace {
@@ -82,7 +83,7 @@ int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
   if (job.owns_directory()) {
     auto latest = LatestCheckpoint(job.env, dir);
     const std::string latest_text = latest.ok() && latest->has_value() ? **latest : "(none)";
-    std::printf("checkpoints: %s (latest: %s)\n", dir.c_str(), latest_text.c_str());
+    std::printf("checkpoints: %s (latest: %s)\n", dir.c_str(), EscapeForTerminal(latest_text).c_str());
     std::printf("events: %s (training), %s/eval (test set)\n", dir.c_str(), dir.c_str());
   }
   if (watcher.signalled()) {

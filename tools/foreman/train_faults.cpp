@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "command.hpp"
 #include "train_report.hpp"
+#include "foreman/logging.hpp"
 
 namespace foreman::cli {
 
@@ -40,7 +41,7 @@ class FaultRecorder {
       std::fprintf(stderr,
                    "foreman train: warning: cannot record the injected fault %s in %s/%s (%s): a restarted run "
                    "may inject it again\n",
-                   f.id.c_str(), dir_.c_str(), kFaultRecordFile, std::string(s.message()).c_str());
+                   f.id.c_str(), dir_.c_str(), kFaultRecordFile, EscapeForTerminal(s.message()).c_str());
     }
   }
 
@@ -248,7 +249,7 @@ std::optional<int> InjectedFaultExit(const TrainFaults& faults, const std::strin
   if (!id) return std::nullopt;
   if (faults.record != nullptr) faults.record->InjectedStop(*id);
   std::fprintf(stderr, "foreman train: %s: %s\nforeman train: stopped by injected fault %s: %s\n", what.c_str(),
-               std::string(s.message()).c_str(), id->c_str(),
+               EscapeForTerminal(s.message()).c_str(), id->c_str(),
                s.ToString(absl::StatusToStringMode::kWithNoExtraData).c_str());
   return kExitInjectedFault;
 }

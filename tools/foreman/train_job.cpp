@@ -77,7 +77,7 @@ ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
     if (Status s = ValidateTrainFlags(f); !s.ok()) {
       return job.Exit(kExitUsage, absl::StrCat("bad settings (flags and ", dir, "/", kRunSettingsFile, ")"), s);
     }
-    for (const std::string& note : notes) std::fprintf(stderr, "foreman train: note: %s\n", note.c_str());
+    for (const std::string& note : notes) std::fprintf(stderr, "foreman train: note: %s\n", EscapeForTerminal(note).c_str());
   }
   // A run with a state file but no checkpoint left to restore is refused
   // rather than trained again from step 0 (spec decision 7), and so is

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "foreman/logging.hpp"
 
 namespace foreman::cli {
 namespace {
@@ -37,12 +38,12 @@ int64_t SteadyMicros() {
 }  // namespace
 
 int Fail(int code, const std::string& what, const Status& s) {
-  std::fprintf(stderr, "foreman train: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
+  std::fprintf(stderr, "foreman train: %s: %s\n", what.c_str(), EscapeForTerminal(s.message()).c_str());
   return code;
 }
 
 int Fail(int code, const Status& s) {
-  std::fprintf(stderr, "foreman train: %s\n", std::string(s.message()).c_str());
+  std::fprintf(stderr, "foreman train: %s\n", EscapeForTerminal(s.message()).c_str());
   return code;
 }
 
@@ -83,7 +84,7 @@ void ProgressPrinter::OnEval(const MlpJobEval& eval) {
 
 void ProgressPrinter::OnWarning(const std::string& warning) {
   // The bar (if any) is erased first; the warning is a line of its own.
-  std::fprintf(stderr, "%sforeman train: warning: %s\n", tty_ ? "\r\033[K" : "", warning.c_str());
+  std::fprintf(stderr, "%sforeman train: warning: %s\n", tty_ ? "\r\033[K" : "", EscapeForTerminal(warning).c_str());
 }
 
 void ProgressPrinter::OnEnd() {
