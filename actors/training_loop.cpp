@@ -17,6 +17,7 @@
 #include "formats/checkpoint_lock.hpp"
 #include "platform/log.hpp"
 #include "runtime/services.hpp"
+#include "runtime/user_code.hpp"
 
 namespace foreman {
 namespace {
@@ -48,7 +49,7 @@ class JobProgressHook : public SessionRunHook, public internal::ServiceUser {
   void AttachServices(internal::Services* services) override {
     if (services == nullptr) return;
     services->ObserveSaves([shared = shared_](int64_t global_step, const std::string& path) {
-      if (shared->observed()) shared->Publish(CheckpointSaved{global_step, path});
+      if (shared->observed()) shared->Publish(CheckpointSaved{"", global_step, path});  // Publish sets job_id
     });
   }
   Status after_create_session(Session* session, Coordinator* /*coord*/) override {
@@ -73,8 +74,9 @@ class JobProgressHook : public SessionRunHook, public internal::ServiceUser {
     if (shared_->job.on_results) {
       static const TensorMap kNoResults;
       const TensorMap& results = values.results != nullptr ? *values.results : kNoResults;
-      FOREMAN_RETURN_IF_ERROR(
-          InvokeUserCode("TrainingJob::on_results", [&] { return shared_->job.on_results(results); }));
+      static const std::string kWhere = "TrainingJob.on_results";
+      FOREMAN_RETURN_IF_ERROR(internal::AttributeToUserCode(
+          InvokeUserCode(kWhere, [&] { return shared_->job.on_results(results); }), kWhere));
     }
     return absl::OkStatus();
   }
@@ -152,10 +154,11 @@ Status RunTrainingLoop(caf::actor_system& system, const std::shared_ptr<internal
 
 // JobFinished for `reason` to `subscribers` from outside the job actor (a
 // killed job's: shared->finished_sent was set by the caller).
-void SendJobFinished(const std::vector<caf::actor>& subscribers, const caf::error& reason, int64_t global_step) {
+void SendJobFinished(const std::string& job_id, const std::vector<caf::actor>& subscribers, const caf::error& reason,
+                     int64_t global_step) {
   const Status final_status = StatusFromExitReason(reason);
   for (const caf::actor& s : subscribers) {
-    caf::anon_send(s, JobFinished{static_cast<int32_t>(final_status.code()), std::string(final_status.message()),
+    caf::anon_send(s, JobFinished{job_id, static_cast<int32_t>(final_status.code()), std::string(final_status.message()),
                                   global_step});
   }
 }
@@ -181,7 +184,7 @@ void training_loop(caf::blocking_actor* self, std::shared_ptr<internal::Training
       reason = shared->job_exit_reason;
     }
   }
-  if (!subscribers.empty()) SendJobFinished(subscribers, reason, shared->global_step.load());
+  if (!subscribers.empty()) SendJobFinished(shared->id, subscribers, reason, shared->global_step.load());
   self->fail_state(ExitReasonFromStatus(status));
 }
 
@@ -258,7 +261,7 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
         subscribers = shared->subscriber_list;
       }
     }
-    if (!subscribers.empty()) SendJobFinished(subscribers, reason, shared->global_step.load());
+    if (!subscribers.empty()) SendJobFinished(shared->id, subscribers, reason, shared->global_step.load());
   });
   self->set_default_handler(caf::drop);
   // A subscriber that does not handle a message answers it with an error
@@ -296,8 +299,8 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
       send = !std::exchange(st.shared->finished_sent, true);
     }
     if (send) {
-      Forward(self, JobFinished{static_cast<int32_t>(final_status.code()), std::string(final_status.message()),
-                                st.shared->global_step.load()});
+      Forward(self, JobFinished{st.shared->id, static_cast<int32_t>(final_status.code()),
+                                std::string(final_status.message()), st.shared->global_step.load()});
     }
     caf::actor keep_alive;  // released when this handler returns, after quit()
     {
@@ -332,7 +335,7 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
       [self, state_name](job_status_atom) {
         const auto& s = self->state.shared;
         const Status error = s->FirstError();
-        return JobStatus{state_name(), s->global_step.load(), s->local_steps.load(),
+        return JobStatus{s->id, state_name(), s->global_step.load(), s->local_steps.load(),
                          static_cast<int32_t>(error.code()), std::string(error.message())};
       },
       [self](subscribe_atom) { Subscribe(self, Sender(self)); },
@@ -354,6 +357,7 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
 caf::actor SpawnTrainingJob(caf::actor_system& system, TrainingJob job) {
   auto shared = std::make_shared<internal::TrainingJobShared>();
   shared->job = std::move(job);
+  shared->id = shared->job.job_id.empty() ? shared->job.options.checkpoint_dir : shared->job.job_id;
   return system.spawn(training_job, std::move(shared));
 }
 

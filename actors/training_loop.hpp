@@ -56,6 +56,7 @@ namespace foreman::internal {
 /// State shared between training_job, training_loop and the loop's hook.
 struct TrainingJobShared {
   TrainingJob job;
+  std::string id;  // job.job_id, or its checkpoint_dir when that is empty; set at spawn
   std::atomic<bool> stop_requested{false};   // stop_atom: clean stop
   std::atomic<bool> abort_requested{false};  // the job is exiting: CANCELLED
   std::atomic<int64_t> global_step{-1};
@@ -117,6 +118,7 @@ struct TrainingJobShared {
   /// when the job is gone. Any thread.
   template <class T>
   void Publish(T msg) {
+    msg.job_id = id;
     if (auto job_actor = caf::actor_cast<caf::actor>(job_address)) caf::anon_send(job_actor, std::move(msg));
   }
   /// The first error wins.

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 #include <vector>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -343,6 +344,64 @@ TEST_CASE("a job restarted on the same directory at a killed job's down_msg is n
   }
 }
 
+// Issue 30 point 10: one subscriber, two jobs; every message says whose.
+TEST_CASE("every message and JobStatus carry the job's id: TrainingJob::job_id, or its checkpoint directory") {
+  TempDir named_dir;
+  TempDir default_dir;
+  Model named_model;
+  Model default_model;
+  Fixture fx;
+  caf::scoped_actor self{*fx.system};
+  TrainingJob named = Job(named_model, named_dir.path(), 6);
+  named.job_id = "experiment-7";
+  named.progress_every_steps = 1;
+  TrainingJob by_dir = Job(default_model, default_dir.path(), 4);
+  by_dir.progress_every_steps = 1;
+  caf::actor a = SpawnTrainingJob(*fx.system, std::move(named));
+  caf::actor b = SpawnTrainingJob(*fx.system, std::move(by_dir));
+  for (const caf::actor& job : {a, b}) {
+    self->send(job, subscribe_atom::value);
+    self->send(job, start_atom::value);
+  }
+  std::map<std::string, std::vector<int64_t>> steps;  // by job_id
+  std::map<std::string, int> saves;
+  std::map<std::string, JobFinished> finished;
+  bool timed_out = false;
+  self->receive_while([&] { return finished.size() < 2 && !timed_out; })(
+      [&](const ProgressStep& m) { steps[m.job_id].push_back(m.global_step); },
+      [&](const CheckpointSaved& m) {
+        ++saves[m.job_id];
+        CHECK(absl::StartsWith(m.path, m.job_id == "experiment-7" ? named_dir.path() : m.job_id));
+      },
+      [&](const JobFinished& m) { finished.emplace(m.job_id, m); },
+      caf::after(seconds(60)) >> [&] { timed_out = true; });
+  REQUIRE_FALSE(timed_out);
+  CHECK(steps["experiment-7"] == std::vector<int64_t>{1, 2, 3, 4, 5, 6});
+  CHECK(steps[default_dir.path()] == std::vector<int64_t>{1, 2, 3, 4});
+  CHECK(steps.size() == 2);
+  CHECK(saves["experiment-7"] >= 1);
+  CHECK(saves[default_dir.path()] >= 1);
+  CHECK(saves.size() == 2);
+  REQUIRE(finished.count("experiment-7") == 1);
+  REQUIRE(finished.count(default_dir.path()) == 1);
+  CHECK(finished["experiment-7"].global_step == 6);
+  CHECK(finished[default_dir.path()].global_step == 4);
+}
+
+TEST_CASE("JobStatus names the job") {
+  TempDir dir;
+  Model model;
+  Fixture fx;
+  caf::scoped_actor self{*fx.system};
+  TrainingJob spec = Job(model, dir.path(), 3);
+  spec.job_id = "status-job";
+  caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+  self->request(job, seconds(10), job_status_atom::value)
+      .receive([&](const JobStatus& s) { CHECK(s.job_id == "status-job"); },
+               [&](caf::error& e) { FAIL("status request failed: " << caf::to_string(e)); });
+  self->send_exit(job, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("A job waits for start, trains to its last step and exits normally, in the caller's system") {
   TempDir dir;
   Model model;
@@ -433,6 +492,23 @@ TEST_CASE("on_results errors end the job with that error") {
     Status outcome = AwaitDown(self, job);
     CHECK(outcome.code() == absl::StatusCode::kInternal);
     CHECK(outcome.message().find("consumer crashed") != absl::string_view::npos);
+    // Named after the callback the user wrote, not the internal hook that
+    // calls it (issue 30 point 10).
+    CHECK_MESSAGE(absl::StartsWith(outcome.message(), "TrainingJob.on_results: "), outcome.ToString());
+    CHECK_MESSAGE(!absl::StrContains(outcome.message(), "Hook"), outcome.ToString());
+  }
+  {
+    caf::scoped_actor self{*fx.system};
+    Model second;
+    TempDir other;
+    TrainingJob spec = Job(second, other.path(), 100);
+    spec.start_immediately = true;
+    spec.on_results = [](const TensorMap&) -> Status { return absl::DataLossError("bad results"); };
+    caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+    self->monitor(job);
+    Status outcome = AwaitDown(self, job);
+    CHECK(outcome.code() == absl::StatusCode::kDataLoss);
+    CHECK(outcome.message() == "TrainingJob.on_results: bad results");
   }
 }
 

@@ -124,6 +124,8 @@ using unsubscribe_atom = caf::atom_constant<caf::atom("fm_unsub")>;
 
 /// The answer to job_status_atom.
 struct JobStatus {
+  /// The job's identity (TrainingJob::job_id, as every message below).
+  std::string job_id;
   /// "idle" (not started), "running", "stopping" (a stop was asked).
   std::string state;
   /// After the last finished step; -1 before the first.
@@ -139,6 +141,7 @@ struct JobStatus {
 /// Every `TrainingJob::progress_every_steps` global steps (the first one at
 /// the first step a subscriber sees), sent after the step.
 struct ProgressStep {
+  std::string job_id;
   int64_t global_step = 0;
   /// The job's fetches that are numeric scalars (one element: "loss",
   /// "accuracy", ...), as doubles, by fetch name ("train_op", answered with
@@ -149,6 +152,7 @@ struct ProgressStep {
 /// A checkpoint the job's CheckpointSaverHook wrote is durable (its save
 /// committed): the first save, the periodic ones and the final one.
 struct CheckpointSaved {
+  std::string job_id;
   int64_t global_step = 0;
   /// The bundle's prefix, "<checkpoint_dir>/model.ckpt-<global_step>".
   std::string path;
@@ -160,6 +164,7 @@ struct CheckpointSaved {
 /// without a good step between them are one message. Times are in
 /// milliseconds on the session config's clock.
 struct Recovered {
+  std::string job_id;
   /// The error recovered from.
   int32_t code = 0;
   std::string message;
@@ -181,6 +186,7 @@ struct Recovered {
 /// The job ended (the last message a subscriber gets): the final Status (as
 /// the exit reason carries it) and global step.
 struct JobFinished {
+  std::string job_id;
   int32_t code = 0;
   std::string message;
   int64_t global_step = -1;
@@ -189,24 +195,24 @@ struct JobFinished {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JobStatus& x) {
-  return f(caf::meta::type_name("foreman.JobStatus"), x.state, x.global_step, x.local_steps, x.code, x.message);
+  return f(caf::meta::type_name("foreman.JobStatus"), x.job_id, x.state, x.global_step, x.local_steps, x.code, x.message);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ProgressStep& x) {
-  return f(caf::meta::type_name("foreman.ProgressStep"), x.global_step, x.values);
+  return f(caf::meta::type_name("foreman.ProgressStep"), x.job_id, x.global_step, x.values);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointSaved& x) {
-  return f(caf::meta::type_name("foreman.CheckpointSaved"), x.global_step, x.path);
+  return f(caf::meta::type_name("foreman.CheckpointSaved"), x.job_id, x.global_step, x.path);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Recovered& x) {
-  return f(caf::meta::type_name("foreman.Recovered"), x.code, x.message, x.recoveries, x.detect_ms, x.restore_ms,
+  return f(caf::meta::type_name("foreman.Recovered"), x.job_id, x.code, x.message, x.recoveries, x.detect_ms, x.restore_ms,
            x.next_good_step_ms, x.global_step, x.steps_lost);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JobFinished& x) {
-  return f(caf::meta::type_name("foreman.JobFinished"), x.code, x.message, x.global_step);
+  return f(caf::meta::type_name("foreman.JobFinished"), x.job_id, x.code, x.message, x.global_step);
 }
 
 struct TrainingJob {
@@ -219,7 +225,13 @@ struct TrainingJob {
   /// Called on the training thread after each successful run with its
   /// results (in an internal hook's after_run); an error (or exception) ends
   /// training with it as a hook error does: no end(), no final checkpoint.
+  /// The job's Status is that error, its message prefixed
+  /// "TrainingJob.on_results: " (not the internal hook's name).
   std::function<Status(const TensorMap& results)> on_results;
+  /// The job's identity, in every message it sends and in JobStatus, so
+  /// one subscriber can tell several jobs apart; "" (default): the
+  /// checkpoint directory as given (options.checkpoint_dir, "" when none).
+  std::string job_id;
   /// Start without waiting for start_atom.
   bool start_immediately = false;
   /// ProgressStep every this many global steps, while a subscriber exists

@@ -43,6 +43,7 @@
 #include "runtime/runtime.hpp"
 #include "runtime/session_access.hpp"
 #include "runtime/session_target.hpp"
+#include "runtime/user_code.hpp"
 
 namespace foreman {
 
@@ -102,7 +103,10 @@ const Status& StatusOf(const StatusOr<T>& s) {
 template <class Fn>
 auto CallHook(const std::string& where, Fn&& fn) {
   auto r = InvokeUserCode(where, std::forward<Fn>(fn));
-  if (!r.ok() && !absl::StartsWith(StatusOf(r).message(), absl::StrCat(where, ": "))) {
+  // An error already named after the user's callback (user_code.hpp) keeps
+  // that name alone.
+  if (!r.ok() && !internal::IsAttributedToUserCode(StatusOf(r)) &&
+      !absl::StartsWith(StatusOf(r).message(), absl::StrCat(where, ": "))) {
     return decltype(r)(Annotate(StatusOf(r), where));
   }
   return r;
