@@ -9,7 +9,11 @@
 # program (tests/support/installed_mlp_job.cpp: the run directory and the MLP
 # job), which trains, resumes, and is refused exactly as the installed
 # `foreman train` is on a directory whose checkpoints do not verify.
-# No source tree and no build tree is on any include or library path.
+# No source tree and no build tree is on any include or library path, and
+# no LD_LIBRARY_PATH: the staged install is moved elsewhere before anything
+# is built from it, programs are compiled with -Wall -Wextra -Werror, and
+# they (and the installed `foreman`) run with LD_LIBRARY_PATH unset: their
+# rpaths (pkg-config's, $ORIGIN-relative for `foreman`) find libforeman.
 #
 # Usage: install_test.sh BUILD_DIR SOURCE_ROOT [SANITIZE]
 #   SANITIZE: meson's b_sanitize of that build ("none", "address,undefined"):
@@ -26,7 +30,9 @@ mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
 stage=$(mktemp -d "${TEST_TMPDIR:-/tmp}/foreman-install.XXXXXX") || exit 1
 trap 'rm -rf "$stage"' EXIT
 
-meson install -C "$build_dir" --no-rebuild --destdir "$stage" --quiet >/dev/null || { echo "FAIL: meson install"; exit 1; }
+meson install -C "$build_dir" --no-rebuild --destdir "$stage/installed" --quiet >/dev/null || { echo "FAIL: meson install"; exit 1; }
+# Relocated: every path the install wrote is gone; only relative ones can work.
+mv "$stage/installed" "$stage/moved" || { echo "FAIL: cannot move the staged install"; exit 1; }
 
 pc=$(find "$stage" -name foreman.pc -print -quit)
 [[ -n "$pc" ]] || { echo "FAIL: foreman.pc not installed"; exit 1; }
@@ -73,7 +79,8 @@ cp "$source_root/tests/support/installed_hello.cpp" "$source_root/tests/support/
    "$source_root"/tools/examples/*.hpp "$stage/src/"
 build() {  # build NAME PKG_FLAGS...
   local name=$1; shift
-  (cd "$stage/src" && c++ -std=c++17 "${extra[@]}" "$name.cpp" -o "$name" "$@") || fail "$name did not build with: $*"
+  (cd "$stage/src" && c++ -std=c++17 -Wall -Wextra -Werror "${extra[@]}" "$name.cpp" -o "$name" "$@") ||
+    fail "$name did not build with -Wall -Wextra -Werror and: $*"
 }
 build installed_hello $flags
 build sync_training $flags
@@ -89,7 +96,7 @@ run() {
   local name=$1; shift
   [[ -x $stage/src/$name ]] || return 0  # its build failure is counted
   local rc=0
-  (cd "$stage" && LD_LIBRARY_PATH="$libdir" timeout 120 "$stage/src/$name" "$@") >"$stage/$name.out" 2>&1 || rc=$?
+  (cd "$stage" && env -u LD_LIBRARY_PATH timeout 120 "$stage/src/$name" "$@") >"$stage/$name.out" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || { fail "$name $* exited $rc: $(cat "$stage/$name.out")"; return 1; }
 }
 run installed_hello && { out=$(cat "$stage/installed_hello.out")
@@ -123,9 +130,9 @@ elif run installed_mlp_job "$stage/mlp" "$data" 20; then
     grep -q "^resuming from $stage/mlp/model.ckpt-20\$" <<<"$out" && grep -q '^trained 10 steps$' <<<"$out" \
       || fail "installed_mlp_job did not resume: $out"; }
   for f in "$stage"/mlp/model.ckpt-*.data-*; do printf 'corrupt' | dd of="$f" bs=1 seek=0 conv=notrunc status=none; done
-  lib_out=$(cd "$stage" && LD_LIBRARY_PATH="$libdir" timeout 120 "$stage/src/installed_mlp_job" "$stage/mlp" "$data" 40 2>&1)
+  lib_out=$(cd "$stage" && env -u LD_LIBRARY_PATH timeout 120 "$stage/src/installed_mlp_job" "$stage/mlp" "$data" 40 2>&1)
   lib_rc=$?
-  cli_out=$(cd "$stage" && LD_LIBRARY_PATH="$libdir" timeout 120 "$foreman" train --checkpoint-dir "$stage/mlp" 2>&1)
+  cli_out=$(cd "$stage" && env -u LD_LIBRARY_PATH timeout 120 "$foreman" train --checkpoint-dir "$stage/mlp" 2>&1)
   cli_rc=$?
   lib_line=$(grep '^installed_mlp_job: cannot resume: ' <<<"$lib_out" | sed 's/^installed_mlp_job: //')
   cli_line=$(grep '^foreman train: cannot resume: ' <<<"$cli_out" | sed 's/^foreman train: //')
@@ -134,6 +141,17 @@ elif run installed_mlp_job "$stage/mlp" "$data" 20; then
     || fail "installed_mlp_job's refusal: '$lib_line' ($lib_out)"
   [[ -n $lib_line && $lib_line == "$cli_line" ]] || fail "the library program and foreman train are refused differently: '$lib_line' vs '$cli_line'"
 fi
+
+# Without LD_LIBRARY_PATH, the programs and `foreman` resolve the moved
+# libforeman, `foreman` through an rpath relative to itself.
+if [[ -n $foreman ]]; then
+  runpath=$(readelf -d "$foreman" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+  [[ $runpath == '$ORIGIN/'* ]] || fail "foreman's RUNPATH is '$runpath', not relative to \$ORIGIN"
+  resolved=$(env -u LD_LIBRARY_PATH ldd "$foreman" | sed -n 's/.*libforeman\.so[.0-9]* => \([^ ]*\).*/\1/p')
+  [[ $(realpath -m "$resolved") == $(realpath "$libdir")/* ]] || fail "foreman resolves libforeman to '$resolved', not in $libdir"
+fi
+resolved=$(env -u LD_LIBRARY_PATH ldd "$stage/src/installed_hello" 2>/dev/null | sed -n 's/.*libforeman\.so[.0-9]* => \([^ ]*\).*/\1/p')
+[[ $(realpath -m "$resolved") == $(realpath "$libdir")/* ]] || fail "installed_hello resolves libforeman to '$resolved', not in $libdir"
 
 # The CPU kernel modules sit next to libforeman, and the installed library
 # loads them (it logs a warning naming a module it cannot load).
