@@ -49,6 +49,10 @@ class JobProgressHook : public SessionRunHook, public internal::ServiceUser {
   void AttachServices(internal::Services* services) override {
     if (services == nullptr) return;
     services->ObserveSaves([shared = shared_](int64_t global_step, const std::string& path) {
+      {
+        MutexLock lock(shared->mu);
+        shared->last_saved = CheckpointSaved{shared->id, global_step, path};
+      }
       if (shared->observed()) shared->Publish(CheckpointSaved{"", global_step, path});  // Publish sets job_id
     });
   }
@@ -194,6 +198,7 @@ struct JobState {
   bool started = false;
   caf::error exit_reason;  // set when the job was asked to exit before the loop ended
   std::vector<caf::actor> subscribers;
+  std::vector<caf::response_promise> stop_waiters;  // stop_and_wait_atom's, answered at the loop's end
   static const char* name;
 };
 const char* JobState::name = "foreman.training_job";
@@ -302,6 +307,24 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
       Forward(self, JobFinished{st.shared->id, static_cast<int32_t>(final_status.code()),
                                 std::string(final_status.message()), st.shared->global_step.load()});
     }
+    if (!st.stop_waiters.empty()) {
+      std::optional<CheckpointSaved> saved;
+      {
+        MutexLock lock(st.shared->mu);
+        saved = st.shared->last_saved;
+      }
+      for (caf::response_promise& rp : st.stop_waiters) {
+        if (!final_status.ok()) {
+          rp.deliver(ExitReasonFromStatus(final_status));
+        } else if (!saved.has_value()) {
+          rp.deliver(ExitReasonFromStatus(absl::FailedPreconditionError(absl::StrCat(
+              "training job '", st.shared->id, "' ended without a durable checkpoint (no checkpoint_dir)"))));
+        } else {
+          rp.deliver(*saved);
+        }
+      }
+      st.stop_waiters.clear();
+    }
     caf::actor keep_alive;  // released when this handler returns, after quit()
     {
       MutexLock lock(st.shared->mu);
@@ -331,6 +354,13 @@ caf::behavior training_job(job_actor* self, std::shared_ptr<internal::TrainingJo
       [self, start](stop_atom) {
         self->state.shared->RequestStop(absl::OkStatus());
         start();
+      },
+      [self, start](stop_and_wait_atom) -> caf::result<CheckpointSaved> {
+        self->state.shared->RequestStop(absl::OkStatus());
+        self->state.stop_waiters.push_back(self->make_response_promise());
+        caf::response_promise answer = self->state.stop_waiters.back();
+        start();
+        return answer;
       },
       [self, state_name](job_status_atom) {
         const auto& s = self->state.shared;

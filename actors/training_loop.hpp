@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -57,6 +58,8 @@ namespace foreman::internal {
 struct TrainingJobShared {
   TrainingJob job;
   std::string id;  // job.job_id, or its checkpoint_dir when that is empty; set at spawn
+  // The last durable save (stop_and_wait_atom's answer); any thread.
+  std::optional<CheckpointSaved> last_saved ABSL_GUARDED_BY(mu);
   std::atomic<bool> stop_requested{false};   // stop_atom: clean stop
   std::atomic<bool> abort_requested{false};  // the job is exiting: CANCELLED
   std::atomic<int64_t> global_step{-1};

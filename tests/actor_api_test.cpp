@@ -10,8 +10,10 @@
 #include <chrono>
 #include <thread>
 #include <vector>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/cord.h"
@@ -386,6 +388,77 @@ TEST_CASE("every message and JobStatus carry the job's id: TrainingJob::job_id, 
   REQUIRE(finished.count(default_dir.path()) == 1);
   CHECK(finished["experiment-7"].global_step == 6);
   CHECK(finished[default_dir.path()].global_step == 4);
+}
+
+// Issue 30 point 10: "stop, and answer me when the final checkpoint is durable".
+TEST_CASE("stop_and_wait_atom answers with the final checkpoint once durable, or the job's error") {
+  Fixture fx;
+  SUBCASE("a running job: its final checkpoint, on disk when the answer comes") {
+    TempDir dir;
+    Model model;
+    caf::scoped_actor self{*fx.system};
+    TrainingJob spec = Job(model, dir.path(), 0);  // no last step: runs until stopped
+    spec.start_immediately = true;
+    spec.job_id = "waited";
+    caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+    for (int i = 0; i < 20000 && AskStatus(self, job).global_step < 5; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::optional<CheckpointSaved> saved;
+    self->request(job, seconds(60), stop_and_wait_atom::value)
+        .receive([&](const CheckpointSaved& c) { saved = c; },
+                 [&](caf::error& e) { FAIL("stop_and_wait failed: " << fx.system->render(e)); });
+    REQUIRE(saved.has_value());
+    CHECK(saved->job_id == "waited");
+    CHECK(saved->global_step >= 5);
+    CHECK(saved->path == dir.path() + "/model.ckpt-" + std::to_string(saved->global_step));
+    CHECK(std::filesystem::exists(saved->path + ".index"));
+    StatusOr<std::optional<std::string>> latest = LatestCheckpoint(Env::Default(), dir.path());
+    REQUIRE(latest.ok());
+    CHECK(latest->value_or("") == saved->path);
+  }
+  SUBCASE("before start_atom: the checkpoint of step 0") {
+    TempDir dir;
+    Model model;
+    caf::scoped_actor self{*fx.system};
+    caf::actor job = SpawnTrainingJob(*fx.system, Job(model, dir.path(), 0));
+    self->request(job, seconds(60), stop_and_wait_atom::value)
+        .receive([&](const CheckpointSaved& c) { CHECK(c.path == dir.path() + "/model.ckpt-0"); },
+                 [&](caf::error& e) { FAIL("stop_and_wait failed: " << fx.system->render(e)); });
+  }
+  SUBCASE("no checkpoint_dir: FAILED_PRECONDITION naming the job") {
+    Model model;
+    caf::scoped_actor self{*fx.system};
+    TrainingJob spec = Job(model, "", 0);
+    spec.job_id = "nowhere";
+    caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+    self->request(job, seconds(60), stop_and_wait_atom::value)
+        .receive([&](const CheckpointSaved& c) { FAIL("answered " << c.path); },
+                 [&](caf::error& e) {
+                   const Status s = StatusFromExitReason(e);
+                   CHECK(absl::IsFailedPrecondition(s));
+                   CHECK_MESSAGE(absl::StrContains(s.message(), "'nowhere'"), s.ToString());
+                 });
+  }
+  SUBCASE("a job that fails: its error") {
+    TempDir dir;
+    Model model;
+    model.fail_at = 2;
+    model.fail_with = absl::DataLossError("step broke");
+    caf::scoped_actor self{*fx.system};
+    TrainingJob spec = Job(model, dir.path(), 0);
+    spec.start_immediately = true;
+    caf::actor job = SpawnTrainingJob(*fx.system, std::move(spec));
+    for (int i = 0; i < 20000 && !model.failed.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    self->request(job, seconds(60), stop_and_wait_atom::value)
+        .receive([&](const CheckpointSaved& c) { FAIL("answered " << c.path); },
+                 [&](caf::error& e) {
+                   // The job may be gone already (its request then fails as
+                   // request_receiver_down); otherwise its Status comes back.
+                   if (e.category() == caf::atom("system")) return;
+                   CHECK(StatusFromExitReason(e).code() == absl::StatusCode::kDataLoss);
+                 });
+  }
 }
 
 TEST_CASE("JobStatus names the job") {

@@ -17,6 +17,16 @@
 //                              (MonitoredSession::request_stop()); the final
 //                              checkpoint is still written. See "Stopping"
 //                              below: safe at any moment, from any thread.
+//   stop_and_wait_atom -> CheckpointSaved
+//                              stop_atom, answered once the loop ended: the
+//                              last durable checkpoint (the final one: its
+//                              path and global_step), or the error: the
+//                              job's final Status as ExitReasonFromStatus
+//                              renders it, FAILED_PRECONDITION when it ended
+//                              OK without a checkpoint (no checkpoint_dir).
+//                              Any number may wait; the job exits after
+//                              answering them. (Killed jobs answer nothing:
+//                              the requester sees the job down.)
 //   job_status_atom -> JobStatus
 //                              state, global_step, local_steps and the first
 //                              error as a code and a message
@@ -114,6 +124,7 @@ namespace foreman {
 
 using start_atom = caf::atom_constant<caf::atom("fm_start")>;
 using stop_atom = caf::atom_constant<caf::atom("fm_stop")>;
+using stop_and_wait_atom = caf::atom_constant<caf::atom("fm_stopw")>;
 using job_status_atom = caf::atom_constant<caf::atom("fm_jstatus")>;
 using subscribe_atom = caf::atom_constant<caf::atom("fm_sub")>;
 using unsubscribe_atom = caf::atom_constant<caf::atom("fm_unsub")>;
