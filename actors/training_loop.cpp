@@ -391,6 +391,10 @@ caf::actor SpawnTrainingJob(caf::actor_system& system, TrainingJob job) {
   return system.spawn(training_job, std::move(shared));
 }
 
+training_job_actor SpawnTypedTrainingJob(caf::actor_system& system, TrainingJob job) {
+  return caf::actor_cast<training_job_actor>(SpawnTrainingJob(system, std::move(job)));
+}
+
 caf::error ExitReasonFromStatus(const Status& status) { return internal::StatusToError(status); }
 
 Status StatusFromExitReason(const caf::error& reason) {

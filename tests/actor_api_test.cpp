@@ -461,6 +461,35 @@ TEST_CASE("stop_and_wait_atom answers with the final checkpoint once durable, or
   }
 }
 
+TEST_CASE("a typed handle speaks the same protocol: subscribe, start, status, stop_and_wait, down") {
+  TempDir dir;
+  Model model;
+  Fixture fx;
+  caf::scoped_actor self{*fx.system};
+  TrainingJob spec = Job(model, dir.path(), 0);
+  spec.progress_every_steps = 1;
+  training_job_actor job = SpawnTypedTrainingJob(*fx.system, std::move(spec));
+  self->monitor(job);
+  self->send(job, subscribe_atom::value);
+  self->send(job, start_atom::value);
+  bool progressed = false;
+  self->receive([&](const ProgressStep& p) { progressed = p.global_step >= 1; },
+                caf::after(seconds(60)) >> [] {});
+  CHECK(progressed);
+  self->request(job, seconds(10), job_status_atom::value)
+      .receive([&](const JobStatus& s) { CHECK(s.state == "running"); },
+               [&](caf::error& e) { FAIL("status: " << fx.system->render(e)); });
+  std::string final_path;
+  self->request(job, seconds(60), stop_and_wait_atom::value)
+      .receive([&](const CheckpointSaved& c) { final_path = c.path; },
+               [&](caf::error& e) { FAIL("stop_and_wait: " << fx.system->render(e)); });
+  CHECK(absl::StartsWith(final_path, dir.path() + "/model.ckpt-"));
+  // The plain handle is the same actor.
+  CHECK(caf::actor_cast<caf::actor>(job).address() == job.address());
+  Status outcome = AwaitDown(self, caf::actor_cast<caf::actor>(job));
+  CHECK_MESSAGE(outcome.ok(), outcome.ToString());
+}
+
 TEST_CASE("JobStatus names the job") {
   TempDir dir;
   Model model;

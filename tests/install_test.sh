@@ -89,6 +89,14 @@ build actor_training $actor_flags
 build fault_injection $flags
 build installed_mlp_job $flags
 
+# The typed handle: a message outside the job's protocol does not compile.
+cp "$source_root/tests/support/typed_job_misuse.cpp" "$stage/src/"
+(cd "$stage/src" && c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only typed_job_misuse.cpp $actor_flags) ||
+  fail "typed_job_misuse.cpp with a correct message did not compile"
+misuse=$(cd "$stage/src" && c++ -std=c++17 -fsyntax-only -DFOREMAN_MISUSE typed_job_misuse.cpp $actor_flags 2>&1) &&
+  fail "sending a ProgressStep to a training_job_actor compiled"
+grep -q 'receiver does not accept given message' <<<"$misuse" || fail "the misuse failed for another reason: $misuse"
+
 # run NAME ARGS...: runs a built program in the stage with the installed
 # library; prints its output; fails the test on a missing binary or a
 # non-zero exit (then prints nothing).

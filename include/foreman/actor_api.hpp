@@ -115,6 +115,8 @@
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
 #include "foreman/monitored_session.hpp"
 #include "foreman/session.hpp"
@@ -255,6 +257,34 @@ struct TrainingJob {
 /// detached actor on start). Never fails: a job whose session cannot be
 /// created exits with that error. Thread-safe (any thread, any actor).
 caf::actor SpawnTrainingJob(caf::actor_system& system, TrainingJob job);
+
+/// The job's protocol (the list at the top of this file) as a typed handle,
+/// CAF's typed_actor: sending it a message it does not take, or handling a
+/// reply as the wrong type, is a compile error at the sender.
+using training_job_actor =
+    caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to<stop_atom>,
+                     caf::replies_to<stop_and_wait_atom>::with<CheckpointSaved>,
+                     caf::replies_to<job_status_atom>::with<JobStatus>, caf::reacts_to<subscribe_atom>,
+                     caf::reacts_to<subscribe_atom, caf::actor>, caf::reacts_to<unsubscribe_atom>,
+                     caf::reacts_to<unsubscribe_atom, caf::actor>>;
+
+/// SpawnTrainingJob, returning the typed handle of the same actor: monitor
+/// it, send_exit it and receive its messages as with the plain one;
+/// caf::actor_cast<caf::actor>(handle) gives the plain handle back.
+/// Thread-safe.
+///
+///   ```cpp
+///   foreman::training_job_actor job = foreman::SpawnTypedTrainingJob(system, std::move(job_spec));
+///   self->send(job, foreman::start_atom::value);
+///   self->request(job, std::chrono::seconds(10), foreman::job_status_atom::value)
+///       .receive([](const foreman::JobStatus& s) { std::printf("%s: %s\n", s.job_id.c_str(), s.state.c_str()); },
+///                [](caf::error&) {});
+///   // Stop, and hear back once the final checkpoint is durable.
+///   self->request(job, std::chrono::minutes(10), foreman::stop_and_wait_atom::value)
+///       .receive([](const foreman::CheckpointSaved& c) { std::printf("final checkpoint %s\n", c.path.c_str()); },
+///                [&](caf::error& e) { std::printf("%s\n", system.render(e).c_str()); });
+///   ```
+training_job_actor SpawnTypedTrainingJob(caf::actor_system& system, TrainingJob job);
 
 /// Registers Foreman's error category (code and message of a Status) in
 /// `config`, so that system.render(err) prints it, and the typed messages
