@@ -7,7 +7,11 @@
 // arguments are evaluated only when the level is enabled.
 #pragma once
 
+#include <string>
+
 #include <spdlog/logger.h>
+
+#include "foreman/logging.hpp"
 
 namespace foreman::internal {
 
@@ -19,13 +23,17 @@ spdlog::logger& Logger();
 
 }  // namespace foreman::internal
 
-/// Logs at `level` (a spdlog::level::level_enum). Internal.
-#define FOREMAN_LOG_AT_(level, ...)                                         \
-  do {                                                                      \
-    ::spdlog::logger& foreman_logger_ = ::foreman::internal::Logger();      \
-    if (foreman_logger_.should_log(level)) {                                \
-      foreman_logger_.log(level, __VA_ARGS__);                              \
-    }                                                                       \
+/// Logs at `level` (a spdlog::level::level_enum). Internal. The formatted
+/// message goes through EscapeForTerminal (logging.hpp): one line, no
+/// control characters, whatever the arguments held.
+#define FOREMAN_LOG_AT_(level, ...)                                                    \
+  do {                                                                                 \
+    ::spdlog::logger& foreman_logger_ = ::foreman::internal::Logger();                 \
+    if (foreman_logger_.should_log(level)) {                                           \
+      const std::string foreman_message_ = ::fmt::format(__VA_ARGS__);                 \
+      foreman_logger_.log(level, ::spdlog::string_view_t(::foreman::EscapeForTerminal( \
+                                     foreman_message_)));                              \
+    }                                                                                  \
   } while (false)
 
 #define FOREMAN_LOG_TRACE(...) FOREMAN_LOG_AT_(::spdlog::level::trace, __VA_ARGS__)

@@ -18,7 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -34,25 +33,9 @@ namespace {
 // -- levels and patterns ------------------------------------------------------
 
 /// "[2026-11-29 18:30:00.123] [I] message"; the level letter is coloured on a
-/// colour terminal; %* is the message through EscapeForTerminal.
-constexpr char kPattern[] = "[%Y-%m-%d %H:%M:%S.%e] [%^%L%$] %*";
-
-/// The %* flag: the message as one line with no control character in it
-/// (EscapeForTerminal).
-class EscapedMessage final : public spdlog::custom_flag_formatter {
- public:
-  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
-    const std::string escaped = EscapeForTerminal(absl::string_view(msg.payload.data(), msg.payload.size()));
-    dest.append(escaped.data(), escaped.data() + escaped.size());
-  }
-  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<EscapedMessage>(); }
-};
-
-std::unique_ptr<spdlog::formatter> MakeFormatter() {
-  auto formatter = std::make_unique<spdlog::pattern_formatter>();
-  formatter->add_flag<EscapedMessage>('*').set_pattern(kPattern);
-  return formatter;
-}
+/// colour terminal. The message was escaped by FOREMAN_LOG_AT_
+/// (EscapeForTerminal) before it got here.
+constexpr char kPattern[] = "[%Y-%m-%d %H:%M:%S.%e] [%^%L%$] %v";
 
 spdlog::level::level_enum ToSpdlog(LogLevel level) {
   switch (level) {
@@ -91,7 +74,7 @@ struct LoggerState {
 
 std::shared_ptr<spdlog::sinks::sink> MakeStderrSink() {
   auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>(spdlog::color_mode::automatic);
-  sink->set_formatter(MakeFormatter());
+  sink->set_pattern(kPattern);
   return sink;
 }
 
@@ -147,7 +130,7 @@ StatusOr<std::vector<std::shared_ptr<spdlog::sinks::sink>>> MakeSinks(const LogO
     try {
       auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(options.file_path,
                                                                       /*truncate=*/false);
-      file->set_formatter(MakeFormatter());
+      file->set_pattern(kPattern);
       sinks.push_back(std::move(file));
     } catch (const spdlog::spdlog_ex& e) {
       return absl::InternalError(
