@@ -19,7 +19,7 @@ rooms=(cluster compute data fault formats nn platform runtime train)
 actual=$(find src -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | sort | tr '\n' ' ')
 [[ $actual == "${rooms[*]} " ]] || fail "src/ holds '$actual', expected '${rooms[*]} '"
 
-allowed_caf='^(actors/|include/foreman/actor_api\.hpp$|tools/examples/actor_training\.cpp$|tests/(actor_api|actors|cluster_net|cluster_server|input_pipeline|ps_shard)_test\.cpp$|tests/doc_examples_main\.cpp$|tests/support/doc_example_fixture\.hpp$)'
+allowed_caf='^(actors/|include/foreman/actor_api\.hpp$|tools/examples/actor_training\.cpp$|tests/(actor_api|actors|cluster_net|cluster_server|input_pipeline|ps_shard)_test\.cpp$|tests/doc_examples_main\.cpp$|tests/support/doc_example_fixture\.hpp$|tests/support/typed_job_misuse\.cpp$)'
 while IFS= read -r file; do
   [[ $file =~ $allowed_caf ]] || fail "$file includes CAF (only actors/ and the actor API may)"
 done < <(grep -rlE '#[[:space:]]*include[[:space:]]*[<"]caf/' src actors include tools tests --include='*.cpp' \

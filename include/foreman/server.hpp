@@ -29,6 +29,14 @@
 // module (mutual TLS); heartbeats and the connection timeout from
 // ServerOptions.cluster on every task. A task binds exactly the address the
 // spec gives it. Thread-safety: every method may be called from any thread.
+//
+// Process-wide (README, "What libforeman changes in the whole process"):
+// libforeman interposes OpenSSL's SSL_read, SSL_write, SSL_accept and
+// SSL_connect (each clears the thread's error queue first, as OpenSSL asks
+// of every caller) and CAF's basp::valid and basp::instance::handle (before
+// a connection's handshake only a handshake of at most 64 KiB, after it no
+// payload over the configured bound: refused before CAF allocates for it,
+// for every CAF node in the process).
 #pragma once
 
 #include <cstdint>
