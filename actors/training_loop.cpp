@@ -49,11 +49,12 @@ class JobProgressHook : public SessionRunHook, public internal::ServiceUser {
   void AttachServices(internal::Services* services) override {
     if (services == nullptr) return;
     services->ObserveSaves([shared = shared_](int64_t global_step, const std::string& path) {
+      const CheckpointSaved saved{shared->id, global_step, path};
       {
         MutexLock lock(shared->mu);
-        shared->last_saved = CheckpointSaved{shared->id, global_step, path};
+        shared->last_saved = saved;
       }
-      if (shared->observed()) shared->Publish(CheckpointSaved{"", global_step, path});  // Publish sets job_id
+      if (shared->observed()) shared->Publish(saved);
     });
   }
   Status after_create_session(Session* session, Coordinator* /*coord*/) override {

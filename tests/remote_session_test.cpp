@@ -235,6 +235,22 @@ TEST_CASE("Session::Create binds the global variables without a device, in decla
 
 // -- reads and writes --------------------------------------------------------------
 
+// The chief's session, prepared by its session manager with the default
+// init op (which writes the ps once).
+std::unique_ptr<Session> InitializedChief(FakeCluster& cluster, std::shared_ptr<Graph> graph) {
+  SessionManagerOptions manager_options;
+  manager_options.graph = graph;
+  manager_options.local_init_op = DefaultLocalInitOp();
+  auto manager = SessionManager::Create(manager_options);
+  REQUIRE(manager.ok());
+  PrepareSessionOptions prepare;
+  prepare.init_op = DefaultInitOp();
+  prepare.config = OneThread();
+  auto chief = (*manager)->prepare_session(cluster.target("chief"), prepare);
+  REQUIRE_MESSAGE(chief.ok(), chief.status().ToString());
+  return std::move(chief).value();
+}
+
 TEST_CASE("reads refresh the mirror first; only the chief's init op and restore write to the ps") {
   FakeCluster cluster("rw", 2, Adam());
   auto log = std::make_shared<StepLog>();
@@ -251,16 +267,7 @@ TEST_CASE("reads refresh the mirror first; only the chief's init op and restore 
   CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == 1);
 
   // The default init op under the chief's session manager writes once.
-  SessionManagerOptions manager_options;
-  manager_options.graph = graph;
-  manager_options.local_init_op = DefaultLocalInitOp();
-  auto manager = SessionManager::Create(manager_options);
-  REQUIRE(manager.ok());
-  PrepareSessionOptions prepare;
-  prepare.init_op = DefaultInitOp();
-  prepare.config = OneThread();
-  auto chief = (*manager)->prepare_session(cluster.target("chief"), prepare);
-  REQUIRE_MESSAGE(chief.ok(), chief.status().ToString());
+  std::unique_ptr<Session> chief = InitializedChief(cluster, graph);
   CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);
   CHECK(Int(cluster.ps().Value("global_step")) == 0);
   CHECK(cluster.ps().ShardOf("input_position") == -1);  // the task's own stays in its mirror
@@ -269,17 +276,17 @@ TEST_CASE("reads refresh the mirror first; only the chief's init op and restore 
   // A hook's WithVariables reads and never writes, even when it changes
   // the mirror: the next read replaces the change with the ps's value.
   const int reads = cluster.ps().calls(FakeRemoteValues::kRead);
-  REQUIRE_OK((*chief)->WithVariables([](VariableStore& vars) { return SetGlobalStep(vars, 41); }));
+  REQUIRE_OK(chief->WithVariables([](VariableStore& vars) { return SetGlobalStep(vars, 41); }));
   CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == reads + 1);
   CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);
   CHECK(Int(cluster.ps().Value("global_step")) == 0);
-  CHECK(*(*chief)->GlobalStep() == 0);  // GlobalStep reads first
+  CHECK(*chief->GlobalStep() == 0);  // GlobalStep reads first
   CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == reads + 2);
-  CHECK((*chief)->Snapshot().count("dense/kernel") == 1);
+  CHECK(chief->Snapshot().count("dense/kernel") == 1);
   CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == reads + 3);
 
   // A run reads, then its update goes to the ps and its global_step comes back.
-  REQUIRE((*chief)->Run({"train_op"}).ok());
+  REQUIRE(chief->Run({"train_op"}).ok());
   CHECK(log->remote);
   CHECK(cluster.ps().calls(FakeRemoteValues::kApply) == 1);
   CHECK(cluster.ps().applied_at() == std::vector<int64_t>{0});
@@ -288,40 +295,27 @@ TEST_CASE("reads refresh the mirror first; only the chief's init op and restore 
   // UNAVAILABLE from a read comes out of each reader unchanged.
   const Status down = absl::UnavailableError("fake ps 1 at 127.0.0.1:1 is unreachable");
   cluster.ps().FailNext(FakeRemoteValues::kRead, down, 3);
-  CHECK((*chief)->Run({"train_op"}).status() == down);
-  CHECK((*chief)->GlobalStep().status() == down);
-  CHECK((*chief)->WithVariables([](VariableStore&) { return absl::OkStatus(); }) == down);
+  CHECK(chief->Run({"train_op"}).status() == down);
+  CHECK(chief->GlobalStep().status() == down);
+  CHECK(chief->WithVariables([](VariableStore&) { return absl::OkStatus(); }) == down);
   CHECK(log->steps == 1);  // no step ran on a failed read
   cluster.ps().FailNext(FakeRemoteValues::kApply, down);
-  CHECK((*chief)->Run({"train_op"}).status() == down);
+  CHECK(chief->Run({"train_op"}).status() == down);
   cluster.ps().FailNext(FakeRemoteValues::kRead, down);
-  CHECK(DefaultReadyOp()(**chief).status() == down);  // the ready check: UNAVAILABLE, not "uninitialized"
+  CHECK(DefaultReadyOp()(*chief).status() == down);  // the ready check: UNAVAILABLE, not "uninitialized"
   // The public UninitializedVariables has no error: the ps tasks' variables
   // are reported, the task's own by its mirror.
   cluster.ps().FailNext(FakeRemoteValues::kRead, down);
-  missing = (*chief)->UninitializedVariables(/*include_local=*/true);
+  missing = chief->UninitializedVariables(/*include_local=*/true);
   CHECK(std::find(missing.begin(), missing.end(), "global_step") != missing.end());
   CHECK(std::find(missing.begin(), missing.end(), "dense/kernel") != missing.end());
   CHECK(std::find(missing.begin(), missing.end(), "input_position") == missing.end());
-  CHECK((*chief)->UninitializedVariables(true).empty());  // reachable again
+  CHECK(chief->UninitializedVariables(true).empty());  // reachable again
 }
 
 // Issue 30 bug 4: graph.hpp's local way of writing a step (update
 // variables() in place, increment global_step) on a cluster never trained,
 // silently: the next read overwrote the change.
-std::unique_ptr<Session> InitializedChief(FakeCluster& cluster, std::shared_ptr<Graph> graph) {
-  SessionManagerOptions manager_options;
-  manager_options.graph = graph;
-  manager_options.local_init_op = DefaultLocalInitOp();
-  auto manager = SessionManager::Create(manager_options);
-  REQUIRE(manager.ok());
-  PrepareSessionOptions prepare;
-  prepare.init_op = DefaultInitOp();
-  prepare.config = OneThread();
-  auto chief = (*manager)->prepare_session(cluster.target("chief"), prepare);
-  REQUIRE_MESSAGE(chief.ok(), chief.status().ToString());
-  return std::move(chief).value();
-}
 
 TEST_CASE("issue 30: a cluster step that updates variables() in place fails with FAILED_PRECONDITION naming it") {
   SUBCASE("TrainStep and IncrementGlobalStep: global_step named, every run") {
@@ -370,17 +364,8 @@ TEST_CASE("issue 30: a cluster step that updates variables() in place fails with
 TEST_CASE("a run reads all but the optimizer slots (ReadForStep); a run fetching a slot reads them all") {
   FakeCluster cluster("step_reads", 2, Adam());
   auto graph = MlpGraph(Adam(), std::make_shared<StepLog>());
-  SessionManagerOptions manager_options;
-  manager_options.graph = graph;
-  manager_options.local_init_op = DefaultLocalInitOp();
-  auto manager = SessionManager::Create(manager_options);
-  REQUIRE(manager.ok());
-  PrepareSessionOptions prepare;
-  prepare.init_op = DefaultInitOp();
-  prepare.config = OneThread();
-  auto chief = (*manager)->prepare_session(cluster.target("chief"), prepare);
-  REQUIRE_MESSAGE(chief.ok(), chief.status().ToString());
-  Session& s = **chief;
+  std::unique_ptr<Session> chief = InitializedChief(cluster, graph);
+  Session& s = *chief;
   const auto same = [&](const Tensor& t, const std::string& name) {
     StatusOr<Tensor> remote = cluster.ps().Value(name);
     REQUIRE_MESSAGE(remote.ok(), name);

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -264,10 +264,10 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
   }
   FOREMAN_ASSIGN_OR_RETURN(std::shared_ptr<internal::SessionValues> values, internal::ResolveSessionTarget(target));
   graph->Finalize();  // B19 / B93: creating a session finalizes the graph
+  // The variables replica_device_setter puts on the ps tasks: the global
+  // ones without a device, in declaration (creation) order.
+  std::vector<std::string> remote_names;
   if (values->remote != nullptr) {
-    // The variables replica_device_setter puts on the ps tasks: the global
-    // ones without a device, in declaration (creation) order.
-    std::vector<std::string> remote_names;
     for (const VariableDef& def : graph->variables()) {
       if (!def.local && def.device.empty()) remote_names.push_back(def.name);
     }
@@ -276,11 +276,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<Graph> graph,
   }
 
   auto impl = std::make_unique<Impl>();
-  if (values->remote != nullptr) {
-    for (const VariableDef& def : graph->variables()) {
-      if (!def.local && def.device.empty()) impl->remote_names.push_back(def.name);
-    }
-  }
+  impl->remote_names = std::move(remote_names);
   impl->known_fetches = KnownFetches(*graph);
   for (const VariableDef& def : graph->variables()) impl->variable_names.push_back(def.name);
   std::sort(impl->variable_names.begin(), impl->variable_names.end());

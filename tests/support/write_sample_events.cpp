@@ -4,6 +4,7 @@
 // the second argument, the file holds instead a tag, a checkpoint path and a
 // text with control characters, a bidi override and a byte that is not UTF-8.
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -13,12 +14,18 @@
 
 namespace {
 
+// A writer into `logdir` on `clock`, as host "testhost".
+foreman::StatusOr<std::unique_ptr<foreman::EventFileWriter>> SampleWriter(const std::string& logdir,
+                                                                          foreman::ManualClock* clock) {
+  foreman::EventFileWriterOptions options;
+  options.clock = clock;
+  options.hostname = "testhost";
+  return foreman::EventFileWriter::Create(logdir, options);
+}
+
 foreman::Status WriteSample(const std::string& logdir) {
   foreman::ManualClock clock;
-  foreman::EventFileWriterOptions options;
-  options.clock = &clock;
-  options.hostname = "testhost";
-  FOREMAN_ASSIGN_OR_RETURN(auto writer, foreman::EventFileWriter::Create(logdir, options));
+  FOREMAN_ASSIGN_OR_RETURN(auto writer, SampleWriter(logdir, &clock));
   FOREMAN_RETURN_IF_ERROR(writer->AddSessionLog(foreman::SessionLogStatus::kStart, 0));
   clock.Advance(absl::Milliseconds(500));
   FOREMAN_ASSIGN_OR_RETURN(
@@ -38,10 +45,7 @@ foreman::Status WriteSample(const std::string& logdir) {
 
 foreman::Status WriteHostile(const std::string& logdir) {
   foreman::ManualClock clock;
-  foreman::EventFileWriterOptions options;
-  options.clock = &clock;
-  options.hostname = "testhost";
-  FOREMAN_ASSIGN_OR_RETURN(auto writer, foreman::EventFileWriter::Create(logdir, options));
+  FOREMAN_ASSIGN_OR_RETURN(auto writer, SampleWriter(logdir, &clock));
   FOREMAN_RETURN_IF_ERROR(writer->AddSummary(
       foreman::MergeSummaries({foreman::ScalarSummary("loss\nstep 9  wall 0  scalar  loss = 0\x1b[2J", 0.5f),
                                foreman::TextSummary("note\xe2\x80\xae", "a\rb\xff")}),

@@ -83,12 +83,14 @@ int RunLocal(const LocalFlags& f, const std::vector<std::string>& train_flags) {
   // Each task's lines, prefixed with it ("[worker 1] ..."), on the stream it used.
   options.on_task_line = [](std::string_view task, bool is_stderr, std::string_view line) {
     FILE* to = is_stderr ? stderr : stdout;
-    const std::string safe = EscapeForTerminal(absl::string_view(line.data(), line.size()));  // a task's line stays one line
+    // A task's line stays one line.
+    const std::string safe = EscapeForTerminal(absl::string_view(line.data(), line.size()));
     std::fprintf(to, "[%.*s] %s\n", static_cast<int>(task.size()), task.data(), safe.c_str());
     std::fflush(to);
   };
   options.on_message = [](std::string_view m) {
-    std::fprintf(stderr, "foreman cluster local: %s\n", EscapeForTerminal(absl::string_view(m.data(), m.size())).c_str());
+    const std::string safe = EscapeForTerminal(absl::string_view(m.data(), m.size()));
+    std::fprintf(stderr, "foreman cluster local: %s\n", safe.c_str());
     std::fflush(stderr);
   };
   StatusOr<LocalClusterResult> result = RunLocalCluster(options);

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "command.hpp"
-#include "foreman/session.hpp"
 #include "foreman/logging.hpp"
+#include "foreman/session.hpp"
 
 namespace foreman::cli {
 namespace {

@@ -38,8 +38,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "command.hpp"
-#include "foreman/logging.hpp"
 #include "foreman/event_reader.hpp"
+#include "foreman/logging.hpp"
 
 namespace foreman::cli {
 
