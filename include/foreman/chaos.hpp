@@ -27,13 +27,30 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "foreman/env.hpp"
 #include "foreman/status.hpp"
 
 namespace foreman {
+
+/// What `disk` "sim" gives each simulated process of the job: the
+/// process's whole world apart from memory.
+struct SimulatedProcess {
+  /// The file system: --checkpoint-dir on the simulated disk (a MemEnv,
+  /// foreman/mem_env.hpp's crash model), every other path the real one,
+  /// read-only. Not owned; valid during the call.
+  Env* env = nullptr;
+  /// The log's file, on the real disk, instead of <checkpoint-dir>/train.log.
+  std::string log_file;
+  /// Called on the thread that saved, when a checkpoint save is reported
+  /// durable (CheckpointSaverListener::after_save) and before training goes
+  /// on, with its global_step and prefix: the harness checks it there.
+  std::function<void(int64_t global_step, const std::string& prefix)> on_durable_save;
+};
 
 /// What to run. The fields mirror `foreman chaos`'s flags, and RunChaos's
 /// INVALID_ARGUMENT messages name them by those flags ("--seeds must be in
@@ -43,8 +60,10 @@ struct ChaosOptions {
   /// passes "/proc/self/exe": itself): a path, run without a PATH search.
   /// Empty, or not an executable file: INVALID_ARGUMENT naming it.
   std::string foreman_program;
-  /// "disk", "steps", "actors", "signals", "all" or "cluster" (the tasks of
-  /// a local cluster killed and restarted); "" with no plan_file: "all".
+  /// "disk", "steps", "actors", "signals", "all", "cluster" (the tasks of
+  /// a local cluster killed and restarted) or "power" (power cuts and torn
+  /// writes over the simulated disk: disk "sim"); "" with no plan_file:
+  /// "all".
   std::string preset;
   /// A JSON fault plan (FaultPlan's file format, foreman/fault.hpp), used
   /// for every seed (its seed replaced); may hold "changes_training": true
@@ -66,6 +85,22 @@ struct ChaosOptions {
   /// The limit of each `foreman train` process in seconds, in (0, 86400]
   /// (past it the process group is killed: a hang).
   double timeout_secs = 60;
+  /// "real" (or ""): each process of the job is a `foreman_program train`
+  /// child on the real disk. "sim": power loss -- each process is
+  /// `train_in_process` over a simulated disk that a crash fault cuts the
+  /// power of (what was not made durable by the Env's sync rules is lost or
+  /// torn), restarted over what survived; checkpoints are checked when
+  /// their save is reported durable, against an image of the disk after a
+  /// power cut at that instant. Not with --preset cluster, nor with a plan's
+  /// process faults (a signal would end the harness). Preset "power" is
+  /// this mode's (and implies it).
+  std::string disk;
+  /// With disk "sim": runs `foreman train` with `args` (args[0] == "train")
+  /// in this process over `process` and returns its exit code; called from
+  /// the thread that called RunChaos, one call at a time, each one a whole
+  /// process's life (everything it started ended when it returns). The CLI
+  /// passes its own train command. Unset under "sim": INVALID_ARGUMENT.
+  std::function<int(const std::vector<std::string>& args, const SimulatedProcess& process)> train_in_process;
   /// `foreman train` flags; empty: the preset's default job. May not set
   /// --checkpoint-dir, --fault-plan or --run-record (set per seed), nor,
   /// under the cluster preset, the cluster flags it sets.

@@ -60,6 +60,16 @@ class MemEnv : public Env {
 
   /// Mutating operations that succeeded since construction.
   int64_t mutating_operations() const;
+  /// Crash() calls since construction.
+  int64_t crashes() const;
+  /// A new MemEnv holding exactly what a Crash() now would leave (synced
+  /// data, durable names; no locks), this one unchanged: what a checker
+  /// reads to see whether something reported durable is. Costs a copy of
+  /// every durable byte. Thread-safe.
+  std::unique_ptr<MemEnv> DurableImage() const;
+  /// Whether `path` (any spelling: "a/./b" is "a/b") is locked by a
+  /// LockFile() whose lock is still held. Thread-safe.
+  bool IsLocked(const std::string& path) const;
 
   // -- Env ---------------------------------------------------------------------
 

@@ -66,8 +66,21 @@ Status CheckFlags(const ChaosOptions& o, ChaosRun& run) {
   run.preset = o.preset.empty() && o.plan_file.empty() ? "all" : o.preset;
   const bool cluster = run.preset == "cluster";
   if (!run.preset.empty() && !cluster && !ChaosPresetPlan(run.preset, 0).ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--preset: unknown preset '", run.preset, "' (disk, steps, actors, signals, all or cluster)"));
+    return absl::InvalidArgumentError(absl::StrCat("--preset: unknown preset '", run.preset,
+                                                   "' (disk, steps, actors, signals, all, power or cluster)"));
+  }
+  if (!o.disk.empty() && o.disk != "real" && o.disk != "sim") {
+    return absl::InvalidArgumentError(absl::StrCat("--disk: '", o.disk, "' is not real or sim"));
+  }
+  run.sim = o.disk == "sim" || run.preset == "power";
+  if (run.preset == "power" && o.disk == "real") {
+    return absl::InvalidArgumentError("--preset power cuts the power of a simulated disk: not with --disk real");
+  }
+  if (run.sim && cluster) {
+    return absl::InvalidArgumentError("--disk sim runs one simulated process at a time: not with --preset cluster");
+  }
+  if (run.sim && !o.train_in_process) {
+    return absl::InvalidArgumentError("--disk sim: ChaosOptions::train_in_process is not set");
   }
   if (o.seed.has_value() && (o.seeds.has_value() || o.first_seed.has_value())) {
     return absl::InvalidArgumentError("give --seed K (one seed) or --seeds N [--first-seed K], not both");
@@ -203,18 +216,18 @@ void FinishWorkDirectory(const ChaosRun& run, ChaosReport* report) {
 StatusOr<ChaosReport> RunChaos(const ChaosOptions& options, ChaosObserver* observer) {
   ChaosObserver silent;
   internal::ChaosRun run(options, observer != nullptr ? *observer : silent);
-  if (options.foreman_program.empty()) {
+  FOREMAN_RETURN_IF_ERROR(internal::CheckFlags(options, run));
+  if (!run.sim && options.foreman_program.empty()) {
     return absl::InvalidArgumentError("ChaosOptions::foreman_program is empty: give the foreman executable");
   }
   // Run by execve (no PATH search): a path that is not an executable file
   // would fail every seed as an exit 127.
   struct stat st {};
-  if (::stat(options.foreman_program.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-      ::access(options.foreman_program.c_str(), X_OK) != 0) {
+  if (!run.sim && (::stat(options.foreman_program.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+                   ::access(options.foreman_program.c_str(), X_OK) != 0)) {
     return absl::InvalidArgumentError(absl::StrCat("ChaosOptions::foreman_program: ", options.foreman_program,
                                                    " is not an executable file (a path: no PATH search)"));
   }
-  FOREMAN_RETURN_IF_ERROR(internal::CheckFlags(options, run));
   if (!options.plan_file.empty()) FOREMAN_RETURN_IF_ERROR(internal::ReadPlanFile(options.plan_file, run));
   if (!options.json_path.empty()) FOREMAN_RETURN_IF_ERROR(internal::CheckWritable(options.json_path));
   if (run.preset == "cluster") {

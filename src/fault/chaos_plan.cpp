@@ -92,10 +92,46 @@ nlohmann::json ActorFault(SplitMix64Stream& rng, const std::string& id) {
   return f;
 }
 
+// A power cut (--disk sim): at a probabilistic point among one kind of
+// mutating file operation, so that every such operation of the run is a
+// candidate and a seed's points are the same however threads interleave
+// (the draws are keyed per file, FaultyEnv's). Half of them aim at the
+// checkpoint's commit protocol (its files and the state file), where a
+// crash between two steps is what finds a missing sync.
+nlohmann::json PowerCut(SplitMix64Stream& rng, const std::string& id) {
+  static constexpr const char* kOps[] = {"new_writable", "append", "flush", "sync", "close",
+                                         "rename",       "delete", "create_dir", "sync_dir"};
+  static constexpr const char* kCommitPaths[] = {"*.data-*", "*.index*", "*/checkpoint*", "*/run"};
+  nlohmann::json f;
+  f["id"] = id;
+  f["type"] = "env";
+  f["kind"] = "crash";
+  f["op"] = Pick(rng, kOps);
+  const bool commit = rng.Uniform(0, 1) == 1;
+  f["path"] = commit ? Pick(rng, kCommitPaths) : "*";
+  // One point in about `every` operations of its kind and paths.
+  const int64_t every = commit ? rng.Uniform(1, 40) : rng.Uniform(2, 400);
+  f["probability"] = 1.0 / static_cast<double>(every);
+  return f;
+}
+
+// A write torn by the next power cut: its first half durable, the rest not.
+nlohmann::json TornWrite(SplitMix64Stream& rng, const std::string& id) {
+  static constexpr const char* kPaths[] = {"*", "*.data-*", "*.index*", "*events.out.tfevents*"};
+  nlohmann::json f;
+  f["id"] = id;
+  f["type"] = "env";
+  f["kind"] = "torn_write";
+  f["op"] = "append";
+  f["path"] = Pick(rng, kPaths);
+  f["probability"] = 1.0 / static_cast<double>(rng.Uniform(1, 60));
+  return f;
+}
+
 }  // namespace
 
 const std::vector<std::string>& ChaosPresetNames() {
-  static const std::vector<std::string> names = {"disk", "steps", "actors", "signals", "all"};
+  static const std::vector<std::string> names = {"disk", "steps", "actors", "signals", "all", "power"};
   return names;
 }
 
@@ -124,9 +160,14 @@ StatusOr<nlohmann::json> ChaosPresetPlan(const std::string& preset, uint64_t see
         default: faults.push_back(SignalFault(rng, absl::StrCat("signal-", i))); break;
       }
     }
+  } else if (preset == "power") {
+    const int64_t n = rng.Uniform(1, 3);
+    for (int64_t i = 1; i <= n; ++i) faults.push_back(PowerCut(rng, absl::StrCat("power-", i)));
+    if (rng.Uniform(0, 1) == 1) faults.push_back(TornWrite(rng, "torn-1"));
+    if (rng.Uniform(0, 3) == 0) faults.push_back(DiskFault(rng, "disk-1"));
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--preset: unknown preset '", preset, "' (disk, steps, actors, signals or all)"));
+        absl::StrCat("--preset: unknown preset '", preset, "' (disk, steps, actors, signals, all or power)"));
   }
   nlohmann::json plan;
   plan["seed"] = seed;

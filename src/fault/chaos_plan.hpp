@@ -16,7 +16,7 @@
 namespace foreman::internal {
 
 /// The preset names, in the order --help lists them: "disk", "steps",
-/// "signals", "all".
+/// "actors", "signals", "all", "power".
 const std::vector<std::string>& ChaosPresetNames();
 
 /// The plan of `preset` for `seed` (its "seed" field is `seed`):
@@ -25,7 +25,11 @@ const std::vector<std::string>& ChaosPresetNames();
 ///   steps    1-2 step faults: ABORTED, UNAVAILABLE, INTERNAL or a NaN loss at
 ///            a global_step in [1, 199];
 ///   signals  1 process fault: SIGKILL or SIGTERM at a global_step in [1, 199];
-///   all      1-3 faults, each drawn from one of the three above.
+///   all      1-3 faults, each drawn from one of the three above;
+///   power    (--disk sim) 1-3 power cuts, each at a probabilistic point of
+///            one kind of mutating file operation (half of them on the
+///            checkpoint's files, the state file and the run directory),
+///            maybe a torn append, maybe a disk fault as `disk` draws it.
 /// Steps are drawn in [1, 199], the default job's 200 steps (a fault at a
 /// step the job does not reach does not fire). INVALID_ARGUMENT for an
 /// unknown preset. Thread-safe.

@@ -1,14 +1,26 @@
 // The one-process presets and plan files of RunChaos (chaos_process.hpp has
 // the layout of a seed's directory and the invariants).
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -17,10 +29,14 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "fault/chaos_oracle.hpp"
 #include "fault/chaos_plan.hpp"
 #include "fault/chaos_process.hpp"
 #include "fault/run_record.hpp"
+#include "fault/sim_disk.hpp"
+#include "foreman/dataset.hpp"
 #include "foreman/fault.hpp"
+#include "foreman/mem_env.hpp"
 #include "platform/subprocess.hpp"
 
 namespace foreman::internal {
@@ -28,6 +44,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+// The power preset's data: the first examples of Fashion-MNIST's sets.
+constexpr int64_t kSimTrainExamples = 2048;
+constexpr int64_t kSimTestExamples = 512;
 
 // The default job: about a second in the release build, fully deterministic
 // (one intra-op thread), a checkpoint every 20 steps, summaries every 10.
@@ -55,6 +75,7 @@ struct ChildResult {
   int exit_code = 0;  // as a shell reports it: 128 + signal when killed
   bool timed_out = false;
   bool left_processes = false;  // its process group outlived it (killed)
+  bool power_cut = false;       // --disk sim: the disk crashed during it
   int64_t elapsed_ms = 0;
 };
 
@@ -84,8 +105,195 @@ StatusOr<ChildResult> RunChild(const ChaosRun& run, const std::vector<std::strin
   return result;
 }
 
+// -- the simulated disk (--disk sim) ---------------------------------------------
+
+// One seed's simulated disk (or the baseline's), and what was checked as
+// its processes ran: each durable save against the disk a power cut at that
+// instant would leave.
+struct SimSeed {
+  SimSeed(const std::string& run_dir, Env* outside)
+      : disk(std::make_unique<MemEnv>()), env(std::make_unique<SimDisk>(disk.get(), run_dir, outside)) {}
+  std::unique_ptr<MemEnv> disk;
+  std::unique_ptr<SimDisk> env;
+  std::mutex mu;
+  // Findings of the checks made at durable saves, by invariant (at most
+  // kMaxDurableFindings each; the rest counted).
+  std::map<std::string, std::vector<std::string>> findings;
+  std::map<std::string, int64_t> findings_dropped;
+  int64_t last_durable_step = -1;  // of every process so far
+  int64_t durable_saves = 0;
+};
+
+constexpr std::size_t kMaxDurableFindings = 3;
+
+// Adds findings by invariant, keeping the first kMaxDurableFindings.
+class FindingsSink {
+ public:
+  FindingsSink(std::map<std::string, std::vector<std::string>>& kept, std::map<std::string, int64_t>& dropped)
+      : kept_(kept), dropped_(dropped) {}
+  struct Adder {
+    FindingsSink& sink;
+    std::string name;
+    void push_back(std::string finding) {
+      std::vector<std::string>& k = sink.kept_[name];
+      if (k.size() < kMaxDurableFindings) {
+        k.push_back(std::move(finding));
+      } else {
+        ++sink.dropped_[name];
+      }
+    }
+  };
+  Adder operator[](const std::string& name) { return Adder{*this, name}; }
+
+ private:
+  std::map<std::string, std::vector<std::string>>& kept_;
+  std::map<std::string, int64_t>& dropped_;
+};
+
+// The check at a save reported durable (on the saving thread): a power cut
+// now must leave that checkpoint whole and be what a restart restores; the
+// state file lists only whole checkpoints; the event files read.
+void CheckDurableSave(SimSeed& sim, const std::string& run_dir, int n, int64_t step) {
+  const std::unique_ptr<MemEnv> image = sim.disk->DurableImage();
+  std::vector<std::string> notes;
+  auto restore = OracleRestoreStep(image.get(), run_dir, &notes);
+  std::vector<std::string> bad = OracleBadListedCheckpoints(image.get(), run_dir);
+  const Status events = CheckScalarsOnce(image.get(), run_dir);
+  std::lock_guard<std::mutex> lock(sim.mu);
+  ++sim.durable_saves;
+  sim.last_durable_step = std::max(sim.last_durable_step, step);
+  // The first findings of each invariant in full, then a count (a lie of
+  // the disk fails every save alike).
+  FindingsSink f(sim.findings, sim.findings_dropped);
+  if (!restore.ok()) {
+    f["checkpoints_verify"].push_back(absl::StrCat("run ", n, ": the save of step ", step,
+                                                   " was reported durable; the disk a power cut then leaves does "
+                                                   "not read: ", restore.status().message()));
+  } else if (!restore->has_value() || **restore != step) {
+    f["checkpoints_verify"].push_back(absl::StrCat(
+        "run ", n, ": the save of step ", step, " was reported durable, but a power cut then leaves ",
+        restore->has_value() && **restore >= 0 ? absl::StrCat("step ", **restore, " as the checkpoint to restore")
+                                               : std::string("no whole checkpoint"),
+        notes.empty() ? "" : absl::StrCat(" (", absl::StrJoin(notes, "; "), ")")));
+  }
+  for (const std::string& b : bad) {
+    f["checkpoints_verify"].push_back(absl::StrCat("run ", n, ", at the durable save of step ", step,
+                                                   ": the state file after a power cut lists ", b));
+  }
+  if (!events.ok() && !absl::IsNotFound(events)) {
+    f["scalars_once"].push_back(
+        absl::StrCat("run ", n, ", at the durable save of step ", step, ", after a power cut: ", events.message()));
+  }
+}
+
+// Runs one simulated process: options.train_in_process over the seed's
+// disk, stdout and stderr into `log_path`, bounded by timeout_secs (past it
+// the harness exits: an in-process hang cannot be killed alone).
+StatusOr<ChildResult> RunSimulated(const ChaosRun& run, const std::vector<std::string>& args,
+                                   const std::string& log_path, SimSeed& sim, const std::string& run_dir, int n) {
+  SimulatedProcess process;
+  process.env = sim.env.get();
+  process.log_file = absl::StrCat(log_path, ".train.log");
+  process.on_durable_save = [&sim, run_dir, n](int64_t step, const std::string&) {
+    CheckDurableSave(sim, run_dir, n, step);
+  };
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", log_path, ": ", std::strerror(errno)));
+  const int saved_out = ::dup(1);
+  const int saved_err = ::dup(2);
+  ::dup2(fd, 1);
+  ::dup2(fd, 2);
+  ::close(fd);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  const double timeout_secs = run.options.timeout_secs;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (cv.wait_for(lock, std::chrono::duration<double>(timeout_secs), [&] { return done; })) return;
+    const std::string said = absl::StrCat("foreman chaos: a simulated process did not end within --timeout-secs ",
+                                          timeout_secs, " (", log_path, "); exiting, as its threads cannot be "
+                                          "killed alone\n");
+    if (::write(saved_err, said.data(), said.size()) < 0) {
+    }
+    std::_Exit(kTrainExitFailed);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t crashes_before = sim.disk->crashes();
+  ChildResult result;
+  result.exit_code = run.options.train_in_process(args, process);
+  result.elapsed_ms = MillisSince(start);
+  result.power_cut = sim.disk->crashes() > crashes_before;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::dup2(saved_out, 1);
+  ::dup2(saved_err, 2);
+  ::close(saved_out);
+  ::close(saved_err);
+  return result;
+}
+
+// The first `train`/`test` examples of the Fashion-MNIST files in `from`,
+// written as gzip IDX files into `to` (the power preset's job reads them:
+// the same job in a fraction of the load time).
+Status WriteDataSubset(const std::string& from, const std::string& to, int64_t train, int64_t test) {
+  std::error_code ec;
+  fs::create_directories(to, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", to, ": ", ec.message()));
+  struct File {
+    const char* name;
+    int64_t keep;
+  };
+  const File files[] = {{"train-images-idx3-ubyte.gz", train},
+                        {"train-labels-idx1-ubyte.gz", train},
+                        {"t10k-images-idx3-ubyte.gz", test},
+                        {"t10k-labels-idx1-ubyte.gz", test}};
+  for (const File& f : files) {
+    const std::string in_path = absl::StrCat(from, "/", f.name);
+    gzFile in = gzopen(in_path.c_str(), "rb");
+    if (in == nullptr) return absl::NotFoundError(absl::StrCat("cannot read ", in_path));
+    std::string bytes;
+    char buf[1 << 16];
+    int got = 0;
+    while ((got = gzread(in, buf, sizeof(buf))) > 0) bytes.append(buf, static_cast<std::size_t>(got));
+    gzclose(in);
+    if (bytes.size() < 8) return absl::InvalidArgumentError(absl::StrCat(in_path, ": not an IDX file"));
+    const int dims = static_cast<unsigned char>(bytes[3]);
+    const std::size_t header = 4 + 4 * static_cast<std::size_t>(dims);
+    int64_t per_example = 1;
+    for (int d = 1; d < dims; ++d) {
+      const auto* p = reinterpret_cast<const unsigned char*>(bytes.data() + 4 + 4 * d);
+      per_example *= (int64_t{p[0]} << 24) | (int64_t{p[1]} << 16) | (int64_t{p[2]} << 8) | p[3];
+    }
+    const std::size_t keep_bytes = header + static_cast<std::size_t>(per_example * f.keep);
+    if (bytes.size() < keep_bytes) return absl::InvalidArgumentError(absl::StrCat(in_path, ": too few examples"));
+    bytes.resize(keep_bytes);
+    for (int i = 0; i < 4; ++i) bytes[4 + i] = static_cast<char>((f.keep >> (24 - 8 * i)) & 0xff);
+    const std::string out_path = absl::StrCat(to, "/", f.name);
+    gzFile out = gzopen(out_path.c_str(), "wb1");
+    if (out == nullptr || gzwrite(out, bytes.data(), static_cast<unsigned>(bytes.size())) !=
+                              static_cast<int>(bytes.size())) {
+      if (out != nullptr) gzclose(out);
+      return absl::InternalError(absl::StrCat("cannot write ", out_path));
+    }
+    if (gzclose(out) != Z_OK) return absl::InternalError(absl::StrCat("cannot write ", out_path));
+  }
+  return absl::OkStatus();
+}
+
 std::string EndedBy(const ChildResult& child, const TrainLog& log) {
   if (child.timed_out) return "timeout (killed)";
+  if (child.power_cut) {
+    return log.stopped_by_fault.empty() ? "power cut" : absl::StrCat("power cut (", log.stopped_by_fault, ")");
+  }
   if (!log.stopped_by_fault.empty()) return absl::StrCat("injected fault ", log.stopped_by_fault);
   if (child.exit_code == 0) return log.stopped_by_signal ? "signal (graceful stop)" : "done";
   if (child.exit_code == 128 + SIGKILL) return "SIGKILL";
@@ -101,7 +309,18 @@ struct Job {
   std::string baseline_dir;
   int64_t baseline_step = -1;
   int64_t baseline_ms = 0;
+  // --disk sim: the baseline's disk, kept for the soak (each seed's disk
+  // reads it as its "outside": the final weights are compared there).
+  std::unique_ptr<SimSeed> baseline_sim;
 };
+
+// A process of the job: a child, or (--disk sim) a simulated process over
+// `sim`.
+StatusOr<ChildResult> RunJobProcess(const Job& job, const std::vector<std::string>& args, const std::string& log_path,
+                                    SimSeed* sim, const std::string& run_dir, int n) {
+  if (sim != nullptr) return RunSimulated(job.run, args, log_path, *sim, run_dir, n);
+  return RunChild(job.run, args, log_path);
+}
 
 // The command that replays `seed`; with `for_report`, absolute paths made
 // relative to the working directory (ReportWord).
@@ -114,6 +333,7 @@ std::string ReplayCommand(const Job& job, int64_t seed, bool for_report) {
   } else {
     absl::StrAppend(&cmd, " --preset ", job.run.preset);
   }
+  if (o.disk == "sim" && job.run.preset != "power") absl::StrAppend(&cmd, " --disk sim");
   absl::StrAppend(&cmd, " --seed ", seed);
   if (o.timeout_secs != 60) absl::StrAppend(&cmd, " --timeout-secs ", o.timeout_secs);
   if (!o.train_flags.empty()) {
@@ -155,6 +375,9 @@ StatusOr<std::vector<std::string>> PrepareSeed(const Job& job, const std::string
   // Always with --fault-plan (an empty plan injects nothing): foreman train
   // then writes the run record the invariants read.
   std::vector<std::string> args = {"train", "--checkpoint-dir", seed_dir + "/run", "--fault-plan", plan_path};
+  // A simulated process's record stays on the real disk: the harness's
+  // notes, which no power cut takes.
+  if (job.run.sim) args.insert(args.end(), {"--run-record", seed_dir + "/run_record.jsonl"});
   args.insert(args.end(), job.train_flags.begin(), job.train_flags.end());
   return args;
 }
@@ -210,19 +433,40 @@ ProcessRun RecordProcess(const Job& job, const std::string& run_dir, int n, cons
 // The job's processes until it is done, refused, hung or out of restarts;
 // true when it was done.
 StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const std::vector<std::string>& args,
-                            ProcessSeedReport& r) {
+                            SimSeed* sim, ProcessSeedReport& r) {
   const std::string run_dir = seed_dir + "/run";
   const std::string plan_path = seed_dir + "/plan.json";
   const std::string& plan_file = job.run.options.plan_file;
   std::size_t recorded = 0;  // the run record's events of the processes before
   for (int n = 0; n <= kChaosMaxRestarts; ++n) {
     const std::string log_path = absl::StrCat(seed_dir, "/run-", n, ".log");
-    FOREMAN_ASSIGN_OR_RETURN(ChildResult child, RunChild(job.run, args, log_path));
+    // --disk sim: what the oracle says this process must restore (the disk
+    // as the power cuts before left it).
+    std::optional<int64_t> oracle_restore;
+    std::vector<std::string> oracle_notes;
+    if (sim != nullptr && n > 0) {
+      auto step = OracleRestoreStep(sim->disk.get(), run_dir, &oracle_notes);
+      if (step.ok()) oracle_restore = step->value_or(-1);
+      for (const std::string& b : OracleBadListedCheckpoints(sim->disk.get(), run_dir)) {
+        r.invariants["checkpoints_verify"].Fail(
+            absl::StrCat("before run ", n, ": after the power cut the state file lists ", job.run.Rel(b)));
+      }
+      if (oracle_restore && *oracle_restore < sim->last_durable_step) {
+        r.invariants["checkpoints_verify"].Fail(absl::StrCat(
+            "before run ", n, ": the save of step ", sim->last_durable_step,
+            " was reported durable, but after the power cut the newest whole checkpoint is ",
+            *oracle_restore >= 0 ? absl::StrCat("step ", *oracle_restore) : std::string("none"),
+            oracle_notes.empty() ? "" : absl::StrCat(" (", absl::StrJoin(oracle_notes, "; "), ")")));
+      }
+    }
+    FOREMAN_ASSIGN_OR_RETURN(ChildResult child, RunJobProcess(job, args, log_path, sim, run_dir, n));
     job.run.observer.OnProcessExit(r.seed, n, run_dir);
     // What the process did: its events in the run record (the log's text
     // is read only for --restart-policy's service restart lines).
     std::vector<nlohmann::json> events;
-    if (auto record = ReadRunRecord(job.run.env, run_dir); !record.ok()) {
+    auto record = sim != nullptr ? ReadRunRecordFile(Env::Default(), seed_dir + "/run_record.jsonl")
+                                 : ReadRunRecord(job.run.env, run_dir);
+    if (!record.ok()) {
       r.invariants["global_step"].Fail(
           absl::StrCat("after run ", n, ": ", job.run.Rel(std::string(record.status().message()))));
     } else if (record->size() > recorded) {
@@ -236,6 +480,16 @@ StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const s
                                             {{plan_path, plan_file.empty() ? "plan.json" : plan_file}});
     }
     r.runs.push_back(RecordProcess(job, run_dir, n, child, log, r));
+    if (sim != nullptr) {
+      if (oracle_restore && *oracle_restore >= 0 && log.restored_step && *log.restored_step != *oracle_restore) {
+        r.invariants["global_step"].Fail(absl::StrCat("run ", n, " restored step ", *log.restored_step,
+                                                      ", but the newest whole checkpoint (the oracle's) is step ",
+                                                      *oracle_restore));
+      }
+      for (const std::string& v : sim->env->TakeLockViolations()) {
+        r.invariants["checkpoints_verify"].Fail(absl::StrCat("run ", n, ": ", job.run.Rel(v)));
+      }
+    }
     if (child.exit_code == kTrainExitOk && !log.stopped_by_signal && !child.timed_out) return true;
     if (child.timed_out || child.exit_code == kTrainExitUsage) break;  // a hang, or a refusal: no restart helps
     if (n < kChaosMaxRestarts) ++r.restarts;
@@ -285,8 +539,28 @@ StatusOr<ProcessSeedReport> RunSeed(const Job& job, int64_t seed) {
   for (const std::string& name : InvariantNames()) r.invariants[name] = Invariant();
   const std::string seed_dir = absl::StrCat(job.run.work, "/seed-", seed);
   FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> args, PrepareSeed(job, seed_dir, r));
-  FOREMAN_ASSIGN_OR_RETURN(bool done, RunProcesses(job, seed_dir, args, r));
-  FinishSeed(job, seed_dir + "/run", done, r);
+  // --disk sim: the seed's own disk, read by every check of the seed.
+  std::unique_ptr<SimSeed> sim;
+  Env* const real_env = job.run.env;
+  if (job.run.sim) {
+    sim = std::make_unique<SimSeed>(seed_dir + "/run", job.baseline_sim->env.get());
+    job.run.env = sim->env.get();
+  }
+  StatusOr<bool> done = RunProcesses(job, seed_dir, args, sim.get(), r);
+  if (done.ok()) FinishSeed(job, seed_dir + "/run", *done, r);
+  job.run.env = real_env;
+  FOREMAN_RETURN_IF_ERROR(done.status());
+  if (sim != nullptr) {
+    for (auto& [name, details] : sim->findings) {
+      for (std::string& d : details) r.invariants[name].Fail(job.run.Rel(d));
+      if (const int64_t more = sim->findings_dropped[name]; more > 0) {
+        r.invariants[name].Fail(absl::StrCat("and ", more, " more such findings at durable saves"));
+      }
+    }
+    r.durable_saves_checked = sim->durable_saves;
+    // A failed seed's disk, as the last process left it, for a person to read.
+    if (!r.ok()) CopyOutOfDisk(sim->disk.get(), seed_dir + "/run", Env::Default()).IgnoreError();
+  }
   r.elapsed_ms = MillisSince(start);
   return r;
 }
@@ -301,9 +575,10 @@ Status RunBaseline(Job& job) {
   job.baseline_dir = baseline + "/run";
   std::vector<std::string> args = {"train", "--checkpoint-dir", job.baseline_dir};
   args.insert(args.end(), job.train_flags.begin(), job.train_flags.end());
-  auto base = RunChild(run, args, baseline + "/run-0.log");
+  if (run.sim) job.baseline_sim = std::make_unique<SimSeed>(job.baseline_dir, Env::Default());
+  auto base = RunJobProcess(job, args, baseline + "/run-0.log", job.baseline_sim.get(), job.baseline_dir, 0);
   if (!base.ok()) return absl::InternalError(base.status().message());
-  auto base_step = LatestCheckpointStep(run.env, job.baseline_dir);
+  auto base_step = LatestCheckpointStep(run.sim ? job.baseline_sim->env.get() : run.env, job.baseline_dir);
   if (base->exit_code != kTrainExitOk || !base_step.ok() || *base_step < 0) {
     // foreman train's last lines: its error, and CLI11's usage hint.
     const std::string said = LastLines(ReadWholeFile(baseline + "/run-0.log"), 4);
@@ -323,8 +598,15 @@ Status RunBaseline(Job& job) {
 // The train flags as run: the user's or the default job's, with a fixed
 // thread count (bit-for-bit results) and a progress line after every step
 // (the global_step invariant reads them).
-std::vector<std::string> TrainFlagsAsRun(const ChaosOptions& o) {
+std::vector<std::string> TrainFlagsAsRun(const ChaosRun& run) {
+  const ChaosOptions& o = run.options;
   std::vector<std::string> flags = o.train_flags.empty() ? DefaultTrainFlags() : o.train_flags;
+  if (run.sim && o.train_flags.empty()) {
+    // The power preset's job reads a subset of the data (the same job; its
+    // load no longer dominates a seed).
+    flags.push_back("--data-dir");
+    flags.push_back(run.work + "/data");
+  }
   if (!HasFlag(flags, "--threads")) {
     flags.push_back("--threads");
     flags.push_back("1");
@@ -374,8 +656,14 @@ StatusOr<Subprocess> SpawnObserved(const SpawnOptions& o, ChaosObserver& observe
 }
 
 StatusOr<ChaosReport> RunProcessChaos(ChaosRun& run) {
-  Job job{run, TrainFlagsAsRun(run.options)};
+  Job job{run, TrainFlagsAsRun(run)};
   const auto started = std::chrono::steady_clock::now();
+  if (run.sim && run.options.train_flags.empty()) {
+    if (Status s = WriteDataSubset(data::kFashionMnistDir, run.work + "/data", kSimTrainExamples, kSimTestExamples);
+        !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("--disk sim: the job's data: ", s.message()));
+    }
+  }
   FOREMAN_RETURN_IF_ERROR(RunBaseline(job));
   const std::string what =
       run.options.plan_file.empty() ? absl::StrCat("preset ", run.preset) : absl::StrCat("plan ", run.options.plan_file);

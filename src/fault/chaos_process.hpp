@@ -84,6 +84,8 @@ struct ProcessSeedReport {
   std::string replay_report;  // the replay with no absolute path (the JSON report's)
   // foreman train refused the seed's first process (exit 2); what it said
   // last (LastLines), the seed's plan.json named as the user's plan file.
+  // --disk sim: the saves checked when they were reported durable.
+  int64_t durable_saves_checked = 0;
   bool refused = false;
   std::string refused_lines;
   int64_t elapsed_ms = 0;

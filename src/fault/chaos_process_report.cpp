@@ -65,6 +65,7 @@ json SeedJson(const ProcessSeedReport& r) {
   j["faults_planned"] = r.faults_planned;
   j["faults_fired"] = r.faults_fired;
   j["restarts"] = r.restarts;
+  if (r.durable_saves_checked > 0) j["durable_saves_checked"] = r.durable_saves_checked;
   j["steps_lost"] = r.steps_lost;
   j["in_process_recoveries"] = r.recoveries;
   j["in_process_steps_lost"] = r.recovery_steps_lost;

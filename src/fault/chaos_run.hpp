@@ -37,6 +37,7 @@ struct ChaosRun {
   bool changes_training = false;  // declared by the plan file
   nlohmann::json user_plan;       // the plan file's faults
   Env* env = Env::Default();
+  bool sim = false;  // --disk sim (power loss): simulated processes over a simulated disk
 
   /// A path or message without the work directory (the report has no
   /// absolute paths).

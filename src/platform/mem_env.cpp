@@ -101,6 +101,23 @@ void Restore(Node* node, std::set<const Node*>* seen) {
   node->children = node->durable_children;
 }
 
+/// A deep copy of what Restore() would leave of `node`: synced data and
+/// durable names only (a directory reached twice keeps its first name).
+NodePtr DurableCopy(const Node& node, std::set<const Node*>* seen) {
+  auto copy = std::make_shared<Node>(node.is_dir);
+  if (!node.is_dir) {
+    copy->data = node.synced_data;
+    copy->synced_data = node.synced_data;
+    return copy;
+  }
+  for (const auto& [name, child] : node.durable_children) {
+    if (child->is_dir && !seen->insert(child.get()).second) continue;
+    copy->children[name] = DurableCopy(*child, seen);
+  }
+  copy->durable_children = copy->children;
+  return copy;
+}
+
 Status Inactive(const std::string& path) {
   return absl::UnavailableError(absl::StrCat("file system inactive (simulated crash): ", path));
 }
@@ -363,6 +380,28 @@ void MemEnv::Crash() {
   // A restart forgets a pending SetCrashAfterOperations(), so that checking
   // what survived cannot trip it.
   state_->ops_until_crash = kNoCrash;
+}
+
+std::unique_ptr<MemEnv> MemEnv::DurableImage() const {
+  auto image = std::make_unique<MemEnv>();
+  MutexLock l(state_->mu);
+  MutexLock m(image->state_->mu);
+  std::set<const Node*> seen;
+  image->state_->root = DurableCopy(*state_->root, &seen);
+  image->state_->cwd = DurableCopy(*state_->cwd, &seen);
+  return image;
+}
+
+int64_t MemEnv::crashes() const {
+  MutexLock l(state_->mu);
+  return static_cast<int64_t>(state_->epoch);
+}
+
+bool MemEnv::IsLocked(const std::string& path) const {
+  auto parsed = Parse(path);
+  if (!parsed.ok()) return false;
+  MutexLock l(state_->mu);
+  return state_->locks.count(Canonical(*parsed)) > 0;
 }
 
 void MemEnv::SetFilesystemActive(bool active) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "command.hpp"
 #include "foreman/chaos.hpp"
+#include "foreman/env.hpp"
 #include "foreman/logging.hpp"
 
 namespace foreman::cli {
@@ -44,6 +45,7 @@ void OnSignal(int sig) {
 }
 
 ChaosFirstExitHook g_first_exit_hook = nullptr;  // set only by a test build of the program
+SimulatedDiskWrapper g_disk_wrapper = nullptr;   // likewise
 
 class Printer : public ChaosObserver {
  public:
@@ -74,6 +76,18 @@ int RunChaosCommand(ChaosOptions o) {
   g_killed = o.preset == "cluster" ? "\nforeman chaos: interrupted; the running cluster's tasks were killed\n"
                                    : "\nforeman chaos: interrupted; the running job was killed\n";
   o.foreman_program = "/proc/self/exe";
+  // --disk sim: this program's own train command, in this process; its log
+  // configuration is put back after each simulated process.
+  o.train_in_process = [](const std::vector<std::string>& args, const SimulatedProcess& process) {
+    std::unique_ptr<Env> wrapped = g_disk_wrapper != nullptr ? g_disk_wrapper(process.env) : nullptr;
+    SimulatedProcess p = process;
+    if (wrapped != nullptr) p.env = wrapped.get();
+    const int code = RunTrainInProcess(args, p);
+    LogOptions quiet;
+    quiet.level = LogLevel::kOff;
+    ConfigureLogging(quiet).IgnoreError();
+    return code;
+  };
   // The checks' findings go into the report; the library's warnings about
   // them (a checkpoint that does not verify) would only repeat them.
   LogOptions quiet;
@@ -100,6 +114,7 @@ int RunChaosCommand(ChaosOptions o) {
 }  // namespace
 
 void SetChaosFirstExitHookForTest(ChaosFirstExitHook hook) { g_first_exit_hook = hook; }
+void SetSimulatedDiskWrapperForTest(SimulatedDiskWrapper wrap) { g_disk_wrapper = wrap; }
 
 void AddChaosCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<ChaosOptions>();
@@ -112,7 +127,11 @@ void AddChaosCommand(CLI::App& app, int* exit_code) {
       "Exit codes: 0 every invariant held for every seed, 1 one failed, 2 bad flags or plan (also a plan or train "
       "flags foreman train refuses, or a --json path that cannot be written), 128 + the signal when interrupted "
       "(the running job is killed; the work directory is kept and named).");
-  cmd->add_option("--preset", o->preset, "disk | steps | actors | signals | all | cluster (default: all, unless --plan)");
+  cmd->add_option("--preset", o->preset,
+                  "disk | steps | actors | signals | all | power | cluster (default: all, unless --plan)");
+  cmd->add_option("--disk", o->disk,
+                  "real: each process a foreman train child on the real disk (default); sim: power loss, each "
+                  "process simulated in this one over a disk whose power is cut (--preset power implies it)");
   cmd->add_option("--plan", o->plan_file, "A JSON fault plan (docs/fault-injection.md); its seed is replaced")
       ->check(NonEmpty());
   auto seeds = std::make_shared<int64_t>(10);

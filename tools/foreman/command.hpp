@@ -12,10 +12,17 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+
+namespace foreman {
+class Env;
+struct SimulatedProcess;
+}
 
 namespace foreman::cli {
 
@@ -60,6 +67,13 @@ void AddChaosCommand(CLI::App& app, int* exit_code);
 /// checks. `foreman` itself never sets it. Set before RunForeman.
 using ChaosFirstExitHook = void (*)(const std::string& run_dir);
 void SetChaosFirstExitHookForTest(ChaosFirstExitHook hook);
+/// A test program's disk (tests/support/foreman_lying_disk_main.cpp): under
+/// `chaos --disk sim`, each simulated process's Env is the one this returns
+/// around the simulated disk (a disk that lies about its syncs, say). The
+/// returned Env must reach the disk through EnvWrapper::base(). `foreman`
+/// itself never sets it. Set before RunForeman.
+using SimulatedDiskWrapper = std::unique_ptr<Env> (*)(Env* disk);
+void SetSimulatedDiskWrapperForTest(SimulatedDiskWrapper wrap);
 
 /// `foreman cluster local`: a whole cluster (N ps, M workers) of `foreman
 /// train` processes on 127.0.0.1, watched, its signals forwarded to the
@@ -87,6 +101,15 @@ void AddInspectCommand(CLI::App& app, int* exit_code);
 /// injected fault (--fault-plan) ended the run, 130 second signal (and, as
 /// a shell reports it, 137 for a SIGKILL).
 void AddTrainCommand(CLI::App& app, int* exit_code);
+
+/// `foreman chaos --disk sim`'s simulated process: `foreman train` with
+/// `args` (args[0] == "train", then its flags) run in this process over
+/// `process` (foreman/chaos.hpp: the Env under every file the job touches,
+/// the log file, the durable-save observer), with no signal watcher (the
+/// calling program keeps its signals) and a plan's process faults refused
+/// (exit 2). Returns the exit code, as the command's; stdout and stderr are
+/// the caller's.
+int RunTrainInProcess(const std::vector<std::string>& args, const SimulatedProcess& process);
 
 /// The whole `foreman` program: parses argv, runs the subcommand, returns
 /// the exit code (main.cpp; a test build of the program calls it too).

@@ -39,6 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "command.hpp"
 #include "train_job.hpp"
+#include "foreman/chaos.hpp"
 #include "foreman/checkpoint.hpp"
 #include "foreman/logging.hpp"
 
@@ -46,7 +47,8 @@ namespace foreman::cli {
 namespace {
 
 // 9. The report on stdout.
-int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
+// `signal`: the signal that stopped the run (0: none).
+int Report(const TrainJob& job, int signal, double wall) {
   const TrainFlags& f = job.f;
   const std::string& dir = f.checkpoint_dir;
   const MlpJobResult result = job.mlp->result();
@@ -65,7 +67,7 @@ int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
                 wall > 0 ? static_cast<double>(result.examples) / wall : 0.0);
   } else if (job.cluster) {
     std::printf("%strained no step\n", job.task_prefix().c_str());
-  } else if (!watcher.signalled()) {
+  } else if (signal == 0) {
     std::printf("nothing to train: the restored run already reached its end (--max-steps %lld, --epochs %lld)\n",
                 static_cast<long long>(f.max_steps), static_cast<long long>(f.epochs));
   }
@@ -86,11 +88,11 @@ int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
     std::printf("checkpoints: %s (latest: %s)\n", dir.c_str(), EscapeForTerminal(latest_text).c_str());
     std::printf("events: %s (training), %s/eval (test set)\n", dir.c_str(), dir.c_str());
   }
-  if (watcher.signalled()) {
-    std::printf("stopped by %s after its final checkpoint\n", SignalName(watcher.signal_number()));
+  if (signal != 0) {
+    std::printf("stopped by %s after its final checkpoint\n", SignalName(signal));
   }
   if (job.faults.record != nullptr) {
-    job.faults.record->Exit(watcher.signalled() ? SignalName(watcher.signal_number()) : "");
+    job.faults.record->Exit(signal != 0 ? SignalName(signal) : "");
   }
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
     std::fprintf(stderr, "foreman train: cannot write the report to stdout: %s\n", std::strerror(errno));
@@ -99,22 +101,30 @@ int Report(const TrainJob& job, const SignalWatcher& watcher, double wall) {
   return kExitOk;
 }
 
-int RunTrain(const CLI::App& cmd, TrainFlags f) {
-  SignalWatcher::BlockSignals();
+int RunTrain(const CLI::App& cmd, TrainFlags f, const SimulatedProcess* sim) {
+  if (sim == nullptr) SignalWatcher::BlockSignals();
   TrainJob job;
   job.f = std::move(f);
+  if (sim != nullptr) {
+    job.sim = sim;
+    job.base_env = job.env = sim->env;
+  }
   // The run's one stop: signals (from now on, also while the data loads)
   // and the session both use it; it also enforces the grace period.
   StopRequestOptions stop_options;
   stop_options.grace_period = absl::Seconds(job.f.stop_grace_period_secs);
   job.phase = std::make_shared<RunPhase>();
-  stop_options.on_grace_expired = [phase = job.phase](absl::Duration grace) { GraceExpired(grace, *phase); };
+  // GraceExpired exits the process: not a simulated one's (the harness's).
+  if (sim == nullptr) {
+    stop_options.on_grace_expired = [phase = job.phase](absl::Duration grace) { GraceExpired(grace, *phase); };
+  }
   job.stop = std::make_shared<StopRequest>(std::move(stop_options));
-  SignalWatcher watcher(job.stop, job.phase);
+  std::unique_ptr<SignalWatcher> watcher;
+  if (sim == nullptr) watcher = std::make_unique<SignalWatcher>(job.stop, job.phase);
   auto stopped_early = [&]() -> ExitCode {
     if (!job.stop->stop_requested()) return std::nullopt;
     std::printf("stopped by %s before training started; nothing was changed in %s\n",
-                SignalName(watcher.signal_number()), job.f.checkpoint_dir.c_str());
+                SignalName(watcher != nullptr ? watcher->signal_number() : 0), job.f.checkpoint_dir.c_str());
     job.stop->Complete();
     return kExitOk;
   };
@@ -124,6 +134,10 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
   auto cluster = CheckClusterFlags(cmd, job.f);
   if (!cluster.ok()) return Fail(kExitUsage, "bad cluster flags", cluster.status());
   job.cluster = *std::move(cluster);
+  if (job.cluster && sim != nullptr) {
+    return Fail(kExitUsage, "bad cluster flags",
+                absl::InvalidArgumentError("a simulated process (foreman chaos --disk sim) runs no cluster task"));
+  }
   if (job.cluster && job.cluster->task.job_name == "ps") {
     if (Status s = ValidateTrainFlags(job.f); !s.ok()) return Fail(kExitUsage, "bad flags", s);
     if (ExitCode code = PlanModel(job)) return *code;
@@ -201,12 +215,11 @@ int RunTrain(const CLI::App& cmd, TrainFlags f) {
     }
     return job.Exit(kExitFailed, "training failed", closed);
   }
-  return Report(job, watcher, wall);
+  // A simulated process has no watcher: never signalled.
+  return Report(job, watcher != nullptr && watcher->signalled() ? watcher->signal_number() : 0, wall);
 }
 
-}  // namespace
-
-void AddTrainCommand(CLI::App& app, int* exit_code) {
+void AddTrainCommandTo(CLI::App& app, int* exit_code, const SimulatedProcess* sim) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* cmd = app.add_subcommand(
       "train",
@@ -217,14 +230,33 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       "2 bad flags/data/fault plan or an incompatible or busy --checkpoint-dir (do not restart), "
       "3 an injected fault (--fault-plan) ended the run, 130 a second signal.");
   AddTrainFlags(*cmd, *flags);
-  cmd->callback([cmd, flags, exit_code] {
+  cmd->callback([cmd, flags, exit_code, sim] {
     try {
-      *exit_code = RunTrain(*cmd, *flags);
+      *exit_code = RunTrain(*cmd, *flags, sim);
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr, "foreman train: out of memory (try a smaller --hidden or --batch-size)\n");
       *exit_code = kExitFailed;
     }
   });
+}
+
+}  // namespace
+
+void AddTrainCommand(CLI::App& app, int* exit_code) { AddTrainCommandTo(app, exit_code, nullptr); }
+
+int RunTrainInProcess(const std::vector<std::string>& args, const SimulatedProcess& process) {
+  CLI::App app{"foreman train in a simulated process", "foreman"};
+  app.require_subcommand(1, 1);
+  int exit_code = kExitOk;
+  AddTrainCommandTo(app, &exit_code, &process);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 reads the vector from its end
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "foreman: error: %s\n", e.what());
+    return kExitUsage;
+  }
+  return exit_code;
 }
 
 }  // namespace foreman::cli

@@ -85,16 +85,20 @@ void RaiseProcessFault(int sig, StopRequest& stop) {
 // records each durable save.
 class DurableSavesListener : public CheckpointSaverListener {
  public:
-  DurableSavesListener(std::shared_ptr<RunRecordWriter> record, std::string dir)
-      : record_(std::move(record)), dir_(std::move(dir)) {}
+  DurableSavesListener(std::shared_ptr<RunRecordWriter> record, std::string dir,
+                       std::function<void(int64_t, const std::string&)> on_durable_save)
+      : record_(std::move(record)), dir_(std::move(dir)), on_durable_save_(std::move(on_durable_save)) {}
   StatusOr<bool> after_save(Session* /*session*/, int64_t global_step) override {
-    if (record_ != nullptr) record_->Save(global_step, absl::StrCat(dir_, "/model.ckpt-", global_step));
+    const std::string prefix = absl::StrCat(dir_, "/model.ckpt-", global_step);
+    if (record_ != nullptr) record_->Save(global_step, prefix);
+    if (on_durable_save_) on_durable_save_(global_step, prefix);
     return false;
   }
 
  private:
   const std::shared_ptr<RunRecordWriter> record_;
   const std::string dir_;
+  const std::function<void(int64_t, const std::string&)> on_durable_save_;
 };
 
 // RecordingObserver's (train_faults.hpp).
@@ -137,16 +141,25 @@ std::optional<std::string> InjectedFaultIn(const Status& s, const std::vector<Fi
 //     is exit 2 with ParseFaultPlan's message. The faults are armed, but
 //     nothing goes through them before the record is read (1b).
 std::optional<int> PrepareFaults(const std::string& plan_path, const std::string& checkpoint_dir,
-                                 const std::shared_ptr<StopRequest>& stop, TrainFaults& job) {
+                                 const std::shared_ptr<StopRequest>& stop, Env* base, bool in_process,
+                                 TrainFaults& job) {
   if (plan_path.empty()) return std::nullopt;
   auto plan = ReadFaultPlan(Env::Default(), plan_path);
   if (!plan.ok()) return Fail(kExitUsage, "bad fault plan", plan.status());
   job.plan = *std::move(plan);
-  job.faulty = std::make_unique<FaultyEnv>(Env::Default(), job.plan.seed);
+  if (in_process && !job.plan.processes.empty()) {
+    return Fail(kExitUsage, "bad fault plan",
+                absl::InvalidArgumentError(absl::StrCat(
+                    plan_path, ": fault \"", job.plan.processes.front().id,
+                    "\": a process fault signals the process, and a simulated process (foreman chaos --disk sim) "
+                    "shares the harness's: use a crash fault ({\"type\": \"env\", \"kind\": \"crash\", ...}) "
+                    "to end it")));
+  }
+  job.faulty = std::make_unique<FaultyEnv>(base, job.plan.seed);
   // Draws keyed under the run directory: a replay elsewhere takes the same course.
   job.faulty->set_key_root(checkpoint_dir);
   for (const EnvFault& e : job.plan.env) {
-    if (e.kind == EnvFault::Kind::kCrash || e.kind == EnvFault::Kind::kTornWrite) {
+    if (!in_process && (e.kind == EnvFault::Kind::kCrash || e.kind == EnvFault::Kind::kTornWrite)) {
       return Fail(kExitUsage, "bad fault plan",
                   absl::InvalidArgumentError(absl::StrCat(
                       plan_path, ": fault \"", e.id, "\": kind ",
@@ -179,7 +192,7 @@ std::optional<int> PrepareFaults(const std::string& plan_path, const std::string
                                                           s.loss_tensor, "\"")));
     }
   }
-  job.recorder = std::make_shared<FaultRecorder>(Env::Default(), checkpoint_dir);
+  job.recorder = std::make_shared<FaultRecorder>(base, checkpoint_dir);
   job.faulty->set_on_fire([recorder = job.recorder](const FiredFault& fired) { recorder->OnFire(fired); });
   FaultInjectionHook::Options options;
   options.steps = job.plan.steps;
@@ -201,9 +214,9 @@ std::optional<int> PrepareFaults(const std::string& plan_path, const std::string
 // 1b. With the lock held: the run's record of fired faults (a corrupt one
 //     is exit 2 naming it), MarkFired on the Env and the hook; from here on
 //     the job's Env is the FaultyEnv.
-std::optional<int> LoadFaultRecord(const std::string& checkpoint_dir, TrainFaults& job) {
+std::optional<int> LoadFaultRecord(const std::string& checkpoint_dir, Env* base, TrainFaults& job) {
   if (job.faulty == nullptr) return std::nullopt;
-  auto record = ReadFiredFaults(Env::Default(), checkpoint_dir);
+  auto record = ReadFiredFaults(base, checkpoint_dir);
   if (!record.ok()) {
     return Fail(kExitUsage, "bad fault record",
                 Status(record.status().code(),
@@ -219,9 +232,11 @@ std::optional<int> LoadFaultRecord(const std::string& checkpoint_dir, TrainFault
   return std::nullopt;
 }
 
-std::shared_ptr<CheckpointSaverListener> NewDurableSavesListener(std::shared_ptr<RunRecordWriter> record,
-                                                                 std::string checkpoint_dir) {
-  return std::make_shared<DurableSavesListener>(std::move(record), std::move(checkpoint_dir));
+std::shared_ptr<CheckpointSaverListener> NewDurableSavesListener(
+    std::shared_ptr<RunRecordWriter> record, std::string checkpoint_dir,
+    std::function<void(int64_t, const std::string&)> on_durable_save) {
+  return std::make_shared<DurableSavesListener>(std::move(record), std::move(checkpoint_dir),
+                                                std::move(on_durable_save));
 }
 
 std::shared_ptr<MlpJobObserver> RecordingObserver(std::shared_ptr<RunRecordWriter> record,

@@ -13,6 +13,7 @@
 // (MlpJobOptions::wrap_step) and the durable-saves listener.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,13 +47,17 @@ struct TrainFaults {
 //     is exit 2 with ParseFaultPlan's message. The faults are armed, but
 //     nothing goes through them before the record is read (1b). Returns the
 //     exit code when the job ends here.
+//     `base` is the job's file system (the POSIX Env, or a simulated disk:
+//     `in_process`, where a plan's process faults are refused, since their
+//     signal would end the program that simulates the process).
 std::optional<int> PrepareFaults(const std::string& plan_path, const std::string& checkpoint_dir,
-                                 const std::shared_ptr<StopRequest>& stop, TrainFaults& faults);
+                                 const std::shared_ptr<StopRequest>& stop, Env* base, bool in_process,
+                                 TrainFaults& faults);
 
 // 1b. With the lock held: the run's record of fired faults (a corrupt one
 //     is exit 2 naming it), MarkFired on the Env and the hook; from here on
 //     the job's Env is faults.faulty. Nothing without a plan.
-std::optional<int> LoadFaultRecord(const std::string& checkpoint_dir, TrainFaults& faults);
+std::optional<int> LoadFaultRecord(const std::string& checkpoint_dir, Env* base, TrainFaults& faults);
 
 // With --fault-plan: every checkpoint is durable before training goes on
 // (CheckpointSaverHook: with a listener the training thread waits at the
@@ -61,9 +66,12 @@ std::optional<int> LoadFaultRecord(const std::string& checkpoint_dir, TrainFault
 // before k committed or not, depending on the saver thread's timing, and a
 // failed save ends the run a few steps later or sooner: the same plan
 // would lose different steps in different runs.
-// Each durable save is appended to the run record (`record`, may be null).
-std::shared_ptr<CheckpointSaverListener> NewDurableSavesListener(std::shared_ptr<RunRecordWriter> record,
-                                                                 std::string checkpoint_dir);
+// Each durable save is appended to the run record (`record`, may be null)
+// and told to `on_durable_save` (may be empty: foreman chaos --disk sim's
+// check), before training goes on.
+std::shared_ptr<CheckpointSaverListener> NewDurableSavesListener(
+    std::shared_ptr<RunRecordWriter> record, std::string checkpoint_dir,
+    std::function<void(int64_t, const std::string&)> on_durable_save = {});
 
 // With --fault-plan: the run record's step and recovery events, through the
 // job's observer (forwarding to `next`) and RecoveryOptions::on_recovered

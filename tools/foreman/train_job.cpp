@@ -50,9 +50,13 @@ ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
   // A cluster's non-chief worker: the chief's directory is not its own (no
   // lock, no settings, no restore: the chief initialises or restores the ps).
   if (!job.owns_directory()) return OpenRunRecord(job);
-  if (ExitCode code = PrepareFaults(f.fault_plan, dir, job.stop, job.faults)) return code;
+  if (ExitCode code = PrepareFaults(f.fault_plan, dir, job.stop, job.base_env, job.sim != nullptr, job.faults)) {
+    return code;
+  }
   job.phase->SetDir(dir);
-  auto opened = OpenRunDirectory(dir);
+  RunDirectoryOptions dir_options;
+  dir_options.env = job.base_env;
+  auto opened = OpenRunDirectory(dir, dir_options);
   if (!opened.ok()) {
     // The lock's contract: FAILED_PRECONDITION means another holder.
     return job.Exit(kExitUsage,
@@ -63,8 +67,8 @@ ExitCode OpenDirectory(const CLI::App& cmd, TrainJob& job) {
   job.dir = std::move(*opened);
   job.phase->SetRunDirectory(job.dir);
   if (ExitCode code = OpenRunRecord(job)) return code;  // before LoadFaultRecord's default
-  if (ExitCode code = LoadFaultRecord(dir, job.faults)) return code;
-  if (job.faults.active()) job.env = job.faults.faulty.get();
+  if (ExitCode code = LoadFaultRecord(dir, job.base_env, job.faults)) return code;
+  job.env = job.faults.active() ? job.faults.faulty.get() : job.base_env;
   job.dir->set_env(job.env);
 
   auto stored = job.dir->ReadSettings(MlpJobModelKeys());
@@ -180,7 +184,9 @@ ExitCode SessionOptions(TrainJob& job) {
   MonitoredTrainingSessionOptions& mts = job.mts;
   mts = job.mlp->SessionOptions();
   if (job.faults.active()) {
-    mts.checkpoint_listeners.push_back(NewDurableSavesListener(job.faults.record, job.f.checkpoint_dir));
+    mts.checkpoint_listeners.push_back(NewDurableSavesListener(
+        job.faults.record, job.f.checkpoint_dir,
+        job.sim != nullptr ? job.sim->on_durable_save : std::function<void(int64_t, const std::string&)>()));
   }
   RecordRecoveries(job.faults.record, mts.recovery);  // with a run record
   // The run's one grace period is its StopRequest's (RunTrain set it from
@@ -248,7 +254,8 @@ ExitCode WriteRunFiles(TrainJob& job) {
   if (Status s = job.dir->WriteSettings(ToRunSettings(f), kMlpJobSettingsComment); !s.ok()) {
     return job.Exit(kExitUsage, "cannot write to the checkpoint directory", s);
   }
-  log.file_path = dir + "/train.log";
+  // A simulated process (foreman chaos --disk sim) logs to the real disk.
+  log.file_path = job.sim != nullptr ? job.sim->log_file : dir + "/train.log";
   if (Status s = ConfigureLogging(log); !s.ok()) return job.Exit(kExitUsage, "cannot write the log", s);
   const int64_t total = job.mlp->total_steps();
   std::fprintf(stderr, "foreman train: MLP %s, %s (learning rate %g), batch %lld, %s, seed %lld, %s; checkpoints in %s\n",

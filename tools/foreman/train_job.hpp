@@ -18,6 +18,7 @@
 #include "train_report.hpp"
 #include "train_settings.hpp"
 #include "train_signals.hpp"
+#include "foreman/chaos.hpp"
 #include "foreman/dataset.hpp"
 #include "foreman/env.hpp"
 #include "foreman/mlp_job.hpp"
@@ -35,7 +36,10 @@ using ExitCode = std::optional<int>;
 // What the steps build, in their order.
 struct TrainJob {
   TrainFlags f;
-  Env* env = Env::Default();  // the FaultyEnv with --fault-plan (once the record is read)
+  // Under foreman chaos --disk sim: the simulated process (null: a process of its own).
+  const SimulatedProcess* sim = nullptr;
+  Env* base_env = Env::Default();  // the file system: the simulated disk under --disk sim
+  Env* env = Env::Default();  // the FaultyEnv with --fault-plan (once the record is read), else base_env
   TrainFaults faults;
   std::shared_ptr<StopRequest> stop;
   std::shared_ptr<RunPhase> phase;

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Power loss: `foreman chaos --disk sim` / `--preset power`
+# (docs/fault-injection.md, "Power loss").
+#   1. SEEDS seeds of --preset power hold every invariant on the real code,
+#      and power cuts fired and restarts were made (the mode did something);
+#   2. a disk that lies about one durability rule is caught within a few
+#      seeds, by the check made when a save is reported durable -- a missing
+#      fsync of the data file, a directory never synced, a lost write
+#      (FOREMAN_LYING_DISK, tests/support/foreman_lying_disk_main.cpp), and
+#      a lock that does not hold, by the run directory's lock rule;
+#   3. a failing seed's replay line, run in another work directory, gives
+#      the same report (times aside);
+#   4. what the mode refuses: a plan's process fault, --preset cluster,
+#      --preset power with --disk real, an unknown --disk.
+#
+#   power_loss_test.sh FOREMAN FOREMAN_LYING_DISK SEEDS
+set -u
+foreman=$(realpath "$1")
+lying=$(realpath "$2")
+seeds=$3
+data=/usr/share/datasets/fashion-mnist
+py=/usr/bin/python3
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+has() { grep -Eq -- "$1" <<<"$2"; }
+mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/power_loss_test.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+export TMPDIR=$tmp
+[[ -f $data/train-images-idx3-ubyte.gz ]] || { echo "FAIL: $data is missing (tools/scripts/install-deps.sh)"; exit 1; }
+
+# -- 1. the real code holds every invariant -------------------------------------
+out=$(timeout 500 "$foreman" chaos --preset power --seeds "$seeds" --json "$tmp/power.json" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "chaos --preset power --seeds $seeds exited $rc: $(tail -40 <<<"$out")"
+has "^$seeds seeds, 0 failed" "$out" || fail "no '$seeds seeds, 0 failed' line: $(tail -5 <<<"$out")"
+"$py" - "$tmp/power.json" "$seeds" <<'PY' || fail "chaos --preset power: the JSON report is not as expected"
+import json, sys
+r = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+assert r["ok"] is True and len(r["seeds"]) == n
+fired = sum(len(s["faults_fired"]) for s in r["seeds"])
+restarts = sum(s["restarts"] for s in r["seeds"])
+cut = sum(1 for s in r["seeds"] for p in s["runs"] if p["ended_by"].startswith("power cut"))
+checked = sum(s["durable_saves_checked"] for s in r["seeds"])
+print("faults fired %d, restarts %d, processes ended by a power cut %d, durable saves checked %d" % (fired, restarts, cut, checked))
+# With the smallest seed counts (sanitizer builds) at least one cut; with
+# hundreds, many.
+assert cut >= 1 and restarts >= 1 and checked >= 10 * n, (cut, restarts, checked)
+for s in r["seeds"]:
+    assert s["runs"][-1]["ended_by"] == "done", s["runs"][-1]
+    assert s["replay"] == "foreman chaos --preset power --seed %d" % s["seed"], s["replay"]
+PY
+
+# -- 2. a lying disk is caught ----------------------------------------------------
+for lie in data-sync dir-sync lost-write; do
+  out=$(FOREMAN_LYING_DISK=$lie timeout 300 "$lying" chaos --preset power --seeds 3 --work-dir "$tmp/lie-$lie" 2>&1); rc=$?
+  [[ $rc -eq 1 ]] || fail "a disk lying ($lie): chaos exited $rc, not 1: $(tail -20 <<<"$out")"
+  has "^3 seeds, [1-3] failed" "$out" || fail "a disk lying ($lie): not caught: $(tail -20 <<<"$out")"
+  has "checkpoints_verify: run 0: the save of step [0-9]+ was reported durable" "$out" ||
+    fail "a disk lying ($lie): the durable-save check did not name it: $(grep -m3 checkpoints_verify <<<"$out")"
+  # The failed seed's disk is copied out for a person to read.
+  ls "$tmp/lie-$lie"/seed-0/run/checkpoint >/dev/null 2>&1 || fail "a disk lying ($lie): seed 0's run directory was not copied out"
+done
+
+out=$(FOREMAN_LYING_DISK=lost-lock timeout 300 "$lying" chaos --preset power --seeds 2 --work-dir "$tmp/lie-lock" 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "a lock that does not hold: chaos exited $rc, not 1: $(tail -20 <<<"$out")"
+has "checkpoints_verify: run 0: create model.ckpt-0.* while the directory's lock was not held" "$out" ||
+  fail "a lock that does not hold: the lock rule did not name it: $(grep -m3 checkpoints_verify <<<"$out")"
+
+# -- 3. the replay line reproduces a failing seed elsewhere -----------------------
+FOREMAN_LYING_DISK=data-sync timeout 120 "$lying" chaos --preset power --seed 1 --work-dir "$tmp/r1" --json "$tmp/r1.json" >"$tmp/r1.out" 2>&1
+(mkdir -p "$tmp/elsewhere" && cd "$tmp/elsewhere" &&
+  FOREMAN_LYING_DISK=data-sync timeout 120 "$lying" chaos --preset power --seed 1 --work-dir "$tmp/elsewhere/r2" --json "$tmp/r2.json" >"$tmp/r2.out" 2>&1)
+"$py" - "$tmp/r1.json" "$tmp/r2.json" <<'PY' || fail "the replay of a failing seed in another work directory gave another report"
+import json, sys
+def strip(o):
+    if isinstance(o, dict):
+        return {k: strip(v) for k, v in o.items() if not k.endswith("_ms")}
+    if isinstance(o, list):
+        return [strip(v) for v in o]
+    return o
+a, b = (strip(json.load(open(p))) for p in sys.argv[1:])
+assert a["failed"] == 1, a["failed"]
+assert a["seeds"] == b["seeds"], (a["seeds"], b["seeds"])
+PY
+
+# -- 4. refused ----------------------------------------------------------------------
+cat > "$tmp/kill.json" <<'JSON'
+{"seed": 1, "faults": [{"id": "k", "type": "process", "signal": "SIGKILL", "at_step": 5}]}
+JSON
+out=$(timeout 60 "$foreman" chaos --disk sim --plan "$tmp/kill.json" --seed 1 2>&1); rc=$?
+[[ $rc -eq 2 ]] || fail "a process fault under --disk sim: exit $rc, not 2: $out"
+has 'fault "k": a process fault signals the process' "$out" || fail "a process fault under --disk sim: message: $out"
+for bad in "--preset cluster --disk sim" "--preset power --disk real" "--disk floppy"; do
+  # shellcheck disable=SC2086
+  out=$(timeout 30 "$foreman" chaos $bad --seed 1 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || fail "chaos $bad: exit $rc, not 2: $out"
+done
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "power_loss: ok"

@@ -1,0 +1,92 @@
+// A test build of the `foreman` program (tests/power_loss_test.sh): the same
+// program, with `chaos --disk sim`'s simulated disk behind a disk that lies
+// in one way, chosen by $FOREMAN_LYING_DISK, so that the power-loss mode's
+// checks must find it (each lie is one of the durability bugs the mode
+// exists for, made at the disk instead of in Foreman's code):
+//   data-sync  a Sync() of a checkpoint's data file returns OK and syncs
+//              nothing (a missing fsync before the rename)
+//   dir-sync   SyncDir() returns OK and syncs nothing (renames and creates
+//              never made durable)
+//   lost-write an Append() to step 40's data file returns OK and writes
+//              nothing, once per file (a failed append ignored; one step's
+//              only, so that the fault-free run still ends with a whole
+//              checkpoint to compare with)
+//   lost-lock  LockFile() takes the lock and lets it go at once (a job that
+//              writes its directory without holding its lock)
+// Unset or anything else: the disk tells the truth (the program is then
+// `foreman`). The installed `foreman` has no such disk.
+#include <fnmatch.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "command.hpp"
+#include "foreman/env.hpp"
+
+namespace {
+
+std::string Mode() {
+  const char* m = std::getenv("FOREMAN_LYING_DISK");
+  return m != nullptr ? m : "";
+}
+
+bool IsData(const std::string& path) { return fnmatch("*.data-*", path.c_str(), 0) == 0; }
+
+class LyingFile : public foreman::WritableFile {
+ public:
+  LyingFile(std::unique_ptr<foreman::WritableFile> file, std::string mode)
+      : file_(std::move(file)), mode_(std::move(mode)) {}
+  foreman::Status Append(absl::string_view data) override {
+    if (mode_ == "lost-write" && !lost_) {
+      lost_ = true;
+      return absl::OkStatus();
+    }
+    return file_->Append(data);
+  }
+  foreman::Status Flush() override { return file_->Flush(); }
+  foreman::Status Sync() override { return mode_ == "data-sync" ? absl::OkStatus() : file_->Sync(); }
+  foreman::Status Close() override { return file_->Close(); }
+  uint64_t Size() const override { return file_->Size(); }
+
+ private:
+  std::unique_ptr<foreman::WritableFile> file_;
+  const std::string mode_;
+  bool lost_ = false;
+};
+
+class LyingEnv : public foreman::EnvWrapper {
+ public:
+  LyingEnv(foreman::Env* base, std::string mode) : EnvWrapper(base), mode_(std::move(mode)) {}
+  foreman::StatusOr<std::unique_ptr<foreman::WritableFile>> NewWritableFile(const std::string& path) override {
+    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<foreman::WritableFile> file, base()->NewWritableFile(path));
+    if (!IsData(path)) return file;
+    if (mode_ == "lost-write" && fnmatch("*model.ckpt-40.data-*", path.c_str(), 0) != 0) return file;
+    return std::unique_ptr<foreman::WritableFile>(new LyingFile(std::move(file), mode_));
+  }
+  foreman::StatusOr<std::unique_ptr<foreman::FileLock>> LockFile(const std::string& path) override {
+    FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<foreman::FileLock> lock, base()->LockFile(path));
+    if (mode_ != "lost-lock") return lock;
+    lock.reset();
+    return std::make_unique<foreman::FileLock>();
+  }
+  foreman::Status SyncDir(const std::string& dir) override {
+    return mode_ == "dir-sync" ? absl::OkStatus() : base()->SyncDir(dir);
+  }
+
+ private:
+  const std::string mode_;
+};
+
+std::unique_ptr<foreman::Env> Lie(foreman::Env* disk) {
+  const std::string mode = Mode();
+  if (mode != "data-sync" && mode != "dir-sync" && mode != "lost-write" && mode != "lost-lock") return nullptr;
+  return std::make_unique<LyingEnv>(disk, mode);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  foreman::cli::SetSimulatedDiskWrapperForTest(&Lie);
+  return foreman::cli::RunForeman(argc, argv);
+}
