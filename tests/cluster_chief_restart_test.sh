@@ -55,8 +55,9 @@ model=(--hidden 32 --batch-size 50 --threads 1 --max-steps 1000000 --optimizer a
 net=(--ps-hosts "127.0.0.1:$ps_port" --worker-hosts "127.0.0.1:$chief_port,127.0.0.1:$worker_port"
      --heartbeat-ms "$heartbeat_ms" --connection-timeout-ms "$timeout_ms")
 ckpt=$tmp/run
+# --signal-ends-training: the final SIGTERM is the request to end the job.
 chief=("$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index 0 --checkpoint-dir "$ckpt"
-       --save-checkpoint-steps 10)
+       --save-checkpoint-steps 10 --signal-ends-training)
 bound=120
 
 # 1. ps, worker 1, then the chief; the chief is killed after its first

@@ -66,8 +66,10 @@ worker_pid=$!
 pids+=("$worker_pid")
 wait_for_line "^foreman train: worker 1 of 2" "$tmp/worker1.out" "$bound" "$worker_pid" \
   || fail "worker 1 did not start: $(cat "$tmp/worker1.out")"
+# --signal-ends-training: the SIGTERM is the request to end the job (without
+# it a SIGTERM evicts only the chief: cluster_evict_test.sh).
 "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index 0 --checkpoint-dir "$ckpt" \
-  --save-checkpoint-secs 600 >"$tmp/chief.out" 2>&1 &
+  --save-checkpoint-secs 600 --signal-ends-training >"$tmp/chief.out" 2>&1 &
 chief_pid=$!
 pids+=("$chief_pid")
 wait_for_line "^step [0-9]+" "$tmp/chief.out" "$bound" "$chief_pid" || fail "the chief trained no step"

@@ -53,7 +53,7 @@ start_cluster() {
   wait_for_lines "^foreman train: worker 1 of 2" "$tmp/$name.worker1.out" "$bound" 1 "$worker_pid" \
     || fail "$name: worker 1 did not start: $(cat "$tmp/$name.worker1.out")"
   "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index 0 --checkpoint-dir "$tmp/$name.ckpt" \
-    --save-checkpoint-steps 20 --ps-wait-secs "$wait_secs" >"$tmp/$name.chief.out" 2>&1 &
+    --save-checkpoint-steps 20 --ps-wait-secs "$wait_secs" --signal-ends-training >"$tmp/$name.chief.out" 2>&1 &
   chief_pid=$!
   pids+=("$chief_pid")
 }
@@ -63,7 +63,7 @@ start_ps() {
   ps_pid=$!
   pids+=("$ps_pid")
 }
-# Stops the chief by SIGTERM (it ends training on the ps and takes its
+# Stops the chief by SIGTERM (--signal-ends-training: it ends training on the ps and takes its
 # final checkpoint), then waits for all three.
 finish() {
   kill -TERM "$chief_pid" 2>/dev/null
@@ -205,7 +205,7 @@ if [[ ,$cases, == *,late,* ]]; then
   worker_pid=$!
   pids+=("$worker_pid")
   "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index 0 --checkpoint-dir "$tmp/late.ckpt" \
-    --ps-wait-secs 30 >"$tmp/late.chief.out" 2>&1 &
+    --ps-wait-secs 30 --signal-ends-training >"$tmp/late.chief.out" 2>&1 &
   chief_pid=$!
   pids+=("$chief_pid")
   sleep 3  # the ps is late on purpose: this is what the case is about

@@ -124,7 +124,7 @@ start_cluster() {
   wait_for_line "^foreman train: worker 1 of 2" "$tmp/$name.worker1.out" "$bound" "$worker_pid" \
     || fail "$name: worker 1 did not start: $(cat "$tmp/$name.worker1.out")"
   start_task A "$name.chief.out" --job-name worker --task-index 0 --checkpoint-dir "$tmp/$name.ckpt" \
-    --save-checkpoint-steps 20 --ps-wait-secs "$bound"
+    --save-checkpoint-steps 20 --ps-wait-secs "$bound" --signal-ends-training
   chief_pid=$started
 }
 finish() {

@@ -39,6 +39,7 @@
 #include "foreman/cluster_status.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/server.hpp"
+#include "foreman/stop.hpp"
 #include "foreman/summary.hpp"
 #include "runtime/session_target.hpp"
 #include "cluster/worker_step_rates.hpp"
@@ -771,6 +772,56 @@ TEST_CASE("EndTraining: the chief only; later applies OUT_OF_RANGE, reads served
   c.workers[1]->Stop();
   c.workers[1]->Stop();  // idempotent
   CHECK(c.workers[1]->Join(absl::Seconds(5)).ok());
+}
+
+TEST_CASE("EndTrainingHook: a stop request leaves training running (a preemption) unless asked to end it") {
+  Cluster c(1, 2);
+  std::shared_ptr<RemoteValues> rv = c.Remote(1);
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore source;
+  Fill(source, 9);
+  REQUIRE(rv->Write(source).ok());
+  auto stop = std::make_shared<StopRequest>();
+  // A stop request (an eviction): end() leaves the ps taking updates.
+  stop->request_stop();
+  EndTrainingHookOptions evicted_options;
+  evicted_options.stop = stop;
+  EndTrainingHook evicted(c.workers[0].get(), evicted_options);
+  Status e = evicted.end(nullptr);
+  CHECK_MESSAGE(e.ok(), e);
+  CHECK(evicted.left_training_running());
+  CHECK_FALSE(evicted.final_step().has_value());
+  StatusOr<int64_t> applied = rv->Apply(Grads(0.1f, 1.0f), 9);
+  CHECK_MESSAGE(applied.value_or(-1) == 10, applied.status());
+  CHECK(c.ps[0]->Join(absl::Milliseconds(50)).code() == absl::StatusCode::kDeadlineExceeded);
+  // end_training_on_stop_request: the same request ends training.
+  EndTrainingHookOptions ending_options;
+  ending_options.stop = stop;
+  ending_options.end_training_on_stop_request = true;
+  EndTrainingHook ending(c.workers[0].get(), ending_options);
+  Status ended = ending.end(nullptr);
+  CHECK_MESSAGE(ended.ok(), ended);
+  CHECK_FALSE(ending.left_training_running());
+  CHECK(ending.final_step().value_or(-1) == 10);
+  CHECK(rv->Apply(Grads(0.1f, 1.0f), 10).status().code() == absl::StatusCode::kOutOfRange);
+  stop->Complete();
+}
+
+TEST_CASE("EndTrainingHook: without a stop request (the last step), end() ends training") {
+  Cluster c(1, 2);
+  std::shared_ptr<RemoteValues> rv = c.Remote(1);
+  REQUIRE(rv->Bind(kNames).ok());
+  VariableStore source;
+  Fill(source, 5);
+  REQUIRE(rv->Write(source).ok());
+  EndTrainingHookOptions o;
+  o.stop = std::make_shared<StopRequest>();
+  EndTrainingHook hook(c.workers[0].get(), o);
+  Status ended = hook.end(nullptr);
+  CHECK_MESSAGE(ended.ok(), ended);
+  CHECK(hook.final_step().value_or(-1) == 5);
+  CHECK_FALSE(hook.left_training_running());
+  CHECK(rv->Apply(Grads(0.1f, 1.0f), 5).status().code() == absl::StatusCode::kOutOfRange);
 }
 
 TEST_CASE("a ps task that goes away: Read and Apply UNAVAILABLE naming it, within the timeout; a new one is used") {

@@ -5,14 +5,18 @@
 //
 // RunLocalCluster picks free loopback ports, starts the ps tasks and then
 // the workers (`<program> train <train_flags> --ps-hosts ... --worker-hosts
-// ... --job-name ps|worker --task-index K`), each the leader of its own
+// ... --job-name ps|worker --task-index K`, and `--signal-ends-training`
+// for the chief), each the leader of its own
 // process group (a terminal's Ctrl-C reaches only this process), with
 // SIGTERM as its parent-death signal (if this process dies, each task is
 // asked to stop), and hands every line they write to the caller. The chief
 // (worker 0) decides the end, as in TF1:
-//  - a SIGINT/SIGTERM/SIGHUP this process receives is forwarded to the
-//    chief (which stops at a step boundary, ends training on the ps tasks
-//    and takes its final checkpoint; the others then stop by themselves); a
+//  - a SIGINT/SIGTERM/SIGHUP this process receives is the user's request
+//    to end the whole job: it is forwarded to the chief, started with
+//    --signal-ends-training (so it stops at a step boundary, ends training
+//    on the ps tasks and takes its final checkpoint, instead of exiting as
+//    an evicted chief, 75, with training going on); the others then stop
+//    by themselves; a
 //    second one goes to every task; a third kills them all (SIGKILL);
 //  - once the chief exits, the others get end_grace_secs to exit, then a
 //    SIGTERM, then 5 s, then a SIGKILL.

@@ -42,13 +42,17 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "foreman/cluster.hpp"
+#include "foreman/hooks.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/status.hpp"
+#include "foreman/stop.hpp"
 
 namespace foreman {
 
@@ -130,6 +134,60 @@ class Server {
   struct Impl;
   explicit Server(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+/// What EndTrainingHook does at the end of a session.
+struct EndTrainingHookOptions {
+  /// The run's StopRequest (the one given to the session as
+  /// RuntimeOptions::stop). A session that ends while it holds a request
+  /// (a signal, an eviction, MonitoredSession::request_stop) was stopped
+  /// from outside; one that ends without (a hook's ctx.request_stop(), as
+  /// StopAtStepHook's at its last_step; OUT_OF_RANGE at the end of the
+  /// input) reached the end of training. Null: every end is the end of
+  /// training.
+  std::shared_ptr<const StopRequest> stop;
+  /// false (the default): a stop request is a preemption of the chief, not
+  /// the end of the job: end() leaves training running on the ps tasks (the
+  /// CheckpointSaverHook still takes the final checkpoint, consistent across
+  /// the ps tasks), the other workers train on, and a chief started again
+  /// re-attaches to the ps tasks (cluster.md rule 5), as after a crash.
+  /// true: a stop request ends training as the end of training does (the
+  /// owner asked for the whole job to end, e.g. `foreman cluster local`'s
+  /// Ctrl-C). TF1 had no such choice: its chief ended by a signal simply
+  /// exited, and its workers trained on until their own last step.
+  bool end_training_on_stop_request = false;
+};
+
+/// The chief's hook that ends training on the ps tasks (cluster.md rule 7).
+/// Place it first among the chief's chief_only_hooks:
+/// MonitoredTrainingSession runs the chief-only hooks' end() before the
+/// CheckpointSaverHook's, so when end() calls server->EndTraining() the
+/// final checkpoint holds every update the ps tasks accepted, and the
+/// other workers' next updates end their runs with OUT_OF_RANGE. At a stop
+/// request, EndTrainingHookOptions::end_training_on_stop_request decides
+/// (default: training goes on). end() returns EndTraining's error
+/// (UNAVAILABLE naming a ps task). `server` (the chief's) is not owned and
+/// outlives the session. Training thread only; read the accessors after
+/// the session's close().
+class EndTrainingHook : public SessionRunHook {
+ public:
+  explicit EndTrainingHook(Server* server, EndTrainingHookOptions options = {})
+      : server_(server), options_(std::move(options)) {}
+  std::string name() const override { return "EndTrainingHook"; }
+  Status end(Session* session) override;
+
+  /// ps 0's global_step when end() ended training; nullopt before end(),
+  /// or when end() left training running.
+  const std::optional<int64_t>& final_step() const { return final_step_; }
+  /// Whether end() ran and left training running (a stop request, with
+  /// end_training_on_stop_request false): the chief was preempted.
+  bool left_training_running() const { return left_running_; }
+
+ private:
+  Server* const server_;
+  const EndTrainingHookOptions options_;
+  std::optional<int64_t> final_step_;
+  bool left_running_ = false;
 };
 
 /// The chief's per-worker steps/s summaries (TF1 has none: each TF1

@@ -161,9 +161,12 @@ class Run {
     for (int i = 0; i < o_.num_ps + o_.num_workers && started_.ok(); ++i) {
       const bool is_ps = i < o_.num_ps;
       const int index = is_ps ? i : i - o_.num_ps;
-      StatusOr<Task> t = StartTask(o_, absl::StrCat(is_ps ? "ps " : "worker ", index),
-                                   {"--ps-hosts", ps_flag, "--worker-hosts", worker_flag, "--job-name",
-                                    is_ps ? "ps" : "worker", "--task-index", std::to_string(index)});
+      std::vector<std::string> args = {"--ps-hosts", ps_flag, "--worker-hosts", worker_flag, "--job-name",
+                                       is_ps ? "ps" : "worker", "--task-index", std::to_string(index)};
+      // The user's signal to `cluster local` ends the whole job (a signal
+      // to a chief started without it is an eviction: training goes on).
+      if (!is_ps && index == 0) args.push_back("--signal-ends-training");
+      StatusOr<Task> t = StartTask(o_, absl::StrCat(is_ps ? "ps " : "worker ", index), args);
       if (!t.ok()) {
         started_ = t.status();
         break;

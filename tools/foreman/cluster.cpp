@@ -7,9 +7,11 @@
 // cluster flags, each in its own process group (a terminal's Ctrl-C reaches
 // only this process, which forwards it once); their output lines come out
 // prefixed with their task ("[worker 1] ..."). The chief (worker 0) decides
-// the end, as in TF1: a SIGINT/SIGTERM/SIGHUP is forwarded to the chief
-// (which stops at the step boundary, ends training on the ps tasks and
-// takes its final checkpoint; the others then stop by themselves); a second
+// the end, as in TF1: a SIGINT/SIGTERM/SIGHUP is the user's request to end
+// the job, forwarded to the chief, which `cluster local` starts with
+// --signal-ends-training (so it stops at the step boundary, ends training on
+// the ps tasks and takes its final checkpoint; the others then stop by
+// themselves); a second
 // one is forwarded to every task; a third kills them all. Once the chief
 // exits, the others get --end-grace-secs to exit, then SIGTERM, then 5 s,
 // then SIGKILL. Exit: the chief's code (128 + N when a signal N ended it).
@@ -40,7 +42,8 @@ namespace foreman::cli {
 namespace {
 
 // Flags `cluster local` sets itself: refused among the train flags.
-constexpr const char* kOwnFlags[] = {"--ps-hosts", "--worker-hosts", "--job-name", "--task-index", "--insecure"};
+constexpr const char* kOwnFlags[] = {"--ps-hosts", "--worker-hosts", "--job-name", "--task-index", "--insecure",
+                           "--signal-ends-training"};
 
 struct LocalFlags {
   int64_t ps = 1;

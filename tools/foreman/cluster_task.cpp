@@ -10,7 +10,6 @@
 #include "absl/strings/str_join.h"
 #include "command.hpp"
 #include "foreman/logging.hpp"
-#include "foreman/session.hpp"
 
 namespace foreman::cli {
 namespace {
@@ -19,7 +18,7 @@ constexpr const char* kCoreFlags[] = {"--ps-hosts", "--worker-hosts", "--job-nam
 constexpr const char* kOtherFlags[] = {"--heartbeat-ms", "--connection-timeout-ms", "--ps-wait-secs",
                                        "--ps-join-timeout-secs", "--tls-cert", "--tls-key", "--tls-ca",
                                        "--insecure", "--replicas-to-aggregate", "--total-num-replicas",
-                                       "--operation-timeout-ms"};
+                                       "--operation-timeout-ms", "--signal-ends-training"};
 
 // --replicas-to-aggregate / --total-num-replicas (TF's
 // SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)) into
@@ -88,6 +87,11 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
     return absl::InvalidArgumentError(
         "--run-record is for a training task; a ps task trains nothing (give it to the workers only)");
   }
+  if (c.signal_ends_training && !(c.job_name == "worker" && c.task_index == 0)) {
+    return absl::InvalidArgumentError(
+        "--signal-ends-training is the chief's (--job-name worker --task-index 0): a signal to another task stops "
+        "only that task");
+  }
   if (c.task_index < 0 || c.task_index > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("--task-index must be >= 0, got ", c.task_index));
   }
@@ -140,8 +144,10 @@ int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, 
   server->reset();  // stops serving
   stop.Complete();
   if (signalled) {
-    std::fprintf(stderr, "foreman train: %s: stopped by a signal before training ended\n", who.c_str());
-    return kExitFailed;
+    std::printf("%s: stopped by a signal before training ended, not finished (exit %d)\n", who.c_str(),
+                kExitStopped);
+    std::fflush(stdout);
+    return kExitStopped;
   }
   if (!joined.ok()) {
     std::fprintf(stderr, "foreman train: %s: %s\n", who.c_str(),
@@ -155,15 +161,6 @@ int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, 
   std::printf("%s: training ended; exiting\n", who.c_str());
   std::fflush(stdout);
   return kExitOk;
-}
-
-Status EndTrainingHook::end(Session*) {
-  FOREMAN_ASSIGN_OR_RETURN(int64_t step, server_->EndTraining());
-  final_step_ = step;
-  std::fprintf(stderr, "foreman train: the chief ended training at global_step %lld (the ps tasks accept no more "
-                       "updates; the workers stop)\n",
-               static_cast<long long>(step));
-  return absl::OkStatus();
 }
 
 }  // namespace foreman::cli

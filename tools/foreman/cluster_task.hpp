@@ -1,7 +1,8 @@
 // `foreman train` as one task of a cluster (TF1's between-graph replication,
 // docs/train.md "Clusters"): the cluster flags' checks, a ps task's run
-// (tf.train.Server(...).join(), bounded), and the chief's hook that ends
-// training on the ps tasks before its final checkpoint.
+// (tf.train.Server(...).join(), bounded). The chief's hook that ends
+// training on the ps tasks is the library's EndTrainingHook
+// (foreman/server.hpp).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,6 @@
 
 #include "train_settings.hpp"
 #include "foreman/cluster.hpp"
-#include "foreman/hooks.hpp"
 #include "foreman/server.hpp"
 #include "foreman/status.hpp"
 #include "foreman/stop.hpp"
@@ -52,29 +52,10 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
 /// A ps task: Server::Create, then Join until the chief ends training, at
 /// most `join_timeout`. A stop request on `stop` (a signal) stops the server.
 /// Prints what it does on stderr; returns the exit code: 0 once training
-/// ended, 2 for options Server::Create refuses, 1 otherwise (the address
-/// cannot be bound, the bound passed, stopped by a signal).
+/// ended, 2 for options Server::Create refuses, 75 (kExitStopped) stopped by
+/// a signal, 1 otherwise (the address cannot be bound, the bound passed).
 int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, absl::Duration join_timeout,
                        StopRequest& stop);
 
-/// The chief's hook, first of its chief_only_hooks: end() calls
-/// server->EndTraining() (MonitoredTrainingSession runs the chief-only hooks'
-/// end() before the CheckpointSaverHook's), so the final checkpoint holds
-/// every update the ps tasks accepted, and the workers' next updates end
-/// their runs with OUT_OF_RANGE. `server` is not owned and outlives the
-/// session.
-class EndTrainingHook : public SessionRunHook {
- public:
-  explicit EndTrainingHook(Server* server) : server_(server) {}
-  std::string name() const override { return "EndTrainingHook"; }
-  Status end(Session* session) override;
-
-  /// ps 0's global_step when training ended; nullopt before end().
-  const std::optional<int64_t>& final_step() const { return final_step_; }
-
- private:
-  Server* const server_;
-  std::optional<int64_t> final_step_;
-};
 
 }  // namespace foreman::cli

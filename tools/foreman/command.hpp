@@ -7,6 +7,8 @@
 //   1  the work failed (the error is printed in one line)
 //   2  bad flags or bad input files (the message names what and where)
 //   3  `foreman train --fault-plan`: an injected fault ended the run
+//  75  `foreman train` as a cluster task: stopped by a signal (an eviction),
+//      not finished; start it again (sysexits.h's EX_TEMPFAIL)
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -56,6 +58,12 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitInjectedFault = 3;
+/// A cluster task stopped by a signal before the job's end: the chief after
+/// its final checkpoint (training goes on on the ps tasks), a worker at its
+/// step boundary, a ps task. Restarting it with the same flags is right
+/// (docs/cluster.md "Failures"). Not 128 + N: a shell reports those for a
+/// process the signal killed, and 130 is a second signal's.
+inline constexpr int kExitStopped = 75;
 
 /// `foreman chaos`: runs a small `foreman train` job under seeded fault plans,
 /// restarting it as a supervisor would, and checks invariants after every run
@@ -96,10 +104,11 @@ void AddInspectCommand(CLI::App& app, int* exit_code);
 
 /// `foreman train`: trains an MLP on Fashion-MNIST under a
 /// MonitoredTrainingSession (checkpoints, summaries, resume, signals).
-/// Exit codes: 0 done or stopped by a signal after the final checkpoint,
-/// 1 training failed, 2 bad flags/data/plan/incompatible directory, 3 an
-/// injected fault (--fault-plan) ended the run, 130 second signal (and, as
-/// a shell reports it, 137 for a SIGKILL).
+/// Exit codes: 0 done or (one process) stopped by a signal after the final
+/// checkpoint, 1 training failed, 2 bad flags/data/plan/incompatible
+/// directory, 3 an injected fault (--fault-plan) ended the run, 75
+/// (kExitStopped) a cluster task stopped by a signal, not finished, 130
+/// second signal (and, as a shell reports it, 137 for a SIGKILL).
 void AddTrainCommand(CLI::App& app, int* exit_code);
 
 /// `foreman chaos --disk sim`'s simulated process: `foreman train` with

@@ -88,7 +88,26 @@ int Report(const TrainJob& job, int signal, double wall) {
     std::printf("checkpoints: %s (latest: %s)\n", dir.c_str(), EscapeForTerminal(latest_text).c_str());
     std::printf("events: %s (training), %s/eval (test set)\n", dir.c_str(), dir.c_str());
   }
-  if (signal != 0) {
+  // A cluster task stopped by a signal, the job not ended: "stopped, not
+  // finished" (kExitStopped), so that a supervisor restarts it.
+  int code = kExitOk;
+  if (signal != 0 && !job.cluster) {
+    std::printf("stopped by %s after its final checkpoint\n", SignalName(signal));
+  } else if (signal != 0 && !job.cluster->task.is_chief() && !result.ended_by_chief) {
+    std::printf("%sstopped by %s, not finished (exit %d): it writes no checkpoint; started again, it rejoins\n",
+                job.task_prefix().c_str(), SignalName(signal), kExitStopped);
+    code = kExitStopped;
+  } else if (signal != 0 && job.end_training != nullptr && job.end_training->left_training_running()) {
+    auto latest = LatestCheckpoint(job.env, dir);
+    std::string step = "?";
+    if (latest.ok() && latest->has_value()) {
+      if (const std::size_t dash = (*latest)->rfind('-'); dash != std::string::npos) step = (*latest)->substr(dash + 1);
+    }
+    std::printf("stopped by %s after its final checkpoint at global_step %s; training goes on on the ps tasks (not "
+                "ended): start the chief again with the same flags to resume it (exit %d)\n",
+                SignalName(signal), EscapeForTerminal(step).c_str(), kExitStopped);
+    code = kExitStopped;
+  } else if (signal != 0 && job.cluster->task.is_chief()) {
     std::printf("stopped by %s after its final checkpoint\n", SignalName(signal));
   }
   if (job.faults.record != nullptr) {
@@ -98,7 +117,7 @@ int Report(const TrainJob& job, int signal, double wall) {
     std::fprintf(stderr, "foreman train: cannot write the report to stdout: %s\n", std::strerror(errno));
     return kExitFailed;
   }
-  return kExitOk;
+  return code;
 }
 
 int RunTrain(const CLI::App& cmd, TrainFlags f, const SimulatedProcess* sim) {
@@ -126,7 +145,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f, const SimulatedProcess* sim) {
     std::printf("stopped by %s before training started; nothing was changed in %s\n",
                 SignalName(watcher != nullptr ? watcher->signal_number() : 0), job.f.checkpoint_dir.c_str());
     job.stop->Complete();
-    return kExitOk;
+    return job.cluster ? kExitStopped : kExitOk;  // a cluster task: not finished
   };
 
   // 0. The cluster flags, checked before anything starts. A ps task only
@@ -137,6 +156,14 @@ int RunTrain(const CLI::App& cmd, TrainFlags f, const SimulatedProcess* sim) {
   if (job.cluster && sim != nullptr) {
     return Fail(kExitUsage, "bad cluster flags",
                 absl::InvalidArgumentError("a simulated process (foreman chaos --disk sim) runs no cluster task"));
+  }
+  if (job.cluster && job.cluster->task.job_name == "worker") {
+    using Role = RunPhase::TrainingRole;
+    const ClusterTask& task = job.cluster->task;
+    job.phase->SetTrainingRole(!task.is_chief()                     ? Role::kWorker
+                               : job.f.cluster.signal_ends_training ? Role::kChiefEndsTraining
+                                                                    : Role::kChief,
+                               absl::StrCat("worker ", task.task_index));
   }
   if (job.cluster && job.cluster->task.job_name == "ps") {
     if (Status s = ValidateTrainFlags(job.f); !s.ok()) return Fail(kExitUsage, "bad flags", s);
@@ -226,9 +253,10 @@ void AddTrainCommandTo(CLI::App& app, int* exit_code, const SimulatedProcess* si
       "Train an MLP on Fashion-MNIST under a MonitoredTrainingSession: checkpoints, TensorBoard summaries, "
       "resume from --checkpoint-dir (flags not given take the run's stored values), graceful stop on "
       "SIGINT/SIGTERM/SIGHUP.\n"
-      "Exit codes: 0 done (or stopped by a signal after the final checkpoint), 1 training failed, "
-      "2 bad flags/data/fault plan or an incompatible or busy --checkpoint-dir (do not restart), "
-      "3 an injected fault (--fault-plan) ended the run, 130 a second signal.");
+      "Exit codes: 0 done (or, in one process, stopped by a signal after the final checkpoint), 1 training "
+      "failed, 2 bad flags/data/fault plan or an incompatible or busy --checkpoint-dir (do not restart), "
+      "3 an injected fault (--fault-plan) ended the run, 75 a cluster task stopped by a signal, not finished "
+      "(restart it; docs/cluster.md), 130 a second signal.");
   AddTrainFlags(*cmd, *flags);
   cmd->callback([cmd, flags, exit_code, sim] {
     try {

@@ -207,7 +207,8 @@ ExitCode SessionOptions(TrainJob& job) {
 // 6b. A cluster worker: its Server (tf.train.Server), whose target is the
 //     session's master; the chief ends training from a hook placed first
 //     among its chief-only hooks (their end() runs before the
-//     CheckpointSaverHook's final save).
+//     CheckpointSaverHook's final save), except at a signal without
+//     --signal-ends-training (an eviction: training goes on).
 ExitCode StartServer(TrainJob& job) {
   if (!job.cluster) return std::nullopt;
   ServerOptions options;
@@ -223,7 +224,12 @@ ExitCode StartServer(TrainJob& job) {
   job.server = *std::move(server);
   job.mts.master = job.server->target();
   if (job.cluster->task.is_chief()) {
-    job.end_training = std::make_shared<EndTrainingHook>(job.server.get());
+    // A signal is an eviction of the chief unless its user asked for the
+    // whole job to end (--signal-ends-training): EndTrainingHookOptions.
+    EndTrainingHookOptions end_options;
+    end_options.stop = job.stop;
+    end_options.end_training_on_stop_request = job.f.cluster.signal_ends_training;
+    job.end_training = std::make_shared<EndTrainingHook>(job.server.get(), std::move(end_options));
     job.mts.chief_only_hooks.insert(job.mts.chief_only_hooks.begin(), job.end_training);
     job.worker_rates = WorkerStepRateSummaries(job.server.get(), job.cluster->spec.num_tasks("worker"));
   }

@@ -163,6 +163,12 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--tls-ca", f.cluster.tls_ca, "Mutual TLS: the PEM CA certificates peers must chain to")
       ->check(NonEmpty())
       ->group(kCluster);
+  cmd.add_flag("--signal-ends-training", f.cluster.signal_ends_training,
+               "The chief's: a SIGINT/SIGTERM/SIGHUP ends training on the ps tasks (the whole job ends: the "
+               "workers exit 0) after the final checkpoint; without it a signal stops only the chief (an "
+               "eviction: exit 75, training goes on, a restarted chief re-attaches). `foreman cluster local` "
+               "gives it")
+      ->group(kCluster);
   cmd.add_flag("--insecure", f.cluster.insecure,
                "Allow non-loopback addresses without TLS (plain connections have no authentication)")
       ->group(kCluster);

@@ -38,6 +38,9 @@ struct ClusterFlags {
   int64_t total_num_replicas = 0;     // --total-num-replicas M (0: the number of workers)
   // A worker's bound on one read or update of a ps task (ServerOptions::request_timeout_ms).
   int64_t operation_timeout_ms = 10'000;
+  // The chief's: a signal ends training on the ps tasks (the whole job)
+  // instead of preempting only the chief (EndTrainingHookOptions).
+  bool signal_ends_training = false;
 };
 
 /// `foreman train`'s flags: the MLP job's settings (foreman/mlp_job_settings.hpp:

@@ -65,6 +65,12 @@ bool RunPhase::training() {
   return training_;
 }
 
+void RunPhase::SetTrainingRole(TrainingRole role, std::string who) {
+  MutexLock lock(mu_);
+  role_ = role;
+  who_ = std::move(who);
+}
+
 void RunPhase::ServeAsPs(std::string who) {
   MutexLock lock(mu_);
   ps_task_ = std::move(who);
@@ -111,7 +117,7 @@ void SignalWatcher::Watch() {
       signal_.store(sig);
       if (const std::string ps = phase_->ps_task(); !ps.empty()) {
         std::fprintf(stderr,
-                     "\nforeman train: %s received: %s stops serving now and exits 1; its variables are lost "
+                     "\nforeman train: %s received: %s stops serving now and exits 75; its variables are lost "
                      "(the chief restores them from its latest checkpoint when a ps task serves this address "
                      "again) and the workers' steps fail until then (a second signal exits at once)\n",
                      SignalName(sig), ps.c_str());
@@ -119,8 +125,28 @@ void SignalWatcher::Watch() {
         stop_->request_stop();
         continue;
       }
-      phase_->WithPhase([&](bool training) {
-        if (training) {
+      phase_->WithPhase([&](bool training, RunPhase::TrainingRole role, const std::string& who) {
+        using Role = RunPhase::TrainingRole;
+        if (training && role == Role::kWorker) {
+          std::fprintf(stderr,
+                       "\nforeman train: %s received: %s stops at the next step boundary; it writes no checkpoint "
+                       "(the chief does) and the others train on; exits %d, not finished (a second signal exits "
+                       "at once)\n",
+                       SignalName(sig), who.c_str(), kExitStopped);
+        } else if (training && role == Role::kChief) {
+          std::fprintf(stderr,
+                       "\nforeman train: %s received: the chief stops at the next step boundary and saves a final "
+                       "checkpoint; training goes on on the ps tasks (a chief started again re-attaches; "
+                       "--signal-ends-training would end it); exits %d, not finished (a second signal exits at "
+                       "once)\n",
+                       SignalName(sig), kExitStopped);
+        } else if (training && role == Role::kChiefEndsTraining) {
+          std::fprintf(stderr,
+                       "\nforeman train: %s received: the chief stops at the next step boundary, ends training on "
+                       "the ps tasks (--signal-ends-training) and saves a final checkpoint (a second signal exits "
+                       "at once)\n",
+                       SignalName(sig));
+        } else if (training) {
           std::fprintf(stderr,
                        "\nforeman train: %s received: stopping at the next step boundary and saving a final "
                        "checkpoint (a second signal exits at once)\n",

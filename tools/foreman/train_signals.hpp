@@ -45,12 +45,21 @@ class RunPhase {
   bool StartTraining(const StopRequest& stop);
   bool training();
 
-  /// Runs `f(training)` under the mutex (the first signal's message and stop).
+  /// Runs `f(training, role, who)` under the mutex (the first signal's message and stop).
   template <class F>
   void WithPhase(F&& f) {
     MutexLock lock(mu_);
-    f(training_);
+    f(training_, role_, who_);
   }
+
+  /// A training task of a cluster: what a signal does to it (its message).
+  enum class TrainingRole {
+    kSingleProcess,     // the final checkpoint, exit 0
+    kChief,             // the final checkpoint, training goes on, exit 75
+    kChiefEndsTraining, // --signal-ends-training: the final checkpoint ends training, exit 0
+    kWorker,            // a non-chief worker ("worker 1"): no checkpoint, exit 75
+  };
+  void SetTrainingRole(TrainingRole role, std::string who);
 
   /// A ps task ("ps task 0") serves and never trains: a signal's message
   /// says what it does instead.
@@ -67,6 +76,8 @@ class RunPhase {
   std::shared_ptr<RunDirectory> run_ ABSL_GUARDED_BY(mu_);
   bool training_ ABSL_GUARDED_BY(mu_) = false;
   std::string ps_task_ ABSL_GUARDED_BY(mu_);  // ServeAsPs: "ps task K"
+  TrainingRole role_ ABSL_GUARDED_BY(mu_) = TrainingRole::kSingleProcess;
+  std::string who_ ABSL_GUARDED_BY(mu_);  // SetTrainingRole: "worker K"
 };
 
 /// The watcher thread (see the top of this file).
