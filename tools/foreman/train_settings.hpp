@@ -38,6 +38,13 @@ struct ClusterFlags {
   int64_t total_num_replicas = 0;     // --total-num-replicas M (0: the number of workers)
   // A worker's bound on one read or update of a ps task (ServerOptions::request_timeout_ms).
   int64_t operation_timeout_ms = 10'000;
+  // Where the cluster comes from without --ps-hosts/--worker-hosts/--job-name/
+  // --task-index (ClusterFromEnvironment): auto | tf_config | slurm | none.
+  std::string cluster_env = "auto";
+  // The Slurm rule (SlurmLaunch): rank p listens on --slurm-base-port + p;
+  // the first --slurm-ps-tasks ranks are the ps tasks.
+  int64_t slurm_base_port = 2222;
+  int64_t slurm_ps_tasks = 1;
 };
 
 /// `foreman train`'s flags: the MLP job's settings (foreman/mlp_job_settings.hpp:
