@@ -133,6 +133,17 @@ struct ClusterLaunch {
 /// number or is out of range, a task type the cluster lacks; UNIMPLEMENTED
 /// for task.type "evaluator" (Foreman has no evaluator task yet). A pure
 /// function; thread-safe.
+///   ```cpp
+///   #include "foreman/cluster.hpp"
+///   // TF's worker 0 of a cluster with a chief: Foreman's worker 1.
+///   FOREMAN_ASSIGN_OR_RETURN(foreman::ClusterLaunch launch, foreman::ClusterFromTfConfig(R"({
+///       "cluster": {"chief": ["127.0.0.1:2223"], "worker": ["127.0.0.1:2224"], "ps": ["127.0.0.1:2222"]},
+///       "task": {"type": "worker", "index": 0}})"));
+///   if (launch.task.job_name != "worker" || launch.task.task_index != 1 ||
+///       launch.spec.num_tasks("worker") != 2) {
+///     return absl::InternalError("unexpected");
+///   }
+///   ```
 StatusOr<ClusterLaunch> ClusterFromTfConfig(const std::string& tf_config);
 
 /// The host names of a Slurm host list as `scontrol show hostnames` expands
