@@ -50,9 +50,13 @@ expect_refusal "an evaluator task" "TF_CONFIG: task.type 'evaluator': Foreman ha
   env TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "evaluator": ["127.0.0.1:3"]},
                   "task": {"type": "evaluator", "index": 0}}' \
   timeout 30 "$foreman" train --checkpoint-dir "$tmp/bad" "${model[@]}"
-expect_refusal "an unclosed '[' in SLURM_JOB_NODELIST" "SLURM_JOB_NODELIST: position 7: unclosed '\['" \
-  env SLURM_PROCID=0 SLURM_NTASKS=3 SLURM_JOB_NODELIST='a,node[1-2' \
+expect_refusal "an unclosed '[' in SLURM_STEP_NODELIST" "SLURM_STEP_NODELIST: position 7: unclosed '\['" \
+  env SLURM_PROCID=0 SLURM_NTASKS=3 SLURM_STEP_NODELIST='a,node[1-2' SLURM_JOB_NODELIST='a,node[1-2]' \
   timeout 30 "$foreman" train --checkpoint-dir "$tmp/bad" "${model[@]}"
+expect_refusal "an unclosed '[' in SLURM_JOB_NODELIST (--cluster-env slurm)" \
+  "SLURM_JOB_NODELIST: position 7: unclosed '\['" \
+  env SLURM_PROCID=0 SLURM_NTASKS=3 SLURM_JOB_NODELIST='a,node[1-2' \
+  timeout 30 "$foreman" train --checkpoint-dir "$tmp/bad" "${model[@]}" --cluster-env slurm
 expect_refusal "--slurm-ps-tasks with TF_CONFIG" "--slurm-ps-tasks is for a cluster read from Slurm" \
   env TF_CONFIG="$good_tf" timeout 30 "$foreman" train --checkpoint-dir "$tmp/bad" "${model[@]}" --slurm-ps-tasks 2
 expect_refusal "--cluster-env tf_config without TF_CONFIG" "TF_CONFIG is not set" \
@@ -140,10 +144,12 @@ if [[ $which == tf_config || $which == both ]]; then
 fi
 
 if [[ $which == slurm || $which == both ]]; then
-  # An srun step of 3 tasks on one node: rank 0 the ps, rank 1 the chief,
-  # rank 2 worker 1, on --slurm-base-port + rank.
+  # An srun step of 3 tasks on one node (the variables srun gives each
+  # task): rank 0 the ps, rank 1 the chief, rank 2 worker 1, on
+  # --slurm-base-port + rank.
   base=$(free_port_run 3) || { echo "FAIL: cannot find 3 consecutive free ports"; exit 1; }
-  slurm=(SLURM_NTASKS=3 SLURM_JOB_NODELIST=127.0.0.1 SLURM_TASKS_PER_NODE="3")
+  slurm=(SLURM_NTASKS=3 SLURM_JOB_NODELIST=127.0.0.1 SLURM_TASKS_PER_NODE=3 SLURM_STEP_NODELIST=127.0.0.1
+         SLURM_STEP_TASKS_PER_NODE=3)
   model+=(--slurm-base-port "$base")
   env_ps=("${slurm[@]}" SLURM_PROCID=0)
   env_chief=("${slurm[@]}" SLURM_PROCID=1)

@@ -320,7 +320,7 @@ constexpr const char* kSlurmVariables[] = {"SLURM_PROCID", "SLURM_NTASKS", "SLUR
                                            "SLURM_STEP_NODELIST", "SLURM_TASKS_PER_NODE",
                                            "SLURM_STEP_TASKS_PER_NODE"};
 
-TEST_CASE("ClusterFromEnvironment: TF_CONFIG first, then a Slurm step of more than one task, else none") {
+TEST_CASE("ClusterFromEnvironment: TF_CONFIG first, then an srun step of more than one task, else none") {
   ScopedEnv clear({{"TF_CONFIG", nullptr}, {kSlurmVariables[0], nullptr}, {kSlurmVariables[1], nullptr},
                    {kSlurmVariables[2], nullptr}, {kSlurmVariables[3], nullptr}, {kSlurmVariables[4], nullptr},
                    {kSlurmVariables[5], nullptr}});
@@ -363,6 +363,20 @@ TEST_CASE("ClusterFromEnvironment: TF_CONFIG first, then a Slurm step of more th
       auto launch1 = ClusterFromEnvironment(ClusterEnvironment::kAuto, rule);
       REQUIRE(launch1.ok());
       CHECK_FALSE(launch1->has_value());  // a one-task step is a single-process run
+    }
+    {
+      // A batch script outside srun: SLURM_PROCID=0 and the allocation's
+      // SLURM_NTASKS, but no step node list. Not a cluster under kAuto;
+      // kSlurm reads SLURM_JOB_NODELIST.
+      ScopedEnv batch({{"SLURM_STEP_NODELIST", nullptr}, {"SLURM_PROCID", "0"}});
+      auto launch0 = ClusterFromEnvironment(ClusterEnvironment::kAuto, rule);
+      REQUIRE(launch0.ok());
+      CHECK_FALSE(launch0->has_value());
+      auto forced = ClusterFromEnvironment(ClusterEnvironment::kSlurm, rule);
+      REQUIRE_MESSAGE(forced.ok(), forced.status().ToString());
+      REQUIRE(forced->has_value());
+      CHECK((*forced)->spec.jobs().at("ps") == Hosts{"n1:2222"});
+      CHECK((*forced)->task.job_name == "ps");
     }
     {
       ScopedEnv bad({{"SLURM_STEP_NODELIST", "m[1-2"}});

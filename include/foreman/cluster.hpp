@@ -199,13 +199,15 @@ StatusOr<ClusterLaunch> ClusterFromSlurm(const SlurmLaunch& slurm);
 
 /// Which environment ClusterFromEnvironment reads.
 enum class ClusterEnvironment {
-  /// TF_CONFIG when set and not empty; else Slurm when SLURM_PROCID,
-  /// SLURM_NTASKS and a node list are set and SLURM_NTASKS is not 1; else
-  /// none.
+  /// TF_CONFIG when set and not empty; else Slurm inside an srun step
+  /// (SLURM_STEP_NODELIST set, with SLURM_PROCID and SLURM_NTASKS) of more
+  /// than one task; else none. A batch script itself (SLURM_PROCID and
+  /// SLURM_NTASKS but no SLURM_STEP_NODELIST) is not a cluster.
   kAuto,
   /// TF_CONFIG only; FAILED_PRECONDITION when it is not set.
   kTfConfig,
-  /// The SLURM_* variables only; FAILED_PRECONDITION when they are not set.
+  /// The SLURM_* variables only (SLURM_JOB_NODELIST when there is no step
+  /// node list); FAILED_PRECONDITION when they are not set.
   kSlurm,
   /// None: a single-process run.
   kNone,
@@ -215,7 +217,7 @@ enum class ClusterEnvironment {
 /// describes none. Reads the variables (getenv) once; `slurm` gives the
 /// Slurm rule's base_port and num_ps_tasks (its texts are ignored and read
 /// from the environment). Under kAuto a single-task Slurm step
-/// (SLURM_NTASKS=1) is not a cluster. Errors: those of ClusterFromTfConfig
+/// (SLURM_NTASKS=1) and a batch script outside srun are not clusters. Errors: those of ClusterFromTfConfig
 /// and ClusterFromSlurm; FAILED_PRECONDITION naming the missing variables
 /// for kTfConfig and kSlurm. Thread-safe as long as nothing sets the
 /// environment meanwhile.

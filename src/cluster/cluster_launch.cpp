@@ -397,6 +397,10 @@ StatusOr<std::optional<ClusterLaunch>> ClusterFromEnvironment(ClusterEnvironment
     s.tasks_per_node_variable = "SLURM_TASKS_PER_NODE";
   }
   const bool all_set = !s.procid.empty() && !s.ntasks.empty() && !s.nodelist.empty();
+  // srun sets SLURM_STEP_NODELIST in each task of a step; a batch script
+  // itself has SLURM_PROCID=0 and the allocation's SLURM_NTASKS but no step
+  // variables, and a `foreman train` run there is not one of N tasks.
+  const bool in_step = !Env("SLURM_STEP_NODELIST").empty();
   if (which == ClusterEnvironment::kSlurm) {
     if (!all_set) {
       std::vector<std::string> missing;
@@ -406,7 +410,7 @@ StatusOr<std::optional<ClusterLaunch>> ClusterFromEnvironment(ClusterEnvironment
       return absl::FailedPreconditionError(absl::StrCat("not a Slurm step: ", absl::StrJoin(missing, ", "),
                                                         missing.size() == 1 ? " is" : " are", " not set"));
     }
-  } else if (!all_set || s.ntasks == "1") {
+  } else if (!all_set || !in_step || s.ntasks == "1") {
     return std::optional<ClusterLaunch>();
   }
   FOREMAN_ASSIGN_OR_RETURN(ClusterLaunch launch, ClusterFromSlurm(s));

@@ -165,8 +165,8 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->group(kCluster);
   cmd.add_option("--cluster-env", f.cluster.cluster_env,
                  "Without --ps-hosts, --worker-hosts, --job-name and --task-index, where the cluster comes from: "
-                 "auto (TF_CONFIG when set, else a Slurm step of more than one task: SLURM_PROCID, SLURM_NTASKS, "
-                 "SLURM_JOB_NODELIST), tf_config, slurm, or none (a single-process run). Those four flags, when "
+                 "auto (TF_CONFIG when set, else an srun step of more than one task: SLURM_PROCID, SLURM_NTASKS, "
+                 "SLURM_STEP_NODELIST), tf_config, slurm, or none (a single-process run). Those four flags, when "
                  "given, win: the environment is not read (docs/cluster.md)")
       ->check(CLI::IsMember({"auto", "tf_config", "slurm", "none"}))
       ->capture_default_str()
