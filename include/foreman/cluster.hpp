@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,129 @@ struct ClusterTask {
 /// (jobs: ps, worker)" or "--task-index 3 is out of range for job 'worker':
 /// it has 2 tasks, valid indices are 0..1".
 Status ValidateClusterTask(const ClusterSpec& spec, const ClusterTask& task);
+
+/// A cluster and this process's task as a launcher's environment describes
+/// them (ClusterFromTfConfig, ClusterFromSlurm, ClusterFromEnvironment).
+struct ClusterLaunch {
+  /// The cluster in Foreman's terms: jobs "ps" and "worker" (worker 0 is
+  /// the chief).
+  ClusterSpec spec;
+  /// This process's task in `spec`.
+  ClusterTask task;
+  /// The task in the launcher's terms, for logs: "TF_CONFIG task chief 0",
+  /// "TF_CONFIG task worker 1", "SLURM_PROCID 2 of SLURM_NTASKS 4".
+  std::string described_as;
+};
+
+/// The cluster of TF's TF_CONFIG, the JSON object Kubeflow's TFJob operator,
+/// SageMaker and Vertex AI give each task (TF's TFConfigClusterResolver
+/// reads the same): {"cluster": {"chief": [H:P], "worker": [H:P, ...],
+/// "ps": [H:P, ...], "evaluator": [H:P]}, "task": {"type": T, "index": I}}.
+/// Mapping onto Foreman's jobs: TF's "chief" task becomes worker 0 (the
+/// chief) and TF's worker i becomes worker i + 1; without a "chief" job,
+/// TF's worker 0 is the chief and worker i stays worker i (TF1's
+/// convention). TF's ps i is ps i. "evaluator" (at most one task) is checked
+/// and left out of the spec, as TF leaves it out of the training cluster.
+/// Other top-level keys ("environment", "rpc_layer") are ignored.
+/// `tf_config` is the variable's text. Errors, each starting "TF_CONFIG: "
+/// and naming the field and position: INVALID_ARGUMENT for text that is not
+/// JSON (with the byte offset), a missing or mistyped "cluster" or "task",
+/// a job other than chief, worker, ps and evaluator, more than one chief or
+/// evaluator, no ps, no chief and no worker, an entry that is not a
+/// "host:port" string ("TF_CONFIG: cluster.worker[1]: expected \"host:port\",
+/// found 5"), an address given twice, a task index that is not a whole
+/// number or is out of range, a task type the cluster lacks; UNIMPLEMENTED
+/// for task.type "evaluator" (Foreman has no evaluator task yet). A pure
+/// function; thread-safe.
+///   ```cpp
+///   #include "foreman/cluster.hpp"
+///   // TF's worker 0 of a cluster with a chief: Foreman's worker 1.
+///   FOREMAN_ASSIGN_OR_RETURN(foreman::ClusterLaunch launch, foreman::ClusterFromTfConfig(R"({
+///       "cluster": {"chief": ["127.0.0.1:2223"], "worker": ["127.0.0.1:2224"], "ps": ["127.0.0.1:2222"]},
+///       "task": {"type": "worker", "index": 0}})"));
+///   if (launch.task.job_name != "worker" || launch.task.task_index != 1 ||
+///       launch.spec.num_tasks("worker") != 2) {
+///     return absl::InternalError("unexpected");
+///   }
+///   ```
+StatusOr<ClusterLaunch> ClusterFromTfConfig(const std::string& tf_config);
+
+/// The host names of a Slurm host list as `scontrol show hostnames` expands
+/// it: commas outside brackets separate entries; a bracket group holds
+/// comma-separated numbers and ranges "lo-hi" (lo <= hi), each number
+/// written with the digits of the text it came from, zero-padded to the
+/// width of lo ("node[08-10]" -> node08, node09, node10); several groups
+/// in one entry expand to every combination, the first group varying
+/// slowest ("rack[1-2]-n[1-2]" -> rack1-n1, rack1-n2, rack2-n1, rack2-n2).
+/// Duplicates are kept, in order. Errors: INVALID_ARGUMENT naming
+/// `variable` and the 1-based character position, e.g.
+/// "SLURM_JOB_NODELIST: position 7: unclosed '['" (also: an empty entry, a
+/// stray ']', a nested '[', an empty or non-numeric range, lo > hi, more
+/// than 65536 hosts). A pure function; thread-safe.
+StatusOr<std::vector<std::string>> ExpandSlurmHostList(const std::string& host_list,
+                                                       const std::string& variable = "SLURM_JOB_NODELIST");
+
+/// What ClusterFromSlurm reads: the variables' texts (empty: not set) and
+/// the rule's two settings.
+struct SlurmLaunch {
+  /// SLURM_PROCID: this task's rank in [0, ntasks).
+  std::string procid;
+  /// SLURM_NTASKS: the number of tasks of the step.
+  std::string ntasks;
+  /// The nodes, as a host list, and the name of the variable it came from
+  /// (SLURM_STEP_NODELIST when srun set it, else SLURM_JOB_NODELIST).
+  std::string nodelist;
+  std::string nodelist_variable = "SLURM_JOB_NODELIST";
+  /// Tasks per node, in Slurm's form "2(x3),1" (2 tasks on each of 3
+  /// nodes, then 1), and its variable (SLURM_STEP_TASKS_PER_NODE, else
+  /// SLURM_TASKS_PER_NODE). May be empty when every node runs one task or
+  /// there is one node.
+  std::string tasks_per_node;
+  std::string tasks_per_node_variable = "SLURM_TASKS_PER_NODE";
+  /// Task p listens on base_port + p, in [1, 65535] for every task.
+  int base_port = 2222;
+  /// The first num_ps_tasks ranks are the ps tasks, >= 1.
+  int num_ps_tasks = 1;
+};
+
+/// The cluster of a Slurm step: ranks 0 .. num_ps_tasks - 1 are ps tasks
+/// 0 .. num_ps_tasks - 1, rank num_ps_tasks is worker 0 (the chief) and
+/// rank num_ps_tasks + k is worker k. Rank p runs on the node Slurm's block
+/// distribution (its default) puts it on: the first tasks_per_node[0]
+/// ranks on the first node of the list, and so on; it listens on
+/// base_port + p. Needs ntasks >= num_ps_tasks + 1. Errors: INVALID_ARGUMENT
+/// naming the variable (ExpandSlurmHostList's messages for the node list;
+/// "SLURM_PROCID: '' is not set", a rank outside [0, ntasks), tasks per node
+/// that do not add up to SLURM_NTASKS or do not match the number of nodes,
+/// a port past 65535, a host that is not a valid host name). A pure
+/// function; thread-safe.
+StatusOr<ClusterLaunch> ClusterFromSlurm(const SlurmLaunch& slurm);
+
+/// Which environment ClusterFromEnvironment reads.
+enum class ClusterEnvironment {
+  /// TF_CONFIG when set and not empty; else Slurm inside an srun step
+  /// (SLURM_STEP_NODELIST set, with SLURM_PROCID and SLURM_NTASKS) of more
+  /// than one task; else none. A batch script itself (SLURM_PROCID and
+  /// SLURM_NTASKS but no SLURM_STEP_NODELIST) is not a cluster.
+  kAuto,
+  /// TF_CONFIG only; FAILED_PRECONDITION when it is not set.
+  kTfConfig,
+  /// The SLURM_* variables only (SLURM_JOB_NODELIST when there is no step
+  /// node list); FAILED_PRECONDITION when they are not set.
+  kSlurm,
+  /// None: a single-process run.
+  kNone,
+};
+
+/// The cluster this process's environment describes, nullopt when it
+/// describes none. Reads the variables (getenv) once; `slurm` gives the
+/// Slurm rule's base_port and num_ps_tasks (its texts are ignored and read
+/// from the environment). Under kAuto a single-task Slurm step
+/// (SLURM_NTASKS=1) and a batch script outside srun are not clusters. Errors: those of ClusterFromTfConfig
+/// and ClusterFromSlurm; FAILED_PRECONDITION naming the missing variables
+/// for kTfConfig and kSlurm. Thread-safe as long as nothing sets the
+/// environment meanwhile.
+StatusOr<std::optional<ClusterLaunch>> ClusterFromEnvironment(ClusterEnvironment which, const SlurmLaunch& slurm);
 
 /// Where each variable lives, as TF1's tf.train.replica_device_setter(
 /// ps_tasks=N) places it with its default round-robin strategy: `names` are

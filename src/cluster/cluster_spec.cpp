@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "foreman/cluster.hpp"
+#include "cluster/task_address.hpp"
 #include "nn/optimizer.hpp"
 
 namespace foreman {
@@ -153,6 +154,16 @@ std::string EntryName(const std::string& job, std::size_t index, const std::stri
 std::string AddressKey(const TaskAddress& a) { return absl::StrCat(absl::AsciiStrToLower(a.host), "|", a.port); }
 
 }  // namespace
+
+namespace cluster_internal {
+
+bool ParseTaskAddress(const std::string& entry, TaskAddress* out, std::string* why) {
+  return ParseEntry(entry, out, why);
+}
+
+std::string TaskAddressKey(const TaskAddress& address) { return AddressKey(address); }
+
+}  // namespace cluster_internal
 
 // Builds the spec; `from_flags` only changes how errors name the source.
 class ClusterSpecBuilder {

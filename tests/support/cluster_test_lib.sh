@@ -90,3 +90,28 @@ for s in ss:
     s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
 }
+
+# The first of $1 consecutive free TCP ports on 127.0.0.1 (all bound
+# together once, then released), for a rule like Slurm's base + rank; at
+# most 50 tries.
+free_port_run() {
+  "$py" -c '
+import random, socket, sys
+n = int(sys.argv[1])
+for _ in range(50):
+    base = random.randrange(20000, 60000 - n)
+    ss = []
+    try:
+        for p in range(base, base + n):
+            s = socket.socket()
+            ss.append(s)
+            s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        for s in ss:
+            s.close()
+    print(base)
+    sys.exit(0)
+sys.exit(1)' "$1"
+}

@@ -2,10 +2,12 @@
 #include "cluster_task.hpp"
 
 #include <climits>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "command.hpp"
@@ -56,6 +58,39 @@ Status CheckSyncFlags(const CLI::App& cmd, const ClusterFlags& c, ClusterRun& ru
   return absl::OkStatus();
 }
 
+ClusterEnvironment EnvironmentOf(const std::string& flag) {
+  if (flag == "tf_config") return ClusterEnvironment::kTfConfig;
+  if (flag == "slurm") return ClusterEnvironment::kSlurm;
+  if (flag == "none") return ClusterEnvironment::kNone;
+  return ClusterEnvironment::kAuto;
+}
+
+// Without the four core flags: the launcher's environment (TF_CONFIG, then
+// Slurm), unless --cluster-env none. nullopt: no cluster.
+StatusOr<std::optional<ClusterLaunch>> LaunchFromEnvironment(const CLI::App& cmd, const ClusterFlags& c) {
+  if (c.slurm_base_port < 1 || c.slurm_base_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--slurm-base-port must be in [1, 65535], got ", c.slurm_base_port));
+  }
+  if (c.slurm_ps_tasks < 1 || c.slurm_ps_tasks > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--slurm-ps-tasks must be >= 1, got ", c.slurm_ps_tasks));
+  }
+  SlurmLaunch slurm;
+  slurm.base_port = static_cast<int>(c.slurm_base_port);
+  slurm.num_ps_tasks = static_cast<int>(c.slurm_ps_tasks);
+  FOREMAN_ASSIGN_OR_RETURN(std::optional<ClusterLaunch> launch,
+                           ClusterFromEnvironment(EnvironmentOf(c.cluster_env), slurm));
+  const bool from_slurm = launch.has_value() && absl::StartsWith(launch->described_as, "SLURM_");
+  for (const char* flag : {"--slurm-base-port", "--slurm-ps-tasks"}) {
+    if (cmd.count(flag) > 0 && !from_slurm) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " is for a cluster read from Slurm's SLURM_* variables, and this process's cluster is ",
+          launch.has_value() ? absl::StrCat("read from ", launch->described_as) : std::string("not from Slurm")));
+    }
+  }
+  return launch;
+}
+
 }  // namespace
 
 StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const TrainFlags& f) {
@@ -63,36 +98,53 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
   std::vector<std::string> given;
   std::vector<std::string> missing;
   for (const char* flag : kCoreFlags) (cmd.count(flag) > 0 ? given : missing).push_back(flag);
+  std::optional<ClusterLaunch> launch;
   if (given.empty()) {
+    FOREMAN_ASSIGN_OR_RETURN(launch, LaunchFromEnvironment(cmd, c));
+  }
+  if (given.empty() && !launch.has_value()) {
     for (const char* flag : kOtherFlags) {
       if (cmd.count(flag) > 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             flag, " is a cluster flag: give it with --ps-hosts, --worker-hosts, --job-name and --task-index "
-                  "(or drop it for a single-process run)"));
+                  "or with a cluster in TF_CONFIG or Slurm's variables (or drop it for a single-process run)"));
       }
     }
     return std::optional<ClusterRun>();
   }
-  if (!missing.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("a cluster needs all of --ps-hosts, --worker-hosts, --job-name and "
-                                                   "--task-index (given: ",
-                                                   absl::StrJoin(given, ", "), "); missing: ",
-                                                   absl::StrJoin(missing, ", ")));
+  if (!given.empty()) {
+    if (!missing.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a cluster needs all of --ps-hosts, --worker-hosts, --job-name and --task-index (given: ",
+          absl::StrJoin(given, ", "), "); missing: ", absl::StrJoin(missing, ", ")));
+    }
+    if (c.cluster_env == "tf_config" || c.cluster_env == "slurm") {
+      return absl::InvalidArgumentError(absl::StrCat("--cluster-env ", c.cluster_env,
+                                                     " reads the cluster from the environment: give it without "
+                                                     "--ps-hosts, --worker-hosts, --job-name and --task-index"));
+    }
+    for (const char* flag : {"--slurm-base-port", "--slurm-ps-tasks"}) {
+      if (cmd.count(flag) > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, " is for a cluster read from Slurm's SLURM_* variables, not with --ps-hosts and --worker-hosts"));
+      }
+    }
+    // The flags win; say so when a launcher's variables are there too.
+    if (c.cluster_env == "auto") {
+      for (const char* variable : {"TF_CONFIG", "SLURM_PROCID"}) {
+        const char* value = std::getenv(variable);
+        if (value != nullptr && *value != '\0') {
+          std::fprintf(stderr, "foreman train: %s is set but ignored: the cluster flags (--job-name ...) win\n",
+                       variable);
+        }
+      }
+    }
   }
   if (!f.fault_plan.empty()) {
     return absl::InvalidArgumentError(
         "--fault-plan is for a single-process run; it cannot be given with the cluster flags (--job-name)");
   }
-  if (!f.run_record.empty() && c.job_name == "ps") {
-    return absl::InvalidArgumentError(
-        "--run-record is for a training task; a ps task trains nothing (give it to the workers only)");
-  }
-  if (c.signal_ends_training && !(c.job_name == "worker" && c.task_index == 0)) {
-    return absl::InvalidArgumentError(
-        "--signal-ends-training is the chief's (--job-name worker --task-index 0): a signal to another task stops "
-        "only that task");
-  }
-  if (c.task_index < 0 || c.task_index > INT_MAX) {
+  if (!launch.has_value() && (c.task_index < 0 || c.task_index > INT_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat("--task-index must be >= 0, got ", c.task_index));
   }
   if (c.operation_timeout_ms <= 0) {
@@ -103,8 +155,28 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
     return absl::InvalidArgumentError(
         absl::StrCat("--ps-join-timeout-secs must be > 0, got ", c.ps_join_timeout_secs));
   }
-  FOREMAN_ASSIGN_OR_RETURN(ClusterSpec spec, ClusterSpec::FromFlags(c.ps_hosts, c.worker_hosts));
-  ClusterRun run{std::move(spec), ClusterTask{c.job_name, static_cast<int>(c.task_index)}, ClusterOptions{}};
+  const std::string job_name = launch.has_value() ? launch->task.job_name : c.job_name;
+  if (!f.run_record.empty() && job_name == "ps") {
+    return absl::InvalidArgumentError(
+        "--run-record is for a training task; a ps task trains nothing (give it to the workers only)");
+  }
+  const int64_t task_index = launch.has_value() ? launch->task.task_index : c.task_index;
+  if (c.signal_ends_training && !(job_name == "worker" && task_index == 0)) {
+    return absl::InvalidArgumentError(
+        "--signal-ends-training is the chief's (--job-name worker --task-index 0): a signal to another task stops "
+        "only that task");
+  }
+  std::optional<ClusterRun> built;
+  if (launch.has_value()) {
+    built.emplace(ClusterRun{launch->spec, launch->task, ClusterOptions{}});
+    std::fprintf(stderr, "foreman train: the cluster from %s: %s task %d of %s\n", launch->described_as.c_str(),
+                 launch->task.job_name.c_str(), launch->task.task_index, launch->spec.ToString().c_str());
+  } else {
+    FOREMAN_ASSIGN_OR_RETURN(ClusterSpec spec, ClusterSpec::FromFlags(c.ps_hosts, c.worker_hosts));
+    built.emplace(ClusterRun{std::move(spec), ClusterTask{c.job_name, static_cast<int>(c.task_index)},
+                             ClusterOptions{}});
+  }
+  ClusterRun& run = *built;
   run.options.heartbeat_ms = c.heartbeat_ms;
   run.options.connection_timeout_ms = c.connection_timeout_ms;
   run.options.ps_wait_secs = c.ps_wait_secs;
@@ -118,7 +190,7 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
   if (run.options.tls_enabled()) {
     FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(run.options.tls_cert, run.options.tls_key, run.options.tls_ca));
   }
-  return std::optional<ClusterRun>(std::move(run));
+  return built;
 }
 
 int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, absl::Duration join_timeout,

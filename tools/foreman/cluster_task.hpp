@@ -37,16 +37,23 @@ struct ClusterRun {
 };
 
 /// The cluster of `f.cluster`, checked before anything starts; nullopt when
-/// no cluster flag is given (a single-process run). A cluster needs all of
-/// --ps-hosts, --worker-hosts, --job-name and --task-index; the other
-/// cluster flags (--heartbeat-ms, --tls-*, ...) only with them, and
-/// --fault-plan not with them. --replicas-to-aggregate N and
+/// no cluster flag is given and the environment describes no cluster (a
+/// single-process run). A cluster needs all of --ps-hosts, --worker-hosts,
+/// --job-name and --task-index; given, they win and the environment is not
+/// read (a note on stderr when TF_CONFIG or SLURM_PROCID is set). Without
+/// them, ClusterFromEnvironment(--cluster-env, --slurm-base-port,
+/// --slurm-ps-tasks) may give the spec and the task (said on stderr); its
+/// errors (TF_CONFIG or SLURM_* malformed, an evaluator task) are returned
+/// as they are. The other cluster flags (--heartbeat-ms, --tls-*, ...) only
+/// with a cluster, the --slurm-* ones only with a Slurm one, and
+/// --fault-plan not with one. --replicas-to-aggregate N and
 /// --total-num-replicas M (TF's SyncReplicasOptimizer): both >= 1 when
 /// given, N <= M <= the number of workers, M only with N. Then
 /// ClusterSpec::FromFlags,
 /// ValidateClusterOptions (the task, heartbeats, TLS flags, loopback unless
 /// --insecure) and, with TLS, CheckTlsFiles. INVALID_ARGUMENT naming the
-/// flags (and what is missing); the caller exits 2.
+/// flags (and what is missing), or the environment's errors; the caller
+/// exits 2 for every error.
 StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const TrainFlags& f);
 
 /// A ps task: Server::Create, then Join until the chief ends training, at

@@ -151,7 +151,7 @@ int RunTrain(const CLI::App& cmd, TrainFlags f, const SimulatedProcess* sim) {
   // 0. The cluster flags, checked before anything starts. A ps task only
   //    serves: the optimizer flags, then Server::Create and a bounded Join.
   auto cluster = CheckClusterFlags(cmd, job.f);
-  if (!cluster.ok()) return Fail(kExitUsage, "bad cluster flags", cluster.status());
+  if (!cluster.ok()) return Fail(kExitUsage, "bad cluster settings", cluster.status());
   job.cluster = *std::move(cluster);
   if (job.cluster && sim != nullptr) {
     return Fail(kExitUsage, "bad cluster flags",

@@ -169,6 +169,24 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
                "eviction: exit 75, training goes on, a restarted chief re-attaches). `foreman cluster local` "
                "gives it")
       ->group(kCluster);
+  cmd.add_option("--cluster-env", f.cluster.cluster_env,
+                 "Without --ps-hosts, --worker-hosts, --job-name and --task-index, where the cluster comes from: "
+                 "auto (TF_CONFIG when set, else an srun step of more than one task: SLURM_PROCID, SLURM_NTASKS, "
+                 "SLURM_STEP_NODELIST), tf_config, slurm, or none (a single-process run). Those four flags, when "
+                 "given, win: the environment is not read (docs/cluster.md)")
+      ->check(CLI::IsMember({"auto", "tf_config", "slurm", "none"}))
+      ->capture_default_str()
+      ->group(kCluster);
+  cmd.add_option("--slurm-base-port", f.cluster.slurm_base_port,
+                 "A Slurm cluster: rank SLURM_PROCID listens on this port + SLURM_PROCID")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
+  cmd.add_option("--slurm-ps-tasks", f.cluster.slurm_ps_tasks,
+                 "A Slurm cluster: ranks 0 .. N-1 are the ps tasks, rank N the chief (worker 0), rank N+k worker k")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
   cmd.add_flag("--insecure", f.cluster.insecure,
                "Allow non-loopback addresses without TLS (plain connections have no authentication)")
       ->group(kCluster);

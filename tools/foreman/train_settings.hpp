@@ -41,6 +41,13 @@ struct ClusterFlags {
   // The chief's: a signal ends training on the ps tasks (the whole job)
   // instead of preempting only the chief (EndTrainingHookOptions).
   bool signal_ends_training = false;
+  // Where the cluster comes from without --ps-hosts/--worker-hosts/--job-name/
+  // --task-index (ClusterFromEnvironment): auto | tf_config | slurm | none.
+  std::string cluster_env = "auto";
+  // The Slurm rule (SlurmLaunch): rank p listens on --slurm-base-port + p;
+  // the first --slurm-ps-tasks ranks are the ps tasks.
+  int64_t slurm_base_port = 2222;
+  int64_t slurm_ps_tasks = 1;
 };
 
 /// `foreman train`'s flags: the MLP job's settings (foreman/mlp_job_settings.hpp:
