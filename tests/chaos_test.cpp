@@ -256,7 +256,7 @@ TEST_CASE("RunChaos refuses bad options before it starts anything") {
   StatusOr<ChaosReport> unknown = RunChaos(o, &rec);
   REQUIRE(!unknown.ok());
   CHECK(unknown.status().message() ==
-        "--preset: unknown preset 'nope' (disk, steps, actors, signals, all or cluster)");
+        "--preset: unknown preset 'nope' (disk, steps, actors, signals, all, power or cluster)");
 
   o = SmallJob(dir);
   o.train_flags.push_back("--checkpoint-dir");
