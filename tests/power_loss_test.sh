@@ -10,7 +10,10 @@
 #      a lock that does not hold, by the run directory's lock rule;
 #   3. a failing seed's replay line, run in another work directory, gives
 #      the same report (times aside);
-#   4. what the mode refuses: a plan's process fault, --preset cluster,
+#   4. a planned fault that did not fire although the fault-free run
+#      performs its operation is reported ('!' and a line naming it), and
+#      one that fired is not;
+#   5. what the mode refuses: a plan's process fault, --preset cluster,
 #      --preset power with --disk real, an unknown --disk.
 #
 #   power_loss_test.sh FOREMAN FOREMAN_LYING_DISK SEEDS
@@ -84,7 +87,25 @@ assert a["failed"] == 1, a["failed"]
 assert a["seeds"] == b["seeds"], (a["seeds"], b["seeds"])
 PY
 
-# -- 4. refused ----------------------------------------------------------------------
+# -- 4. unfired faults are findings ------------------------------------------------
+# An INTERNAL step fault at 150 ends the first process (restored at 140): no
+# process of the faulted run writes the state file 11 times, the fault-free
+# run does.
+cat > "$tmp/unfired.json" <<'JSON'
+{"seed": 7, "faults": [
+  {"id": "internal", "type": "step", "status": "INTERNAL", "at_step": 150},
+  {"id": "late-state", "type": "env", "path": "*/checkpoint.tmp*", "op": "rename", "error": "EIO", "nth": 11}]}
+JSON
+out=$(timeout 120 "$foreman" chaos --disk sim --plan "$tmp/unfired.json" --seed 7 --json "$tmp/unfired-report.json" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "unfired plan: chaos exited $rc: $out"
+has '^ +7 +1/2! ' "$out" || fail "unfired plan: the table does not mark the seed's faults with '!': $out"
+has "seed 7: late-state: the fault-free run performs the operation it waits for \(rename #11 of checkpoint\)" "$out" ||
+  fail "unfired plan: the finding is not named: $out"
+has "seed 7: internal" "$out" && fail "unfired plan: a fault that fired is reported as unfired: $out"
+"$py" -c 'import json,sys; s=json.load(open(sys.argv[1]))["seeds"][0]; sys.exit(0 if len(s["unfired_faults"]) == 1 and s["unfired_faults"][0].startswith("late-state: ") else 1)' \
+  "$tmp/unfired-report.json" || fail "unfired plan: the JSON report's unfired_faults is not [late-state]"
+
+# -- 5. refused ----------------------------------------------------------------------
 cat > "$tmp/kill.json" <<'JSON'
 {"seed": 1, "faults": [{"id": "k", "type": "process", "signal": "SIGKILL", "at_step": 5}]}
 JSON

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -530,6 +531,73 @@ void FinishSeed(const Job& job, const std::string& run_dir, bool done, ProcessSe
   }
 }
 
+// Issue 28's "faults that did not fire are findings": each planned fault
+// that did not fire although the fault-free run reaches what it waits for.
+// A step, process, actor or hook fault at a step the baseline reached; a
+// file-system fault whose operation a dry run -- the fault-free job with the
+// plan's file-system faults turned into zero-latency ones, which fire and
+// change nothing -- performs. Nothing for a job that did not finish or a
+// plan that changes training (neither can say what should have happened).
+Status FindUnfiredFaults(const Job& job, const std::string& seed_dir, bool done, ProcessSeedReport& r) {
+  if (!done || job.run.changes_training) return absl::OkStatus();
+  const std::set<std::string> fired(r.faults_fired.begin(), r.faults_fired.end());
+  json dry_faults = json::array();
+  for (const json& f : r.plan["faults"]) {
+    const std::string id = f.value("id", "");
+    if (fired.count(id) > 0) continue;
+    if (f.value("type", "") == "env") {
+      json d = f;
+      d["kind"] = "latency";
+      d["latency_ms"] = 0;
+      d.erase("error");
+      d.erase("prefix_bytes");
+      dry_faults.push_back(std::move(d));
+    } else if (f.contains("at_step") && f["at_step"].is_number_integer()) {
+      const int64_t at = f["at_step"].get<int64_t>();
+      if (at >= 1 && at <= job.baseline_step) {
+        r.unfired.push_back(absl::StrCat(id, ": at_step ", at, ", a step the fault-free run reaches (it ends at ",
+                                         job.baseline_step, ")"));
+      }
+    }
+  }
+  if (dry_faults.empty()) return absl::OkStatus();
+  const std::string dir = seed_dir + "/dry";
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  json plan;
+  plan["seed"] = r.seed;
+  plan["faults"] = dry_faults;
+  const std::string plan_path = dir + "/plan.json";
+  {
+    std::ofstream out(plan_path);
+    out << plan.dump(2) << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", plan_path));
+  }
+  const std::string run_dir = dir + "/run";
+  std::vector<std::string> args = {"train", "--checkpoint-dir", run_dir, "--fault-plan", plan_path};
+  std::unique_ptr<SimSeed> sim;
+  if (job.run.sim) {
+    args.insert(args.end(), {"--run-record", dir + "/run_record.jsonl"});
+    sim = std::make_unique<SimSeed>(run_dir, job.baseline_sim->env.get());
+  }
+  args.insert(args.end(), job.train_flags.begin(), job.train_flags.end());
+  FOREMAN_ASSIGN_OR_RETURN(ChildResult child, RunJobProcess(job, args, dir + "/run-0.log", sim.get(), run_dir, 0));
+  (void)child;
+  auto fired_dry = ReadFiredFaults(sim != nullptr ? sim->env.get() : job.run.env, run_dir);
+  std::set<std::string> told;
+  if (fired_dry.ok()) {
+    for (const FiredFault& f : *fired_dry) {
+      if (!told.insert(f.id).second) continue;
+      r.unfired.push_back(absl::StrCat(f.id, ": the fault-free run performs the operation it waits for (",
+                                       EnvOpName(f.op), " #", f.op_index, " of ", job.run.Rel(f.path), ")"));
+    }
+  }
+  fs::remove_all(dir, ec);
+  return absl::OkStatus();
+}
+
 StatusOr<ProcessSeedReport> RunSeed(const Job& job, int64_t seed) {
   const auto start = std::chrono::steady_clock::now();
   ProcessSeedReport r;
@@ -550,6 +618,7 @@ StatusOr<ProcessSeedReport> RunSeed(const Job& job, int64_t seed) {
   if (done.ok()) FinishSeed(job, seed_dir + "/run", *done, r);
   job.run.env = real_env;
   FOREMAN_RETURN_IF_ERROR(done.status());
+  FOREMAN_RETURN_IF_ERROR(FindUnfiredFaults(job, seed_dir, *done, r));
   if (sim != nullptr) {
     for (auto& [name, details] : sim->findings) {
       for (std::string& d : details) r.invariants[name].Fail(job.run.Rel(d));

@@ -84,6 +84,10 @@ struct ProcessSeedReport {
   std::string replay_report;  // the replay with no absolute path (the JSON report's)
   // foreman train refused the seed's first process (exit 2); what it said
   // last (LastLines), the seed's plan.json named as the user's plan file.
+  // Planned faults that did not fire although the fault-free run reaches
+  // what they wait for (its step, or -- a dry run of the plan's file-system
+  // faults as zero-latency faults -- their operation): "<id>: <why>".
+  std::vector<std::string> unfired;
   // --disk sim: the saves checked when they were reported durable.
   int64_t durable_saves_checked = 0;
   bool refused = false;

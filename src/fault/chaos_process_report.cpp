@@ -66,6 +66,7 @@ json SeedJson(const ProcessSeedReport& r) {
   j["faults_fired"] = r.faults_fired;
   j["restarts"] = r.restarts;
   if (r.durable_saves_checked > 0) j["durable_saves_checked"] = r.durable_saves_checked;
+  j["unfired_faults"] = r.unfired;
   j["steps_lost"] = r.steps_lost;
   j["in_process_recoveries"] = r.recoveries;
   j["in_process_steps_lost"] = r.recovery_steps_lost;
@@ -135,7 +136,8 @@ std::string ProcessTableRow(const ProcessSeedReport& r) {
   // step fault again after every in-process recovery).
   const std::set<std::string> fired(r.faults_fired.begin(), r.faults_fired.end());
   return absl::StrFormat("%6lld %7s %7zu %8lld %10lld %11s %11s %13s %12s %7s %8s\n", static_cast<long long>(r.seed),
-                         absl::StrCat(fired.size(), "/", r.faults_planned), r.faults_fired.size(),
+                         absl::StrCat(fired.size(), "/", r.faults_planned, r.unfired.empty() ? "" : "!"),
+                         r.faults_fired.size(),
                          static_cast<long long>(r.restarts), static_cast<long long>(r.steps_lost),
                          InvariantCell(i.at("checkpoints_verify")), InvariantCell(i.at("global_step")),
                          InvariantCell(i.at("final_weights")), InvariantCell(i.at("scalars_once")),
@@ -151,6 +153,18 @@ std::string ProcessSummary(const ChaosRun& run, const std::vector<ProcessSeedRep
     out += FailedSeed(run, r);
   }
   out += ServiceRestarts(reports);
+  // Faults that should have fired: the code under test no longer does what
+  // they wait for (a finding, not a failed invariant: "!" in the table).
+  std::string unfired;
+  for (const ProcessSeedReport& r : reports) {
+    for (const std::string& u : r.unfired) {
+      absl::StrAppendFormat(&unfired, "  seed %lld: %s\n", static_cast<long long>(r.seed), u);
+    }
+  }
+  if (!unfired.empty()) {
+    out += "\nplanned faults that did not fire, though the fault-free run reaches what they wait for ('!'):\n";
+    out += unfired;
+  }
   absl::StrAppendFormat(&out, "\n%zu seeds, %lld failed, %.1f s\n", reports.size(), static_cast<long long>(failed),
                         static_cast<double>(total_ms) / 1000);
   return out;
