@@ -13,7 +13,10 @@
 #   4. a planned fault that did not fire although the fault-free run
 #      performs its operation is reported ('!' and a line naming it), and
 #      one that fired is not;
-#   5. what the mode refuses: a plan's process fault, --preset cluster,
+#   5. --shrink reduces a failing seed's plan to the one power cut the
+#      failure needs (a disk that lies only after a power cut,
+#      data-sync-after-crash), and its replay line fails again;
+#   6. what the mode refuses: a plan's process fault, --preset cluster,
 #      --preset power with --disk real, an unknown --disk.
 #
 #   power_loss_test.sh FOREMAN FOREMAN_LYING_DISK SEEDS
@@ -105,14 +108,32 @@ has "seed 7: internal" "$out" && fail "unfired plan: a fault that fired is repor
 "$py" -c 'import json,sys; s=json.load(open(sys.argv[1]))["seeds"][0]; sys.exit(0 if len(s["unfired_faults"]) == 1 and s["unfired_faults"][0].startswith("late-state: ") else 1)' \
   "$tmp/unfired-report.json" || fail "unfired plan: the JSON report's unfired_faults is not [late-state]"
 
-# -- 5. refused ----------------------------------------------------------------------
+# -- 5. shrinking -------------------------------------------------------------------
+# Seed 2 of --preset power: two power cuts and a torn write; only the first
+# cut matters to a disk that lies once it has lost power.
+out=$(FOREMAN_LYING_DISK=data-sync-after-crash timeout 300 "$lying" chaos --preset power --shrink 2 --work-dir "$tmp/shrink" 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "--shrink 2: exit $rc, not 1: $(tail -20 <<<"$out")"
+has "^seed 2's plan shrunk from 3 to 1 faults in [0-9]+ runs; it still fails checkpoints_verify" "$out" ||
+  fail "--shrink 2: not shrunk to one fault: $(tail -25 <<<"$out")"
+"$py" -c 'import json,sys; p=json.load(open(sys.argv[1])); f=p["faults"]; sys.exit(0 if len(f) == 1 and f[0]["kind"] == "crash" else 1)' \
+  "$tmp/shrink/shrunk-seed-2.json" || fail "--shrink 2: the shrunk plan is not one crash fault: $(cat "$tmp/shrink/shrunk-seed-2.json")"
+replay=$(grep -m1 '^replay: ' <<<"$out" | sed 's/^replay: foreman //')
+[[ -n $replay ]] || fail "--shrink 2: no replay line: $out"
+# shellcheck disable=SC2086
+out=$(FOREMAN_LYING_DISK=data-sync-after-crash timeout 120 "$lying" $replay 2>&1); rc=$?
+[[ $rc -eq 1 ]] && has "^1 seeds, 1 failed" "$out" || fail "the shrunk plan's replay does not fail: exit $rc: $(tail -5 <<<"$out")"
+out=$(timeout 120 "$foreman" chaos --preset power --shrink 2 2>&1); rc=$?
+[[ $rc -eq 0 ]] && has "seed 2 holds every invariant: nothing to shrink" "$out" ||
+  fail "--shrink of a seed that holds: exit $rc: $(tail -5 <<<"$out")"
+
+# -- 6. refused ----------------------------------------------------------------------
 cat > "$tmp/kill.json" <<'JSON'
 {"seed": 1, "faults": [{"id": "k", "type": "process", "signal": "SIGKILL", "at_step": 5}]}
 JSON
 out=$(timeout 60 "$foreman" chaos --disk sim --plan "$tmp/kill.json" --seed 1 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "a process fault under --disk sim: exit $rc, not 2: $out"
 has 'fault "k": a process fault signals the process' "$out" || fail "a process fault under --disk sim: message: $out"
-for bad in "--preset cluster --disk sim" "--preset power --disk real" "--disk floppy"; do
+for bad in "--preset cluster --disk sim" "--preset power --disk real" "--disk floppy" "--shrink 1 --seeds 3"; do
   # shellcheck disable=SC2086
   out=$(timeout 30 "$foreman" chaos $bad --seed 1 2>&1); rc=$?
   [[ $rc -eq 2 ]] || fail "chaos $bad: exit $rc, not 2: $out"

@@ -101,6 +101,14 @@ struct ChaosOptions {
   /// process's life (everything it started ended when it returns). The CLI
   /// passes its own train command. Unset under "sim": INVALID_ARGUMENT.
   std::function<int(const std::vector<std::string>& args, const SimulatedProcess& process)> train_in_process;
+  /// `foreman chaos --shrink SEED`: instead of a soak, reduce the failing
+  /// plan of `seed` (required) to a smaller one that still fails one of the
+  /// invariants it failed -- drop each fault that is not needed, then move
+  /// the rest earlier (the smallest `nth` and `at_step` that still fail, a
+  /// probabilistic fault at the first operation it matches) -- and write it
+  /// as a plan file in the work directory, named with its replay command in
+  /// the summary. At most 80 runs of the seed. Not under --preset cluster.
+  bool shrink = false;
   /// `foreman train` flags; empty: the preset's default job. May not set
   /// --checkpoint-dir, --fault-plan or --run-record (set per seed), nor,
   /// under the cluster preset, the cluster flags it sets.

@@ -82,6 +82,10 @@ Status CheckFlags(const ChaosOptions& o, ChaosRun& run) {
   if (run.sim && !o.train_in_process) {
     return absl::InvalidArgumentError("--disk sim: ChaosOptions::train_in_process is not set");
   }
+  if (o.shrink && (!o.seed.has_value() || o.seeds.has_value() || o.first_seed.has_value())) {
+    return absl::InvalidArgumentError("--shrink SEED shrinks one seed's plan: not with --seed, --seeds or --first-seed");
+  }
+  if (o.shrink && cluster) return absl::InvalidArgumentError("--shrink: not with --preset cluster");
   if (o.seed.has_value() && (o.seeds.has_value() || o.first_seed.has_value())) {
     return absl::InvalidArgumentError("give --seed K (one seed) or --seeds N [--first-seed K], not both");
   }

@@ -313,6 +313,8 @@ struct Job {
   // --disk sim: the baseline's disk, kept for the soak (each seed's disk
   // reads it as its "outside": the final weights are compared there).
   std::unique_ptr<SimSeed> baseline_sim;
+  // --shrink: the plan each seed runs instead of its own (null: its own).
+  const json* plan_override = nullptr;
 };
 
 // A process of the job: a child, or (--disk sim) a simulated process over
@@ -361,7 +363,11 @@ StatusOr<std::vector<std::string>> PrepareSeed(const Job& job, const std::string
   if (ec) return absl::InternalError(absl::StrCat("cannot clear ", seed_dir, ": ", ec.message()));
   fs::create_directories(seed_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", seed_dir, ": ", ec.message()));
-  FOREMAN_ASSIGN_OR_RETURN(r.plan, SeedPlan(job.run, r.seed));
+  if (job.plan_override != nullptr) {
+    r.plan = *job.plan_override;
+  } else {
+    FOREMAN_ASSIGN_OR_RETURN(r.plan, SeedPlan(job.run, r.seed));
+  }
   r.faults_planned = static_cast<int64_t>(r.plan["faults"].size());
   const std::string plan_path = seed_dir + "/plan.json";
   {
@@ -724,6 +730,127 @@ StatusOr<Subprocess> SpawnObserved(const SpawnOptions& o, ChaosObserver& observe
   return child;
 }
 
+// -- --shrink ----------------------------------------------------------------
+
+namespace {
+
+// The invariants `r` failed.
+std::set<std::string> FailedInvariants(const ProcessSeedReport& r) {
+  std::set<std::string> names;
+  for (const auto& [name, inv] : r.invariants) {
+    if (!inv.ok) names.insert(name);
+  }
+  return names;
+}
+
+// Shrinks the failing plan of options.seed (ChaosOptions::shrink).
+StatusOr<ChaosReport> ShrinkSeed(Job& job) {
+  ChaosRun& run = job.run;
+  const int64_t seed = *run.options.seed;
+  constexpr int kMaxRuns = 80;
+  int runs = 0;
+  FOREMAN_ASSIGN_OR_RETURN(json plan, SeedPlan(run, seed));
+  // A trial: the seed under `candidate`; true when it still fails one of
+  // the invariants the seed's own plan failed.
+  std::set<std::string> target;
+  auto fails = [&](const json& candidate, const std::string& what) -> StatusOr<bool> {
+    ++runs;
+    job.plan_override = &candidate;
+    auto r = RunSeed(job, seed);
+    job.plan_override = nullptr;
+    if (!r.ok()) return r.status();
+    const std::set<std::string> failed = FailedInvariants(*r);
+    bool same = false;
+    for (const std::string& name : failed) same = same || target.empty() || target.count(name) > 0;
+    const bool still = !failed.empty() && same;
+    run.observer.OnTable(absl::StrFormat("  run %2d: %-60s %s\n", runs, what,
+                                         still ? absl::StrCat("fails (", absl::StrJoin(failed, ", "), ")")
+                                               : std::string("holds")));
+    if (still && target.empty()) target = failed;
+    return still;
+  };
+  run.observer.OnTable(absl::StrCat("shrinking seed ", seed, "'s plan (", plan["faults"].size(), " faults)\n"));
+  FOREMAN_ASSIGN_OR_RETURN(bool failing, fails(plan, "the seed's own plan"));
+  ChaosReport report;
+  report.seeds = 1;
+  if (!failing) {
+    report.summary = absl::StrCat("\nseed ", seed, " holds every invariant: nothing to shrink\n");
+    FinishWorkDirectory(run, &report);
+    return report;
+  }
+  report.failed = 1;
+  const std::size_t before = plan["faults"].size();
+  // 1. Drop each fault the failure does not need (again after any drop).
+  for (bool dropped = true; dropped && runs < kMaxRuns;) {
+    dropped = false;
+    for (std::size_t i = 0; i < plan["faults"].size() && runs < kMaxRuns; ++i) {
+      json candidate = plan;
+      candidate["faults"].erase(candidate["faults"].begin() + static_cast<std::ptrdiff_t>(i));
+      FOREMAN_ASSIGN_OR_RETURN(bool still, fails(candidate, absl::StrCat("without ", plan["faults"][i].value("id", "?"))));
+      if (still) {
+        plan = std::move(candidate);
+        dropped = true;
+        break;
+      }
+    }
+  }
+  // 2. Each remaining fault as early as it still fails: a probabilistic one
+  //    at the first operation it matches; nth and at_step halved, then
+  //    searched down.
+  for (std::size_t i = 0; i < plan["faults"].size() && runs < kMaxRuns; ++i) {
+    json& f = plan["faults"][i];
+    const std::string id = f.value("id", "?");
+    if (f.contains("probability") && f["probability"].is_number() && f["probability"].get<double>() < 1.0) {
+      json candidate = plan;
+      candidate["faults"][i]["probability"] = 1.0;
+      FOREMAN_ASSIGN_OR_RETURN(bool still, fails(candidate, absl::StrCat(id, " at its first operation")));
+      if (still) plan = std::move(candidate);
+    }
+    for (const char* key : {"nth", "at_step"}) {
+      json& g = plan["faults"][i];
+      if (!g.contains(key) || !g[key].is_number_integer()) continue;
+      int64_t lo = 1, hi = g[key].get<int64_t>();  // hi fails; find the smallest that does
+      while (lo < hi && runs < kMaxRuns) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        json candidate = plan;
+        candidate["faults"][i][key] = mid;
+        FOREMAN_ASSIGN_OR_RETURN(bool still, fails(candidate, absl::StrCat(id, " at ", key, " ", mid)));
+        if (still) {
+          hi = mid;
+          plan = std::move(candidate);
+        } else {
+          lo = mid + 1;
+        }
+      }
+    }
+  }
+  json out = plan;
+  if (run.changes_training) out["changes_training"] = true;
+  const std::string path = absl::StrCat(run.work, "/shrunk-seed-", seed, ".json");
+  {
+    std::ofstream file(path);
+    file << out.dump(2) << "\n";
+    if (!file) return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  std::string replay = absl::StrCat("foreman chaos --plan ", ShellQuote(path));
+  if (run.sim) absl::StrAppend(&replay, " --disk sim");
+  absl::StrAppend(&replay, " --seed ", seed);
+  if (run.options.timeout_secs != 60) absl::StrAppend(&replay, " --timeout-secs ", run.options.timeout_secs);
+  if (!run.options.train_flags.empty()) {
+    absl::StrAppend(&replay, " --");
+    for (const std::string& w : run.options.train_flags) absl::StrAppend(&replay, " ", ShellQuote(w));
+  }
+  report.summary = absl::StrCat("\nseed ", seed, "'s plan shrunk from ", before, " to ", plan["faults"].size(),
+                                " faults in ", runs, " runs; it still fails ", absl::StrJoin(target, ", "),
+                                runs >= kMaxRuns ? " (stopped at the run limit: maybe not minimal)" : "", ":\n",
+                                out.dump(2), "\nplan: ", path, "\nreplay: ", replay, "\n");
+  run.temporary = false;  // the plan file lives there
+  FinishWorkDirectory(run, &report);
+  return report;
+}
+
+}  // namespace
+
 StatusOr<ChaosReport> RunProcessChaos(ChaosRun& run) {
   Job job{run, TrainFlagsAsRun(run)};
   const auto started = std::chrono::steady_clock::now();
@@ -741,7 +868,8 @@ StatusOr<ChaosReport> RunProcessChaos(ChaosRun& run) {
                                     absl::StrFormat("fault-free run: global_step %lld in %.1f s\n",
                                                     static_cast<long long>(job.baseline_step),
                                                     static_cast<double>(job.baseline_ms) / 1000),
-                                    ProcessTableHeader()));
+                                    run.options.shrink ? "" : ProcessTableHeader()));
+  if (run.options.shrink) return ShrinkSeed(job);
   FOREMAN_ASSIGN_OR_RETURN(std::vector<ProcessSeedReport> reports, RunSeeds(job));
   ChaosReport report;
   report.seeds = static_cast<int64_t>(reports.size());

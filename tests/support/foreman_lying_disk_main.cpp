@@ -11,6 +11,10 @@
 //              nothing, once per file (a failed append ignored; one step's
 //              only, so that the fault-free run still ends with a whole
 //              checkpoint to compare with)
+//   data-sync-after-crash
+//              as data-sync, but only once the simulated disk has lost its
+//              power once (a bug that only a crash shows: what --shrink
+//              must keep a crash fault for)
 //   lost-lock  LockFile() takes the lock and lets it go at once (a job that
 //              writes its directory without holding its lock)
 // Unset or anything else: the disk tells the truth (the program is then
@@ -23,6 +27,7 @@
 
 #include "command.hpp"
 #include "foreman/env.hpp"
+#include "foreman/mem_env.hpp"
 
 namespace {
 
@@ -33,10 +38,20 @@ std::string Mode() {
 
 bool IsData(const std::string& path) { return fnmatch("*.data-*", path.c_str(), 0) == 0; }
 
+// The MemEnv under `env` (through EnvWrapper::base()), or null.
+foreman::MemEnv* DiskUnder(foreman::Env* env) {
+  while (env != nullptr) {
+    if (auto* mem = dynamic_cast<foreman::MemEnv*>(env)) return mem;
+    auto* wrapper = dynamic_cast<foreman::EnvWrapper*>(env);
+    env = wrapper != nullptr ? wrapper->base() : nullptr;
+  }
+  return nullptr;
+}
+
 class LyingFile : public foreman::WritableFile {
  public:
-  LyingFile(std::unique_ptr<foreman::WritableFile> file, std::string mode)
-      : file_(std::move(file)), mode_(std::move(mode)) {}
+  LyingFile(std::unique_ptr<foreman::WritableFile> file, std::string mode, foreman::MemEnv* disk)
+      : file_(std::move(file)), mode_(std::move(mode)), disk_(disk) {}
   foreman::Status Append(absl::string_view data) override {
     if (mode_ == "lost-write" && !lost_) {
       lost_ = true;
@@ -45,13 +60,18 @@ class LyingFile : public foreman::WritableFile {
     return file_->Append(data);
   }
   foreman::Status Flush() override { return file_->Flush(); }
-  foreman::Status Sync() override { return mode_ == "data-sync" ? absl::OkStatus() : file_->Sync(); }
+  foreman::Status Sync() override {
+    const bool lie = mode_ == "data-sync" ||
+                     (mode_ == "data-sync-after-crash" && disk_ != nullptr && disk_->crashes() > 0);
+    return lie ? absl::OkStatus() : file_->Sync();
+  }
   foreman::Status Close() override { return file_->Close(); }
   uint64_t Size() const override { return file_->Size(); }
 
  private:
   std::unique_ptr<foreman::WritableFile> file_;
   const std::string mode_;
+  foreman::MemEnv* const disk_;
   bool lost_ = false;
 };
 
@@ -62,7 +82,7 @@ class LyingEnv : public foreman::EnvWrapper {
     FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<foreman::WritableFile> file, base()->NewWritableFile(path));
     if (!IsData(path)) return file;
     if (mode_ == "lost-write" && fnmatch("*model.ckpt-40.data-*", path.c_str(), 0) != 0) return file;
-    return std::unique_ptr<foreman::WritableFile>(new LyingFile(std::move(file), mode_));
+    return std::unique_ptr<foreman::WritableFile>(new LyingFile(std::move(file), mode_, DiskUnder(base())));
   }
   foreman::StatusOr<std::unique_ptr<foreman::FileLock>> LockFile(const std::string& path) override {
     FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<foreman::FileLock> lock, base()->LockFile(path));
@@ -80,7 +100,10 @@ class LyingEnv : public foreman::EnvWrapper {
 
 std::unique_ptr<foreman::Env> Lie(foreman::Env* disk) {
   const std::string mode = Mode();
-  if (mode != "data-sync" && mode != "dir-sync" && mode != "lost-write" && mode != "lost-lock") return nullptr;
+  if (mode != "data-sync" && mode != "data-sync-after-crash" && mode != "dir-sync" && mode != "lost-write" &&
+      mode != "lost-lock") {
+    return nullptr;
+  }
   return std::make_unique<LyingEnv>(disk, mode);
 }
 

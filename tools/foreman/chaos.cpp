@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -143,6 +144,10 @@ void AddChaosCommand(CLI::App& app, int* exit_code) {
       ->transform(DecimalInt64())
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "One seed (a replay)")->transform(DecimalInt64());
+  auto shrink_seed = std::make_shared<std::optional<int64_t>>();
+  cmd->add_option("--shrink", *shrink_seed,
+                  "Shrink the failing plan of this seed to a smaller one that still fails; print it and its replay")
+      ->transform(DecimalInt64());
   cmd->add_option("--json", o->json_path, "Write the report as JSON (no absolute paths; timings in *_ms)")
       ->check(NonEmpty());
   cmd->add_option("--work-dir", o->work_dir,
@@ -152,8 +157,18 @@ void AddChaosCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--timeout-secs", o->timeout_secs, "Limit per foreman train process (then: a hang)")
       ->capture_default_str();
   cmd->add_option("train_flags", o->train_flags, "foreman train flags, after --")->take_all();
-  cmd->callback([cmd, o, seeds, first_seed, exit_code] {
+  cmd->callback([cmd, o, seeds, first_seed, shrink_seed, exit_code] {
     ChaosOptions options = *o;
+    if (shrink_seed->has_value()) {
+      if (options.seed.has_value() || cmd->count("--seeds") > 0 || cmd->count("--first-seed") > 0) {
+        std::fprintf(stderr, "foreman chaos: --shrink SEED shrinks one seed's plan: not with --seed, --seeds or "
+                             "--first-seed\n");
+        *exit_code = kExitUsage;
+        return;
+      }
+      options.shrink = true;
+      options.seed = **shrink_seed;
+    }
     // With --seed, only the --seeds / --first-seed given (RunChaos refuses
     // them together); else their values or defaults.
     if (cmd->count("--seeds") > 0 || !options.seed.has_value()) options.seeds = *seeds;
