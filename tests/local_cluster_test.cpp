@@ -102,13 +102,15 @@ TEST_CASE("RunLocalCluster: ps tasks then workers, each line handed on, the chie
   CHECK_MESSAGE(absl::EndsWith(first, " (worker 0 is the chief)"), first);
   CHECK(Has(rec.messages, "the chief exited 3; waiting up to 30s for the others"));
   CHECK(rec.messages.back() == "exit codes: ps 0 0, worker 0 3, worker 1 0");
-  // Every task got the train flags first, then its own cluster flags; a
-  // last line without '\n' still comes through.
+  // Every task got the train flags first, then its own cluster flags (the
+  // chief, alone, --signal-ends-training: the user's Ctrl-C to `cluster
+  // local` ends the whole job); a last line without '\n' still comes through.
   REQUIRE(rec.lines.size() == 6);
   for (const char* task : {"ps 0", "worker 0", "worker 1"}) {
+    const std::string flags = std::string(task) == "worker 0" ? "--train-steps 5 --signal-ends-training" : "--train-steps 5";
     bool found = false;
     for (const std::string& l : rec.lines) {
-      if (!absl::StartsWith(l, absl::StrCat(task, "|out|out ", task, ": --train-steps 5; --ps-hosts=127.0.0.1:"))) {
+      if (!absl::StartsWith(l, absl::StrCat(task, "|out|out ", task, ": ", flags, "; --ps-hosts=127.0.0.1:"))) {
         continue;
       }
       found = true;
