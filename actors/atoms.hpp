@@ -61,6 +61,7 @@ using ps_thaw_atom = caf::atom_constant<caf::atom("psthaw")>;       // ps_shard:
 using ps_thawed_atom = caf::atom_constant<caf::atom("psthawto")>;   // ps_shard: a freeze timed out (to self)
 using ps_stats_atom = caf::atom_constant<caf::atom("psstats")>;     // ps_shard: its counters
 using ps_end_atom = caf::atom_constant<caf::atom("psend")>;         // ps_shard: training ended (chief)
+using ps_watch_atom = caf::atom_constant<caf::atom("pswatch")>;     // ps_shard: look for a silent chief (to self)
 
 // Completion (runtime/completion.hpp): a one-shot answer from an actor to a
 // plain thread.

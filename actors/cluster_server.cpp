@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "atoms.hpp"
 #include "status_error.hpp"
 #include "cluster_net.hpp"
+#include "cluster/peer_silence.hpp"
 #include "cluster/worker_step_rates.hpp"
 #include "foreman/cluster_status.hpp"
 #include "foreman/mutex.hpp"
@@ -68,14 +70,14 @@ NetConfig NetConfigOf(const ClusterOptions& options, bool tls) {
 caf::behavior ClusterTaskActor(caf::event_based_actor* self, std::string job_name, int32_t task_index,
                                std::string address, std::string ps_hosts, std::string worker_hosts,
                                std::shared_ptr<std::atomic<int64_t>> steps,
-                               std::shared_ptr<const PsAnswerTimes> answers) {
+                               std::shared_ptr<const PsAnswerTimes> answers, std::string job_id) {
   MakeQuiet(self, "cluster_task");
   return {[job_name, task_index, address](caf::ping_atom) {
             return caf::make_message(caf::pong_atom::value, job_name, task_index, address);
           },
           [=](caf::get_atom) {
             return caf::make_message(job_name, task_index, address, ps_hosts, worker_hosts, steps->load(),
-                                     answers->MsAgo());
+                                     answers->MsAgo(), job_id);
           }};
 }
 
@@ -100,6 +102,7 @@ struct ServerCore {
   ServerOptions options;
   std::string address;  // "host:port" as the spec writes it
   std::string target;   // "tcp://" or "tls://" + address
+  std::string job_id;   // options.cluster.job_id, or DefaultClusterJobId(cluster)
   TaskAddress bind;
   bool tls = false;
   bool is_ps = false;
@@ -115,6 +118,13 @@ struct ServerCore {
 
   Mutex stop_mu;
   bool stopped ABSL_GUARDED_BY(stop_mu) = false;
+
+  // A worker task's watch of silent peers (WatchPeers): the chief watches
+  // the other workers, a worker the chief, as ps 0's counters show them.
+  std::thread watch;
+  Mutex watch_mu;
+  std::condition_variable_any watch_cv;
+  bool watch_stop ABSL_GUARDED_BY(watch_mu) = false;
 };
 
 namespace {
@@ -136,9 +146,21 @@ void Unregister(const std::shared_ptr<ServerCore>& core) {
   if (it != r.servers.end() && it->second == core) r.servers.erase(it);
 }
 
+// Stops the watch of silent peers (before the remote values go).
+void StopWatch(ServerCore& core) {
+  if (!core.watch.joinable()) return;
+  {
+    MutexLock l(core.watch_mu);
+    core.watch_stop = true;
+  }
+  core.watch_cv.notify_all();
+  core.watch.join();
+}
+
 // Stops the actors and destroys the system (on a short-lived thread:
 // actor_system.hpp).
 void Teardown(ServerCore& core, const std::string& why) {
+  StopWatch(core);
   if (core.remote) core.remote->Shutdown(why);
   if (core.is_ps && std::getenv("FOREMAN_CLUSTER_STATS") != nullptr) {
     // The ps task's share of the bytes copied (tools/bench/cluster_bench.sh):
@@ -200,6 +222,44 @@ Status ValidateServerOptions(const ServerOptions& options) {
   return nn::ValidateOptimizerOptions(options.optimizer);
 }
 
+// Issue 31 point 4 (deaths are logged): every connection_timeout_ms / 2
+// (at least 100 ms) a worker task asks ps 0's counters (over the link its
+// sessions opened; none: nothing seen this round) and logs, once each, a
+// watched worker that applied and then fell silent for more than
+// --connection-timeout-ms, and its return (PeerSilenceLog). The chief
+// watches the other workers, a worker the chief. Stops at the end of
+// training (ps 0 ended) or when the Server stops.
+void WatchPeers(ServerCore* core) {
+  ServerCore& c = *core;
+  const int64_t silence_ms = c.options.cluster.connection_timeout_ms;
+  const auto period = std::chrono::milliseconds(std::max<int64_t>(100, silence_ms / 2));
+  PeerSilenceLog log(absl::StrCat("/job:worker/task:", c.task.task_index), silence_ms);
+  std::vector<int> watched;
+  if (c.task.is_chief()) {
+    for (int w = 1; w < c.cluster.num_tasks("worker"); ++w) watched.push_back(w);
+  } else {
+    watched.push_back(0);
+  }
+  const auto start = SteadyClock::now();
+  for (;;) {
+    {
+      MutexLock l(c.watch_mu);
+      const auto until = SteadyClock::now() + period;
+      while (!c.watch_stop && SteadyClock::now() < until) c.watch_cv.wait_until(l, until);
+      if (c.watch_stop) return;
+    }
+    StatusOr<PsShardStatsMessage> stats = c.remote->PeekPs0Stats();
+    if (!stats.ok()) continue;
+    if (stats->ended) return;
+    const int64_t now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start).count();
+    for (int w : watched) {
+      const auto k = static_cast<std::size_t>(w);
+      log.Observe(w, k < stats->worker_last_apply_ms.size() ? stats->worker_last_apply_ms[k] : -1, now_ms);
+    }
+  }
+}
+
 // Builds the system, spawns and publishes the task's actor.
 Status Start(const std::shared_ptr<ServerCore>& core) {
   ServerCore& c = *core;
@@ -218,6 +278,8 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
       shard.task_index = c.task.task_index;
       shard.optimizer = c.options.optimizer;
       shard.replicas_to_aggregate = c.options.replicas_to_aggregate;
+      shard.job_id = c.job_id;
+      shard.silence_ms = c.options.cluster.connection_timeout_ms;
       shard.on_end_activity = [join = c.join] {
         {
           MutexLock l(join->mu);
@@ -239,7 +301,7 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
       };
       c.served = c.system->spawn(ClusterTaskActor, c.task.job_name, static_cast<int32_t>(c.task.task_index),
                                  c.address, hosts("ps"), hosts("worker"), accepted,
-                                 std::shared_ptr<const PsAnswerTimes>(answers));
+                                 std::shared_ptr<const PsAnswerTimes>(answers), c.job_id);
       c.watcher = c.system->spawn(ProxyWatcher, lost);
     }
     return absl::OkStatus();
@@ -263,10 +325,12 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
                                                 c.options.request_timeout_ms, c.target);
     c.remote->set_ps_wait({absl::Seconds(c.options.cluster.ps_wait_secs),
                            absl::Milliseconds(c.options.cluster.heartbeat_ms)});
+    c.remote->set_job_id(c.job_id);
     c.remote->CountAcceptedUpdates(accepted);
     c.remote->RecordAnswers(answers);
     c.values = std::make_shared<SessionValues>();
     c.values->remote = c.remote;
+    c.watch = std::thread(WatchPeers, &c);
   }
   return absl::OkStatus();
 }
@@ -331,8 +395,9 @@ void AskTask(caf::actor_system& system, caf::scoped_actor& self, const TaskAddre
   self->request(*proxy, timeout, caf::get_atom::value)
       .receive(
           [&](std::string& job, int32_t index, std::string& address, std::string& ps, std::string& workers,
-              int64_t steps, std::vector<int64_t>& ps_last_answer_ms) {
+              int64_t steps, std::vector<int64_t>& ps_last_answer_ms, std::string& job_id) {
             answered = true;
+            r.cluster_job_id = std::move(job_id);
             r.job_name = job;
             r.task_index = index;
             r.address = address;
@@ -352,6 +417,7 @@ void AskTask(caf::actor_system& system, caf::scoped_actor& self, const TaskAddre
               answered = true;
               r.job_name = "ps";
               r.task_index = m.task_index;
+              r.cluster_job_id = m.job_id;
               r.global_step = m.global_step;
               r.initialized = m.initialized;
               r.frozen = m.frozen;
@@ -494,6 +560,7 @@ StatusOr<std::unique_ptr<Server>> Server::Create(const ClusterSpec& cluster, con
   core->options = options;
   core->tls = options.cluster.tls_enabled();
   core->is_ps = task.job_name == "ps";
+  core->job_id = options.cluster.job_id.empty() ? DefaultClusterJobId(cluster) : options.cluster.job_id;
   core->address = cluster.jobs().at(task.job_name)[task.task_index];
   core->target = absl::StrCat(core->tls ? internal::kTlsScheme : internal::kTcpScheme, core->address);
   FOREMAN_ASSIGN_OR_RETURN(core->bind, cluster.task_address(task.job_name, task.task_index));
@@ -519,7 +586,8 @@ StatusOr<std::unique_ptr<Server>> Server::Create(const ClusterSpec& cluster, con
     MutexLock l(r.mu);
     core->ready = true;
   }
-  FOREMAN_LOG_INFO("Started foreman::Server /job:{}/task:{} at {}", task.job_name, task.task_index, core->target);
+  FOREMAN_LOG_INFO("Started foreman::Server /job:{}/task:{} at {} (cluster job {})", task.job_name, task.task_index,
+                   core->target, core->job_id);
   auto impl = std::make_unique<Impl>();
   impl->core = std::move(core);
   return std::unique_ptr<Server>(new Server(std::move(impl)));
@@ -528,6 +596,7 @@ StatusOr<std::unique_ptr<Server>> Server::Create(const ClusterSpec& cluster, con
 const std::string& Server::target() const { return impl_->core->target; }
 const ClusterSpec& Server::cluster() const { return impl_->core->cluster; }
 const ClusterTask& Server::task() const { return impl_->core->task; }
+const std::string& Server::job_id() const { return impl_->core->job_id; }
 
 StatusOr<int64_t> Server::EndTraining() {
   internal::ServerCore& c = *impl_->core;

@@ -51,10 +51,14 @@ struct TensorMessage {
   TensorBytes bytes;             // num_elements * element size bytes
 };
 
-/// Values of variables at one global step (a ps shard's answer to a read).
+/// Values of variables at one global step (a ps shard's answer to a read;
+/// the chief's init or restore of a shard).
 struct VariablesMessage {
   int64_t global_step = 0;
   std::vector<TensorMessage> tensors;
+  /// An init's: the sender's cluster job id (ClusterOptions::job_id); the
+  /// shard refuses another job's. Empty in a read's answer.
+  std::string job_id;
 };
 
 /// A worker's gradients, computed at `step` (the global step it read).
@@ -76,15 +80,22 @@ struct ApplyGradientsMessage {
   /// nn::internal::AdamStepSize from the learning rate and the beta powers
   /// it read (TF's apply_adam computes it from the same values); > 0, finite.
   float adam_step_size = 0;
+  /// The sender's cluster job id (ClusterOptions::job_id): a shard refuses
+  /// another job's applies.
+  std::string job_id;
 };
 
 /// A ps shard's counters (ps_shard.hpp; `foreman cluster status`).
 struct PsShardStatsMessage {
   int32_t task_index = 0;
+  /// The shard's cluster job id (PsShardOptions::job_id).
+  std::string job_id;
   /// The shard's global_step; -1 when it does not hold global_step.
   int64_t global_step = -1;
   bool initialized = false;
   bool frozen = false;
+  /// The chief ended training on the shard (ps_end_atom).
+  bool ended = false;
   /// Updates applied since the shard started (inits do not count; in
   /// synchronous mode one per aggregated update).
   int64_t applied_updates = 0;
@@ -133,7 +144,7 @@ typename Inspector::result_type inspect(Inspector& f, TensorMessage& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, VariablesMessage& x) {
-  return f(caf::meta::type_name("foreman.VariablesMessage"), x.global_step, x.tensors);
+  return f(caf::meta::type_name("foreman.VariablesMessage"), x.global_step, x.tensors, x.job_id);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, GradientsMessage& x) {
@@ -146,13 +157,15 @@ typename Inspector::result_type inspect(Inspector& f, StepResultMessage& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ApplyGradientsMessage& x) {
-  return f(caf::meta::type_name("foreman.ApplyGradientsMessage"), x.gradients, x.learning_rate, x.adam_step_size);
+  return f(caf::meta::type_name("foreman.ApplyGradientsMessage"), x.gradients, x.learning_rate, x.adam_step_size,
+           x.job_id);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PsShardStatsMessage& x) {
   return f(caf::meta::type_name("foreman.PsShardStatsMessage"), x.task_index, x.global_step, x.initialized, x.frozen,
            x.applied_updates, x.refused_updates, x.stale_gradients, x.dropped_gradients, x.sync_step,
-           x.waiting_replicas, x.queued_updates, x.freeze_timeouts, x.worker_applies, x.worker_last_apply_ms, x.waiting_workers);
+           x.waiting_replicas, x.queued_updates, x.freeze_timeouts, x.worker_applies, x.worker_last_apply_ms, x.waiting_workers,
+           x.job_id, x.ended);
 }
 
 StatusMessage ToMessage(const Status& status);

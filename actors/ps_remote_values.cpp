@@ -345,6 +345,7 @@ Status PsRemoteValues::Write(const VariableStore& mirror) {
   std::vector<VariablesMessage> shares(ps_.size());
   for (std::size_t k = 0; k < ps_.size(); ++k) {
     shares[k].global_step = global_step;
+    shares[k].job_id = job_id_;
     for (const std::string& name : placement->shard_names[k]) {
       FOREMAN_ASSIGN_OR_RETURN(const Tensor* t, mirror.Get(name));
       FOREMAN_ASSIGN_OR_RETURN(TensorMessage m, ToMessage(name, *t));
@@ -383,6 +384,7 @@ StatusOr<int64_t> PsRemoteValues::ApplyImpl(const nn::Gradients& grads, int64_t 
     u.gradients.worker = worker_index_;
     u.learning_rate = grads.learning_rate;
     u.adam_step_size = grads.adam_step_size;
+    u.job_id = job_id_;
   }
   for (const nn::Gradients::GradAndVar& g : grads.grads_and_vars) {
     auto it = placement->shard_of.find(g.variable);
@@ -531,7 +533,7 @@ StatusOr<int64_t> PsRemoteValues::EndTraining() {
   FOREMAN_ASSIGN_OR_RETURN(auto use, Enter());
   std::vector<StatusOr<int64_t>> first =
       AskAll<int64_t>({0}, [&](caf::scoped_actor& self, const caf::actor& proxy, int) {
-        return self->request(proxy, timeout_, ps_end_atom::value, int64_t{-1});
+        return self->request(proxy, timeout_, ps_end_atom::value, int64_t{-1}, job_id_);
       });
   Status status = first[0].status();
   const int64_t step = first[0].ok() ? *first[0] : -1;
@@ -539,13 +541,32 @@ StatusOr<int64_t> PsRemoteValues::EndTraining() {
   for (int k = 1; k < static_cast<int>(ps_.size()); ++k) others.push_back(k);
   std::vector<StatusOr<int64_t>> r =
       AskAll<int64_t>(others, [&](caf::scoped_actor& self, const caf::actor& proxy, int) {
-        return self->request(proxy, timeout_, ps_end_atom::value, step);
+        return self->request(proxy, timeout_, ps_end_atom::value, step, job_id_);
       });
   for (auto& one : r) {
     if (status.ok()) status = one.status();
   }
   FOREMAN_RETURN_IF_ERROR(status);
   return step;
+}
+
+StatusOr<PsShardStatsMessage> PsRemoteValues::PeekPs0Stats() {
+  FOREMAN_ASSIGN_OR_RETURN(auto use, Enter());
+  caf::actor proxy;
+  {
+    MutexLock l(mu_);
+    if (!proxies_.empty()) proxy = proxies_[0];
+  }
+  if (!proxy || LostCause(proxy)) return absl::UnavailableError(absl::StrCat(target_, ": no link to ps task 0 now"));
+  StatusOr<PsShardStatsMessage> out = absl::UnavailableError(absl::StrCat(target_, ": no answer from ps task 0"));
+  ForgetSystemOnExit forget;
+  caf::scoped_actor self{System()};
+  self->request(proxy, std::min(timeout_, std::chrono::milliseconds(1000)), ps_stats_atom::value)
+      .receive([&](PsShardStatsMessage& m) { out = std::move(m); },
+               [&](caf::error& e) {
+                 out = absl::UnavailableError(absl::StrCat(ps_[0].where, ": ", self->system().render(e)));
+               });
+  return out;
 }
 
 // Every later call is UNAVAILABLE `why`; waits for the calls in flight

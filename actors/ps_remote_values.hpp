@@ -61,6 +61,7 @@
 #include "foreman/mutex.hpp"
 #include "foreman/status.hpp"
 #include "foreman/variable_store.hpp"
+#include "messages.hpp"
 
 namespace foreman::internal {
 
@@ -135,6 +136,10 @@ class PsRemoteValues final : public RemoteValues {
   // before the values are handed to any session.
   void set_ps_wait(PsWait w) { ps_wait_ = w; }
   PsWait ps_wait() const override { return ps_wait_; }
+  // The cluster job id (ClusterOptions::job_id) every init, apply and end
+  // of training carries: a ps task of another job refuses them. Set once,
+  // before the values are handed to any session.
+  void set_job_id(std::string id) { job_id_ = std::move(id); }
 
   Status Read(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/false); }
   Status ReadForStep(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/true); }
@@ -154,6 +159,13 @@ class PsRemoteValues final : public RemoteValues {
 
   // Server::EndTraining: ps 0 first (its global_step), then the others.
   StatusOr<int64_t> EndTraining();
+
+  // ps 0's counters over the link a session already opened, within
+  // min(request_timeout_ms, 1 s); UNAVAILABLE when there is none (never
+  // connected, or lost: the session's next call reconnects and reports the
+  // loss, which this does not consume). For the Server's watch of silent
+  // peers (PeerSilenceLog); thread-safe.
+  StatusOr<PsShardStatsMessage> PeekPs0Stats();
 
   // Every later call is UNAVAILABLE `why`; waits for the calls in flight
   // (each bounded by its timeouts) and drops every CAF handle.
@@ -218,6 +230,7 @@ class PsRemoteValues final : public RemoteValues {
   const std::chrono::milliseconds timeout_;
   const std::string target_;
   PsWait ps_wait_;
+  std::string job_id_;
   std::shared_ptr<std::atomic<int64_t>> accepted_;  // set in Start, before any call
   std::shared_ptr<PsAnswerTimes> answers_;          // set in Start, before any call
 

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "atoms.hpp"
+#include "cluster/peer_silence.hpp"
 #include "status_error.hpp"
 #include "compute/cpu_device.hpp"
 #include "foreman/tensor.hpp"
@@ -76,11 +77,23 @@ struct ps_shard_state {
   // Per worker index: when an apply from it last arrived (steady clock ns,
   // 0: never); the accepted counts are stats.worker_applies.
   std::vector<int64_t> worker_last_apply_ns;
+  // options.silence_ms > 0: logs the chief falling silent and returning.
+  std::unique_ptr<PeerSilenceLog> silence;
   static const char* name;
 };
 const char* ps_shard_state::name = "ps_shard";
 
 std::string Who(const ps_shard_state& st) { return absl::StrCat("ps task ", st.options.task_index); }
+
+// Another cluster job's request (PsShardOptions::job_id): FAILED_PRECONDITION
+// naming both ids; `what` is the request ("the init", "an apply").
+Status CheckJob(const ps_shard_state& st, const std::string& sender_job, const char* what) {
+  if (sender_job == st.options.job_id) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      Who(st), " serves cluster job '", st.options.job_id, "' and refused ", what, " of cluster job '", sender_job,
+      "': two jobs share this ps address (a task started with another job's cluster spec, or another "
+      "--cluster-job-id); the running job '", st.options.job_id, "' is untouched"));
+}
 
 Status NotInitialized(const ps_shard_state& st) {
   return absl::FailedPreconditionError(absl::StrCat(Who(st), " is not initialized"));
@@ -537,6 +550,12 @@ int64_t Thaw(ps_shard_state& st) {
 
 // An apply (either atom) as it arrives: dispatched now, or held by a freeze.
 void OnApply(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply reply) {
+  if (Status s = CheckJob(st, update.job_id, "an apply"); !s.ok()) {
+    ++st.stats.refused_updates;
+    FOREMAN_LOG_WARN("{}", std::string(s.message()));
+    Refuse(reply, s);
+    return;
+  }
   NoteArrival(st, update.gradients.worker);
   if (!st.frozen || st.ended) {
     Dispatch(st, update, std::move(reply));
@@ -554,12 +573,51 @@ void OnApply(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply reply
   st.held.push_back(HeldApply{std::move(update), std::move(reply)});
 }
 
+// (ps_end_atom): training ends on the shard (ps_shard.hpp), unless another
+// job asked.
+caf::result<int64_t> EndTraining(ps_shard_state& st, int64_t chief_step, const std::string& job_id) {
+  if (Status refused = CheckJob(st, job_id, "the end of training"); !refused.ok()) {
+    FOREMAN_LOG_WARN("{}", std::string(refused.message()));
+    return ErrorOf(refused);
+  }
+  if (!st.ended) {
+    st.ended = true;
+    st.end_step = GlobalStep(st) >= 0 ? GlobalStep(st) : chief_step;
+    // The applies held by a freeze and those waiting for an aggregated
+    // update end too: their workers' runs end cleanly.
+    std::deque<HeldApply> held = std::move(st.held);
+    st.held.clear();
+    for (HeldApply& h : held) Refuse(h.reply, Ended(st));
+    if (!st.waiting.empty()) {
+      st.stats.dropped_gradients += static_cast<int64_t>(st.waiting.size());
+      FailWaiting(st, Ended(st));
+    }
+    FOREMAN_LOG_DEBUG("{}: training ended at global_step {} ({} held and waiting applies refused)", Who(st),
+                      st.end_step, held.size());
+    if (st.options.replicas_to_aggregate > 0) {
+      FOREMAN_LOG_INFO(
+          "{}: synchronous training (--replicas-to-aggregate {}) ended at step {}: {} aggregated updates of "
+          "{} gradients ({} to {} per update), {} stale gradients dropped, {} gradients dropped in all",
+          Who(st), st.options.replicas_to_aggregate, st.sync_step, st.stats.applied_updates,
+          st.aggregated_gradients, st.min_per_update, st.max_per_update, st.stats.stale_gradients,
+          st.stats.dropped_gradients);
+    }
+    if (st.options.on_end_activity) st.options.on_end_activity();
+  }
+  return GlobalStep(st);
+}
+
 caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions options) {
   MakeQuiet(self, "ps_shard");
   auto& st0 = self->state;
   st0.options = std::move(options);
   st0.device = std::make_unique<compute::CpuDevice>(1);
   st0.stats.task_index = st0.options.task_index;
+  st0.stats.job_id = st0.options.job_id;
+  if (st0.options.silence_ms > 0) {
+    st0.silence = std::make_unique<PeerSilenceLog>(Who(st0), st0.options.silence_ms);
+    self->send(self, ps_watch_atom::value);
+  }
   // Asked to quit while frozen: the held applies are answered UNAVAILABLE
   // first (their senders would otherwise wait for their own timeouts).
   self->set_exit_handler([self](caf::exit_msg& msg) {
@@ -585,6 +643,10 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
   return {
       [self](ps_init_atom, VariablesMessage& vars) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
+        if (Status refused = CheckJob(st, vars.job_id, "the init (or restore)"); !refused.ok()) {
+          FOREMAN_LOG_WARN("{}", std::string(refused.message()));
+          return ErrorOf(refused);
+        }
         const int64_t old_step = st.sync_step;
         Status s = Init(st, vars);
         if (!s.ok()) return ErrorOf(s);
@@ -645,33 +707,20 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         NoteEndedActivity(self->state);
         return Thaw(self->state);
       },
-      [self](ps_end_atom, int64_t chief_step) -> int64_t {
+      [self](ps_end_atom, int64_t chief_step) -> caf::result<int64_t> {
+        return EndTraining(self->state, chief_step, std::string());
+      },
+      [self](ps_end_atom, int64_t chief_step, const std::string& job_id) -> caf::result<int64_t> {
+        return EndTraining(self->state, chief_step, job_id);
+      },
+      [self](ps_watch_atom) {
         auto& st = self->state;
-        if (!st.ended) {
-          st.ended = true;
-          st.end_step = GlobalStep(st) >= 0 ? GlobalStep(st) : chief_step;
-          // The applies held by a freeze and those waiting for an aggregated
-          // update end too: their workers' runs end cleanly.
-          std::deque<HeldApply> held = std::move(st.held);
-          st.held.clear();
-          for (HeldApply& h : held) Refuse(h.reply, Ended(st));
-          if (!st.waiting.empty()) {
-            st.stats.dropped_gradients += static_cast<int64_t>(st.waiting.size());
-            FailWaiting(st, Ended(st));
-          }
-          FOREMAN_LOG_DEBUG("{}: training ended at global_step {} ({} held and waiting applies refused)", Who(st),
-                            st.end_step, held.size());
-          if (st.options.replicas_to_aggregate > 0) {
-            FOREMAN_LOG_INFO(
-                "{}: synchronous training (--replicas-to-aggregate {}) ended at step {}: {} aggregated updates of "
-                "{} gradients ({} to {} per update), {} stale gradients dropped, {} gradients dropped in all",
-                Who(st), st.options.replicas_to_aggregate, st.sync_step, st.stats.applied_updates,
-                st.aggregated_gradients, st.min_per_update, st.max_per_update, st.stats.stale_gradients,
-                st.stats.dropped_gradients);
-          }
-          if (st.options.on_end_activity) st.options.on_end_activity();
-        }
-        return GlobalStep(st);
+        if (st.ended || st.silence == nullptr) return;  // training over: nothing to watch
+        const int64_t now = SteadyNowNs();
+        const int64_t last = st.worker_last_apply_ns.empty() ? 0 : st.worker_last_apply_ns[0];
+        st.silence->Observe(0, last == 0 ? -1 : (now - last) / 1'000'000, now / 1'000'000);
+        self->delayed_send(self, std::chrono::milliseconds(std::max<int64_t>(100, st.options.silence_ms / 2)),
+                           ps_watch_atom::value);
       },
       [self](ps_thawed_atom, uint64_t epoch, int64_t timeout_ms) {
         auto& st = self->state;
@@ -688,6 +737,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         s.global_step = GlobalStep(st);
         s.initialized = st.initialized;
         s.frozen = st.frozen;
+        s.ended = st.ended;
         s.queued_updates = static_cast<int64_t>(st.held.size());
         s.sync_step = st.options.replicas_to_aggregate > 0 ? st.sync_step : -1;
         s.waiting_replicas = static_cast<int64_t>(st.waiting.size());

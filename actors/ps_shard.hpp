@@ -19,7 +19,10 @@
 //       it; a shard without it takes vars.global_step as the step its
 //       synchronous accumulators start at). Valid also while frozen (a
 //       restore under the chief's freeze).
-//       Errors (the shard unchanged): INVALID_ARGUMENT naming the tensor for
+//       Errors (the shard unchanged): FAILED_PRECONDITION for another
+//       cluster job's init (vars.job_id != PsShardOptions::job_id, naming
+//       both; the same for applies and the end of training, which also
+//       leave the shard unchanged); INVALID_ARGUMENT naming the tensor for
 //       an empty or duplicate name, a bad tensor (FromMessage), a
 //       global_step that is not an int64 scalar, a beta power that is not a
 //       float32 scalar, only one of the two beta powers, or a slot
@@ -116,7 +119,7 @@
 //       applies accepted from it and the ms since one last arrived (for
 //       `foreman cluster status` and the chief's steps_per_sec/worker_K
 //       summaries).
-//   (ps_end_atom, int64_t chief_step)                         -> int64_t
+//   (ps_end_atom, int64_t chief_step[, std::string job_id])   -> int64_t
 //       End of training (cluster.md rule 7; the chief's Server::EndTraining,
 //       ps 0 first): from now on every apply is answered OUT_OF_RANGE
 //       "ps task K: training ended by the chief at global_step N" (N: the
@@ -126,7 +129,8 @@
 //       changes the variables after it but an init (a restore); reads,
 //       snapshots, freezes, thaws and stats are served as before. The end
 //       is final for the shard's life (an init does not undo it).
-//       Idempotent. Answers the global_step (-1: not held or not
+//       Idempotent. Another job's end (job_id; without it: "") is
+//       FAILED_PRECONDITION and changes nothing. Answers the global_step (-1: not held or not
 //       initialized). Calls options.on_end_activity (if set) on the end and
 //       on every request after it but ps_stats (applies refused, and the
 //       reads, snapshots, freezes and thaws of the chief's final checkpoint
@@ -178,6 +182,16 @@ struct PsShardOptions {
   /// when training ends (ps_end_atom) and on each apply refused after that.
   /// Must not block; may be empty.
   std::function<void()> on_end_activity;
+  /// The cluster job this shard serves (ClusterOptions::job_id): an init,
+  /// apply or end of training whose job_id differs (empty counts as an id)
+  /// is refused with FAILED_PRECONDITION naming both ids, the shard
+  /// unchanged. Empty here and in the messages: tests of the shard alone.
+  std::string job_id;
+  /// > 0: every silence_ms / 2 (at least 100 ms) the shard looks at when
+  /// the chief's (worker 0's) last apply arrived and logs, once each, the
+  /// chief falling silent for more than silence_ms after it had applied,
+  /// and its return (PeerSilenceLog). 0: no watch (tests of the shard).
+  int64_t silence_ms = 0;
 };
 
 /// Spawns a ps shard (not initialized) in `system`. INVALID_ARGUMENT naming

@@ -140,9 +140,20 @@ if ((killed_frozen)); then
 fi
 has "^worker 1: the chief ended training" "$worker_out" || fail "worker 1 did not stop at the chief's end: $worker_out"
 # Worker 1's runs never failed (no warning, error or recovery) while the
-# chief was down.
-! has "^\[[^]]*\] \[[WE]\]|UNAVAILABLE|ABORTED|[Rr]ecover" "$worker_out" \
-  || fail "worker 1 warned, failed or recovered: $(grep -E "\[[WE]\]|UNAVAILABLE|ABORTED|[Rr]ecover" <<<"$worker_out")"
+# chief was down; its one warning may be the chief's loss (issue 31 point
+# 4: the chief's absence may be shorter than --connection-timeout-ms, so
+# not always), logged at most once, and its return as often.
+others=$(grep -Ev "the chief \(/job:worker/task:0\) lost: " <<<"$worker_out")
+! has "^\[[^]]*\] \[[WE]\]|UNAVAILABLE|ABORTED|[Rr]ecover" "$others" \
+  || fail "worker 1 warned, failed or recovered: $(grep -E "\[[WE]\]|UNAVAILABLE|ABORTED|[Rr]ecover" <<<"$others")"
+for who in worker ps; do
+  out_of=$worker_out
+  [[ $who == ps ]] && out_of=$ps_out
+  n_lost=$(grep -Ec "the chief \(/job:worker/task:0\) lost: " <<<"$out_of")
+  n_back=$(grep -Ec "the chief \(/job:worker/task:0\) returned: " <<<"$out_of")
+  ((n_lost <= 1 && n_back == n_lost)) \
+    || fail "$who logged the chief lost $n_lost times and returned $n_back times (want at most 1, as many)"
+done
 
 # The re-attach, and no rewind anywhere.
 # (A checkpoint is named by the step its save was asked at; the ps state it

@@ -160,11 +160,11 @@ has "^  worker 1  applies [1-9][0-9]*  last_apply_ms [0-9]+$" "$out" || fail "th
 heard_within_timeout last_apply_ms "^  worker 1  " "$out"
 out=$(timeout 30 "$foreman" cluster status "tcp://$chief_addr" 2>&1); code=$?
 [[ $code -eq 0 ]] || fail "cluster status of the chief exited $code: $out"
-has "^worker 0  $chief_addr  serving \(chief\)  steps [0-9]+  last_apply_ms [0-9]+$" "$out" \
+has "^worker 0  $chief_addr  serving \(chief\)  steps [0-9]+  job spec-[0-9a-f]{12}  last_apply_ms [0-9]+$" "$out" \
   || fail "the chief's line: $out"
-has "^ps 0  $ps_addr  serving  global_step [0-9]+  applied_updates [0-9]+  refused_updates 0  last_answer_ms [0-9]+$" \
+has "^ps 0  $ps_addr  serving  global_step [0-9]+  applied_updates [0-9]+  refused_updates 0  job spec-[0-9a-f]{12}  last_answer_ms [0-9]+$" \
   "$out" || fail "the chief's status lacks the ps: $out"
-has "^worker 1  127.0.0.1:[0-9]+  serving  steps [1-9][0-9]*  last_apply_ms [0-9]+$" "$out" \
+has "^worker 1  127.0.0.1:[0-9]+  serving  steps [1-9][0-9]*  job spec-[0-9a-f]{12}  last_apply_ms [0-9]+$" "$out" \
   || fail "the chief's status lacks worker 1: $out"
 heard_within_timeout last_apply_ms "^worker 0  " "$out"
 heard_within_timeout last_answer_ms "^ps 0  " "$out"

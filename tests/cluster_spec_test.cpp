@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -16,6 +17,7 @@
 #include <doctest/doctest.h>
 
 #include "foreman/cluster.hpp"
+#include "cluster/peer_silence.hpp"
 #include "foreman/graph.hpp"
 #include "foreman/nn.hpp"
 #include "support/test_util.hpp"
@@ -483,6 +485,62 @@ TEST_CASE("CheckTlsFiles: good files pass; every bad file is named with the reas
     CHECK_CONTAINS(msg, "--tls-cert '" + d + "/old.pem': the certificate expired on ");
     CHECK_CONTAINS(msg, "GMT");
   }
+}
+
+// Issue 31 point 3: tasks started from one spec agree on a job id without
+// configuration; another spec gets another id.
+TEST_CASE("DefaultClusterJobId: the same spec the same id, another spec another; --cluster-job-id is checked") {
+  auto a = ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2223,127.0.0.1:2224");
+  auto a2 = ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2223,127.0.0.1:2224");
+  auto b = ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2225");
+  REQUIRE(a.ok());
+  REQUIRE(a2.ok());
+  REQUIRE(b.ok());
+  const std::string id = DefaultClusterJobId(*a);
+  CHECK(id.size() == 17);
+  CHECK(id.rfind("spec-", 0) == 0);
+  CHECK(id == DefaultClusterJobId(*a2));
+  CHECK(id != DefaultClusterJobId(*b));
+  ClusterOptions options;
+  options.job_id = "job-a.1_x";
+  CHECK(ValidateClusterOptions(*a, ClusterTask{"worker", 0}, options).ok());
+  for (const std::string& bad : std::vector<std::string>{"a b", std::string(65, 'x'), "a/b"}) {
+    options.job_id = bad;
+    Status s = ValidateClusterOptions(*a, ClusterTask{"worker", 0}, options);
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(s.message().find("--cluster-job-id") != std::string::npos);
+  }
+}
+
+// Issue 31 point 4: one line for a loss, one for the return, at most one
+// per task per min_line_interval_ms however fast it flaps.
+TEST_CASE("PeerSilenceLog logs a silent task once, its return once, and rate-limits flapping") {
+  internal::PeerSilenceLog log("ps task 0", /*silence_ms=*/1000, /*min_line_interval_ms=*/1000);
+  // Never updated: nothing to lose.
+  CHECK(!log.Observe(1, -1, 0).has_value());
+  CHECK(!log.Observe(1, 100, 100).has_value());
+  std::optional<std::string> lost = log.Observe(1, 1200, 1300);
+  REQUIRE(lost.has_value());
+  CHECK(*lost == "ps task 0: worker 1 (/job:worker/task:1) lost: no update from it for 1200 ms (more than "
+                 "--connection-timeout-ms=1000; killed, stopped or cut off?)");
+  for (int64_t t = 1400; t < 5000; t += 100) CHECK(!log.Observe(1, t - 100, t).has_value());
+  std::optional<std::string> back = log.Observe(1, 0, 5000);
+  REQUIRE(back.has_value());
+  CHECK(*back == "ps task 0: worker 1 (/job:worker/task:1) returned: updating again after 4900 ms without an update");
+  // Flapping every 200 ms for 10 s: at most one line a second.
+  int lines = 0;
+  for (int64_t t = 5200; t < 15200; t += 200) {
+    const bool silent = (t / 200) % 2 == 0;
+    if (log.Observe(1, silent ? 1500 : 0, t).has_value()) ++lines;
+  }
+  CHECK(lines <= 10);
+  CHECK(lines >= 2);
+  // The chief's name.
+  internal::PeerSilenceLog w("/job:worker/task:1", 1000);
+  CHECK(!w.Observe(0, 0, 0).has_value());
+  std::optional<std::string> chief = w.Observe(0, 1001, 2000);
+  REQUIRE(chief.has_value());
+  CHECK(chief->find("/job:worker/task:1: the chief (/job:worker/task:0) lost") == 0);
 }
 
 }  // namespace

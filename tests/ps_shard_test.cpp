@@ -168,6 +168,67 @@ TEST_CASE("a shard refuses reads, snapshots and applies before its init: FAILED_
   CHECK(s.applied_updates == 0);
 }
 
+// Issue 31 point 3: a shard serves one cluster job; another job's init,
+// apply and end of training are FAILED_PRECONDITION naming both ids, and
+// change nothing.
+TEST_CASE("a shard of cluster job A refuses job B's init, apply and end of training, unchanged") {
+  Node node;
+  PsShardOptions options{0, Sgd()};
+  options.job_id = "job-a";
+  StatusOr<caf::actor> a = internal::SpawnPsShard(*node.sys, options);
+  REQUIRE_MESSAGE(a.ok(), a.status().ToString());
+  node.actors.push_back(*a);
+  const caf::actor shard = *a;
+  VariablesMessage vars;
+  vars.tensors.push_back(GlobalStep(5));
+  vars.tensors.push_back(Floats("w", {2}, {1, 2}));
+  vars.job_id = "job-a";
+  REQUIRE(Init(*node.sys, shard, vars).ok());
+  const std::string both = "ps task 0 serves cluster job 'job-a' and refused ";
+
+  VariablesMessage other = vars;
+  other.job_id = "job-b";
+  other.tensors[0] = GlobalStep(0);
+  other.tensors[1] = Floats("w", {2}, {9, 9});
+  Status init = Init(*node.sys, shard, other);
+  REQUIRE(init.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(init.message(), both + "the init (or restore) of cluster job 'job-b'"),
+                init.ToString());
+
+  ApplyGradientsMessage u = Update({Floats("w", {2}, {1, 1})}, 0.5f);
+  u.job_id = "job-b";
+  StatusOr<int64_t> applied = Apply(*node.sys, shard, u);
+  REQUIRE(applied.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(applied.status().message(), both + "an apply of cluster job 'job-b'"),
+                applied.status().ToString());
+  // Without a job id (an older sender): refused too.
+  u.job_id.clear();
+  CHECK(Apply(*node.sys, shard, u).status().code() == absl::StatusCode::kFailedPrecondition);
+
+  StatusOr<int64_t> ended =
+      Ask<int64_t>(*node.sys, shard, internal::ps_end_atom::value, int64_t{-1}, std::string("job-b"));
+  REQUIRE(ended.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(absl::StrContains(ended.status().message(), both + "the end of training of cluster job 'job-b'"));
+  CHECK(Ask<int64_t>(*node.sys, shard, internal::ps_end_atom::value, int64_t{-1}).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+
+  // Untouched: job A's values and step, no apply counted per worker, and
+  // job A's own apply still lands (training did not end).
+  StatusOr<VariablesMessage> r = Read(*node.sys, shard, {"w"});
+  REQUIRE(r.ok());
+  CHECK(r->global_step == 5);
+  CHECK(ValuesOf(r->tensors[0]) == std::vector<float>{1, 2});
+  PsShardStatsMessage s = Stats(*node.sys, shard);
+  CHECK(s.job_id == "job-a");
+  CHECK(s.refused_updates == 2);
+  CHECK(s.worker_last_apply_ms.empty());
+  CHECK(!s.ended);
+  u.job_id = "job-a";
+  StatusOr<int64_t> ok = Apply(*node.sys, shard, u);
+  REQUIRE_MESSAGE(ok.ok(), ok.status().ToString());
+  CHECK(*ok == 6);
+}
+
 TEST_CASE("SpawnPsShard refuses a negative task index and a bad optimizer") {
   Node node;
   CHECK(internal::SpawnPsShard(*node.sys, PsShardOptions{-1, Sgd()}).status().code() ==

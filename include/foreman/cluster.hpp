@@ -272,14 +272,33 @@ struct ClusterOptions {
   /// Without TLS every address of the spec must be loopback unless this is
   /// set (--insecure).
   bool insecure = false;
+  /// The cluster job this task belongs to (--cluster-job-id): 1 to 64 of
+  /// [A-Za-z0-9._-]. Empty: DefaultClusterJobId(spec), so tasks started
+  /// from the same spec agree without configuration. A ps task accepts the
+  /// chief's init (or restore) and end of training and the workers' applies
+  /// only from its own job: another job's are FAILED_PRECONDITION naming
+  /// both ids, and change nothing (a copy-pasted spec cannot take over a
+  /// running job's ps). `foreman cluster status` shows each task's id.
+  std::string job_id;
 
   /// True when all three TLS paths are given.
   bool tls_enabled() const { return !tls_cert.empty() && !tls_key.empty() && !tls_ca.empty(); }
 };
 
+/// The job id tasks started from `spec` get when ClusterOptions::job_id is
+/// empty: "spec-" and 12 hex digits of a 64-bit FNV-1a hash of
+/// spec.ToString() (the jobs by name, each job's addresses in task order),
+/// e.g. "spec-3f2a9c0d11b4". The same on every platform; a pure function,
+/// thread-safe. Not a security measure: a job id is not a secret (TLS
+/// authenticates peers), it keeps two jobs' tasks from mixing by mistake.
+/// TF: none (TF1's tasks carry no job identity; a second chief on a ps
+/// re-initialises it).
+std::string DefaultClusterJobId(const ClusterSpec& spec);
+
 /// Checks `task` against `spec` (ValidateClusterTask) and `options`:
 /// heartbeat_ms in (0, 1 day], connection_timeout_ms >= 3 x heartbeat_ms,
-/// ps_wait_secs > 0; TLS paths all given or none ("TLS needs all three of
+/// ps_wait_secs > 0; job_id empty or 1 to 64 of [A-Za-z0-9._-]
+/// ("--cluster-job-id 'a b': ..."); TLS paths all given or none ("TLS needs all three of
 /// --tls-cert, --tls-key and --tls-ca; missing: --tls-key"); without TLS and
 /// without `insecure`, every address of the spec must be loopback
 /// (127.0.0.0/8, ::1, "localhost"), since plain connections have no

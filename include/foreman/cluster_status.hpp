@@ -61,6 +61,9 @@ struct ClusterTaskReport {
   /// Why not reachable: the connect's or the request's error (names
   /// host:port for a failed connect); "" when reachable.
   std::string error;
+  /// The cluster job id the task serves (ClusterOptions::job_id, or the
+  /// one derived from its spec); "" when unreachable.
+  std::string cluster_job_id;
 
   // A ps task (job "ps"), from its shard's counters:
   /// The shard's global_step; -1 when the shard does not hold it (only ps 0

@@ -102,6 +102,10 @@ class Server {
   const std::string& target() const;
   const ClusterSpec& cluster() const;
   const ClusterTask& task() const;
+  /// The cluster job id this task serves: ClusterOptions::job_id, or
+  /// DefaultClusterJobId(cluster()) when that is empty. Fixed for the
+  /// Server's life; thread-safe. TF: none.
+  const std::string& job_id() const;
 
   /// The chief (worker 0) only, at the end of training, before its final
   /// checkpoint (cluster.md rule 7): every ps task stops accepting updates

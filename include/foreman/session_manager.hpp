@@ -219,6 +219,11 @@ class SessionManager {
 
   SessionManagerOptions options_;
   std::atomic<int64_t> ready_polls_{0};
+  // The lines a recovery loop would repeat at its poll rate ("Waiting for
+  // model to be ready", "Restoring parameters from"): each logged once,
+  // then again on a change or 10 s later.
+  struct RepeatedLogs;
+  std::shared_ptr<RepeatedLogs> repeated_logs_;
 };
 
 /// Makes raw sessions for a MonitoredSession (TF: SessionCreator). Called

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -347,8 +349,32 @@ bool IsLoopbackHost(const std::string& host) {
   return false;
 }
 
+std::string DefaultClusterJobId(const ClusterSpec& spec) {
+  uint64_t h = 14695981039346656037ULL;  // FNV-1a, 64 bits
+  for (const char c : spec.ToString()) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ULL;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "spec-";
+  for (int shift = 44; shift >= 0; shift -= 4) id.push_back(kHex[(h >> shift) & 0xf]);
+  return id;
+}
+
 Status ValidateClusterOptions(const ClusterSpec& spec, const ClusterTask& task, const ClusterOptions& options) {
   FOREMAN_RETURN_IF_ERROR(ValidateClusterTask(spec, task));
+  if (!options.job_id.empty()) {
+    const bool good_chars = std::all_of(options.job_id.begin(), options.job_id.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+             c == '-';
+    });
+    if (options.job_id.size() > 64 || !good_chars) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cluster-job-id '", absl::CHexEscape(options.job_id),
+          "': a job id is 1 to 64 letters, digits, '.', '_' or '-' (leave it out for the id derived from the "
+          "cluster spec)"));
+    }
+  }
   if (options.heartbeat_ms <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--heartbeat-ms must be > 0, got ", options.heartbeat_ms));
   }

@@ -27,6 +27,29 @@
 
 namespace foreman {
 
+/// How often a line a poll loop repeats unchanged is logged again.
+constexpr absl::Duration kRepeatedLogInterval = absl::Seconds(10);
+
+// SessionManager::repeated_logs_: per kind of line, the text last logged
+// and when (the session config's clock). Shared by the sessions a manager
+// makes (a MonitoredSession's recoveries reuse one manager).
+struct SessionManager::RepeatedLogs {
+  Mutex mu;
+  std::map<std::string, std::pair<std::string, absl::Duration>> last ABSL_GUARDED_BY(mu);
+
+  // True (and noted) when `text` is the first of `kind`, differs from the
+  // last one logged, or kRepeatedLogInterval has passed since it was.
+  bool ShouldLog(const std::string& kind, const std::string& text, absl::Duration now) {
+    MutexLock l(mu);
+    auto it = last.find(kind);
+    if (it != last.end() && it->second.first == text && now - it->second.second < kRepeatedLogInterval) {
+      return false;
+    }
+    last[kind] = {text, now};
+    return true;
+  }
+};
+
 namespace {
 
 /// Creates or reassigns `name` in `vars` (TF's initializer assigns whether
@@ -186,7 +209,8 @@ const std::vector<std::string>& Scaffold::summary_op() const { return summary_op
 
 // -- SessionManager -----------------------------------------------------------
 
-SessionManager::SessionManager(SessionManagerOptions options) : options_(std::move(options)) {}
+SessionManager::SessionManager(SessionManagerOptions options)
+    : options_(std::move(options)), repeated_logs_(std::make_shared<RepeatedLogs>()) {}
 
 StatusOr<std::unique_ptr<SessionManager>> SessionManager::Create(SessionManagerOptions options) {
   if (options.ready_for_local_init_op && !options.local_init_op) {
@@ -281,8 +305,8 @@ Status MaybeReattach(Session& session, const Saver& saver, const std::string& pr
 /// variable missing from the checkpoint is Saver's NOT_FOUND naming it.
 /// All-or-nothing: the session's values change only when every variable
 /// was read and checked.
-Status RestoreGlobals(Session& session, const Saver& saver, const std::string& prefix, Env* env) {
-  FOREMAN_LOG_INFO("Restoring parameters from {}", prefix);
+Status RestoreGlobals(Session& session, const Saver& saver, const std::string& prefix, Env* env, bool log) {
+  if (log) FOREMAN_LOG_INFO("Restoring parameters from {}", prefix);
   StatusOr<std::unique_ptr<BundleReader>> reader = BundleReader::Open(env, prefix);
   if (absl::IsNotFound(reader.status())) {
     return absl::InvalidArgumentError(absl::StrCat("The passed save_path is not a valid checkpoint: ", prefix));
@@ -348,7 +372,9 @@ StatusOr<SessionManager::Restored> SessionManager::RestoreCheckpoint(
   if (saver == nullptr || (checkpoint_dir.empty() && checkpoint_filename_with_path.empty())) return out;
 
   if (!checkpoint_filename_with_path.empty()) {
-    FOREMAN_RETURN_IF_ERROR(RestoreGlobals(*out.session, *saver, checkpoint_filename_with_path, config.env));
+    FOREMAN_RETURN_IF_ERROR(RestoreGlobals(*out.session, *saver, checkpoint_filename_with_path, config.env,
+                                           repeated_logs_->ShouldLog("restore", checkpoint_filename_with_path,
+                                                                     config.clock->MonotonicNow())));
     out.restored = true;
     return out;
   }
@@ -374,7 +400,10 @@ StatusOr<SessionManager::Restored> SessionManager::RestoreCheckpoint(
   // or after the latest checkpoint keeps it (TF1 restores and rewinds).
   bool reattached = false;
   FOREMAN_RETURN_IF_ERROR(MaybeReattach(*out.session, *saver, *prefix, config.env, &reattached));
-  if (!reattached) FOREMAN_RETURN_IF_ERROR(RestoreGlobals(*out.session, *saver, *prefix, config.env));
+  if (!reattached) {
+    FOREMAN_RETURN_IF_ERROR(RestoreGlobals(*out.session, *saver, *prefix, config.env,
+                                           repeated_logs_->ShouldLog("restore", *prefix, config.clock->MonotonicNow())));
+  }
   out.restored = true;
 
   // B84: max_to_keep continues across restarts. Paths are resolved against
@@ -503,8 +532,10 @@ StatusOr<std::unique_ptr<Session>> SessionManager::wait_for_session(const std::s
           "Session was not ready after waiting ",
           static_cast<int64_t>(std::floor(absl::ToDoubleSeconds(limit))), " secs."));
     }
-    FOREMAN_LOG_INFO("Waiting for model to be ready.  Ready_for_local_init_op:  {}, ready: {}",
-                     not_ready_local.value_or("None"), not_ready.value_or("None"));
+    const std::string why = absl::StrCat(not_ready_local.value_or("None"), ", ready: ", not_ready.value_or("None"));
+    if (repeated_logs_->ShouldLog("ready", why, clock->MonotonicNow())) {
+      FOREMAN_LOG_INFO("Waiting for model to be ready.  Ready_for_local_init_op:  {}", why);
+    }
     clock->SleepFor(options_.recovery_wait);
   }
 }

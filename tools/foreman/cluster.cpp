@@ -152,6 +152,12 @@ int RunStatus(const StatusFlags& f) {
       absl::StrAppend(&line, "serving", r.task_index == 0 && r.job_name == "worker" ? " (chief)" : "",
                       "  steps ", r.worker_steps);
     }
+    if (r.reachable) {
+      absl::StrAppend(&line, "  job ", r.cluster_job_id);
+      if (&r != &asked && asked.reachable && r.cluster_job_id != asked.cluster_job_id) {
+        absl::StrAppend(&line, " (not the asked task's job ", asked.cluster_job_id, ")");
+      }
+    }
     if (&r != &asked && asked.reachable && asked.job_name != "ps" && r.job_name == "ps" && r.task_index >= 0) {
       // The asked worker's view of this ps task.
       const auto k = static_cast<std::size_t>(r.task_index);

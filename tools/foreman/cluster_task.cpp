@@ -20,7 +20,8 @@ constexpr const char* kCoreFlags[] = {"--ps-hosts", "--worker-hosts", "--job-nam
 constexpr const char* kOtherFlags[] = {"--heartbeat-ms", "--connection-timeout-ms", "--ps-wait-secs",
                                        "--ps-join-timeout-secs", "--tls-cert", "--tls-key", "--tls-ca",
                                        "--insecure", "--replicas-to-aggregate", "--total-num-replicas",
-                                       "--operation-timeout-ms", "--signal-ends-training"};
+                                       "--operation-timeout-ms", "--signal-ends-training",
+                                       "--cluster-job-id"};
 
 // --replicas-to-aggregate / --total-num-replicas (TF's
 // SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)) into
@@ -184,6 +185,7 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
   run.options.tls_key = c.tls_key;
   run.options.tls_ca = c.tls_ca;
   run.options.insecure = c.insecure;
+  run.options.job_id = c.cluster_job_id;
   run.operation_timeout_ms = c.operation_timeout_ms;
   FOREMAN_RETURN_IF_ERROR(ValidateClusterOptions(run.spec, run.task, run.options));
   FOREMAN_RETURN_IF_ERROR(CheckSyncFlags(cmd, c, run));

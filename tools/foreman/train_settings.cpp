@@ -132,6 +132,13 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->transform(DecimalInt64())
       ->capture_default_str()
       ->group(kCluster);
+  cmd.add_option("--cluster-job-id", f.cluster.cluster_job_id,
+                 "The cluster job this task belongs to (1 to 64 letters, digits, '.', '_', '-'; give every task of a "
+                 "job the same). Left out: one derived from --ps-hosts and --worker-hosts (\"spec-\" and a hash), "
+                 "so tasks started from the same spec agree. A ps task refuses another job's chief (exit 2) and "
+                 "its workers' updates; `foreman cluster status` shows each task's id")
+      ->check(NonEmpty())
+      ->group(kCluster);
   cmd.add_option("--ps-join-timeout-secs", f.cluster.ps_join_timeout_secs,
                  "A ps task's bound on its wait for the chief to end training; past it the ps exits 1")
       ->transform(DecimalInt64())

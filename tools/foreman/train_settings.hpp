@@ -31,6 +31,8 @@ struct ClusterFlags {
   std::string tls_key;
   std::string tls_ca;
   bool insecure = false;
+  // --cluster-job-id ID (ClusterOptions::job_id): "" = derived from the spec.
+  std::string cluster_job_id;
   // A ps task's bound on its wait for the chief to end training (Server::Join).
   int64_t ps_join_timeout_secs = 86400;
   // Synchronous training (TF's SyncReplicasOptimizer): 0 = asynchronous.
