@@ -2,12 +2,23 @@
 // that includes CAF's io and openssl headers.
 #include "cluster_net.hpp"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -17,6 +28,8 @@
 #include <caf/io/all.hpp>
 #include <caf/io/basp/header.hpp>
 #include <caf/io/basp/instance.hpp>
+#include <caf/io/network/default_multiplexer.hpp>
+#include <caf/io/network/interfaces.hpp>
 #include <caf/openssl/all.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +69,130 @@ Fn RealCafFunction(const char* mangled) {
 constexpr const char* kValidSymbol = "_ZN3caf2io4basp5validERKNS1_6headerE";
 constexpr const char* kHandleSymbol =
     "_ZN3caf2io4basp8instance6handleEPNS_14execution_unitERNS0_12new_data_msgERNS1_6headerEb";
+
+constexpr const char* kTcpConnectSymbol =
+    "_ZN3caf2io7network18new_tcp_connectionERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEtNS_8optionalINS1_"
+    "8protocol7networkEEE";
+
+// The bounded TCP connect (cluster_net.hpp, ConnectActor): the deadlines of
+// the ConnectActor calls in flight, per host:port, and every host:port a
+// ConnectActor call ever asked for (a connect to one of those with no call
+// in flight was queued in the middleman actor by a call that gave up).
+struct ConnectWants {
+  std::mutex mu;
+  std::map<std::pair<std::string, uint16_t>, std::multiset<std::chrono::steady_clock::time_point>> live;
+  std::set<std::pair<std::string, uint16_t>> known;
+};
+ConnectWants& Wants() {
+  static ConnectWants* wants = new ConnectWants;  // never destroyed: used by CAF's threads until exit
+  return *wants;
+}
+
+// A ConnectActor call's deadline, registered for its life.
+class ConnectWant {
+ public:
+  ConnectWant(std::string host, uint16_t port, std::chrono::steady_clock::time_point deadline)
+      : key_(std::move(host), port), deadline_(deadline) {
+    ConnectWants& w = Wants();
+    std::lock_guard<std::mutex> l(w.mu);
+    w.live[key_].insert(deadline_);
+    w.known.insert(key_);
+  }
+  ~ConnectWant() {
+    ConnectWants& w = Wants();
+    std::lock_guard<std::mutex> l(w.mu);
+    auto it = w.live.find(key_);
+    it->second.erase(it->second.find(deadline_));
+    if (it->second.empty()) w.live.erase(it);
+  }
+  ConnectWant(const ConnectWant&) = delete;
+  ConnectWant& operator=(const ConnectWant&) = delete;
+
+ private:
+  const std::pair<std::string, uint16_t> key_;
+  const std::chrono::steady_clock::time_point deadline_;
+};
+
+using TcpConnectFn = caf::expected<caf::io::network::native_socket> (*)(const std::string&, uint16_t,
+                                                                        caf::optional<caf::io::network::protocol::network>);
+
+}  // namespace
+
+// libcaf_io's new_tcp_connection (its blocking connect(), run on the
+// middleman actor's thread), bounded: see the interposed definition below.
+caf::expected<caf::io::network::native_socket> BoundedTcpConnection(
+    const std::string& host, uint16_t port, caf::optional<caf::io::network::protocol::network> preferred) {
+  using caf::io::network::protocol;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  {
+    ConnectWants& w = Wants();
+    std::lock_guard<std::mutex> l(w.mu);
+    const std::pair<std::string, uint16_t> key{host, port};
+    auto it = w.live.find(key);
+    if (it != w.live.end()) {
+      deadline = *it->second.rbegin();
+    } else if (w.known.count(key) != 0) {
+      return caf::make_error(caf::sec::cannot_connect_to_node, "connect abandoned: its caller gave up", host, port);
+    }
+  }
+  if (!deadline) {
+    static const auto real = RealCafFunction<TcpConnectFn>(kTcpConnectSymbol);
+    return real(host, port, preferred);
+  }
+  auto address = caf::io::network::interfaces::native_address(host, preferred);
+  if (!address) return caf::make_error(caf::sec::cannot_connect_to_node, "no such host", host, port);
+  const bool v6 = address->second == protocol::ipv6;
+  const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return caf::make_error(caf::sec::cannot_connect_to_node, "socket failed", host, port);
+  sockaddr_storage sa{};
+  socklen_t len = 0;
+  if (v6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&sa);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(port);
+    inet_pton(AF_INET6, address->first.c_str(), &in6->sin6_addr);
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* in4 = reinterpret_cast<sockaddr_in*>(&sa);
+    in4->sin_family = AF_INET;
+    in4->sin_port = htons(port);
+    inet_pton(AF_INET, address->first.c_str(), &in4->sin_addr);
+    len = sizeof(sockaddr_in);
+  }
+  int err = 0;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&sa), len) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      // A listener whose backlog is full drops the SYN: without this bound
+      // the kernel retries it for about two minutes.
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      pollfd p{fd, POLLOUT, 0};
+      int ready = 0;
+      do {
+        ready = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 86'400'000)));
+      } while (ready < 0 && errno == EINTR);
+      if (ready <= 0) {
+        ::close(fd);
+        return caf::make_error(caf::sec::cannot_connect_to_node, "ip_connect timed out (no SYN-ACK: a full backlog?)",
+                               host, port);
+      }
+      socklen_t n = sizeof(err);
+      if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) != 0) err = errno;
+    }
+  }
+  if (err != 0) {
+    ::close(fd);
+    if (v6) return BoundedTcpConnection(host, port, protocol::ipv4);  // CAF's IPv4 fallback
+    return caf::make_error(caf::sec::cannot_connect_to_node, "ip_connect failed", host, port);
+  }
+  // Blocking again, as CAF's own definition returns it (its scribes set
+  // their sockets' modes themselves).
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+namespace {
 
 // The loaded object (its base address) that defines `fn`, or nullptr.
 void* ObjectOf(void* fn) {
@@ -174,7 +311,12 @@ StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& 
   // would overflow into the past), and the first attempt is always made,
   // with at least 1 ms.
   const auto wait = std::min(timeout, kMaxConnectTimeout);
-  const auto deadline = std::chrono::steady_clock::now() + wait;
+  const auto deadline = std::chrono::steady_clock::now() + std::max(wait, std::chrono::milliseconds(1));
+  // The TCP connect the middleman actor makes for this call is bounded by
+  // `deadline` too, and one it makes after this call returned (a request
+  // that waited in its mailbox) is not made (BoundedTcpConnection).
+  const ConnectWant want(host, port, deadline);
+  const std::string peer = absl::StrCat(host, ":", port);
   int attempts = 0;
   for (;;) {
     ++attempts;
@@ -211,7 +353,21 @@ StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& 
               } else if (err == caf::sec::disconnect_during_handshake) {
                 status = absl::UnavailableError(absl::StrCat(
                     where, ": the peer closed the connection during the ", tls ? "TLS/" : "",
-                    "BASP handshake (refused certificate, plain vs TLS, or not a CAF node): ", system.render(err)));
+                    "BASP handshake (",
+                    tls ? "it refused our certificate, or is not a CAF node"
+                        : absl::StrCat("the peer at ", peer,
+                                       " speaks TLS, or is not a CAF node: start every task with the same "
+                                       "--tls-* flags"),
+                    "): ", system.render(err)));
+              } else if (tls && err == caf::sec::cannot_connect_to_node && err.context().empty()) {
+                // The openssl middleman's connect: TCP connected (a refused
+                // or timed out connect carries host and port), then no TLS
+                // session (SSL_connect failed on the peer's first bytes).
+                status = absl::UnavailableError(absl::StrCat(
+                    where, ": the peer at ", peer,
+                    " does not speak TLS (its first bytes are no TLS handshake: a plain task?): start every task "
+                    "with the same --tls-* flags: ",
+                    system.render(err)));
               } else {
                 status = absl::UnavailableError(absl::StrCat(where, ": ", system.render(err)));
               }
@@ -262,3 +418,17 @@ __attribute__((visibility("default"))) connection_state instance::handle(executi
 }
 
 }  // namespace caf::io::basp
+
+// libcaf_io's connect, called through its PLT by default_multiplexer::
+// new_tcp_scribe (the plain middleman actor's connect) and by
+// libcaf_openssl's middleman actor: bounded by the ConnectActor call that
+// asked for it (cluster_net.hpp), CAF's own definition for any other caller.
+namespace caf::io::network {
+
+__attribute__((visibility("default"))) expected<native_socket> new_tcp_connection(const std::string& host,
+                                                                                   uint16_t port,
+                                                                                   optional<protocol::network> preferred) {
+  return foreman::internal::BoundedTcpConnection(host, port, preferred);
+}
+
+}  // namespace caf::io::network

@@ -141,14 +141,22 @@ StatusOr<uint16_t> PublishActor(caf::actor_system& system, const caf::actor& act
 ///  - UNAVAILABLE: nothing listens there (connection refused); the peer
 ///    closed the connection during the handshake (a TLS peer refusing our
 ///    certificate or a plain client, another application id, a non-CAF
-///    server) — the message names the handshake; no actor published there.
+///    server) — the message names the handshake; a plain client of a TLS
+///    peer or a TLS client of a plain one: the message says which ("does
+///    not speak TLS" / "speaks TLS") and "start every task with the same
+///    --tls-* flags"; no actor published there.
 ///  - DEADLINE_EXCEEDED: no handshake within `timeout` (a peer that accepts
 ///    and never speaks); the message gives the timeout.
 ///  - FAILED_PRECONDITION: the system lacks the needed module.
-/// The TCP connect itself runs inside CAF's middleman actor and is blocking
-/// there: to a host that drops SYNs (not loopback) this call still returns
-/// at `timeout`, but the middleman actor stays busy for the kernel's connect
-/// timeout and later connects/publishes of this system queue behind it.
+/// The TCP connect runs inside CAF's middleman actor, on its thread: this
+/// process interposes libcaf_io's new_tcp_connection (as the BASP header
+/// guard does valid()) with a non-blocking connect bounded by this call's
+/// deadline (a listener whose backlog is full drops the SYN, and CAF's
+/// blocking connect() would hold the middleman for the kernel's ~2 min of
+/// retries), and a connect request that waited in the middleman's mailbox
+/// until every ConnectActor call for that host:port had returned is not
+/// made ("connect abandoned"). Connects of host:ports no ConnectActor call
+/// ever asked for keep CAF's own behaviour.
 /// A connect already pending to the same host:port is joined, not repeated.
 /// Thread-safe; call from outside an actor (it waits on a scoped actor).
 /// TF: the gRPC channel a worker opens to a ps task.

@@ -326,6 +326,7 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
     c.remote->set_ps_wait({absl::Seconds(c.options.cluster.ps_wait_secs),
                            absl::Milliseconds(c.options.cluster.heartbeat_ms)});
     c.remote->set_job_id(c.job_id);
+    c.remote->set_connect_timeout(std::chrono::milliseconds(c.options.cluster.connection_timeout_ms));
     c.remote->CountAcceptedUpdates(accepted);
     c.remote->RecordAnswers(answers);
     c.values = std::make_shared<SessionValues>();

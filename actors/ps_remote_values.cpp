@@ -136,7 +136,8 @@ PsRemoteValues::PsRemoteValues(caf::actor_system* system, caf::actor watcher, st
       timeout_(request_timeout_ms),
       target_(std::move(target)),
       proxies_(ps_.size()),
-      causes_(ps_.size()) {}
+      causes_(ps_.size()),
+      unreachable_since_(ps_.size()) {}
 
 // Sends one request to each shard of `shards` (send(self, proxy, k)), then
 // awaits every answer: the shards work in parallel.
@@ -635,10 +636,24 @@ StatusOr<caf::actor> PsRemoteValues::Proxy(int k) {
     // (the chief restores, a worker waits) rather than use it unawares.
     return absl::UnavailableError(absl::StrCat(ps_[k].where, ": ", *cause, " (the next call reconnects)"));
   }
+  // A connect is bounded by the connection timeout and, once the ps task
+  // has been unreachable for a while, by what is left of the ps-wait (the
+  // session's wait began at about the first failed connect): a ps that
+  // accepts and never answers makes the wait end at --ps-wait-secs, not
+  // one connection timeout later (issue 31 point 2).
+  std::chrono::milliseconds bound = connect_timeout_;
+  const auto now = std::chrono::steady_clock::now();
+  if (unreachable_since_[k] && ps_wait_.wait > absl::ZeroDuration()) {
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(absl::ToChronoMilliseconds(ps_wait_.wait));
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*unreachable_since_[k] + wait - now);
+    bound = std::clamp(left, std::chrono::milliseconds(1), bound);
+  }
   StatusOr<caf::actor> p = [&] {
     ForgetSystemOnExit forget;
-    return ConnectActor(*system, ps_[k].host, ps_[k].port, tls_, timeout_);
+    return ConnectActor(*system, ps_[k].host, ps_[k].port, tls_, bound);
   }();
+  if (!p.ok() && !unreachable_since_[k]) unreachable_since_[k] = std::chrono::steady_clock::now();
+  if (p.ok()) unreachable_since_[k].reset();
   if (!p.ok()) {
     std::string before;
     {

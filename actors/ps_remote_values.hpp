@@ -6,7 +6,7 @@
 //
 // PsRemoteValues (RemoteValues over the ps shards): Bind places the names
 // with PlaceVariablesOnPs; each ps task is connected on first use with
-// ConnectActor (bounded by request_timeout_ms), its proxy monitored by a
+// ConnectActor (bounded by set_connect_timeout), its proxy monitored by a
 // watcher actor (a lost peer: IsPeerLost) and dropped after a loss or a
 // transport error other than a timeout (a slow peer keeps its link; a
 // frozen one is dropped by heartbeats), so the next call reconnects. Requests go to every shard
@@ -45,6 +45,7 @@
 #pragma once
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -140,6 +141,13 @@ class PsRemoteValues final : public RemoteValues {
   // of training carries: a ps task of another job refuses them. Set once,
   // before the values are handed to any session.
   void set_job_id(std::string id) { job_id_ = std::move(id); }
+  // The bound on one connect to a ps task (its TCP connect and BASP
+  // handshake: ClusterOptions::connection_timeout_ms; never more than
+  // request_timeout_ms), so that a ps that accepts and never answers, or a
+  // listener that never reads, costs a --ps-wait-secs wait at most this
+  // much more (issue 31 point 2). Set once, before the values are handed to
+  // any session; default: request_timeout_ms.
+  void set_connect_timeout(std::chrono::milliseconds t) { connect_timeout_ = std::min(t, timeout_); }
 
   Status Read(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/false); }
   Status ReadForStep(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/true); }
@@ -231,6 +239,7 @@ class PsRemoteValues final : public RemoteValues {
   const std::string target_;
   PsWait ps_wait_;
   std::string job_id_;
+  std::chrono::milliseconds connect_timeout_ = timeout_;
   std::shared_ptr<std::atomic<int64_t>> accepted_;  // set in Start, before any call
   std::shared_ptr<PsAnswerTimes> answers_;          // set in Start, before any call
 
@@ -240,6 +249,10 @@ class PsRemoteValues final : public RemoteValues {
   std::shared_ptr<const Placement> placement_ ABSL_GUARDED_BY(mu_);
   std::vector<caf::actor> proxies_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> causes_ ABSL_GUARDED_BY(mu_);  // why the last proxy was dropped
+  // Per ps task: when its connects began to fail (since the last one that
+  // succeeded): the rest of a --ps-wait-secs wait
+  // bounds the next connect (Proxy).
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> unreachable_since_ ABSL_GUARDED_BY(connect_mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string why_ ABSL_GUARDED_BY(mu_);
