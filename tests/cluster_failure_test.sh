@@ -166,7 +166,7 @@ if [[ ,$cases, == *,ps,* ]]; then
   # A request in flight to the killed ps fails at once (not after the 10 s
   # request timeout). Not timed under the sanitizers' slower builds.
   if ((heartbeat_ms == 200)); then
-    "$py" -c "import sys; sys.exit(0 if $took < 5 else 1)" || fail "ps: the chief took $took s to recover (> 5 s)"
+    "$py" -c "import sys; sys.exit(0 if $took < $(scaled 5) else 1)" || fail "ps: the chief took $took s to recover (> $(scaled 5) s)"
   fi
   latest=$(latest_of "$out")
   [[ -n $latest ]] && check_checkpoint ps "$latest" || fail "ps: no final checkpoint: $out"
@@ -190,7 +190,7 @@ if [[ ,$cases, == *,gone,* ]]; then
   done
   [[ $chief_rc -eq 1 ]] || fail "gone: the chief exited $chief_rc, expected 1"
   [[ $worker_rc -eq 1 ]] || fail "gone: worker 1 exited $worker_rc, expected 1"
-  ((took <= 20)) || fail "gone: the workers took $took s to give up (--ps-wait-secs 2)"
+  ((took <= $(scaled 20))) || fail "gone: the workers took $took s to give up (--ps-wait-secs 2; bound $(scaled 20) s)"
   echo "gone: both workers gave up within $took s"
 fi
 
@@ -214,7 +214,7 @@ if [[ ,$cases, == *,late,* ]]; then
   wait_for_lines "^step [0-9]+" "$tmp/late.chief.out" "$bound" 1 "$chief_pid" || fail "late: the chief trained no step"
   wait_for_lines "^step [0-9]+" "$tmp/late.worker1.out" "$bound" 1 "$worker_pid" || fail "late: worker 1 trained no step"
   took=$((SECONDS - start))
-  ((took <= 3)) || fail "late: the workers took $took s after the ps started to train (a heartbeat's wait expected)"
+  ((took <= $(scaled 3))) || fail "late: the workers took $took s after the ps started to train (a heartbeat's wait expected; bound $(scaled 3) s)"
   has "waiting up to 30 s for the ps tasks" "$(cat "$tmp/late.chief.out")" \
     || fail "late: the chief did not say it waits for the ps: $(tail -20 "$tmp/late.chief.out")"
   finish

@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include "foreman/cluster.hpp"
+#include "support/test_util.hpp"
 
 namespace foreman {
 namespace {
@@ -327,7 +328,7 @@ TEST_CASE("ClusterFromEnvironment: TF_CONFIG first, then an srun step of more th
   const SlurmLaunch rule;
   {
     auto none = ClusterFromEnvironment(ClusterEnvironment::kAuto, rule);
-    REQUIRE(none.ok());
+    REQUIRE_OK(none);
     CHECK_FALSE(none->has_value());
     auto must = ClusterFromEnvironment(ClusterEnvironment::kTfConfig, rule);
     CHECK(absl::IsFailedPrecondition(must.status()));
@@ -355,13 +356,13 @@ TEST_CASE("ClusterFromEnvironment: TF_CONFIG first, then an srun step of more th
       REQUIRE_MESSAGE(forced.ok(), forced.status().ToString());
       CHECK((*forced)->task.is_chief());
       auto off = ClusterFromEnvironment(ClusterEnvironment::kNone, rule);
-      REQUIRE(off.ok());
+      REQUIRE_OK(off);
       CHECK_FALSE(off->has_value());
     }
     {
       ScopedEnv single({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}});
       auto launch1 = ClusterFromEnvironment(ClusterEnvironment::kAuto, rule);
-      REQUIRE(launch1.ok());
+      REQUIRE_OK(launch1);
       CHECK_FALSE(launch1->has_value());  // a one-task step is a single-process run
     }
     {
@@ -370,7 +371,7 @@ TEST_CASE("ClusterFromEnvironment: TF_CONFIG first, then an srun step of more th
       // kSlurm reads SLURM_JOB_NODELIST.
       ScopedEnv batch({{"SLURM_STEP_NODELIST", nullptr}, {"SLURM_PROCID", "0"}});
       auto launch0 = ClusterFromEnvironment(ClusterEnvironment::kAuto, rule);
-      REQUIRE(launch0.ok());
+      REQUIRE_OK(launch0);
       CHECK_FALSE(launch0->has_value());
       auto forced = ClusterFromEnvironment(ClusterEnvironment::kSlurm, rule);
       REQUIRE_MESSAGE(forced.ok(), forced.status().ToString());

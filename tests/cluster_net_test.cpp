@@ -41,7 +41,7 @@ using internal::TensorMessage;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr milliseconds kConnect{2000};
+const milliseconds kConnect{testing::ScaledMs(2000)};  // scaled: tests/support/test_util.hpp
 constexpr auto kReply = std::chrono::seconds(5);
 
 // An actor answering ping with pong. Spawned with an argument: CAF 0.17.6's
@@ -113,7 +113,7 @@ void CheckEchoWorks(Node& client, const caf::actor& remote, int64_t n) {
   auto back = Echo(*client.sys, remote, internal::ToMessage("w", t).value());
   REQUIRE_MESSAGE(back.ok(), back.status().ToString());
   auto restored = internal::FromMessage(*back);
-  REQUIRE(restored.ok());
+  REQUIRE_OK(restored);
   CHECK(restored->Equals(t));
   CHECK(std::memcmp(restored->raw_data(), t.raw_data(), t.TotalBytes()) == 0);
 }
@@ -262,12 +262,12 @@ TEST_CASE("an echo actor published on port 0 echoes a 1 MiB and a small tensor b
   TensorMessage bad = internal::ToMessage("b", Floats(4, 1.f)).value();
   bad.bytes.pop_back();
   auto back = Echo(*client.sys, *remote, bad);
-  REQUIRE(back.ok());
+  REQUIRE_OK(back);
   CHECK(absl::IsInvalidArgument(internal::FromMessage(*back).status()));
   bad = internal::ToMessage("b", Floats(4, 1.f)).value();
   bad.dtype = 42;
   back = Echo(*client.sys, *remote, bad);
-  REQUIRE(back.ok());
+  REQUIRE_OK(back);
   CHECK(absl::IsInvalidArgument(internal::FromMessage(*back).status()));
 }
 
@@ -278,7 +278,7 @@ TEST_CASE("PublishActor binds exactly to the host it is given and refuses an emp
   auto empty = PublishActor(*server.sys, a, "", 0, false);
   CHECK(absl::IsInvalidArgument(empty.status()));
   auto port = PublishActor(*server.sys, a, "127.0.0.1", 0, false);
-  REQUIRE(port.ok());
+  REQUIRE_OK(port);
   // Bound to 127.0.0.1 only: the same port on 127.0.0.2 (also loopback) is free.
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
@@ -301,7 +301,7 @@ TEST_CASE("connecting to a closed port is UNAVAILABLE at once; to a silent liste
   ::close(ListenLoopback(&closed_port));  // a port nobody listens on now
   auto t0 = Clock::now();
   auto closed = ConnectActor(*client.sys, "127.0.0.1", closed_port, false, kConnect);
-  CHECK(Clock::now() - t0 < milliseconds(1000));
+  CHECK(Clock::now() - t0 < milliseconds(testing::ScaledMs(1000)));
   CHECK(absl::IsUnavailable(closed.status()));
   CHECK(absl::StrContains(closed.status().message(), absl::StrCat("127.0.0.1:", closed_port)));
 
@@ -316,7 +316,7 @@ TEST_CASE("connecting to a closed port is UNAVAILABLE at once; to a silent liste
   CHECK(absl::StrContains(hung.status().message(), absl::StrCat("127.0.0.1:", silent_port)));
   CHECK(absl::StrContains(hung.status().message(), "300 ms"));
   CHECK(took >= milliseconds(290));
-  CHECK(took < milliseconds(1500));
+  CHECK(took < milliseconds(testing::ScaledMs(1500)));
   // ~Node: the system shuts down with the handshake still pending (the
   // test binary's timeout would catch a hang).
 }
@@ -348,16 +348,16 @@ TEST_CASE("a monitor sees the peer's actor exit, and a dropped connection as pee
     caf::actor doomed = other.sys->spawn(Ponger, std::string("doomed"));
     other.published.push_back(doomed);
     auto doomed_port = PublishActor(*other.sys, doomed, "127.0.0.1", 0, false);
-    REQUIRE(doomed_port.ok());
+    REQUIRE_OK(doomed_port);
     auto remote = ConnectActor(*client.sys, "127.0.0.1", *doomed_port, false, kConnect);
-    REQUIRE(remote.ok());
+    REQUIRE_OK(remote);
     self->monitor(*remote);
     // A round trip after the monitor: BASP keeps order on a connection, so
     // the peer has registered the monitor (a monitor that reaches an actor
     // already gone yields exit_reason::unknown instead).
     REQUIRE(Pong(*client.sys, *remote));
     caf::anon_send_exit(doomed, caf::exit_reason::kill);
-    auto down = AwaitDown(self, milliseconds(3000));
+    auto down = AwaitDown(self, milliseconds(testing::ScaledMs(3000)));
     REQUIRE(down.has_value());
     CHECK_MESSAGE(down->reason == caf::exit_reason::kill, client.sys->render(down->reason));
     CHECK_FALSE(internal::IsPeerLost(*down));
@@ -369,11 +369,11 @@ TEST_CASE("a monitor sees the peer's actor exit, and a dropped connection as pee
     auto closing = std::make_unique<Node>(Plain());
     const uint16_t closing_port = closing->PublishEcho();
     auto remote = ConnectActor(*client.sys, "127.0.0.1", closing_port, false, kConnect);
-    REQUIRE(remote.ok());
+    REQUIRE_OK(remote);
     self->monitor(*remote);
     REQUIRE(Pong(*client.sys, *remote));
     closing.reset();
-    auto down = AwaitDown(self, milliseconds(3000));
+    auto down = AwaitDown(self, milliseconds(testing::ScaledMs(3000)));
     REQUIRE(down.has_value());
     MESSAGE("publishing system shut down -> down_msg ", client.sys->render(down->reason));
   }
@@ -386,7 +386,7 @@ TEST_CASE("a monitor sees the peer's actor exit, and a dropped connection as pee
   self->monitor(*remote);
   const auto t0 = Clock::now();
   relay.Cut();
-  auto down = AwaitDown(self, milliseconds(3000));
+  auto down = AwaitDown(self, milliseconds(testing::ScaledMs(3000)));
   REQUIRE(down.has_value());
   CHECK(internal::IsPeerLost(*down));
   MESSAGE("connection cut -> down_msg after ",
@@ -394,12 +394,12 @@ TEST_CASE("a monitor sees the peer's actor exit, and a dropped connection as pee
 }
 
 TEST_CASE("heartbeats: a frozen peer (no FIN) is dropped after the connection timeout") {
-  // 100 / 500 ms; under the sanitizers 3x that (a slowed heartbeat thread
-  // must not drop the healthy link), still timeout = 5 x interval.
-  const int scale = testing::kSanitized ? 3 : 1;
+  // 100 / 500 ms times TimeScale() (3x under the sanitizers: a slowed
+  // heartbeat thread must not drop the healthy link), still timeout = 5 x
+  // interval.
   NetConfig net;
-  net.heartbeat_ms = 100 * scale;
-  net.connection_timeout_ms = 500 * scale;
+  net.heartbeat_ms = testing::ScaledMs(100);
+  net.connection_timeout_ms = testing::ScaledMs(500);
   Node server(net), client(net);
   const uint16_t port = server.PublishEcho();
   Relay relay(port);
@@ -408,16 +408,16 @@ TEST_CASE("heartbeats: a frozen peer (no FIN) is dropped after the connection ti
   caf::scoped_actor self{*client.sys};
   self->monitor(*remote);
   // Healthy for well over the timeout: the heartbeats keep the link.
-  CHECK_FALSE(AwaitDown(self, milliseconds(1200 * scale)).has_value());
+  CHECK_FALSE(AwaitDown(self, milliseconds(testing::ScaledMs(1200))).has_value());
   CHECK(Pong(*client.sys, *remote));
   const auto t0 = Clock::now();
   relay.Freeze();  // both sockets stay open; nothing gets through
-  auto down = AwaitDown(self, milliseconds(4000 * scale));
+  auto down = AwaitDown(self, milliseconds(testing::ScaledMs(4000)));
   const auto took = Clock::now() - t0;
   REQUIRE(down.has_value());
   CHECK(internal::IsPeerLost(*down));
-  CHECK(took >= milliseconds(400 * scale));
-  CHECK(took < milliseconds(2500 * scale));
+  CHECK(took >= milliseconds(testing::ScaledMs(400)));
+  CHECK(took < milliseconds(testing::ScaledMs(2500)));
   MESSAGE("frozen peer dropped after ", std::chrono::duration_cast<milliseconds>(took).count(), " ms");
 }
 
@@ -510,7 +510,7 @@ TEST_CASE("BASP header guard: a 4 GiB claim and a message before the handshake c
   for (const auto& [what, bytes] : attacks) {
     int fd = ConnectRaw(port);
     SendAll(fd, bytes);
-    CHECK_MESSAGE(ClosedByNode(fd, milliseconds(3000)), std::string(what), ": the node did not close the connection in 3 s");
+    CHECK_MESSAGE(ClosedByNode(fd, milliseconds(testing::ScaledMs(3000))), std::string(what), ": the node did not close the connection in 3 s");
     ::close(fd);
   }
   CHECK(internal::RefusedBaspHeaders() - refused_before == attacks.size());
@@ -539,7 +539,7 @@ TEST_CASE("BASP header guard: after the handshake a claim above max_message_byte
   const int64_t peak_before = PeakRssKib();
   const uint64_t refused_before = internal::RefusedBaspHeaders();
   relay.Inject(BaspHeader(0x02, 0xffffffffu, 0, 1));
-  auto down = AwaitDown(self, milliseconds(3000));
+  auto down = AwaitDown(self, milliseconds(testing::ScaledMs(3000)));
   REQUIRE_MESSAGE(down.has_value(), "the server kept the connection after a 4 GiB claim");
   CHECK(internal::IsPeerLost(*down));
   CHECK(internal::RefusedBaspHeaders() - refused_before == 1);
@@ -599,7 +599,7 @@ TEST_CASE("mutual TLS: same-CA nodes talk; a rogue-CA client and a plain client 
     Node rogue(pki.Net("rogue", "rogue-ca"));
     auto t0 = Clock::now();
     auto refused = ConnectActor(*rogue.sys, "127.0.0.1", port, true, kConnect);
-    CHECK(Clock::now() - t0 < kConnect + milliseconds(500));
+    CHECK(Clock::now() - t0 < kConnect + milliseconds(testing::ScaledMs(500)));
     CHECK(absl::IsUnavailable(refused.status()));
     CHECK(absl::StrContains(refused.status().message(), "handshake"));
     MESSAGE("rogue CA: ", refused.status().ToString());
@@ -608,7 +608,7 @@ TEST_CASE("mutual TLS: same-CA nodes talk; a rogue-CA client and a plain client 
     Node plain(Plain());
     auto t0 = Clock::now();
     auto refused = ConnectActor(*plain.sys, "127.0.0.1", port, false, milliseconds(1000));
-    CHECK(Clock::now() - t0 < milliseconds(2000));
+    CHECK(Clock::now() - t0 < milliseconds(testing::ScaledMs(2000)));
     CHECK_FALSE(refused.ok());
     CHECK((absl::IsUnavailable(refused.status()) || absl::IsDeadlineExceeded(refused.status())));
     MESSAGE("plain client on a TLS port: ", refused.status().ToString());
@@ -619,7 +619,7 @@ TEST_CASE("mutual TLS: same-CA nodes talk; a rogue-CA client and a plain client 
     const uint16_t plain_port = plain_server.PublishEcho();
     auto t0 = Clock::now();
     auto refused = ConnectActor(*client.sys, "127.0.0.1", plain_port, true, milliseconds(1000));
-    CHECK(Clock::now() - t0 < milliseconds(2000));
+    CHECK(Clock::now() - t0 < milliseconds(testing::ScaledMs(2000)));
     CHECK_FALSE(refused.ok());
     MESSAGE("TLS client on a plain port: ", refused.status().ToString());
   }

@@ -150,7 +150,7 @@ wait_ps_lost() {
 # measured with 1000 ms; the values are printed). It catches a detection
 # that waits out the 10 s request timeout instead (a recovery that read
 # global_step from the lost ps took 11 s here).
-detect_bound=$(((timeout_ms + 999) / 1000 + 4))
+detect_bound=$(scaled $(((timeout_ms + 999) / 1000 + 4)))
 
 # (a) worker 1 cut off.
 if [[ ,$cases, == *,worker,* ]]; then

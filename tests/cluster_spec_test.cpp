@@ -54,7 +54,7 @@ TEST_CASE("FromFlags parses TF1's --ps-hosts and --worker-hosts") {
   CHECK(spec->jobs().at("worker") ==
         std::vector<std::string>{"localhost:2223", "[::1]:2224", "node-1.example.com:65535"});
   auto a = spec->task_address("worker", 1);
-  REQUIRE(a.ok());
+  REQUIRE_OK(a);
   CHECK(a->host == "::1");
   CHECK(a->port == 2224);
   CHECK(spec->task_address("ps", 0)->host == "127.0.0.1");
@@ -67,7 +67,7 @@ TEST_CASE("FromFlags parses TF1's --ps-hosts and --worker-hosts") {
 
   // ToString round-trips through FromFlags.
   auto again = ClusterSpec::FromFlags("127.0.0.1:2222", "localhost:2223,[::1]:2224,node-1.example.com:65535");
-  REQUIRE(again.ok());
+  REQUIRE_OK(again);
   CHECK(again->jobs() == spec->jobs());
 }
 
@@ -120,7 +120,7 @@ TEST_CASE("Create checks job names and names the job in its errors") {
   REQUIRE_MESSAGE(spec.ok(), spec.status().ToString());
   CHECK(spec->ToString() == "--chief-hosts 127.0.0.1:1 --ps-2-hosts [::1]:3 --worker-hosts 127.0.0.1:2");
   // Create does not require ps and worker jobs (FromFlags does).
-  CHECK(ClusterSpec::Create({{"worker", {"127.0.0.1:2"}}}).ok());
+  CHECK_OK(ClusterSpec::Create({{"worker", {"127.0.0.1:2"}}}));
 
   CHECK_CONTAINS(InvalidMessage(ClusterSpec::Create({})), "the cluster has no jobs");
   CHECK_CONTAINS(InvalidMessage(ClusterSpec::Create({{"Worker", {"127.0.0.1:1"}}})),
@@ -139,9 +139,9 @@ TEST_CASE("Create checks job names and names the job in its errors") {
 
 TEST_CASE("ClusterTask: validation against the spec and is_chief") {
   auto spec = ClusterSpec::FromFlags("127.0.0.1:1", "127.0.0.1:2,127.0.0.1:3");
-  REQUIRE(spec.ok());
-  CHECK(ValidateClusterTask(*spec, {"ps", 0}).ok());
-  CHECK(ValidateClusterTask(*spec, {"worker", 1}).ok());
+  REQUIRE_OK(spec);
+  CHECK_OK(ValidateClusterTask(*spec, {"ps", 0}));
+  CHECK_OK(ValidateClusterTask(*spec, {"worker", 1}));
   CHECK(InvalidMessage(ValidateClusterTask(*spec, {"evaluator", 0})) ==
         "--job-name 'evaluator' is not a job of the cluster (jobs: ps, worker)");
   CHECK(InvalidMessage(ValidateClusterTask(*spec, {"worker", 2})) ==
@@ -181,8 +181,8 @@ TEST_CASE("PlaceVariablesOnPs: the MLP's real variables, slots and beta powers (
   nn::OptimizerOptions adam;
   adam.kind = nn::OptimizerKind::kAdam;
   Graph graph;
-  REQUIRE(graph.CreateGlobalStep().ok());
-  REQUIRE(nn::AddMlpVariables(graph, mlp, adam, 1).ok());
+  REQUIRE_OK(graph.CreateGlobalStep());
+  REQUIRE_OK(nn::AddMlpVariables(graph, mlp, adam, 1));
   std::vector<std::string> creation_order;
   for (const VariableDef& def : graph.variables()) creation_order.push_back(def.name);
   // The graph holds exactly the MLP's variables plus global_step.
@@ -234,8 +234,8 @@ TEST_CASE("PlaceVariablesOnPs: Momentum slots go with their variable and take no
   nn::OptimizerOptions momentum;
   momentum.kind = nn::OptimizerKind::kMomentum;
   Graph graph;
-  REQUIRE(graph.CreateGlobalStep().ok());
-  REQUIRE(nn::AddMlpVariables(graph, mlp, momentum, 1).ok());
+  REQUIRE_OK(graph.CreateGlobalStep());
+  REQUIRE_OK(nn::AddMlpVariables(graph, mlp, momentum, 1));
   std::vector<std::string> names;
   for (const VariableDef& def : graph.variables()) names.push_back(def.name);
   const std::map<std::string, int> got = Placement(names, 2);
@@ -274,7 +274,7 @@ TEST_CASE("PlaceVariablesOnPs: bad input") {
 
 TEST_CASE("ValidateClusterOptions: defaults, intervals, TLS flags and loopback") {
   auto loopback = ClusterSpec::FromFlags("127.0.0.1:1", "localhost:2,[::1]:3,127.8.9.10:4");
-  REQUIRE(loopback.ok());
+  REQUIRE_OK(loopback);
   const ClusterTask chief{"worker", 0};
   const ClusterOptions defaults;
   CHECK(defaults.heartbeat_ms == 200);
@@ -282,7 +282,7 @@ TEST_CASE("ValidateClusterOptions: defaults, intervals, TLS flags and loopback")
   CHECK(defaults.ps_wait_secs == 300);
   CHECK_FALSE(defaults.insecure);
   CHECK_FALSE(defaults.tls_enabled());
-  CHECK(ValidateClusterOptions(*loopback, chief, defaults).ok());
+  CHECK_OK(ValidateClusterOptions(*loopback, chief, defaults));
 
   // The task is checked too.
   CHECK_CONTAINS(InvalidMessage(ValidateClusterOptions(*loopback, {"worker", 4}, defaults)), "--task-index 4");
@@ -299,7 +299,7 @@ TEST_CASE("ValidateClusterOptions: defaults, intervals, TLS flags and loopback")
   CHECK_CONTAINS(InvalidMessage(ValidateClusterOptions(*loopback, chief, o)),
                  "--connection-timeout-ms 1499 must be at least 3 x --heartbeat-ms (500 ms -> at least 1500 ms)");
   o.connection_timeout_ms = 1500;  // exactly 3x is enough
-  CHECK(ValidateClusterOptions(*loopback, chief, o).ok());
+  CHECK_OK(ValidateClusterOptions(*loopback, chief, o));
   o = {};
   o.heartbeat_ms = INT64_MAX;
   o.connection_timeout_ms = INT64_MAX;
@@ -325,7 +325,7 @@ TEST_CASE("ValidateClusterOptions: defaults, intervals, TLS flags and loopback")
 
   // Off loopback: refused without TLS, unless --insecure.
   auto remote = ClusterSpec::FromFlags("127.0.0.1:1", "127.0.0.1:2,10.0.0.2:2222");
-  REQUIRE(remote.ok());
+  REQUIRE_OK(remote);
   const std::string msg = InvalidMessage(ValidateClusterOptions(*remote, chief, ClusterOptions{}));
   CHECK_CONTAINS(msg, "task worker:1 '10.0.0.2:2222' is not a loopback address");
   CHECK_CONTAINS(msg, "no authentication");
@@ -333,15 +333,15 @@ TEST_CASE("ValidateClusterOptions: defaults, intervals, TLS flags and loopback")
   CHECK_CONTAINS(msg, "--insecure");
   o = {};
   o.insecure = true;
-  CHECK(ValidateClusterOptions(*remote, chief, o).ok());
+  CHECK_OK(ValidateClusterOptions(*remote, chief, o));
   o = {};
   o.tls_cert = "a";
   o.tls_key = "b";
   o.tls_ca = "c";  // the files are CheckTlsFiles' business
   CHECK(o.tls_enabled());
-  CHECK(ValidateClusterOptions(*remote, chief, o).ok());
+  CHECK_OK(ValidateClusterOptions(*remote, chief, o));
   auto named = ClusterSpec::FromFlags("ps0.example.com:2222", "127.0.0.1:2");
-  REQUIRE(named.ok());
+  REQUIRE_OK(named);
   CHECK_CONTAINS(InvalidMessage(ValidateClusterOptions(*named, chief, ClusterOptions{})),
                  "task ps:0 'ps0.example.com:2222' is not a loopback address");
 }
@@ -397,10 +397,10 @@ TEST_CASE("CheckTlsFiles: good files pass; every bad file is named with the reas
   const std::string cert = d + "/node0.pem", key = d + "/node0.key", ca = d + "/ca.pem";
   Status ok = CheckTlsFiles(cert, key, ca);
   CHECK_MESSAGE(ok.ok(), ok.ToString());
-  CHECK(CheckTlsFiles(d + "/node1.pem", d + "/node1.key", ca).ok());
+  CHECK_OK(CheckTlsFiles(d + "/node1.pem", d + "/node1.key", ca));
   // A chain file: the certificate followed by its CA is accepted too.
   WriteFile(d + "/chain.pem", ReadAll(cert) + ReadAll(ca));
-  CHECK(CheckTlsFiles(d + "/chain.pem", key, ca).ok());
+  CHECK_OK(CheckTlsFiles(d + "/chain.pem", key, ca));
 
   SUBCASE("missing files, named by flag and path, with the system's reason") {
     CHECK(InvalidMessage(CheckTlsFiles(d + "/nope.pem", key, ca)) ==
@@ -474,11 +474,11 @@ TEST_CASE("CheckTlsFiles: good files pass; every bad file is named with the reas
     CHECK_CONTAINS(msg, "--tls-cert '" + d + "/rogue.pem' does not verify against --tls-ca '" + ca + "'");
     CHECK_CONTAINS(msg, "unable to get local issuer certificate");
     // ... which verifies against its own CA.
-    CHECK(CheckTlsFiles(d + "/rogue.pem", d + "/rogue.key", d + "/rogue-ca.pem").ok());
+    CHECK_OK(CheckTlsFiles(d + "/rogue.pem", d + "/rogue.key", d + "/rogue-ca.pem"));
     // A CA file holding both CAs accepts both.
     WriteFile(d + "/both.pem", ReadAll(ca) + ReadAll(d + "/rogue-ca.pem"));
-    CHECK(CheckTlsFiles(d + "/rogue.pem", d + "/rogue.key", d + "/both.pem").ok());
-    CHECK(CheckTlsFiles(cert, key, d + "/both.pem").ok());
+    CHECK_OK(CheckTlsFiles(d + "/rogue.pem", d + "/rogue.key", d + "/both.pem"));
+    CHECK_OK(CheckTlsFiles(cert, key, d + "/both.pem"));
   }
   SUBCASE("an expired certificate") {
     const std::string msg = InvalidMessage(CheckTlsFiles(d + "/old.pem", d + "/old.key", ca));
@@ -493,9 +493,9 @@ TEST_CASE("DefaultClusterJobId: the same spec the same id, another spec another;
   auto a = ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2223,127.0.0.1:2224");
   auto a2 = ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2223,127.0.0.1:2224");
   auto b = ClusterSpec::FromFlags("127.0.0.1:2222", "127.0.0.1:2225");
-  REQUIRE(a.ok());
-  REQUIRE(a2.ok());
-  REQUIRE(b.ok());
+  REQUIRE_OK(a);
+  REQUIRE_OK(a2);
+  REQUIRE_OK(b);
   const std::string id = DefaultClusterJobId(*a);
   CHECK(id.size() == 17);
   CHECK(id.rfind("spec-", 0) == 0);
@@ -503,7 +503,7 @@ TEST_CASE("DefaultClusterJobId: the same spec the same id, another spec another;
   CHECK(id != DefaultClusterJobId(*b));
   ClusterOptions options;
   options.job_id = "job-a.1_x";
-  CHECK(ValidateClusterOptions(*a, ClusterTask{"worker", 0}, options).ok());
+  CHECK_OK(ValidateClusterOptions(*a, ClusterTask{"worker", 0}, options));
   for (const std::string& bad : std::vector<std::string>{"a b", std::string(65, 'x'), "a/b"}) {
     options.job_id = bad;
     Status s = ValidateClusterOptions(*a, ClusterTask{"worker", 0}, options);

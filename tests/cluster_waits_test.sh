@@ -35,7 +35,7 @@ ps_wait_secs=3
 status_timeout_ms=1500
 # A task's start-up (flags, Fashion-MNIST, the actor system) and its exit,
 # on a loaded 2-core machine, on top of each bound.
-slack_ms=3000
+slack_ms=$(scaled 3000)  # times the suite's timing scale (tests/support/cluster_test_lib.sh)
 model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --seed 7 --eval-every-steps 0)
 stopped=()
 # A stopped ps must be continued to die of the lib's SIGKILL at once and

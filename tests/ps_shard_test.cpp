@@ -32,6 +32,7 @@
 #include "actors/messages.hpp"
 #include "foreman/nn.hpp"
 #include "nn/optimizer.hpp"
+#include "support/test_util.hpp"
 
 namespace foreman {
 namespace {
@@ -111,14 +112,14 @@ PsShardStatsMessage Stats(caf::actor_system& sys, const caf::actor& shard) {
 
 TensorMessage Floats(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values) {
   StatusOr<Tensor> t = Tensor::FromVector(values, TensorShape(std::move(shape)));
-  REQUIRE(t.ok());
+  REQUIRE_OK(t);
   StatusOr<TensorMessage> m = internal::ToMessage(name, *t);
-  REQUIRE(m.ok());
+  REQUIRE_OK(m);
   return *m;
 }
 TensorMessage GlobalStep(int64_t value) {
   StatusOr<TensorMessage> m = internal::ToMessage("global_step", Tensor::Scalar<int64_t>(value));
-  REQUIRE(m.ok());
+  REQUIRE_OK(m);
   return *m;
 }
 std::vector<float> Random(int64_t n, std::mt19937& rng, float lo = -1, float hi = 1) {
@@ -183,7 +184,7 @@ TEST_CASE("a shard of cluster job A refuses job B's init, apply and end of train
   vars.tensors.push_back(GlobalStep(5));
   vars.tensors.push_back(Floats("w", {2}, {1, 2}));
   vars.job_id = "job-a";
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
   const std::string both = "ps task 0 serves cluster job 'job-a' and refused ";
 
   VariablesMessage other = vars;
@@ -215,7 +216,7 @@ TEST_CASE("a shard of cluster job A refuses job B's init, apply and end of train
   // Untouched: job A's values and step, no apply counted per worker, and
   // job A's own apply still lands (training did not end).
   StatusOr<VariablesMessage> r = Read(*node.sys, shard, {"w"});
-  REQUIRE(r.ok());
+  REQUIRE_OK(r);
   CHECK(r->global_step == 5);
   CHECK(ValuesOf(r->tensors[0]) == std::vector<float>{1, 2});
   PsShardStatsMessage s = Stats(*node.sys, shard);
@@ -252,7 +253,7 @@ TEST_CASE("init then read returns the values bit-exactly; unknown names are NOT_
   w[6] = -0.0f;
   vars.tensors.push_back(Floats("dense/kernel", {3, 4}, w));
   vars.tensors.push_back(Floats("dense/bias", {4}, Random(4, rng)));
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
 
   StatusOr<VariablesMessage> r = Read(*node.sys, shard, {"dense/bias", "dense/kernel"});
   REQUIRE_MESSAGE(r.ok(), r.status().ToString());
@@ -292,7 +293,7 @@ TEST_CASE("init then read returns the values bit-exactly; unknown names are NOT_
   CHECK(absl::StrContains(s.message(), "beta1_power without beta2_power"));
 
   StatusOr<VariablesMessage> snap = Snapshot(*node.sys, shard);
-  REQUIRE(snap.ok());
+  REQUIRE_OK(snap);
   CHECK(snap->global_step == 41);
   REQUIRE(snap->tensors.size() == 3);  // sorted by name
   CHECK(snap->tensors[0].name == "dense/bias");
@@ -302,9 +303,9 @@ TEST_CASE("init then read returns the values bit-exactly; unknown names are NOT_
   // A re-init (a restore) replaces the variables wholesale.
   VariablesMessage restore;
   restore.tensors = {Floats("other", {2}, {1, 2})};
-  REQUIRE(Init(*node.sys, shard, restore).ok());
+  REQUIRE_OK(Init(*node.sys, shard, restore));
   snap = Snapshot(*node.sys, shard);
-  REQUIRE(snap.ok());
+  REQUIRE_OK(snap);
   CHECK(snap->global_step == -1);
   REQUIRE(snap->tensors.size() == 1);
   CHECK(snap->tensors[0].name == "other");
@@ -357,13 +358,13 @@ TEST_CASE("init refuses the slots or beta powers of another optimizer than the s
   s = Init(*node.sys, momentum_shard, adams);
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK(absl::StrContains(s.message(), "which the momentum optimizer this ps task runs does not have"));
-  CHECK(Init(*node.sys, adam_shard, adams).ok());
+  CHECK_OK(Init(*node.sys, adam_shard, adams));
   // Nothing changed on a refused init: the shard is still not initialized.
   CHECK(Read(*node.sys, sgd_shard, {"w"}).status().code() == absl::StatusCode::kFailedPrecondition);
   // A variable that merely ends like a slot, with no primary, is not one.
   VariablesMessage plain;
   plain.tensors = {Floats("layer/Momentum", {1}, {3})};
-  CHECK(Init(*node.sys, sgd_shard, plain).ok());
+  CHECK_OK(Init(*node.sys, sgd_shard, plain));
 }
 
 TEST_CASE("applies give bitwise the values of nn::internal::ApplyDense on a local copy (SGD, Momentum, Adam)") {
@@ -385,7 +386,7 @@ TEST_CASE("applies give bitwise the values of nn::internal::ApplyDense on a loca
     caf::actor shard = node.Shard(0, opt);
     std::mt19937 rng(11);
     std::map<std::string, std::vector<float>> local;
-    REQUIRE(Init(*node.sys, shard, ShardVariables(c.kind, rng, &local, opt)).ok());
+    REQUIRE_OK(Init(*node.sys, shard, ShardVariables(c.kind, rng, &local, opt)));
     const std::vector<std::string> suffixes = nn::internal::SlotSuffixes(c.kind);
     const float lr = 0.05f;
     for (int step = 1; step <= 3; ++step) {
@@ -413,7 +414,7 @@ TEST_CASE("applies give bitwise the values of nn::internal::ApplyDense on a loca
       CHECK(*gs == step);
     }
     StatusOr<VariablesMessage> snap = Snapshot(*node.sys, shard);
-    REQUIRE(snap.ok());
+    REQUIRE_OK(snap);
     CHECK(snap->global_step == 3);
     CHECK(snap->tensors.size() == local.size() + 1);
     for (const auto& [name, values] : local) {
@@ -441,15 +442,15 @@ TEST_CASE("global_step and the beta powers change once per apply, only on the sh
                 Floats("beta2_power", {}, {0.999f})};
   VariablesMessage v1;
   v1.tensors = {Floats("w1", {2}, {3, 4}), Floats("w1/Adam", {2}, {0, 0}), Floats("w1/Adam_1", {2}, {0, 0})};
-  REQUIRE(Init(*node.sys, ps0, v0).ok());
-  REQUIRE(Init(*node.sys, ps1, v1).ok());
+  REQUIRE_OK(Init(*node.sys, ps0, v0));
+  REQUIRE_OK(Init(*node.sys, ps1, v1));
   float b1 = 0.9f, b2 = 0.999f;
   for (int i = 1; i <= 3; ++i) {
     const float step_size = nn::internal::AdamStepSize(0.01f, b1, b2);
     StatusOr<int64_t> g0 = Apply(*node.sys, ps0, Update({Floats("w0", {2}, {0.5f, -0.5f})}, 0.01f, step_size));
     StatusOr<int64_t> g1 = Apply(*node.sys, ps1, Update({Floats("w1", {2}, {0.5f, -0.5f})}, 0.01f, step_size));
-    REQUIRE(g0.ok());
-    REQUIRE(g1.ok());
+    REQUIRE_OK(g0);
+    REQUIRE_OK(g1);
     CHECK(*g0 == 10 + i);
     CHECK(*g1 == -1);
     b1 = b1 * 0.9f;
@@ -457,18 +458,18 @@ TEST_CASE("global_step and the beta powers change once per apply, only on the sh
   }
   // A worker with no gradient for ps 0 still steps it.
   StatusOr<int64_t> g0 = Apply(*node.sys, ps0, Update({}, 0.01f, 0.01f));
-  REQUIRE(g0.ok());
+  REQUIRE_OK(g0);
   CHECK(*g0 == 14);
   b1 = b1 * 0.9f;
   b2 = b2 * 0.999f;
 
   StatusOr<VariablesMessage> r0 = Read(*node.sys, ps0, {"beta1_power", "beta2_power"});
-  REQUIRE(r0.ok());
+  REQUIRE_OK(r0);
   CHECK(r0->global_step == 14);
   CHECK(ValuesOf(r0->tensors[0])[0] == b1);  // bitwise: the same float products
   CHECK(ValuesOf(r0->tensors[1])[0] == b2);
   StatusOr<VariablesMessage> r1 = Read(*node.sys, ps1, {"w1"});
-  REQUIRE(r1.ok());
+  REQUIRE_OK(r1);
   CHECK(r1->global_step == -1);
   CHECK(Read(*node.sys, ps1, {"beta1_power"}).status().code() == absl::StatusCode::kNotFound);
   CHECK(Stats(*node.sys, ps0).applied_updates == 4);
@@ -481,7 +482,7 @@ TEST_CASE("applies are counted per worker (gradients.worker), with the ms since 
   caf::actor ps0 = node.Shard(0, Sgd());
   VariablesMessage v0;
   v0.tensors = {GlobalStep(0), Floats("w", {2}, {1, 2})};
-  REQUIRE(Init(*node.sys, ps0, v0).ok());
+  REQUIRE_OK(Init(*node.sys, ps0, v0));
   CHECK(Stats(*node.sys, ps0).worker_applies.empty());  // nothing heard yet
   CHECK(Stats(*node.sys, ps0).worker_last_apply_ms.empty());
   auto from = [](int32_t worker, std::vector<float> g) {
@@ -490,14 +491,14 @@ TEST_CASE("applies are counted per worker (gradients.worker), with the ms since 
     u.gradients.worker = worker;
     return u;
   };
-  REQUIRE(Apply(*node.sys, ps0, from(0, {0.5f, 0.5f})).ok());
-  REQUIRE(Apply(*node.sys, ps0, from(3, {0.5f, 0.5f})).ok());
-  REQUIRE(Apply(*node.sys, ps0, from(0, {0.5f, 0.5f})).ok());
+  REQUIRE_OK(Apply(*node.sys, ps0, from(0, {0.5f, 0.5f})));
+  REQUIRE_OK(Apply(*node.sys, ps0, from(3, {0.5f, 0.5f})));
+  REQUIRE_OK(Apply(*node.sys, ps0, from(0, {0.5f, 0.5f})));
   // Refused (a bad shape): heard from, not counted.
   CHECK(Apply(*node.sys, ps0, from(0, {0.5f})).status().code() == absl::StatusCode::kInvalidArgument);
   // Indices outside [0, kMaxCountedWorkers): applied, not counted per worker.
-  REQUIRE(Apply(*node.sys, ps0, from(-1, {0.5f, 0.5f})).ok());
-  REQUIRE(Apply(*node.sys, ps0, from(internal::kMaxCountedWorkers, {0.5f, 0.5f})).ok());
+  REQUIRE_OK(Apply(*node.sys, ps0, from(-1, {0.5f, 0.5f})));
+  REQUIRE_OK(Apply(*node.sys, ps0, from(internal::kMaxCountedWorkers, {0.5f, 0.5f})));
   PsShardStatsMessage st = Stats(*node.sys, ps0);
   CHECK(st.applied_updates == 5);
   CHECK(st.refused_updates == 1);
@@ -520,13 +521,13 @@ TEST_CASE("a bad gradient is refused, naming the variable, and leaves the shard 
   VariablesMessage vars;
   vars.tensors = {GlobalStep(5), Floats("w", {2, 2}, {1, 2, 3, 4}), Floats("w/Momentum", {2, 2}, {0, 0, 0, 0}),
                   Floats("b", {2}, {1, 2}), Floats("b/Momentum", {2}, {0, 0}), Floats("c", {2}, {1, 2})};
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
   StatusOr<VariablesMessage> before = Snapshot(*node.sys, shard);
-  REQUIRE(before.ok());
+  REQUIRE_OK(before);
 
   const TensorMessage good = Floats("b", {2}, {1, 1});  // valid: it must not be applied either
   StatusOr<TensorMessage> ints = internal::ToMessage("w", *Tensor::FromVector<int32_t>({1, 1, 1, 1}, TensorShape{2, 2}));
-  REQUIRE(ints.ok());
+  REQUIRE_OK(ints);
   TensorMessage short_bytes = Floats("w", {2, 2}, {1, 1, 1, 1});
   short_bytes.bytes.resize(3);
   struct Bad {
@@ -559,7 +560,7 @@ TEST_CASE("a bad gradient is refused, naming the variable, and leaves the shard 
     CHECK(absl::StrContains(r.status().message(), "ps task 0"));
   }
   StatusOr<VariablesMessage> after = Snapshot(*node.sys, shard);
-  REQUIRE(after.ok());
+  REQUIRE_OK(after);
   CHECK(after->global_step == 5);
   REQUIRE(after->tensors.size() == before->tensors.size());
   for (std::size_t i = 0; i < after->tensors.size(); ++i) {
@@ -620,8 +621,8 @@ TEST_CASE("freeze / snapshot / thaw: one consistent global_step across two shard
   VariablesMessage v0, v1;
   v0.tensors = {GlobalStep(0), Floats("w0", {2}, {0, 0})};
   v1.tensors = {Floats("w1", {2}, {0, 0})};
-  REQUIRE(Init(*node.sys, ps0, v0).ok());
-  REQUIRE(Init(*node.sys, ps1, v1).ok());
+  REQUIRE_OK(Init(*node.sys, ps0, v0));
+  REQUIRE_OK(Init(*node.sys, ps1, v1));
   ThirdParty worker(*node.sys, ps0, ps1);
   caf::scoped_actor freezer{*node.sys};  // the chief's consistent read: one asker freezes, reads, thaws
   for (int round = 0; round < 3; ++round) {
@@ -629,15 +630,15 @@ TEST_CASE("freeze / snapshot / thaw: one consistent global_step across two shard
     REQUIRE(worker.WaitMore(3));
     // The chief's checkpoint.
     StatusOr<int64_t> step = AskFrom<int64_t>(freezer, ps0, internal::ps_freeze_atom::value, int64_t{5000});
-    REQUIRE(step.ok());
+    REQUIRE_OK(step);
     StatusOr<int64_t> step1 = AskFrom<int64_t>(freezer, ps1, internal::ps_freeze_atom::value, int64_t{5000});
-    REQUIRE(step1.ok());
+    REQUIRE_OK(step1);
     CHECK(*step1 == -1);
     StatusOr<VariablesMessage> s0 = Snapshot(*node.sys, ps0);
     StatusOr<VariablesMessage> s1 = Snapshot(*node.sys, ps1);
     PsShardStatsMessage stats1 = Stats(*node.sys, ps1);
-    REQUIRE(s0.ok());
-    REQUIRE(s1.ok());
+    REQUIRE_OK(s0);
+    REQUIRE_OK(s1);
     // ps 0: its values and its global_step are one state (the freeze's).
     CHECK(s0->global_step == *step);
     const float g = static_cast<float>(*step);
@@ -651,15 +652,15 @@ TEST_CASE("freeze / snapshot / thaw: one consistent global_step across two shard
     // Frozen: a second snapshot is the same state, whatever the worker sends.
     StatusOr<VariablesMessage> again0 = Snapshot(*node.sys, ps0);
     StatusOr<VariablesMessage> again1 = Snapshot(*node.sys, ps1);
-    REQUIRE(again0.ok());
-    REQUIRE(again1.ok());
+    REQUIRE_OK(again0);
+    REQUIRE_OK(again1);
     CHECK(again0->global_step == *step);
     CHECK(Find(*again0, "w0")->bytes == Find(*s0, "w0")->bytes);
     CHECK(Find(*again1, "w1")->bytes == Find(*s1, "w1")->bytes);
     StatusOr<int64_t> held0 = Ask<int64_t>(*node.sys, ps0, internal::ps_thaw_atom::value);
     StatusOr<int64_t> held1 = Ask<int64_t>(*node.sys, ps1, internal::ps_thaw_atom::value);
-    REQUIRE(held0.ok());
-    REQUIRE(held1.ok());
+    REQUIRE_OK(held0);
+    REQUIRE_OK(held1);
     // One worker: at most one apply held on each (ps 1's after ps 0 thawed).
     CHECK(*held0 <= 1);
     CHECK(*held1 <= 1);
@@ -667,11 +668,11 @@ TEST_CASE("freeze / snapshot / thaw: one consistent global_step across two shard
   }
   REQUIRE(worker.WaitMore(3));  // thawed: training goes on
   worker.Stop();
-  REQUIRE(worker.error.ok());
+  REQUIRE_OK(worker.error);
   StatusOr<VariablesMessage> s0 = Snapshot(*node.sys, ps0);
   StatusOr<VariablesMessage> s1 = Snapshot(*node.sys, ps1);
-  REQUIRE(s0.ok());
-  REQUIRE(s1.ok());
+  REQUIRE_OK(s0);
+  REQUIRE_OK(s1);
   CHECK(s0->global_step == worker.pairs);
   CHECK(ValuesOf(*Find(*s1, "w1"))[0] == -static_cast<float>(worker.pairs));
   CHECK(Stats(*node.sys, ps0).freeze_timeouts == 0);
@@ -682,18 +683,18 @@ TEST_CASE("a freeze without a thaw ends at its timeout, and the held applies are
   caf::actor shard = node.Shard(0, Sgd());
   VariablesMessage vars;
   vars.tensors = {GlobalStep(0), Floats("w", {1}, {0})};
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
   caf::scoped_actor freezer{*node.sys};
   CHECK(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{0}).status().code() ==
         absl::StatusCode::kInvalidArgument);
   // Thawing a shard that is not frozen is a no-op.
   StatusOr<int64_t> none = Ask<int64_t>(*node.sys, shard, internal::ps_thaw_atom::value);
-  REQUIRE(none.ok());
+  REQUIRE_OK(none);
   CHECK(*none == 0);
 
   const auto start = std::chrono::steady_clock::now();
   StatusOr<int64_t> frozen_at = AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{300});
-  REQUIRE(frozen_at.ok());
+  REQUIRE_OK(frozen_at);
   CHECK(*frozen_at == 0);
   StatusOr<int64_t> applied = absl::UnknownError("not run");
   std::thread apply([&] { applied = Apply(*node.sys, shard, Update({Floats("w", {1}, {1})}, 1.0f)); });
@@ -710,10 +711,10 @@ TEST_CASE("a freeze without a thaw ends at its timeout, and the held applies are
   CHECK(s.sync_step == -1);  // asynchronous
 
   // An explicit thaw cancels the timeout of that freeze.
-  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{50}).ok());
-  REQUIRE(Ask<int64_t>(*node.sys, shard, internal::ps_thaw_atom::value).ok());
+  REQUIRE_OK(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{50}));
+  REQUIRE_OK(Ask<int64_t>(*node.sys, shard, internal::ps_thaw_atom::value));
   // Frozen again for long: the old freeze's timeout must not thaw this one.
-  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  REQUIRE_OK(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}));
   caf::scoped_actor self{*node.sys};
   bool replied = false;
   self->request(shard, std::chrono::milliseconds(200), internal::ps_apply_atom::value,
@@ -735,9 +736,9 @@ TEST_CASE("a frozen shard copies a held apply's borrowed gradient, so the sender
   caf::actor shard = node.Shard(0, Sgd());
   VariablesMessage vars;
   vars.tensors = {GlobalStep(0), Floats("w", {4}, {1, 2, 3, 4})};
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
   caf::scoped_actor freezer{*node.sys};
-  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  REQUIRE_OK(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}));
   Tensor grad = *Tensor::FromVector<float>({1, 1, 1, 1}, TensorShape{4});
   ApplyGradientsMessage update = Update({}, 0.5f);
   update.gradients.tensors.push_back(internal::BorrowingMessage("w", grad).value());
@@ -747,13 +748,13 @@ TEST_CASE("a frozen shard copies a held apply's borrowed gradient, so the sender
   CHECK(update.gradients.tensors[0].bytes.WaitUntilReturned(std::chrono::seconds(10)));
   CHECK(Stats(*node.sys, shard).queued_updates == 1);
   std::fill(grad.data<float>(), grad.data<float>() + 4, 1000.0f);  // the sender reuses its buffer
-  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_thaw_atom::value).ok());
+  REQUIRE_OK(AskFrom<int64_t>(freezer, shard, internal::ps_thaw_atom::value));
   StatusOr<int64_t> applied = absl::UnknownError("no answer");
   held.receive([&](int64_t step) { applied = step; },
                [&](caf::error& e) { applied = internal::ErrorToStatus(e, "ps shard"); });
   REQUIRE_MESSAGE(applied.ok(), applied.status().ToString());
   StatusOr<VariablesMessage> w = Read(*node.sys, shard, {"w"});
-  REQUIRE(w.ok());
+  REQUIRE_OK(w);
   CHECK(ValuesOf(w->tensors[0]) == std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f});  // w - 0.5 * 1, not * 1000
 }
 
@@ -766,16 +767,16 @@ TEST_CASE("a freeze ends when the actor that asked for it ends, and the held app
   caf::actor shard = node.Shard(0, Sgd());
   VariablesMessage vars;
   vars.tensors = {GlobalStep(0), Floats("w", {1}, {0})};
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
   caf::scoped_actor worker{*node.sys};
   std::optional<caf::scoped_actor> freezer;
   freezer.emplace(*node.sys);
-  REQUIRE(AskFrom<int64_t>(*freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  REQUIRE_OK(AskFrom<int64_t>(*freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}));
   // A second actor freezes it again (it replaces `freezer` as the one
   // whose end thaws) and ends without a thaw.
   {
     caf::scoped_actor other{*node.sys};
-    REQUIRE(AskFrom<int64_t>(other, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+    REQUIRE_OK(AskFrom<int64_t>(other, shard, internal::ps_freeze_atom::value, int64_t{60000}));
   }
   StatusOr<int64_t> applied = absl::UnknownError("not run");
   auto held = worker->request(shard, kReply, internal::ps_apply_atom::value, Update({Floats("w", {1}, {1})}, 1.0f));
@@ -791,7 +792,7 @@ TEST_CASE("a freeze ends when the actor that asked for it ends, and the held app
   // The first freezer, replaced, ends while the shard is frozen by a third:
   // nothing thaws; the third's end does.
   caf::scoped_actor third{*node.sys};
-  REQUIRE(AskFrom<int64_t>(third, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  REQUIRE_OK(AskFrom<int64_t>(third, shard, internal::ps_freeze_atom::value, int64_t{60000}));
   freezer.reset();
   bool replied = false;
   worker
@@ -803,7 +804,7 @@ TEST_CASE("a freeze ends when the actor that asked for it ends, and the held app
   // The thawed shard answers the held apply (its asker timed out: the answer
   // is dropped); an explicit thaw then leaves `third`'s end a no-op.
   StatusOr<int64_t> thawed = AskFrom<int64_t>(third, shard, internal::ps_thaw_atom::value);
-  REQUIRE(thawed.ok());
+  REQUIRE_OK(thawed);
   CHECK(*thawed == 1);
   s = Stats(*node.sys, shard);
   CHECK(!s.frozen);
@@ -819,14 +820,14 @@ TEST_CASE("a freeze across 127.0.0.1 ends when the freezing node goes away") {
   REQUIRE_MESSAGE(port.ok(), port.status().ToString());
   VariablesMessage vars;
   vars.tensors = {GlobalStep(0), Floats("w", {1}, {0})};
-  REQUIRE(Init(*server.sys, local, vars).ok());
+  REQUIRE_OK(Init(*server.sys, local, vars));
   {
     Node chief(&net);
     StatusOr<caf::actor> shard =
         internal::ConnectActor(*chief.sys, "127.0.0.1", *port, false, std::chrono::milliseconds(5000));
     REQUIRE_MESSAGE(shard.ok(), shard.status().ToString());
     caf::scoped_actor freezer{*chief.sys};
-    REQUIRE(AskFrom<int64_t>(freezer, *shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+    REQUIRE_OK(AskFrom<int64_t>(freezer, *shard, internal::ps_freeze_atom::value, int64_t{60000}));
     REQUIRE(Stats(*server.sys, local).frozen);
     // The chief's node ends without a thaw (its actor system, and with it
     // the connection, go away).
@@ -846,9 +847,9 @@ TEST_CASE("a frozen shard holds at most kMaxHeldApplies applies, and answers the
   caf::actor shard = node.Shard(0, Sgd());
   VariablesMessage vars;
   vars.tensors = {GlobalStep(0), Floats("w", {1}, {0})};
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
   caf::scoped_actor freezer{*node.sys};
-  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  REQUIRE_OK(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}));
   caf::scoped_actor self{*node.sys};
   const ApplyGradientsMessage one = Update({Floats("w", {1}, {1})}, 1.0f);
   std::vector<caf::response_handle<caf::blocking_actor, caf::message, true>> held;
@@ -893,14 +894,14 @@ TEST_CASE("training ended (ps_end_atom): held and later applies are OUT_OF_RANGE
   PsShardOptions options{0, Sgd()};
   options.on_end_activity = [&activity] { ++activity; };
   StatusOr<caf::actor> made = internal::SpawnPsShard(*node.sys, options);
-  REQUIRE(made.ok());
+  REQUIRE_OK(made);
   caf::actor shard = *made;
   node.actors.push_back(shard);
   VariablesMessage vars;
   vars.tensors = {GlobalStep(5), Floats("w", {2}, {1, 2})};
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
   caf::scoped_actor freezer{*node.sys};
-  REQUIRE(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}).ok());
+  REQUIRE_OK(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}));
   caf::scoped_actor self{*node.sys};
   auto held = self->request(shard, kReply, internal::ps_apply_atom::value, Update({Floats("w", {2}, {1, 1})}, 1.0f));
   REQUIRE(Stats(*node.sys, shard).queued_updates == 1);  // the apply is held before the end
@@ -919,10 +920,10 @@ TEST_CASE("training ended (ps_end_atom): held and later applies are OUT_OF_RANGE
   CHECK(Ask<int64_t>(*node.sys, shard, internal::ps_end_atom::value, int64_t{-1}).value() == 5);
   CHECK(Ask<int64_t>(*node.sys, shard, internal::ps_thaw_atom::value).value() == 0);
   StatusOr<VariablesMessage> r = Read(*node.sys, shard, {"w", "global_step"});
-  REQUIRE(r.ok());
+  REQUIRE_OK(r);
   CHECK(ValuesOf(r->tensors[0]) == std::vector<float>{1, 2});
   CHECK(r->global_step == 5);
-  CHECK(Snapshot(*node.sys, shard).ok());
+  CHECK_OK(Snapshot(*node.sys, shard));
   PsShardStatsMessage s = Stats(*node.sys, shard);
   CHECK(s.applied_updates == 0);
   CHECK(s.queued_updates == 0);
@@ -938,20 +939,20 @@ TEST_CASE("training ended: a synchronous apply waiting for its replicas is answe
   PsShardOptions options{1, Sgd()};
   options.replicas_to_aggregate = 2;
   StatusOr<caf::actor> made = internal::SpawnPsShard(*node.sys, options);
-  REQUIRE(made.ok());
+  REQUIRE_OK(made);
   caf::actor shard = *made;
   node.actors.push_back(shard);
   VariablesMessage vars;
   vars.global_step = 7;
   vars.tensors = {Floats("w", {1}, {0})};
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
   caf::scoped_actor self{*node.sys};
   ApplyGradientsMessage one = Update({Floats("w", {1}, {1})}, 1.0f);
   one.gradients.step = 7;
   auto waiting = self->request(shard, kReply, internal::ps_apply_atom::value, one);
   REQUIRE(Stats(*node.sys, shard).waiting_replicas == 1);
   StatusOr<int64_t> ended = Ask<int64_t>(*node.sys, shard, internal::ps_end_atom::value, int64_t{9});
-  REQUIRE(ended.ok());
+  REQUIRE_OK(ended);
   CHECK(*ended == -1);  // the shard holds no global_step
   StatusOr<int64_t> w = Await(waiting);
   CHECK(w.status().code() == absl::StatusCode::kOutOfRange);
@@ -986,9 +987,9 @@ TEST_CASE("ps_apply_read: the apply, answered with the non-slot variables after 
                   Floats("w", {2, 3}, Random(6, rng)),
                   Floats("w/Adam", {2, 3}, std::vector<float>(6, 0.0f)),
                   Floats("w/Adam_1", {2, 3}, std::vector<float>(6, 0.0f))};
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
   StatusOr<VariablesMessage> before = Read(*node.sys, shard, {"w", "w/Adam"});
-  REQUIRE(before.ok());
+  REQUIRE_OK(before);
   const std::vector<float> w_before = ValuesOf(before->tensors[0]);
 
   StatusOr<VariablesMessage> answer = Ask<VariablesMessage>(
@@ -999,7 +1000,7 @@ TEST_CASE("ps_apply_read: the apply, answered with the non-slot variables after 
   for (const TensorMessage& t : answer->tensors) names.push_back(t.name);
   CHECK(names == std::vector<std::string>{"beta1_power", "beta2_power", "global_step", "w"});
   StatusOr<VariablesMessage> after = Read(*node.sys, shard, {"beta1_power", "beta2_power", "global_step", "w"});
-  REQUIRE(after.ok());
+  REQUIRE_OK(after);
   for (std::size_t i = 0; i < names.size(); ++i) CHECK(answer->tensors[i].bytes == after->tensors[i].bytes);
   CHECK(ValuesOf(answer->tensors[3]) != w_before);
   // The read taken before the update still holds the values before it.
@@ -1013,7 +1014,7 @@ TEST_CASE("ps_apply_read: the apply, answered with the non-slot variables after 
     answered.push_back(internal::TensorBytes::Copy(t.bytes.data(), t.bytes.size()));
   }
   const std::vector<float> w_answered = ValuesOf(answer->tensors[3]);
-  REQUIRE(Apply(*node.sys, shard, Update({Floats("w", {2, 3}, Random(6, rng))}, 0, 0.01f)).ok());
+  REQUIRE_OK(Apply(*node.sys, shard, Update({Floats("w", {2, 3}, Random(6, rng))}, 0, 0.01f)));
   for (std::size_t i = 0; i < answered.size(); ++i) CHECK(answer->tensors[i].bytes == answered[i]);
   CHECK(ValuesOf(Read(*node.sys, shard, {"w"})->tensors[0]) != w_answered);
 
@@ -1032,12 +1033,12 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
   opt.kind = OptimizerKind::kMomentum;
   PsShardOptions options{0, opt, /*replicas_to_aggregate=*/2};
   StatusOr<caf::actor> made = internal::SpawnPsShard(*node.sys, options);
-  REQUIRE(made.ok());
+  REQUIRE_OK(made);
   node.actors.push_back(*made);
   caf::actor ps0 = *made;
   options.task_index = 1;
   made = internal::SpawnPsShard(*node.sys, options);
-  REQUIRE(made.ok());
+  REQUIRE_OK(made);
   node.actors.push_back(*made);
   caf::actor ps1 = *made;
   options.replicas_to_aggregate = -1;
@@ -1049,8 +1050,8 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
   v0.tensors = {GlobalStep(0), Floats("w", {2, 3}, w), Floats("w/Momentum", {2, 3}, accum)};
   v1.global_step = 0;  // ps 1 has no global_step: the chief tells it the step
   v1.tensors = {Floats("v", {6}, v), Floats("v/Momentum", {6}, vaccum)};
-  REQUIRE(Init(*node.sys, ps0, v0).ok());
-  REQUIRE(Init(*node.sys, ps1, v1).ok());
+  REQUIRE_OK(Init(*node.sys, ps0, v0));
+  REQUIRE_OK(Init(*node.sys, ps1, v1));
   const int kSteps = 3;
   for (int step = 0; step < kSteps; ++step) {
     CAPTURE(step);
@@ -1071,7 +1072,7 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
     StatusOr<int64_t> second0 = Apply(*node.sys, ps0, AtStep(step, 2, {Floats("w", {2, 3}, g2)}, 0.1f));
     StatusOr<int64_t> second1 = Apply(*node.sys, ps1, AtStep(step, 2, {Floats("v", {6}, h2)}, 0.1f));
     REQUIRE_MESSAGE(second0.ok(), second0.status().ToString());
-    REQUIRE(second1.ok());
+    REQUIRE_OK(second1);
     CHECK(*second0 == step + 1);
     CHECK(*second1 == -1);
     int64_t a0 = -2, a1 = -2;
@@ -1089,12 +1090,12 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
   }
   // A straggler's gradients of step 1: dropped, answered at once, counted.
   StatusOr<VariablesMessage> before = Snapshot(*node.sys, ps0);
-  REQUIRE(before.ok());
+  REQUIRE_OK(before);
   StatusOr<int64_t> stale = Apply(*node.sys, ps0, AtStep(1, 2, {Floats("w", {2, 3}, Random(6, rng))}, 0.1f));
-  REQUIRE(stale.ok());
+  REQUIRE_OK(stale);
   CHECK(*stale == kSteps);
   StatusOr<int64_t> stale1 = Apply(*node.sys, ps1, AtStep(2, 2, {Floats("v", {6}, Random(6, rng))}, 0.1f));
-  REQUIRE(stale1.ok());
+  REQUIRE_OK(stale1);
   // A step the shard has not reached: refused.
   StatusOr<int64_t> future = Apply(*node.sys, ps0, AtStep(kSteps + 1, 1, {Floats("w", {2, 3}, w)}, 0.1f));
   CHECK(future.status().code() == absl::StatusCode::kInvalidArgument);
@@ -1102,8 +1103,8 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
 
   StatusOr<VariablesMessage> s0 = Snapshot(*node.sys, ps0);
   StatusOr<VariablesMessage> s1 = Snapshot(*node.sys, ps1);
-  REQUIRE(s0.ok());
-  REQUIRE(s1.ok());
+  REQUIRE_OK(s0);
+  REQUIRE_OK(s1);
   CHECK(s0->global_step == kSteps);
   CHECK(Find(*s0, "w")->bytes == Find(*before, "w")->bytes);  // the stale gradients changed nothing
   CHECK(ValuesOf(*Find(*s0, "w")) == w);                       // bitwise: the float means, applied once
@@ -1136,7 +1137,7 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
                [&](caf::error& e) { restored = internal::ErrorToStatus(e, "ps shard"); });
   apply.receive([&](int64_t) { applied = absl::OkStatus(); },
                 [&](caf::error& e) { applied = internal::ErrorToStatus(e, "ps shard"); });
-  CHECK(restored.ok());
+  CHECK_OK(restored);
   CHECK(applied.code() == absl::StatusCode::kAborted);
   CHECK_MESSAGE(absl::StrContains(applied.message(), "initialized again"), applied.ToString());
   CHECK(Stats(*node.sys, ps0).dropped_gradients == 2);
@@ -1149,13 +1150,13 @@ TEST_CASE("synchronous mode: a worker's second apply of a step replaces its firs
   Node node;
   PsShardOptions options{0, Sgd(), /*replicas_to_aggregate=*/2};
   StatusOr<caf::actor> made = internal::SpawnPsShard(*node.sys, options);
-  REQUIRE(made.ok());
+  REQUIRE_OK(made);
   node.actors.push_back(*made);
   caf::actor shard = *made;
   std::vector<float> w = {1, 2, 3};
   VariablesMessage vars;
   vars.tensors = {GlobalStep(4), Floats("w", {3}, w)};
-  REQUIRE(Init(*node.sys, shard, vars).ok());
+  REQUIRE_OK(Init(*node.sys, shard, vars));
   // Worker 1 twice (one sender: in order), then worker 2.
   caf::scoped_actor self{*node.sys};
   auto first = self->request(shard, kReply, internal::ps_apply_atom::value,
@@ -1208,9 +1209,9 @@ TEST_CASE("the protocol crosses 127.0.0.1: init, read, apply, snapshot, stats an
   std::vector<float> w = Random(64, rng), g = Random(64, rng);
   VariablesMessage vars;
   vars.tensors = {GlobalStep(7), Floats("w", {8, 8}, w), Floats("w/Momentum", {8, 8}, std::vector<float>(64, 0))};
-  REQUIRE(Init(*client.sys, *shard, vars).ok());
+  REQUIRE_OK(Init(*client.sys, *shard, vars));
   StatusOr<VariablesMessage> r = Read(*client.sys, *shard, {"w"});
-  REQUIRE(r.ok());
+  REQUIRE_OK(r);
   CHECK(r->global_step == 7);
   CHECK(r->tensors[0].bytes == vars.tensors[1].bytes);
 
@@ -1222,7 +1223,7 @@ TEST_CASE("the protocol crosses 127.0.0.1: init, read, apply, snapshot, stats an
   std::vector<float> accum(64, 0);
   nn::internal::ApplyDense(opt, 0.1f, w.data(), g.data(), accum.data(), nullptr, 64, device);
   StatusOr<VariablesMessage> snap = Snapshot(*client.sys, *shard);
-  REQUIRE(snap.ok());
+  REQUIRE_OK(snap);
   CHECK(snap->global_step == 8);
   CHECK(ValuesOf(*Find(*snap, "w")) == w);
   CHECK(ValuesOf(*Find(*snap, "w/Momentum")) == accum);
@@ -1232,13 +1233,13 @@ TEST_CASE("the protocol crosses 127.0.0.1: init, read, apply, snapshot, stats an
   CHECK(absl::StrContains(bad.status().message(), "'w'"));
 
   caf::scoped_actor freezer{*client.sys};
-  REQUIRE(AskFrom<int64_t>(freezer, *shard, internal::ps_freeze_atom::value, int64_t{5000}).ok());
+  REQUIRE_OK(AskFrom<int64_t>(freezer, *shard, internal::ps_freeze_atom::value, int64_t{5000}));
   PsShardStatsMessage s = Stats(*client.sys, *shard);
   CHECK(s.frozen);
   CHECK(s.global_step == 8);
   CHECK(s.applied_updates == 1);
   CHECK(s.refused_updates == 1);
-  REQUIRE(Ask<int64_t>(*client.sys, *shard, internal::ps_thaw_atom::value).ok());
+  REQUIRE_OK(Ask<int64_t>(*client.sys, *shard, internal::ps_thaw_atom::value));
 }
 
 }  // namespace

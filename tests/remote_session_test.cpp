@@ -41,12 +41,6 @@ using testing::FakeCluster;
 using testing::FakeRemoteValues;
 using testing::TempDir;
 
-#define REQUIRE_OK(expr)                     \
-  do {                                       \
-    const Status s_ = (expr);                \
-    REQUIRE_MESSAGE(s_.ok(), s_.ToString()); \
-  } while (false)
-
 constexpr auto kWait = std::chrono::seconds(20);
 
 nn::OptimizerOptions Adam() {
@@ -228,7 +222,7 @@ TEST_CASE("Session::Create binds the global variables without a device, in decla
 
   // A local session binds nothing and reads nothing.
   auto local = Session::Create(graph, "");
-  REQUIRE(local.ok());
+  REQUIRE_OK(local);
   CHECK(cluster.ps().calls(FakeRemoteValues::kBind) == 2);
   CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == 0);
 }
@@ -242,7 +236,7 @@ std::unique_ptr<Session> InitializedChief(FakeCluster& cluster, std::shared_ptr<
   manager_options.graph = graph;
   manager_options.local_init_op = DefaultLocalInitOp();
   auto manager = SessionManager::Create(manager_options);
-  REQUIRE(manager.ok());
+  REQUIRE_OK(manager);
   PrepareSessionOptions prepare;
   prepare.init_op = DefaultInitOp();
   prepare.config = OneThread();
@@ -256,7 +250,7 @@ TEST_CASE("reads refresh the mirror first; only the chief's init op and restore 
   auto log = std::make_shared<StepLog>();
   auto graph = MlpGraph(Adam(), log);
   auto session = Session::Create(graph, cluster.target("chief"), OneThread());
-  REQUIRE(session.ok());
+  REQUIRE_OK(session);
   Session& s = **session;
 
   // Uninitialized shards: every remote variable is uninitialized, the
@@ -286,7 +280,7 @@ TEST_CASE("reads refresh the mirror first; only the chief's init op and restore 
   CHECK(cluster.ps().calls(FakeRemoteValues::kRead) == reads + 3);
 
   // A run reads, then its update goes to the ps and its global_step comes back.
-  REQUIRE(chief->Run({"train_op"}).ok());
+  REQUIRE_OK(chief->Run({"train_op"}));
   CHECK(log->remote);
   CHECK(cluster.ps().calls(FakeRemoteValues::kApply) == 1);
   CHECK(cluster.ps().applied_at() == std::vector<int64_t>{0});
@@ -395,14 +389,14 @@ TEST_CASE("a run reads all but the optimizer slots (ReadForStep); a run fetching
   CHECK(cluster.ps().calls(FakeRemoteValues::kReadForStep) == 3);
   CHECK(same(slot->at("dense/kernel/Adam"), "dense/kernel/Adam"));
   StatusOr<Tensor> initial = cluster.ps().Value("dense/kernel/Adam");
-  REQUIRE(initial.ok());
+  REQUIRE_OK(initial);
 
   // The fake's ReadForStep leaves the mirror's slots: a second update
   // changes the ps's slot, the step's read does not bring it, a full read does.
   REQUIRE_OK(s.Run({"train_op"}).status());
   CHECK_FALSE(same(*initial, "dense/kernel/Adam"));
   VariableStore mirror;
-  REQUIRE(mirror.Create("dense/kernel/Adam", *initial, false).ok());
+  REQUIRE_OK(mirror.Create("dense/kernel/Adam", *initial, false));
   REQUIRE_OK(cluster.ps().ReadForStep(mirror));
   CHECK(std::memcmp(mirror.Get("dense/kernel/Adam").value()->raw_data(), initial->raw_data(),
                     initial->TotalBytes()) == 0);
@@ -459,7 +453,7 @@ TEST_CASE("B88 a worker waits until the chief initialised the ps; chief and work
   // never the local variable (TF's LOCAL_VARIABLES are not saved).
   auto history = cluster.ps().history();
   auto prefixes = ListCheckpointPrefixes(Env::Default(), dir.path());
-  REQUIRE(prefixes.ok());
+  REQUIRE_OK(prefixes);
   REQUIRE_FALSE(prefixes->empty());
   bool saw_final = false;
   for (const std::string& prefix : *prefixes) {
@@ -472,7 +466,7 @@ TEST_CASE("B88 a worker waits until the chief initialised the ps; chief and work
       const std::string& name = entry.first;
       CAPTURE(name);
       auto saved = (*reader)->Lookup(name);
-      REQUIRE(saved.ok());
+      REQUIRE_OK(saved);
       CHECK(saved->Equals(entry.second));
     }
     CHECK(Int((*reader)->Lookup("input_position")) <= kChiefSteps);
@@ -502,16 +496,16 @@ TEST_CASE("B41 OUT_OF_RANGE from Apply (the chief ended training) ends a Monitor
   auto ended = worker->run({"train_op"});
   CHECK(absl::IsOutOfRange(ended.status()));
   CHECK(worker->should_stop());
-  CHECK(worker->close().ok());
+  CHECK_OK(worker->close());
   CHECK(absl::IsOutOfRange(chief->run({"train_op"}).status()));
   CHECK(chief->should_stop());
   REQUIRE_OK(chief->close());  // end(): the final checkpoint, read from the ended ps
   CHECK(Int(cluster.ps().Value("global_step")) == 5);
   auto latest = LatestCheckpoint(Env::Default(), dir.path());
-  REQUIRE(latest.ok());
+  REQUIRE_OK(latest);
   REQUIRE(latest->has_value());
   auto reader = BundleReader::Open(Env::Default(), **latest);
-  REQUIRE(reader.ok());
+  REQUIRE_OK(reader);
   CHECK(Int((*reader)->Lookup("global_step")) == 5);
   CHECK(Int((*reader)->Lookup("input_position")) == 2);
 }
@@ -552,7 +546,7 @@ TEST_CASE("B47 B49 UNAVAILABLE: the chief recovers; it restores a restarted ps, 
   std::atomic<int> recovered{0};
   options.recovery.on_recovered = [&recovered](const RecoveryReport&) { ++recovered; };
   auto stop = StopAtStepHook::Create({std::nullopt, 12});
-  REQUIRE(stop.ok());
+  REQUIRE_OK(stop);
   options.hooks.push_back(*stop);
   auto chief = OpenSession(std::move(options));
   while (!chief->should_stop()) REQUIRE_OK(chief->run({"train_op"}).status());
@@ -602,7 +596,7 @@ TEST_CASE("rule 5 a restarted chief re-attaches to a ps past its checkpoint: no 
   const Tensor slot = cluster.ps().Value("dense/kernel/Adam").value();
   REQUIRE(Int(cluster.ps().Value("global_step")) == 11);
   auto latest = LatestCheckpoint(Env::Default(), dir.path());
-  REQUIRE(latest.ok());
+  REQUIRE_OK(latest);
   REQUIRE(latest->has_value());
   REQUIRE(Int(Saved(**latest, "global_step")) == 7);
   REQUIRE_FALSE(Saved(**latest, "dense/kernel").Equals(kernel));
@@ -643,7 +637,7 @@ TEST_CASE("rule 5 a restarted chief restores a ps that is uninitialized or behin
     ChiefTrains(first, "chief", dir.path(), 7);  // model.ckpt-7
   }
   auto latest = LatestCheckpoint(Env::Default(), dir.path());
-  REQUIRE(latest.ok());
+  REQUIRE_OK(latest);
   REQUIRE(latest->has_value());
   const std::string prefix = **latest;
   REQUIRE(Int(Saved(prefix, "global_step")) == 7);
@@ -695,7 +689,7 @@ TEST_CASE("issue 13: while a ps is unreachable one recovery waits for it, then t
   std::vector<RecoveryReport> reports;
   options.recovery.on_recovered = [&reports](const RecoveryReport& r) { reports.push_back(r); };
   auto stop = StopAtStepHook::Create({std::nullopt, 12});
-  REQUIRE(stop.ok());
+  REQUIRE_OK(stop);
   options.hooks.push_back(*stop);
   auto chief = OpenSession(std::move(options));
   while (!chief->should_stop()) REQUIRE_OK(chief->run({"train_op"}).status());
@@ -713,7 +707,7 @@ TEST_CASE("issue 13: while a ps is unreachable one recovery waits for it, then t
   CHECK(chief->steps_lost() == 2);
   CHECK(Int(cluster.ps().Value("global_step")) == 12);
   CHECK(cluster.ps().ShardOf("global_step") == 0);  // every shard restored
-  CHECK(cluster.ps().Value("dense/kernel").ok());
+  CHECK_OK(cluster.ps().Value("dense/kernel"));
 }
 
 TEST_CASE("issue 13: past the ps wait the run fails with UNAVAILABLE naming the ps task and the wait") {
@@ -788,8 +782,8 @@ TEST_CASE("ApplyGradients on a local session is bitwise TrainStep, and increment
     auto trained_log = std::make_shared<StepLog>();
     auto applied = Session::Create(MlpGraph(optimizer, applied_log), "", OneThread());
     auto trained = Session::Create(MlpGraph(optimizer, trained_log, /*train_step=*/true), "", OneThread());
-    REQUIRE(applied.ok());
-    REQUIRE(trained.ok());
+    REQUIRE_OK(applied);
+    REQUIRE_OK(trained);
     for (Session* s : {applied->get(), trained->get()}) {
       REQUIRE_OK(DefaultInitOp()(*s, {}));
       REQUIRE_OK(DefaultLocalInitOp()(*s));

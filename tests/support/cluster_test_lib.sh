@@ -8,7 +8,9 @@
 #              every one (the test's last lines: CI shows a run's end)
 #   has REGEX TEXT
 #   rc         the exit status wait_bounded saw
-# and the waits below, each bounded. Exits 1 when Fashion-MNIST is missing.
+#   scaled N   N seconds (or ms) times the one timing scale, rounded up
+# and the waits below, each bounded (by its bound, scaled). Exits 1 when
+# Fashion-MNIST is missing or $FOREMAN_TEST_TIME_SCALE is malformed.
 py=/usr/bin/python3
 failures=0
 fail_msgs=()
@@ -19,6 +21,17 @@ failures_summary() {
   for m in "${fail_msgs[@]}"; do echo "  FAIL: $m"; done
 }
 has() { grep -Eq -- "$1" <<<"$2"; }
+# The one timing scale of the suite (tests/support/test_util.hpp's
+# TimeScale()): the build's factor (meson sets FOREMAN_TEST_BUILD_TIME_SCALE:
+# 3 under the sanitizers) times $FOREMAN_TEST_TIME_SCALE, a number from 1 to
+# 100 for a loaded machine (default 1). Tests multiply the bounds they check
+# and the waits they allow by it, never the settings whose effect they check.
+time_scale=$(awk -v b="${FOREMAN_TEST_BUILD_TIME_SCALE:-1}" -v u="${FOREMAN_TEST_TIME_SCALE:-1}" '
+  BEGIN { if (u !~ /^[0-9]+(\.[0-9]+)?$/ || u < 1 || u > 100) exit 1; print b * u }') || {
+  echo "FAIL: FOREMAN_TEST_TIME_SCALE must be a number from 1 to 100, not '${FOREMAN_TEST_TIME_SCALE}'"
+  exit 1
+}
+scaled() { awk -v n="$1" -v s="$time_scale" 'BEGIN { v = n * s; r = int(v); if (r < v) r++; print r }'; }
 mkdir -p "${TEST_TMPDIR:-/tmp}" || exit 1
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/$NAME.XXXXXX") \
   || { echo "cannot create a temporary directory under ${TEST_TMPDIR:-/tmp}" >&2; exit 1; }
@@ -42,11 +55,12 @@ if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
   exit 1
 fi
 
-# Waits (at most $2 s) for process $1, one of ours, to exit; its exit status
+# Waits (at most $2 s, scaled) for process $1, one of ours, to exit; its exit status
 # in $rc (137 after a kill when it ran past the bound).
 rc=0
 wait_bounded() {
-  local pid=$1 secs=$2 i
+  local pid=$1 secs i
+  secs=$(scaled "$2")
   for ((i = 0; i < secs * 20; i++)); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.05
@@ -59,10 +73,11 @@ wait_bounded() {
   rc=$?
 }
 
-# Waits (at most $3 s) until file $2 has $4 lines matching $1, or process
+# Waits (at most $3 s, scaled) until file $2 has $4 lines matching $1, or process
 # $5 exits.
 wait_for_lines() {
-  local pattern=$1 file=$2 secs=$3 n=$4 pid=$5 i c
+  local pattern=$1 file=$2 secs n=$4 pid=$5 i c
+  secs=$(scaled "$3")
   for ((i = 0; i < secs * 20; i++)); do
     c=$(grep -Ec -- "$pattern" "$file" 2>/dev/null)
     ((${c:-0} >= n)) && return 0
@@ -71,7 +86,7 @@ wait_for_lines() {
   done
   return 1
 }
-# Waits (at most $3 s) until file $2 matches $1, or process $4 exits.
+# Waits (at most $3 s, scaled) until file $2 matches $1, or process $4 exits.
 wait_for_line() { wait_for_lines "$1" "$2" "$3" 1 "$4"; }
 
 # The number of progress lines ("step N ...") in file $1 (0 if none).

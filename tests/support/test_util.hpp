@@ -4,7 +4,10 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +19,8 @@
 
 #include <doctest/doctest.h>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "foreman/clock.hpp"
 #include "foreman/mutex.hpp"
@@ -93,6 +98,40 @@ inline bool HugeAllocationsFail() {
 /// only reached when a test fails.
 inline constexpr absl::Duration kRealTimeout = absl::Seconds(10);
 
+/// The one scale every timing-based test multiplies its real-time settings
+/// and bounds by (README.md, "Tests on a busy machine"): 3 in a
+/// sanitizer build (every thread several times slower), times
+/// $FOREMAN_TEST_TIME_SCALE (a number >= 1, default 1) for a loaded
+/// machine. tests/support/cluster_test_lib.sh computes the same for the
+/// shell tests. A malformed $FOREMAN_TEST_TIME_SCALE ends the test binary
+/// (exit 2, naming it): it may be read before any test case runs.
+inline double TimeScale() {
+  static const double scale = [] {
+    double user = 1;
+    if (const char* env = std::getenv("FOREMAN_TEST_TIME_SCALE"); env != nullptr && *env != '\0') {
+      char* end = nullptr;
+      user = std::strtod(env, &end);
+      if (*end != '\0' || !(user >= 1 && user <= 100)) {
+        std::fprintf(stderr, "FOREMAN_TEST_TIME_SCALE must be a number from 1 to 100, not '%s'\n", env);
+        std::exit(2);
+      }
+    }
+    return (kSanitized ? 3.0 : 1.0) * user;
+  }();
+  return scale;
+}
+/// `ms` times TimeScale(), rounded up: for a timeout or bound in milliseconds.
+inline int64_t ScaledMs(int64_t ms) { return static_cast<int64_t>(std::ceil(static_cast<double>(ms) * TimeScale())); }
+/// `d` times TimeScale().
+inline absl::Duration Scaled(absl::Duration d) { return d * TimeScale(); }
+
+/// The Status of a Status or a StatusOr<T>, for REQUIRE_OK / CHECK_OK.
+inline const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
 /// Runs `fn` on a new thread; joins it on destruction. When `fn` sleeps in
 /// `clock`, the destructor first moves the clock on until `fn` returns, so a
 /// failed check does not leave the test hanging.
@@ -135,3 +174,15 @@ class Background {
 };
 
 }  // namespace foreman::testing
+
+/// REQUIRE_OK(expr) / CHECK_OK(expr): `expr`, a Status or StatusOr<T>, is
+/// OK; a failure prints the expression and the Status it gave (a bare
+/// REQUIRE(x.ok()) prints only "false"). `expr` is evaluated once.
+#define FOREMAN_STATUS_ASSERT_(ASSERT, expr)                                               \
+  do {                                                                                     \
+    const auto& foreman_checked_status_ = (expr);                                          \
+    ASSERT(::foreman::testing::StatusOf(foreman_checked_status_).ok(), #expr " -> ",       \
+           ::foreman::testing::StatusOf(foreman_checked_status_).ToString());              \
+  } while (false)
+#define REQUIRE_OK(expr) FOREMAN_STATUS_ASSERT_(REQUIRE_MESSAGE, expr)
+#define CHECK_OK(expr) FOREMAN_STATUS_ASSERT_(CHECK_MESSAGE, expr)
