@@ -62,8 +62,9 @@ for s in r["seeds"]:
 PY
 
 # -- 2. a lying disk is caught ----------------------------------------------------
-# Each at the first seed (seed 0 of --preset power injects no fault: the
-# lie shows at the first save reported durable).
+# Each at the first seed: the lie shows at the first save reported durable
+# (seed 0 of --preset power plans one power cut, at an operation its job
+# never makes: 0/1 fired).
 lies=(data-sync dir-sync lost-write)
 [[ $full -eq 1 ]] || lies=(data-sync)  # the sanitizers: one lie, the mechanism
 for lie in "${lies[@]}"; do
@@ -75,6 +76,18 @@ for lie in "${lies[@]}"; do
   # The failed seed's disk is copied out for a person to read.
   ls "$tmp/lie-$lie"/seed-0/run/checkpoint >/dev/null 2>&1 || fail "a disk lying ($lie): seed 0's run directory was not copied out"
 done
+
+# A state file that never became durable (its sync, or its directory's sync,
+# lost): the checkpoint itself is whole, so only the durable save's state
+# file check can name it (the oracle alone falls back to the newest bundle).
+if [[ $full -eq 1 ]]; then
+for lie in state-sync state-dir-sync; do
+  out=$(FOREMAN_LYING_DISK=$lie timeout 300 "$lying" chaos --preset power --seeds 1 --work-dir "$tmp/lie-$lie" 2>&1); rc=$?
+  [[ $rc -eq 1 ]] || fail "a disk lying ($lie): chaos exited $rc, not 1: $(tail -20 <<<"$out")"
+  has "checkpoints_verify: run 0: the save of step 0 was reported durable, but the disk a power cut then leaves has (no state file|a state file that does not parse)" "$out" ||
+    fail "a disk lying ($lie): the durable save's state file check did not name it: $(grep -m3 checkpoints_verify <<<"$out")"
+done
+fi
 
 if [[ $full -eq 1 ]]; then
 out=$(FOREMAN_LYING_DISK=lost-lock timeout 300 "$lying" chaos --preset power --seeds 1 --work-dir "$tmp/lie-lock" 2>&1); rc=$?

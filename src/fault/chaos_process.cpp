@@ -151,13 +151,34 @@ class FindingsSink {
   std::map<std::string, int64_t>& dropped_;
 };
 
-// The check at a save reported durable (on the saving thread): a power cut
-// now must leave that checkpoint whole and be what a restart restores; the
-// state file lists only whole checkpoints; the event files read.
+// What is wrong with the durable state file of `image` for a save of `step`
+// ("" when it names that step as its latest): it must exist, parse and name
+// the saved checkpoint as model_checkpoint_path. Without this, a state file
+// whose sync (or its directory's) was lost passes: the oracle then falls
+// back to the newest bundle, which is the saved one.
+std::string DurableStateFileFault(Env* image, const std::string& run_dir, int64_t step) {
+  auto d = OracleReadDirectory(image, run_dir);
+  if (!d.ok()) return absl::StrCat("the directory does not read: ", d.status().message());
+  if (!d->has_state) return "has no state file";
+  if (!d->state_error.empty()) return absl::StrCat("has a state file that does not parse (", d->state_error, ")");
+  const std::string want = absl::StrCat("model.ckpt-", step);
+  const std::string latest = d->latest.substr(d->latest.rfind('/') + 1);
+  if (latest != want) {
+    return absl::StrCat("has a state file whose model_checkpoint_path is ", latest, ", not ", want);
+  }
+  return "";
+}
+
+// The check at a save reported durable (on the training thread, in the
+// saver listener's after_save): a power cut now must leave that checkpoint
+// whole and be what a restart restores, and leave a state file that names
+// it as the latest; the state file lists only whole checkpoints; the event
+// files read.
 void CheckDurableSave(SimSeed& sim, const std::string& run_dir, int n, int64_t step) {
   const std::unique_ptr<MemEnv> image = sim.disk->DurableImage();
   std::vector<std::string> notes;
   auto restore = OracleRestoreStep(image.get(), run_dir, &notes);
+  const std::string state_fault = DurableStateFileFault(image.get(), run_dir, step);
   std::vector<std::string> bad = OracleBadListedCheckpoints(image.get(), run_dir);
   const Status events = CheckScalarsOnce(image.get(), run_dir);
   std::lock_guard<std::mutex> lock(sim.mu);
@@ -176,6 +197,11 @@ void CheckDurableSave(SimSeed& sim, const std::string& run_dir, int n, int64_t s
         restore->has_value() && **restore >= 0 ? absl::StrCat("step ", **restore, " as the checkpoint to restore")
                                                : std::string("no whole checkpoint"),
         notes.empty() ? "" : absl::StrCat(" (", absl::StrJoin(notes, "; "), ")")));
+  }
+  if (!state_fault.empty()) {
+    f["checkpoints_verify"].push_back(absl::StrCat("run ", n, ": the save of step ", step,
+                                                   " was reported durable, but the disk a power cut then leaves ",
+                                                   state_fault));
   }
   for (const std::string& b : bad) {
     f["checkpoints_verify"].push_back(absl::StrCat("run ", n, ", at the durable save of step ", step,
