@@ -7,7 +7,9 @@
 #      seeds, by the check made when a save is reported durable -- a missing
 #      fsync of the data file, a directory never synced, a lost write
 #      (FOREMAN_LYING_DISK, tests/support/foreman_lying_disk_main.cpp), and
-#      a lock that does not hold, by the run directory's lock rule;
+#      a lock that does not hold, by the run directory's lock rule; a state
+#      file never made durable, by the durable save's state file check; a
+#      restart that restores nothing, by the oracle's check;
 #   3. a failing seed's replay line, run in another work directory, gives
 #      the same report (times aside);
 #   4. a planned fault that did not fire although the fault-free run
@@ -94,6 +96,15 @@ out=$(FOREMAN_LYING_DISK=lost-lock timeout 300 "$lying" chaos --preset power --s
 [[ $rc -eq 1 ]] || fail "a lock that does not hold: chaos exited $rc, not 1: $(tail -20 <<<"$out")"
 has "checkpoints_verify: run 0: create model.ckpt-0.* while the directory's lock was not held" "$out" ||
   fail "a lock that does not hold: the lock rule did not name it: $(grep -m3 checkpoints_verify <<<"$out")"
+
+# A restart that restores nothing although a whole checkpoint is there (a
+# disk that, once it lost power, shows the job no checkpoint): the oracle's
+# step is compared with what every process that trained restored, -1 for
+# nothing (seed 1: a power cut after the save of step 40).
+out=$(FOREMAN_LYING_DISK=forget-after-crash timeout 120 "$lying" chaos --preset power --seed 1 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "a restart that restores nothing: chaos exited $rc, not 1: $(tail -20 <<<"$out")"
+has "global_step: run 1 restored nothing, but the newest whole checkpoint \(the oracle's\) is step 40" "$out" ||
+  fail "a restart that restores nothing: the oracle's check did not name it: $(grep -m3 global_step <<<"$out")"
 
 # -- 3. the replay line reproduces a failing seed elsewhere -----------------------
 FOREMAN_LYING_DISK=data-sync timeout 120 "$lying" chaos --preset power --seed 1 --work-dir "$tmp/r1" --json "$tmp/r1.json" >"$tmp/r1.out" 2>&1

@@ -475,11 +475,19 @@ StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const s
     const std::string log_path = absl::StrCat(seed_dir, "/run-", n, ".log");
     // --disk sim: what the oracle says this process must restore (the disk
     // as the power cuts before left it).
-    std::optional<int64_t> oracle_restore;
+    std::optional<int64_t> oracle_restore;  // -1: nothing to restore; unset: the oracle could not say
     std::vector<std::string> oracle_notes;
     if (sim != nullptr && n > 0) {
       auto step = OracleRestoreStep(sim->disk.get(), run_dir, &oracle_notes);
-      if (step.ok()) oracle_restore = step->value_or(-1);
+      if (step.ok()) {
+        oracle_restore = step->value_or(-1);
+      } else if (absl::IsNotFound(step.status()) && !sim->disk->FileExists(run_dir).ok()) {
+        oracle_restore = -1;  // the power cut took the directory itself: nothing to restore
+      } else {
+        r.invariants["checkpoints_verify"].Fail(absl::StrCat("before run ", n, ": the oracle cannot read the run "
+                                                             "directory the power cut left: ",
+                                                             job.run.Rel(std::string(step.status().message()))));
+      }
       for (const std::string& b : OracleBadListedCheckpoints(sim->disk.get(), run_dir)) {
         r.invariants["checkpoints_verify"].Fail(
             absl::StrCat("before run ", n, ": after the power cut the state file lists ", job.run.Rel(b)));
@@ -514,10 +522,14 @@ StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const s
     }
     r.runs.push_back(RecordProcess(job, run_dir, n, child, log, r));
     if (sim != nullptr) {
-      if (oracle_restore && *oracle_restore >= 0 && log.restored_step && *log.restored_step != *oracle_restore) {
-        r.invariants["global_step"].Fail(absl::StrCat("run ", n, " restored step ", *log.restored_step,
-                                                      ", but the newest whole checkpoint (the oracle's) is step ",
-                                                      *oracle_restore));
+      // Every process that trained (or restored) must have restored the
+      // oracle's step, nothing when the oracle has none (-1 both).
+      const bool trained = log.restored_step.has_value() || log.last_step >= 0;
+      if (oracle_restore && trained && log.restored_step.value_or(-1) != *oracle_restore) {
+        auto said = [](int64_t step) { return step >= 0 ? absl::StrCat("step ", step) : std::string("nothing"); };
+        r.invariants["global_step"].Fail(absl::StrCat("run ", n, " restored ", said(log.restored_step.value_or(-1)),
+                                                      ", but the newest whole checkpoint (the oracle's) is ",
+                                                      *oracle_restore >= 0 ? said(*oracle_restore) : "none"));
       }
       for (const std::string& v : sim->env->TakeLockViolations()) {
         r.invariants["checkpoints_verify"].Fail(absl::StrCat("run ", n, ": ", job.run.Rel(v)));

@@ -23,6 +23,11 @@
 //   state-dir-sync
 //              the SyncDir() after the state file's rename returns OK and
 //              syncs nothing (the new state file's name never durable)
+//   forget-after-crash
+//              once the disk has lost its power, the job's directory reads
+//              as holding no checkpoint (no state file, no bundle): a
+//              restart that restores nothing although a whole checkpoint
+//              is there
 // Unset or anything else: the disk tells the truth (the program is then
 // `foreman`). The installed `foreman` has no such disk.
 #include <fnmatch.h>
@@ -102,6 +107,23 @@ class LyingEnv : public foreman::EnvWrapper {
     lock.reset();
     return std::make_unique<foreman::FileLock>();
   }
+  foreman::StatusOr<std::string> ReadFileToString(const std::string& path) override {
+    if (Forgets() && IsCheckpointFile(path)) return absl::NotFoundError(path);
+    return base()->ReadFileToString(path);
+  }
+  foreman::Status FileExists(const std::string& path) override {
+    if (Forgets() && IsCheckpointFile(path)) return absl::NotFoundError(path);
+    return base()->FileExists(path);
+  }
+  foreman::StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override {
+    FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> names, base()->GetChildren(dir));
+    if (!Forgets()) return names;
+    std::vector<std::string> kept;
+    for (const std::string& name : names) {
+      if (!IsCheckpointFile("/" + name)) kept.push_back(name);
+    }
+    return kept;
+  }
   foreman::Status RenameFile(const std::string& from, const std::string& to) override {
     state_renamed_ = fnmatch("*/checkpoint", to.c_str(), 0) == 0;
     return base()->RenameFile(from, to);
@@ -112,6 +134,14 @@ class LyingEnv : public foreman::EnvWrapper {
   }
 
  private:
+  bool Forgets() {
+    if (mode_ != "forget-after-crash") return false;
+    foreman::MemEnv* disk = DiskUnder(base());
+    return disk != nullptr && disk->crashes() > 0;
+  }
+  static bool IsCheckpointFile(const std::string& path) {
+    return fnmatch("*/checkpoint", path.c_str(), 0) == 0 || fnmatch("*/model.ckpt-*", path.c_str(), 0) == 0;
+  }
   const std::string mode_;
   // The last rename was the state file's (state-dir-sync: its SyncDir lies).
   std::atomic<bool> state_renamed_{false};
@@ -120,7 +150,8 @@ class LyingEnv : public foreman::EnvWrapper {
 std::unique_ptr<foreman::Env> Lie(foreman::Env* disk) {
   const std::string mode = Mode();
   if (mode != "data-sync" && mode != "data-sync-after-crash" && mode != "dir-sync" && mode != "lost-write" &&
-      mode != "lost-lock" && mode != "state-sync" && mode != "state-dir-sync") {
+      mode != "lost-lock" && mode != "state-sync" && mode != "state-dir-sync" &&
+      mode != "forget-after-crash") {
     return nullptr;
   }
   return std::make_unique<LyingEnv>(disk, mode);
