@@ -150,15 +150,15 @@ echo "control: HEAD unmutated holds every invariant ($control_seeds seeds of eac
 
 caught=0
 missed=0
-printf '%-28s %-8s %-10s %s\n' mutant caught seeds "by (preset: invariants)"
+printf '%-32s %-8s %-10s %s\n' mutant caught seeds "by (preset: invariants)"
 for m in "${mutants[@]}"; do
   reset_tree
   if ! git -C "$src" apply "$root/tools/mutants/$m.patch"; then
-    printf '%-28s %-8s %-10s %s\n' "$m" ERROR - "the patch does not apply to HEAD"
+    printf '%-32s %-8s %-10s %s\n' "$m" ERROR - "the patch does not apply to HEAD"
     missed=$((missed + 1)); continue
   fi
   if ! ninja -C "$build" tools/foreman >"$work/build-$m.log" 2>&1; then
-    printf '%-28s %-8s %-10s %s\n' "$m" ERROR - "build failed: $work/build-$m.log"
+    printf '%-32s %-8s %-10s %s\n' "$m" ERROR - "build failed: $work/build-$m.log"
     missed=$((missed + 1)); continue
   fi
   bin=$build/tools/foreman   # the mutants run one at a time: nothing relinks it under a soak
@@ -175,13 +175,13 @@ for m in "${mutants[@]}"; do
     fi
   done
   if [[ $result == error ]]; then
-    printf '%-28s %-8s %-10s %s\n' "$m" ERROR - "a chaos run did not give a verdict (above): not counted as caught"
+    printf '%-32s %-8s %-10s %s\n' "$m" ERROR - "a chaos run did not give a verdict (above): not counted as caught"
     missed=$((missed + 1))
   elif [[ -n $result ]]; then
-    printf '%-28s %-8s %-10s %s\n' "$m" yes "$((seed + 1))" "$result"
+    printf '%-32s %-8s %-10s %s\n' "$m" yes "$((seed + 1))" "$result"
     caught=$((caught + 1))
   else
-    printf '%-28s %-8s %-10s %s\n' "$m" NO "$seeds" "not caught by $presets"
+    printf '%-32s %-8s %-10s %s\n' "$m" NO "$seeds" "not caught by $presets"
     missed=$((missed + 1))
   fi
 done
