@@ -7,7 +7,9 @@
 #      seeds, by the check made when a save is reported durable -- a missing
 #      fsync of the data file, a directory never synced, a lost write
 #      (FOREMAN_LYING_DISK, tests/support/foreman_lying_disk_main.cpp), and
-#      a lock that does not hold, by the run directory's lock rule;
+#      a lock that does not hold, by the run directory's lock rule; a state
+#      file never made durable, by the durable save's state file check; a
+#      restart that restores nothing, by the oracle's check;
 #   3. a failing seed's replay line, run in another work directory, gives
 #      the same report (times aside);
 #   4. a planned fault that did not fire although the fault-free run
@@ -62,8 +64,9 @@ for s in r["seeds"]:
 PY
 
 # -- 2. a lying disk is caught ----------------------------------------------------
-# Each at the first seed (seed 0 of --preset power injects no fault: the
-# lie shows at the first save reported durable).
+# Each at the first seed: the lie shows at the first save reported durable
+# (seed 0 of --preset power plans one power cut, at an operation its job
+# never makes: 0/1 fired).
 lies=(data-sync dir-sync lost-write)
 [[ $full -eq 1 ]] || lies=(data-sync)  # the sanitizers: one lie, the mechanism
 for lie in "${lies[@]}"; do
@@ -76,11 +79,32 @@ for lie in "${lies[@]}"; do
   ls "$tmp/lie-$lie"/seed-0/run/checkpoint >/dev/null 2>&1 || fail "a disk lying ($lie): seed 0's run directory was not copied out"
 done
 
+# A state file that never became durable (its sync, or its directory's sync,
+# lost): the checkpoint itself is whole, so only the durable save's state
+# file check can name it (the oracle alone falls back to the newest bundle).
+if [[ $full -eq 1 ]]; then
+for lie in state-sync state-dir-sync; do
+  out=$(FOREMAN_LYING_DISK=$lie timeout 300 "$lying" chaos --preset power --seeds 1 --work-dir "$tmp/lie-$lie" 2>&1); rc=$?
+  [[ $rc -eq 1 ]] || fail "a disk lying ($lie): chaos exited $rc, not 1: $(tail -20 <<<"$out")"
+  has "checkpoints_verify: run 0: the save of step 0 was reported durable, but the disk a power cut then leaves has (no state file|a state file that does not parse)" "$out" ||
+    fail "a disk lying ($lie): the durable save's state file check did not name it: $(grep -m3 checkpoints_verify <<<"$out")"
+done
+fi
+
 if [[ $full -eq 1 ]]; then
 out=$(FOREMAN_LYING_DISK=lost-lock timeout 300 "$lying" chaos --preset power --seeds 1 --work-dir "$tmp/lie-lock" 2>&1); rc=$?
 [[ $rc -eq 1 ]] || fail "a lock that does not hold: chaos exited $rc, not 1: $(tail -20 <<<"$out")"
 has "checkpoints_verify: run 0: create model.ckpt-0.* while the directory's lock was not held" "$out" ||
   fail "a lock that does not hold: the lock rule did not name it: $(grep -m3 checkpoints_verify <<<"$out")"
+
+# A restart that restores nothing although a whole checkpoint is there (a
+# disk that, once it lost power, shows the job no checkpoint): the oracle's
+# step is compared with what every process that trained restored, -1 for
+# nothing (seed 1: a power cut after the save of step 40).
+out=$(FOREMAN_LYING_DISK=forget-after-crash timeout 120 "$lying" chaos --preset power --seed 1 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "a restart that restores nothing: chaos exited $rc, not 1: $(tail -20 <<<"$out")"
+has "global_step: run 1 restored nothing, but the newest whole checkpoint \(the oracle's\) is step 40" "$out" ||
+  fail "a restart that restores nothing: the oracle's check did not name it: $(grep -m3 global_step <<<"$out")"
 
 # -- 3. the replay line reproduces a failing seed elsewhere -----------------------
 FOREMAN_LYING_DISK=data-sync timeout 120 "$lying" chaos --preset power --seed 1 --work-dir "$tmp/r1" --json "$tmp/r1.json" >"$tmp/r1.out" 2>&1

@@ -46,9 +46,11 @@ struct SimulatedProcess {
   Env* env = nullptr;
   /// The log's file, on the real disk, instead of <checkpoint-dir>/train.log.
   std::string log_file;
-  /// Called on the thread that saved, when a checkpoint save is reported
-  /// durable (CheckpointSaverListener::after_save) and before training goes
-  /// on, with its global_step and prefix: the harness checks it there.
+  /// Called on the training thread, from the checkpoint saver hook's
+  /// listener (CheckpointSaverListener::after_save), when a checkpoint save
+  /// is reported durable and before training goes on, with its global_step
+  /// and prefix: the harness checks it there. The save itself ran on the
+  /// checkpoint saver's own thread.
   std::function<void(int64_t global_step, const std::string& prefix)> on_durable_save;
 };
 

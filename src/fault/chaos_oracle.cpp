@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "absl/strings/match.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -36,7 +37,7 @@ class StringFile : public leveldb::RandomAccessFile {
 };
 
 // Bytes per element of the fixed-width dtypes (TF's DataType numbers); 0 for
-// the others (strings, resources).
+// the others (strings, resources, variants).
 int64_t ElementBytes(int dtype) {
   switch (dtype) {
     case 1: return 4;   // DT_FLOAT
@@ -45,15 +46,69 @@ int64_t ElementBytes(int dtype) {
     case 4: return 1;   // DT_UINT8
     case 5: return 2;   // DT_INT16
     case 6: return 1;   // DT_INT8
+    case 8: return 8;   // DT_COMPLEX64 (two float32)
     case 9: return 8;   // DT_INT64
     case 10: return 1;  // DT_BOOL
     case 14: return 2;  // DT_BFLOAT16
     case 17: return 2;  // DT_UINT16
+    case 18: return 16; // DT_COMPLEX128 (two float64)
     case 19: return 2;  // DT_HALF
     case 22: return 4;  // DT_UINT32
     case 23: return 8;  // DT_UINT64
     default: return 0;
   }
+}
+
+constexpr int kDtString = 7;
+
+// CRC32C over `n` more bytes from `crc` (0 for a fresh one).
+uint32_t ExtendCrc(uint32_t crc, const char* data, std::size_t n) {
+  crc = ~crc;
+  for (std::size_t i = 0; i < n; ++i) {
+    crc ^= static_cast<unsigned char>(data[i]);
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+// The unmasked CRC of a string tensor's `bytes` (`elements` strings) by the
+// bundle format's rule, or an error naming what does not parse. The layout:
+// each string's length as a varint64, the masked CRC32C of the lengths
+// (4 bytes, little-endian), then the strings' bytes. The lengths are summed
+// into the CRC as uint32 little-endian (uint64 for a string over 4 GiB), not
+// as their varints; then come the 4 stored bytes and the strings' bytes.
+StatusOr<uint32_t> StringTensorCrc(absl::string_view bytes, int64_t elements) {
+  std::size_t pos = 0;
+  uint32_t crc = 0;
+  uint64_t total = 0;
+  for (int64_t i = 0; i < elements; ++i) {
+    uint64_t len = 0;
+    int shift = 0;
+    for (;;) {
+      if (pos >= bytes.size() || shift > 63) {
+        return absl::DataLossError(absl::StrCat("the length of string ", i, " does not parse"));
+      }
+      const auto b = static_cast<unsigned char>(bytes[pos++]);
+      len |= static_cast<uint64_t>(b & 0x7f) << shift;
+      shift += 7;
+      if ((b & 0x80) == 0) break;
+    }
+    char le[8];
+    for (int k = 0; k < 8; ++k) le[k] = static_cast<char>((len >> (8 * k)) & 0xff);
+    crc = ExtendCrc(crc, le, len <= 0xffffffffu ? 4 : 8);
+    total += len;
+  }
+  if (bytes.size() - pos < 4) return absl::DataLossError("the lengths' checksum runs past the entry");
+  uint32_t stored = 0;
+  for (int k = 0; k < 4; ++k) stored |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[pos + k])) << (8 * k);
+  if (stored != OracleMaskCrc(crc)) return absl::DataLossError("the string lengths fail their CRC32C");
+  crc = ExtendCrc(crc, bytes.data() + pos, 4);
+  pos += 4;
+  if (bytes.size() - pos != total) {
+    return absl::DataLossError(absl::StrCat("the strings' lengths sum to ", total, " bytes, the entry holds ",
+                                            bytes.size() - pos));
+  }
+  return ExtendCrc(crc, bytes.data() + pos, bytes.size() - pos);
 }
 
 std::string Name(const std::string& path) {
@@ -73,29 +128,17 @@ int64_t StepOf(const std::string& prefix) {
   return step;
 }
 
-// A quoted text-format string value ("..." with C escapes for \" and \\).
+// A quoted text-format string value: "..." (or '...') with the protobuf
+// text format's escapes (C's: \n, \", \\, octal \NNN, hex \xNN, ...).
 bool Unquote(absl::string_view v, std::string* out) {
-  if (v.size() < 2 || v.front() != '"' || v.back() != '"') return false;
-  v = v.substr(1, v.size() - 2);
-  out->clear();
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (v[i] == '\\' && i + 1 < v.size()) {
-      ++i;
-    }
-    out->push_back(v[i]);
-  }
-  return true;
+  if (v.size() < 2 || (v.front() != '"' && v.front() != '\'') || v.back() != v.front()) return false;
+  return absl::CUnescape(v.substr(1, v.size() - 2), out);
 }
 
 }  // namespace
 
 uint32_t OracleCrc32c(const std::string& data, std::size_t offset, std::size_t n) {
-  uint32_t crc = 0xffffffffu;
-  for (std::size_t i = offset; i < offset + n; ++i) {
-    crc ^= static_cast<unsigned char>(data[i]);
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1u)));
-  }
-  return ~crc;
+  return ExtendCrc(0, data.data() + offset, n);
 }
 
 uint32_t OracleMaskCrc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
@@ -148,18 +191,27 @@ Status OracleVerifyBundle(Env* env, const std::string& prefix) {
                                               entry.offset() + entry.size(), ") is outside its data file of ",
                                               data.size(), " bytes"));
     }
-    if (const int64_t width = ElementBytes(entry.dtype()); width > 0) {
-      int64_t elements = 1;
-      for (const auto& dim : entry.shape().dim()) elements *= dim.size();
-      if (elements * width != entry.size()) {
+    // Every entry's CRC: of its bytes; a string tensor's by the format's
+    // own rule (StringTensorCrc).
+    int64_t elements = 1;
+    for (const auto& dim : entry.shape().dim()) elements *= dim.size();
+    uint32_t crc = 0;
+    if (entry.dtype() == kDtString) {
+      auto c = StringTensorCrc(absl::string_view(data).substr(static_cast<std::size_t>(entry.offset()),
+                                                              static_cast<std::size_t>(entry.size())),
+                               elements);
+      if (!c.ok()) return absl::DataLossError(absl::StrCat(Name(prefix), ": tensor '", key, "': ", c.status().message()));
+      crc = OracleMaskCrc(*c);
+    } else {
+      if (const int64_t width = ElementBytes(entry.dtype()); width > 0 && elements * width != entry.size()) {
         return absl::DataLossError(absl::StrCat(Name(prefix), ": tensor '", key, "' has ", entry.size(),
                                                 " bytes, its shape needs ", elements * width));
       }
-      const uint32_t crc = OracleMaskCrc(
+      crc = OracleMaskCrc(
           OracleCrc32c(data, static_cast<std::size_t>(entry.offset()), static_cast<std::size_t>(entry.size())));
-      if (crc != entry.crc32c()) {
-        return absl::DataLossError(absl::StrCat(Name(prefix), ": tensor '", key, "' fails its CRC32C"));
-      }
+    }
+    if (crc != entry.crc32c()) {
+      return absl::DataLossError(absl::StrCat(Name(prefix), ": tensor '", key, "' fails its CRC32C"));
     }
     shard_end[entry.shard_id()] = std::max(shard_end[entry.shard_id()], entry.offset() + entry.size());
   }

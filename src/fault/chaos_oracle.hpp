@@ -20,8 +20,10 @@ namespace foreman::internal {
 /// OK when the bundle at `prefix` is whole: its index reads as a table whose
 /// first entry is the header (little-endian, num_shards >= 1), every entry's
 /// bytes lie inside its data file, its size is its dtype and shape's (fixed
-/// width types), its masked CRC32C matches, and each data file ends where
-/// its last tensor does. DATA_LOSS naming the file and the first fault; the
+/// width types, complex64/128 included), its masked CRC32C matches (every
+/// entry: a string tensor's by the format's rule, over its lengths, their
+/// stored checksum, which must match too, and its bytes), and each data file
+/// ends where its last tensor does. DATA_LOSS naming the file and the first fault; the
 /// Env's error for a missing file.
 Status OracleVerifyBundle(Env* env, const std::string& prefix);
 

@@ -151,13 +151,34 @@ class FindingsSink {
   std::map<std::string, int64_t>& dropped_;
 };
 
-// The check at a save reported durable (on the saving thread): a power cut
-// now must leave that checkpoint whole and be what a restart restores; the
-// state file lists only whole checkpoints; the event files read.
+// What is wrong with the durable state file of `image` for a save of `step`
+// ("" when it names that step as its latest): it must exist, parse and name
+// the saved checkpoint as model_checkpoint_path. Without this, a state file
+// whose sync (or its directory's) was lost passes: the oracle then falls
+// back to the newest bundle, which is the saved one.
+std::string DurableStateFileFault(Env* image, const std::string& run_dir, int64_t step) {
+  auto d = OracleReadDirectory(image, run_dir);
+  if (!d.ok()) return absl::StrCat("the directory does not read: ", d.status().message());
+  if (!d->has_state) return "has no state file";
+  if (!d->state_error.empty()) return absl::StrCat("has a state file that does not parse (", d->state_error, ")");
+  const std::string want = absl::StrCat("model.ckpt-", step);
+  const std::string latest = d->latest.substr(d->latest.rfind('/') + 1);
+  if (latest != want) {
+    return absl::StrCat("has a state file whose model_checkpoint_path is ", latest, ", not ", want);
+  }
+  return "";
+}
+
+// The check at a save reported durable (on the training thread, in the
+// saver listener's after_save): a power cut now must leave that checkpoint
+// whole and be what a restart restores, and leave a state file that names
+// it as the latest; the state file lists only whole checkpoints; the event
+// files read.
 void CheckDurableSave(SimSeed& sim, const std::string& run_dir, int n, int64_t step) {
   const std::unique_ptr<MemEnv> image = sim.disk->DurableImage();
   std::vector<std::string> notes;
   auto restore = OracleRestoreStep(image.get(), run_dir, &notes);
+  const std::string state_fault = DurableStateFileFault(image.get(), run_dir, step);
   std::vector<std::string> bad = OracleBadListedCheckpoints(image.get(), run_dir);
   const Status events = CheckScalarsOnce(image.get(), run_dir);
   std::lock_guard<std::mutex> lock(sim.mu);
@@ -176,6 +197,11 @@ void CheckDurableSave(SimSeed& sim, const std::string& run_dir, int n, int64_t s
         restore->has_value() && **restore >= 0 ? absl::StrCat("step ", **restore, " as the checkpoint to restore")
                                                : std::string("no whole checkpoint"),
         notes.empty() ? "" : absl::StrCat(" (", absl::StrJoin(notes, "; "), ")")));
+  }
+  if (!state_fault.empty()) {
+    f["checkpoints_verify"].push_back(absl::StrCat("run ", n, ": the save of step ", step,
+                                                   " was reported durable, but the disk a power cut then leaves ",
+                                                   state_fault));
   }
   for (const std::string& b : bad) {
     f["checkpoints_verify"].push_back(absl::StrCat("run ", n, ", at the durable save of step ", step,
@@ -449,11 +475,19 @@ StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const s
     const std::string log_path = absl::StrCat(seed_dir, "/run-", n, ".log");
     // --disk sim: what the oracle says this process must restore (the disk
     // as the power cuts before left it).
-    std::optional<int64_t> oracle_restore;
+    std::optional<int64_t> oracle_restore;  // -1: nothing to restore; unset: the oracle could not say
     std::vector<std::string> oracle_notes;
     if (sim != nullptr && n > 0) {
       auto step = OracleRestoreStep(sim->disk.get(), run_dir, &oracle_notes);
-      if (step.ok()) oracle_restore = step->value_or(-1);
+      if (step.ok()) {
+        oracle_restore = step->value_or(-1);
+      } else if (absl::IsNotFound(step.status()) && !sim->disk->FileExists(run_dir).ok()) {
+        oracle_restore = -1;  // the power cut took the directory itself: nothing to restore
+      } else {
+        r.invariants["checkpoints_verify"].Fail(absl::StrCat("before run ", n, ": the oracle cannot read the run "
+                                                             "directory the power cut left: ",
+                                                             job.run.Rel(std::string(step.status().message()))));
+      }
       for (const std::string& b : OracleBadListedCheckpoints(sim->disk.get(), run_dir)) {
         r.invariants["checkpoints_verify"].Fail(
             absl::StrCat("before run ", n, ": after the power cut the state file lists ", job.run.Rel(b)));
@@ -488,10 +522,14 @@ StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const s
     }
     r.runs.push_back(RecordProcess(job, run_dir, n, child, log, r));
     if (sim != nullptr) {
-      if (oracle_restore && *oracle_restore >= 0 && log.restored_step && *log.restored_step != *oracle_restore) {
-        r.invariants["global_step"].Fail(absl::StrCat("run ", n, " restored step ", *log.restored_step,
-                                                      ", but the newest whole checkpoint (the oracle's) is step ",
-                                                      *oracle_restore));
+      // Every process that trained (or restored) must have restored the
+      // oracle's step, nothing when the oracle has none (-1 both).
+      const bool trained = log.restored_step.has_value() || log.last_step >= 0;
+      if (oracle_restore && trained && log.restored_step.value_or(-1) != *oracle_restore) {
+        auto said = [](int64_t step) { return step >= 0 ? absl::StrCat("step ", step) : std::string("nothing"); };
+        r.invariants["global_step"].Fail(absl::StrCat("run ", n, " restored ", said(log.restored_step.value_or(-1)),
+                                                      ", but the newest whole checkpoint (the oracle's) is ",
+                                                      *oracle_restore >= 0 ? said(*oracle_restore) : "none"));
       }
       for (const std::string& v : sim->env->TakeLockViolations()) {
         r.invariants["checkpoints_verify"].Fail(absl::StrCat("run ", n, ": ", job.run.Rel(v)));

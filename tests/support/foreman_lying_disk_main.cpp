@@ -17,10 +17,22 @@
 //              must keep a crash fault for)
 //   lost-lock  LockFile() takes the lock and lets it go at once (a job that
 //              writes its directory without holding its lock)
+//   state-sync a Sync() of the state file's temporary file (checkpoint.tmp*)
+//              returns OK and syncs nothing (the state file renamed into
+//              place before its bytes are durable)
+//   state-dir-sync
+//              the SyncDir() after the state file's rename returns OK and
+//              syncs nothing (the new state file's name never durable)
+//   forget-after-crash
+//              once the disk has lost its power, the job's directory reads
+//              as holding no checkpoint (no state file, no bundle): a
+//              restart that restores nothing although a whole checkpoint
+//              is there
 // Unset or anything else: the disk tells the truth (the program is then
 // `foreman`). The installed `foreman` has no such disk.
 #include <fnmatch.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -37,6 +49,7 @@ std::string Mode() {
 }
 
 bool IsData(const std::string& path) { return fnmatch("*.data-*", path.c_str(), 0) == 0; }
+bool IsStateTemp(const std::string& path) { return fnmatch("*/checkpoint.tmp*", path.c_str(), 0) == 0; }
 
 // The MemEnv under `env` (through EnvWrapper::base()), or null.
 foreman::MemEnv* DiskUnder(foreman::Env* env) {
@@ -61,7 +74,7 @@ class LyingFile : public foreman::WritableFile {
   }
   foreman::Status Flush() override { return file_->Flush(); }
   foreman::Status Sync() override {
-    const bool lie = mode_ == "data-sync" ||
+    const bool lie = mode_ == "data-sync" || mode_ == "state-sync" ||
                      (mode_ == "data-sync-after-crash" && disk_ != nullptr && disk_->crashes() > 0);
     return lie ? absl::OkStatus() : file_->Sync();
   }
@@ -80,7 +93,11 @@ class LyingEnv : public foreman::EnvWrapper {
   LyingEnv(foreman::Env* base, std::string mode) : EnvWrapper(base), mode_(std::move(mode)) {}
   foreman::StatusOr<std::unique_ptr<foreman::WritableFile>> NewWritableFile(const std::string& path) override {
     FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<foreman::WritableFile> file, base()->NewWritableFile(path));
-    if (!IsData(path)) return file;
+    if (mode_ == "state-sync") {
+      if (!IsStateTemp(path)) return file;
+    } else if (!IsData(path)) {
+      return file;
+    }
     if (mode_ == "lost-write" && fnmatch("*model.ckpt-40.data-*", path.c_str(), 0) != 0) return file;
     return std::unique_ptr<foreman::WritableFile>(new LyingFile(std::move(file), mode_, DiskUnder(base())));
   }
@@ -90,18 +107,51 @@ class LyingEnv : public foreman::EnvWrapper {
     lock.reset();
     return std::make_unique<foreman::FileLock>();
   }
+  foreman::StatusOr<std::string> ReadFileToString(const std::string& path) override {
+    if (Forgets() && IsCheckpointFile(path)) return absl::NotFoundError(path);
+    return base()->ReadFileToString(path);
+  }
+  foreman::Status FileExists(const std::string& path) override {
+    if (Forgets() && IsCheckpointFile(path)) return absl::NotFoundError(path);
+    return base()->FileExists(path);
+  }
+  foreman::StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override {
+    FOREMAN_ASSIGN_OR_RETURN(std::vector<std::string> names, base()->GetChildren(dir));
+    if (!Forgets()) return names;
+    std::vector<std::string> kept;
+    for (const std::string& name : names) {
+      if (!IsCheckpointFile("/" + name)) kept.push_back(name);
+    }
+    return kept;
+  }
+  foreman::Status RenameFile(const std::string& from, const std::string& to) override {
+    state_renamed_ = fnmatch("*/checkpoint", to.c_str(), 0) == 0;
+    return base()->RenameFile(from, to);
+  }
   foreman::Status SyncDir(const std::string& dir) override {
-    return mode_ == "dir-sync" ? absl::OkStatus() : base()->SyncDir(dir);
+    const bool lie = mode_ == "dir-sync" || (mode_ == "state-dir-sync" && state_renamed_.exchange(false));
+    return lie ? absl::OkStatus() : base()->SyncDir(dir);
   }
 
  private:
+  bool Forgets() {
+    if (mode_ != "forget-after-crash") return false;
+    foreman::MemEnv* disk = DiskUnder(base());
+    return disk != nullptr && disk->crashes() > 0;
+  }
+  static bool IsCheckpointFile(const std::string& path) {
+    return fnmatch("*/checkpoint", path.c_str(), 0) == 0 || fnmatch("*/model.ckpt-*", path.c_str(), 0) == 0;
+  }
   const std::string mode_;
+  // The last rename was the state file's (state-dir-sync: its SyncDir lies).
+  std::atomic<bool> state_renamed_{false};
 };
 
 std::unique_ptr<foreman::Env> Lie(foreman::Env* disk) {
   const std::string mode = Mode();
   if (mode != "data-sync" && mode != "data-sync-after-crash" && mode != "dir-sync" && mode != "lost-write" &&
-      mode != "lost-lock") {
+      mode != "lost-lock" && mode != "state-sync" && mode != "state-dir-sync" &&
+      mode != "forget-after-crash") {
     return nullptr;
   }
   return std::make_unique<LyingEnv>(disk, mode);
