@@ -61,7 +61,7 @@ void ProgressPrinter::OnStep(const MlpJobProgress& p) {
 void ProgressPrinter::OnStepLine(const MlpJobProgress& p) {
   if (tty_) {
     const int64_t now = SteadyMicros();
-    if (last_draw_us_ < 0 || now - last_draw_us_ >= 100'000 || p.global_step == p.total_steps) {
+    if (last_draw_us_ < 0 || now - last_draw_us_ >= 100'000 || (p.total_steps > 0 && p.global_step >= p.total_steps)) {
       last_draw_us_ = now;
       Draw(p);
     }
