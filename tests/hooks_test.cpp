@@ -433,6 +433,39 @@ class JsonParser {
 // SecondOrStepTimer
 // =====================================================================================
 
+TEST_CASE("StepMultiplesCrossed counts the multiples in (from, to]; NextStepMultiple is the first past a step") {
+  // One step at a time (one process): a multiple is crossed at the step on it.
+  CHECK(StepMultiplesCrossed(499, 500, 500) == 1);
+  CHECK(StepMultiplesCrossed(500, 501, 500) == 0);
+  CHECK(StepMultiplesCrossed(0, 1, 1) == 1);
+  // A cluster's jumps: the first step at or past the multiple, never skipped.
+  CHECK(StepMultiplesCrossed(999, 1001, 500) == 1);  // issue 31: "% 500 == 0" missed 1000 here
+  CHECK(StepMultiplesCrossed(1000, 1499, 500) == 0);
+  CHECK(StepMultiplesCrossed(1499, 2003, 500) == 2);  // one run passed 1500 and 2000: one firing covers both
+  CHECK(StepMultiplesCrossed(1500, 1500, 500) == 0);  // no step advanced
+  CHECK(StepMultiplesCrossed(2000, 1200, 500) == 0);  // a rewind (a restore) crosses nothing
+  // Negative steps divide by floor (a "start before step 0" of -1).
+  CHECK(StepMultiplesCrossed(-1, 0, 7) == 1);
+  CHECK(StepMultiplesCrossed(-8, -1, 7) == 1);
+  // No cadence.
+  CHECK(StepMultiplesCrossed(0, 1000, 0) == 0);
+  CHECK(StepMultiplesCrossed(0, 1000, -5) == 0);
+
+  CHECK(NextStepMultiple(0, 500) == 500);
+  CHECK(NextStepMultiple(499, 500) == 500);
+  CHECK(NextStepMultiple(500, 500) == 1000);
+  CHECK(NextStepMultiple(1234, 500) == 1500);
+  CHECK(NextStepMultiple(-1, 7) == 0);
+  CHECK(NextStepMultiple(-8, 7) == -7);
+  CHECK(NextStepMultiple(10, 0) == 0);
+  // The pair agrees: a step at or past NextStepMultiple(c) crosses a multiple since c.
+  for (int64_t c = -10; c < 40; ++c) {
+    for (int64_t s = c; s < c + 25; ++s) {
+      CHECK((s >= NextStepMultiple(c, 7)) == (StepMultiplesCrossed(c, s, 7) > 0));
+    }
+  }
+}
+
 TEST_CASE("B95 SecondOrStepTimer needs exactly one of every_secs and every_steps") {
   StatusOr<SecondOrStepTimer> neither = SecondOrStepTimer::Create(std::nullopt, std::nullopt);
   CHECK(absl::IsInvalidArgument(neither.status()));

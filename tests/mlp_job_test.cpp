@@ -503,5 +503,88 @@ TEST_CASE("a cluster task's step computes gradients and the ps tasks apply them 
   CHECK(chief_job->result().eval->global_step == 5);
 }
 
+TEST_CASE("ClusterStepsForEpochs: ceil(epochs x examples / batch) global steps, 0 without a limit") {
+  CHECK(ClusterStepsForEpochs(2, 450, 100) == 9);      // one process: 2 x ceil(450 / 100) = 10
+  CHECK(ClusterStepsForEpochs(1, 60000, 128) == 469);  // issue 31's "step 800/469"
+  CHECK(ClusterStepsForEpochs(3, 60000, 500) == 360);
+  CHECK(ClusterStepsForEpochs(1, 1, 100) == 1);
+  CHECK(ClusterStepsForEpochs(0, 60000, 128) == 0);
+  CHECK(ClusterStepsForEpochs(2, 0, 128) == 0);
+  CHECK(ClusterStepsForEpochs(2, 60000, 0) == 0);
+  // No overflow of epochs x examples.
+  CHECK(ClusterStepsForEpochs(int64_t{1} << 40, int64_t{3} << 20, int64_t{1} << 20) == int64_t{3} << 40);
+}
+
+// Issue 31 point 5: the other workers' updates carry global_step past a
+// multiple between two of the chief's runs; "(step + 1) % N == 0" then
+// skipped it (a cluster's --eval-every-steps 500 evaluated at 1000, 1501,
+// 3502, 5002 only).
+TEST_CASE("a cluster chief evaluates at its first step at or past each multiple, once for the multiples one step "
+          "passed; progress counts the cluster's global_step to the cluster's end of --epochs") {
+  TempDir tmp;
+  const std::string dir = tmp / "chief";
+  MlpJobOptions chief_options = TinyOptions(dir, MlpJobInput::kOnTrainingThread);
+  chief_options.cluster = MlpJobClusterTask{0, true};
+  chief_options.settings.eval_every_steps = 3;
+  chief_options.settings.epochs = 6;  // ClusterStepsForEpochs(6, 450, 100) = 27 global steps
+  auto recorder = std::make_shared<Recorder>();
+  chief_options.observer = recorder;
+  MlpJobOptions worker_options = TinyOptions("", MlpJobInput::kOnTrainingThread);
+  worker_options.cluster = MlpJobClusterTask{1, false};
+  worker_options.settings.epochs = 6;
+  auto chief_job = Job(std::move(chief_options));
+  auto worker_job = Job(std::move(worker_options));
+  CHECK(chief_job->total_steps() == 27);
+  CHECK(worker_job->total_steps() == 27);
+  testing::FakeCluster cluster("mlp_job_cadence", 1, chief_job->plan().optimizer);
+  MonitoredTrainingSessionOptions chief_mts = chief_job->SessionOptions();
+  chief_mts.master = cluster.target("chief");
+  MonitoredTrainingSessionOptions worker_mts = worker_job->SessionOptions();
+  worker_mts.master = cluster.target("worker1");
+  auto chief = MonitoredTrainingSession(std::move(chief_mts));
+  REQUIRE_MESSAGE(chief.ok(), chief.status().ToString());
+  auto worker = MonitoredTrainingSession(std::move(worker_mts));
+  REQUIRE_MESSAGE(worker.ok(), worker.status().ToString());
+  // The chief's runs, with the worker's updates between them.
+  auto chief_step = [&] { REQUIRE((*chief)->run({"train_op"}).ok()); };
+  auto worker_steps = [&](int n) {
+    for (int i = 0; i < n; ++i) REQUIRE((*worker)->run({"train_op"}).ok());
+  };
+  chief_step();      // 1
+  worker_steps(2);   // 2, 3
+  chief_step();      // 4: passed 3
+  worker_steps(3);   // 5, 6, 7
+  chief_step();      // 8: passed 6
+  chief_step();      // 9: on 9
+  worker_steps(4);   // 10 .. 13
+  chief_step();      // 14: passed 12
+  chief_step();      // 15: on 15
+  worker_steps(6);   // 16 .. 21
+  chief_step();      // 22: passed 18 and 21, one evaluation
+  chief_step();      // 23
+  std::vector<int64_t> steps;
+  for (const MlpJobProgress& p : recorder->steps) {
+    steps.push_back(p.global_step);
+    CHECK(p.total_steps == 27);
+  }
+  CHECK(steps == std::vector<int64_t>{1, 4, 8, 9, 14, 15, 22, 23});
+  std::vector<int64_t> evals;
+  for (const MlpJobEval& e : recorder->evals) evals.push_back(e.global_step);
+  CHECK(evals == std::vector<int64_t>{4, 8, 9, 14, 15, 22});
+  // The cluster's end of --epochs: the worker's StopAtStepHook at 27.
+  worker_steps(3);  // 24 .. 26
+  CHECK_FALSE((*worker)->should_stop());
+  worker_steps(1);  // 27
+  CHECK((*worker)->should_stop());
+  CHECK(testing::Int(cluster.ps().Value("global_step").value()) == 27);
+  CHECK((*worker)->close().ok());
+  cluster.ps().EndTraining();
+  REQUIRE((*chief)->close().ok());  // end(): the final evaluation, at 27
+  REQUIRE(chief_job->result().eval.has_value());
+  CHECK(chief_job->result().eval->global_step == 27);
+  CHECK(testing::SummarySteps(testing::Events(dir + "/eval"), "accuracy") ==
+        std::vector<int64_t>{4, 8, 9, 14, 15, 22, 27});
+}
+
 }  // namespace
 }  // namespace foreman

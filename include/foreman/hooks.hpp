@@ -166,6 +166,25 @@ class SecondOrStepTimer {
   absl::Duration last_time_;
 };
 
+// -- Step multiples ----------------------------------------------------------------
+
+/// The cadence "at every multiple of N" on a global_step that may advance by
+/// more than one between two runs of this worker (a cluster: the other
+/// workers' updates). StepMultiplesCrossed: how many multiples of
+/// `every_steps` lie in (from_step, to_step] (0 when to_step <= from_step);
+/// a schedule fires at a run whose global_step went from `from_step` to
+/// `to_step` when it is > 0, once for all of them (the first run at or past
+/// each multiple; no multiple skipped, none fired twice). NextStepMultiple:
+/// the smallest multiple of `every_steps` greater than `step`. Steps may be
+/// negative (floor division); `every_steps` must be > 0 (0 is returned for
+/// every_steps <= 0: no cadence). Pure functions, thread-safe. TF's
+/// SecondOrStepTimer (B96) instead fires at `every_steps` past its last
+/// trigger, which drifts off the multiples once a trigger is late; Foreman's
+/// test-set evaluation and `foreman train`'s progress lines use the multiples
+/// (docs/train.md "Evaluation").
+int64_t StepMultiplesCrossed(int64_t from_step, int64_t to_step, int64_t every_steps);
+int64_t NextStepMultiple(int64_t step, int64_t every_steps);
+
 // -- StopAtStepHook -----------------------------------------------------------------
 
 class StopAtStepHook : public SessionRunHook {

@@ -22,7 +22,12 @@
 //   summaries         loss, accuracy, learning_rate, the weights' histograms
 //   eval_accuracy, eval_loss, eval_summaries, eval_global_step
 //                     the whole test set with the weights after this run's
-//                     update (no update of its own), and their global_step
+//                     update (no update of its own), and their global_step;
+//                     fed "eval_from_global_step" (int64 S), only when this
+//                     run's update reached global_step >= S (else
+//                     eval_global_step is -1): a cluster chief's cadence
+//   updated_global_step global_step after this run's update (int64; in a
+//                     cluster the other workers' updates included)
 // OUT_OF_RANGE after the last epoch ends training cleanly. Every hooked
 // run trains (fetches "train_op"): NanTensorHook and the progress hook read
 // its loss, so a hooked run without it is NOT_FOUND; fetch without training
@@ -226,6 +231,14 @@ struct MlpJobResult {
   bool ended_by_chief = false;
 };
 
+/// `--epochs` in a cluster (docs/cluster.md "Cadence"): the cluster's
+/// global steps for `epochs` passes over `train_examples` examples in
+/// batches of `batch_size`, ceil(epochs x train_examples / batch_size),
+/// whichever workers' batches they are (asynchronous training: one global
+/// step per worker batch; with replicas_to_aggregate R each global step
+/// averages R batches). 0 when any argument is <= 0. Pure, thread-safe.
+int64_t ClusterStepsForEpochs(int64_t epochs, int64_t train_examples, int64_t batch_size);
+
 /// The job. Its sessions share its graph and hooks (shared pointers): a
 /// session may outlive the MlpJob. One session at a time, on the thread
 /// that runs it; SessionOptions and result() are not called during a run.
@@ -251,9 +264,9 @@ class MlpJob {
   /// device and memory limit; config.env; is_chief; runtime.restart from
   /// settings.restart_policy; and the hooks, in order: first_hooks,
   /// NanTensorHook("loss"), the progress hook, StopAtStepHook(max_steps)
-  /// when max_steps > 0, the evaluation hook (last among those that write,
-  /// so that its end() evaluates the final checkpoint's weights; only with a
-  /// checkpoint_dir), and when gathering the hook that frees the device's
+  /// when max_steps > 0 (a cluster task: at total_steps() when > 0), the
+  /// evaluation hook (last among those that write, so that its end()
+  /// evaluates the final checkpoint's weights; only with a checkpoint_dir), and when gathering the hook that frees the device's
   /// copies of the data at end(). The caller adds what is not the job's: a
   /// RunDirectory (AttachTo), runtime.stop, listeners, a cluster's master.
   /// A caller that passes its own runtime.stop makes that StopRequest's
@@ -274,8 +287,12 @@ class MlpJob {
   const MlpJobSettings& settings() const;
   const MlpJobPlan& plan() const;  ///< spec.input_dim is the data's
   const std::shared_ptr<Graph>& graph() const;
-  /// The last global_step the run may reach: min(max_steps, epochs x
-  /// batches per epoch) over those that are set; 0: no limit.
+  /// The last global_step the run may reach: min(max_steps, the epochs'
+  /// steps) over those that are set; 0: no limit. The epochs' steps: one
+  /// process, epochs x batches per epoch (the last batch of an epoch is
+  /// its remainder); a cluster task, ClusterStepsForEpochs (the cluster's
+  /// global steps, shared by all workers, each of which stops there by a
+  /// StopAtStepHook as at max_steps).
   int64_t total_steps() const;
   /// Whether batches are gathered on the device (kGatherOnDevice, or a
   /// device other than the CPU).

@@ -1,5 +1,6 @@
 // The MLP job's hooks (mlp_model.hpp): progress reporting and the test-set
 // evaluation into <checkpoint_dir>/eval.
+#include <algorithm>
 #include <string>
 
 #include "foreman/session.hpp"
@@ -21,7 +22,7 @@ Status ProgressHook::after_create_session(Session* session, Coordinator*) {
 
 StatusOr<SessionRunArgs> ProgressHook::before_run(SessionRunContext&) {
   SessionRunArgs args;
-  args.fetches = {"loss", "accuracy", kGlobalStepName};
+  args.fetches = {"loss", "accuracy", kUpdatedGlobalStep};
   return args;
 }
 
@@ -29,9 +30,9 @@ Status ProgressHook::after_run(SessionRunContext&, const SessionRunValues& value
   if (values.results == nullptr) return absl::OkStatus();
   auto loss = values.results->find("loss");
   auto acc = values.results->find("accuracy");
-  auto step = values.results->find(kGlobalStepName);
+  auto step = values.results->find(kUpdatedGlobalStep);
   if (loss == values.results->end() || step == values.results->end()) return absl::OkStatus();
-  step_ = step->second.data<int64_t>()[0] + 1;
+  step_ = step->second.data<int64_t>()[0];
   loss_ = loss->second.data<float>()[0];
   if (acc != values.results->end()) accuracy_ = acc->second.data<float>()[0];
   const double elapsed = absl::ToDoubleSeconds(clock_->MonotonicNow() - start_);
@@ -74,19 +75,34 @@ Status EvalHook::after_create_session(Session* session, Coordinator*) {
   FOREMAN_ASSIGN_OR_RETURN(int64_t step, session->GlobalStep());
   if (!start_step_) start_step_ = step;
   restart_at_ = step + 1;
+  covered_ = step;  // a recovery that rewound global_step evaluates its multiples again
   return absl::OkStatus();
 }
 
 StatusOr<SessionRunArgs> EvalHook::before_run(SessionRunContext& ctx) {
   SessionRunArgs args;
   if (every_ <= 0) return args;
-  FOREMAN_ASSIGN_OR_RETURN(int64_t step, ctx.session()->GlobalStep());
-  if ((step + 1) % every_ == 0) args.fetches = {"eval_global_step", "eval_accuracy", "eval_loss", "eval_summaries"};
+  // The first multiple not yet evaluated: this run evaluates if its update
+  // reaches it (StepMultiplesCrossed(covered_, updated step) > 0).
+  const int64_t from = NextStepMultiple(covered_, every_);
+  if (!cluster_) {
+    // One process: each run adds exactly one, so only the run that reaches
+    // `from` asks (no feed, no evaluation request on the other runs).
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, ctx.session()->GlobalStep());
+    if (step + 1 < from) return args;
+  }
+  // A cluster: every run asks, and the step evaluates only when the update
+  // (the other workers' included) reached `from` -- no read of the ps here.
+  args.fetches = {"eval_global_step", "eval_accuracy", "eval_loss", "eval_summaries"};
+  args.feeds.emplace(kEvalFromGlobalStep, Tensor::Scalar<int64_t>(from));
   return args;
 }
 
 Status EvalHook::after_run(SessionRunContext&, const SessionRunValues& values) {
-  if (values.results == nullptr || values.results->count("eval_global_step") == 0) return absl::OkStatus();
+  if (values.results == nullptr) return absl::OkStatus();
+  auto step = values.results->find("eval_global_step");
+  if (step == values.results->end() || step->second.data<int64_t>()[0] < 0) return absl::OkStatus();
+  covered_ = std::max(covered_, step->second.data<int64_t>()[0]);
   return Record(*values.results);
 }
 

@@ -85,6 +85,14 @@ Status In(const std::string& what, const Status& s) {
 
 }  // namespace
 
+int64_t ClusterStepsForEpochs(int64_t epochs, int64_t train_examples, int64_t batch_size) {
+  if (epochs <= 0 || train_examples <= 0 || batch_size <= 0) return 0;
+  // ceil(epochs * train_examples / batch_size), without overflowing the product.
+  const int64_t whole = train_examples / batch_size;
+  const int64_t rest = train_examples % batch_size;  // epochs * rest < epochs * batch_size
+  return epochs * whole + (epochs * rest + batch_size - 1) / batch_size;
+}
+
 void MlpJobObserver::OnStep(const MlpJobProgress&) {}
 void MlpJobObserver::OnEval(const MlpJobEval&) {}
 void MlpJobObserver::OnWarning(const std::string&) {}
@@ -184,7 +192,9 @@ StatusOr<std::unique_ptr<MlpJob>> MlpJob::Create(MlpJobOptions options) {
   // single-process resume continues its order), the test set in file order.
   data::DatasetOptions train_options;
   train_options.batch_size = f.batch_size;
-  train_options.epochs = f.epochs;
+  // A cluster's --epochs is a number of the cluster's global steps (below):
+  // each worker reads its data on, and StopAtStepHook ends every worker there.
+  train_options.epochs = options.cluster ? 0 : f.epochs;
   train_options.shuffle = true;
   train_options.seed = static_cast<uint64_t>(f.seed) + (options.cluster ? options.cluster->task_index : 0);
   impl->test_examples = options.data.test.labels.num_elements();
@@ -247,7 +257,10 @@ StatusOr<std::unique_ptr<MlpJob>> MlpJob::Create(MlpJobOptions options) {
 
   // The hooks, after MonitoredTrainingSession's default ones (step counter,
   // summaries, checkpoints).
-  const int64_t steps_by_epochs = f.epochs > 0 ? f.epochs * (*train_set)->batches_per_epoch() : 0;
+  const int64_t steps_by_epochs =
+      f.epochs <= 0   ? 0
+      : options.cluster ? ClusterStepsForEpochs(f.epochs, (*train_set)->num_examples(), f.batch_size)
+                        : f.epochs * (*train_set)->batches_per_epoch();
   impl->total_steps = steps_by_epochs;
   if (f.max_steps > 0) impl->total_steps = impl->total_steps > 0 ? std::min(impl->total_steps, f.max_steps) : f.max_steps;
   impl->progress = std::make_shared<ProgressHook>(impl->total_steps, options.observer, model->eval, model->clock);
@@ -258,9 +271,12 @@ StatusOr<std::unique_ptr<MlpJob>> MlpJob::Create(MlpJobOptions options) {
   impl->hooks = std::move(options.first_hooks);
   impl->hooks.push_back(*nan_hook);
   impl->hooks.push_back(impl->progress);
-  if (f.max_steps > 0) {
+  // One process ends at the last epoch by its input's end (OUT_OF_RANGE); a
+  // cluster task at the cluster's global step for --epochs as at --max-steps.
+  const int64_t last_step = options.cluster ? impl->total_steps : f.max_steps;
+  if (last_step > 0) {
     StopAtStepHook::Options stop_options;
-    stop_options.last_step = f.max_steps;
+    stop_options.last_step = last_step;
     auto stop = StopAtStepHook::Create(stop_options);
     if (!stop.ok()) return In("bad flags", stop.status());
     impl->hooks.push_back(*stop);
@@ -269,7 +285,8 @@ StatusOr<std::unique_ptr<MlpJob>> MlpJob::Create(MlpJobOptions options) {
   // where the directory is this process's (its events go to <dir>/eval).
   const bool is_chief = !options.cluster || options.cluster->is_chief;
   if (is_chief && !f.checkpoint_dir.empty()) {
-    impl->eval = std::make_shared<EvalHook>(f.checkpoint_dir + "/eval", f.eval_every_steps, impl->env);
+    impl->eval = std::make_shared<EvalHook>(f.checkpoint_dir + "/eval", f.eval_every_steps, impl->env,
+                                            options.cluster.has_value());
     impl->hooks.push_back(impl->eval);
   }
   // After EvalHook: its end() evaluates on the device copy of the test set.

@@ -26,6 +26,13 @@ namespace foreman::train_internal {
 
 inline constexpr char kEpochVariable[] = "input_pipeline/epoch";
 inline constexpr char kIndexVariable[] = "input_pipeline/index";
+// A training run's global_step after its update (int64 scalar; in a
+// cluster ps 0's answer, the other workers' updates included): what the
+// progress and the cadences count.
+inline constexpr char kUpdatedGlobalStep[] = "updated_global_step";
+// Fed with the eval_* fetches (int64 scalar S): the run evaluates only when
+// its update reached global_step >= S, else answers eval_global_step -1.
+inline constexpr char kEvalFromGlobalStep[] = "eval_from_global_step";
 
 // The last evaluation the step computed, for the progress hook.
 struct EvalRecord {
@@ -79,8 +86,9 @@ Status MlpStep(MlpModel& m, StepContext& ctx);
 
 // Reports step, loss, accuracy and steps/s to the observer after each run
 // that trained, and a new evaluation before it and at the end. Reads "loss",
-// "accuracy" and the (pre-run) "global_step" each run: the step computes
-// them anyway.
+// "accuracy" and kUpdatedGlobalStep each run (the step computes them
+// anyway): in a cluster the cluster's global_step after this run's update,
+// and the rate is that of the cluster's global_step.
 class ProgressHook : public SessionRunHook {
  public:
   ProgressHook(int64_t total_steps, std::shared_ptr<MlpJobObserver> observer, std::shared_ptr<EvalRecord> eval,
@@ -116,6 +124,11 @@ class ProgressHook : public SessionRunHook {
 // layout): every `every_steps` global steps, at the multiples (500, 1000,
 // ...), and once more at the end, at the final global_step, unless that step
 // was just evaluated; the end's values are the run's reported test accuracy.
+// In a cluster the other workers' updates carry global_step forward between
+// two of the chief's runs: the chief evaluates at its first run whose update
+// reaches or passes each multiple (StepMultiplesCrossed > 0), once for all
+// the multiples that run passed, at the step it reached (docs/train.md
+// "Evaluation").
 // The step function evaluates after the run's update, so a run whose
 // pre-run global_step is N-1 yields the evaluation at N. (TF's
 // SummarySaverHook fires on the first run, whose post-update step is 1, and
@@ -129,8 +142,10 @@ class ProgressHook : public SessionRunHook {
 // or failed run wrote after its last checkpoint, which this run writes again.
 class EvalHook : public SessionRunHook {
  public:
-  EvalHook(std::string output_dir, int64_t every_steps, Env* env)
-      : output_dir_(std::move(output_dir)), every_(every_steps), env_(env) {}
+  // `cluster`: the session is a cluster worker's (global_step may advance
+  // by more than one per run).
+  EvalHook(std::string output_dir, int64_t every_steps, Env* env, bool cluster = false)
+      : output_dir_(std::move(output_dir)), every_(every_steps), env_(env), cluster_(cluster) {}
   std::string name() const override { return "EvalHook"; }
   Status after_create_session(Session* session, Coordinator*) override;
   StatusOr<SessionRunArgs> before_run(SessionRunContext& ctx) override;
@@ -146,6 +161,8 @@ class EvalHook : public SessionRunHook {
   const std::string output_dir_;
   const int64_t every_;
   Env* const env_;
+  const bool cluster_;
+  int64_t covered_ = 0;  // the last evaluated step, or the session's first: its multiples are done
   std::optional<int64_t> start_step_;
   std::optional<int64_t> restart_at_;  // a START not yet written: the last session's restored step + 1
   std::optional<MlpJobEval> last_;

@@ -150,6 +150,11 @@ Status Train(MlpModel& m, StepContext& ctx, std::vector<std::string>& summaries)
   FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kEpochVariable, batch.next.epoch));
   FOREMAN_RETURN_IF_ERROR(WriteInt64(vars, kIndexVariable, batch.next.index));
   if (!ctx.remote_variables()) FOREMAN_RETURN_IF_ERROR(IncrementGlobalStep(vars).status());
+  if (ctx.requested(kUpdatedGlobalStep)) {
+    // In a cluster: ps 0's answer to this update, other workers' updates included.
+    FOREMAN_ASSIGN_OR_RETURN(int64_t updated, GetGlobalStep(vars));
+    ctx.Set(kUpdatedGlobalStep, Tensor::Scalar<int64_t>(updated));
+  }
   ctx.Set("train_op", Tensor::Scalar<int64_t>(1));
   ctx.Set("loss", Tensor::Scalar<float>(r.loss));
   ctx.Set("accuracy", Tensor::Scalar<float>(r.accuracy));
@@ -189,7 +194,23 @@ Status MlpStep(MlpModel& m, StepContext& ctx) {
   // After the update: the summary is written at the post-run global_step.
   if (ctx.requested("eval_accuracy") || ctx.requested("eval_loss") || ctx.requested("eval_summaries") ||
       ctx.requested("eval_global_step")) {
-    FOREMAN_RETURN_IF_ERROR(Evaluate(m, ctx));
+    // Fed kEvalFromGlobalStep: only when this run's update reached that step
+    // (in a cluster the other workers' updates may carry global_step past it
+    // between two of this worker's runs); otherwise eval_global_step -1.
+    bool evaluate = true;
+    if (const Tensor* from = ctx.feed(kEvalFromGlobalStep); from != nullptr) {
+      FOREMAN_RETURN_IF_ERROR(from->CheckType<int64_t>());
+      FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(ctx.variables()));
+      evaluate = step >= from->data<int64_t>()[0];
+    }
+    if (evaluate) {
+      FOREMAN_RETURN_IF_ERROR(Evaluate(m, ctx));
+    } else {
+      ctx.Set("eval_global_step", Tensor::Scalar<int64_t>(-1));
+      ctx.Set("eval_accuracy", Tensor::Scalar<float>(0));
+      ctx.Set("eval_loss", Tensor::Scalar<float>(0));
+      ctx.Set("eval_summaries", Tensor::Scalar<std::string>(std::string()));
+    }
   }
   if (ctx.requested("summaries")) {
     summaries.push_back(ScalarSummary("learning_rate", m.current_learning_rate));

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "foreman/hooks.hpp"
 #include "foreman/logging.hpp"
 
 namespace foreman::cli {
@@ -26,7 +27,10 @@ std::string FormatDuration(double secs) {
 std::string TotalSuffix(const MlpJobProgress& p) { return p.total_steps > 0 ? absl::StrCat("/", p.total_steps) : ""; }
 
 std::string Eta(const MlpJobProgress& p) {
-  if (p.total_steps <= 0 || p.steps_per_sec <= 0) return "?";
+  if (p.total_steps <= 0) return "?";
+  // A cluster's final global_step can pass the total by updates in flight.
+  if (p.global_step >= p.total_steps) return "0s";
+  if (p.steps_per_sec <= 0) return "?";
   return FormatDuration(static_cast<double>(p.total_steps - p.global_step) / p.steps_per_sec);
 }
 
@@ -50,13 +54,22 @@ int Fail(int code, const Status& s) {
 ProgressPrinter::ProgressPrinter(bool tty, int64_t every_steps) : tty_(tty), every_(std::max<int64_t>(every_steps, 1)) {}
 
 void ProgressPrinter::OnStep(const MlpJobProgress& p) {
+  OnStepLine(p);
+  last_step_ = p.global_step;
+}
+
+void ProgressPrinter::OnStepLine(const MlpJobProgress& p) {
   if (tty_) {
     const int64_t now = SteadyMicros();
-    if (last_draw_us_ < 0 || now - last_draw_us_ >= 100'000 || p.global_step == p.total_steps) {
+    if (last_draw_us_ < 0 || now - last_draw_us_ >= 100'000 || (p.total_steps > 0 && p.global_step >= p.total_steps)) {
       last_draw_us_ = now;
       Draw(p);
     }
-  } else if (p.global_step % every_ == 0) {
+  } else if (const int64_t from = last_step_ && *last_step_ < p.global_step ? *last_step_ : p.global_step - 1;
+             StepMultiplesCrossed(from, p.global_step, every_) > 0) {
+    // At the first step at or past each multiple: in a cluster global_step
+    // may advance by more than one between two of this worker's steps (a
+    // recovery that rewound it starts over).
     std::fprintf(stderr, "step %lld%s: loss %.4f, batch accuracy %.4f, %.1f steps/s, ETA %s\n",
                  static_cast<long long>(p.global_step), TotalSuffix(p).c_str(), p.loss, p.accuracy, p.steps_per_sec,
                  Eta(p).c_str());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,9 @@ int Fail(int code, const Status& s);
 
 /// The job's progress on stderr: step, steps/s, loss and ETA, a bar redrawn
 /// at most every 100 ms on a terminal (`tty`), else a plain line every
-/// `every_steps` global steps; each new evaluation; the job's warnings
+/// `every_steps` global steps (at the first step at or past each multiple:
+/// in a cluster global_step may advance by more than one between two of
+/// this worker's steps); each new evaluation; the job's warnings
 /// ("foreman train: warning: ..."). On the training thread.
 class ProgressPrinter : public MlpJobObserver {
  public:
@@ -32,12 +35,14 @@ class ProgressPrinter : public MlpJobObserver {
   void OnEnd() override;
 
  private:
+  void OnStepLine(const MlpJobProgress& p);
   void Draw(const MlpJobProgress& p);
 
   const bool tty_;
   const int64_t every_;
   bool drew_ = false;
   int64_t last_draw_us_ = -1;  // steady clock
+  std::optional<int64_t> last_step_;  // the previous OnStep's global_step
 };
 
 /// Under --restart-policy: one line per restart or removal the session's

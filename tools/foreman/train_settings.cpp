@@ -46,7 +46,8 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--max-steps", f.max_steps, "Stop at this global_step (0: no limit)")
       ->transform(DecimalInt64())
       ->capture_default_str();
-  cmd.add_option("--epochs", f.epochs, "Passes over the training data (0: no limit)")
+  cmd.add_option("--epochs", f.epochs, "Passes over the training data (0: no limit); in a cluster, ceil(epochs x examples / batch) "
+                 "global steps shared by the workers")
       ->transform(DecimalInt64())
       ->capture_default_str();
   cmd.add_option("--batch-size", f.batch_size, "Examples per step")->transform(DecimalInt64())->capture_default_str();
@@ -78,7 +79,8 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--data-dir", f.data_dir, "Fashion-MNIST's gzip IDX files (Debian: dataset-fashion-mnist)")
       ->capture_default_str();
   cmd.add_option("--eval-every-steps", f.eval_every_steps,
-                 "Test-set accuracy every N global steps into <checkpoint-dir>/eval (0: only at the end)")
+                 "Test-set accuracy at every multiple of N global steps (in a cluster: the chief's first step at or past "
+                 "each) into <checkpoint-dir>/eval (0: only at the end)")
       ->transform(DecimalInt64())->capture_default_str();
   cmd.add_option("--prefetch-batches", f.prefetch_batches, "Batches the input pipeline prepares ahead")
       ->transform(DecimalInt64())->capture_default_str();

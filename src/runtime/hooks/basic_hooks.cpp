@@ -19,6 +19,25 @@
 
 namespace foreman {
 
+// -- Step multiples ----------------------------------------------------------------
+
+namespace {
+int64_t FloorDiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+}  // namespace
+
+int64_t StepMultiplesCrossed(int64_t from_step, int64_t to_step, int64_t every_steps) {
+  if (every_steps <= 0 || to_step <= from_step) return 0;
+  return FloorDiv(to_step, every_steps) - FloorDiv(from_step, every_steps);
+}
+
+int64_t NextStepMultiple(int64_t step, int64_t every_steps) {
+  if (every_steps <= 0) return 0;
+  return (FloorDiv(step, every_steps) + 1) * every_steps;
+}
+
 // -- SecondOrStepTimer ------------------------------------------------------------
 
 StatusOr<SecondOrStepTimer> SecondOrStepTimer::Create(std::optional<double> every_secs,
