@@ -178,10 +178,9 @@ class SecondOrStepTimer {
 /// the smallest multiple of `every_steps` greater than `step`. Steps may be
 /// negative (floor division); `every_steps` must be > 0 (0 is returned for
 /// every_steps <= 0: no cadence). Pure functions, thread-safe. TF's
-/// SecondOrStepTimer (B96) instead fires at `every_steps` past its last
-/// trigger, which drifts off the multiples once a trigger is late; Foreman's
-/// test-set evaluation and `foreman train`'s progress lines use the multiples
-/// (docs/train.md "Evaluation").
+/// SecondOrStepTimer instead fires at `every_steps` past its last trigger,
+/// which drifts off the multiples once a trigger is late; Foreman's test-set
+/// evaluation and `foreman train`'s progress lines use the multiples.
 int64_t StepMultiplesCrossed(int64_t from_step, int64_t to_step, int64_t every_steps);
 int64_t NextStepMultiple(int64_t step, int64_t every_steps);
 

@@ -231,7 +231,7 @@ struct MlpJobResult {
   bool ended_by_chief = false;
 };
 
-/// `--epochs` in a cluster (docs/cluster.md "Cadence"): the cluster's
+/// `--epochs` in a cluster (`foreman train`'s rule for it): the cluster's
 /// global steps for `epochs` passes over `train_examples` examples in
 /// batches of `batch_size`, ceil(epochs x train_examples / batch_size),
 /// whichever workers' batches they are (asynchronous training: one global
