@@ -9,8 +9,8 @@ root=${1:?usage: mutants_apply_test.sh SOURCE_ROOT}
 failures=0 n=0
 for p in "$root"/tools/mutants/*.patch; do
   n=$((n + 1))
-  if ! out=$(patch --dry-run --batch --fuzz=0 --silent -p1 -d "$root" -i "$p" 2>&1); then
-    echo "FAIL: $(basename "$p") no longer applies to the tree (patch --fuzz=0): $out"
+  if ! out=$(patch --dry-run --batch --forward --fuzz=0 --silent -p1 -d "$root" -i "$p" 2>&1); then
+    echo "FAIL: $(basename "$p") no longer applies to the tree (patch --forward --fuzz=0; one already applied fails too): $out"
     failures=$((failures + 1))
   fi
 done

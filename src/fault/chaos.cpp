@@ -86,6 +86,10 @@ Status CheckFlags(const ChaosOptions& o, ChaosRun& run) {
     return absl::InvalidArgumentError("--shrink SEED shrinks one seed's plan: not with --seed, --seeds or --first-seed");
   }
   if (o.shrink && cluster) return absl::InvalidArgumentError("--shrink: not with --preset cluster");
+  if (o.shrink && !o.json_path.empty()) {
+    return absl::InvalidArgumentError("--shrink writes the shrunk plan (shrunk-seed-K.json), not a report: not with --json");
+  }
+  if (o.shrink && *o.seed < 0) return absl::InvalidArgumentError(absl::StrCat("--shrink must be >= 0, got ", *o.seed));
   if (o.seed.has_value() && (o.seeds.has_value() || o.first_seed.has_value())) {
     return absl::InvalidArgumentError("give --seed K (one seed) or --seeds N [--first-seed K], not both");
   }

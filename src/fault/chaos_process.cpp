@@ -495,7 +495,8 @@ StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const s
       if (oracle_restore && *oracle_restore < sim->last_durable_step) {
         r.invariants["checkpoints_verify"].Fail(absl::StrCat(
             "before run ", n, ": the save of step ", sim->last_durable_step,
-            " was reported durable, but after the power cut the newest whole checkpoint is ",
+            " was reported durable, but after the power cut the checkpoint to restore (the oracle's: the state "
+            "file's latest if whole, else the newest whole bundle) is ",
             *oracle_restore >= 0 ? absl::StrCat("step ", *oracle_restore) : std::string("none"),
             oracle_notes.empty() ? "" : absl::StrCat(" (", absl::StrJoin(oracle_notes, "; "), ")")));
       }
@@ -528,7 +529,7 @@ StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const s
       if (oracle_restore && trained && log.restored_step.value_or(-1) != *oracle_restore) {
         auto said = [](int64_t step) { return step >= 0 ? absl::StrCat("step ", step) : std::string("nothing"); };
         r.invariants["global_step"].Fail(absl::StrCat("run ", n, " restored ", said(log.restored_step.value_or(-1)),
-                                                      ", but the newest whole checkpoint (the oracle's) is ",
+                                                      ", but the checkpoint to restore (the oracle's) is ",
                                                       *oracle_restore >= 0 ? said(*oracle_restore) : "none"));
       }
       for (const std::string& v : sim->env->TakeLockViolations()) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -181,7 +182,12 @@ json ProcessReportJson(const ChaosRun& run, const std::vector<std::string>& trai
     report["changes_training"] = run.changes_training;
   }
   json flags_json = json::array();
-  for (const std::string& w : train_flags) flags_json.push_back(ReportWord(w, run.cwd));
+  for (const std::string& w : train_flags) {
+    // A path in the work directory (the power preset's data subset) as the
+    // report's other paths are: relative to it, so that one plan's reports
+    // from two work directories are byte-equal.
+    flags_json.push_back(absl::StartsWith(w, run.work + "/") ? run.Rel(w) : ReportWord(w, run.cwd));
+  }
   report["train_flags"] = flags_json;
   report["timeout_secs"] = run.options.timeout_secs;
   report["max_restarts"] = kChaosMaxRestarts;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The mutation suite (docs/reliability.md, "The mutation suite"): proves that
+# The mutation suite (docs/fault-injection.md, "The mutation suite"): proves that
 # `foreman chaos` catches the durability bugs it exists for. Each mutant is
 # one small source patch kept in tools/mutants/ (a planted bug: a skipped
 # fsync, a state file written too early, a restore of the wrong
