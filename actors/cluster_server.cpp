@@ -250,13 +250,14 @@ void WatchPeers(ServerCore* core) {
     }
     StatusOr<PsShardStatsMessage> stats = c.remote->PeekPs0Stats();
     if (!stats.ok()) continue;
-    if (stats->ended) return;
     const int64_t now_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start).count();
     for (int w : watched) {
       const auto k = static_cast<std::size_t>(w);
       log.Observe(w, k < stats->worker_last_apply_ms.size() ? stats->worker_last_apply_ms[k] : -1, now_ms);
     }
+    // Training over: this last look logged a return since the previous one.
+    if (stats->ended) return;
   }
 }
 

@@ -573,6 +573,16 @@ void OnApply(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply reply
   st.held.push_back(HeldApply{std::move(update), std::move(reply)});
 }
 
+// One look at the chief's updates for the death log (PeerSilenceLog): at
+// each ps_watch tick, and once more at the end of training, so that a chief
+// that returned since the last tick is logged as back before the watch stops.
+void ObserveChief(ps_shard_state& st) {
+  if (st.silence == nullptr) return;
+  const int64_t now = SteadyNowNs();
+  const int64_t last = st.worker_last_apply_ns.empty() ? 0 : st.worker_last_apply_ns[0];
+  st.silence->Observe(0, last == 0 ? -1 : (now - last) / 1'000'000, now / 1'000'000);
+}
+
 // (ps_end_atom): training ends on the shard (ps_shard.hpp), unless another
 // job asked.
 caf::result<int64_t> EndTraining(ps_shard_state& st, int64_t chief_step, const std::string& job_id) {
@@ -581,6 +591,7 @@ caf::result<int64_t> EndTraining(ps_shard_state& st, int64_t chief_step, const s
     return ErrorOf(refused);
   }
   if (!st.ended) {
+    ObserveChief(st);
     st.ended = true;
     st.end_step = GlobalStep(st) >= 0 ? GlobalStep(st) : chief_step;
     // The applies held by a freeze and those waiting for an aggregated
@@ -716,9 +727,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
       [self](ps_watch_atom) {
         auto& st = self->state;
         if (st.ended || st.silence == nullptr) return;  // training over: nothing to watch
-        const int64_t now = SteadyNowNs();
-        const int64_t last = st.worker_last_apply_ns.empty() ? 0 : st.worker_last_apply_ns[0];
-        st.silence->Observe(0, last == 0 ? -1 : (now - last) / 1'000'000, now / 1'000'000);
+        ObserveChief(st);
         self->delayed_send(self, std::chrono::milliseconds(std::max<int64_t>(100, st.options.silence_ms / 2)),
                            ps_watch_atom::value);
       },

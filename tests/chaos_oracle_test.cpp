@@ -20,7 +20,9 @@
 #include "foreman/bundle.hpp"
 #include "foreman/crc32c.hpp"
 #include "foreman/mem_env.hpp"
+#include "foreman/record.hpp"
 #include "foreman/tensor.hpp"
+#include "support/test_util.hpp"
 #include "tensor_bundle.pb.h"
 
 namespace foreman::internal {
@@ -75,6 +77,44 @@ std::string RawIndex(const std::map<std::string, RawEntry>& entries, const std::
   }
   REQUIRE(builder.Finish().ok());
   return sink.data;
+}
+
+// Three records framed by RecordWriter, as an event file holds them.
+std::string ThreeRecords() {
+  MemEnv env;
+  auto file = env.NewWritableFile("/r");
+  REQUIRE_OK(file.status());
+  RecordWriter w(file->get());
+  for (const char* d : {"first", "", "the third record, a little longer"}) REQUIRE_OK(w.WriteRecord(d));
+  REQUIRE_OK((*file)->Close());
+  auto bytes = env.ReadFileToString("/r");
+  REQUIRE_OK(bytes.status());
+  return *bytes;
+}
+
+TEST_CASE("OracleCheckRecords: whole records pass; a cut header, a cut record, a flipped byte and a cut record "
+          "followed by more (the old retry's file) are DATA_LOSS at their byte") {
+  const std::string whole = ThreeRecords();
+  CHECK_OK(OracleCheckRecords(whole));
+  CHECK_OK(OracleCheckRecords(""));
+  const std::size_t first = 12 + 5 + 4;  // the first record's bytes
+  auto loss = [](const std::string& bytes, const std::string& what) {
+    const Status s = OracleCheckRecords(bytes);
+    CHECK_MESSAGE(absl::IsDataLoss(s), s);
+    CHECK_MESSAGE(absl::StrContains(s.message(), what), s);
+  };
+  loss(whole.substr(0, first + 7), "record 1 at byte 21: a cut header (7 of 12 bytes)");
+  loss(whole.substr(0, whole.size() - 1), "record 2 at byte 37: cut");
+  std::string flipped = whole;
+  flipped[first + 12 + 4 + 12 + 3] ^= 0x01;  // a byte of the third record's data
+  loss(flipped, "record 2 at byte 37: its data fails its CRC32C");
+  std::string length = whole;
+  length[first] ^= 0x01;
+  loss(length, "record 1 at byte 21: its length fails its CRC32C");
+  // Half of the third record, then all of it: what a retry after a failed
+  // append once left.
+  const std::string third = whole.substr(37);
+  loss(whole.substr(0, 37) + third.substr(0, third.size() / 2) + third, "record 2 at byte 37");
 }
 
 TEST_CASE("a string tensor is CRC-checked: its lengths, their checksum and its bytes") {

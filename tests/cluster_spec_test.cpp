@@ -527,14 +527,26 @@ TEST_CASE("PeerSilenceLog logs a silent task once, its return once, and rate-lim
   std::optional<std::string> back = log.Observe(1, 0, 5000);
   REQUIRE(back.has_value());
   CHECK(*back == "ps task 0: worker 1 (/job:worker/task:1) returned: updating again after 4900 ms without an update");
-  // Flapping every 200 ms for 10 s: at most one line a second.
-  int lines = 0;
+  // Flapping every 200 ms for 10 s: at most one loss a second, each
+  // followed by its return.
+  int losses = 0, returns = 0;
   for (int64_t t = 5200; t < 15200; t += 200) {
     const bool silent = (t / 200) % 2 == 0;
-    if (log.Observe(1, silent ? 1500 : 0, t).has_value()) ++lines;
+    std::optional<std::string> line = log.Observe(1, silent ? 1500 : 0, t);
+    if (line.has_value()) ++(line->find(" lost: ") != std::string::npos ? losses : returns);
   }
-  CHECK(lines <= 10);
-  CHECK(lines >= 2);
+  CHECK(losses <= 10);
+  CHECK(losses >= 2);
+  CHECK(returns >= losses - 1);
+  CHECK(returns <= losses);
+  // A return soon after its loss (a chief restarted within the interval, the
+  // run ending right after): logged at once, not left for a later look.
+  internal::PeerSilenceLog quick("ps task 0", /*silence_ms=*/1000, /*min_line_interval_ms=*/1000);
+  CHECK(!quick.Observe(0, 0, 0).has_value());
+  REQUIRE(quick.Observe(0, 1100, 1100).has_value());
+  std::optional<std::string> soon = quick.Observe(0, 0, 1300);
+  REQUIRE(soon.has_value());
+  CHECK(soon->find("the chief (/job:worker/task:0) returned") != std::string::npos);
   // The chief's name.
   internal::PeerSilenceLog w("/job:worker/task:1", 1000);
   CHECK(!w.Observe(0, 0, 0).has_value());

@@ -91,6 +91,16 @@ for lie in state-sync state-dir-sync; do
 done
 fi
 
+# An event file with a cut record in its middle (the third append of each
+# written as half a record, then the whole record: the retry that once broke
+# TensorBoard's reading): the check after every flush names the file.
+if [[ $full -eq 1 ]]; then
+out=$(FOREMAN_LYING_DISK=event-retry timeout 120 "$lying" chaos --preset power --seeds 1 --work-dir "$tmp/lie-events" 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "an event file's retried record: chaos exited $rc, not 1: $(tail -20 <<<"$out")"
+has "scalars_once: run 0: event file (eval/)?events\.out\.tfevents\.[^ ]+ after a flush: record [0-9]+ at byte [0-9]+" "$out" ||
+  fail "an event file's retried record: the check after every flush did not name it: $(grep -m3 scalars_once <<<"$out")"
+fi
+
 if [[ $full -eq 1 ]]; then
 out=$(FOREMAN_LYING_DISK=lost-lock timeout 300 "$lying" chaos --preset power --seeds 1 --work-dir "$tmp/lie-lock" 2>&1); rc=$?
 [[ $rc -eq 1 ]] || fail "a lock that does not hold: chaos exited $rc, not 1: $(tail -20 <<<"$out")"

@@ -20,7 +20,10 @@ std::optional<std::string> PeerSilenceLog::Observe(int worker, int64_t ms_since_
   Peer& p = peers_[worker];
   const bool silent = ms_since_update > silence_ms_;
   if (silent == p.lost) return std::nullopt;
-  if (now_ms - p.last_line_ms < min_line_interval_ms_) return std::nullopt;  // rate limit: later, if it holds
+  // Rate limit on losses only: a loss that comes sooner after the task's
+  // last line is logged later, if it holds; a return is logged when seen (a
+  // run that ends right after it must not leave the loss as the last word).
+  if (silent && now_ms - p.last_line_ms < min_line_interval_ms_) return std::nullopt;
   std::string line;
   if (silent) {
     p.last_update_ms = now_ms - ms_since_update;

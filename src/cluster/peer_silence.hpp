@@ -7,9 +7,11 @@
 // than silence_ms (--connection-timeout-ms: a killed, stopped or partitioned
 // task, or one whose connection dropped); it has "returned" when an update
 // arrives again. Each change is logged once (WARNING for a loss, INFO for a
-// return), and a task's lines are at least min_line_interval_ms apart: a
-// change that comes sooner is logged at the first observation after that,
-// if it still holds (a task flapping faster is never logged more often).
+// return). A loss is logged at least min_line_interval_ms after the task's
+// previous line (one that comes sooner is logged at the first observation
+// after that, if it still holds); a return at the first observation that
+// sees it, so that every logged loss is followed by its return when the task
+// comes back (a task flapping faster is logged at most twice per interval).
 #pragma once
 
 #include <cstdint>

@@ -143,6 +143,36 @@ uint32_t OracleCrc32c(const std::string& data, std::size_t offset, std::size_t n
 
 uint32_t OracleMaskCrc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
+Status OracleCheckRecords(const std::string& bytes) {
+  auto le32 = [&bytes](std::size_t at) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(bytes[at + static_cast<std::size_t>(i)]);
+    return v;
+  };
+  std::size_t at = 0;
+  for (int64_t record = 0; at < bytes.size(); ++record) {
+    const std::size_t left = bytes.size() - at;
+    if (left < 12) {
+      return absl::DataLossError(absl::StrCat("record ", record, " at byte ", at, ": a cut header (", left,
+                                              " of 12 bytes)"));
+    }
+    const uint64_t length = (static_cast<uint64_t>(le32(at + 4)) << 32) | le32(at);
+    if (le32(at + 8) != OracleMaskCrc(OracleCrc32c(bytes, at, 8))) {
+      return absl::DataLossError(absl::StrCat("record ", record, " at byte ", at, ": its length fails its CRC32C"));
+    }
+    if (length > left - 12 || left - 12 - length < 4) {
+      return absl::DataLossError(absl::StrCat("record ", record, " at byte ", at, ": cut (", length,
+                                              " bytes of data and a 4-byte CRC announced, ", left - 12, " left)"));
+    }
+    const std::size_t data = at + 12;
+    if (le32(data + length) != OracleMaskCrc(OracleCrc32c(bytes, data, static_cast<std::size_t>(length)))) {
+      return absl::DataLossError(absl::StrCat("record ", record, " at byte ", at, ": its data fails its CRC32C"));
+    }
+    at = data + static_cast<std::size_t>(length) + 4;
+  }
+  return absl::OkStatus();
+}
+
 Status OracleVerifyBundle(Env* env, const std::string& prefix) {
   const std::string index_path = prefix + ".index";
   FOREMAN_ASSIGN_OR_RETURN(std::string index, env->ReadFileToString(index_path));

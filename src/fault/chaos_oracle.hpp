@@ -53,6 +53,13 @@ StatusOr<std::optional<int64_t>> OracleRestoreStep(Env* env, const std::string& 
 /// does not parse is one item.
 std::vector<std::string> OracleBadListedCheckpoints(Env* env, const std::string& dir);
 
+/// OK when `bytes` (an event file's contents) is a sequence of whole TFRecord
+/// records: each a uint64 little-endian length, the masked CRC32C of those
+/// 8 bytes, `length` bytes of data and their masked CRC32C, nothing after the
+/// last one. DATA_LOSS naming the byte offset and what is wrong (a cut
+/// record, a failed CRC). Read with this file's own CRC32C.
+Status OracleCheckRecords(const std::string& bytes);
+
 /// CRC32C (Castagnoli) of `data`, bit by bit; and TF's mask of a CRC.
 uint32_t OracleCrc32c(const std::string& data, std::size_t offset, std::size_t n);
 uint32_t OracleMaskCrc(uint32_t crc);

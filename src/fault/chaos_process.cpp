@@ -535,6 +535,9 @@ StatusOr<bool> RunProcesses(const Job& job, const std::string& seed_dir, const s
       for (const std::string& v : sim->env->TakeLockViolations()) {
         r.invariants["checkpoints_verify"].Fail(absl::StrCat("run ", n, ": ", job.run.Rel(v)));
       }
+      for (const std::string& v : sim->env->TakeRecordViolations()) {
+        r.invariants["scalars_once"].Fail(absl::StrCat("run ", n, ": event file ", job.run.Rel(v)));
+      }
     }
     if (child.exit_code == kTrainExitOk && !log.stopped_by_signal && !child.timed_out) return true;
     if (child.timed_out || child.exit_code == kTrainExitUsage) break;  // a hang, or a refusal: no restart helps

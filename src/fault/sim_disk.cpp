@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "fault/chaos_oracle.hpp"
 
 namespace foreman::internal {
 namespace {
@@ -47,6 +48,74 @@ std::vector<std::string> SimDisk::TakeLockViolations() {
   return std::exchange(violations_, {});
 }
 
+std::vector<std::string> SimDisk::TakeRecordViolations() {
+  MutexLock l(mu_);
+  return std::exchange(record_violations_, {});
+}
+
+void SimDisk::RecordBreach(const std::string& path, const std::string& what) {
+  const std::string name = path.substr(root_.size() + 1);
+  MutexLock l(mu_);
+  for (const std::string& v : record_violations_) {
+    if (absl::StartsWith(v, name + " ")) return;  // each file's first breach: the later ones follow from it
+  }
+  record_violations_.push_back(absl::StrCat(name, " ", what));
+}
+
+void SimDisk::CheckRecords(const char* op, const std::string& path, int64_t whole_bytes) {
+  StatusOr<std::string> bytes = disk_->ReadFileToString(path);
+  if (!bytes.ok()) {
+    RecordBreach(path, absl::StrCat("after a ", op, ": cannot be read: ", bytes.status().message()));
+    return;
+  }
+  if (whole_bytes >= 0 && static_cast<uint64_t>(whole_bytes) < bytes->size()) bytes->resize(static_cast<std::size_t>(whole_bytes));
+  if (Status s = OracleCheckRecords(*bytes); !s.ok()) {
+    RecordBreach(path, absl::StrCat("after a ", op, ": ", s.message()));
+  }
+}
+
+namespace {
+
+// An event file opened through a SimDisk: checks the summaries rule (the
+// class comment) after each Flush, Sync and Close that succeeds.
+class RecordCheckedFile final : public WritableFile {
+ public:
+  RecordCheckedFile(std::unique_ptr<WritableFile> file, SimDisk* disk, std::string path)
+      : file_(std::move(file)), disk_(disk), path_(std::move(path)) {}
+  Status Append(absl::string_view data) override {
+    const uint64_t before = file_->Size();
+    Status s = file_->Append(data);
+    if (!s.ok() && torn_at_ < 0) torn_at_ = static_cast<int64_t>(before);
+    if (s.ok() && torn_at_ >= 0 && !data.empty()) {
+      disk_->RecordBreach(path_, absl::StrCat("appended to after a failed append at byte ", torn_at_,
+                                              " (a cut record followed by more)"));
+    }
+    return s;
+  }
+  Status Flush() override { return Checked("flush", file_->Flush()); }
+  // Not checked at Sync: FaultyEnv's torn write (above this Env) syncs
+  // between the halves of one append.
+  Status Sync() override { return file_->Sync(); }
+  // Not checked at Close: a writer closes the file a failed append cut
+  // (FaultyEnv, above this Env, cuts it) and goes on in a new one.
+  Status Close() override { return file_->Close(); }
+  uint64_t Size() const override { return file_->Size(); }
+
+ private:
+  Status Checked(const char* op, Status s) {
+    if (s.ok()) disk_->CheckRecords(op, path_, torn_at_);
+    return s;
+  }
+  const std::unique_ptr<WritableFile> file_;
+  SimDisk* const disk_;
+  const std::string path_;
+  int64_t torn_at_ = -1;  // the size before the first failed append; -1: none (one writer thread)
+};
+
+bool IsEventFile(const std::string& path) { return absl::StrContains(path, "events.out.tfevents"); }
+
+}  // namespace
+
 Status SimDisk::Writable(const char* op, const std::string& path) const {
   if (Inside(path)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(op, " ", path, ": outside the simulated disk ", root_));
@@ -68,13 +137,17 @@ StatusOr<std::unique_ptr<RandomAccessFile>> SimDisk::NewRandomAccessFile(const s
 StatusOr<std::unique_ptr<WritableFile>> SimDisk::NewWritableFile(const std::string& path) {
   FOREMAN_RETURN_IF_ERROR(Writable("create", path));
   CheckLocked("create", path);
-  return disk_->NewWritableFile(path);
+  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, disk_->NewWritableFile(path));
+  if (!IsEventFile(path)) return file;
+  return std::unique_ptr<WritableFile>(std::make_unique<RecordCheckedFile>(std::move(file), this, path));
 }
 
 StatusOr<std::unique_ptr<WritableFile>> SimDisk::NewAppendableFile(const std::string& path) {
   FOREMAN_RETURN_IF_ERROR(Writable("open for append", path));
   CheckLocked("open for append", path);
-  return disk_->NewAppendableFile(path);
+  FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, disk_->NewAppendableFile(path));
+  if (!IsEventFile(path)) return file;
+  return std::unique_ptr<WritableFile>(std::make_unique<RecordCheckedFile>(std::move(file), this, path));
 }
 
 Status SimDisk::RenameFile(const std::string& from, const std::string& to) {

@@ -23,8 +23,15 @@ namespace foreman::internal {
 /// It also checks one rule of the run directory as the job runs: a file
 /// under `root` is created, renamed or deleted only while
 /// <root>/.foreman.lock is held (the lock, and the harness's own
-/// fault_record.json, excepted). Each breach is kept (lock_violations()).
-/// Thread-safe.
+/// fault_record.json, excepted). Each breach is kept (TakeLockViolations()).
+///
+/// And one rule of the summaries: after every successful Flush of an event
+/// file ("events.out.tfevents" in its name) opened through
+/// it, the file's bytes are whole TFRecord records by the oracle's own reader
+/// (OracleCheckRecords); after a failed append the file may end in that cut
+/// record, but nothing may be appended after it (the retry that once
+/// rewrote a whole record after half of it). Each breach is kept
+/// (TakeRecordViolations()). Thread-safe.
 class SimDisk : public EnvWrapper {
  public:
   /// Creates `root` and its ancestors on `disk`, durably. Neither pointer
@@ -38,6 +45,14 @@ class SimDisk : public EnvWrapper {
   /// The lock rule's breaches so far ("create <path relative to root> while
   /// the directory's lock was not held"), and forgets them.
   std::vector<std::string> TakeLockViolations();
+  /// The summaries rule's breaches so far ("<path relative to root> after a
+  /// flush: <what the oracle read>"), and forgets them.
+  std::vector<std::string> TakeRecordViolations();
+  // Called by the event files' wrappers (sim_disk.cpp): checks `path`'s
+  // first `whole_bytes` bytes (all of them when -1) after `op`; records a
+  // breach `what` as given when `what` is not empty.
+  void CheckRecords(const char* op, const std::string& path, int64_t whole_bytes);
+  void RecordBreach(const std::string& path, const std::string& what);
 
   StatusOr<std::string> ReadFileToString(const std::string& path) override;
   StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
@@ -67,6 +82,7 @@ class SimDisk : public EnvWrapper {
   Env* const outside_;
   Mutex mu_;
   std::vector<std::string> violations_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> record_violations_ ABSL_GUARDED_BY(mu_);
 };
 
 /// Copies every file and directory under `root` of `disk` to the same paths

@@ -28,6 +28,11 @@
 //              as holding no checkpoint (no state file, no bundle): a
 //              restart that restores nothing although a whole checkpoint
 //              is there
+//   event-retry
+//              the third append to each event file writes the first half
+//              of its record, then the whole record (the retry that once
+//              left a cut record in the middle of an event file): the
+//              check after every flush must name it
 // Unset or anything else: the disk tells the truth (the program is then
 // `foreman`). The installed `foreman` has no such disk.
 #include <fnmatch.h>
@@ -66,6 +71,10 @@ class LyingFile : public foreman::WritableFile {
   LyingFile(std::unique_ptr<foreman::WritableFile> file, std::string mode, foreman::MemEnv* disk)
       : file_(std::move(file)), mode_(std::move(mode)), disk_(disk) {}
   foreman::Status Append(absl::string_view data) override {
+    if (mode_ == "event-retry" && ++appends_ == 3 && data.size() >= 32) {
+      FOREMAN_RETURN_IF_ERROR(file_->Append(data.substr(0, data.size() / 2)));
+      return file_->Append(data);
+    }
     if (mode_ == "lost-write" && !lost_) {
       lost_ = true;
       return absl::OkStatus();
@@ -86,6 +95,7 @@ class LyingFile : public foreman::WritableFile {
   const std::string mode_;
   foreman::MemEnv* const disk_;
   bool lost_ = false;
+  int appends_ = 0;
 };
 
 class LyingEnv : public foreman::EnvWrapper {
@@ -95,6 +105,8 @@ class LyingEnv : public foreman::EnvWrapper {
     FOREMAN_ASSIGN_OR_RETURN(std::unique_ptr<foreman::WritableFile> file, base()->NewWritableFile(path));
     if (mode_ == "state-sync") {
       if (!IsStateTemp(path)) return file;
+    } else if (mode_ == "event-retry") {
+      if (path.find("events.out.tfevents") == std::string::npos) return file;
     } else if (!IsData(path)) {
       return file;
     }
@@ -151,7 +163,7 @@ std::unique_ptr<foreman::Env> Lie(foreman::Env* disk) {
   const std::string mode = Mode();
   if (mode != "data-sync" && mode != "data-sync-after-crash" && mode != "dir-sync" && mode != "lost-write" &&
       mode != "lost-lock" && mode != "state-sync" && mode != "state-dir-sync" &&
-      mode != "forget-after-crash") {
+      mode != "forget-after-crash" && mode != "event-retry") {
     return nullptr;
   }
   return std::make_unique<LyingEnv>(disk, mode);
