@@ -696,7 +696,8 @@ void Server::Evict(absl::Duration grace) {
         std::chrono::duration_cast<internal::SteadyClock::duration>(
             absl::ToChronoNanoseconds(std::clamp(grace, absl::ZeroDuration(), absl::Hours(1))));
   }
-  FOREMAN_LOG_INFO("{}: stopping (evicted): refusing updates; waiting at most {} for the chief's checkpoint",
+  FOREMAN_LOG_INFO("{}: stopping (evicted): refusing updates; waiting at most {} for the chief's checkpoint "
+                   "(not at all when no chief is applying)",
                    c.target, absl::FormatDuration(grace));
   // Not a request: Evict may run where nothing may block (a StopRequest's
   // listener). The shard answers through on_evicted_read.

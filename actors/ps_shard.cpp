@@ -738,6 +738,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
               "checkpoint of it, then it exits, and started again it is restored from that checkpoint"));
           std::deque<HeldApply> held = std::move(st.held);
           st.held.clear();
+          st.stats.refused_updates += static_cast<int64_t>(held.size());
           for (HeldApply& h : held) Refuse(h.reply, st.stopping);
           if (!st.waiting.empty()) {
             st.stats.dropped_gradients += static_cast<int64_t>(st.waiting.size());

@@ -316,7 +316,7 @@ class CheckpointSaverHook : public SessionRunHook, public internal::ServiceUser 
   /// most save_timeout; then DEADLINE_EXCEEDED); the listeners'
   /// before_save / after_save run as for any save. MonitoredSession calls
   /// it when a cluster run fails because a ps task is stopping (an
-  /// eviction: docs/cluster.md), so that the restore of that ps loses no
+  /// eviction, Server::Evict), so that the restore of that ps loses no
   /// step. Errors: the global_step read's or the save's. Training thread
   /// only (as the other callbacks). TF: none (TF1's saver saves on its
   /// schedule only).

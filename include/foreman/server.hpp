@@ -131,9 +131,9 @@ class Server {
   /// a Join is not allowed.
   Status Join(absl::Duration timeout);
 
-  /// A ps task evicted (a SIGTERM; docs/cluster.md "a ps task is
-  /// evicted"): from now on the task refuses every update with UNAVAILABLE
-  /// "ps task K (host:port) is stopping (evicted): ..." and still serves
+  /// A ps task evicted (a SIGTERM, as Kubernetes evicts a pod): from now
+  /// on the task refuses every update with UNAVAILABLE "ps task K
+  /// (host:port) is stopping (evicted): ..." and still serves
   /// reads, so that the chief takes a checkpoint of every ps task; a
   /// Join() in progress (or a later one) returns OK once the chief's
   /// consistent read of this task ended (plus 200 ms for its answer to
