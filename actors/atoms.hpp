@@ -62,6 +62,7 @@ using ps_thawed_atom = caf::atom_constant<caf::atom("psthawto")>;   // ps_shard:
 using ps_stats_atom = caf::atom_constant<caf::atom("psstats")>;     // ps_shard: its counters
 using ps_end_atom = caf::atom_constant<caf::atom("psend")>;         // ps_shard: training ended (chief)
 using ps_watch_atom = caf::atom_constant<caf::atom("pswatch")>;     // ps_shard: look for a silent chief (to self)
+using ps_evict_atom = caf::atom_constant<caf::atom("psevict")>;     // ps_shard: its task is evicted (local Server)
 
 // Completion (runtime/completion.hpp): a one-shot answer from an actor to a
 // plain thread.

@@ -91,7 +91,18 @@ struct JoinState {
   bool ended ABSL_GUARDED_BY(mu) = false;
   SteadyClock::time_point end_time ABSL_GUARDED_BY(mu);
   SteadyClock::time_point last_activity ABSL_GUARDED_BY(mu);
+  // An eviction (Server::Evict): Join returns once the chief's checkpoint
+  // read the shard (evicted_read) or at evict_deadline.
+  bool evicting ABSL_GUARDED_BY(mu) = false;
+  bool evicted_read ABSL_GUARDED_BY(mu) = false;  // the shard said: done (the chief read it, or no chief)
+  bool evicted_by_chief ABSL_GUARDED_BY(mu) = false;
+  SteadyClock::time_point evict_deadline ABSL_GUARDED_BY(mu);
+  SteadyClock::time_point evicted_read_at ABSL_GUARDED_BY(mu);  // when Join may return (after a linger)
 };
+
+// After the chief's checkpoint read, Join waits this much more so that the
+// answer to the chief's thaw leaves before the node is torn down.
+constexpr std::chrono::milliseconds kEvictLinger{200};
 
 }  // namespace
 
@@ -290,6 +301,17 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
             join->end_time = now;
           }
           join->last_activity = now;
+        }
+        join->cv.notify_all();
+      };
+      shard.on_evicted_read = [join = c.join](bool chief_read) {
+        {
+          MutexLock l(join->mu);
+          if (!join->evicted_read) {
+            join->evicted_read = true;
+            join->evicted_by_chief = chief_read;
+            join->evicted_read_at = SteadyClock::now() + (chief_read ? kEvictLinger : SteadyClock::duration(0));
+          }
         }
         join->cv.notify_all();
       };
@@ -624,6 +646,22 @@ Status Server::Join(absl::Duration timeout) {
   for (;;) {
     if (j.stopped) return absl::OkStatus();
     auto until = deadline;
+    if (j.evicting) {
+      const auto now = internal::SteadyClock::now();
+      if (j.evicted_read && now >= j.evicted_read_at) {
+        FOREMAN_LOG_INFO("{}: stopping (evicted): {}; exiting", c.target,
+                         j.evicted_by_chief ? "the chief read its state for a checkpoint"
+                                            : "no chief is applying to it, nothing to wait for");
+        return absl::OkStatus();
+      }
+      if (now >= j.evict_deadline) {
+        FOREMAN_LOG_WARN("{}: stopping (evicted): the grace period ended {}; exiting", c.target,
+                         j.evicted_read ? "just after the chief's checkpoint read"
+                                        : "without a checkpoint read by the chief (it restores the latest one)");
+        return absl::OkStatus();
+      }
+      until = std::min(until, j.evicted_read ? std::min(j.evict_deadline, j.evicted_read_at) : j.evict_deadline);
+    }
     if (c.is_ps && j.ended) {
       const auto done = std::min(j.last_activity + quiet, j.end_time + 10 * quiet);
       if (internal::SteadyClock::now() >= done) return absl::OkStatus();
@@ -638,6 +676,34 @@ Status Server::Join(absl::Duration timeout) {
     }
     j.cv.wait_until(l, until);
   }
+}
+
+void Server::Evict(absl::Duration grace) {
+  const std::shared_ptr<internal::ServerCore> core = impl_->core;
+  internal::ServerCore& c = *core;
+  if (!c.is_ps) {
+    Stop();
+    return;
+  }
+  // Under stop_mu: a Stop() cannot tear the node down during the send.
+  MutexLock stop_lock(c.stop_mu);
+  if (c.stopped) return;
+  {
+    MutexLock l(c.join->mu);
+    if (c.join->evicting) return;
+    c.join->evicting = true;
+    c.join->evict_deadline =
+        internal::SteadyClock::now() +
+        std::chrono::duration_cast<internal::SteadyClock::duration>(
+            absl::ToChronoNanoseconds(std::clamp(grace, absl::ZeroDuration(), absl::Hours(1))));
+  }
+  FOREMAN_LOG_INFO("{}: stopping (evicted): refusing updates; waiting at most {} for the chief's checkpoint "
+                   "(not at all when no chief is applying)",
+                   c.target, absl::FormatDuration(grace));
+  // Not a request: Evict may run where nothing may block (a StopRequest's
+  // listener). The shard answers through on_evicted_read.
+  caf::anon_send(c.served, internal::ps_evict_atom::value, c.address);
+  c.join->cv.notify_all();
 }
 
 void Server::Stop() {

@@ -74,6 +74,12 @@ struct ps_shard_state {
   // Training ended (ps_end_atom): every apply is answered OUT_OF_RANGE.
   bool ended = false;
   int64_t end_step = -1;  // the global_step named in the answer
+  // Its task is evicted (ps_evict_atom): every apply is refused with
+  // `stopping` (UNAVAILABLE); `read_while_frozen`: a read since the
+  // current freeze (the chief's consistent read for its checkpoint).
+  bool evicted = false;
+  Status stopping;
+  bool read_while_frozen = false;
   // Per worker index: when an apply from it last arrived (steady clock ns,
   // 0: never); the accepted counts are stats.worker_applies.
   std::vector<int64_t> worker_last_apply_ns;
@@ -516,6 +522,11 @@ void Dispatch(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply repl
     RefuseEnded(st, reply);
     return;
   }
+  if (st.evicted) {
+    ++st.stats.refused_updates;
+    Refuse(reply, st.stopping);
+    return;
+  }
   if (st.options.replicas_to_aggregate > 0) {
     Accumulate(st, update, std::move(reply));
     return;
@@ -557,7 +568,7 @@ void OnApply(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply reply
     return;
   }
   NoteArrival(st, update.gradients.worker);
-  if (!st.frozen || st.ended) {
+  if (!st.frozen || st.ended || st.evicted) {
     Dispatch(st, update, std::move(reply));
     return;
   }
@@ -672,12 +683,14 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
       },
       [self](ps_read_atom, const std::vector<std::string>& names) -> caf::result<VariablesMessage> {
         NoteEndedActivity(self->state);
+        if (self->state.frozen) self->state.read_while_frozen = true;
         StatusOr<VariablesMessage> r = Read(self->state, names);
         if (!r.ok()) return ErrorOf(r.status());
         return *std::move(r);
       },
       [self](ps_snap_atom) -> caf::result<VariablesMessage> {
         NoteEndedActivity(self->state);
+        if (self->state.frozen) self->state.read_while_frozen = true;
         StatusOr<VariablesMessage> r = Snapshot(self->state);
         if (!r.ok()) return ErrorOf(r.status());
         return *std::move(r);
@@ -702,6 +715,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
               Who(st), ": freeze timeout_ms must be in [1, ", kMaxFreezeMs, "], got ", timeout_ms)));
         }
         st.frozen = true;
+        st.read_while_frozen = false;
         const uint64_t epoch = ++st.freeze_epoch;
         if (const caf::strong_actor_ptr& sender = self->current_sender()) {
           const caf::actor_addr who = caf::actor_cast<caf::actor_addr>(sender);
@@ -715,8 +729,41 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         return GlobalStep(st);
       },
       [self](ps_thaw_atom) -> int64_t {
-        NoteEndedActivity(self->state);
-        return Thaw(self->state);
+        auto& st = self->state;
+        NoteEndedActivity(st);
+        const bool checkpoint_read = st.evicted && st.frozen && st.read_while_frozen;
+        const int64_t n = Thaw(st);
+        if (checkpoint_read) {
+          FOREMAN_LOG_INFO("{}: the chief read its state at global_step {} for a checkpoint while it is stopping",
+                           Who(st), GlobalStep(st));
+          if (st.options.on_evicted_read) st.options.on_evicted_read(true);
+        }
+        return n;
+      },
+      [self](ps_evict_atom, const std::string& address) -> bool {
+        auto& st = self->state;
+        if (!st.evicted) {
+          st.evicted = true;
+          st.stopping = absl::UnavailableError(absl::StrCat(
+              Who(st), " (", address, ") is stopping (evicted): it accepts no updates; the chief takes a "
+              "checkpoint of it, then it exits, and started again it is restored from that checkpoint"));
+          std::deque<HeldApply> held = std::move(st.held);
+          st.held.clear();
+          st.stats.refused_updates += static_cast<int64_t>(held.size());
+          for (HeldApply& h : held) Refuse(h.reply, st.stopping);
+          if (!st.waiting.empty()) {
+            st.stats.dropped_gradients += static_cast<int64_t>(st.waiting.size());
+            FailWaiting(st, st.stopping);
+          }
+        }
+        // The chief is there to take a checkpoint when it applied within
+        // the silence bound (the connection timeout).
+        const int64_t bound_ms = st.options.silence_ms > 0 ? st.options.silence_ms : 1000;
+        const bool chief_there = st.initialized && !st.ended && !st.worker_last_apply_ns.empty() &&
+                                 st.worker_last_apply_ns[0] != 0 &&
+                                 (SteadyNowNs() - st.worker_last_apply_ns[0]) / 1'000'000 <= bound_ms;
+        if (!chief_there && st.options.on_evicted_read) st.options.on_evicted_read(false);
+        return chief_there;
       },
       [self](ps_end_atom, int64_t chief_step) -> caf::result<int64_t> {
         return EndTraining(self->state, chief_step, std::string());

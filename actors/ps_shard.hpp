@@ -136,6 +136,18 @@
 //       reads, snapshots, freezes and thaws of the chief's final checkpoint
 //       and evaluation).
 //
+//   (ps_evict_atom, std::string address)                    -> bool
+//       Local only (the ps task's Server, at a SIGTERM: docs/cluster.md
+//       "a ps task is evicted"): from now on every apply, those a freeze
+//       holds and those waiting for a synchronous update are refused
+//       UNAVAILABLE "ps task K (address) is stopping (evicted): ..."
+//       (counted in refused_updates); reads, snapshots, freezes and thaws
+//       are served as before, so the chief can take a checkpoint; the
+//       thaw that ends a freeze with a read in it calls
+//       options.on_evicted_read(true). Idempotent. Answers whether the
+//       chief (worker 0) applied within silence_ms (1000 ms when 0); when
+//       not, calls options.on_evicted_read(false): no chief to wait for.
+//
 // A cluster checkpoint (rule: all shards at one global_step): the chief
 // freezes every shard (ps 0 answers the step), snapshots every shard, and
 // thaws every shard; no shard changes between its freeze and its thaw, so
@@ -192,6 +204,12 @@ struct PsShardOptions {
   /// chief falling silent for more than silence_ms after it had applied,
   /// and its return (PeerSilenceLog). 0: no watch (tests of the shard).
   int64_t silence_ms = 0;
+  /// Local only (the ps task's Server: an eviction): called on the shard's
+  /// thread with true when, after (ps_evict_atom), a thaw ends a freeze
+  /// during which the shard was read (the chief's consistent read for its
+  /// checkpoint), with false at (ps_evict_atom) when no chief applied
+  /// within silence_ms (nothing to wait for). Must not block; may be empty.
+  std::function<void(bool chief_read)> on_evicted_read;
 };
 
 /// Spawns a ps shard (not initialized) in `system`. INVALID_ARGUMENT naming

@@ -108,7 +108,8 @@ has "^\?  127.0.0.1:$closed  unreachable: " "$out" || fail "a closed port is not
 [[ ! -e $tmp/bad ]] || fail "a refused cluster local created its --checkpoint-dir"
 
 # A ps task given a SIGTERM says what a ps does (not "before training
-# started"), stops serving and exits 75 (stopped, not finished).
+# started"), refuses updates and, with no chief applying, exits 75 at once
+# (stopped, not finished).
 ports=$(free_ports 2)
 read -r p_ps p_w <<<"$ports"
 "$foreman" train "${model[@]}" --ps-hosts "127.0.0.1:$p_ps" --worker-hosts "127.0.0.1:$p_w" --job-name ps \
@@ -121,7 +122,10 @@ kill -TERM "$ps_pid"
 wait_bounded "$ps_pid" 30
 out=$(cat "$tmp/ps.out")
 [[ $rc -eq 75 ]] || fail "a ps stopped by SIGTERM exited $rc, expected 75: $out"
-has "SIGTERM received: ps task 0 stops serving now" "$out" || fail "the ps's signal message: $out"
+has "SIGTERM received: ps task 0 refuses updates from now on \(stopping, evicted\)" "$out" \
+  || fail "the ps's signal message: $out"
+has "stopping \(evicted\): no chief is applying to it, nothing to wait for; exiting" "$out" \
+  || fail "the lone ps waited for a chief: $out"
 ! has "before training started" "$out" || fail "the ps speaks of training: $out"
 
 echo "section 2 at $SECONDS s"

@@ -30,6 +30,7 @@
 #include "actors/status_error.hpp"
 #include "actors/cluster_net.hpp"
 #include "actors/messages.hpp"
+#include "foreman/mutex.hpp"
 #include "foreman/nn.hpp"
 #include "nn/optimizer.hpp"
 #include "support/test_util.hpp"
@@ -931,6 +932,73 @@ TEST_CASE("training ended (ps_end_atom): held and later applies are OUT_OF_RANGE
   // evaluation) are activity after the end, so the ps task's Join waits for
   // them to stop; the second end and the stats are not.
   CHECK(activity.load() == 5);
+}
+
+TEST_CASE("an evicted shard (ps_evict_atom) refuses applies UNAVAILABLE, serves the chief's checkpoint read, and "
+          "says so at its thaw; with no chief applying it says at once there is nothing to wait for") {
+  Node node;
+  std::vector<bool> said;  // on_evicted_read's calls, on the shard's thread (read after the asks below)
+  Mutex mu;
+  PsShardOptions options{0, Sgd()};
+  options.silence_ms = 60'000;
+  options.on_evicted_read = [&](bool chief_read) {
+    MutexLock l(mu);
+    said.push_back(chief_read);
+  };
+  StatusOr<caf::actor> made = internal::SpawnPsShard(*node.sys, options);
+  REQUIRE_OK(made);
+  caf::actor shard = *made;
+  node.actors.push_back(shard);
+  VariablesMessage vars;
+  vars.tensors = {GlobalStep(5), Floats("w", {2}, {1, 2})};
+  REQUIRE_OK(Init(*node.sys, shard, vars));
+  ApplyGradientsMessage from_chief = Update({Floats("w", {2}, {1, 1})}, 1.0f);
+  from_chief.gradients.worker = 0;
+  REQUIRE(Apply(*node.sys, shard, from_chief).value() == 6);
+  caf::scoped_actor freezer{*node.sys};
+  REQUIRE_OK(AskFrom<int64_t>(freezer, shard, internal::ps_freeze_atom::value, int64_t{60000}));
+  caf::scoped_actor self{*node.sys};
+  auto held = self->request(shard, kReply, internal::ps_apply_atom::value, from_chief);
+  REQUIRE(Stats(*node.sys, shard).queued_updates == 1);
+
+  StatusOr<bool> chief_there = Ask<bool>(*node.sys, shard, internal::ps_evict_atom::value, std::string("127.0.0.1:1"));
+  REQUIRE_OK(chief_there);
+  CHECK(*chief_there);  // worker 0 applied just now
+  StatusOr<int64_t> h = Await(held);
+  CHECK(h.status().code() == absl::StatusCode::kUnavailable);
+  CHECK_MESSAGE(absl::StartsWith(h.status().message(), "ps task 0 (127.0.0.1:1) is stopping (evicted): it accepts no updates"),
+                h.status());
+  StatusOr<int64_t> later = Apply(*node.sys, shard, from_chief);
+  CHECK(later.status().code() == absl::StatusCode::kUnavailable);
+  // The chief's consistent read: still served, and done at the thaw.
+  StatusOr<VariablesMessage> r = AskFrom<VariablesMessage>(freezer, shard, internal::ps_read_atom::value,
+                                                           std::vector<std::string>{"w", "global_step"});
+  REQUIRE_OK(r);
+  CHECK(r->global_step == 6);
+  {
+    MutexLock l(mu);
+    CHECK(said.empty());  // not before the thaw
+  }
+  CHECK(AskFrom<int64_t>(freezer, shard, internal::ps_thaw_atom::value).value() == 0);
+  CHECK(Stats(*node.sys, shard).refused_updates == 2);
+  // A second eviction changes nothing; a thaw without a freeze says nothing.
+  CHECK(Ask<bool>(*node.sys, shard, internal::ps_evict_atom::value, std::string("127.0.0.1:1")).ok());
+  CHECK(Ask<int64_t>(*node.sys, shard, internal::ps_thaw_atom::value).value() == 0);
+  {
+    MutexLock l(mu);
+    CHECK(said == std::vector<bool>{true});
+  }
+
+  // No chief applying: nothing to wait for.
+  StatusOr<caf::actor> lone = internal::SpawnPsShard(*node.sys, options);
+  REQUIRE_OK(lone);
+  node.actors.push_back(*lone);
+  REQUIRE_OK(Init(*node.sys, *lone, vars));
+  StatusOr<bool> none = Ask<bool>(*node.sys, *lone, internal::ps_evict_atom::value, std::string("127.0.0.1:2"));
+  REQUIRE_OK(none);
+  CHECK_FALSE(*none);
+  MutexLock l(mu);
+  CHECK(said == std::vector<bool>{true, false});
 }
 
 TEST_CASE("training ended: a synchronous apply waiting for its replicas is answered OUT_OF_RANGE; a shard "

@@ -441,6 +441,21 @@ TEST_CASE("B105 CheckpointSaverHook end() does not save a step that was just sav
   CHECK(SessionLogSteps(ReadEvents(&env, "/ckpt"), SessionLogStatus::kCheckpoint) == Steps{0, 100, 200});
 }
 
+TEST_CASE("CheckpointSaverHook::SaveNow saves the current step off the schedule, waited for, once per step") {
+  MemEnv env;
+  Harness h(&env);
+  auto hook = MakeCheckpointHook(CheckpointOptions(h, 1000));
+  h.hooks.push_back(hook);
+  REQUIRE(h.Begin().ok());
+  h.RunSteps(37);
+  REQUIRE(hook->SaveNow(h.session.get()).ok());
+  // Waited for: on disk as it returns (no WaitForPendingSaves).
+  CHECK(CheckpointSteps(&env, "/ckpt") == Steps{0, 37});
+  REQUIRE(hook->SaveNow(h.session.get()).ok());  // the step just saved: not again
+  REQUIRE(h.End().ok());                         // nor by end()
+  CHECK(hook->saved_steps() == Steps{0, 37});
+}
+
 TEST_CASE("B107 CheckpointSaverHook save_secs on the Clock: saves when 10 s have passed") {
   MemEnv env;
   Harness h(&env);

@@ -311,6 +311,16 @@ class CheckpointSaverHook : public SessionRunHook, public internal::ServiceUser 
   Status before_run_into(SessionRunContext& ctx, SessionRunArgs& args) override;
   Status after_run(SessionRunContext& ctx, const SessionRunValues& values) override;
   Status end(Session* session) override;
+  /// A save at the session's current global_step now, outside the
+  /// schedule (unless that step is the last one saved), waited for (at
+  /// most save_timeout; then DEADLINE_EXCEEDED); the listeners'
+  /// before_save / after_save run as for any save. MonitoredSession calls
+  /// it when a cluster run fails because a ps task is stopping (an
+  /// eviction, Server::Evict), so that the restore of that ps loses no
+  /// step. Errors: the global_step read's or the save's. Training thread
+  /// only (as the other callbacks). TF: none (TF1's saver saves on its
+  /// schedule only).
+  Status SaveNow(Session* session);
 
   /// Steps whose saves completed, in order (tests and benchmarks).
   std::vector<int64_t> saved_steps() const;

@@ -131,6 +131,21 @@ class Server {
   /// a Join is not allowed.
   Status Join(absl::Duration timeout);
 
+  /// A ps task evicted (a SIGTERM, as Kubernetes evicts a pod): from now
+  /// on the task refuses every update with UNAVAILABLE "ps task K
+  /// (host:port) is stopping (evicted): ..." and still serves
+  /// reads, so that the chief takes a checkpoint of every ps task; a
+  /// Join() in progress (or a later one) returns OK once the chief's
+  /// consistent read of this task ended (plus 200 ms for its answer to
+  /// leave), at once when the chief (worker 0) applied nothing within
+  /// connection_timeout_ms, or when `grace` (clamped to [0, 1 h]) has
+  /// passed, whichever comes first. It does not stop the Server (Stop()
+  /// or the destructor does). Never blocks (one local message: fine in a
+  /// StopRequest listener). Idempotent; a no-op once stopped. On a worker
+  /// task it is Stop(). TF: none (a TF1 ps killed by a signal loses its
+  /// variables).
+  void Evict(absl::Duration grace);
+
   /// Stops listening and serving; Join() returns. Idempotent.
   void Stop();
 

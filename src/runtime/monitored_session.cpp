@@ -231,6 +231,8 @@ struct MonitoredSession::Impl {
   void WriteRecoverySummary(const RecoveryReport& r);
   absl::Duration Backoff(int k);
   Status TeardownSession(bool recovering);
+  static bool IsPsEviction(const Status& s);
+  void SaveForPsEviction();
   template <class Attempt>
   Status RunRecoverably(const Attempt& attempt);
   Status EndWith(const Status& s);
@@ -258,6 +260,33 @@ struct MonitoredSession::Impl {
 };
 
 MonitoredSession::Impl::~Impl() { StopListening(); }
+
+// A ps task's refusal of an update while it is stopping (Server::Evict;
+// ps_shard.hpp's ps_evict_atom).
+bool MonitoredSession::Impl::IsPsEviction(const Status& s) {
+  return absl::IsUnavailable(s) && absl::StrContains(s.message(), " is stopping (evicted)");
+}
+
+// The chief's checkpoint for an evicted ps task: each CheckpointSaverHook
+// saves now (the chief's, with the run directory). Its failure is logged:
+// the recovery then restores the latest checkpoint, as after a ps crash.
+void MonitoredSession::Impl::SaveForPsEviction() {
+  for (const auto& hook : hooks) {
+    auto* saver = dynamic_cast<CheckpointSaverHook*>(hook.get());
+    if (saver == nullptr) continue;
+    StatusOr<int64_t> step = session->GlobalStep();
+    FOREMAN_LOG_WARN("A ps task is stopping (evicted): taking a checkpoint at global_step {} before it exits.",
+                     step.ok() ? absl::StrCat(*step) : std::string("?"));
+    Status s = saver->SaveNow(session.get());
+    if (s.ok()) {
+      FOREMAN_LOG_INFO("Checkpoint for the evicted ps task saved at global_step {}.",
+                       step.ok() ? absl::StrCat(*step) : std::string("?"));
+    } else {
+      FOREMAN_LOG_WARN("The checkpoint for the evicted ps task failed (the recovery restores the latest one): {}",
+                       s.ToString());
+    }
+  }
+}
 
 void MonitoredSession::Impl::ListenForStop() {
   stop_listener = stop->Listen([this](const Status& s) {
@@ -529,6 +558,10 @@ Status MonitoredSession::Impl::BeginRecovery(const Status& cause, absl::Duration
     report_restored = false;
   }
 
+  // A ps task is stopping (evicted, docs/cluster.md): it refuses updates
+  // but still serves reads, so the chief's checkpoint now, at the cluster's
+  // global_step, is what its restore brings back (no step lost).
+  if (session != nullptr && IsPsEviction(cause)) SaveForPsEviction();
   if (!recovery_pending) {
     recovery_pending = true;
     step_before_error.reset();

@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* kCoreFlags[] = {"--ps-hosts", "--worker-hosts", "--job-name", "--task-index"};
 constexpr const char* kOtherFlags[] = {"--heartbeat-ms", "--connection-timeout-ms", "--ps-wait-secs",
-                                       "--ps-join-timeout-secs", "--tls-cert", "--tls-key", "--tls-ca",
+                                       "--ps-join-timeout-secs", "--ps-eviction-grace-secs", "--tls-cert", "--tls-key", "--tls-ca",
                                        "--insecure", "--replicas-to-aggregate", "--total-num-replicas",
                                        "--operation-timeout-ms", "--signal-ends-training",
                                        "--cluster-job-id"};
@@ -156,6 +156,10 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
     return absl::InvalidArgumentError(
         absl::StrCat("--ps-join-timeout-secs must be > 0, got ", c.ps_join_timeout_secs));
   }
+  if (c.ps_eviction_grace_secs < 0 || c.ps_eviction_grace_secs > 3600) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps-eviction-grace-secs must be in [0, 3600], got ", c.ps_eviction_grace_secs));
+  }
   const std::string job_name = launch.has_value() ? launch->task.job_name : c.job_name;
   if (!f.run_record.empty() && job_name == "ps") {
     return absl::InvalidArgumentError(
@@ -196,7 +200,7 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
 }
 
 int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, absl::Duration join_timeout,
-                       StopRequest& stop) {
+                       absl::Duration eviction_grace, StopRequest& stop) {
   const std::string who = absl::StrCat("ps task ", cluster.task.task_index);
   auto server = Server::Create(cluster.spec, cluster.task, options);
   if (!server.ok()) {
@@ -211,15 +215,18 @@ int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, 
                static_cast<long long>(absl::ToInt64Seconds(join_timeout)));
   std::fflush(stderr);
   Server* raw = server->get();
-  const int64_t listener = stop.Listen([raw](const Status&) { raw->Stop(); });
+  // An eviction: refuse updates, let the chief take its checkpoint (at most
+  // eviction_grace), then exit 75.
+  const int64_t listener = stop.Listen([raw, eviction_grace](const Status&) { raw->Evict(eviction_grace); });
   const Status joined = (*server)->Join(join_timeout);
   stop.Unlisten(listener);
   const bool signalled = stop.stop_requested();
   server->reset();  // stops serving
   stop.Complete();
   if (signalled) {
-    std::printf("%s: stopped by a signal before training ended, not finished (exit %d)\n", who.c_str(),
-                kExitStopped);
+    std::printf("%s: stopped by a signal before training ended, not finished (exit %d); started again, the chief "
+                "restores it\n",
+                who.c_str(), kExitStopped);
     std::fflush(stdout);
     return kExitStopped;
   }

@@ -57,12 +57,14 @@ struct ClusterRun {
 StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const TrainFlags& f);
 
 /// A ps task: Server::Create, then Join until the chief ends training, at
-/// most `join_timeout`. A stop request on `stop` (a signal) stops the server.
+/// most `join_timeout`. A stop request on `stop` (a signal) evicts it
+/// (Server::Evict: it refuses updates and waits at most `eviction_grace`
+/// for the chief's checkpoint), then stops the server.
 /// Prints what it does on stderr; returns the exit code: 0 once training
 /// ended, 2 for options Server::Create refuses, 75 (kExitStopped) stopped by
 /// a signal, 1 otherwise (the address cannot be bound, the bound passed).
 int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, absl::Duration join_timeout,
-                       StopRequest& stop);
+                       absl::Duration eviction_grace, StopRequest& stop);
 
 
 }  // namespace foreman::cli

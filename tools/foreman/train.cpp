@@ -173,7 +173,8 @@ int RunTrain(const CLI::App& cmd, TrainFlags f, const SimulatedProcess* sim) {
     options.optimizer = job.plan.optimizer;
     options.replicas_to_aggregate = job.cluster->replicas_to_aggregate;
     job.phase->ServeAsPs(absl::StrCat("ps task ", job.cluster->task.task_index));
-    return RunParameterServer(*job.cluster, options, absl::Seconds(job.f.cluster.ps_join_timeout_secs), *job.stop);
+    return RunParameterServer(*job.cluster, options, absl::Seconds(job.f.cluster.ps_join_timeout_secs),
+                              absl::Seconds(job.f.cluster.ps_eviction_grace_secs), *job.stop);
   }
 
   // Until training starts, a refusal (or a signal) leaves nothing behind:

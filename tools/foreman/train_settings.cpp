@@ -146,6 +146,13 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->transform(DecimalInt64())
       ->capture_default_str()
       ->group(kCluster);
+  cmd.add_option("--ps-eviction-grace-secs", f.cluster.ps_eviction_grace_secs,
+                 "A ps task's bound, once evicted (SIGTERM, SIGINT), on its wait for the chief's checkpoint: it "
+                 "refuses updates, serves the chief's checkpoint read, then exits 75 (at once when no chief is "
+                 "applying); keep it under the cluster manager's grace period (Kubernetes: 30 s)")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
   cmd.add_option("--replicas-to-aggregate", f.cluster.replicas_to_aggregate,
                  "Synchronous training (TF's SyncReplicasOptimizer): each update averages the gradients of this "
                  "many workers computed at one global_step; stale ones are dropped (>= 1; left out: asynchronous "

@@ -35,6 +35,9 @@ struct ClusterFlags {
   std::string cluster_job_id;
   // A ps task's bound on its wait for the chief to end training (Server::Join).
   int64_t ps_join_timeout_secs = 86400;
+  // A ps task's bound on its wait, once evicted (a SIGTERM), for the
+  // chief's checkpoint before it exits 75 (Server::Evict).
+  int64_t ps_eviction_grace_secs = 5;
   // Synchronous training (TF's SyncReplicasOptimizer): 0 = asynchronous.
   int64_t replicas_to_aggregate = 0;  // --replicas-to-aggregate N
   int64_t total_num_replicas = 0;     // --total-num-replicas M (0: the number of workers)

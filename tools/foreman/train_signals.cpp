@@ -117,9 +117,10 @@ void SignalWatcher::Watch() {
       signal_.store(sig);
       if (const std::string ps = phase_->ps_task(); !ps.empty()) {
         std::fprintf(stderr,
-                     "\nforeman train: %s received: %s stops serving now and exits 75; its variables are lost "
-                     "(the chief restores them from its latest checkpoint when a ps task serves this address "
-                     "again) and the workers' steps fail until then (a second signal exits at once)\n",
+                     "\nforeman train: %s received: %s refuses updates from now on (stopping, evicted), lets the "
+                     "chief take a checkpoint of it (at most --ps-eviction-grace-secs; no wait when no chief is "
+                     "applying) and exits 75; started again, the chief restores it from that checkpoint and the "
+                     "workers wait for it until then (a second signal exits at once)\n",
                      SignalName(sig), ps.c_str());
         std::fflush(stderr);
         stop_->request_stop();

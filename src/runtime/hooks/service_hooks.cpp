@@ -314,6 +314,18 @@ Status CheckpointSaverHook::end(Session* session) {
   return absl::OkStatus();
 }
 
+Status CheckpointSaverHook::SaveNow(Session* session) {
+  Impl& m = *impl_;
+  if (m.service == nullptr) return absl::FailedPreconditionError("CheckpointSaverHook: begin() was not called");
+  bool stop = false;  // a listener's stop: the session is being recovered anyway
+  FOREMAN_ASSIGN_OR_RETURN(int64_t step, internal::RealGlobalStep(session, *this));
+  if (!m.timer.last_triggered_step().has_value() || step != *m.timer.last_triggered_step()) {
+    m.timer.update_last_triggered_step(step);
+    FOREMAN_RETURN_IF_ERROR(m.Save(session, step, &stop));
+  }
+  return m.WaitAndFinish(session, &stop);
+}
+
 std::vector<int64_t> CheckpointSaverHook::saved_steps() const {
   MutexLock l(impl_->mu);
   return impl_->saved_steps;
