@@ -68,7 +68,9 @@ void SimDisk::CheckRecords(const char* op, const std::string& path, int64_t whol
     RecordBreach(path, absl::StrCat("after a ", op, ": cannot be read: ", bytes.status().message()));
     return;
   }
-  if (whole_bytes >= 0 && static_cast<uint64_t>(whole_bytes) < bytes->size()) bytes->resize(static_cast<std::size_t>(whole_bytes));
+  if (whole_bytes >= 0 && static_cast<uint64_t>(whole_bytes) < bytes->size()) {
+    bytes->resize(static_cast<std::size_t>(whole_bytes));  // a failed append's cut record may follow
+  }
   if (Status s = OracleCheckRecords(*bytes); !s.ok()) {
     RecordBreach(path, absl::StrCat("after a ", op, ": ", s.message()));
   }
@@ -77,7 +79,8 @@ void SimDisk::CheckRecords(const char* op, const std::string& path, int64_t whol
 namespace {
 
 // An event file opened through a SimDisk: checks the summaries rule (the
-// class comment) after each Flush, Sync and Close that succeeds.
+// class comment) after each Flush that succeeds, and that nothing is
+// appended after a failed append.
 class RecordCheckedFile final : public WritableFile {
  public:
   RecordCheckedFile(std::unique_ptr<WritableFile> file, SimDisk* disk, std::string path)
