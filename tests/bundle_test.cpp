@@ -23,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "formats/bundle/leveldb_env.hpp"
+#include "support/leveldb_string_file.hpp"
 #include "foreman/crc32c.hpp"
 #include "foreman/fault.hpp"
 #include "foreman/mem_env.hpp"
@@ -102,18 +103,7 @@ Tensor Make(const std::vector<T>& values, TensorShape shape) {
   return *std::move(t);
 }
 
-/// A string sink for LevelDB's TableBuilder.
-class StringFile : public leveldb::WritableFile {
- public:
-  leveldb::Status Append(const leveldb::Slice& d) override {
-    data.append(d.data(), d.size());
-    return leveldb::Status::OK();
-  }
-  leveldb::Status Close() override { return leveldb::Status::OK(); }
-  leveldb::Status Flush() override { return leveldb::Status::OK(); }
-  leveldb::Status Sync() override { return leveldb::Status::OK(); }
-  std::string data;
-};
+using StringFile = testing::LevelDbStringFile;  // a string sink for LevelDB's TableBuilder
 
 proto::BundleHeaderProto Header(int num_shards = 1) {
   proto::BundleHeaderProto h;

@@ -22,6 +22,7 @@
 #include "foreman/mem_env.hpp"
 #include "foreman/record.hpp"
 #include "foreman/tensor.hpp"
+#include "support/leveldb_string_file.hpp"
 #include "support/test_util.hpp"
 #include "tensor_bundle.pb.h"
 
@@ -37,17 +38,7 @@ void FlipByte(Env* env, const std::string& path, std::size_t offset) {
   REQUIRE(WriteStringToFile(env, path, *bytes).ok());
 }
 
-class StringSink : public leveldb::WritableFile {
- public:
-  leveldb::Status Append(const leveldb::Slice& d) override {
-    data.append(d.data(), d.size());
-    return leveldb::Status::OK();
-  }
-  leveldb::Status Close() override { return leveldb::Status::OK(); }
-  leveldb::Status Flush() override { return leveldb::Status::OK(); }
-  leveldb::Status Sync() override { return leveldb::Status::OK(); }
-  std::string data;
-};
+using StringSink = testing::LevelDbStringFile;
 
 // The index of a one-shard bundle whose data file is `data`, each entry
 // (TF dtype number, dims, offset, size) with the masked CRC32C of its bytes.
