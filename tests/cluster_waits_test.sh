@@ -172,29 +172,32 @@ if [[ ,$cases, == *,tls,* ]]; then
   "$gen_certs" "$certs" node || fail "gen-tls-certs.sh failed"
   tls=(--tls-cert "$certs/node.pem" --tls-key "$certs/node.key" --tls-ca "$certs/ca.pem")
   limit_ms=$((ps_wait_secs * 1000 + timeout_ms + slack_ms))
-  port=$(free_port_run 2) || { echo "FAIL: cannot find free ports"; exit 1; }
-  start_ps "$port" tls.plain_ps.out
-  run_worker "$port" tls.tls_worker.out "${tls[@]}"
-  out=$(cat "$tmp/tls.tls_worker.out")
-  [[ $rc -eq 1 ]] || fail "tls: a TLS worker against a plain ps exited $rc, expected 1: $(tail -5 <<<"$out")"
-  ((took_ms <= limit_ms)) || fail "tls: a TLS worker against a plain ps took $took_ms ms (at most $limit_ms ms)"
-  has "the peer at 127\.0\.0\.1:$port does not speak TLS.*same --tls-\*" "$out" \
-    || fail "tls: a TLS worker against a plain ps did not name the mismatch: $(tail -5 <<<"$out")"
-  echo "tls: a TLS worker against a plain ps exited $rc after $took_ms ms"
-  kill_with_children "$ps_pid"
-  wait "$ps_pid" 2>/dev/null
-
-  port=$(free_port_run 2) || { echo "FAIL: cannot find free ports"; exit 1; }
-  start_ps "$port" tls.tls_ps.out "${tls[@]}"
-  run_worker "$port" tls.plain_worker.out
-  out=$(cat "$tmp/tls.plain_worker.out")
-  [[ $rc -eq 1 ]] || fail "tls: a plain worker against a TLS ps exited $rc, expected 1: $(tail -5 <<<"$out")"
-  ((took_ms <= limit_ms)) || fail "tls: a plain worker against a TLS ps took $took_ms ms (at most $limit_ms ms)"
-  has "the peer at 127\.0\.0\.1:$port speaks TLS.*same --tls-\*" "$out" \
-    || fail "tls: a plain worker against a TLS ps did not name the mismatch: $(tail -5 <<<"$out")"
-  echo "tls: a plain worker against a TLS ps exited $rc after $took_ms ms"
-  kill_with_children "$ps_pid"
-  wait "$ps_pid" 2>/dev/null
+  # One side with the TLS flags, the other plain: worker 1 exits 1 within
+  # the bound, naming the mismatch ($2: what it says of the ps's port).
+  tls_mismatch() {
+    local tls_side=$1 says=$2 what out
+    port=$(free_port_run 2) || { echo "FAIL: cannot find free ports"; exit 1; }
+    if [[ $tls_side == worker ]]; then
+      what="a TLS worker against a plain ps"
+      start_ps "$port" tls.plain_ps.out
+      run_worker "$port" tls.tls_worker.out "${tls[@]}"
+      out=$(cat "$tmp/tls.tls_worker.out")
+    else
+      what="a plain worker against a TLS ps"
+      start_ps "$port" tls.tls_ps.out "${tls[@]}"
+      run_worker "$port" tls.plain_worker.out
+      out=$(cat "$tmp/tls.plain_worker.out")
+    fi
+    [[ $rc -eq 1 ]] || fail "tls: $what exited $rc, expected 1: $(tail -5 <<<"$out")"
+    ((took_ms <= limit_ms)) || fail "tls: $what took $took_ms ms (at most $limit_ms ms)"
+    has "the peer at 127\.0\.0\.1:$port $says.*same --tls-\*" "$out" \
+      || fail "tls: $what did not name the mismatch: $(tail -5 <<<"$out")"
+    echo "tls: $what exited $rc after $took_ms ms"
+    kill_with_children "$ps_pid"
+    wait "$ps_pid" 2>/dev/null
+  }
+  tls_mismatch worker "does not speak TLS"
+  tls_mismatch ps "speaks TLS"
 fi
 
 failures_summary
