@@ -59,6 +59,9 @@ struct VariablesMessage {
   /// An init's: the sender's cluster job id (ClusterOptions::job_id); the
   /// shard refuses another job's. Empty in a read's answer.
   std::string job_id;
+  /// An init's: a restore from a checkpoint (true) or the init op (false:
+  /// refused by a shard already initialized).
+  bool restore = false;
 };
 
 /// A worker's gradients, computed at `step` (the global step it read).
@@ -144,7 +147,7 @@ typename Inspector::result_type inspect(Inspector& f, TensorMessage& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, VariablesMessage& x) {
-  return f(caf::meta::type_name("foreman.VariablesMessage"), x.global_step, x.tensors, x.job_id);
+  return f(caf::meta::type_name("foreman.VariablesMessage"), x.global_step, x.tensors, x.job_id, x.restore);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, GradientsMessage& x) {

@@ -327,7 +327,7 @@ Status PsRemoteValues::ReadConsistent(VariableStore& mirror) {
   return absl::OkStatus();
 }
 
-Status PsRemoteValues::Write(const VariableStore& mirror) {
+Status PsRemoteValues::Write(const VariableStore& mirror, WriteKind kind) {
   ForgetFresh();
   FOREMAN_ASSIGN_OR_RETURN(auto use, Enter());
   FOREMAN_ASSIGN_OR_RETURN(auto placement, Bound("Write"));
@@ -347,6 +347,7 @@ Status PsRemoteValues::Write(const VariableStore& mirror) {
   for (std::size_t k = 0; k < ps_.size(); ++k) {
     shares[k].global_step = global_step;
     shares[k].job_id = job_id_;
+    shares[k].restore = kind == WriteKind::kRestore;
     for (const std::string& name : placement->shard_names[k]) {
       FOREMAN_ASSIGN_OR_RETURN(const Tensor* t, mirror.Get(name));
       FOREMAN_ASSIGN_OR_RETURN(TensorMessage m, ToMessage(name, *t));
@@ -527,6 +528,25 @@ StatusOr<std::vector<int64_t>> PsRemoteValues::WorkerApplies() {
       });
   FOREMAN_RETURN_IF_ERROR(r[0].status());
   return std::move(r[0]->worker_applies);
+}
+
+StatusOr<std::vector<RemoteValues::TaskState>> PsRemoteValues::TaskStates() {
+  FOREMAN_ASSIGN_OR_RETURN(auto use, Enter());
+  std::vector<StatusOr<PsShardStatsMessage>> r =
+      AskAll<PsShardStatsMessage>(AllShards(), [&](caf::scoped_actor& self, const caf::actor& proxy, int) {
+        return self->request(proxy, timeout_, ps_stats_atom::value);
+      });
+  std::vector<TaskState> out;
+  for (std::size_t k = 0; k < r.size(); ++k) {
+    FOREMAN_RETURN_IF_ERROR(r[k].status());
+    TaskState& task = out.emplace_back();
+    task.where = ps_[k].where;
+    task.job_id = r[k]->job_id;
+    task.same_job = r[k]->job_id == job_id_;
+    task.initialized = r[k]->initialized;
+    task.global_step = r[k]->global_step;
+  }
+  return out;
 }
 
 // Server::EndTraining: ps 0 first (its global_step), then the others.

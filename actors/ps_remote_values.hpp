@@ -152,7 +152,8 @@ class PsRemoteValues final : public RemoteValues {
   Status Read(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/false); }
   Status ReadForStep(VariableStore& mirror) override { return ReadNames(mirror, /*step_only=*/true); }
   Status ReadConsistent(VariableStore& mirror) override;
-  Status Write(const VariableStore& mirror) override;
+  Status Write(const VariableStore& mirror, WriteKind kind) override;
+  StatusOr<std::vector<TaskState>> TaskStates() override;
   StatusOr<int64_t> Apply(const Gradients& grads, int64_t computed_at_step) override;
   StatusOr<int64_t> ApplyAndRead(const Gradients& grads, int64_t computed_at_step, VariableStore& mirror) override;
 

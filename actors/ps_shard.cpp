@@ -669,6 +669,16 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
           FOREMAN_LOG_WARN("{}", std::string(refused.message()));
           return ErrorOf(refused);
         }
+        if (st.initialized && !vars.restore) {
+          // Issue 31 point 3: only a restore from a checkpoint replaces a
+          // running job's variables (a chief without one re-attaches).
+          const Status refused = absl::FailedPreconditionError(absl::StrCat(
+              Who(st), " already holds the variables of cluster job '", st.options.job_id, "' (global_step ",
+              GlobalStep(st), ") and refused an init op that would re-initialise them; only a restore from a "
+              "checkpoint replaces them"));
+          FOREMAN_LOG_WARN("{}", std::string(refused.message()));
+          return ErrorOf(refused);
+        }
         const int64_t old_step = st.sync_step;
         Status s = Init(st, vars);
         if (!s.ok()) return ErrorOf(s);

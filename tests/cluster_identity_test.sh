@@ -19,8 +19,9 @@
 #    (/job:worker/task:1) lost" once (counted 3 s after the first); worker
 #    1 started again: the chief logs its return once. kill -9 the chief:
 #    the ps and worker 1 each log "the chief (/job:worker/task:0) lost"
-#    once; the chief started again (it re-attaches): each logs its return
-#    once.
+#    once; the chief started again with its --checkpoint-dir emptied (it
+#    re-attaches: point 3, no init op on an initialised ps of its job, no
+#    global step lost): each logs its return once.
 #
 #   cluster_identity_test.sh FOREMAN HEARTBEAT_MS CONNECTION_TIMEOUT_MS MAX_STEPS
 set -u
@@ -173,6 +174,11 @@ for f in ps2 w1b; do
   n=$(count "$lost0" "$tmp/$f.out")
   [[ $n -eq 1 ]] || fail "$f logged the chief lost $n times (want 1)"
 done
+# The chief comes back without its checkpoints (an emptied --checkpoint-dir:
+# a pod rescheduled without its volume): it re-attaches to the ps instead of
+# running the init op, which would wipe the job (point 3; TF1 runs it).
+c1_last=$(sed -n 's/^step \([0-9]*\).*/\1/p' "$tmp/c1.out" | tail -n 1)
+rm -rf "$tmp/d"
 "${chief[@]}" >"$tmp/c2.out" 2>&1 &
 chief_pid=$!
 pids+=("$chief_pid")
@@ -183,6 +189,12 @@ for f in ps2 w1b; do
   n=$(count "$back0" "$tmp/$f.out")
   [[ $n -eq 1 ]] || fail "$f logged the chief's return $n times (want 1)"
 done
+wait_for_steps "$tmp/c2.out" 2 "$bound" "$chief_pid" || fail "the restarted chief trained no step: $(cat "$tmp/c2.out")"
+has "No checkpoint to restore in $tmp/d, but the ps tasks hold the variables of cluster job 'spec-[0-9a-f]{12}' at global_step [0-9]+: re-attaching" \
+  "$(cat "$tmp/c2.out")" || fail "the chief with an emptied --checkpoint-dir did not re-attach: $(head -c 3000 "$tmp/c2.out")"
+c2_first=$(sed -n 's/^step \([0-9]*\).*/\1/p' "$tmp/c2.out" | head -n 1)
+[[ $c1_last =~ ^[0-9]+$ && $c2_first =~ ^[0-9]+$ ]] && ((c2_first >= c1_last)) \
+  || fail "the chief with an emptied --checkpoint-dir went back: its first step $c2_first, the first chief's last $c1_last"
 kill -TERM "$chief_pid" 2>/dev/null
 wait_bounded "$chief_pid" "$bound"; chief_rc=$rc
 wait_bounded "$worker_pid" "$bound"; worker_rc=$rc

@@ -48,6 +48,9 @@
 namespace foreman {
 namespace {
 
+// The chief's init op (a restore is WriteKind::kRestore).
+constexpr internal::RemoteValues::WriteKind kInit = internal::RemoteValues::WriteKind::kInit;
+
 using internal::RemoteValues;
 using internal::ServerRemoteValues;
 using Clock = std::chrono::steady_clock;
@@ -356,13 +359,13 @@ TEST_CASE("RemoteValues over 2 ps tasks: Read before init erases, Write / Read r
   // Write needs every bound variable.
   VariableStore partial;
   REQUIRE_OK(partial.Create("global_step", Tensor::Scalar<int64_t>(1), false));
-  Status missing = rv->Write(partial);
+  Status missing = rv->Write(partial, kInit);
   CHECK(missing.code() == absl::StatusCode::kFailedPrecondition);
   CHECK_MESSAGE(absl::StrContains(missing.message(), "dense/kernel"), missing);
 
   VariableStore source;
   Fill(source, 100);
-  REQUIRE_OK(rv->Write(source));
+  REQUIRE_OK(rv->Write(source, kInit));
   REQUIRE_OK(rv->Read(mirror));
   CHECK(mirror.size() == kNames.size() + 1);
   CheckSame(source, mirror, kNames);
@@ -406,7 +409,7 @@ TEST_CASE("Apply: bitwise nn::ApplyGradients on a local copy, global_step + 1; R
   REQUIRE_OK(rv->Bind(kNames));
   VariableStore local;
   Fill(local, 100);
-  REQUIRE_OK(rv->Write(local));
+  REQUIRE_OK(rv->Write(local, kInit));
 
   compute::CpuDevice device(1);  // one intra-op thread
   for (int step = 0; step < 3; ++step) {
@@ -454,7 +457,7 @@ TEST_CASE("ApplyAndRead over 2 ps tasks: the mirror as a ReadForStep after the a
   REQUIRE_OK(rv->Bind(kNames));
   VariableStore local;
   Fill(local, 100);
-  REQUIRE_OK(rv->Write(local));
+  REQUIRE_OK(rv->Write(local, kInit));
   const std::vector<std::string> step_names = {"global_step", "dense/kernel", "dense/bias", "dense_1/kernel",
                                                "dense_1/bias"};
   compute::CpuDevice device(1);
@@ -485,7 +488,7 @@ TEST_CASE("ApplyAndRead over 2 ps tasks: the mirror as a ReadForStep after the a
   REQUIRE_OK(rv->ApplyAndRead(Grads(0.05f, 2.0f), 103, mirror));
   VariableStore restored;
   Fill(restored, 50);
-  REQUIRE_OK(rv->Write(restored));
+  REQUIRE_OK(rv->Write(restored, RemoteValues::WriteKind::kRestore));
   received = internal::TransportCopyCounters::Snapshot().deserialized;
   REQUIRE_OK(rv->ReadForStep(mirror));
   CHECK(internal::TransportCopyCounters::Snapshot().deserialized > received);
@@ -523,7 +526,7 @@ TEST_CASE("ReadForStep over 2 ps tasks: every bound variable but the slots; the 
 
   VariableStore local;
   Fill(local, 100);
-  REQUIRE_OK(rv->Write(local));
+  REQUIRE_OK(rv->Write(local, kInit));
   // Never read in full: the slots stay absent, everything else arrives.
   REQUIRE_OK(rv->ReadForStep(mirror));
   CHECK(mirror.size() == 5 + 1);
@@ -561,7 +564,7 @@ TEST_CASE("synchronous training (replicas_to_aggregate 2): two workers' applies 
   REQUIRE_OK(other->Bind(names));
   VariableStore local;
   Fill(local, 10);
-  REQUIRE_OK(chief->Write(local));
+  REQUIRE_OK(chief->Write(local, kInit));
   const nn::Gradients g = Grads(0.5f, 0.75f);
   // Each worker sends to both shards, then waits: neither shard answers
   // before both workers' applies arrived.
@@ -594,7 +597,7 @@ TEST_CASE("an apply without an answer in time is UNAVAILABLE naming the ps task 
   REQUIRE_OK(other->Bind(names));
   VariableStore local;
   Fill(local, 10);
-  REQUIRE_OK(chief->Write(local));
+  REQUIRE_OK(chief->Write(local, kInit));
   // Only one of the two replicas applies: no aggregated update, no answer.
   const auto t0 = Clock::now();
   Status alone = chief->Apply(Grads(0.5f, 1.0f), 10).status();
@@ -642,7 +645,7 @@ TEST_CASE("synchronous training over 2 ps tasks: each update is the mean of exac
   REQUIRE_OK(w1->Bind(names));
   VariableStore local;
   Fill(local, 0);
-  REQUIRE_OK(w0->Write(local));
+  REQUIRE_OK(w0->Write(local, kInit));
   compute::CpuDevice device(1);  // one intra-op thread
   const std::vector<std::string> trained(names.begin() + 1, names.end());
   Client client;
@@ -736,7 +739,7 @@ TEST_CASE("EndTraining: the chief only; later applies OUT_OF_RANGE, reads served
   REQUIRE_OK(rv->Bind(kNames));
   VariableStore source;
   Fill(source, 41);
-  REQUIRE_OK(rv->Write(source));
+  REQUIRE_OK(rv->Write(source, kInit));
   REQUIRE_OK(rv->Apply(Grads(0.1f, 1.0f), 41));
 
   CHECK(c.ps[0]->Join(absl::Milliseconds(50)).code() == absl::StatusCode::kDeadlineExceeded);
@@ -787,7 +790,7 @@ TEST_CASE("EndTrainingHook: a stop request leaves training running (a preemption
   REQUIRE_OK(rv->Bind(kNames));
   VariableStore source;
   Fill(source, 9);
-  REQUIRE_OK(rv->Write(source));
+  REQUIRE_OK(rv->Write(source, kInit));
   auto stop = std::make_shared<StopRequest>();
   // A stop request (an eviction): end() leaves the ps taking updates.
   stop->request_stop();
@@ -820,7 +823,7 @@ TEST_CASE("EndTrainingHook: without a stop request (the last step), end() ends t
   REQUIRE_OK(rv->Bind(kNames));
   VariableStore source;
   Fill(source, 5);
-  REQUIRE_OK(rv->Write(source));
+  REQUIRE_OK(rv->Write(source, kInit));
   EndTrainingHookOptions o;
   o.stop = std::make_shared<StopRequest>();
   EndTrainingHook hook(c.workers[0].get(), o);
@@ -837,7 +840,7 @@ TEST_CASE("a ps task that goes away: Read and Apply UNAVAILABLE naming it, withi
   REQUIRE_OK(rv->Bind(kNames));
   VariableStore source;
   Fill(source, 7);
-  REQUIRE_OK(rv->Write(source));
+  REQUIRE_OK(rv->Write(source, kInit));
   c.ps[1].reset();
   const std::string ps1 = absl::StrCat("ps task 1 (127.0.0.1:", c.ps_ports[1], ")");
   VariableStore mirror;
@@ -866,7 +869,7 @@ TEST_CASE("a ps task that goes away: Read and Apply UNAVAILABLE naming it, withi
   REQUIRE_OK(rv->Read(mirror));
   CHECK(mirror.Contains("global_step"));    // ps 0's
   CHECK_FALSE(mirror.Contains("dense/kernel"));  // ps 1's, erased
-  REQUIRE_OK(rv->Write(source));
+  REQUIRE_OK(rv->Write(source, RemoteValues::WriteKind::kRestore));  // the chief's restore
   REQUIRE_OK(rv->Read(mirror));
   CheckSame(source, mirror, kNames);
   // ps 0 had ended (above): its answer comes first.
@@ -910,7 +913,7 @@ TEST_CASE("mutual TLS: a tls:// target, and Write / Apply / Read across TLS link
   REQUIRE_OK(rv->Bind(kNames));
   VariableStore source;
   Fill(source, 3);
-  REQUIRE_OK(rv->Write(source));
+  REQUIRE_OK(rv->Write(source, kInit));
   CHECK(rv->Apply(Grads(0.1f, 1.0f), 3).value_or(-1) == 4);
   VariableStore mirror;
   REQUIRE_OK(rv->ReadConsistent(mirror));
@@ -923,7 +926,7 @@ TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every tas
   REQUIRE_OK(rv->Bind(kNames));
   VariableStore local;
   Fill(local, 7);
-  REQUIRE_OK(rv->Write(local));
+  REQUIRE_OK(rv->Write(local, kInit));
   REQUIRE_OK(rv->Apply(Grads(0.05f, 0.3f), 7));
   REQUIRE_OK(rv->Apply(Grads(0.05f, 0.4f), 8));
   c.workers[1].reset();  // worker 1 is gone: unreachable
@@ -997,7 +1000,7 @@ TEST_CASE("per-worker steps/s: two workers' applies read from ps 0 become two ra
   REQUIRE_OK(other->Bind(kNames));
   VariableStore local;
   Fill(local, 0);
-  REQUIRE_OK(chief->Write(local));
+  REQUIRE_OK(chief->Write(local, kInit));
   double now = 100.0;  // a fake clock (seconds)
   internal::WorkerStepRates rates([&c] { return internal::WorkerAppliesOnPs0(*c.workers[0]); }, 3,
                                   [&now] { return now; });
@@ -1071,7 +1074,7 @@ TEST_CASE("WorkerStepRateSummaries: the chief's function primes, then gives one 
   REQUIRE_OK(chief->Bind(kNames));
   VariableStore local;
   Fill(local, 0);
-  REQUIRE_OK(chief->Write(local));
+  REQUIRE_OK(chief->Write(local, kInit));
   std::function<std::vector<std::string>()> summaries = WorkerStepRateSummaries(c.workers[0].get(), 2);
   CHECK(summaries().empty());  // the first call primes
   for (int i = 0; i < 3; ++i) REQUIRE(chief->Apply(Grads(0.05f, 0.3f), i).ok());
@@ -1130,7 +1133,7 @@ TEST_CASE("a connect-and-close on a plain ps's port does not stall its worker's 
   REQUIRE_OK(rv->Bind(kNames));
   VariableStore source;
   Fill(source, 3);
-  REQUIRE_OK(rv->Write(source));
+  REQUIRE_OK(rv->Write(source, kInit));
   auto [applied, error] = AppliesAfterConnectAndClose(*rv, c.ps_ports[0], milliseconds(500));
   CHECK_MESSAGE(applied >= 10, applied, " applies in 500 ms after the connect-and-close; ", error);
   CHECK_MESSAGE(error.empty(), error);
@@ -1149,7 +1152,7 @@ TEST_CASE("mutual TLS: a connect-and-close on a ps's port does not stall its wor
   REQUIRE_OK(rv->Bind(kNames));
   VariableStore source;
   Fill(source, 3);
-  REQUIRE_OK(rv->Write(source));
+  REQUIRE_OK(rv->Write(source, kInit));
   auto [applied, error] = AppliesAfterConnectAndClose(*rv, c.ps_ports[0], milliseconds(500));
   CHECK_MESSAGE(applied >= 10, applied, " applies in 500 ms after the connect-and-close; ", error);
   CHECK_MESSAGE(error.empty(), error);

@@ -270,24 +270,28 @@ TEST_CASE("init then read returns the values bit-exactly; unknown names are NOT_
   REQUIRE(missing.status().code() == absl::StatusCode::kNotFound);
   CHECK(absl::StrContains(missing.status().message(), "'dense_1/kernel'"));
 
-  // Bad inits: each refused, naming the tensor, the old values kept.
+  // Bad restores: each refused, naming the tensor, the old values kept.
   VariablesMessage dup;
+  dup.restore = true;
   dup.tensors = {Floats("a", {1}, {1}), Floats("a", {1}, {2})};
   Status s = Init(*node.sys, shard, dup);
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK(absl::StrContains(s.message(), "'a' given twice"));
   VariablesMessage float_step;
+  float_step.restore = true;
   float_step.tensors = {Floats("global_step", {}, {1})};
   s = Init(*node.sys, shard, float_step);
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK(absl::StrContains(s.message(), "global_step must be an int64 scalar"));
   VariablesMessage truncated;
+  truncated.restore = true;
   truncated.tensors = {Floats("b", {2}, {1, 2})};
   truncated.tensors[0].bytes.pop_back();
   s = Init(*node.sys, shard, truncated);
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK(absl::StrContains(s.message(), "'b'"));
   VariablesMessage one_power;
+  one_power.restore = true;
   one_power.tensors = {Floats("beta1_power", {}, {0.9f})};
   s = Init(*node.sys, shard, one_power);
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
@@ -301,8 +305,22 @@ TEST_CASE("init then read returns the values bit-exactly; unknown names are NOT_
   CHECK(snap->tensors[1].bytes == vars.tensors[1].bytes);
   CHECK(snap->tensors[2].name == "global_step");
 
-  // A re-init (a restore) replaces the variables wholesale.
+  // An init op on the initialized shard (issue 31 point 3): refused,
+  // naming the shard's global_step, nothing changed.
+  VariablesMessage init_again;
+  init_again.tensors = {Floats("other", {2}, {1, 2})};
+  s = Init(*node.sys, shard, init_again);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(s.message(), "ps task 0 already holds the variables of cluster job"), s.ToString());
+  CHECK_MESSAGE(absl::StrContains(s.message(), "(global_step 41) and refused an init op"), s.ToString());
+  snap = Snapshot(*node.sys, shard);
+  REQUIRE_OK(snap);
+  CHECK(snap->global_step == 41);
+  CHECK(snap->tensors.size() == 3);
+
+  // A restore replaces the variables wholesale.
   VariablesMessage restore;
+  restore.restore = true;
   restore.tensors = {Floats("other", {2}, {1, 2})};
   REQUIRE_OK(Init(*node.sys, shard, restore));
   snap = Snapshot(*node.sys, shard);
@@ -1199,6 +1217,7 @@ TEST_CASE("synchronous mode: 2 replicas per update, the mean applied once, stale
   caf::scoped_actor self{*node.sys};
   auto apply = self->request(ps0, kReply, internal::ps_apply_atom::value,
                              AtStep(kSteps, 1, {Floats("w", {2, 3}, w)}, 0.1f));
+  v0.restore = true;
   auto init = self->request(ps0, kReply, internal::ps_init_atom::value, v0);
   Status applied = absl::UnknownError("no answer"), restored = absl::UnknownError("no answer");
   init.receive([&](caf::ok_atom) { restored = absl::OkStatus(); },

@@ -31,6 +31,7 @@
 #include "foreman/session.hpp"
 #include "foreman/session_manager.hpp"
 #include "foreman/variable_store.hpp"
+#include "runtime/session_access.hpp"
 #include "support/fake_remote_values.hpp"
 #include "support/test_util.hpp"
 
@@ -628,6 +629,64 @@ TEST_CASE("rule 5 a restarted chief re-attaches to a ps past its checkpoint: no 
   REQUIRE_OK(worker->close());
   REQUIRE_OK(chief->close());
   CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);
+}
+
+TEST_CASE("issue 31 point 3: a chief with no checkpoint re-attaches to its job's initialized ps; an init op is refused") {
+  FakeCluster cluster("no_checkpoint", 2, Adam());
+  TempDir first_dir("remote_session");
+  ChiefTrains(cluster, "chief", first_dir.path(), 7);
+  const Tensor kernel = cluster.ps().Value("dense/kernel").value();
+  REQUIRE(Int(cluster.ps().Value("global_step")) == 7);
+  REQUIRE(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);
+
+  // The chief restarts with an empty directory (its volume lost): TF1 would
+  // run the init op and wipe the job's 7 steps; it re-attaches instead.
+  TempDir empty_dir("remote_session");
+  auto log = std::make_shared<StepLog>();
+  auto first_step = std::make_shared<std::atomic<int64_t>>(-1);
+  log->on_step = [first_step](int64_t step) {
+    int64_t none = -1;
+    first_step->compare_exchange_strong(none, step);
+  };
+  auto chief = OpenSession(TaskOptions(MlpGraph(Adam(), log), cluster.target("chief-restarted"), true,
+                                       empty_dir.path(), 100));
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);  // no init op reached the ps
+  CHECK(Int(cluster.ps().Value("global_step")) == 7);
+  CHECK(cluster.ps().Value("dense/kernel")->Equals(kernel));
+  REQUIRE_OK(Train(*chief, 2));
+  CHECK(*first_step == 7);   // trains on from the ps's step
+  CHECK(log->position == 2);  // its own input position: the local init's, from 0
+  REQUIRE_OK(chief->close());
+  CHECK(Int(cluster.ps().Value("global_step")) == 9);
+
+  // The ps itself refuses an init op once initialized (a chief that raced
+  // past the check): only a restore replaces a running job's variables.
+  {
+    auto session = Session::Create(MlpGraph(Adam(), std::make_shared<StepLog>()), cluster.target("racer"),
+                                   OneThread());
+    REQUIRE_OK(session);
+    internal::WriteThroughScope init(**session, internal::RemoteValues::WriteKind::kInit);
+    const Status refused = (*session)->WithVariables([](VariableStore&) { return absl::OkStatus(); });
+    CHECK(refused.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 2);
+    CHECK(Int(cluster.ps().Value("global_step")) == 9);
+  }
+
+  // One shard restarted (empty), the other holding the job's state, and no
+  // checkpoint: nothing to restore the first from, and an init op would wipe
+  // the second. FAILED_PRECONDITION naming both; nothing written.
+  cluster.ps().Restart(1);
+  TempDir another_empty("remote_session");
+  auto options = TaskOptions(MlpGraph(Adam(), std::make_shared<StepLog>()), cluster.target("chief-3"), true,
+                             another_empty.path(), 100);
+  auto refused = MonitoredTrainingSession(std::move(options));
+  REQUIRE(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(refused.status().message(), "fake ps 0 holds the variables of cluster job 'fake' "
+                                                              "(global_step 9) but fake ps 1 holds none"),
+                refused.status());
+  CHECK_MESSAGE(absl::StrContains(refused.status().message(), another_empty.path()), refused.status());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 2);
+  CHECK(Int(cluster.ps().Value("global_step")) == 9);
 }
 
 TEST_CASE("rule 5 a restarted chief restores a ps that is uninitialized or behind its latest checkpoint, as TF1") {

@@ -292,7 +292,8 @@ struct ClusterOptions {
 /// thread-safe. Not a security measure: a job id is not a secret (TLS
 /// authenticates peers), it keeps two jobs' tasks from mixing by mistake.
 /// TF: none (TF1's tasks carry no job identity; a second chief on a ps
-/// re-initialises it).
+/// re-initialises it). Within a job, a ps task once initialized is never
+/// initialized again, only restored (SessionManager::prepare_session).
 std::string DefaultClusterJobId(const ClusterSpec& spec);
 
 /// Checks `task` against `spec` (ValidateClusterTask) and `options`:

@@ -74,13 +74,33 @@ class RemoteValues {
   /// initialized; UNAVAILABLE as Read.
   virtual Status ReadConsistent(VariableStore& mirror) = 0;
 
+  /// What a Write is: the chief's init op (or init_fn), or its restore of
+  /// a checkpoint.
+  enum class WriteKind { kInit, kRestore };
+
   /// Replaces the remote variables with `mirror`'s values of the bound
   /// names (the chief's init op or restore: TF's init_op / Saver.restore
   /// running on the ps devices). Every bound name must be in `mirror`
-  /// (FAILED_PRECONDITION naming the first missing one). UNAVAILABLE as
+  /// (FAILED_PRECONDITION naming the first missing one). A ps task that is
+  /// already initialized refuses a kInit write (FAILED_PRECONDITION naming
+  /// it and its global_step: issue 31 point 3, only a restore replaces a
+  /// running job's variables) and takes a kRestore one. UNAVAILABLE as
   /// Read; a failure may leave some ps tasks written and others not (the
   /// chief retries the whole init/restore in recovery).
-  virtual Status Write(const VariableStore& mirror) = 0;
+  virtual Status Write(const VariableStore& mirror, WriteKind kind) = 0;
+
+  /// One ps task as the chief's session manager sees it before an init op.
+  struct TaskState {
+    std::string where;       // "ps task K (host:port)"
+    std::string job_id;      // the task's cluster job id
+    bool same_job = true;    // job_id is this process's
+    bool initialized = false;
+    int64_t global_step = -1;  // -1: not held (or not initialized)
+  };
+
+  /// Every ps task's state, in task order (one stats request each, bounded
+  /// by the implementation's timeouts). Errors: UNAVAILABLE as Read.
+  virtual StatusOr<std::vector<TaskState>> TaskStates() = 0;
 
   /// A training step's update (TF1: apply_gradients run on the ps tasks):
   /// each ps task applies the gradients of its variables with its slots

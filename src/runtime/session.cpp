@@ -170,9 +170,10 @@ struct Session::Impl {
   std::vector<std::string> variable_names;
   // The chief's init op or restore is running (SessionAccess::
   // SetWriteThrough): WithVariables writes the mirror to the remote after
-  // `fn` succeeds. Only on a cluster session; set by one thread while no
-  // other uses the session.
-  std::atomic<bool> write_through{false};
+  // `fn` succeeds, as this kind (0: off, else 1 + RemoteValues::WriteKind).
+  // Only on a cluster session; set by one thread while no other uses the
+  // session.
+  std::atomic<int> write_through{0};
   // A cluster session's ps-held variables (RemoteValues::Bind's names), and
   // whether a run's step already returned OK without ApplyGradients and
   // was checked for in-place updates of all of them (InPlaceUpdateError).
@@ -496,8 +497,8 @@ Status Session::WithVariables(const std::function<Status(VariableStore&)>& fn) {
     return fn(impl_->values->vars);
   }));
   // The chief's init op or restore: the ps tasks take the new values.
-  if (remote != nullptr && impl_->write_through.load(std::memory_order_acquire)) {
-    return remote->Write(impl_->values->vars);
+  if (const int kind = impl_->write_through.load(std::memory_order_acquire); remote != nullptr && kind != 0) {
+    return remote->Write(impl_->values->vars, static_cast<internal::RemoteValues::WriteKind>(kind - 1));
   }
   return absl::OkStatus();
 }
@@ -574,6 +575,13 @@ Status SessionAccess::WithConsistentVariables(Session& session, const std::funct
 
 bool SessionAccess::remote_variables(const Session& session) { return session.impl_->values->remote != nullptr; }
 
+StatusOr<std::vector<RemoteValues::TaskState>> SessionAccess::ps_task_states(Session& session) {
+  MutexLock lock(session.impl_->values->mu);
+  RemoteValues* remote = session.impl_->values->remote.get();
+  if (remote == nullptr) return std::vector<RemoteValues::TaskState>();
+  return remote->TaskStates();
+}
+
 compute::Device& SessionAccess::compute_device(Session& session) { return *session.impl_->device; }
 
 std::optional<RemoteValues::PsWait> SessionAccess::ps_wait(const Session& session) {
@@ -591,8 +599,8 @@ std::optional<int64_t> SessionAccess::mirrored_global_step(Session& session) {
   return *step;
 }
 
-void SessionAccess::SetWriteThrough(Session& session, bool on) {
-  session.impl_->write_through.store(on, std::memory_order_release);
+void SessionAccess::SetWriteThrough(Session& session, std::optional<RemoteValues::WriteKind> kind) {
+  session.impl_->write_through.store(kind.has_value() ? 1 + static_cast<int>(*kind) : 0, std::memory_order_release);
 }
 
 }  // namespace internal

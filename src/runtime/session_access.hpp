@@ -49,6 +49,10 @@ class SessionAccess {
   /// Whether `session`'s variables live on parameter servers.
   static bool remote_variables(const Session& session);
 
+  /// A cluster session's RemoteValues::TaskStates (under the values' lock);
+  /// an empty list for a local session.
+  static StatusOr<std::vector<RemoteValues::TaskState>> ps_task_states(Session& session);
+
   /// The session's compute device (SessionConfig.device), owned by it: the
   /// checkpoint snapshot's host buffers come from its AllocateHostTensor.
   static compute::Device& compute_device(Session& session);
@@ -62,22 +66,25 @@ class SessionAccess {
   /// the recovery's "steps lost"). nullopt when the mirror has none.
   static std::optional<int64_t> mirrored_global_step(Session& session);
 
-  /// While on, Session::WithVariables on a cluster session writes the
-  /// mirror to the remote (RemoteValues::Write) after `fn` returns OK, and
-  /// returns Write's error: the chief's init op, init_fn and restore (TF's
-  /// init_op / Saver.restore run on the ps devices). Off by default: a
-  /// hook's WithVariables must never write (a write re-initialises the ps
-  /// tasks and clobbers other workers' updates). No effect on a local
-  /// session. Call only while no other thread uses `session` (the session
-  /// manager, before the session is handed out); WriteThroughScope does.
-  static void SetWriteThrough(Session& session, bool on);
+  /// While set, Session::WithVariables on a cluster session writes the
+  /// mirror to the remote (RemoteValues::Write, as `kind`) after `fn`
+  /// returns OK, and returns Write's error: the chief's init op, init_fn
+  /// (kInit) and restore (kRestore) (TF's init_op / Saver.restore run on
+  /// the ps devices). nullopt (the default): off; a hook's WithVariables
+  /// must never write (a write re-initialises the ps tasks and clobbers
+  /// other workers' updates). No effect on a local session. Call only while
+  /// no other thread uses `session` (the session manager, before the
+  /// session is handed out); WriteThroughScope does.
+  static void SetWriteThrough(Session& session, std::optional<RemoteValues::WriteKind> kind);
 };
 
-/// SetWriteThrough(session, true) for its lifetime.
+/// SetWriteThrough(session, kind) for its lifetime.
 class WriteThroughScope {
  public:
-  explicit WriteThroughScope(Session& session) : session_(session) { SessionAccess::SetWriteThrough(session_, true); }
-  ~WriteThroughScope() { SessionAccess::SetWriteThrough(session_, false); }
+  WriteThroughScope(Session& session, RemoteValues::WriteKind kind) : session_(session) {
+    SessionAccess::SetWriteThrough(session_, kind);
+  }
+  ~WriteThroughScope() { SessionAccess::SetWriteThrough(session_, std::nullopt); }
   WriteThroughScope(const WriteThroughScope&) = delete;
   WriteThroughScope& operator=(const WriteThroughScope&) = delete;
 

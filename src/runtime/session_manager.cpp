@@ -299,6 +299,47 @@ Status MaybeReattach(Session& session, const Saver& saver, const std::string& pr
   return absl::OkStatus();
 }
 
+/// Issue 31 point 3: a chief with no checkpoint to restore (none in its
+/// checkpoint_dir: a new or emptied directory, a pod rescheduled without its
+/// volume) on ps tasks that already hold its cluster job's variables
+/// re-attaches to them instead of running the init op, which would
+/// re-initialise a running job (TF1 runs it). True: every ps task is of
+/// this job and initialized; nothing is written, the task's own variables
+/// are left to the local init op, and a WARNING names the global_step.
+/// False: run the init op (a local session; no ps task initialized; a ps
+/// task of another job, whose refusal of the init names both job ids).
+/// FAILED_PRECONDITION when some ps tasks of this job are initialized and
+/// others are not (one restarted before the chief's first checkpoint):
+/// there is nothing to restore the others from, and an init op would wipe
+/// the first. UNAVAILABLE: TaskStates'.
+StatusOr<bool> ReattachWithoutCheckpoint(Session& session, const std::string& checkpoint_dir) {
+  if (!internal::SessionAccess::remote_variables(session)) return false;
+  FOREMAN_ASSIGN_OR_RETURN(std::vector<internal::RemoteValues::TaskState> tasks,
+                           internal::SessionAccess::ps_task_states(session));
+  const internal::RemoteValues::TaskState* initialized = nullptr;
+  const internal::RemoteValues::TaskState* empty = nullptr;
+  for (const internal::RemoteValues::TaskState& task : tasks) {
+    if (!task.same_job) return false;
+    const internal::RemoteValues::TaskState*& first = task.initialized ? initialized : empty;
+    if (first == nullptr) first = &task;
+  }
+  if (initialized == nullptr) return false;
+  const std::string where = checkpoint_dir.empty() ? std::string("(no checkpoint_dir)") : checkpoint_dir;
+  if (empty != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot initialize the ps tasks: ", initialized->where, " holds the variables of cluster job '", initialized->job_id,
+        "' (global_step ", tasks.front().global_step, ") but ", empty->where,
+        " holds none, and there is no checkpoint to restore them from in ", where,
+        "; an init op would re-initialise the first. Start the chief with the job's --checkpoint-dir, or "
+        "restart every ps task to start the job over"));
+  }
+  FOREMAN_LOG_WARN(
+      "No checkpoint to restore in {}, but the ps tasks hold the variables of cluster job '{}' at global_step {}: "
+      "re-attaching to them, not running the init op (it would re-initialise the running job)",
+      where, initialized->job_id, tasks.front().global_step);
+  return true;
+}
+
 /// Restores the graph's global variables of `session` from `prefix` with
 /// `saver`. They are created with the checkpoint's dtypes and shapes (a
 /// session may hold none yet), then restored with Saver::Restore; a graph
@@ -332,7 +373,7 @@ Status RestoreGlobals(Session& session, const Saver& saver, const std::string& p
 
   // TF's Saver.restore assigns the variables where they live: on a cluster
   // session the restored values are written to the ps tasks.
-  internal::WriteThroughScope write_through(session);
+  internal::WriteThroughScope write_through(session, internal::RemoteValues::WriteKind::kRestore);
   return session.WithVariables([&restored, &graph](VariableStore& vars) -> Status {
     // A value the session already holds must keep its dtype and shape;
     // checked for all before anything is assigned.
@@ -448,15 +489,18 @@ StatusOr<std::unique_ptr<Session>> SessionManager::prepare_session(const std::st
       return absl::FailedPreconditionError(
           "Model is not initialized and no init_op or init_fn or local_init_op was given");
     }
-    // TF's init_op and init_fn run on the ps devices: on a cluster session
-    // what they set is written to the ps tasks.
-    internal::WriteThroughScope write_through(session);
-    if (options.init_op) {
-      FOREMAN_RETURN_IF_ERROR(
-          InvokeUserCode("init_op", [&] { return options.init_op(session, options.init_feed_dict); }));
-    }
-    if (options.init_fn) {
-      FOREMAN_RETURN_IF_ERROR(InvokeUserCode("init_fn", [&] { return options.init_fn(session); }));
+    FOREMAN_ASSIGN_OR_RETURN(const bool reattached, ReattachWithoutCheckpoint(session, options.checkpoint_dir));
+    if (!reattached) {
+      // TF's init_op and init_fn run on the ps devices: on a cluster session
+      // what they set is written to the ps tasks.
+      internal::WriteThroughScope write_through(session, internal::RemoteValues::WriteKind::kInit);
+      if (options.init_op) {
+        FOREMAN_RETURN_IF_ERROR(
+            InvokeUserCode("init_op", [&] { return options.init_op(session, options.init_feed_dict); }));
+      }
+      if (options.init_fn) {
+        FOREMAN_RETURN_IF_ERROR(InvokeUserCode("init_fn", [&] { return options.init_fn(session); }));
+      }
     }
   }
 

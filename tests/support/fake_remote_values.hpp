@@ -81,6 +81,23 @@ class FakeRemoteValues : public internal::RemoteValues {
   // Read less the optimizer slots (cluster/remote_values.hpp).
   Status ReadForStep(VariableStore& mirror) override { return ReadShards(kReadForStep, mirror); }
 
+  StatusOr<std::vector<TaskState>> TaskStates() override {
+    std::vector<TaskState> out;
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      Shard& shard = *shards_[s];
+      std::lock_guard<std::mutex> l(shard.mu);
+      TaskState& task = out.emplace_back();
+      task.where = absl::StrCat("fake ps ", s);
+      task.job_id = "fake";
+      task.initialized = shard.initialized;
+      if (shard.initialized && shard.vars.Contains("global_step")) {
+        StatusOr<const Tensor*> step = static_cast<const VariableStore&>(shard.vars).Get("global_step");
+        if (step.ok()) task.global_step = *(*step)->data<int64_t>();
+      }
+    }
+    return out;
+  }
+
   Status ReadShards(Method method, VariableStore& mirror) {
     FOREMAN_RETURN_IF_ERROR(Enter(method));
     bool uninitialized = false;
@@ -112,7 +129,8 @@ class FakeRemoteValues : public internal::RemoteValues {
     return absl::OkStatus();
   }
 
-  Status Write(const VariableStore& mirror) override {
+  // As a ps task: an init op (kInit) on an initialized shard is refused.
+  Status Write(const VariableStore& mirror, WriteKind kind) override {
     FOREMAN_RETURN_IF_ERROR(Enter(kWrite));
     for (const std::string& name : names_) {
       if (!mirror.Contains(name)) {
@@ -120,6 +138,11 @@ class FakeRemoteValues : public internal::RemoteValues {
       }
     }
     auto locks = LockAll();
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      if (kind == WriteKind::kInit && shards_[s]->initialized) {
+        return absl::FailedPreconditionError(absl::StrCat("fake ps ", s, " already holds variables: refused an init op"));
+      }
+    }
     for (std::size_t i = 0; i < names_.size(); ++i) {
       Shard& shard = *shards_[static_cast<std::size_t>(placement_[i])];
       const std::string& name = names_[i];
