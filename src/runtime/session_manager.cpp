@@ -318,25 +318,27 @@ StatusOr<bool> ReattachWithoutCheckpoint(Session& session, const std::string& ch
                            internal::SessionAccess::ps_task_states(session));
   const internal::RemoteValues::TaskState* initialized = nullptr;
   const internal::RemoteValues::TaskState* empty = nullptr;
+  int64_t global_step = -1;  // ps 0's (the task that holds it)
   for (const internal::RemoteValues::TaskState& task : tasks) {
     if (!task.same_job) return false;
     const internal::RemoteValues::TaskState*& first = task.initialized ? initialized : empty;
     if (first == nullptr) first = &task;
+    if (task.initialized) global_step = std::max(global_step, task.global_step);
   }
   if (initialized == nullptr) return false;
   const std::string where = checkpoint_dir.empty() ? std::string("(no checkpoint_dir)") : checkpoint_dir;
   if (empty != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cannot initialize the ps tasks: ", initialized->where, " holds the variables of cluster job '", initialized->job_id,
-        "' (global_step ", tasks.front().global_step, ") but ", empty->where,
-        " holds none, and there is no checkpoint to restore them from in ", where,
+        "cannot initialize the ps tasks: ", initialized->where, " holds the variables of cluster job '",
+        initialized->job_id, "'", global_step >= 0 ? absl::StrCat(" (global_step ", global_step, ")") : "",
+        " but ", empty->where, " holds none, and there is no checkpoint to restore them from in ", where,
         "; an init op would re-initialise the first. Start the chief with the job's --checkpoint-dir, or "
         "restart every ps task to start the job over"));
   }
   FOREMAN_LOG_WARN(
       "No checkpoint to restore in {}, but the ps tasks hold the variables of cluster job '{}' at global_step {}: "
       "re-attaching to them, not running the init op (it would re-initialise the running job)",
-      where, initialized->job_id, tasks.front().global_step);
+      where, initialized->job_id, global_step);
   return true;
 }
 
