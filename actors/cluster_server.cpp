@@ -461,37 +461,60 @@ void AskTask(caf::actor_system& system, caf::scoped_actor& self, const TaskAddre
   }
 }
 
-// QueryClusterStatus (foreman/cluster_status.hpp).
-StatusOr<std::vector<ClusterTaskReport>> QueryTasks(const std::string& target, const ClusterOptions& options,
-                                                    int64_t timeout_ms) {
-  const bool tls = absl::StartsWith(target, kTlsScheme);
-  if (!tls && !absl::StartsWith(target, kTcpScheme)) {
+// The task a `cluster status` or `cluster stop` asks, checked.
+struct AskedTarget {
+  std::string address;  // host:port
+  TaskAddress task;
+  bool tls = false;
+  NetConfig net;
+  std::chrono::milliseconds timeout{0};
+};
+
+// `target` and the options for QueryClusterStatus / EndClusterTraining
+// (`fn`, named in the timeout's error): INVALID_ARGUMENT as they document.
+StatusOr<AskedTarget> CheckAskedTarget(const std::string& target, const ClusterOptions& options, int64_t timeout_ms,
+                                       const char* fn) {
+  AskedTarget t;
+  t.tls = absl::StartsWith(target, kTlsScheme);
+  if (!t.tls && !absl::StartsWith(target, kTcpScheme)) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", target, "' is not a task's address: expected tcp://HOST:PORT or tls://HOST:PORT"));
   }
   if (timeout_ms <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("QueryClusterStatus: timeout_ms (--timeout-ms) must be > 0, got ", timeout_ms));
+    return absl::InvalidArgumentError(absl::StrCat(fn, ": timeout_ms (--timeout-ms) must be > 0, got ", timeout_ms));
   }
-  const std::string address = target.substr(std::strlen(kTcpScheme));
-  auto spec = ClusterSpec::Create({{"asked", {address}}});
+  t.address = target.substr(std::strlen(kTcpScheme));
+  auto spec = ClusterSpec::Create({{"asked", {t.address}}});
   if (!spec.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("'", target, "': ", spec.status().message()));
   }
-  FOREMAN_ASSIGN_OR_RETURN(TaskAddress asked, spec->task_address("asked", 0));
+  FOREMAN_ASSIGN_OR_RETURN(t.task, spec->task_address("asked", 0));
   const bool any_tls = !options.tls_cert.empty() || !options.tls_key.empty() || !options.tls_ca.empty();
-  if (tls && !options.tls_enabled()) {
+  if (t.tls && !options.tls_enabled()) {
     return absl::InvalidArgumentError(
         absl::StrCat(target, " is a TLS address: give ClusterOptions' tls_cert, tls_key and tls_ca (--tls-cert, "
                              "--tls-key, --tls-ca: a certificate of the cluster's CA)"));
   }
-  if (!tls && any_tls) {
+  if (!t.tls && any_tls) {
     return absl::InvalidArgumentError(
         absl::StrCat("ClusterOptions' tls_* files (--tls-*) given with the plain address ", target, ": use tls://",
-                     address));
+                     t.address));
   }
-  if (tls) FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(options.tls_cert, options.tls_key, options.tls_ca));
-  const NetConfig net = NetConfigOf(options, tls);
-  const auto timeout = std::chrono::milliseconds(std::min(timeout_ms, int64_t{86'400'000}));
+  if (t.tls) FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(options.tls_cert, options.tls_key, options.tls_ca));
+  t.net = NetConfigOf(options, t.tls);
+  t.timeout = std::chrono::milliseconds(std::min(timeout_ms, int64_t{86'400'000}));
+  return t;
+}
+
+// QueryClusterStatus (foreman/cluster_status.hpp).
+StatusOr<std::vector<ClusterTaskReport>> QueryTasks(const std::string& target, const ClusterOptions& options,
+                                                    int64_t timeout_ms) {
+  FOREMAN_ASSIGN_OR_RETURN(const AskedTarget t, CheckAskedTarget(target, options, timeout_ms, "QueryClusterStatus"));
+  const std::string& address = t.address;
+  const TaskAddress& asked = t.task;
+  const bool tls = t.tls;
+  const NetConfig& net = t.net;
+  const std::chrono::milliseconds timeout = t.timeout;
   std::vector<ClusterTaskReport> reports;
   std::unique_ptr<OwnedActorSystem> owned;
   FOREMAN_ASSIGN_OR_RETURN(owned, BuildActorSystem(1, [&net](caf::actor_system_config& config) {
@@ -545,8 +568,79 @@ StatusOr<std::vector<ClusterTaskReport>> QueryTasks(const std::string& target, c
   return reports;
 }
 
+// EndClusterTraining (foreman/cluster_status.hpp): the asked worker's spec
+// gives the ps tasks; each is sent the end of training of the asked task's
+// job, ps 0 first (its answer is the global_step the others are given, as
+// Server::EndTraining does).
+StatusOr<ClusterStopReport> EndTrainingOf(const std::string& target, const ClusterOptions& options,
+                                          int64_t timeout_ms) {
+  FOREMAN_ASSIGN_OR_RETURN(const AskedTarget t, CheckAskedTarget(target, options, timeout_ms, "EndClusterTraining"));
+  std::unique_ptr<OwnedActorSystem> owned;
+  FOREMAN_ASSIGN_OR_RETURN(owned, BuildActorSystem(1, [&t](caf::actor_system_config& config) {
+                             ConfigureClusterNetwork(config, t.net);
+                           }));
+  StatusOr<ClusterStopReport> out = absl::UnknownError("EndClusterTraining: nothing asked");
+  FOREMAN_RETURN_IF_ERROR(RunOnShortLivedThread([&]() -> Status {
+    {
+      ForgetSystemOnExit forget;
+      caf::scoped_actor self{*owned->system};
+      ClusterTaskReport asked;
+      asked.address = t.address;
+      std::string ps_hosts, worker_hosts;
+      AskTask(*owned->system, self, t.task, t.tls, t.timeout, asked, &ps_hosts, &worker_hosts);
+      if (!asked.reachable) {
+        out = absl::UnavailableError(absl::StrCat(target, ": ", asked.error, "; nothing was ended"));
+      } else if (asked.job_name == "ps") {
+        out = absl::FailedPreconditionError(absl::StrCat(
+            target, " is ps task ", asked.task_index, " of cluster job '", asked.cluster_job_id,
+            "': give a worker's address (the chief's), which knows every ps task; nothing was ended"));
+      } else if (auto cluster = ClusterSpec::FromFlags(ps_hosts, worker_hosts); !cluster.ok()) {
+        out = absl::InternalError(absl::StrCat(target, " answered a spec that does not parse (",
+                                               cluster.status().message(), "); nothing was ended"));
+      } else {
+        ClusterStopReport report;
+        report.cluster_job_id = asked.cluster_job_id;
+        report.ps_tasks = cluster->num_tasks("ps");
+        Status failed;
+        for (int k = 0; k < report.ps_tasks && failed.ok(); ++k) {
+          const std::string where = absl::StrCat("ps task ", k, " (", cluster->jobs().at("ps")[k], ")");
+          const std::string done = k == 0 ? "nothing was ended" : absl::StrCat("ps tasks 0 to ", k - 1, " ended");
+          StatusOr<TaskAddress> a = cluster->task_address("ps", k);
+          StatusOr<caf::actor> proxy = a.ok() ? ConnectActor(*owned->system, a->host, static_cast<uint16_t>(a->port),
+                                                             t.tls, t.timeout)
+                                              : StatusOr<caf::actor>(a.status());
+          if (!proxy.ok()) {
+            failed = absl::UnavailableError(absl::StrCat(where, ": ", proxy.status().message(), "; ", done));
+            break;
+          }
+          self->request(*proxy, t.timeout, ps_end_atom::value, report.global_step, report.cluster_job_id,
+                        std::string("`foreman cluster stop`"))
+              .receive([&](int64_t step) { if (k == 0) report.global_step = step; },
+                       [&](caf::error& e) {
+                         const Status s = ErrorToStatus(e, where);
+                         failed = Status(s.code(), absl::StrCat(where, ": ", s.message(), "; ", done));
+                       });
+        }
+        if (failed.ok()) {
+          out = report;
+        } else {
+          out = failed;
+        }
+      }
+    }
+    owned.reset();
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
 }  // namespace
 }  // namespace internal
+
+StatusOr<ClusterStopReport> EndClusterTraining(const std::string& target, const ClusterOptions& options,
+                                               int64_t timeout_ms) {
+  return internal::EndTrainingOf(target, options, timeout_ms);
+}
 
 StatusOr<std::vector<ClusterTaskReport>> QueryClusterStatus(const std::string& target, const ClusterOptions& options,
                                                             int64_t timeout_ms) {

@@ -74,6 +74,7 @@ struct ps_shard_state {
   // Training ended (ps_end_atom): every apply is answered OUT_OF_RANGE.
   bool ended = false;
   int64_t end_step = -1;  // the global_step named in the answer
+  std::string ended_by = "the chief";  // who ended training (ps_end_atom's `by`)
   // Its task is evicted (ps_evict_atom): every apply is refused with
   // `stopping` (UNAVAILABLE); `read_while_frozen`: a read since the
   // current freeze (the chief's consistent read for its checkpoint).
@@ -500,7 +501,7 @@ void Accumulate(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply re
 
 Status Ended(const ps_shard_state& st) {
   return absl::OutOfRangeError(
-      absl::StrCat(Who(st), ": training ended by the chief at global_step ", st.end_step));
+      absl::StrCat(Who(st), ": training ended by ", st.ended_by, " at global_step ", st.end_step));
 }
 
 // A request after the end (the chief's final checkpoint and evaluation
@@ -596,7 +597,8 @@ void ObserveChief(ps_shard_state& st) {
 
 // (ps_end_atom): training ends on the shard (ps_shard.hpp), unless another
 // job asked.
-caf::result<int64_t> EndTraining(ps_shard_state& st, int64_t chief_step, const std::string& job_id) {
+caf::result<int64_t> EndTraining(ps_shard_state& st, int64_t chief_step, const std::string& job_id,
+                                 const std::string& by) {
   if (Status refused = CheckJob(st, job_id, "the end of training"); !refused.ok()) {
     FOREMAN_LOG_WARN("{}", std::string(refused.message()));
     return ErrorOf(refused);
@@ -605,6 +607,8 @@ caf::result<int64_t> EndTraining(ps_shard_state& st, int64_t chief_step, const s
     ObserveChief(st);
     st.ended = true;
     st.end_step = GlobalStep(st) >= 0 ? GlobalStep(st) : chief_step;
+    if (!by.empty()) st.ended_by = by;
+    if (st.ended_by != "the chief") FOREMAN_LOG_INFO("{}: training ended by {} at global_step {}", Who(st), by, st.end_step);
     // The applies held by a freeze and those waiting for an aggregated
     // update end too: their workers' runs end cleanly.
     std::deque<HeldApply> held = std::move(st.held);
@@ -776,11 +780,13 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         return chief_there;
       },
       [self](ps_end_atom, int64_t chief_step) -> caf::result<int64_t> {
-        return EndTraining(self->state, chief_step, std::string());
+        return EndTraining(self->state, chief_step, std::string(), std::string());
       },
       [self](ps_end_atom, int64_t chief_step, const std::string& job_id) -> caf::result<int64_t> {
-        return EndTraining(self->state, chief_step, job_id);
+        return EndTraining(self->state, chief_step, job_id, std::string());
       },
+      [self](ps_end_atom, int64_t chief_step, const std::string& job_id, const std::string& by)
+          -> caf::result<int64_t> { return EndTraining(self->state, chief_step, job_id, by); },
       [self](ps_watch_atom) {
         auto& st = self->state;
         if (st.ended || st.silence == nullptr) return;  // training over: nothing to watch

@@ -121,10 +121,12 @@
 //       applies accepted from it and the ms since one last arrived (for
 //       `foreman cluster status` and the chief's steps_per_sec/worker_K
 //       summaries).
-//   (ps_end_atom, int64_t chief_step[, std::string job_id])   -> int64_t
+//   (ps_end_atom, int64_t chief_step[, std::string job_id[, std::string by]]) -> int64_t
 //       End of training (cluster.md rule 7; the chief's Server::EndTraining,
-//       ps 0 first): from now on every apply is answered OUT_OF_RANGE
-//       "ps task K: training ended by the chief at global_step N" (N: the
+//       ps 0 first, or EndClusterTraining with `by` "`foreman cluster
+//       stop`"): from now on every apply is answered OUT_OF_RANGE
+//       "ps task K: training ended by BY at global_step N" (BY: `by`, "the
+//       chief" when not given or empty; N: the
 //       shard's global_step when it holds it, else `chief_step`, ps 0's),
 //       and so are, at once, the applies a freeze holds and those waiting
 //       for a synchronous aggregated update (counted dropped). Nothing

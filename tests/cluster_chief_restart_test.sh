@@ -24,17 +24,6 @@ NAME=cluster_chief_restart_test
 # shellcheck source=support/cluster_test_lib.sh
 source "$(dirname "$0")/support/cluster_test_lib.sh"
 
-# Waits (at most $3 s) until file $1 has more than $2 progress lines, or
-# process $4 exits.
-wait_for_steps() {
-  local file=$1 count=$2 secs=$3 pid=$4 i
-  for ((i = 0; i < secs * 20; i++)); do
-    (($(steps_in "$file") > count)) && return 0
-    kill -0 "$pid" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
 # The steps of the checkpoints in directory $1, ascending.
 checkpoint_steps() {
   local f

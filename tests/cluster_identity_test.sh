@@ -34,17 +34,6 @@ NAME=cluster_identity_test
 source "$(dirname "$0")/support/cluster_test_lib.sh"
 bound=120
 
-# Waits (at most $3 s) until file $1 has more than $2 progress lines, or
-# process $4 exits.
-wait_for_steps() {
-  local file=$1 count=$2 secs=$3 pid=$4 i
-  for ((i = 0; i < secs * 20; i++)); do
-    (($(steps_in "$file") > count)) && return 0
-    kill -0 "$pid" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
 count() {
   local c
   c=$(grep -Ec -- "$1" "$2" 2>/dev/null)

@@ -1,6 +1,7 @@
 // What a running cluster's tasks say about themselves, asked over the
-// network (`foreman cluster status`). TF1
-// has no such query; the nearest is reading each task's logs.
+// network (`foreman cluster status`), and the explicit end of a running
+// job (`foreman cluster stop`: EndClusterTraining). TF1 has no such query;
+// the nearest is reading each task's logs.
 //
 // What each task can tell (and nothing more is reported):
 //  - a ps task: its shard's counters: global_step (ps 0 holds it),
@@ -112,5 +113,35 @@ struct ClusterTaskReport {
 /// call. TF: none.
 StatusOr<std::vector<ClusterTaskReport>> QueryClusterStatus(const std::string& target, const ClusterOptions& options,
                                                             int64_t timeout_ms);
+
+/// What EndClusterTraining ended. A value type.
+struct ClusterStopReport {
+  /// The job whose training ended (the asked worker's cluster job id).
+  std::string cluster_job_id;
+  /// ps 0's global_step when it ended (-1: not initialized yet).
+  int64_t global_step = -1;
+  /// How many ps tasks ended training (all of the spec's).
+  int ps_tasks = 0;
+};
+
+/// Ends the training of the running cluster job that the worker task at
+/// `target` ("tcp://host:port", or "tls://..." with options' TLS files)
+/// belongs to, without a signal to any task: the explicit request to end a
+/// job early (`foreman cluster stop`), where a signal to the chief is only
+/// its eviction. Asks the worker for its spec, then ends training on every
+/// ps task, ps 0 first, as the chief's Server::EndTraining does: from then
+/// on every worker's next update is OUT_OF_RANGE, so each ends its session
+/// cleanly as at the end of its input, the chief after its final
+/// checkpoint (every task then exits 0: a finished job). Idempotent.
+/// Each connect and request is bounded by `timeout_ms` (> 0).
+/// Errors: INVALID_ARGUMENT as QueryClusterStatus (nothing asked);
+/// UNAVAILABLE the asked task or a ps task unreachable; FAILED_PRECONDITION
+/// for a ps task's address (a ps task does not know the others) or a ps
+/// task of another cluster job (its refusal, naming both ids); each naming
+/// the task and saying which ps tasks had already ended ("nothing was
+/// ended" when none). Thread-safe: builds and destroys its own actor system
+/// (one thread) per call. TF: none (TF1's chief ends a job).
+StatusOr<ClusterStopReport> EndClusterTraining(const std::string& target, const ClusterOptions& options,
+                                               int64_t timeout_ms);
 
 }  // namespace foreman

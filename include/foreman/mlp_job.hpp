@@ -228,7 +228,11 @@ struct MlpJobResult {
   int64_t pipeline_waits = 0;
   /// A cluster worker's update was refused because the chief ended training
   /// (StepContext::ApplyGradients' OUT_OF_RANGE): the run ended there.
+  /// Also set when `foreman cluster stop` (EndClusterTraining) ended it.
   bool ended_by_chief = false;
+  /// Then the refusal's message, naming the ps task, who ended training
+  /// ("the chief" or "`foreman cluster stop`") and the global_step.
+  std::string end_of_training;
 };
 
 /// `--epochs` in a cluster (`foreman train`'s rule for it): the cluster's

@@ -348,6 +348,7 @@ MlpJobResult MlpJob::result() const {
     r.pipeline_waits = stats.waits;
   }
   r.ended_by_chief = m.ended_by_chief;
+  r.end_of_training = m.end_of_training;
   return r;
 }
 

@@ -61,6 +61,7 @@ struct MlpModel {
   std::optional<absl::Duration> first_step;  // when the first of them started (clock's monotonic time)
   nn::Gradients grads;   // a cluster worker's step: its gradients, reused
   bool ended_by_chief = false;  // a cluster worker's update was refused: the chief ended training
+  std::string end_of_training;  // that refusal's message
   std::unique_ptr<nn::Mlp> mlp;
   MlpJobInput input = MlpJobInput::kInputPipeline;
   std::unique_ptr<data::InputPipeline> pipeline;  // kInputPipeline's, from StartInput

@@ -133,7 +133,10 @@ Status Train(MlpModel& m, StepContext& ctx, std::vector<std::string>& summaries)
     if (Status applied = ctx.ApplyGradients(m.grads, nn::Tf1Optimizer(m.optimizer)); !applied.ok()) {
       // OUT_OF_RANGE: the chief ended training; the batch was not used (the
       // position stays), and the run ends as at the end of input.
-      if (absl::IsOutOfRange(applied)) m.ended_by_chief = true;
+      if (absl::IsOutOfRange(applied)) {
+        m.ended_by_chief = true;
+        m.end_of_training = std::string(applied.message());
+      }
       return applied;
     }
   } else if (on_device) {

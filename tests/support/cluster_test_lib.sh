@@ -9,7 +9,8 @@
 #   has REGEX TEXT
 #   rc         the exit status wait_bounded saw
 #   scaled N   N seconds (or ms) times the one timing scale, rounded up
-# and the waits below, each bounded (by its bound, scaled). Exits 1 when
+#   steps_in FILE, free_ports N, free_port_run N
+# and the waits below (wait_bounded, wait_for_line(s), wait_for_steps), each bounded (by its bound, scaled). Exits 1 when
 # Fashion-MNIST is missing or $FOREMAN_TEST_TIME_SCALE is malformed.
 py=/usr/bin/python3
 failures=0
@@ -94,6 +95,19 @@ steps_in() {
   local c
   c=$(grep -Ec '^step [0-9]+' "$1" 2>/dev/null)
   echo "${c:-0}"
+}
+
+# Waits (at most $3 s, scaled) until file $1 has more than $2 progress
+# lines, or process $4 exits.
+wait_for_steps() {
+  local file=$1 count=$2 secs pid=$4 i
+  secs=$(scaled "$3")
+  for ((i = 0; i < secs * 20; i++)); do
+    (($(steps_in "$file") > count)) && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
 }
 
 # $1 free TCP ports on 127.0.0.1, bound together (so distinct), on one line.

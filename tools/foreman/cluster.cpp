@@ -19,6 +19,9 @@
 // (PR_SET_PDEATHSIG). The machinery is the library's RunLocalCluster
 // (foreman/local_cluster.hpp); this file parses flags and prints.
 //
+// stop: EndClusterTraining (foreman/cluster_status.hpp) on a worker task's
+// address: the explicit end of a running job, where a signal is an eviction.
+//
 // status: asks a task's address (foreman/cluster_status.hpp) and prints one line
 // per task it learned of; the "last heard" fields (docs/cluster.md) are
 // what the tasks themselves saw: last_answer_ms on a ps line is the asked
@@ -190,11 +193,42 @@ int RunStatus(const StatusFlags& f) {
   return reports->front().reachable ? kExitOk : kExitFailed;
 }
 
+// -- stop -----------------------------------------------------------------------------
+
+int RunStop(const StatusFlags& f) {
+  ClusterOptions options;
+  options.heartbeat_ms = f.heartbeat_ms;
+  options.connection_timeout_ms = f.connection_timeout_ms;
+  options.tls_cert = f.tls_cert;
+  options.tls_key = f.tls_key;
+  options.tls_ca = f.tls_ca;
+  if (f.heartbeat_ms <= 0 || f.connection_timeout_ms < 3 * f.heartbeat_ms) {
+    std::fprintf(stderr,
+                 "foreman cluster stop: --heartbeat-ms must be > 0 and --connection-timeout-ms >= 3 x it "
+                 "(got %lld and %lld)\n",
+                 static_cast<long long>(f.heartbeat_ms), static_cast<long long>(f.connection_timeout_ms));
+    return kExitUsage;
+  }
+  StatusOr<ClusterStopReport> stopped = EndClusterTraining(f.target, options, f.timeout_ms);
+  if (!stopped.ok()) {
+    std::fprintf(stderr, "foreman cluster stop: %s\n", EscapeForTerminal(stopped.status().message()).c_str());
+    return absl::IsInvalidArgument(stopped.status()) ? kExitUsage : kExitFailed;
+  }
+  std::printf("%s\n", EscapeForTerminal(absl::StrCat(
+                           "ended training of cluster job ", stopped->cluster_job_id, " at global_step ",
+                           stopped->global_step, " on ", stopped->ps_tasks, " ps task(s): each worker stops at its "
+                           "next step, the chief after its final checkpoint, and every task exits 0"))
+                           .c_str());
+  std::fflush(stdout);
+  return kExitOk;
+}
+
 }  // namespace
 
 void AddClusterCommand(CLI::App& app, int* exit_code) {
   CLI::App* cluster = app.add_subcommand(
-      "cluster", "Run a whole cluster on this machine (local), or ask a running cluster's task (status)");
+      "cluster", "Run a whole cluster on this machine (local), ask a running cluster's task (status), or end a running job "
+      "(stop)");
   cluster->require_subcommand(1);
 
   auto local_flags = std::make_shared<LocalFlags>();
@@ -233,6 +267,29 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
   status->add_option("--tls-ca", status_flags->tls_ca, "The cluster's CA certificate(s) (PEM)")
       ->transform(NonEmpty());
   status->callback([status_flags, exit_code] { *exit_code = RunStatus(*status_flags); });
+
+  auto stop_flags = std::make_shared<StatusFlags>();
+  stop_flags->timeout_ms = 5000;
+  CLI::App* stop = cluster->add_subcommand(
+      "stop",
+      "End a running job early, on purpose (a signal to the chief is only its eviction): ask the worker task at "
+      "tcp://HOST:PORT (or tls://) for its cluster and end training on every ps task; each worker then stops, "
+      "the chief after its final checkpoint, and every task exits 0. Exit 0 when every ps task ended training, "
+      "1 otherwise, 2 bad flags.");
+  stop->add_option("target", stop_flags->target, "tcp://HOST:PORT or tls://HOST:PORT of a worker task (the chief's)")
+      ->required();
+  stop->add_option("--timeout-ms", stop_flags->timeout_ms, "Bound on each connect and each request (ms)")
+      ->transform(DecimalInt64());
+  stop->add_option("--heartbeat-ms", stop_flags->heartbeat_ms, "As the cluster's --heartbeat-ms")
+      ->transform(DecimalInt64());
+  stop->add_option("--connection-timeout-ms", stop_flags->connection_timeout_ms,
+                   "As the cluster's --connection-timeout-ms")
+      ->transform(DecimalInt64());
+  stop->add_option("--tls-cert", stop_flags->tls_cert, "This client's certificate (PEM), from the cluster's CA")
+      ->transform(NonEmpty());
+  stop->add_option("--tls-key", stop_flags->tls_key, "Its private key (PEM)")->transform(NonEmpty());
+  stop->add_option("--tls-ca", stop_flags->tls_ca, "The cluster's CA certificate(s) (PEM)")->transform(NonEmpty());
+  stop->callback([stop_flags, exit_code] { *exit_code = RunStop(*stop_flags); });
 }
 
 }  // namespace foreman::cli

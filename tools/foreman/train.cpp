@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "command.hpp"
 #include "train_job.hpp"
@@ -79,8 +80,9 @@ int Report(const TrainJob& job, int signal, double wall) {
     std::printf("training ended at global_step %lld\n", static_cast<long long>(*job.end_training->final_step()));
   }
   if (result.ended_by_chief) {
-    std::printf("%sthe chief ended training (its update was refused: OUT_OF_RANGE); exiting\n",
-                job.task_prefix().c_str());
+    const bool stopped = absl::StrContains(result.end_of_training, "`foreman cluster stop`");
+    std::printf("%s%s ended training (its update was refused: OUT_OF_RANGE); exiting\n", job.task_prefix().c_str(),
+                stopped ? "`foreman cluster stop`" : "the chief");
   }
   if (job.owns_directory()) {
     auto latest = LatestCheckpoint(job.env, dir);
