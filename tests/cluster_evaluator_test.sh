@@ -10,7 +10,8 @@
 # F"), in increasing global_step; <dir>/eval (read by `foreman events`)
 # holds accuracy exactly at the steps the evaluator printed, F last, and at
 # no step of the chief's (the chief says it does not evaluate, and reports
-# no test accuracy).
+# no test accuracy). Before that, an evaluator alone: its timeout (exit 1)
+# and a signal (exit 75).
 #
 #   cluster_evaluator_test.sh FOREMAN HEARTBEAT_MS CONNECTION_TIMEOUT_MS MAX_STEPS CHECKPOINT_STEPS
 set -u
@@ -38,6 +39,28 @@ cluster="\"cluster\": {\"chief\": [\"127.0.0.1:$chief_port\"], \"worker\": [\"12
                       \"ps\": [\"127.0.0.1:$ps_port\"], \"evaluator\": [\"127.0.0.1:$evaluator_port\"]}"
 tf_config() { echo "{$cluster, \"task\": {\"type\": \"$1\", \"index\": 0}}"; }
 
+# 1. Alone, on a directory no chief writes: no checkpoint within
+#    --eval-timeout-secs is exit 1 naming the directory and the wait; a
+#    SIGTERM while it waits is exit 75 (stopped, not finished). Neither
+#    creates the directory.
+out=$(TF_CONFIG=$(tf_config evaluator) timeout "$(scaled 30)" "$foreman" train "${model[@]}" \
+      --checkpoint-dir "$tmp/none" --eval-timeout-secs 1 2>&1); code=$?
+[[ $code -eq 1 ]] || fail "an evaluator with no checkpoint coming exited $code, expected 1: $out"
+has "no new checkpoint in $tmp/none within 1000 ms \(none evaluated yet\) \(--eval-timeout-secs=1\)" "$out" \
+  || fail "the evaluator's timeout does not name the directory and the wait: $out"
+TF_CONFIG=$(tf_config evaluator) "$foreman" train "${model[@]}" --checkpoint-dir "$tmp/none" >"$tmp/signalled.out" 2>&1 &
+signalled_pid=$!
+pids+=("$signalled_pid")
+wait_for_line "^foreman train: the evaluator: evaluating" "$tmp/signalled.out" "$bound" "$signalled_pid" \
+  || fail "the evaluator to signal did not start: $(cat "$tmp/signalled.out")"
+kill -TERM "$signalled_pid" 2>/dev/null
+wait_bounded "$signalled_pid" "$bound"
+[[ $rc -eq 75 ]] || fail "a signalled evaluator exited $rc, expected 75: $(cat "$tmp/signalled.out")"
+has "^evaluator: stopped by a signal after 0 evaluations, not finished \(exit 75\)" "$(cat "$tmp/signalled.out")" \
+  || fail "the signalled evaluator does not say it stopped: $(cat "$tmp/signalled.out")"
+[[ ! -e $tmp/none ]] || fail "an evaluator created its --checkpoint-dir"
+
+# 2. The cluster.
 TF_CONFIG=$(tf_config evaluator) "$foreman" train "${model[@]}" --checkpoint-dir "$ckpt" \
   --eval-timeout-secs "$bound" >"$tmp/evaluator.out" 2>&1 &
 evaluator_pid=$!

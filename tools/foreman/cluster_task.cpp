@@ -247,7 +247,10 @@ int RunEvaluatorTask(const MlpJobSettings& settings, data::FashionMnist data,
   auto result = RunMlpEvaluator(std::move(options));
   raw_stop->Complete();
   if (!result.ok()) {
-    std::fprintf(stderr, "foreman train: evaluator: %s\n", EscapeForTerminal(result.status().message()).c_str());
+    std::fprintf(stderr, "foreman train: evaluator: %s%s\n", EscapeForTerminal(result.status().message()).c_str(),
+                 absl::IsDeadlineExceeded(result.status())
+                     ? absl::StrCat(" (--eval-timeout-secs=", eval_timeout_secs, ")").c_str()
+                     : "");
     return absl::IsInvalidArgument(result.status()) ? kExitUsage : kExitFailed;
   }
   if (result->stopped) {
