@@ -71,10 +71,10 @@ constexpr int64_t kTimeoutMs = 1000;
 // checkpoint every 2 (model.ckpt-2, -4, -6), the chief's evaluation at each
 // of them in <dir>/eval. Trained once.
 const std::string& TrainedDir() {
-  static TempDir* tmp = new TempDir("mlp_evaluator_train");
+  static TempDir tmp("mlp_evaluator_train");  // removed at exit
   static const std::string dir = [] {
     MlpJobOptions o;
-    o.settings = TinySettings(tmp->path());
+    o.settings = TinySettings(tmp.path());
     o.settings.max_steps = 6;
     o.settings.save_checkpoint_steps = 2;
     o.settings.eval_every_steps = 2;
@@ -88,7 +88,7 @@ const std::string& TrainedDir() {
       if (!(*session)->run({"train_op"}).ok()) break;
     }
     REQUIRE((*session)->close().ok());
-    return tmp->path();
+    return tmp.path();
   }();
   return dir;
 }

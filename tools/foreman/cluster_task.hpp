@@ -50,7 +50,7 @@ struct ClusterRun {
 /// read (a note on stderr when TF_CONFIG or SLURM_PROCID is set). Without
 /// them, ClusterFromEnvironment(--cluster-env, --slurm-base-port,
 /// --slurm-ps-tasks) may give the spec and the task (said on stderr); its
-/// errors (TF_CONFIG or SLURM_* malformed, an evaluator task) are returned
+/// errors (TF_CONFIG or SLURM_* malformed) are returned
 /// as they are. The other cluster flags (--heartbeat-ms, --tls-*, ...) only
 /// with a cluster, the --slurm-* ones only with a Slurm one, and
 /// --fault-plan not with one. An evaluator task (TF_CONFIG only) skips the
