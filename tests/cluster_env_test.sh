@@ -8,7 +8,7 @@
 # its final checkpoint (as in cluster_e2e_test.sh), every task exits 0, and
 # a single-process `foreman train` without cluster flags or variables
 # resumes that checkpoint on the same --checkpoint-dir. Before that: a
-# malformed TF_CONFIG or node list, an evaluator task, and cluster flags
+# malformed TF_CONFIG or node list, the evaluator's flag misused, and cluster flags
 # given with TF_CONFIG (the flags win) are each checked for their exit code
 # and message, before anything is created.
 #
@@ -46,9 +46,17 @@ expect_refusal "a TF_CONFIG entry that is a number" \
   timeout 30 "$foreman" train --checkpoint-dir "$tmp/bad" "${model[@]}"
 expect_refusal "TF_CONFIG that is not JSON" "TF_CONFIG: not valid JSON at byte 13" \
   env TF_CONFIG='{"cluster": ' timeout 30 "$foreman" train --checkpoint-dir "$tmp/bad" "${model[@]}"
-expect_refusal "an evaluator task" "TF_CONFIG: task.type 'evaluator': Foreman has no evaluator task" \
-  env TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "evaluator": ["127.0.0.1:3"]},
-                  "task": {"type": "evaluator", "index": 0}}' \
+# The evaluator task runs (cluster_evaluator_test.sh); its flag is its own.
+with_evaluator='{"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "evaluator": ["127.0.0.1:3"]},'
+expect_refusal "--eval-timeout-secs for the chief" \
+  "--eval-timeout-secs is the evaluator task's \(TF_CONFIG task.type evaluator\); this process is worker task 0" \
+  env TF_CONFIG="$with_evaluator \"task\": {\"type\": \"chief\", \"index\": 0}}" \
+  timeout 30 "$foreman" train --checkpoint-dir "$tmp/bad" "${model[@]}" --eval-timeout-secs 5
+expect_refusal "an evaluator with --eval-timeout-secs 0" "--eval-timeout-secs must be in \[1, 31536000\], got 0" \
+  env TF_CONFIG="$with_evaluator \"task\": {\"type\": \"evaluator\", \"index\": 0}}" \
+  timeout 30 "$foreman" train --checkpoint-dir "$tmp/bad" "${model[@]}" --eval-timeout-secs 0
+expect_refusal "an evaluator task index 1" "TF_CONFIG: task.index: 1 is out of range for cluster.evaluator" \
+  env TF_CONFIG="$with_evaluator \"task\": {\"type\": \"evaluator\", \"index\": 1}}" \
   timeout 30 "$foreman" train --checkpoint-dir "$tmp/bad" "${model[@]}"
 expect_refusal "an unclosed '[' in SLURM_STEP_NODELIST" "SLURM_STEP_NODELIST: position 7: unclosed '\['" \
   env SLURM_PROCID=0 SLURM_NTASKS=3 SLURM_STEP_NODELIST='a,node[1-2' SLURM_JOB_NODELIST='a,node[1-2]' \

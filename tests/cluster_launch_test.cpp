@@ -75,7 +75,7 @@ TEST_CASE("TF_CONFIG with a chief: the chief is worker 0, TF's worker i is worke
   CHECK(ps->task.task_index == 0);
 }
 
-TEST_CASE("TF_CONFIG: the task index defaults to 0 and an evaluator is left out of the spec") {
+TEST_CASE("TF_CONFIG: the task index defaults to 0 and an evaluator is left out of the spec, said by has_evaluator") {
   auto launch = ClusterFromTfConfig(
       R"({"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "evaluator": ["127.0.0.1:3"]},
           "task": {"type": "chief"}, "rpc_layer": "grpc"})");
@@ -83,14 +83,32 @@ TEST_CASE("TF_CONFIG: the task index defaults to 0 and an evaluator is left out 
   CHECK(launch->task.is_chief());
   CHECK(launch->spec.jobs().count("evaluator") == 0);
   CHECK(launch->spec.jobs().at("worker") == Hosts{"127.0.0.1:1"});
+  CHECK(launch->has_evaluator);
+  auto without = ClusterFromTfConfig(
+      R"({"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "chief"}})");
+  REQUIRE_MESSAGE(without.ok(), without.status().ToString());
+  CHECK_FALSE(without->has_evaluator);
 }
 
-TEST_CASE("TF_CONFIG task.type evaluator is UNIMPLEMENTED, naming it") {
+TEST_CASE("TF_CONFIG task.type evaluator is the task evaluator 0, outside the training cluster's spec") {
   auto launch = ClusterFromTfConfig(
-      R"({"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "evaluator": ["127.0.0.1:3"]},
+      R"({"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:4"], "ps": ["127.0.0.1:2"],
+                      "evaluator": ["127.0.0.1:3"]},
           "task": {"type": "evaluator", "index": 0}})");
-  CHECK(absl::IsUnimplemented(launch.status()));
-  CHECK_CONTAINS(std::string(launch.status().message()), "TF_CONFIG: task.type 'evaluator'");
+  REQUIRE_MESSAGE(launch.ok(), launch.status().ToString());
+  CHECK(launch->task.job_name == "evaluator");
+  CHECK(launch->task.task_index == 0);
+  CHECK_FALSE(launch->task.is_chief());
+  CHECK(launch->has_evaluator);
+  CHECK(launch->spec.jobs().count("evaluator") == 0);
+  CHECK(launch->spec.jobs().at("worker") == Hosts{"127.0.0.1:1", "127.0.0.1:4"});
+  CHECK(launch->described_as == "TF_CONFIG task evaluator 0");
+  // Its index is checked as any task's: one evaluator at most, index 0.
+  auto second = ClusterFromTfConfig(
+      R"({"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "evaluator": ["127.0.0.1:3"]},
+          "task": {"type": "evaluator", "index": 1}})");
+  CHECK(absl::IsInvalidArgument(second.status()));
+  CHECK_CONTAINS(std::string(second.status().message()), "TF_CONFIG: task.index: 1 is out of range for cluster.evaluator");
 }
 
 TEST_CASE("TF_CONFIG errors name the field and its position") {

@@ -364,6 +364,15 @@ TEST_CASE("SessionOptions carry the settings and the hooks in order; the pipelin
   auto nowhere = Job(TinyOptions(""));
   CHECK(nowhere->SessionOptions().checkpoint_dir.empty());
   for (const auto& hook : nowhere->SessionOptions().hooks) CHECK(hook->name() != "EvalHook");
+  // A cluster chief whose cluster has an evaluator task: the evaluator is
+  // eval/'s one writer, the chief has no evaluation hook (and no result).
+  MlpJobOptions with_evaluator = TinyOptions(tmp / "chief");
+  with_evaluator.input = MlpJobInput::kOnTrainingThread;
+  with_evaluator.cluster = MlpJobClusterTask{0, /*is_chief=*/true, /*has_evaluator=*/true};
+  auto chief = Job(std::move(with_evaluator));
+  CHECK(chief->SessionOptions().checkpoint_dir == tmp / "chief");
+  for (const auto& hook : chief->SessionOptions().hooks) CHECK(hook->name() != "EvalHook");
+  CHECK_FALSE(chief->result().eval.has_value());
 }
 
 TEST_CASE("wrap_step wraps the job's step: its fetches are answered before the job's; fetched without training "

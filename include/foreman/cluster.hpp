@@ -106,11 +106,15 @@ struct ClusterLaunch {
   /// The cluster in Foreman's terms: jobs "ps" and "worker" (worker 0 is
   /// the chief).
   ClusterSpec spec;
-  /// This process's task in `spec`.
+  /// This process's task in `spec`; for TF's evaluator task {"evaluator",
+  /// 0}, which is not in `spec` (it is no task of the training cluster).
   ClusterTask task;
   /// The task in the launcher's terms, for logs: "TF_CONFIG task chief 0",
   /// "TF_CONFIG task worker 1", "SLURM_PROCID 2 of SLURM_NTASKS 4".
   std::string described_as;
+  /// The launcher's cluster has an evaluator task (TF_CONFIG's "evaluator"
+  /// job): it evaluates the checkpoints, and the chief does not.
+  bool has_evaluator = false;
 };
 
 /// The cluster of TF's TF_CONFIG, the JSON object Kubeflow's TFJob operator,
@@ -121,7 +125,9 @@ struct ClusterLaunch {
 /// chief) and TF's worker i becomes worker i + 1; without a "chief" job,
 /// TF's worker 0 is the chief and worker i stays worker i (TF1's
 /// convention). TF's ps i is ps i. "evaluator" (at most one task) is checked
-/// and left out of the spec, as TF leaves it out of the training cluster.
+/// and left out of the spec, as TF leaves it out of the training cluster;
+/// has_evaluator says it is there, and task.type "evaluator" gives the task
+/// {"evaluator", 0} (not in the spec: it connects to no task).
 /// Other top-level keys ("environment", "rpc_layer") are ignored.
 /// `tf_config` is the variable's text. Errors, each starting "TF_CONFIG: "
 /// and naming the field and position: INVALID_ARGUMENT for text that is not
@@ -130,8 +136,7 @@ struct ClusterLaunch {
 /// evaluator, no ps, no chief and no worker, an entry that is not a
 /// "host:port" string ("TF_CONFIG: cluster.worker[1]: expected \"host:port\",
 /// found 5"), an address given twice, a task index that is not a whole
-/// number or is out of range, a task type the cluster lacks; UNIMPLEMENTED
-/// for task.type "evaluator" (Foreman has no evaluator task yet). A pure
+/// number or is out of range, a task type the cluster lacks. A pure
 /// function; thread-safe.
 ///   ```cpp
 ///   #include "foreman/cluster.hpp"

@@ -71,6 +71,7 @@
 #include "foreman/monitored_session.hpp"
 #include "foreman/nn.hpp"
 #include "foreman/status.hpp"
+#include "foreman/stop.hpp"
 
 namespace foreman {
 
@@ -174,6 +175,11 @@ struct MlpJobClusterTask {
   /// The chief (worker 0) writes the checkpoints and the evaluation; the
   /// others write nothing (no checkpoint_dir in SessionOptions).
   bool is_chief = true;
+  /// The cluster has an evaluator task (RunMlpEvaluator): it is the one
+  /// writer of <checkpoint_dir>/eval, and the chief evaluates nothing (no
+  /// evaluation hook; MlpJobResult::eval stays nullopt), as TF's chief in a
+  /// distributed train_and_evaluate.
+  bool has_evaluator = false;
 };
 
 struct MlpJobOptions {
@@ -309,5 +315,75 @@ class MlpJob {
   explicit MlpJob(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// RunMlpEvaluator's options.
+struct MlpEvaluatorOptions {
+  /// The model flags (hidden, optimizer, seed, threads, ...) must be the
+  /// training's, so that its checkpoints restore; checkpoint_dir is the
+  /// training's directory, read only (no lock taken) except for
+  /// <checkpoint_dir>/eval, which the evaluator writes. Checked with
+  /// ValidateMlpJobSettings, as MlpJob::Create does.
+  MlpJobSettings settings;
+  /// The test set (and the training set, which is not read), moved in.
+  data::FashionMnist data;
+  /// The evaluation session's device, resolved: "/cpu:0" or "/gpu:N".
+  std::string device = "/cpu:0";
+  /// The training's last global_step (TF: max_steps): the loop ends after
+  /// evaluating a checkpoint at global_step >= last_step. 0: no such end
+  /// (only the timeout or a stop ends it).
+  int64_t last_step = 0;
+  /// Between two looks for a new checkpoint, in ms (> 0).
+  int64_t poll_interval_ms = 1000;
+  /// The longest wait for a new checkpoint, in ms (> 0; TF's `timeout` of
+  /// checkpoints_iterator), from the start or from the last evaluation.
+  int64_t timeout_ms = 600'000;
+  /// Checkpoints are read and the event file written through it (nullptr:
+  /// Env::Default()); the waits are timed on `clock` (nullptr:
+  /// Clock::Real()). Not owned.
+  Env* env = nullptr;
+  Clock* clock = nullptr;
+  /// A request on it ends the wait (null: none). Not owned beyond the call.
+  std::shared_ptr<StopRequest> stop;
+  /// After each evaluation (its checkpoint's prefix), and for each
+  /// checkpoint skipped (a warning, one English sentence), on the calling
+  /// thread. Empty: nothing is said.
+  std::function<void(const std::string& prefix, const MlpJobEval& eval)> on_eval;
+  std::function<void(const std::string& warning)> on_warning;
+};
+
+/// What RunMlpEvaluator did.
+struct MlpEvaluatorResult {
+  /// Every evaluation written, in order (increasing global_step).
+  std::vector<MlpJobEval> evals;
+  /// Checkpoints listed but gone or not whole when read, skipped.
+  int64_t skipped = 0;
+  /// The loop ended on a stop request (after any evaluation in progress).
+  bool stopped = false;
+};
+
+/// TF's evaluator task (tf.estimator's _TrainingExecutor.run_evaluator over
+/// tf.train.checkpoints_iterator): waits for a checkpoint of
+/// settings.checkpoint_dir newer than the last one evaluated (looking every
+/// poll_interval_ms, LatestCheckpoint: the newest that verifies), restores
+/// it into a local session of the MLP's graph (no cluster; SessionManager's
+/// prepare_session on the exact prefix), evaluates the whole test set as
+/// the chief's evaluation does (the graph's eval_* fetches, no training) and
+/// writes its "accuracy" and "loss" into <checkpoint_dir>/eval at the
+/// checkpoint's global_step. Only the newest checkpoint is evaluated when
+/// several appeared during one evaluation (checkpoints_iterator's rule). A
+/// checkpoint that is gone or does not verify when read (max_to_keep
+/// deleted it) is skipped with a warning ("checkpoint <prefix> not found or
+/// not whole, skipping: ..."), as TF logs and skips it. Ends:
+///   OK                 after evaluating a checkpoint at global_step >=
+///                      last_step; or on a stop request (result.stopped)
+///   DEADLINE_EXCEEDED  no new checkpoint within timeout_ms: "no new
+///                      checkpoint in <dir> within <N> ms (...)"
+///   INVALID_ARGUMENT   bad settings or options (naming them), a
+///                      checkpoint that does not fit the model (the
+///                      restore's message: wrong --hidden, --optimizer)
+///   other codes        MlpJob::Create's, the event file's, the session's
+/// Blocks the calling thread; thread-safe (no state shared between calls;
+/// two calls on one directory would both write its eval/).
+StatusOr<MlpEvaluatorResult> RunMlpEvaluator(MlpEvaluatorOptions options);
 
 }  // namespace foreman

@@ -142,26 +142,24 @@ StatusOr<ClusterLaunch> ClusterFromTfConfig(const std::string& tf_config) {
     return TfError("task.index", absl::StrCat(index, " is out of range for cluster.", type, ": it has ", n,
                                               n == 1 ? " task" : " tasks", ", valid indices are 0..", n - 1));
   }
-  if (type == "evaluator") {
-    return absl::UnimplementedError(
-        "TF_CONFIG: task.type 'evaluator': Foreman has no evaluator task yet (the chief evaluates on the test "
-        "set with --eval-every-steps); do not start an evaluator replica");
-  }
-
   // Foreman's jobs: the chief first among the workers.
   std::vector<std::string> workers;
   if (has_chief) workers.push_back(jobs["chief"][0]);
   for (const std::string& w : jobs["worker"]) workers.push_back(w);
   FOREMAN_ASSIGN_OR_RETURN(ClusterSpec spec, ClusterSpec::Create({{"ps", jobs["ps"]}, {"worker", workers}}));
   ClusterTask ours;
-  if (type == "ps") {
+  if (type == "evaluator") {
+    ours = ClusterTask{"evaluator", 0};  // not in the spec: TF's evaluator is outside the training cluster
+  } else if (type == "ps") {
     ours = ClusterTask{"ps", static_cast<int>(index)};
   } else if (type == "chief") {
     ours = ClusterTask{"worker", 0};
   } else {
     ours = ClusterTask{"worker", static_cast<int>(index) + (has_chief ? 1 : 0)};
   }
-  return ClusterLaunch{std::move(spec), std::move(ours), absl::StrCat("TF_CONFIG task ", type, " ", index)};
+  ClusterLaunch launch{std::move(spec), std::move(ours), absl::StrCat("TF_CONFIG task ", type, " ", index)};
+  launch.has_evaluator = jobs.count("evaluator") > 0;
+  return launch;
 }
 
 namespace {

@@ -93,7 +93,7 @@ StatusOr<SessionRunArgs> EvalHook::before_run(SessionRunContext& ctx) {
   }
   // A cluster: every run asks, and the step evaluates only when the update
   // (the other workers' included) reached `from` -- no read of the ps here.
-  args.fetches = {"eval_global_step", "eval_accuracy", "eval_loss", "eval_summaries"};
+  args.fetches = EvalFetches();
   args.feeds.emplace(kEvalFromGlobalStep, Tensor::Scalar<int64_t>(from));
   return args;
 }
@@ -109,8 +109,7 @@ Status EvalHook::after_run(SessionRunContext&, const SessionRunValues& values) {
 Status EvalHook::end(Session* session) {
   FOREMAN_ASSIGN_OR_RETURN(int64_t step, session->GlobalStep());
   if (!last_ || last_->global_step != step) {
-    FOREMAN_ASSIGN_OR_RETURN(TensorMap values,
-                             session->Run({"eval_global_step", "eval_accuracy", "eval_loss", "eval_summaries"}));
+    FOREMAN_ASSIGN_OR_RETURN(TensorMap values, session->Run(EvalFetches()));
     const bool trained = start_step_.has_value() && step != *start_step_;
     FOREMAN_RETURN_IF_ERROR(Record(values, /*write=*/trained));
   }
@@ -119,10 +118,7 @@ Status EvalHook::end(Session* session) {
 }
 
 Status EvalHook::Record(const TensorMap& values, bool write) {
-  MlpJobEval r;
-  r.global_step = values.at("eval_global_step").data<int64_t>()[0];
-  r.accuracy = values.at("eval_accuracy").data<float>()[0];
-  r.loss = values.at("eval_loss").data<float>()[0];
+  const MlpJobEval r = EvalOf(values);
   last_ = r;
   if (!write) return absl::OkStatus();
   if (writer_ == nullptr) {

@@ -283,8 +283,10 @@ StatusOr<std::unique_ptr<MlpJob>> MlpJob::Create(MlpJobOptions options) {
   }
   // Last: its end() runs after the CheckpointSaverHook's final save. Only
   // where the directory is this process's (its events go to <dir>/eval).
+  // A cluster with an evaluator task: that task is eval/'s one writer.
   const bool is_chief = !options.cluster || options.cluster->is_chief;
-  if (is_chief && !f.checkpoint_dir.empty()) {
+  const bool evaluator_elsewhere = options.cluster && options.cluster->has_evaluator;
+  if (is_chief && !evaluator_elsewhere && !f.checkpoint_dir.empty()) {
     impl->eval = std::make_shared<EvalHook>(f.checkpoint_dir + "/eval", f.eval_every_steps, impl->env,
                                             options.cluster.has_value());
     impl->hooks.push_back(impl->eval);

@@ -34,6 +34,21 @@ inline constexpr char kUpdatedGlobalStep[] = "updated_global_step";
 // its update reached global_step >= S, else answers eval_global_step -1.
 inline constexpr char kEvalFromGlobalStep[] = "eval_from_global_step";
 
+// The fetches of one test-set evaluation (the step's Evaluate), and what
+// they answered: the EvalHook's and the evaluator task's (mlp_evaluator.cpp).
+inline const std::vector<std::string>& EvalFetches() {
+  static const std::vector<std::string> fetches = {"eval_global_step", "eval_accuracy", "eval_loss",
+                                                   "eval_summaries"};
+  return fetches;
+}
+inline MlpJobEval EvalOf(const TensorMap& values) {
+  MlpJobEval r;
+  r.global_step = values.at("eval_global_step").data<int64_t>()[0];
+  r.accuracy = values.at("eval_accuracy").data<float>()[0];
+  r.loss = values.at("eval_loss").data<float>()[0];
+  return r;
+}
+
 // The last evaluation the step computed, for the progress hook.
 struct EvalRecord {
   Mutex mu;

@@ -1,6 +1,7 @@
 // `foreman train` as one task of a cluster: cluster_task.hpp.
 #include "cluster_task.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstdio>
@@ -21,7 +22,7 @@ constexpr const char* kOtherFlags[] = {"--heartbeat-ms", "--connection-timeout-m
                                        "--ps-join-timeout-secs", "--ps-eviction-grace-secs", "--tls-cert", "--tls-key", "--tls-ca",
                                        "--insecure", "--replicas-to-aggregate", "--total-num-replicas",
                                        "--operation-timeout-ms", "--signal-ends-training",
-                                       "--cluster-job-id"};
+                                       "--cluster-job-id", "--eval-timeout-secs"};
 
 // --replicas-to-aggregate / --total-num-replicas (TF's
 // SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)) into
@@ -161,9 +162,19 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
         absl::StrCat("--ps-eviction-grace-secs must be in [0, 3600], got ", c.ps_eviction_grace_secs));
   }
   const std::string job_name = launch.has_value() ? launch->task.job_name : c.job_name;
-  if (!f.run_record.empty() && job_name == "ps") {
+  if (!f.run_record.empty() && (job_name == "ps" || job_name == "evaluator")) {
+    return absl::InvalidArgumentError(absl::StrCat("--run-record is for a training task; ",
+                                                   job_name == "ps" ? "a ps task" : "the evaluator",
+                                                   " trains nothing (give it to the workers only)"));
+  }
+  if (cmd.count("--eval-timeout-secs") > 0 && job_name != "evaluator") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--eval-timeout-secs is the evaluator task's (TF_CONFIG task.type evaluator); this process is ", job_name,
+        " task ", launch.has_value() ? launch->task.task_index : c.task_index));
+  }
+  if (c.eval_timeout_secs <= 0 || c.eval_timeout_secs > 86400 * 365) {
     return absl::InvalidArgumentError(
-        "--run-record is for a training task; a ps task trains nothing (give it to the workers only)");
+        absl::StrCat("--eval-timeout-secs must be in [1, 31536000], got ", c.eval_timeout_secs));
   }
   const int64_t task_index = launch.has_value() ? launch->task.task_index : c.task_index;
   if (c.signal_ends_training && !(job_name == "worker" && task_index == 0)) {
@@ -174,8 +185,12 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
   std::optional<ClusterRun> built;
   if (launch.has_value()) {
     built.emplace(ClusterRun{launch->spec, launch->task, ClusterOptions{}});
+    built->has_evaluator = launch->has_evaluator;
     std::fprintf(stderr, "foreman train: the cluster from %s: %s task %d of %s\n", launch->described_as.c_str(),
                  launch->task.job_name.c_str(), launch->task.task_index, launch->spec.ToString().c_str());
+    // TF's evaluator is outside the training cluster: no server, no dial,
+    // so none of the network checks apply.
+    if (built->is_evaluator()) return built;
   } else {
     FOREMAN_ASSIGN_OR_RETURN(ClusterSpec spec, ClusterSpec::FromFlags(c.ps_hosts, c.worker_hosts));
     built.emplace(ClusterRun{std::move(spec), ClusterTask{c.job_name, static_cast<int>(c.task_index)},
@@ -197,6 +212,60 @@ StatusOr<std::optional<ClusterRun>> CheckClusterFlags(const CLI::App& cmd, const
     FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(run.options.tls_cert, run.options.tls_key, run.options.tls_ca));
   }
   return built;
+}
+
+int RunEvaluatorTask(const MlpJobSettings& settings, data::FashionMnist data,
+                     int64_t eval_timeout_secs, std::shared_ptr<StopRequest> stop) {
+  const std::string& dir = settings.checkpoint_dir;
+  // The training's last global_step: --max-steps, or the cluster's steps for
+  // --epochs (ClusterStepsForEpochs, as every worker stops there).
+  int64_t last_step = ClusterStepsForEpochs(settings.epochs, data.train.labels.num_elements(), settings.batch_size);
+  if (settings.max_steps > 0) last_step = last_step > 0 ? std::min(last_step, settings.max_steps) : settings.max_steps;
+  MlpEvaluatorOptions options;
+  options.settings = settings;
+  options.data = std::move(data);
+  options.last_step = last_step;
+  options.poll_interval_ms = 500;
+  options.timeout_ms = eval_timeout_secs * 1000;
+  options.stop = std::move(stop);
+  options.on_eval = [](const std::string& prefix, const MlpJobEval& eval) {
+    const std::size_t slash = prefix.rfind('/');
+    const std::string name = slash == std::string::npos ? prefix : prefix.substr(slash + 1);
+    std::printf("evaluated %s at global_step %lld: accuracy %.4f loss %.4f\n", EscapeForTerminal(name).c_str(),
+                static_cast<long long>(eval.global_step), eval.accuracy, eval.loss);
+    std::fflush(stdout);
+  };
+  options.on_warning = [](const std::string& warning) {
+    std::fprintf(stderr, "foreman train: evaluator: %s\n", EscapeForTerminal(warning).c_str());
+  };
+  std::fprintf(stderr,
+               "foreman train: the evaluator: evaluating each new checkpoint of %s on the test set into %s/eval "
+               "until global_step %lld (waiting at most --eval-timeout-secs=%lld for each)\n",
+               dir.c_str(), dir.c_str(), static_cast<long long>(last_step), static_cast<long long>(eval_timeout_secs));
+  std::fflush(stderr);
+  StopRequest* raw_stop = options.stop.get();
+  auto result = RunMlpEvaluator(std::move(options));
+  raw_stop->Complete();
+  if (!result.ok()) {
+    std::fprintf(stderr, "foreman train: evaluator: %s%s\n", EscapeForTerminal(result.status().message()).c_str(),
+                 absl::IsDeadlineExceeded(result.status())
+                     ? absl::StrCat(" (--eval-timeout-secs=", eval_timeout_secs, ")").c_str()
+                     : "");
+    return absl::IsInvalidArgument(result.status()) ? kExitUsage : kExitFailed;
+  }
+  if (result->stopped) {
+    std::printf("evaluator: stopped by a signal after %zu evaluations, not finished (exit %d); started again, it "
+                "evaluates the latest checkpoint\n",
+                result->evals.size(), kExitStopped);
+    std::fflush(stdout);
+    return kExitStopped;
+  }
+  std::printf("evaluator: evaluated %zu checkpoints (%lld skipped); the last at global_step %lld, the training's "
+              "last step: exiting\n",
+              result->evals.size(), static_cast<long long>(result->skipped),
+              static_cast<long long>(result->evals.empty() ? 0 : result->evals.back().global_step));
+  std::fflush(stdout);
+  return kExitOk;
 }
 
 int RunParameterServer(const ClusterRun& cluster, const ServerOptions& options, absl::Duration join_timeout,

@@ -179,6 +179,22 @@ int RunTrain(const CLI::App& cmd, TrainFlags f, const SimulatedProcess* sim) {
                               absl::Seconds(job.f.cluster.ps_eviction_grace_secs), *job.stop);
   }
 
+  // TF's evaluator task: outside the training cluster, it reads the chief's
+  // checkpoints from --checkpoint-dir (no lock: the chief owns it) and
+  // writes only <dir>/eval.
+  if (job.cluster && job.cluster->is_evaluator()) {
+    if (Status s = ValidateTrainFlags(job.f); !s.ok()) return Fail(kExitUsage, "bad flags", s);
+    if (ExitCode code = PlanModel(job)) return *code;
+    if (ExitCode code = ResolveDevice(job)) return *code;
+    if (ExitCode code = LoadData(job)) return *code;
+    job.phase->SetTrainingRole(RunPhase::TrainingRole::kWorker, "the evaluator");
+    if (!job.phase->StartTraining(*job.stop)) {
+      job.stop->Complete();
+      return kExitStopped;
+    }
+    return RunEvaluatorTask(job.f, std::move(job.data), job.f.cluster.eval_timeout_secs, job.stop);
+  }
+
   // Until training starts, a refusal (or a signal) leaves nothing behind:
   // RunPhase::Undo, while the lock is still held.
   ExitCode refused = OpenDirectory(cmd, job);

@@ -153,7 +153,12 @@ ExitCode BuildModel(TrainJob& job) {
       job.faults.record,
       std::make_shared<ProgressPrinter>(job.tty, f.log_step_count_steps > 0 ? f.log_step_count_steps : 100));
   if (job.cluster) {
-    options.cluster = MlpJobClusterTask{job.cluster->task.task_index, job.cluster->task.is_chief()};
+    options.cluster = MlpJobClusterTask{job.cluster->task.task_index, job.cluster->task.is_chief(),
+                                        job.cluster->has_evaluator};
+    if (job.cluster->task.is_chief() && job.cluster->has_evaluator) {
+      std::fprintf(stderr, "foreman train: the cluster has an evaluator task: the chief does not evaluate (the "
+                           "evaluator writes %s/eval)\n", f.checkpoint_dir.c_str());
+    }
     if (job.cluster->task.is_chief()) {
       options.extra_summaries = [&job]() {
         return job.worker_rates ? job.worker_rates() : std::vector<std::string>{};

@@ -146,6 +146,12 @@ void AddTrainFlags(CLI::App& cmd, TrainFlags& f) {
       ->transform(DecimalInt64())
       ->capture_default_str()
       ->group(kCluster);
+  cmd.add_option("--eval-timeout-secs", f.cluster.eval_timeout_secs,
+                 "The evaluator task's (TF_CONFIG task.type evaluator) bound on its wait for a new checkpoint in "
+                 "--checkpoint-dir; past it the evaluator exits 1")
+      ->transform(DecimalInt64())
+      ->capture_default_str()
+      ->group(kCluster);
   cmd.add_option("--ps-eviction-grace-secs", f.cluster.ps_eviction_grace_secs,
                  "A ps task's bound, once evicted (SIGTERM, SIGINT), on its wait for the chief's checkpoint: it "
                  "refuses updates, serves the chief's checkpoint read, then exits 75 (at once when no chief is "

@@ -35,6 +35,8 @@ struct ClusterFlags {
   std::string cluster_job_id;
   // A ps task's bound on its wait for the chief to end training (Server::Join).
   int64_t ps_join_timeout_secs = 86400;
+  // The evaluator task's bound on its wait for a new checkpoint (TF: checkpoints_iterator's timeout).
+  int64_t eval_timeout_secs = 600;
   // A ps task's bound on its wait, once evicted (a SIGTERM), for the
   // chief's checkpoint before it exits 75 (Server::Evict).
   int64_t ps_eviction_grace_secs = 5;
