@@ -673,9 +673,11 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
           // Issue 31 point 3: only a restore from a checkpoint replaces a
           // running job's variables (a chief without one re-attaches).
           const Status refused = absl::FailedPreconditionError(absl::StrCat(
-              Who(st), " already holds the variables of cluster job '", st.options.job_id, "' (global_step ",
-              GlobalStep(st), ") and refused an init op that would re-initialise them; only a restore from a "
-              "checkpoint replaces them"));
+              Who(st), " already holds the variables of cluster job '", st.options.job_id, "'",
+              // Only the ps task of global_step knows it (-1 elsewhere).
+              GlobalStep(st) >= 0 ? absl::StrCat(" (global_step ", GlobalStep(st), ")") : std::string(),
+              " and refused an init op that would re-initialise them; only a restore from a checkpoint replaces "
+              "them"));
           FOREMAN_LOG_WARN("{}", std::string(refused.message()));
           return ErrorOf(refused);
         }

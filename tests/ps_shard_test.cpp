@@ -328,6 +328,12 @@ TEST_CASE("init then read returns the values bit-exactly; unknown names are NOT_
   CHECK(snap->global_step == -1);
   REQUIRE(snap->tensors.size() == 1);
   CHECK(snap->tensors[0].name == "other");
+  // A shard without global_step (not the ps task of global_step) refuses an
+  // init op too, without printing a global_step it does not hold.
+  s = Init(*node.sys, shard, init_again);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(s.message(), "' and refused an init op"), s.ToString());
+  CHECK_MESSAGE(!absl::StrContains(s.message(), "global_step"), s.ToString());
 }
 
 // The shard's variables: global_step, w [3, 5], b [5] and their slots (and

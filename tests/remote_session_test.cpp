@@ -689,6 +689,27 @@ TEST_CASE("issue 31 point 3: a chief with no checkpoint re-attaches to its job's
   CHECK(Int(cluster.ps().Value("global_step")) == 9);
 }
 
+TEST_CASE("issue 31 point 3: with ps 0 (global_step's) restarted and no checkpoint, the refusal names the step held") {
+  // global_step is placed first, on ps 0 (PlaceVariablesOnPs): when ps 0 is
+  // the restarted one, the initialized shard holds no global_step; the
+  // message must not print the empty shard's -1 as the job's step.
+  FakeCluster cluster("ps0_restarted", 2, Adam());
+  TempDir first_dir("remote_session");
+  ChiefTrains(cluster, "chief", first_dir.path(), 6);
+  REQUIRE(Int(cluster.ps().Value("global_step")) == 6);
+  cluster.ps().Restart(0);
+  TempDir empty_dir("remote_session");
+  auto options = TaskOptions(MlpGraph(Adam(), std::make_shared<StepLog>()), cluster.target("chief-2"), true,
+                             empty_dir.path(), 100);
+  auto refused = MonitoredTrainingSession(std::move(options));
+  REQUIRE(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(refused.status().message(),
+                                  "fake ps 1 holds the variables of cluster job 'fake' but fake ps 0 holds none"),
+                refused.status());
+  CHECK_MESSAGE(!absl::StrContains(refused.status().message(), "-1"), refused.status());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);  // the first chief's init op only
+}
+
 TEST_CASE("rule 5 a restarted chief restores a ps that is uninitialized or behind its latest checkpoint, as TF1") {
   TempDir dir("remote_session");
   {

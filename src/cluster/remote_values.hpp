@@ -83,7 +83,7 @@ class RemoteValues {
   /// running on the ps devices). Every bound name must be in `mirror`
   /// (FAILED_PRECONDITION naming the first missing one). A ps task that is
   /// already initialized refuses a kInit write (FAILED_PRECONDITION naming
-  /// it and its global_step: issue 31 point 3, only a restore replaces a
+  /// it, and its global_step when it holds it: issue 31 point 3, only a restore replaces a
   /// running job's variables) and takes a kRestore one. UNAVAILABLE as
   /// Read; a failure may leave some ps tasks written and others not (the
   /// chief retries the whole init/restore in recovery).

@@ -324,11 +324,16 @@ StatusOr<bool> ReattachWithoutCheckpoint(Session& session, const std::string& ch
     if (first == nullptr) first = &task;
   }
   if (initialized == nullptr) return false;
+  // global_step lives on one ps task (ps 0: PlaceVariablesOnPs places it
+  // first); the others report -1. Unknown when that task is the empty one.
+  int64_t global_step = -1;
+  for (const internal::RemoteValues::TaskState& task : tasks) global_step = std::max(global_step, task.global_step);
+  const std::string at_step = global_step >= 0 ? absl::StrCat(" (global_step ", global_step, ")") : std::string();
   const std::string where = checkpoint_dir.empty() ? std::string("(no checkpoint_dir)") : checkpoint_dir;
   if (empty != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot initialize the ps tasks: ", initialized->where, " holds the variables of cluster job '", initialized->job_id,
-        "' (global_step ", tasks.front().global_step, ") but ", empty->where,
+        "'", at_step, " but ", empty->where,
         " holds none, and there is no checkpoint to restore them from in ", where,
         "; an init op would re-initialise the first. Start the chief with the job's --checkpoint-dir, or "
         "restart every ps task to start the job over"));
@@ -336,7 +341,7 @@ StatusOr<bool> ReattachWithoutCheckpoint(Session& session, const std::string& ch
   FOREMAN_LOG_WARN(
       "No checkpoint to restore in {}, but the ps tasks hold the variables of cluster job '{}' at global_step {}: "
       "re-attaching to them, not running the init op (it would re-initialise the running job)",
-      where, initialized->job_id, tasks.front().global_step);
+      where, initialized->job_id, global_step);
   return true;
 }
 
