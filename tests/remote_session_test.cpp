@@ -710,6 +710,23 @@ TEST_CASE("issue 31 point 3: with ps 0 (global_step's) restarted and no checkpoi
   CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);  // the first chief's init op only
 }
 
+TEST_CASE("issue 31 point 3: a chief with no checkpoint does not re-attach to an initialized ps of another job") {
+  // The re-attach is for the chief's own job only: on a ps task of another
+  // cluster job the init op runs, and that ps task refuses it.
+  FakeCluster cluster("other_job", 2, Adam());
+  TempDir first_dir("remote_session");
+  ChiefTrains(cluster, "chief", first_dir.path(), 4);
+  cluster.ps().SetJobId(0, "another-job");
+  TempDir empty_dir("remote_session");
+  auto options = TaskOptions(MlpGraph(Adam(), std::make_shared<StepLog>()), cluster.target("chief-2"), true,
+                             empty_dir.path(), 100);
+  auto refused = MonitoredTrainingSession(std::move(options));
+  REQUIRE_MESSAGE(refused.status().code() == absl::StatusCode::kFailedPrecondition, refused.status());
+  CHECK_MESSAGE(absl::StrContains(refused.status().message(), "refused an init op"), refused.status());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 2);  // the init op reached the ps, which refused it
+  CHECK(Int(cluster.ps().Value("global_step")) == 4);
+}
+
 TEST_CASE("rule 5 a restarted chief restores a ps that is uninitialized or behind its latest checkpoint, as TF1") {
   TempDir dir("remote_session");
   {

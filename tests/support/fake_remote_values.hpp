@@ -88,7 +88,8 @@ class FakeRemoteValues : public internal::RemoteValues {
       std::lock_guard<std::mutex> l(shard.mu);
       TaskState& task = out.emplace_back();
       task.where = absl::StrCat("fake ps ", s);
-      task.job_id = "fake";
+      task.job_id = shard.job_id;
+      task.same_job = shard.job_id == "fake";
       task.initialized = shard.initialized;
       if (shard.initialized && shard.vars.Contains("global_step")) {
         StatusOr<const Tensor*> step = static_cast<const VariableStore&>(shard.vars).Get("global_step");
@@ -226,6 +227,13 @@ class FakeRemoteValues : public internal::RemoteValues {
     for (const std::string& name : shard.vars.Names()) REQUIRE(shard.vars.Delete(name).ok());
     shard.initialized = false;
   }
+  /// Shard `s` reports cluster job `job_id` in TaskStates (this process's
+  /// job is "fake"): a ps task of another job.
+  void SetJobId(int s, std::string job_id) {
+    Shard& shard = *shards_.at(static_cast<std::size_t>(s));
+    std::lock_guard<std::mutex> l(shard.mu);
+    shard.job_id = std::move(job_id);
+  }
   /// The next `count` calls of `method` return `status` (before touching
   /// anything).
   void FailNext(Method method, Status status, int count = 1) {
@@ -285,6 +293,7 @@ class FakeRemoteValues : public internal::RemoteValues {
     std::mutex mu;
     VariableStore vars;
     bool initialized = false;
+    std::string job_id = "fake";  // TaskStates' (SetJobId)
   };
   struct Failure {
     Status status;
