@@ -96,6 +96,8 @@ struct PsShardStatsMessage {
   /// The shard's global_step; -1 when it does not hold global_step.
   int64_t global_step = -1;
   bool initialized = false;
+  /// Restored from a checkpoint, or updated since its last init op.
+  bool trained = false;
   bool frozen = false;
   /// The chief ended training on the shard (ps_end_atom).
   bool ended = false;
@@ -168,7 +170,7 @@ typename Inspector::result_type inspect(Inspector& f, PsShardStatsMessage& x) {
   return f(caf::meta::type_name("foreman.PsShardStatsMessage"), x.task_index, x.global_step, x.initialized, x.frozen,
            x.applied_updates, x.refused_updates, x.stale_gradients, x.dropped_gradients, x.sync_step,
            x.waiting_replicas, x.queued_updates, x.freeze_timeouts, x.worker_applies, x.worker_last_apply_ms, x.waiting_workers,
-           x.job_id, x.ended);
+           x.job_id, x.ended, x.trained);
 }
 
 StatusMessage ToMessage(const Status& status);

@@ -544,6 +544,7 @@ StatusOr<std::vector<RemoteValues::TaskState>> PsRemoteValues::TaskStates() {
     task.job_id = r[k]->job_id;
     task.same_job = r[k]->job_id == job_id_;
     task.initialized = r[k]->initialized;
+    task.trained = r[k]->trained;
     task.global_step = r[k]->global_step;
   }
   return out;

@@ -43,6 +43,9 @@ struct ps_shard_state {
   PsShardOptions options;
   std::unique_ptr<compute::CpuDevice> device;
   bool initialized = false;
+  // Restored from a checkpoint, or updated since the last init op: an init
+  // op would lose training (refused).
+  bool trained = false;
   // Every tensor here is a block tensor (tensor_bytes.hpp): reads share
   // its bytes with the answer (no copy), and an update that finds a block
   // still shared (an answer not yet serialized) writes a copy instead
@@ -491,6 +494,7 @@ void Accumulate(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply re
     return;
   }
   ++st.stats.applied_updates;
+  st.trained = true;
   ++st.sync_step;
   const auto n = static_cast<int64_t>(waiting.size());
   st.aggregated_gradients += n;
@@ -535,6 +539,7 @@ void Dispatch(ps_shard_state& st, ApplyGradientsMessage& update, ApplyReply repl
   StatusOr<int64_t> r = Apply(st, update);
   if (r.ok()) {
     ++st.stats.applied_updates;
+    st.trained = true;
     CountAccepted(st, update.gradients.worker);
     Answer(st, reply, *r);
   } else {
@@ -673,19 +678,24 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
           FOREMAN_LOG_WARN("{}", std::string(refused.message()));
           return ErrorOf(refused);
         }
-        if (st.initialized && !vars.restore) {
+        if (st.initialized && st.trained && !vars.restore) {
           // Issue 31 point 3: only a restore from a checkpoint replaces a
-          // running job's variables (a chief without one re-attaches).
+          // running job's training (a chief without one re-attaches). An
+          // init op's values no update followed may be replaced (the
+          // chief's recovery retrying its half-done first init).
           const Status refused = absl::FailedPreconditionError(absl::StrCat(
-              Who(st), " already holds the variables of cluster job '", st.options.job_id, "' (global_step ",
-              GlobalStep(st), ") and refused an init op that would re-initialise them; only a restore from a "
-              "checkpoint replaces them"));
+              Who(st), " already holds the variables of cluster job '", st.options.job_id, "'",
+              // Only the ps task of global_step knows it (-1 elsewhere).
+              GlobalStep(st) >= 0 ? absl::StrCat(" (global_step ", GlobalStep(st), ")") : std::string(),
+              " and refused an init op that would re-initialise them; only a restore from a checkpoint replaces "
+              "them"));
           FOREMAN_LOG_WARN("{}", std::string(refused.message()));
           return ErrorOf(refused);
         }
         const int64_t old_step = st.sync_step;
         Status s = Init(st, vars);
         if (!s.ok()) return ErrorOf(s);
+        st.trained = vars.restore;
         if (!st.waiting.empty()) {
           st.stats.dropped_gradients += static_cast<int64_t>(st.waiting.size());
           FailWaiting(st, absl::AbortedError(absl::StrCat(Who(st), " was initialized again (a restore): the gradients "
@@ -808,6 +818,7 @@ caf::behavior ps_shard(caf::stateful_actor<ps_shard_state>* self, PsShardOptions
         PsShardStatsMessage s = st.stats;
         s.global_step = GlobalStep(st);
         s.initialized = st.initialized;
+        s.trained = st.trained;
         s.frozen = st.frozen;
         s.ended = st.ended;
         s.queued_updates = static_cast<int64_t>(st.held.size());

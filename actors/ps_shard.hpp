@@ -23,8 +23,10 @@
 //       cluster job's init (vars.job_id != PsShardOptions::job_id, naming
 //       both; the same for applies and the end of training, which also
 //       leave the shard unchanged), and for an init op (vars.restore false)
-//       on a shard already initialized (issue 31 point 3: only a restore
-//       replaces a running job's variables); INVALID_ARGUMENT naming the tensor for
+//       on a shard that holds training: restored, or updated since its
+//       last init op (issue 31 point 3: only a restore replaces a running
+//       job's training; an init op's values no update followed may be
+//       replaced, a half-done init retried); INVALID_ARGUMENT naming the tensor for
 //       an empty or duplicate name, a bad tensor (FromMessage), a
 //       global_step that is not an int64 scalar, a beta power that is not a
 //       float32 scalar, only one of the two beta powers, or a slot

@@ -60,6 +60,9 @@ pids+=("$chief_pid")
 worker_pid=$!
 pids+=("$worker_pid")
 wait_for_steps "$tmp/chief.out" 5 "$bound" "$chief_pid" || fail "job A's chief trained no step: $(cat "$tmp/chief.out")"
+# worker 1 listening too (its Server starts before its first step), so
+# that `cluster status` reaches all three tasks.
+wait_for_steps "$tmp/worker1.out" 1 "$bound" "$worker_pid" || fail "job A's worker 1 trained no step: $(cat "$tmp/worker1.out")"
 
 status=$("$foreman" cluster status "tcp://127.0.0.1:$chief_port" --timeout-ms 5000 2>&1)
 a_id=$(sed -n 's/.*  job \(spec-[0-9a-f]\{12\}\).*/\1/p' <<<"$status" | head -n 1)
@@ -179,7 +182,7 @@ for f in ps2 w1b; do
   [[ $n -eq 1 ]] || fail "$f logged the chief's return $n times (want 1)"
 done
 wait_for_steps "$tmp/c2.out" 2 "$bound" "$chief_pid" || fail "the restarted chief trained no step: $(cat "$tmp/c2.out")"
-has "No checkpoint to restore in $tmp/d, but the ps tasks hold the variables of cluster job 'spec-[0-9a-f]{12}' at global_step [0-9]+: re-attaching" \
+has "No checkpoint to restore in $tmp/d, but the ps tasks hold the variables of cluster job 'spec-[0-9a-f]{12}' \\(global_step [0-9]+\\): re-attaching" \
   "$(cat "$tmp/c2.out")" || fail "the chief with an emptied --checkpoint-dir did not re-attach: $(head -c 3000 "$tmp/c2.out")"
 c2_first=$(sed -n 's/^step \([0-9]*\).*/\1/p' "$tmp/c2.out" | head -n 1)
 [[ $c1_last =~ ^[0-9]+$ && $c2_first =~ ^[0-9]+$ ]] && ((c2_first >= c1_last)) \

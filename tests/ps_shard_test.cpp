@@ -231,6 +231,35 @@ TEST_CASE("a shard of cluster job A refuses job B's init, apply and end of train
   CHECK(*ok == 6);
 }
 
+TEST_CASE("issue 31 point 3: an init op is refused once the shard was updated since its init, or restored") {
+  Node node;
+  StatusOr<caf::actor> a = internal::SpawnPsShard(*node.sys, PsShardOptions{0, Sgd()});
+  REQUIRE_MESSAGE(a.ok(), a.status().ToString());
+  node.actors.push_back(*a);
+  const caf::actor shard = *a;
+  VariablesMessage vars;
+  vars.tensors.push_back(GlobalStep(0));
+  vars.tensors.push_back(Floats("w", {2}, {1, 2}));
+  REQUIRE_OK(Init(*node.sys, shard, vars));
+  CHECK_FALSE(Stats(*node.sys, shard).trained);
+  REQUIRE_OK(Init(*node.sys, shard, vars));  // nothing trained yet: nothing to lose
+  REQUIRE_OK(Apply(*node.sys, shard, Update({Floats("w", {2}, {1, 1})}, 0.5f)));
+  CHECK(Stats(*node.sys, shard).trained);
+  Status again = Init(*node.sys, shard, vars);
+  CHECK(again.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(again.message(), "(global_step 1) and refused an init op"), again.ToString());
+  StatusOr<VariablesMessage> w = Read(*node.sys, shard, {"w"});
+  REQUIRE_OK(w);
+  CHECK(w->global_step == 1);
+  CHECK(w->tensors[0].bytes == Floats("w", {2}, {0.5f, 1.5f}).bytes);  // the update kept
+  // A restore is taken, and counts as training.
+  VariablesMessage restore = vars;
+  restore.restore = true;
+  REQUIRE_OK(Init(*node.sys, shard, restore));
+  CHECK(Stats(*node.sys, shard).trained);
+  CHECK(Init(*node.sys, shard, vars).code() == absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_CASE("SpawnPsShard refuses a negative task index and a bad optimizer") {
   Node node;
   CHECK(internal::SpawnPsShard(*node.sys, PsShardOptions{-1, Sgd()}).status().code() ==
@@ -254,6 +283,9 @@ TEST_CASE("init then read returns the values bit-exactly; unknown names are NOT_
   w[6] = -0.0f;
   vars.tensors.push_back(Floats("dense/kernel", {3, 4}, w));
   vars.tensors.push_back(Floats("dense/bias", {4}, Random(4, rng)));
+  REQUIRE_OK(Init(*node.sys, shard, vars));
+  // An init op's values no update followed may be replaced by an init op
+  // (the chief's recovery retrying its half-done first init).
   REQUIRE_OK(Init(*node.sys, shard, vars));
 
   StatusOr<VariablesMessage> r = Read(*node.sys, shard, {"dense/bias", "dense/kernel"});
@@ -305,8 +337,12 @@ TEST_CASE("init then read returns the values bit-exactly; unknown names are NOT_
   CHECK(snap->tensors[1].bytes == vars.tensors[1].bytes);
   CHECK(snap->tensors[2].name == "global_step");
 
-  // An init op on the initialized shard (issue 31 point 3): refused,
-  // naming the shard's global_step, nothing changed.
+  // Once it holds training (restored, or updated since its init op) an
+  // init op is refused (issue 31 point 3), naming the shard's global_step,
+  // nothing changed.
+  VariablesMessage restored_41 = vars;
+  restored_41.restore = true;
+  REQUIRE_OK(Init(*node.sys, shard, restored_41));
   VariablesMessage init_again;
   init_again.tensors = {Floats("other", {2}, {1, 2})};
   s = Init(*node.sys, shard, init_again);
@@ -328,6 +364,12 @@ TEST_CASE("init then read returns the values bit-exactly; unknown names are NOT_
   CHECK(snap->global_step == -1);
   REQUIRE(snap->tensors.size() == 1);
   CHECK(snap->tensors[0].name == "other");
+  // A shard without global_step (not the ps task of global_step) refuses an
+  // init op too, without printing a global_step it does not hold.
+  s = Init(*node.sys, shard, init_again);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(s.message(), "' and refused an init op"), s.ToString());
+  CHECK_MESSAGE(!absl::StrContains(s.message(), "global_step"), s.ToString());
 }
 
 // The shard's variables: global_step, w [3, 5], b [5] and their slots (and

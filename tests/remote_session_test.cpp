@@ -631,6 +631,20 @@ TEST_CASE("rule 5 a restarted chief re-attaches to a ps past its checkpoint: no 
   CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);
 }
 
+TEST_CASE("issue 31 point 3: ps tasks holding only an init op's values, no update since, are initialised again") {
+  // The chief's first init, half done (one ps timed out) and retried by its
+  // recovery, or a chief restarted before its first step: nothing to lose.
+  FakeCluster cluster("init_again", 2, Adam());
+  auto graph = MlpGraph(Adam(), std::make_shared<StepLog>());
+  std::unique_ptr<Session> first = InitializedChief(cluster, graph);
+  REQUIRE(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);
+  cluster.ps().Restart(1);  // one shard lost its init
+  std::unique_ptr<Session> second = InitializedChief(cluster, graph);
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 2);
+  CHECK(Int(cluster.ps().Value("global_step")) == 0);
+  CHECK(cluster.ps().Value("dense/kernel").ok());
+}
+
 TEST_CASE("issue 31 point 3: a chief with no checkpoint re-attaches to its job's initialized ps; an init op is refused") {
   FakeCluster cluster("no_checkpoint", 2, Adam());
   TempDir first_dir("remote_session");
@@ -687,6 +701,44 @@ TEST_CASE("issue 31 point 3: a chief with no checkpoint re-attaches to its job's
   CHECK_MESSAGE(absl::StrContains(refused.status().message(), another_empty.path()), refused.status());
   CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 2);
   CHECK(Int(cluster.ps().Value("global_step")) == 9);
+}
+
+TEST_CASE("issue 31 point 3: with ps 0 (global_step's) restarted and no checkpoint, the refusal names the step held") {
+  // global_step is placed first, on ps 0 (PlaceVariablesOnPs): when ps 0 is
+  // the restarted one, the initialized shard holds no global_step; the
+  // message must not print the empty shard's -1 as the job's step.
+  FakeCluster cluster("ps0_restarted", 2, Adam());
+  TempDir first_dir("remote_session");
+  ChiefTrains(cluster, "chief", first_dir.path(), 6);
+  REQUIRE(Int(cluster.ps().Value("global_step")) == 6);
+  cluster.ps().Restart(0);
+  TempDir empty_dir("remote_session");
+  auto options = TaskOptions(MlpGraph(Adam(), std::make_shared<StepLog>()), cluster.target("chief-2"), true,
+                             empty_dir.path(), 100);
+  auto refused = MonitoredTrainingSession(std::move(options));
+  REQUIRE(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(absl::StrContains(refused.status().message(),
+                                  "fake ps 1 holds the variables of cluster job 'fake' but fake ps 0 holds none"),
+                refused.status());
+  CHECK_MESSAGE(!absl::StrContains(refused.status().message(), "-1"), refused.status());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 1);  // the first chief's init op only
+}
+
+TEST_CASE("issue 31 point 3: a chief with no checkpoint does not re-attach to an initialized ps of another job") {
+  // The re-attach is for the chief's own job only: on a ps task of another
+  // cluster job the init op runs, and that ps task refuses it.
+  FakeCluster cluster("other_job", 2, Adam());
+  TempDir first_dir("remote_session");
+  ChiefTrains(cluster, "chief", first_dir.path(), 4);
+  cluster.ps().SetJobId(0, "another-job");
+  TempDir empty_dir("remote_session");
+  auto options = TaskOptions(MlpGraph(Adam(), std::make_shared<StepLog>()), cluster.target("chief-2"), true,
+                             empty_dir.path(), 100);
+  auto refused = MonitoredTrainingSession(std::move(options));
+  REQUIRE_MESSAGE(refused.status().code() == absl::StatusCode::kFailedPrecondition, refused.status());
+  CHECK_MESSAGE(absl::StrContains(refused.status().message(), "refused an init op"), refused.status());
+  CHECK(cluster.ps().calls(FakeRemoteValues::kWrite) == 2);  // the init op reached the ps, which refused it
+  CHECK(Int(cluster.ps().Value("global_step")) == 4);
 }
 
 TEST_CASE("rule 5 a restarted chief restores a ps that is uninitialized or behind its latest checkpoint, as TF1") {

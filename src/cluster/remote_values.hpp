@@ -81,10 +81,12 @@ class RemoteValues {
   /// Replaces the remote variables with `mirror`'s values of the bound
   /// names (the chief's init op or restore: TF's init_op / Saver.restore
   /// running on the ps devices). Every bound name must be in `mirror`
-  /// (FAILED_PRECONDITION naming the first missing one). A ps task that is
-  /// already initialized refuses a kInit write (FAILED_PRECONDITION naming
-  /// it and its global_step: issue 31 point 3, only a restore replaces a
-  /// running job's variables) and takes a kRestore one. UNAVAILABLE as
+  /// (FAILED_PRECONDITION naming the first missing one). A ps task that
+  /// holds training (TaskState::trained) refuses a kInit write
+  /// (FAILED_PRECONDITION naming it, and its global_step when it holds it:
+  /// issue 31 point 3, only a restore replaces a running job's training)
+  /// and takes a kRestore one; an init op's values no update followed may
+  /// be written again (a half-done init retried). UNAVAILABLE as
   /// Read; a failure may leave some ps tasks written and others not (the
   /// chief retries the whole init/restore in recovery).
   virtual Status Write(const VariableStore& mirror, WriteKind kind) = 0;
@@ -95,6 +97,9 @@ class RemoteValues {
     std::string job_id;      // the task's cluster job id
     bool same_job = true;    // job_id is this process's
     bool initialized = false;
+    /// Restored from a checkpoint, or updated since its init op: an init
+    /// op would lose training (refused: Write's kInit).
+    bool trained = false;
     int64_t global_step = -1;  // -1: not held (or not initialized)
   };
 

@@ -301,44 +301,52 @@ Status MaybeReattach(Session& session, const Saver& saver, const std::string& pr
 
 /// Issue 31 point 3: a chief with no checkpoint to restore (none in its
 /// checkpoint_dir: a new or emptied directory, a pod rescheduled without its
-/// volume) on ps tasks that already hold its cluster job's variables
+/// volume) on ps tasks that already hold its cluster job's training
 /// re-attaches to them instead of running the init op, which would
 /// re-initialise a running job (TF1 runs it). True: every ps task is of
-/// this job and initialized; nothing is written, the task's own variables
-/// are left to the local init op, and a WARNING names the global_step.
-/// False: run the init op (a local session; no ps task initialized; a ps
-/// task of another job, whose refusal of the init names both job ids).
-/// FAILED_PRECONDITION when some ps tasks of this job are initialized and
-/// others are not (one restarted before the chief's first checkpoint):
-/// there is nothing to restore the others from, and an init op would wipe
-/// the first. UNAVAILABLE: TaskStates'.
+/// this job and initialized, and one of them holds training (restored, or
+/// updated since its init op); nothing is written, the task's own
+/// variables are left to the local init op, and a WARNING names the
+/// global_step. False: run the init op: a local session; no ps task
+/// initialized; only init ops' values and no update since (nothing to
+/// lose: the chief's own first init, half done, retried by its recovery);
+/// a ps task of another job (whose refusal of the init names both job
+/// ids). FAILED_PRECONDITION when some ps tasks of this job hold training
+/// and others nothing (one restarted before the chief's first checkpoint):
+/// there is nothing to restore the empty ones from, and an init op would
+/// wipe the others. UNAVAILABLE: TaskStates'.
 StatusOr<bool> ReattachWithoutCheckpoint(Session& session, const std::string& checkpoint_dir) {
   if (!internal::SessionAccess::remote_variables(session)) return false;
   FOREMAN_ASSIGN_OR_RETURN(std::vector<internal::RemoteValues::TaskState> tasks,
                            internal::SessionAccess::ps_task_states(session));
-  const internal::RemoteValues::TaskState* initialized = nullptr;
-  const internal::RemoteValues::TaskState* empty = nullptr;
-  int64_t global_step = -1;  // ps 0's (the task that holds it)
+  const internal::RemoteValues::TaskState* trained = nullptr;  // the first that holds training
+  const internal::RemoteValues::TaskState* empty = nullptr;    // the first uninitialized
+  // global_step lives on one ps task (ps 0: PlaceVariablesOnPs places it
+  // first); the others report -1. Unknown when that task is the empty one.
+  int64_t global_step = -1;
   for (const internal::RemoteValues::TaskState& task : tasks) {
     if (!task.same_job) return false;
-    const internal::RemoteValues::TaskState*& first = task.initialized ? initialized : empty;
-    if (first == nullptr) first = &task;
-    if (task.initialized) global_step = std::max(global_step, task.global_step);
+    if (!task.initialized) {
+      if (empty == nullptr) empty = &task;
+      continue;
+    }
+    if (task.trained && trained == nullptr) trained = &task;
+    global_step = std::max(global_step, task.global_step);
   }
-  if (initialized == nullptr) return false;
+  if (trained == nullptr) return false;
+  const std::string at_step = global_step >= 0 ? absl::StrCat(" (global_step ", global_step, ")") : std::string();
   const std::string where = checkpoint_dir.empty() ? std::string("(no checkpoint_dir)") : checkpoint_dir;
   if (empty != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cannot initialize the ps tasks: ", initialized->where, " holds the variables of cluster job '",
-        initialized->job_id, "'", global_step >= 0 ? absl::StrCat(" (global_step ", global_step, ")") : "",
-        " but ", empty->where, " holds none, and there is no checkpoint to restore them from in ", where,
-        "; an init op would re-initialise the first. Start the chief with the job's --checkpoint-dir, or "
+        "cannot initialize the ps tasks: ", trained->where, " holds the variables of cluster job '", trained->job_id,
+        "'", at_step, " but ", empty->where, " holds none, and there is no checkpoint to restore them from in ",
+        where, "; an init op would re-initialise the first. Start the chief with the job's --checkpoint-dir, or "
         "restart every ps task to start the job over"));
   }
   FOREMAN_LOG_WARN(
-      "No checkpoint to restore in {}, but the ps tasks hold the variables of cluster job '{}' at global_step {}: "
-      "re-attaching to them, not running the init op (it would re-initialise the running job)",
-      where, initialized->job_id, global_step);
+      "No checkpoint to restore in {}, but the ps tasks hold the variables of cluster job '{}'{}: re-attaching to "
+      "them, not running the init op (it would re-initialise the running job)",
+      where, trained->job_id, at_step);
   return true;
 }
 

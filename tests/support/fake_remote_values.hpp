@@ -88,8 +88,10 @@ class FakeRemoteValues : public internal::RemoteValues {
       std::lock_guard<std::mutex> l(shard.mu);
       TaskState& task = out.emplace_back();
       task.where = absl::StrCat("fake ps ", s);
-      task.job_id = "fake";
+      task.job_id = shard.job_id;
+      task.same_job = shard.job_id == "fake";
       task.initialized = shard.initialized;
+      task.trained = shard.trained;
       if (shard.initialized && shard.vars.Contains("global_step")) {
         StatusOr<const Tensor*> step = static_cast<const VariableStore&>(shard.vars).Get("global_step");
         if (step.ok()) task.global_step = *(*step)->data<int64_t>();
@@ -129,7 +131,8 @@ class FakeRemoteValues : public internal::RemoteValues {
     return absl::OkStatus();
   }
 
-  // As a ps task: an init op (kInit) on an initialized shard is refused.
+  // As a ps task: an init op (kInit) on a shard that holds training
+  // (restored, or updated since its init op) is refused.
   Status Write(const VariableStore& mirror, WriteKind kind) override {
     FOREMAN_RETURN_IF_ERROR(Enter(kWrite));
     for (const std::string& name : names_) {
@@ -139,8 +142,8 @@ class FakeRemoteValues : public internal::RemoteValues {
     }
     auto locks = LockAll();
     for (std::size_t s = 0; s < shards_.size(); ++s) {
-      if (kind == WriteKind::kInit && shards_[s]->initialized) {
-        return absl::FailedPreconditionError(absl::StrCat("fake ps ", s, " already holds variables: refused an init op"));
+      if (kind == WriteKind::kInit && shards_[s]->initialized && shards_[s]->trained) {
+        return absl::FailedPreconditionError(absl::StrCat("fake ps ", s, " holds training: refused an init op"));
       }
     }
     for (std::size_t i = 0; i < names_.size(); ++i) {
@@ -151,7 +154,10 @@ class FakeRemoteValues : public internal::RemoteValues {
       if (shard.vars.Contains(name)) FOREMAN_RETURN_IF_ERROR(shard.vars.Delete(name));
       FOREMAN_RETURN_IF_ERROR(shard.vars.Create(name, *value, trainable));
     }
-    for (auto& shard : shards_) shard->initialized = true;
+    for (auto& shard : shards_) {
+      shard->initialized = true;
+      shard->trained = kind == WriteKind::kRestore;
+    }
     RecordLocked();
     return absl::OkStatus();
   }
@@ -180,6 +186,7 @@ class FakeRemoteValues : public internal::RemoteValues {
         if (shard.vars.Contains(gv.variable)) share.grads_and_vars.push_back(gv);
       }
       FOREMAN_RETURN_IF_ERROR(nn::ApplyGradients(optimizer_, shard.vars, share, device_));
+      shard.trained = true;
     }
     int64_t step = 0;
     if (shards_[0]->vars.Contains(kGlobalStepName)) {
@@ -208,6 +215,7 @@ class FakeRemoteValues : public internal::RemoteValues {
     for (auto& shard : shards_) {
       for (const std::string& name : shard->vars.Names()) (void)shard->vars.Delete(name);
       shard->initialized = false;
+      shard->trained = false;
     }
     std::lock_guard<std::mutex> l(mu_);
     ended_ = false;
@@ -225,6 +233,14 @@ class FakeRemoteValues : public internal::RemoteValues {
     std::lock_guard<std::mutex> l(shard.mu);
     for (const std::string& name : shard.vars.Names()) REQUIRE(shard.vars.Delete(name).ok());
     shard.initialized = false;
+    shard.trained = false;
+  }
+  /// Shard `s` reports cluster job `job_id` in TaskStates (this process's
+  /// job is "fake"): a ps task of another job.
+  void SetJobId(int s, std::string job_id) {
+    Shard& shard = *shards_.at(static_cast<std::size_t>(s));
+    std::lock_guard<std::mutex> l(shard.mu);
+    shard.job_id = std::move(job_id);
   }
   /// The next `count` calls of `method` return `status` (before touching
   /// anything).
@@ -285,6 +301,8 @@ class FakeRemoteValues : public internal::RemoteValues {
     std::mutex mu;
     VariableStore vars;
     bool initialized = false;
+    bool trained = false;  // restored, or updated since its init op
+    std::string job_id = "fake";  // TaskStates' (SetJobId)
   };
   struct Failure {
     Status status;
