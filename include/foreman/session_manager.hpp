@@ -171,15 +171,17 @@ class SessionManager {
   /// The check costs one read of the ps tasks (its UNAVAILABLE is returned).
   /// recover_session does the same. Nor, unlike TF, does a chief with no
   /// checkpoint to restore (none in checkpoint_dir) run init_op or init_fn
-  /// on ps tasks that all hold its cluster job's variables: it logs a
-  /// WARNING "No checkpoint to restore in <dir>, but the ps tasks hold the
-  /// variables of cluster job 'J' at global_step N: re-attaching ..." and
-  /// leaves its own "/job:worker" variables to local_init_op; when some ps
-  /// tasks of its job are initialized and others not, FAILED_PRECONDITION
-  /// naming one of each (nothing to restore the empty ones from; an init op
-  /// would wipe the others). A ps task refuses an init op once initialized
+  /// on ps tasks that all hold its cluster job's variables and training
+  /// (restored, or updated since their init op): it logs a WARNING "No
+  /// checkpoint to restore in <dir>, but the ps tasks hold the variables of
+  /// cluster job 'J' (global_step N): re-attaching ..." and leaves its own
+  /// "/job:worker" variables to local_init_op; when some ps tasks of its
+  /// job hold training and others nothing, FAILED_PRECONDITION naming one
+  /// of each (nothing to restore the empty ones from; an init op would wipe
+  /// the others). A ps task refuses an init op while it holds training
   /// (FAILED_PRECONDITION): only a restore replaces a running job's
-  /// variables. The check costs one stats request per ps task. A ps task of
+  /// training; an init op's values no update followed are initialised
+  /// again (a half-done init retried). The check costs one stats request per ps task. A ps task of
   /// another job: the init op runs and that task refuses it (naming both
   /// job ids). Single-process sessions are unchanged.
   StatusOr<std::unique_ptr<Session>> prepare_session(const std::string& master, PrepareSessionOptions options);

@@ -116,8 +116,13 @@ for arg in sys.argv[2:]:
         r["planned"] += s["faults_planned"]
         r["fired"] += len(s["faults_fired"])
         r["restarts"] += s["restarts"]
-        r["recoveries"] += s["in_process_recoveries"]
-        r["lost"] += s["steps_lost"]
+        # A cluster preset's seeds report neither (its processes are the
+        # cluster's tasks): "n/a" in the table, not a false 0.
+        for key, col in (("in_process_recoveries", "recoveries"), ("steps_lost", "lost")):
+            if key in s and r[col] is not None:
+                r[col] += s[key]
+            else:
+                r[col] = None
         r["secs"].append(s["elapsed_ms"] / 1000.0)
         if not s["ok"]:
             r["failed"] += 1
@@ -128,8 +133,9 @@ lines = ["| preset | seeds | failed | faults planned | faults fired | process re
          "|---|---|---|---|---|---|---|---|---|---|"]
 for preset, r in rows.items():
     secs = r["secs"] or [0]
-    lines.append("| %s | %d | %d | %d | %d | %d | %d | %d | %.2f | %.2f |" % (
-        preset, r["seeds"], r["failed"], r["planned"], r["fired"], r["restarts"], r["recoveries"], r["lost"],
+    na = lambda v: "n/a" if v is None else str(v)
+    lines.append("| %s | %d | %d | %d | %d | %d | %s | %s | %.2f | %.2f |" % (
+        preset, r["seeds"], r["failed"], r["planned"], r["fired"], r["restarts"], na(r["recoveries"]), na(r["lost"]),
         sum(secs) / len(secs), max(secs)))
 if failures:
     lines += ["", "Failing seeds:"] + ["- " + f for f in failures]
