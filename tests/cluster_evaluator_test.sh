@@ -11,7 +11,9 @@
 # holds accuracy exactly at the steps the evaluator printed, F last, and at
 # no step of the chief's (the chief says it does not evaluate, and reports
 # no test accuracy). Before that, an evaluator alone: its timeout (exit 1)
-# and a signal (exit 75).
+# and a signal (exit 75), and the last step it waits for: --max-steps, or
+# with --epochs the cluster's global steps for them (ClusterStepsForEpochs:
+# ceil(epochs x 60000 / batch)), the smaller of the two, as the workers stop.
 #
 #   cluster_evaluator_test.sh FOREMAN HEARTBEAT_MS CONNECTION_TIMEOUT_MS MAX_STEPS CHECKPOINT_STEPS
 set -u
@@ -48,6 +50,15 @@ out=$(TF_CONFIG=$(tf_config evaluator) timeout "$(scaled 30)" "$foreman" train "
 [[ $code -eq 1 ]] || fail "an evaluator with no checkpoint coming exited $code, expected 1: $out"
 has "no new checkpoint in $tmp/none within 1000 ms \(none evaluated yet\) \(--eval-timeout-secs=1\)" "$out" \
   || fail "the evaluator's timeout does not name the directory and the wait: $out"
+# The training's last step, from --epochs as the workers count it (not only --max-steps).
+epochs_model=(--hidden 16 --batch-size 50 --threads 1 --optimizer adam --seed 7)
+for case in "0 2 2400" "5000 1 1200"; do
+  read -r case_max case_epochs case_last <<<"$case"
+  out=$(TF_CONFIG=$(tf_config evaluator) timeout "$(scaled 30)" "$foreman" train "${epochs_model[@]}" \
+        --max-steps "$case_max" --epochs "$case_epochs" --checkpoint-dir "$tmp/none" --eval-timeout-secs 1 2>&1)
+  has "^foreman train: the evaluator: evaluating each new checkpoint of $tmp/none .* until global_step $case_last " "$out" \
+    || fail "an evaluator with --max-steps $case_max --epochs $case_epochs does not wait for global_step $case_last: $out"
+done
 TF_CONFIG=$(tf_config evaluator) "$foreman" train "${model[@]}" --checkpoint-dir "$tmp/none" >"$tmp/signalled.out" 2>&1 &
 signalled_pid=$!
 pids+=("$signalled_pid")

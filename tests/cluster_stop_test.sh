@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `foreman cluster stop` (issue 31 point 1: ending a job early is an
-# explicit request, never a side effect of an eviction). A ps, the chief
-# and worker 1 train an asynchronous run with a --max-steps they would not
-# reach; `foreman cluster stop tcp://<chief>` ends training on the ps at
-# global_step S: it prints S, the chief takes its final checkpoint at
+# explicit request, never a side effect of an eviction). Two ps tasks, the
+# chief and worker 1 train an asynchronous run with a --max-steps they would not
+# reach; `foreman cluster stop tcp://<chief>` ends training on both ps
+# tasks at global_step S (each logs that the stop ended it, not the chief's
+# own end after its final checkpoint): it prints S, the chief takes its final checkpoint at
 # S or a little past it (its own steps in flight), and every task exits 0
 # (a finished job, not 75). Then what it refuses: a ps task's address (exit
 # 1, naming it), a port nothing listens on (exit 1, within the timeout), a
@@ -20,16 +21,20 @@ NAME=cluster_stop_test
 source "$(dirname "$0")/support/cluster_test_lib.sh"
 bound=120
 
-ports=$(free_ports 4) || { echo "FAIL: cannot find free ports"; exit 1; }
-read -r ps_port chief_port worker_port dead_port <<<"$ports"
+ports=$(free_ports 5) || { echo "FAIL: cannot find free ports"; exit 1; }
+read -r ps_port ps1_port chief_port worker_port dead_port <<<"$ports"
 model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --optimizer adam --seed 7
        --log-step-count-steps 1 --eval-every-steps 0)
 net=(--heartbeat-ms "$heartbeat_ms" --connection-timeout-ms "$timeout_ms"
-     --ps-hosts "127.0.0.1:$ps_port" --worker-hosts "127.0.0.1:$chief_port,127.0.0.1:$worker_port")
+     --ps-hosts "127.0.0.1:$ps_port,127.0.0.1:$ps1_port" --worker-hosts "127.0.0.1:$chief_port,127.0.0.1:$worker_port")
 "$foreman" train "${model[@]}" "${net[@]}" --job-name ps --task-index 0 --ps-join-timeout-secs "$bound" \
   --checkpoint-dir "$tmp/ps_unused" >"$tmp/ps.out" 2>&1 &
 ps_pid=$!
 pids+=("$ps_pid")
+"$foreman" train "${model[@]}" "${net[@]}" --job-name ps --task-index 1 --ps-join-timeout-secs "$bound" \
+  --checkpoint-dir "$tmp/ps1_unused" >"$tmp/ps1.out" 2>&1 &
+ps1_pid=$!
+pids+=("$ps1_pid")
 "$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index 0 --checkpoint-dir "$tmp/run" \
   --save-checkpoint-steps 1000000 >"$tmp/chief.out" 2>&1 &
 chief_pid=$!
@@ -63,7 +68,7 @@ kill -0 "$chief_pid" 2>/dev/null || fail "the chief exited after the refused sto
 out=$("$foreman" cluster stop "tcp://127.0.0.1:$chief_port" --heartbeat-ms "$heartbeat_ms" \
   --connection-timeout-ms "$timeout_ms" 2>&1); rc=$?
 [[ $rc -eq 0 ]] || fail "cluster stop exited $rc: $out"
-stop_step=$(sed -n 's/^ended training of cluster job spec-[0-9a-f]\{12\} at global_step \([0-9]*\) on 1 ps task(s).*/\1/p' <<<"$out")
+stop_step=$(sed -n 's/^ended training of cluster job spec-[0-9a-f]\{12\} at global_step \([0-9]*\) on 2 ps task(s).*/\1/p' <<<"$out")
 [[ $stop_step =~ ^[0-9]+$ ]] || fail "cluster stop printed no global_step: $out"
 again=$("$foreman" cluster stop "tcp://127.0.0.1:$chief_port" --heartbeat-ms "$heartbeat_ms" \
   --connection-timeout-ms "$timeout_ms" 2>&1); rc=$?
@@ -73,10 +78,12 @@ again=$("$foreman" cluster stop "tcp://127.0.0.1:$chief_port" --heartbeat-ms "$h
 wait_bounded "$chief_pid" "$bound"; chief_rc=$rc
 wait_bounded "$worker_pid" "$bound"; worker_rc=$rc
 wait_bounded "$ps_pid" "$bound"; ps_rc=$rc
+wait_bounded "$ps1_pid" "$bound"; ps1_rc=$rc
 chief_out=$(cat "$tmp/chief.out")
 [[ $chief_rc -eq 0 ]] || fail "the chief exited $chief_rc, not 0 (a finished job): $(tail -20 <<<"$chief_out")"
 [[ $worker_rc -eq 0 ]] || fail "worker 1 exited $worker_rc, not 0: $(tail -20 "$tmp/worker1.out")"
 [[ $ps_rc -eq 0 ]] || fail "the ps exited $ps_rc, not 0: $(tail -20 "$tmp/ps.out")"
+[[ $ps1_rc -eq 0 ]] || fail "ps task 1 exited $ps1_rc, not 0: $(tail -20 "$tmp/ps1.out")"
 final=$(sed -n 's/^training ended at global_step \([0-9]*\)$/\1/p' <<<"$chief_out")
 [[ $final =~ ^[0-9]+$ && $stop_step =~ ^[0-9]+$ ]] && ((final >= stop_step && final <= stop_step + 5)) \
   || fail "the chief's end of training ($final) is not the stop's global_step $stop_step (or just past it)"
@@ -87,9 +94,12 @@ for w in chief worker1; do
 done
 has "ps task 0: training ended by \`foreman cluster stop\` at global_step $stop_step" \
   "$(cat "$tmp/ps.out")" || fail "the ps did not log that \`foreman cluster stop\` ended training: $(tail -8 "$tmp/ps.out")"
+# ps task 1 too: ended by the stop (given ps 0's global_step), not left to the chief's own end of training.
+has "ps task 1: training ended by \`foreman cluster stop\` at global_step $stop_step" \
+  "$(cat "$tmp/ps1.out")" || fail "ps task 1 was not ended by \`foreman cluster stop\`: $(tail -8 "$tmp/ps1.out")"
 
 if ((failures > 0)); then
-  for f in ps chief worker1; do echo "--- $f:"; tail -n 30 "$tmp/$f.out"; done
+  for f in ps ps1 chief worker1; do echo "--- $f:"; tail -n 30 "$tmp/$f.out"; done
   failures_summary
   exit 1
 fi

@@ -214,9 +214,13 @@ int RunStop(const StatusFlags& f) {
     std::fprintf(stderr, "foreman cluster stop: %s\n", EscapeForTerminal(stopped.status().message()).c_str());
     return absl::IsInvalidArgument(stopped.status()) ? kExitUsage : kExitFailed;
   }
+  // ps 0 not initialised yet (no chief has started the job): no step to name.
+  const std::string at = stopped->global_step >= 0
+                             ? absl::StrCat("at global_step ", stopped->global_step)
+                             : std::string("before its ps tasks were initialised (no global_step yet)");
   std::printf("%s\n", EscapeForTerminal(absl::StrCat(
-                           "ended training of cluster job ", stopped->cluster_job_id, " at global_step ",
-                           stopped->global_step, " on ", stopped->ps_tasks, " ps task(s): each worker stops at its "
+                           "ended training of cluster job ", stopped->cluster_job_id, " ", at,
+                           " on ", stopped->ps_tasks, " ps task(s): each worker stops at its "
                            "next step, the chief after its final checkpoint, and every task exits 0"))
                            .c_str());
   std::fflush(stdout);
