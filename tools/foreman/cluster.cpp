@@ -30,6 +30,7 @@
 // ps task lists the workers it has heard from, indented under its line.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -117,21 +118,43 @@ struct StatusFlags {
   std::string tls_cert, tls_key, tls_ca;
 };
 
-int RunStatus(const StatusFlags& f) {
+// The ClusterOptions a client of a running cluster (`cluster status`,
+// `cluster stop`: `command`) connects with; nullopt after printing why the
+// flags are bad.
+std::optional<ClusterOptions> ClientOptions(const StatusFlags& f, const char* command) {
+  if (f.heartbeat_ms <= 0 || f.connection_timeout_ms < 3 * f.heartbeat_ms) {
+    std::fprintf(stderr,
+                 "foreman cluster %s: --heartbeat-ms must be > 0 and --connection-timeout-ms >= 3 x it "
+                 "(got %lld and %lld)\n",
+                 command, static_cast<long long>(f.heartbeat_ms), static_cast<long long>(f.connection_timeout_ms));
+    return std::nullopt;
+  }
   ClusterOptions options;
   options.heartbeat_ms = f.heartbeat_ms;
   options.connection_timeout_ms = f.connection_timeout_ms;
   options.tls_cert = f.tls_cert;
   options.tls_key = f.tls_key;
   options.tls_ca = f.tls_ca;
-  if (f.heartbeat_ms <= 0 || f.connection_timeout_ms < 3 * f.heartbeat_ms) {
-    std::fprintf(stderr,
-                 "foreman cluster status: --heartbeat-ms must be > 0 and --connection-timeout-ms >= 3 x it "
-                 "(got %lld and %lld)\n",
-                 static_cast<long long>(f.heartbeat_ms), static_cast<long long>(f.connection_timeout_ms));
-    return kExitUsage;
-  }
-  auto reports = QueryClusterStatus(f.target, options, f.timeout_ms);
+  return options;
+}
+
+// The flags `cluster status` and `cluster stop` share, into `f`.
+void AddClientFlags(CLI::App* cmd, StatusFlags* f, const char* target_help, const char* timeout_help) {
+  cmd->add_option("target", f->target, target_help)->required();
+  cmd->add_option("--timeout-ms", f->timeout_ms, timeout_help)->transform(DecimalInt64());
+  cmd->add_option("--heartbeat-ms", f->heartbeat_ms, "As the cluster's --heartbeat-ms")->transform(DecimalInt64());
+  cmd->add_option("--connection-timeout-ms", f->connection_timeout_ms, "As the cluster's --connection-timeout-ms")
+      ->transform(DecimalInt64());
+  cmd->add_option("--tls-cert", f->tls_cert, "This client's certificate (PEM), from the cluster's CA")
+      ->transform(NonEmpty());
+  cmd->add_option("--tls-key", f->tls_key, "Its private key (PEM)")->transform(NonEmpty());
+  cmd->add_option("--tls-ca", f->tls_ca, "The cluster's CA certificate(s) (PEM)")->transform(NonEmpty());
+}
+
+int RunStatus(const StatusFlags& f) {
+  const std::optional<ClusterOptions> options = ClientOptions(f, "status");
+  if (!options.has_value()) return kExitUsage;
+  auto reports = QueryClusterStatus(f.target, *options, f.timeout_ms);
   if (!reports.ok()) {
     std::fprintf(stderr, "foreman cluster status: %s\n", EscapeForTerminal(reports.status().message()).c_str());
     return absl::IsInvalidArgument(reports.status()) ? kExitUsage : kExitFailed;
@@ -196,20 +219,9 @@ int RunStatus(const StatusFlags& f) {
 // -- stop -----------------------------------------------------------------------------
 
 int RunStop(const StatusFlags& f) {
-  ClusterOptions options;
-  options.heartbeat_ms = f.heartbeat_ms;
-  options.connection_timeout_ms = f.connection_timeout_ms;
-  options.tls_cert = f.tls_cert;
-  options.tls_key = f.tls_key;
-  options.tls_ca = f.tls_ca;
-  if (f.heartbeat_ms <= 0 || f.connection_timeout_ms < 3 * f.heartbeat_ms) {
-    std::fprintf(stderr,
-                 "foreman cluster stop: --heartbeat-ms must be > 0 and --connection-timeout-ms >= 3 x it "
-                 "(got %lld and %lld)\n",
-                 static_cast<long long>(f.heartbeat_ms), static_cast<long long>(f.connection_timeout_ms));
-    return kExitUsage;
-  }
-  StatusOr<ClusterStopReport> stopped = EndClusterTraining(f.target, options, f.timeout_ms);
+  const std::optional<ClusterOptions> options = ClientOptions(f, "stop");
+  if (!options.has_value()) return kExitUsage;
+  StatusOr<ClusterStopReport> stopped = EndClusterTraining(f.target, *options, f.timeout_ms);
   if (!stopped.ok()) {
     std::fprintf(stderr, "foreman cluster stop: %s\n", EscapeForTerminal(stopped.status().message()).c_str());
     return absl::IsInvalidArgument(stopped.status()) ? kExitUsage : kExitFailed;
@@ -256,20 +268,8 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       "Ask the task at tcp://HOST:PORT (or tls://, with the --tls-* files) and, for a worker, every task of its "
       "cluster: role, address, state, global_step (ps) or steps (worker). Exit 0 when the asked task answered, "
       "1 otherwise, 2 bad flags.");
-  status->add_option("target", status_flags->target, "tcp://HOST:PORT or tls://HOST:PORT of a ps or worker task")
-      ->required();
-  status->add_option("--timeout-ms", status_flags->timeout_ms, "Bound on each connect and each question (ms)")
-      ->transform(DecimalInt64());
-  status->add_option("--heartbeat-ms", status_flags->heartbeat_ms, "As the cluster's --heartbeat-ms")
-      ->transform(DecimalInt64());
-  status->add_option("--connection-timeout-ms", status_flags->connection_timeout_ms,
-                     "As the cluster's --connection-timeout-ms")
-      ->transform(DecimalInt64());
-  status->add_option("--tls-cert", status_flags->tls_cert, "This client's certificate (PEM), from the cluster's CA")
-      ->transform(NonEmpty());
-  status->add_option("--tls-key", status_flags->tls_key, "Its private key (PEM)")->transform(NonEmpty());
-  status->add_option("--tls-ca", status_flags->tls_ca, "The cluster's CA certificate(s) (PEM)")
-      ->transform(NonEmpty());
+  AddClientFlags(status, status_flags.get(), "tcp://HOST:PORT or tls://HOST:PORT of a ps or worker task",
+                 "Bound on each connect and each question (ms)");
   status->callback([status_flags, exit_code] { *exit_code = RunStatus(*status_flags); });
 
   auto stop_flags = std::make_shared<StatusFlags>();
@@ -280,19 +280,8 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       "tcp://HOST:PORT (or tls://) for its cluster and end training on every ps task; each worker then stops, "
       "the chief after its final checkpoint, and every task exits 0. Exit 0 when every ps task ended training, "
       "1 otherwise, 2 bad flags.");
-  stop->add_option("target", stop_flags->target, "tcp://HOST:PORT or tls://HOST:PORT of a worker task (the chief's)")
-      ->required();
-  stop->add_option("--timeout-ms", stop_flags->timeout_ms, "Bound on each connect and each request (ms)")
-      ->transform(DecimalInt64());
-  stop->add_option("--heartbeat-ms", stop_flags->heartbeat_ms, "As the cluster's --heartbeat-ms")
-      ->transform(DecimalInt64());
-  stop->add_option("--connection-timeout-ms", stop_flags->connection_timeout_ms,
-                   "As the cluster's --connection-timeout-ms")
-      ->transform(DecimalInt64());
-  stop->add_option("--tls-cert", stop_flags->tls_cert, "This client's certificate (PEM), from the cluster's CA")
-      ->transform(NonEmpty());
-  stop->add_option("--tls-key", stop_flags->tls_key, "Its private key (PEM)")->transform(NonEmpty());
-  stop->add_option("--tls-ca", stop_flags->tls_ca, "The cluster's CA certificate(s) (PEM)")->transform(NonEmpty());
+  AddClientFlags(stop, stop_flags.get(), "tcp://HOST:PORT or tls://HOST:PORT of a worker task (the chief's)",
+                 "Bound on each connect and each request (ms)");
   stop->callback([stop_flags, exit_code] { *exit_code = RunStop(*stop_flags); });
 }
 
