@@ -27,28 +27,14 @@
 #include "foreman/stop.hpp"
 #include "support/events.hpp"
 #include "support/test_util.hpp"
+#include "support/tiny_mnist.hpp"
 
 namespace foreman {
 namespace {
 
 using testing::TempDir;
 
-// Images of 6x6 whose class (i % 10) lights a pattern (as mlp_job_test's).
-data::LabeledImages Images(int64_t n, uint32_t salt) {
-  data::LabeledImages d{Tensor(DataType::kUInt8, {n, 6, 6}), Tensor(DataType::kUInt8, {n})};
-  uint8_t* pixels = d.images.data<uint8_t>();
-  uint8_t* labels = d.labels.data<uint8_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    labels[i] = static_cast<uint8_t>(i % 10);
-    for (int64_t p = 0; p < 36; ++p) {
-      const uint32_t noise = (static_cast<uint32_t>(i) * 2654435761u + static_cast<uint32_t>(p) * 40503u + salt) >> 27;
-      pixels[i * 36 + p] = static_cast<uint8_t>((p % 10 == i % 10 ? 180 : 20) + noise);
-    }
-  }
-  return d;
-}
-
-data::FashionMnist TinyData() { return data::FashionMnist{Images(450, 1), Images(120, 2)}; }
+using testing::TinyData;
 
 MlpJobSettings TinySettings(const std::string& dir) {
   MlpJobSettings s;
