@@ -602,23 +602,33 @@ StatusOr<ClusterStopReport> EndTrainingOf(const std::string& target, const Clust
         report.cluster_job_id = asked.cluster_job_id;
         report.ps_tasks = cluster->num_tasks("ps");
         Status failed;
+        // Every ps task connected before any is ended: one that cannot be
+        // reached leaves the job untouched ("nothing was ended"), and the
+        // ends follow each other with no connect between them (the chief,
+        // refused by ps 0, ends the others itself a moment later).
+        std::vector<caf::actor> proxies;
+        std::vector<std::string> where;
         for (int k = 0; k < report.ps_tasks && failed.ok(); ++k) {
-          const std::string where = absl::StrCat("ps task ", k, " (", cluster->jobs().at("ps")[k], ")");
-          const std::string done = k == 0 ? "nothing was ended" : absl::StrCat("ps tasks 0 to ", k - 1, " ended");
+          where.push_back(absl::StrCat("ps task ", k, " (", cluster->jobs().at("ps")[k], ")"));
           StatusOr<TaskAddress> a = cluster->task_address("ps", k);
           StatusOr<caf::actor> proxy = a.ok() ? ConnectActor(*owned->system, a->host, static_cast<uint16_t>(a->port),
                                                              t.tls, t.timeout)
                                               : StatusOr<caf::actor>(a.status());
           if (!proxy.ok()) {
-            failed = absl::UnavailableError(absl::StrCat(where, ": ", proxy.status().message(), "; ", done));
-            break;
+            failed = absl::UnavailableError(absl::StrCat(where[k], ": ", proxy.status().message(),
+                                                         "; nothing was ended"));
+          } else {
+            proxies.push_back(*proxy);
           }
-          self->request(*proxy, t.timeout, ps_end_atom::value, report.global_step, report.cluster_job_id,
+        }
+        for (int k = 0; k < report.ps_tasks && failed.ok(); ++k) {
+          const std::string done = k == 0 ? "nothing was ended" : absl::StrCat("ps tasks 0 to ", k - 1, " ended");
+          self->request(proxies[k], t.timeout, ps_end_atom::value, report.global_step, report.cluster_job_id,
                         std::string("`foreman cluster stop`"))
               .receive([&](int64_t step) { if (k == 0) report.global_step = step; },
                        [&](caf::error& e) {
-                         const Status s = ErrorToStatus(e, where);
-                         failed = Status(s.code(), absl::StrCat(where, ": ", s.message(), "; ", done));
+                         const Status s = ErrorToStatus(e, where[k]);
+                         failed = Status(s.code(), absl::StrCat(where[k], ": ", s.message(), "; ", done));
                        });
         }
         if (failed.ok()) {

@@ -128,8 +128,9 @@ struct ClusterStopReport {
 /// `target` ("tcp://host:port", or "tls://..." with options' TLS files)
 /// belongs to, without a signal to any task: the explicit request to end a
 /// job early (`foreman cluster stop`), where a signal to the chief is only
-/// its eviction. Asks the worker for its spec, then ends training on every
-/// ps task, ps 0 first, as the chief's Server::EndTraining does: from then
+/// its eviction. Asks the worker for its spec, connects to every ps task
+/// (one unreachable: nothing is ended), then ends training on each, ps 0
+/// first, as the chief's Server::EndTraining does: from then
 /// on every worker's next update is OUT_OF_RANGE, so each ends its session
 /// cleanly as at the end of its input, the chief after its final
 /// checkpoint (every task then exits 0: a finished job). Idempotent.
