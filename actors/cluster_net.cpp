@@ -354,10 +354,13 @@ StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& 
                 status = absl::UnavailableError(absl::StrCat(
                     where, ": the peer closed the connection during the ", tls ? "TLS/" : "",
                     "BASP handshake (",
-                    tls ? "it refused our certificate, or is not a CAF node"
-                        : absl::StrCat("the peer at ", peer,
-                                       " speaks TLS, or is not a CAF node: start every task with the same "
-                                       "--tls-* flags"),
+                    // A TLS connect to a plain task ends here or in the
+                    // cannot_connect_to_node case below, depending on when
+                    // the plain side closes on our ClientHello.
+                    absl::StrCat("the peer at ", peer,
+                                 tls ? " does not speak TLS (a plain task?), refused our certificate,"
+                                     : " speaks TLS,",
+                                 " or is not a CAF node: start every task with the same --tls-* flags"),
                     "): ", system.render(err)));
               } else if (tls && err == caf::sec::cannot_connect_to_node && err.context().empty()) {
                 // The openssl middleman's connect: TCP connected (a refused
