@@ -289,6 +289,19 @@ StatusOr<uint16_t> PublishActor(caf::actor_system& system, const caf::actor& act
   return bound;
 }
 
+Status ClosePort(caf::actor_system& system, uint16_t port, bool tls) {
+  const std::string where = absl::StrCat("close port ", port, tls ? " (TLS)" : "");
+  FOREMAN_RETURN_IF_ERROR(CheckModules(system, tls, where));
+  Status status;
+  caf::scoped_actor self{system};
+  self->request(MiddlemanActor(system, tls), kPublishTimeout, caf::close_atom::value, port)
+      .receive([] {},
+               [&](caf::error& err) {
+                 status = absl::UnavailableError(absl::StrCat(where, ": ", system.render(err)));
+               });
+  return status;
+}
+
 StatusOr<caf::actor> ConnectActor(caf::actor_system& system, const std::string& host, uint16_t port, bool tls,
                                   std::chrono::milliseconds timeout) {
   const std::string where = absl::StrCat("connect to ", tls ? "tls://" : "tcp://", host, ":", port);

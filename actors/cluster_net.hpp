@@ -133,6 +133,16 @@ void ConfigureClusterNetwork(caf::actor_system_config& config, const NetConfig& 
 StatusOr<uint16_t> PublishActor(caf::actor_system& system, const caf::actor& actor, const std::string& host,
                                 uint16_t port, bool tls);
 
+/// Closes `port`, published by PublishActor in `system` (through the
+/// openssl manager's middleman actor when `tls`): the listening socket goes
+/// and no new connection is accepted there; connections already made stay.
+/// For a system that outlives what it published (a foreman::Server in the
+/// caller's actor system); a system being destroyed closes its ports
+/// itself. UNAVAILABLE naming the port when the middleman does not answer
+/// within 10 s; FAILED_PRECONDITION when the system lacks the module.
+/// Thread-safe; call from outside an actor.
+Status ClosePort(caf::actor_system& system, uint16_t port, bool tls);
+
 /// The actor published on `host`:`port` (a proxy in `system`), connected
 /// through the (openssl, when `tls`) middleman actor with a request timeout:
 /// never blocks longer than `timeout` (caf::io::remote_actor can hang

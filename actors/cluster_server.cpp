@@ -18,7 +18,9 @@
 #include <vector>
 
 #include <caf/all.hpp>
+#include <caf/defaults.hpp>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
@@ -27,6 +29,7 @@
 #include "status_error.hpp"
 #include "cluster_net.hpp"
 #include "cluster/peer_silence.hpp"
+#include "cluster/task_address.hpp"
 #include "cluster/worker_step_rates.hpp"
 #include "foreman/cluster_status.hpp"
 #include "foreman/mutex.hpp"
@@ -120,7 +123,11 @@ struct ServerCore {
   bool ready = false;  // guarded by the registry's mutex
 
   std::unique_ptr<OwnedActorSystem> owned;
-  caf::actor_system* system = nullptr;  // owned's
+  caf::actor_system* system = nullptr;  // owned's, or the caller's (borrowed)
+  // Server::Create(system, ...): the caller's system, not destroyed here;
+  // Teardown closes the published port instead.
+  bool borrowed = false;
+  uint16_t published_port = 0;  // 0: nothing published yet
   caf::actor served;   // the shard or the cluster task actor (published)
   caf::actor watcher;  // a worker's ProxyWatcher
   std::shared_ptr<PsRemoteValues> remote;
@@ -182,6 +189,12 @@ void Teardown(ServerCore& core, const std::string& why) {
   }
   if (!core.system) return;
   Status s = RunOnShortLivedThread([&core]() -> Status {
+    if (core.borrowed && core.published_port != 0) {
+      // First, so that no new connection reaches an actor that is going.
+      Status closed = ClosePort(*core.system, core.published_port, core.tls);
+      if (!closed.ok()) FOREMAN_LOG_WARN("Stopping the foreman::Server {}: {}", core.target, closed.ToString());
+      core.published_port = 0;
+    }
     {
       caf::scoped_actor self{*core.system};
       for (caf::actor* a : {&core.served, &core.watcher}) {
@@ -233,6 +246,58 @@ Status ValidateServerOptions(const ServerOptions& options) {
   return nn::ValidateOptimizerOptions(options.optimizer);
 }
 
+// Server::Create(system, ...)'s check that the caller's system was built
+// as ConfigureClusterNetwork(config, options) builds one: INVALID_ARGUMENT
+// naming the setting that differs.
+Status CheckBorrowedSystem(caf::actor_system& system, const ClusterOptions& options, bool tls) {
+  const std::string fix = "build the actor system from a config given to foreman::ConfigureClusterNetwork(config, "
+                          "options.cluster) with the ServerOptions given here";
+  if (!system.has_middleman()) {
+    return absl::InvalidArgumentError(absl::StrCat("the actor system has no middleman (CAF's network layer): ", fix));
+  }
+  if (tls && !system.has_openssl_manager()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.cluster asks for TLS but the actor system has no openssl manager: ", fix));
+  }
+  const caf::actor_system_config& config = system.config();
+  const NetConfig net = NetConfigOf(options, tls);
+  auto ms_of = [&config](const char* name, caf::timespan fallback) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(caf::get_or(config, name, fallback)).count();
+  };
+  const int64_t heartbeat_ms = ms_of("middleman.heartbeat-interval", caf::defaults::middleman::heartbeat_interval);
+  if (heartbeat_ms != net.heartbeat_ms) {
+    return absl::InvalidArgumentError(absl::StrCat("the actor system's middleman.heartbeat-interval is ",
+                                                   heartbeat_ms, " ms, options.cluster.heartbeat_ms ",
+                                                   net.heartbeat_ms, ": ", fix));
+  }
+  const int64_t timeout_ms = ms_of("middleman.connection-timeout", caf::defaults::middleman::connection_timeout);
+  if (timeout_ms != net.connection_timeout_ms) {
+    return absl::InvalidArgumentError(absl::StrCat("the actor system's middleman.connection-timeout is ", timeout_ms,
+                                                   " ms, options.cluster.connection_timeout_ms ",
+                                                   net.connection_timeout_ms, ": ", fix));
+  }
+  const auto ids = caf::get_or(config, "middleman.app-identifiers", caf::defaults::middleman::app_identifiers);
+  if (std::find(ids.begin(), ids.end(), net.app_id) == ids.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("the actor system's middleman.app-identifiers [",
+                                                   absl::StrJoin(ids, ", "), "] lack \"", net.app_id,
+                                                   "\" (every task's handshake shows it): ", fix));
+  }
+  if (tls) {
+    const std::pair<const std::string*, const std::string*> files[] = {
+        {&config.openssl_certificate, &net.tls_cert}, {&config.openssl_key, &net.tls_key},
+        {&config.openssl_cafile, &net.tls_ca}};
+    const char* names[] = {"certificate (tls_cert)", "key (tls_key)", "cafile (tls_ca)"};
+    for (int i = 0; i < 3; ++i) {
+      if (*files[i].first != *files[i].second) {
+        return absl::InvalidArgumentError(absl::StrCat("the actor system's openssl ", names[i], " is '",
+                                                       absl::CHexEscape(*files[i].first), "', options.cluster's '",
+                                                       absl::CHexEscape(*files[i].second), "': ", fix));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Issue 31 point 4 (deaths are logged): every connection_timeout_ms / 2
 // (at least 100 ms) a worker task asks ps 0's counters (over the link its
 // sessions opened; none: nothing seen this round) and logs, once each, a
@@ -279,10 +344,12 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
   auto lost = std::make_shared<LostProxies>();
   auto accepted = std::make_shared<std::atomic<int64_t>>(0);
   auto answers = std::make_shared<PsAnswerTimes>(static_cast<std::size_t>(c.cluster.num_tasks("ps")));
-  FOREMAN_ASSIGN_OR_RETURN(c.owned, BuildActorSystem(2, [&net](caf::actor_system_config& config) {
-                             ConfigureClusterNetwork(config, net);
-                           }));
-  c.system = c.owned->system.get();
+  if (!c.borrowed) {
+    FOREMAN_ASSIGN_OR_RETURN(c.owned, BuildActorSystem(2, [&net](caf::actor_system_config& config) {
+                               ConfigureClusterNetwork(config, net);
+                             }));
+    c.system = c.owned->system.get();
+  }
   // Spawned from a thread that ends at once (actor_system.hpp).
   FOREMAN_RETURN_IF_ERROR(RunOnShortLivedThread([&]() -> Status {
     if (c.is_ps) {
@@ -331,8 +398,8 @@ Status Start(const std::shared_ptr<ServerCore>& core) {
   }));
   {
     ForgetSystemOnExit forget;
-    FOREMAN_RETURN_IF_ERROR(
-        PublishActor(*c.system, c.served, c.bind.host, static_cast<uint16_t>(c.bind.port), c.tls).status());
+    FOREMAN_ASSIGN_OR_RETURN(c.published_port,
+                             PublishActor(*c.system, c.served, c.bind.host, static_cast<uint16_t>(c.bind.port), c.tls));
   }
   if (!c.is_ps) {
     std::vector<PsTask> ps;
@@ -673,13 +740,17 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Server::~Server() { Stop(); }
 
-StatusOr<std::unique_ptr<Server>> Server::Create(const ClusterSpec& cluster, const ClusterTask& task,
-                                                 const ServerOptions& options) {
-  using internal::ServerCore;
-  internal::RegisterClusterSessionTargets();
+namespace internal {
+namespace {
+
+// Both Server::Create: validates, registers and starts the task, in the
+// caller's `system` or (null) a system of its own.
+StatusOr<std::shared_ptr<ServerCore>> CreateServer(caf::actor_system* system, const ClusterSpec& cluster,
+                                                   const ClusterTask& task, const ServerOptions& options) {
+  RegisterClusterSessionTargets();
   // Everything is checked before anything listens.
   FOREMAN_RETURN_IF_ERROR(ValidateClusterOptions(cluster, task, options.cluster));
-  FOREMAN_RETURN_IF_ERROR(internal::ValidateServerOptions(options));
+  FOREMAN_RETURN_IF_ERROR(ValidateServerOptions(options));
   if (options.cluster.tls_enabled()) {
     FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(options.cluster.tls_cert, options.cluster.tls_key, options.cluster.tls_ca));
   }
@@ -690,10 +761,18 @@ StatusOr<std::unique_ptr<Server>> Server::Create(const ClusterSpec& cluster, con
   core->is_ps = task.job_name == "ps";
   core->job_id = options.cluster.job_id.empty() ? DefaultClusterJobId(cluster) : options.cluster.job_id;
   core->address = cluster.jobs().at(task.job_name)[task.task_index];
-  core->target = absl::StrCat(core->tls ? internal::kTlsScheme : internal::kTcpScheme, core->address);
+  core->target = absl::StrCat(core->tls ? kTlsScheme : kTcpScheme, core->address);
   FOREMAN_ASSIGN_OR_RETURN(core->bind, cluster.task_address(task.job_name, task.task_index));
+  const std::string where = absl::StrCat("Server::Create(", system != nullptr ? "system, " : "", "/job:",
+                                         task.job_name, "/task:", task.task_index, "): ");
+  if (system != nullptr) {
+    Status usable = CheckBorrowedSystem(*system, options.cluster, core->tls);
+    if (!usable.ok()) return Status(usable.code(), absl::StrCat(where, usable.message()));
+    core->system = system;
+    core->borrowed = true;
+  }
   {
-    internal::ServerRegistry& r = internal::Servers();
+    ServerRegistry& r = Servers();
     MutexLock l(r.mu);
     auto [it, fresh] = r.servers.emplace(core->address, core);
     if (!fresh) {
@@ -702,23 +781,50 @@ StatusOr<std::unique_ptr<Server>> Server::Create(const ClusterSpec& cluster, con
                                                    "/task:", it->second->task.task_index, ")"));
     }
   }
-  Status started = internal::Start(core);
+  Status started = Start(core);
   if (!started.ok()) {
-    internal::Unregister(core);
-    internal::Teardown(*core, absl::StrCat(core->target, " failed to start"));
-    return Status(started.code(), absl::StrCat("Server::Create(/job:", task.job_name, "/task:", task.task_index,
-                                               "): ", started.message()));
+    Unregister(core);
+    Teardown(*core, absl::StrCat(core->target, " failed to start"));
+    return Status(started.code(), absl::StrCat(where, started.message()));
   }
   {
-    internal::ServerRegistry& r = internal::Servers();
+    ServerRegistry& r = Servers();
     MutexLock l(r.mu);
     core->ready = true;
   }
-  FOREMAN_LOG_INFO("Started foreman::Server /job:{}/task:{} at {} (cluster job {})", task.job_name, task.task_index,
-                   core->target, core->job_id);
+  FOREMAN_LOG_INFO("Started foreman::Server /job:{}/task:{} at {} (cluster job {}{})", task.job_name,
+                   task.task_index, core->target, core->job_id,
+                   core->borrowed ? ", in the caller's actor system" : "");
+  return core;
+}
+
+}  // namespace
+}  // namespace internal
+
+StatusOr<std::unique_ptr<Server>> Server::Create(const ClusterSpec& cluster, const ClusterTask& task,
+                                                 const ServerOptions& options) {
   auto impl = std::make_unique<Impl>();
-  impl->core = std::move(core);
+  FOREMAN_ASSIGN_OR_RETURN(impl->core, internal::CreateServer(nullptr, cluster, task, options));
   return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+StatusOr<std::unique_ptr<Server>> Server::Create(caf::actor_system& system, const ClusterSpec& cluster,
+                                                 const ClusterTask& task, const ServerOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  FOREMAN_ASSIGN_OR_RETURN(impl->core, internal::CreateServer(&system, cluster, task, options));
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Status ConfigureClusterNetwork(caf::actor_system_config& config, const ClusterOptions& options) {
+  FOREMAN_RETURN_IF_ERROR(cluster_internal::ValidateNetworkOptions(options));
+  const bool tls = options.tls_enabled();
+  if (tls) FOREMAN_RETURN_IF_ERROR(CheckTlsFiles(options.tls_cert, options.tls_key, options.tls_ca));
+  const internal::NetConfig net = internal::NetConfigOf(options, tls);
+  auto ids = caf::get_or(config, "middleman.app-identifiers", caf::defaults::middleman::app_identifiers);
+  internal::ConfigureClusterNetwork(config, net);
+  if (std::find(ids.begin(), ids.end(), net.app_id) == ids.end()) ids.push_back(net.app_id);
+  config.set("middleman.app-identifiers", std::move(ids));
+  return absl::OkStatus();
 }
 
 const std::string& Server::target() const { return impl_->core->target; }

@@ -920,6 +920,166 @@ TEST_CASE("mutual TLS: a tls:// target, and Write / Apply / Read across TLS link
   CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 4);
 }
 
+// An application's own actor system, configured for a cluster with
+// ConfigureClusterNetwork (server.hpp) as a user builds one.
+struct UserSystem {
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  explicit UserSystem(const ClusterOptions& options) {
+    config.set("scheduler.max-threads", size_t{2});
+    REQUIRE_OK(ConfigureClusterNetwork(config, options));
+    system = std::make_unique<caf::actor_system>(config);
+  }
+};
+
+// Waits (bounded) until nothing accepts connections on 127.0.0.1:port.
+bool StopsListening(int port) {
+  const auto deadline = Clock::now() + milliseconds(ScaledMs(3000));
+  while (Listening(port)) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
+// One training round trip through a cluster of 1 ps + 1 chief whose tasks
+// each run in `user` (when given) or in a system of their own: init, an
+// apply, a consistent read, EndTraining, the ps's Join; then both Stop and
+// their ports are closed.
+void TrainOnce(UserSystem* ps_system, UserSystem* chief_system, const ServerOptions& options) {
+  Cluster c(1, 1, options, /*start=*/false);
+  const int64_t systems_before = internal::ActorSystemsCreated();
+  auto create = [&](UserSystem* user, const ClusterTask& task) {
+    StatusOr<std::unique_ptr<Server>> s = user != nullptr ? Server::Create(*user->system, *c.spec, task, options)
+                                                          : Server::Create(*c.spec, task, options);
+    REQUIRE_MESSAGE(s.ok(), s.status().ToString());
+    return *std::move(s);
+  };
+  std::unique_ptr<Server> ps = create(ps_system, {"ps", 0});
+  std::unique_ptr<Server> chief = create(chief_system, {"worker", 0});
+  // Only a Server without a system of the caller's builds one.
+  CHECK(internal::ActorSystemsCreated() - systems_before == (ps_system == nullptr) + (chief_system == nullptr));
+  std::shared_ptr<RemoteValues> rv = ServerRemoteValues(*chief);
+  REQUIRE(rv != nullptr);
+  REQUIRE_OK(rv->Bind(kNames));
+  VariableStore source;
+  Fill(source, 41);
+  REQUIRE_OK(rv->Write(source, kInit));
+  CHECK(rv->Apply(Grads(0.1f, 1.0f), 41).value_or(-1) == 42);
+  VariableStore mirror;
+  REQUIRE_OK(rv->ReadConsistent(mirror));
+  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 42);
+  StatusOr<int64_t> ended = chief->EndTraining();
+  CHECK_MESSAGE(ended.value_or(-1) == 42, ended.status());
+  CHECK_OK(ps->Join(absl::Milliseconds(ScaledMs(5000))));
+  CHECK(Listening(c.ps_ports[0]));
+  CHECK(Listening(c.worker_ports[0]));
+  chief->Stop();
+  ps->Stop();
+  CHECK(StopsListening(c.ps_ports[0]));
+  CHECK(StopsListening(c.worker_ports[0]));
+}
+
+TEST_CASE("Server::Create(system, ...): tasks in the caller's actor system train; Stop closes their ports; the "
+          "system runs on") {
+  UserSystem user(Options().cluster);
+  SUBCASE("the ps in the caller's system, the chief in its own") { TrainOnce(&user, nullptr, Options()); }
+  SUBCASE("the chief in the caller's system, the ps in its own") { TrainOnce(nullptr, &user, Options()); }
+  SUBCASE("both in one system of the caller's") { TrainOnce(&user, &user, Options()); }
+  SUBCASE("mutual TLS: the ps in the caller's system") {
+    Pki pki;
+    UserSystem tls_user(pki.Options().cluster);
+    TrainOnce(&tls_user, nullptr, pki.Options());
+  }
+  // The caller's system still works, and a new Server may take a closed
+  // port again in it.
+  caf::scoped_actor self{*user.system};
+  caf::actor echo = user.system->spawn([]() -> caf::behavior { return {[](int x) { return x + 1; }}; });
+  int answer = 0;
+  self->request(echo, milliseconds(ScaledMs(5000)), 41).receive([&](int x) { answer = x; }, [](caf::error&) {});
+  CHECK(answer == 42);
+  self->send_exit(echo, caf::exit_reason::user_shutdown);
+  Cluster again(1, 1, Options(), /*start=*/false);
+  for (int round = 0; round < 2; ++round) {
+    StatusOr<std::unique_ptr<Server>> ps = Server::Create(*user.system, *again.spec, {"ps", 0}, Options());
+    REQUIRE_MESSAGE(ps.ok(), "round ", round, ": ", ps.status());
+    CHECK(Listening(again.ps_ports[0]));
+    ps->reset();
+    CHECK(StopsListening(again.ps_ports[0]));
+  }
+}
+
+TEST_CASE("Server::Create(system, ...) refuses a system not configured for the options; ConfigureClusterNetwork "
+          "refuses bad options and leaves the config untouched") {
+  Cluster c(1, 1, Options(), /*start=*/false);
+  auto refused = [&](caf::actor_system& system, const ServerOptions& options, const std::string& why) {
+    StatusOr<std::unique_ptr<Server>> s = Server::Create(system, *c.spec, {"ps", 0}, options);
+    CHECK(s.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(absl::StrContains(s.status().message(), why), s.status());
+    CHECK_MESSAGE(absl::StrContains(s.status().message(), "ConfigureClusterNetwork(config, options.cluster)"),
+                  s.status());
+    CHECK_FALSE(Listening(c.ps_ports[0]));
+  };
+  {
+    caf::actor_system_config plain_config;
+    caf::actor_system plain{plain_config};
+    refused(plain, Options(), "the actor system has no middleman");
+  }
+  UserSystem user(Options().cluster);
+  ServerOptions other = Options();
+  other.cluster.heartbeat_ms = 60;
+  refused(*user.system, other, "middleman.heartbeat-interval is 50 ms, options.cluster.heartbeat_ms 60");
+  other = Options();
+  other.cluster.connection_timeout_ms += 1;
+  refused(*user.system, other, "middleman.connection-timeout");
+  Pki pki;
+  refused(*user.system, pki.Options(), "asks for TLS but the actor system has no openssl manager");
+  {
+    ServerOptions tls = pki.Options();
+    UserSystem tls_user(tls.cluster);
+    // The same CA at another path: it verifies, but it is not the file the
+    // system's openssl manager loaded.
+    const std::filesystem::path copy = pki.dir / "ca-copy.pem";
+    std::filesystem::copy_file(tls.cluster.tls_ca, copy);
+    tls.cluster.tls_ca = copy.string();
+    refused(*tls_user.system, tls, "openssl cafile (tls_ca)");
+  }
+  {
+    caf::actor_system_config config;
+    REQUIRE_OK(ConfigureClusterNetwork(config, Options().cluster));
+    config.set("middleman.app-identifiers", std::vector<std::string>{"someone-else"});
+    caf::actor_system system{config};
+    refused(system, Options(), "app-identifiers [someone-else] lack \"foreman\"");
+  }
+
+  // ConfigureClusterNetwork: the application's own ids stay.
+  {
+    caf::actor_system_config config;
+    config.set("middleman.app-identifiers", std::vector<std::string>{"my-app"});
+    REQUIRE_OK(ConfigureClusterNetwork(config, Options().cluster));
+    const auto ids = caf::get_or(config, "middleman.app-identifiers", std::vector<std::string>{});
+    CHECK(ids == std::vector<std::string>{"my-app", "foreman"});
+  }
+  // Bad options: INVALID_ARGUMENT, nothing loaded.
+  for (int bad = 0; bad < 3; ++bad) {
+    ClusterOptions options = Options().cluster;
+    std::string why;
+    if (bad == 0) options.heartbeat_ms = 0, why = "--heartbeat-ms must be > 0";
+    if (bad == 1) options.tls_cert = pki.Options().cluster.tls_cert, why = "missing: --tls-key, --tls-ca";
+    if (bad == 2) {
+      options = pki.Options().cluster;
+      options.tls_key = (pki.dir / "absent.key").string();
+      why = "absent.key";
+    }
+    caf::actor_system_config config;
+    Status s = ConfigureClusterNetwork(config, options);
+    CHECK_MESSAGE(s.code() == absl::StatusCode::kInvalidArgument, s);
+    CHECK_MESSAGE(absl::StrContains(s.message(), why), s);
+    caf::actor_system system{config};
+    CHECK_FALSE(system.has_middleman());
+  }
+}
+
 TEST_CASE("QueryClusterStatus (foreman cluster status): a worker lists every task, a ps only itself") {
   Cluster c(1, 2);
   std::shared_ptr<RemoteValues> rv = c.Remote(0);

@@ -54,6 +54,11 @@
 #include "foreman/status.hpp"
 #include "foreman/stop.hpp"
 
+namespace caf {
+class actor_system;
+class actor_system_config;
+}  // namespace caf
+
 namespace foreman {
 
 struct ServerOptions {
@@ -91,6 +96,26 @@ class Server {
   /// is destroyed. Connections to the ps tasks are made on first use.
   static StatusOr<std::unique_ptr<Server>> Create(const ClusterSpec& cluster, const ClusterTask& task,
                                                   const ServerOptions& options);
+  /// As above, in the caller's actor system instead of one of the
+  /// Server's own: the task's actors live in `system` and it listens and
+  /// connects through `system`'s middleman, as a training job of the actor
+  /// API (actor_api.hpp) lives in the system it is spawned into. Build
+  /// `system` from a config given to ConfigureClusterNetwork(config,
+  /// options.cluster); more Servers (of any task) may share it. `system`
+  /// is not owned and must outlive the Server. Stop() and the destructor
+  /// stop the task's actors and close its listening port (the port is free
+  /// again for a new Server); `system` keeps running, and the connections
+  /// this task made stay open until `system` ends (CAF 0.17 cannot close
+  /// one: the peers see heartbeats, no messages). Errors: those above, and
+  ///   INVALID_ARGUMENT    `system` was not configured for
+  ///                       options.cluster: no middleman, no openssl
+  ///                       manager for TLS, another heartbeat interval,
+  ///                       connection timeout or TLS file, no "foreman"
+  ///                       application id (naming the setting)
+  /// Thread-safe; call from outside an actor of `system` (it waits for
+  /// the middleman).
+  static StatusOr<std::unique_ptr<Server>> Create(caf::actor_system& system, const ClusterSpec& cluster,
+                                                  const ClusterTask& task, const ServerOptions& options);
   /// Stops serving (as Stop()) and unregisters the target. Sessions still
   /// open on the target fail their next run with UNAVAILABLE.
   ~Server();
@@ -154,6 +179,41 @@ class Server {
   explicit Server(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// Prepares `config` for an actor system that runs foreman::Servers
+/// (Server::Create(system, ...)) with `options` (the ServerOptions.cluster
+/// they will be given): loads CAF's middleman (and, with TLS files, its
+/// openssl manager, with those files), sets middleman.heartbeat-interval
+/// and middleman.connection-timeout, scheduler.policy "sharing" (idle
+/// scheduler threads wait instead of polling), adds the application id
+/// "foreman", which every task's handshake must show, to
+/// middleman.app-identifiers (keeping the application's own), and
+/// registers what ConfigureActorSystem (actor_api.hpp) registers. Call
+/// before the caf::actor_system is built from `config`.
+/// INVALID_ARGUMENT, with `config` untouched, for options the Server would
+/// refuse (heartbeat_ms, connection_timeout_ms, ps_wait_secs, the TLS files
+/// all or none, a TLS file that cannot be read or a key that does not
+/// match its certificate: CAF would abort the process on one). Not
+/// thread-safe on one config. For example, a ps task and the chief sharing
+/// the application's system:
+///
+///   ```cpp
+///   #include <caf/all.hpp>
+///   #include "foreman/server.hpp"
+///   FOREMAN_ASSIGN_OR_RETURN(foreman::ClusterSpec cluster, foreman::ClusterSpec::FromFlags(ps_hosts, worker_hosts));
+///   foreman::ServerOptions options;
+///   caf::actor_system_config config;
+///   FOREMAN_RETURN_IF_ERROR(foreman::ConfigureClusterNetwork(config, options.cluster));
+///   caf::actor_system system{config};
+///   {
+///     FOREMAN_ASSIGN_OR_RETURN(auto ps, foreman::Server::Create(system, cluster, {"ps", 0}, options));
+///     FOREMAN_ASSIGN_OR_RETURN(auto chief, foreman::Server::Create(system, cluster, {"worker", 0}, options));
+///     // chief->target() is a session's master, as with Server::Create(cluster, ...)
+///     FOREMAN_ASSIGN_OR_RETURN(int64_t final_step, chief->EndTraining());
+///     if (final_step != -1) return absl::InternalError("nothing initialized the ps task");
+///   }  // both Servers stop; `system` runs on
+///   ```
+Status ConfigureClusterNetwork(caf::actor_system_config& config, const ClusterOptions& options);
 
 /// What EndTrainingHook does at the end of a session.
 struct EndTrainingHookOptions {

@@ -361,20 +361,9 @@ std::string DefaultClusterJobId(const ClusterSpec& spec) {
   return id;
 }
 
-Status ValidateClusterOptions(const ClusterSpec& spec, const ClusterTask& task, const ClusterOptions& options) {
-  FOREMAN_RETURN_IF_ERROR(ValidateClusterTask(spec, task));
-  if (!options.job_id.empty()) {
-    const bool good_chars = std::all_of(options.job_id.begin(), options.job_id.end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-             c == '-';
-    });
-    if (options.job_id.size() > 64 || !good_chars) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--cluster-job-id '", absl::CHexEscape(options.job_id),
-          "': a job id is 1 to 64 letters, digits, '.', '_' or '-' (leave it out for the id derived from the "
-          "cluster spec)"));
-    }
-  }
+namespace cluster_internal {
+
+Status ValidateNetworkOptions(const ClusterOptions& options) {
   if (options.heartbeat_ms <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--heartbeat-ms must be > 0, got ", options.heartbeat_ms));
   }
@@ -406,6 +395,26 @@ Status ValidateClusterOptions(const ClusterSpec& spec, const ClusterTask& task, 
     return absl::InvalidArgumentError(absl::StrCat(
         "TLS needs all three of --tls-cert, --tls-key and --tls-ca; missing: ", absl::StrJoin(missing, ", ")));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace cluster_internal
+
+Status ValidateClusterOptions(const ClusterSpec& spec, const ClusterTask& task, const ClusterOptions& options) {
+  FOREMAN_RETURN_IF_ERROR(ValidateClusterTask(spec, task));
+  if (!options.job_id.empty()) {
+    const bool good_chars = std::all_of(options.job_id.begin(), options.job_id.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+             c == '-';
+    });
+    if (options.job_id.size() > 64 || !good_chars) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cluster-job-id '", absl::CHexEscape(options.job_id),
+          "': a job id is 1 to 64 letters, digits, '.', '_' or '-' (leave it out for the id derived from the "
+          "cluster spec)"));
+    }
+  }
+  FOREMAN_RETURN_IF_ERROR(cluster_internal::ValidateNetworkOptions(options));
   if (!options.tls_enabled() && !options.insecure) {
     for (const auto& [job, entries] : spec.jobs()) {
       for (int i = 0; i < static_cast<int>(entries.size()); ++i) {

@@ -1,5 +1,7 @@
 // The "host:port" check behind ClusterSpec::Create (cluster_spec.cpp), shared
-// with the launchers' environments (cluster_launch.cpp). Internal.
+// with the launchers' environments (cluster_launch.cpp), and the network part
+// of ValidateClusterOptions, shared with ConfigureClusterNetwork
+// (actor_api.hpp). Internal.
 #pragma once
 
 #include <string>
@@ -15,5 +17,10 @@ bool ParseTaskAddress(const std::string& entry, TaskAddress* out, std::string* w
 // The key two entries share when they name the same address (host without
 // case, port).
 std::string TaskAddressKey(const TaskAddress& address);
+
+// ValidateClusterOptions' checks that need no spec: heartbeat_ms,
+// connection_timeout_ms, ps_wait_secs, and the three TLS files all or none
+// (INVALID_ARGUMENT naming the flag).
+Status ValidateNetworkOptions(const ClusterOptions& options);
 
 }  // namespace foreman::cluster_internal
