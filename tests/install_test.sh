@@ -58,9 +58,16 @@ echo "pkg-config foreman-actors: $actor_flags"
 # (The stage itself may lie under the build tree: TEST_TMPDIR.)
 staged_flags="$flags $actor_flags"
 staged_flags=${staged_flags//$stage/STAGE}
-for bad in SPDLOG NOMINMAX "$(cd "$source_root" && pwd)" "$(cd "$build_dir" && pwd)"; do
+for bad in SPDLOG "$(cd "$source_root" && pwd)" "$(cd "$build_dir" && pwd)"; do
   [[ $staged_flags != *"$bad"* ]] || fail "pkg-config's flags carry '$bad': $staged_flags"
 done
+# Abseil is Required (its own link lines), not copied; its -DNOMINMAX is
+# undone by foreman-nominmax's -UNOMINMAX after it.
+requires=$(pkg-config --print-requires foreman)
+for m in absl_status absl_statusor absl_strings absl_time foreman-nominmax; do
+  grep -qx "$m" <<<"$requires" || fail "foreman.pc does not Require $m: $requires"
+done
+! grep -q -- '-labsl' "$pc" || fail "foreman.pc lists Abseil's libraries by hand: $(grep '^Libs' "$pc")"
 # Only what the public headers need: nothing drags in the private libraries' .pc files.
 private=$(pkg-config --print-requires-private foreman foreman-actors)
 [[ -z $private ]] || fail "Requires.private: $private"
@@ -82,6 +89,11 @@ build() {  # build NAME PKG_FLAGS...
   (cd "$stage/src" && c++ -std=c++17 -Wall -Wextra -Werror "${extra[@]}" "$name.cpp" -o "$name" "$@") ||
     fail "$name did not build with -Wall -Wextra -Werror and: $*"
 }
+# A user's own `#define NOMINMAX` (as Windows-minded code has) must not warn
+# "redefined" under -Werror: the flags leave NOMINMAX undefined.
+printf '#define NOMINMAX\n#include "foreman/status.hpp"\nint main() { return foreman::Status().ok() ? 0 : 1; }\n' \
+  >"$stage/src/nominmax.cpp"
+build nominmax $flags
 build installed_hello $flags
 build sync_training $flags
 build supervisor_training $flags
@@ -174,4 +186,4 @@ if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)"
   exit 1
 fi
-echo "install: the library, 2 .pc files and 6 programs built from the pkg-config line alone"
+echo "install: the library, 3 .pc files and 7 programs built from the pkg-config line alone"
