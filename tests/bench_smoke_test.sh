@@ -266,6 +266,10 @@ if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA de
     [[ -e $tmp/bundle/$f ]] || fail "gpu-bundle.sh: no $f in the bundle: $(ls -R "$tmp/bundle" | head -50)"
   done
   compgen -G "$tmp/bundle/lib/libforeman.so.*" >/dev/null || fail "gpu-bundle.sh: no libforeman in lib/: $(ls "$tmp/bundle/lib")"
+  if [[ -e $build/src/libforeman_cuda.so ]]; then  # the CUDA plug-in and the runtime it needs
+    [[ -e $tmp/bundle/lib/libforeman_cuda.so ]] && compgen -G "$tmp/bundle/lib/libcudart.so.*" >/dev/null ||
+      fail "gpu-bundle.sh: no libforeman_cuda.so or libcudart in lib/: $(ls "$tmp/bundle/lib")"
+  fi
   system_libs=$(ls "$tmp/bundle/lib" | grep -E '^(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda)\.so' || true)
   [[ -z $system_libs ]] || fail "gpu-bundle.sh copied system libraries: $system_libs"
   grep -q $'^gpu_selftest\tgpu_selftest' "$tmp/bundle/tests.txt" || fail "gpu-bundle.sh: tests.txt: $(cat "$tmp/bundle/tests.txt")"

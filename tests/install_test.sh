@@ -182,6 +182,41 @@ if grep -q 'cannot load libforeman_cpu' "$stage"/*.out; then
   fail "an installed program could not load a CPU kernel module: $(grep -h 'cannot load' "$stage"/*.out)"
 fi
 
+# The CUDA device is a plug-in (libforeman_cuda.so, dlopen()ed on first
+# use): libforeman, foreman and a user's program link no CUDA library, and
+# with the module removed (a machine without the CUDA runtime is the same
+# case: the module cannot load) `foreman devices` and `--device auto` say
+# why and the CPU trains; `--device gpu:0` is refused naming the module.
+cuda_libs='libcuda\.|libcudart|libcublas|libnvidia'
+for f in "$libdir/$soname" "$foreman" "$stage/src/installed_hello"; do
+  [[ -e $f ]] || continue
+  linked=$(env -u LD_LIBRARY_PATH ldd "$f" | grep -E "$cuda_libs") && fail "$(basename "$f") links CUDA: $linked"
+done
+module=$libdir/libforeman_cuda.so
+if [[ -f $build_dir/src/libforeman_cuda.so ]]; then
+  [[ -f $module ]] || fail "libforeman_cuda.so is not installed next to libforeman"
+  exported=$(nm -D --defined-only "$module" 2>/dev/null | awk '{print $3}' | sort | tr '\n' ' ')
+  [[ $exported == "foreman_cuda_module_v1 " ]] || fail "libforeman_cuda.so exports more than its entry point: $exported"
+  mv "$module" "$stage/" || fail "cannot remove the CUDA module"
+  why='the CUDA module .*libforeman_cuda\.so cannot be loaded: .*libforeman_cuda\.so: cannot open shared object file'
+else
+  why='CUDA support was not built'
+fi
+if [[ -n $foreman && ! -e $module ]]; then
+  out=$(env -u LD_LIBRARY_PATH timeout 60 "$foreman" devices 2>&1); rc=$?
+  [[ $rc -eq 0 ]] && grep -q '^/cpu:0: ' <<<"$out" && grep -Eq "^no CUDA devices: $why" <<<"$out" ||
+    fail "foreman devices without the CUDA module exited $rc: $out"
+  tiny=(--data-dir "$data" --hidden 8 --batch-size 64 --threads 1 --eval-every-steps 0 --max-steps 10)
+  out=$(cd "$stage" && env -u LD_LIBRARY_PATH timeout 120 "$foreman" train --checkpoint-dir "$stage/auto" "${tiny[@]}" \
+        --device auto 2>&1); rc=$?
+  [[ $rc -eq 0 ]] && grep -Eq "^foreman train: --device auto: no usable GPU \(.*$why.*\); training on the CPU$" <<<"$out" \
+    && [[ -f $stage/auto/model.ckpt-10.index ]] || fail "foreman train --device auto without the CUDA module exited $rc: $out"
+  out=$(cd "$stage" && env -u LD_LIBRARY_PATH timeout 60 "$foreman" train --checkpoint-dir "$stage/gpu" "${tiny[@]}" \
+        --device gpu:0 2>&1); rc=$?
+  [[ $rc -eq 2 ]] && grep -Eq "^foreman train: cannot use --device gpu:0: .*($why|built without)" <<<"$out" ||
+    fail "foreman train --device gpu:0 without the CUDA module exited $rc (want 2, naming the module): $out"
+fi
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)"
   exit 1

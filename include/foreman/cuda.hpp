@@ -2,6 +2,11 @@
 // it; otherwise the same functions exist and say CUDA support was not
 // built. Never aborts when there is no GPU or driver.
 //
+// libforeman links no CUDA library: the CUDA code is a plug-in,
+// libforeman_cuda.so, installed next to libforeman and dlopen()ed by the
+// first call below (or the first session on "/gpu:N"), so a program that
+// never asks for a GPU starts on a machine without the CUDA runtime.
+//
 //   ```cpp
 //   auto n = foreman::cuda::DeviceCount();   // StatusOr<int>
 //   if (!n.ok()) std::fprintf(stderr, "no GPU: %s\n", n.status().ToString().c_str());  // the driver's message
@@ -20,6 +25,9 @@ bool BuiltWithCuda();
 
 /// Number of visible CUDA devices.
 ///   - built without CUDA: UNIMPLEMENTED "CUDA support was not built ...".
+///   - the plug-in cannot be loaded (libforeman_cuda.so missing, or the
+///     CUDA runtime libcudart.so.13 it needs is not on the loader's path):
+///     FAILED_PRECONDITION naming the module's path and dlerror()'s message.
 ///   - no driver, no device, or a driver error: UNAVAILABLE with the CUDA
 ///     runtime's error name and message (cudaErrorNoDevice,
 ///     cudaErrorInsufficientDriver, ...).

@@ -1,8 +1,6 @@
 // Choosing and loading the CPU kernels (cpu_kernels.hpp).
 #include "compute/cpu_kernels.hpp"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -11,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "compute/modules.hpp"
 #include "platform/log.hpp"
 
 namespace foreman::compute {
@@ -21,33 +20,17 @@ namespace {
 
 constexpr std::array<const char*, 3> kNames = {"baseline", "avx2", "avx512"};
 
-// The directory libforeman was loaded from ("" when unknown): the modules
-// are built and installed next to it.
-std::string OwnDirectory() {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<const void*>(&BaselineCpuKernels), &info) == 0 || info.dli_fname == nullptr) return "";
-  const std::string path = info.dli_fname;
-  const std::size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
-}
-
 const CpuKernels* LoadModule(CpuIsa isa) {
   const std::string name = absl::StrCat("libforeman_cpu_", kNames[static_cast<int>(isa)], ".so");
   const std::string symbol = absl::StrCat("foreman_cpu_kernels_", kNames[static_cast<int>(isa)]);
-  std::string path = OwnDirectory() + name;
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const std::string first_error = dlerror();
-    path = name;  // the library search path (a relocated libforeman)
-    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      FOREMAN_LOG_WARN("CPU kernels: cannot load {} ({}); using slower kernels", name, first_error);
-      return nullptr;
-    }
-  }
+  std::string path, error;
   using Entry = const CpuKernels* (*)();
-  auto entry = reinterpret_cast<Entry>(dlsym(handle, symbol.c_str()));
-  const CpuKernels* kernels = entry != nullptr ? entry() : nullptr;
+  auto entry = reinterpret_cast<Entry>(OpenModuleEntry(name, symbol.c_str(), &path, &error));
+  if (entry == nullptr) {
+    FOREMAN_LOG_WARN("CPU kernels: cannot load {} ({}); using slower kernels", name, error);
+    return nullptr;
+  }
+  const CpuKernels* kernels = entry();
   if (kernels == nullptr || kernels->abi != kCpuKernelsAbi) {
     FOREMAN_LOG_WARN("CPU kernels: {} has no {} of ABI version {}; using slower kernels", path, symbol,
                      kCpuKernelsAbi);

@@ -1,5 +1,7 @@
-// CUDA device discovery (foreman/cuda.hpp) and the CUDA compute::Device
-// (cuda_device.hpp), compiled by nvcc when meson's `cuda` feature is on.
+// libforeman_cuda.so, libforeman's CUDA plug-in (cuda_module.hpp): CUDA
+// device discovery (foreman/cuda.hpp) and the CUDA compute::Device
+// (cuda_device.hpp), compiled by nvcc when meson's `cuda` feature is on, and
+// reached only through the table foreman_cuda_module_v1 returns.
 // Discovery: without a driver or a device every function returns UNAVAILABLE
 // with the CUDA runtime's own message; nothing here aborts.
 // Eigen (through foreman/tensor.hpp) is host code here: without this it
@@ -17,9 +19,10 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
-#include "compute/cuda_device.hpp"
+#include "compute/cuda_module.hpp"
 #include "compute/kernel_math.hpp"
 #include "foreman/cuda.hpp"
+#include "foreman/version.hpp"
 
 namespace foreman::cuda {
 
@@ -46,21 +49,7 @@ struct DeviceBuffer {
   }
 };
 
-Status CheckIndex(int index) {
-  auto count = DeviceCount();
-  if (!count.ok()) return count.status();
-  if (index < 0 || index >= *count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA device index ", index, " is outside [0, ", *count, ")"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-bool BuiltWithCuda() { return true; }
-
-StatusOr<int> DeviceCount() {
+StatusOr<int> CountDevices() {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
@@ -70,7 +59,17 @@ StatusOr<int> DeviceCount() {
   return n;
 }
 
-StatusOr<DeviceInfo> GetDeviceInfo(int index) {
+Status CheckIndex(int index) {
+  auto count = CountDevices();
+  if (!count.ok()) return count.status();
+  if (index < 0 || index >= *count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device index ", index, " is outside [0, ", *count, ")"));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<DeviceInfo> DeviceInfoOf(int index) {
   FOREMAN_RETURN_IF_ERROR(CheckIndex(index));
   cudaDeviceProp prop{};
   cudaError_t err = cudaGetDeviceProperties(&prop, index);
@@ -85,7 +84,7 @@ StatusOr<DeviceInfo> GetDeviceInfo(int index) {
   return info;
 }
 
-Status SelfTest(int index, int n) {
+Status RunSelfTest(int index, int n) {
   FOREMAN_RETURN_IF_ERROR(CheckIndex(index));
   if (n <= 0) return absl::InvalidArgumentError(absl::StrCat("SelfTest: n must be positive, got ", n));
   cudaError_t err = cudaSetDevice(index);
@@ -118,6 +117,7 @@ Status SelfTest(int index, int n) {
   return absl::OkStatus();
 }
 
+}  // namespace
 }  // namespace foreman::cuda
 
 // ============================================================================
@@ -1003,15 +1003,13 @@ class CudaDevice final : public Device {
 
 Status CudaCapturedOps::Replay() { return device_->ReplayGraph(exec_); }
 
-}  // namespace
-
-StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int index, int64_t memory_limit_bytes) {
+StatusOr<std::unique_ptr<Device>> MakeCudaDevice(int index, int64_t memory_limit_bytes) {
   const std::string name = absl::StrCat("/gpu:", index);
   if (memory_limit_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": the device memory limit must be >= 0 bytes, got ", memory_limit_bytes));
   }
-  StatusOr<int> count = cuda::DeviceCount();
+  StatusOr<int> count = cuda::CountDevices();
   if (!count.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(name, ": no usable CUDA device: ", count.status().message()));
   }
@@ -1024,7 +1022,7 @@ StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int index, int64_t memory_lim
   return std::unique_ptr<Device>(std::move(device));
 }
 
-Status LaunchFaultingKernelForTesting(Device& device) {
+Status LaunchFaultingKernel(Device& device) {
   auto* cuda = dynamic_cast<CudaDevice*>(&device);
   if (cuda == nullptr) {
     return absl::FailedPreconditionError(device.name() + " LaunchFaultingKernelForTesting: not a CUDA device");
@@ -1032,4 +1030,14 @@ Status LaunchFaultingKernelForTesting(Device& device) {
   return cuda->LaunchFaultingKernel();
 }
 
+constexpr CudaModule kModule = {
+    kCudaModuleAbi, FOREMAN_VERSION, &cuda::CountDevices, &cuda::DeviceInfoOf, &cuda::RunSelfTest,
+    &MakeCudaDevice, &LaunchFaultingKernel,
+};
+
+}  // namespace
 }  // namespace foreman::compute
+
+extern "C" __attribute__((visibility("default"))) const foreman::compute::CudaModule* foreman_cuda_module_v1() {
+  return &foreman::compute::kModule;
+}

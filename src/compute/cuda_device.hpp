@@ -1,5 +1,7 @@
 // The CUDA compute::Device ("/gpu:N"), internal to libforeman: made by
-// CreateDevice (device_factory.cpp) for SessionConfig.device "/gpu:N".
+// CreateDevice (device_factory.cpp) for SessionConfig.device "/gpu:N". It
+// lives in the plug-in libforeman_cuda.so (cuda_module.hpp); the functions
+// below, in libforeman, load it on first use.
 //
 // What it is (cuda_device.cu):
 //   - Device memory from cudaMalloc, counted against a limit
@@ -44,7 +46,8 @@ namespace foreman::compute {
 /// The CUDA device "/gpu:<index>" with at most `memory_limit_bytes` of
 /// device memory in Allocate (0: only the device's own limit).
 /// FAILED_PRECONDITION when libforeman was built without CUDA ("built
-/// without CUDA"), when the driver is missing or `index` is not a device
+/// without CUDA"), when the plug-in cannot be loaded (naming it and
+/// dlerror()'s message), when the driver is missing or `index` is not a device
 /// (naming "/gpu:<index>" and the number present); RESOURCE_EXHAUSTED when
 /// the device's own buffers do not fit; INVALID_ARGUMENT for
 /// memory_limit_bytes < 0; INTERNAL for another CUDA failure.

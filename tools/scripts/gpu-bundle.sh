@@ -12,7 +12,9 @@
 #   .gpu-bundle/bin/              foreman, train_bench, the `gpu` suite's programs
 #                                 and `cuda` (cuda_test), train_torch.py
 #   .gpu-bundle/lib/              their shared libraries, and libforeman's
-#                                 dlopened CPU kernels (libforeman_cpu_*.so)
+#                                 dlopened plug-ins: the CPU kernels
+#                                 (libforeman_cpu_*.so) and the CUDA device
+#                                 (libforeman_cuda.so) with libcudart
 #   .gpu-bundle/data/             Fashion-MNIST's four .gz files
 #   .gpu-bundle/tests.txt         the test programs: name<TAB>program[<TAB>args]
 #
@@ -81,10 +83,18 @@ while IFS=$'\t' read -r name prog args; do
   printf '%s\t%s\t%s\n' "$name" "$(basename "$prog")" "${args:-}"
 done <<<"$tests_tsv" >"$out/tests.txt"
 
+# libforeman's plug-ins, which it dlopens from its own directory (not in
+# the programs' ldd lists): the CPU kernels for AVX2 and AVX-512 and the
+# CUDA device (libforeman_cuda.so, which needs libcudart).
+modules=()
+for k in "$build_dir"/src/libforeman_cpu_*.so "$build_dir"/src/libforeman_cuda.so; do
+  [[ -e $k ]] && modules+=("$k")
+done
+[[ -e $build_dir/src/libforeman_cuda.so ]] || log "note: $build_dir has no libforeman_cuda.so (built without CUDA): the bundle can only say so"
 # Shared libraries: everything ldd resolves, less the system's and the driver's.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libgcc_s\.so|libstdc\+\+\.so|libcuda\.so|libnvidia-|libcublas)'
 missing=()
-for p in "${programs[@]}"; do
+for p in "${programs[@]}" "${modules[@]}"; do
   while read -r lib arrow path _; do
     [[ $arrow == "=>" ]] || continue
     base=$(basename "$lib")
@@ -94,11 +104,7 @@ for p in "${programs[@]}"; do
   done < <(ldd "$p")
 done
 ((${#missing[@]} == 0)) || { log "ldd cannot find: ${missing[*]}"; exit 1; }
-# libforeman's CPU kernels for AVX2 and AVX-512, which it dlopens from its own
-# directory (not in ldd's list).
-for k in "$build_dir"/src/libforeman_cpu_*.so; do
-  [[ -e $k ]] && cp -L "$k" "$out/lib/"
-done
+for k in "${modules[@]}"; do cp -L "$k" "$out/lib/"; done
 
 if ((copy_data)); then
   for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do

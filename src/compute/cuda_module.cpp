@@ -1,0 +1,98 @@
+// foreman::cuda (foreman/cuda.hpp) and CreateCudaDevice (cuda_device.hpp) in
+// libforeman: each loads the CUDA plug-in, libforeman_cuda.so, on first use
+// and calls it (cuda_module.hpp). libforeman itself links no CUDA library.
+// FOREMAN_CUDA_MODULE is 1 when meson built the module (nvcc found).
+#include <mutex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "compute/cuda_device.hpp"
+#include "compute/cuda_module.hpp"
+#include "compute/modules.hpp"
+#include "foreman/cuda.hpp"
+#include "foreman/version.hpp"
+
+#ifndef FOREMAN_CUDA_MODULE
+#error "src/meson.build defines FOREMAN_CUDA_MODULE (0 or 1)"
+#endif
+
+namespace foreman {
+
+namespace compute {
+
+StatusOr<const CudaModule*> LoadCudaModule() {
+  if (!FOREMAN_CUDA_MODULE) {
+    return absl::UnimplementedError(
+        "CUDA support was not built into this libforeman (configure with -Dcuda=enabled and nvcc on PATH)");
+  }
+  static std::once_flag once;
+  static const CudaModule* module = nullptr;
+  static Status* failure = nullptr;  // leaked on purpose: read by any thread until exit
+  std::call_once(once, [] {
+    std::string path, error;
+    using Entry = const CudaModule* (*)();
+    auto entry = reinterpret_cast<Entry>(OpenModuleEntry(kCudaModuleFile, "foreman_cuda_module_v1", &path, &error));
+    const std::string what = absl::StrCat("the CUDA module ", path);
+    if (entry == nullptr) {
+      failure = new Status(absl::FailedPreconditionError(absl::StrCat(
+          what, " cannot be loaded: ", error,
+          " (the module is installed next to libforeman and needs the CUDA runtime, libcudart.so.13, on the loader's "
+          "path; without them only the CPU can be used)")));
+      return;
+    }
+    const CudaModule* table = entry();
+    if (table == nullptr || table->abi != kCudaModuleAbi || std::string(table->foreman_version) != FOREMAN_VERSION) {
+      failure = new Status(absl::FailedPreconditionError(absl::StrCat(
+          what, " does not match this libforeman: ABI ", table != nullptr ? table->abi : -1, " of Foreman ",
+          table != nullptr ? table->foreman_version : "?", ", want ABI ", kCudaModuleAbi, " of Foreman ",
+          FOREMAN_VERSION, " (install the module of the same build)")));
+      return;
+    }
+    module = table;
+  });
+  if (module == nullptr) return *failure;
+  return module;
+}
+
+StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int index, int64_t memory_limit_bytes) {
+  if (!FOREMAN_CUDA_MODULE) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "/gpu:", index, ": libforeman was built without CUDA (configure with -Dcuda=enabled and nvcc on PATH)"));
+  }
+  StatusOr<const CudaModule*> module = LoadCudaModule();
+  if (!module.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("/gpu:", index, ": ", module.status().message()));
+  }
+  return (*module)->create_device(index, memory_limit_bytes);
+}
+
+Status LaunchFaultingKernelForTesting(Device& device) {
+  StatusOr<const CudaModule*> module = LoadCudaModule();
+  if (!module.ok()) return absl::FailedPreconditionError(absl::StrCat(device.name(), ": ", module.status().message()));
+  return (*module)->launch_faulting_kernel(device);
+}
+
+}  // namespace compute
+
+namespace cuda {
+
+bool BuiltWithCuda() { return FOREMAN_CUDA_MODULE != 0; }
+
+StatusOr<int> DeviceCount() {
+  FOREMAN_ASSIGN_OR_RETURN(const compute::CudaModule* module, compute::LoadCudaModule());
+  return module->device_count();
+}
+
+StatusOr<DeviceInfo> GetDeviceInfo(int index) {
+  FOREMAN_ASSIGN_OR_RETURN(const compute::CudaModule* module, compute::LoadCudaModule());
+  return module->get_device_info(index);
+}
+
+Status SelfTest(int index, int n) {
+  FOREMAN_ASSIGN_OR_RETURN(const compute::CudaModule* module, compute::LoadCudaModule());
+  return module->self_test(index, n);
+}
+
+}  // namespace cuda
+
+}  // namespace foreman
