@@ -113,7 +113,10 @@ class Server {
   ///                       connection timeout or TLS file, no "foreman"
   ///                       application id (naming the setting)
   /// Thread-safe; call from outside an actor of `system` (it waits for
-  /// the middleman).
+  /// the middleman). Call Stop() and the destructor of such a Server from
+  /// outside an actor of `system` too: they wait for the task's actors,
+  /// which need a scheduler thread of `system` (called from an actor of a
+  /// one-thread scheduler, they never return).
   static StatusOr<std::unique_ptr<Server>> Create(caf::actor_system& system, const ClusterSpec& cluster,
                                                   const ClusterTask& task, const ServerOptions& options);
   /// Stops serving (as Stop()) and unregisters the target. Sessions still
