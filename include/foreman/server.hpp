@@ -102,7 +102,9 @@ class Server {
   /// API (actor_api.hpp) lives in the system it is spawned into. Build
   /// `system` from a config given to ConfigureClusterNetwork(config,
   /// options.cluster); more Servers (of any task) may share it. `system`
-  /// is not owned and must outlive the Server. Stop() and the destructor
+  /// is not owned and must outlive the Server (a system destroyed first
+  /// waits in its destructor for the task's actors, which only the Server's
+  /// Stop() ends: it never returns). Stop() and the destructor
   /// stop the task's actors and close its listening port (the port is free
   /// again for a new Server); `system` keeps running, and the connections
   /// this task made stay open until `system` ends (CAF 0.17 cannot close
