@@ -1,7 +1,7 @@
 // The "host:port" check behind ClusterSpec::Create (cluster_spec.cpp), shared
 // with the launchers' environments (cluster_launch.cpp), and the network part
 // of ValidateClusterOptions, shared with ConfigureClusterNetwork
-// (actor_api.hpp). Internal.
+// (server.hpp). Internal.
 #pragma once
 
 #include <string>
