@@ -899,6 +899,21 @@ struct Pki {
   }
 };
 
+// The ps tasks behind `rv` initialised at global_step `step` (Bind, Write
+// with kInit), one Apply (global_step + 1), and a consistent read that
+// shows it.
+void InitApplyAndRead(const std::shared_ptr<RemoteValues>& rv, int64_t step) {
+  REQUIRE(rv != nullptr);
+  REQUIRE_OK(rv->Bind(kNames));
+  VariableStore source;
+  Fill(source, step);
+  REQUIRE_OK(rv->Write(source, kInit));
+  CHECK(rv->Apply(Grads(0.1f, 1.0f), step).value_or(-1) == step + 1);
+  VariableStore mirror;
+  REQUIRE_OK(rv->ReadConsistent(mirror));
+  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == step + 1);
+}
+
 TEST_CASE("mutual TLS: a tls:// target, and Write / Apply / Read across TLS links") {
   Pki pki;
   Cluster c(1, 1, pki.Options());
@@ -908,16 +923,7 @@ TEST_CASE("mutual TLS: a tls:// target, and Write / Apply / Read across TLS link
   REQUIRE_MESSAGE(values.ok(), values.status().ToString());
   CHECK(internal::ResolveSessionTarget(absl::StrCat("tcp://127.0.0.1:", c.worker_ports[0])).status().code() ==
         absl::StatusCode::kFailedPrecondition);
-  std::shared_ptr<RemoteValues> rv = (*values)->remote;
-  REQUIRE(rv != nullptr);
-  REQUIRE_OK(rv->Bind(kNames));
-  VariableStore source;
-  Fill(source, 3);
-  REQUIRE_OK(rv->Write(source, kInit));
-  CHECK(rv->Apply(Grads(0.1f, 1.0f), 3).value_or(-1) == 4);
-  VariableStore mirror;
-  REQUIRE_OK(rv->ReadConsistent(mirror));
-  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 4);
+  InitApplyAndRead((*values)->remote, 3);
 }
 
 // An application's own actor system, configured for a cluster with
@@ -959,16 +965,7 @@ void TrainOnce(UserSystem* ps_system, UserSystem* chief_system, const ServerOpti
   std::unique_ptr<Server> chief = create(chief_system, {"worker", 0});
   // Only a Server without a system of the caller's builds one.
   CHECK(internal::ActorSystemsCreated() - systems_before == (ps_system == nullptr) + (chief_system == nullptr));
-  std::shared_ptr<RemoteValues> rv = ServerRemoteValues(*chief);
-  REQUIRE(rv != nullptr);
-  REQUIRE_OK(rv->Bind(kNames));
-  VariableStore source;
-  Fill(source, 41);
-  REQUIRE_OK(rv->Write(source, kInit));
-  CHECK(rv->Apply(Grads(0.1f, 1.0f), 41).value_or(-1) == 42);
-  VariableStore mirror;
-  REQUIRE_OK(rv->ReadConsistent(mirror));
-  CHECK(*mirror.Get("global_step").value()->data<int64_t>() == 42);
+  InitApplyAndRead(ServerRemoteValues(*chief), 41);
   StatusOr<int64_t> ended = chief->EndTraining();
   CHECK_MESSAGE(ended.value_or(-1) == 42, ended.status());
   CHECK_OK(ps->Join(absl::Milliseconds(ScaledMs(5000))));
