@@ -2,7 +2,6 @@
 // libforeman: each loads the CUDA plug-in, libforeman_cuda.so, on first use
 // and calls it (cuda_module.hpp). libforeman itself links no CUDA library.
 // FOREMAN_CUDA_MODULE is 1 when meson built the module (nvcc found).
-#include <mutex>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -20,38 +19,40 @@ namespace foreman {
 
 namespace compute {
 
+namespace {
+
+// The module's table, or why it cannot be used (LoadCudaModule, once).
+StatusOr<const CudaModule*> OpenCudaModule() {
+  std::string path, error;
+  using Entry = const CudaModule* (*)();
+  auto entry = reinterpret_cast<Entry>(OpenModuleEntry(kCudaModuleFile, "foreman_cuda_module_v1", &path, &error));
+  const std::string what = absl::StrCat("the CUDA module ", path);
+  if (entry == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " cannot be loaded: ", error,
+        " (the module is installed next to libforeman and needs the CUDA runtime, libcudart.so.13, on the loader's "
+        "path; without them only the CPU can be used)"));
+  }
+  const CudaModule* table = entry();
+  if (table == nullptr || table->abi != kCudaModuleAbi || std::string(table->foreman_version) != FOREMAN_VERSION) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " does not match this libforeman: ABI ", table != nullptr ? table->abi : -1, " of Foreman ",
+        table != nullptr ? table->foreman_version : "?", ", want ABI ", kCudaModuleAbi, " of Foreman ",
+        FOREMAN_VERSION, " (install the module of the same build)"));
+  }
+  return table;
+}
+
+}  // namespace
+
 StatusOr<const CudaModule*> LoadCudaModule() {
   if (!FOREMAN_CUDA_MODULE) {
     return absl::UnimplementedError(
         "CUDA support was not built into this libforeman (configure with -Dcuda=enabled and nvcc on PATH)");
   }
-  static std::once_flag once;
-  static const CudaModule* module = nullptr;
-  static Status* failure = nullptr;  // leaked on purpose: read by any thread until exit
-  std::call_once(once, [] {
-    std::string path, error;
-    using Entry = const CudaModule* (*)();
-    auto entry = reinterpret_cast<Entry>(OpenModuleEntry(kCudaModuleFile, "foreman_cuda_module_v1", &path, &error));
-    const std::string what = absl::StrCat("the CUDA module ", path);
-    if (entry == nullptr) {
-      failure = new Status(absl::FailedPreconditionError(absl::StrCat(
-          what, " cannot be loaded: ", error,
-          " (the module is installed next to libforeman and needs the CUDA runtime, libcudart.so.13, on the loader's "
-          "path; without them only the CPU can be used)")));
-      return;
-    }
-    const CudaModule* table = entry();
-    if (table == nullptr || table->abi != kCudaModuleAbi || std::string(table->foreman_version) != FOREMAN_VERSION) {
-      failure = new Status(absl::FailedPreconditionError(absl::StrCat(
-          what, " does not match this libforeman: ABI ", table != nullptr ? table->abi : -1, " of Foreman ",
-          table != nullptr ? table->foreman_version : "?", ", want ABI ", kCudaModuleAbi, " of Foreman ",
-          FOREMAN_VERSION, " (install the module of the same build)")));
-      return;
-    }
-    module = table;
-  });
-  if (module == nullptr) return *failure;
-  return module;
+  // Leaked on purpose: read by any thread until the process exits.
+  static const auto* loaded = new StatusOr<const CudaModule*>(OpenCudaModule());
+  return *loaded;
 }
 
 StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int index, int64_t memory_limit_bytes) {
