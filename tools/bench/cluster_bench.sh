@@ -197,8 +197,15 @@ run_recovery() {
   fi
   kill -TERM "$chief_pid" 2>/dev/null || true
   wait "$chief_pid" 2>/dev/null || true
-  # The ps ends with the chief's end of training; bounded.
-  wait_until 30 gone "$ps_pid" || kill "$ps_pid" 2>/dev/null || true
+  # A chief stopped by SIGTERM is a preempted chief, not the end of
+  # training: its ps keeps serving, waiting for it to come back (as TF's
+  # server.join()). Stop the ps too, bounded: its first SIGTERM is an
+  # eviction that waits up to 5 s for a chief's checkpoint of it; the second
+  # exits at once.
+  kill -TERM "$ps_pid" 2>/dev/null || true
+  sleep 0.1
+  kill -TERM "$ps_pid" 2>/dev/null || true
+  wait_until 30 gone "$ps_pid" || kill -9 "$ps_pid" 2>/dev/null || true
   wait "$ps_pid" 2>/dev/null || true
   pids=()
   if ((!ok)); then tail -n 20 "$d/chief.err" "$d"/ps*.out >&2; return 1; fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark of issue 6 and prints the table (docs/benchmarks.md).
 #
-# Usage: tools/bench/run.sh [--quick] [--max-state-mb N] [--reps N] [--no-install]
+# Usage: tools/bench/run.sh [--quick] [--max-state-mb N] [--reps N] [--no-install] [--no-torch]
 #                           [--build-dir DIR | --bin-dir DIR] [--out DIR] [--data DIR]
 #                           [--parts 1,2,3,4,5] [--threads 1,2] [--python PATH]
 #   --quick          fewer and shorter runs (a few minutes), states of 10 and 100 MB
@@ -10,6 +10,8 @@
 #   --reps           runs per figure (default 7; --quick 3)
 #   --no-install     do not install the peers' packages; PyTorch parts are skipped
 #                    when python3-torch is missing
+#   --no-torch       run no PyTorch side at all (nothing installed for it), even
+#                    where torch is there: Foreman's rows alone, quicker
 #   --build-dir      a configured release build to use (default build-release,
 #                    built with tools/scripts/build.sh release when missing)
 #   --bin-dir        benchmark programs built elsewhere (e.g. a bundle copied to a
@@ -44,6 +46,7 @@ quick=0
 max_state_mb=1000
 reps=
 install=1
+no_torch=0
 build_dir=build-release
 out=
 data=/usr/share/datasets/fashion-mnist
@@ -58,6 +61,7 @@ while (($#)); do
     --max-state-mb) max_state_mb=$2; shift ;;
     --reps) reps=$2; shift ;;
     --no-install) install=0 ;;
+    --no-torch) no_torch=1; install=0 ;;
     --build-dir) build_dir=$2; shift ;;
     --out) out=$2; shift ;;
     --data) data=$2; shift ;;
@@ -66,7 +70,7 @@ while (($#)); do
     --workers) workers_csv=$2; shift ;;
     --bin-dir) bin_dir=$2; shift ;;
     --python) python=$2; shift ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -e/{/^set -e/!p}' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -108,7 +112,9 @@ if ((${#missing[@]})) && ((install)); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 have_torch=0
-if "$python" -c 'import torch' 2>/dev/null; then have_torch=1; else log "PyTorch not available: its runs are skipped"; fi
+if ((no_torch)); then log "--no-torch: PyTorch's runs are skipped"
+elif "$python" -c 'import torch' 2>/dev/null; then have_torch=1
+else log "PyTorch not available: its runs are skipped"; fi
 
 # -- the build ------------------------------------------------------------------------
 bench_targets=(tools/bench/overhead_bench tools/bench/summary_bench tools/bench/checkpoint_bench
@@ -273,7 +279,7 @@ if part 6; then
   foreman_bin=$build_dir/tools/foreman
   [[ -n $bin_dir ]] && foreman_bin=$bin/foreman
   TMPDIR=$scratch "$root/tools/bench/cluster_bench.sh" "$foreman_bin" --steps $((train_steps * 5)) --reps "$reps" \
-    --data "$data" --workers "$workers_csv" 2>"$out/cluster.log" | grep '^RUN' >>"$runs"
+    --recovery-reps "$recovery_reps" --data "$data" --workers "$workers_csv" 2>"$out/cluster.log" | grep '^RUN' >>"$runs"
 fi
 
 # -- 7: the GPU (issue 15): Foreman's device step and PyTorch eager on CUDA, alternating -----------
