@@ -262,9 +262,18 @@ if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA de
   out=$(timeout 120 "$scripts/gpu-bundle.sh" --build-dir "$build" --out "$tmp/bundle" --no-build --no-data 2>&1)
   rc=$?
   [[ $rc -eq 0 ]] || fail "gpu-bundle.sh exited $rc: $out"
-  for f in gpu-check.sh tests.txt BUILD.txt bin/foreman bin/train_bench bin/gpu_selftest bin/train_torch.py; do
+  for f in gpu-check.sh tests.txt BUILD.txt bin/foreman bin/train_bench bin/gpu_selftest libexec/foreman \
+           tools/bench/run.sh tools/bench/cluster_bench.sh tools/bench/report.py tools/bench/train_torch.py; do
     [[ -e $tmp/bundle/$f ]] || fail "gpu-bundle.sh: no $f in the bundle: $(ls -R "$tmp/bundle" | head -50)"
   done
+  has '^size: [0-9.]+ MiB$' "$(cat "$tmp/bundle/BUILD.txt")" || fail "gpu-bundle.sh: no size in BUILD.txt: $(cat "$tmp/bundle/BUILD.txt")"
+  # bin/'s programs find the bundle's libraries wherever it is, from any
+  # directory, with LD_LIBRARY_PATH unset.
+  mv "$tmp/bundle" "$tmp/bundle-moved"
+  out=$(cd / && env -u LD_LIBRARY_PATH "$tmp/bundle-moved/bin/foreman" --version 2>&1)
+  rc=$?
+  [[ $rc -eq 0 ]] && has '^foreman [0-9]' "$out" || fail "the moved bundle's bin/foreman --version: rc $rc: $out"
+  mv "$tmp/bundle-moved" "$tmp/bundle"
   compgen -G "$tmp/bundle/lib/libforeman.so.*" >/dev/null || fail "gpu-bundle.sh: no libforeman in lib/: $(ls "$tmp/bundle/lib")"
   if [[ -e $build/src/libforeman_cuda.so ]]; then  # the CUDA plug-in and the runtime it needs
     [[ -e $tmp/bundle/lib/libforeman_cuda.so ]] && compgen -G "$tmp/bundle/lib/libcudart.so.*" >/dev/null ||
@@ -277,6 +286,30 @@ if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA de
   rc=$?
   [[ $rc -eq 77 ]] && has '^gpu-check: SKIP: no usable GPU \(no CUDA devices: ' "$out" ||
     fail "the bundle's gpu-check.sh without a GPU: rc $rc: $out"
+  # Issue 29: with --cpu-threads the CPU rows run without a GPU too (run.sh
+  # --parts 1 from the bundle's tools/bench on its bin/), one summary line
+  # per figure and a last SKIP line; a budget too small for a step fails it
+  # as out of time; bad usage is refused before anything runs.
+  if [[ -f $data/train-images-idx3-ubyte.gz ]]; then
+    out=$(cd "$tmp" && timeout 120 env -u LD_LIBRARY_PATH "$tmp/bundle/gpu-check.sh" --out "$tmp/gpucheck3" \
+            --data "$data" --cpu-threads 1 --budget-s 100 --python "$python" 2>&1)
+    rc=$?
+    [[ $rc -eq 77 ]] && has '^gpu-check: CPU, 1 thread\(s\), batch 128: Foreman [0-9.]+ samples/s, PyTorch not measured \(no --with-torch\)$' "$out" &&
+      has '^gpu-check: CPU, 1 thread\(s\), batch 1024: Foreman [0-9.]+ samples/s' "$out" &&
+      has '^gpu-check: SKIP: no usable GPU; the CPU rows asked for passed in [0-9]+ s' "$out" ||
+      fail "the bundle's gpu-check.sh --cpu-threads 1 without a GPU: rc $rc: $out"
+    [[ -s $tmp/gpucheck3/cpu-threads/table.md ]] || fail "gpu-check.sh --cpu-threads 1: no table.md: $(ls -R "$tmp/gpucheck3")"
+  fi
+  out=$(timeout 60 "$scripts/gpu-check.sh" --build-dir "$build" --out "$tmp/gpucheck4" --cpu-threads 1 --budget-s 10 2>&1)
+  rc=$?
+  [[ $rc -eq 1 ]] && has '^gpu-check: FAIL: CPU thread scaling: out of time \(needs at least 30 s, [0-9]+ s of the 10 s budget left\)$' "$out" &&
+    has '^gpu-check: FAIL: 1 check\(s\) failed' "$out" || fail "gpu-check.sh --budget-s 10 --cpu-threads 1: rc $rc: $out"
+  for bad in "--budget-s 0" "--cpu-threads 1,,2" "--workers x" "--out" "--bogus"; do
+    # shellcheck disable=SC2086
+    out=$(timeout 30 "$scripts/gpu-check.sh" --build-dir "$build" $bad 2>&1)
+    rc=$?
+    [[ $rc -eq 2 ]] && has '^gpu-check.sh: ' "$out" || fail "gpu-check.sh $bad: rc $rc: $out"
+  done
   mkdir -p "$tmp/notabundle"
   out=$(timeout 60 "$scripts/gpu-bundle.sh" --build-dir "$build" --out "$tmp/notabundle" --no-build --no-data 2>&1)
   rc=$?

@@ -5,18 +5,28 @@
 # library `ldd` lists for them except glibc's own (libc, libm, libdl,
 # libpthread, librt, the loader), libgcc_s and libstdc++ (that machine's are
 # newer) and the CUDA driver's (libcuda, libnvidia-*: the machine's own must
-# be used); cuBLAS (libcublas*, libcublasLt*: over 500 MB) is left out too --
-# gpu-check.sh finds it in that machine's PyTorch (the nvidia-cublas package).
+# be used).
 #
 #   .gpu-bundle/gpu-check.sh      the check (finds bin/, lib/, data/ beside it)
 #   .gpu-bundle/bin/              foreman, train_bench, the `gpu` suite's programs
-#                                 and `cuda` (cuda_test), train_torch.py
+#                                 and `cuda` (cuda_test): each a small sh script
+#                                 that runs libexec/'s program of that name with
+#                                 LD_LIBRARY_PATH=lib/ (for it and its children
+#                                 only: Python and PyTorch keep the machine's own
+#                                 OpenSSL, zlib, ...)
+#   .gpu-bundle/libexec/          the programs themselves
 #   .gpu-bundle/lib/              their shared libraries, and libforeman's
 #                                 dlopened plug-ins: the CPU kernels
 #                                 (libforeman_cpu_*.so) and the CUDA device
 #                                 (libforeman_cuda.so) with libcudart
 #   .gpu-bundle/data/             Fashion-MNIST's four .gz files
 #   .gpu-bundle/tests.txt         the test programs: name<TAB>program[<TAB>args]
+#   .gpu-bundle/tools/bench/      run.sh, cluster_bench.sh, report.py and
+#                                 train_torch.py (gpu-check.sh's --cpu-threads,
+#                                 --cluster and --with-torch; run.sh --bin-dir bin)
+#
+# The bundle must fit what travels to the GPU machine with the working tree
+# (64 MiB): gpu-bundle.sh fails when it is larger, and says its size.
 #
 # Copy the folder to the GPU machine and run `.gpu-bundle/gpu-check.sh` there
 # (it writes its logs under ./gpu-check-<time>/ and prints one line per figure).
@@ -42,7 +52,7 @@ while (($#)); do
     --data) data=$2; shift ;;
     --no-build) build=0 ;;
     --no-data) copy_data=0 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -e/{/^set -e/!p}' "$0"; exit 0 ;;
     *) echo "gpu-bundle.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -71,12 +81,23 @@ if [[ -e $out && ! -f $out/BUILD.txt ]]; then
   log "$out exists and is not a bundle (no BUILD.txt): not replacing it"; exit 1
 fi
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib" "$out/data"
+mkdir -p "$out/bin" "$out/libexec" "$out/lib" "$out/data" "$out/tools/bench"
 for p in "${programs[@]}"; do
   [[ -x $p ]] || { log "$p is missing (build it, or leave out --no-build)"; exit 1; }
-  cp "$p" "$out/bin/"
+  name=$(basename "$p")
+  cp "$p" "$out/libexec/"
+  # The build's RUNPATH names this machine's build tree; LD_LIBRARY_PATH
+  # (searched first) points the program at the bundle's lib/ wherever the
+  # bundle is copied.
+  cat >"$out/bin/$name" <<EOF
+#!/bin/sh
+# $name from a Foreman GPU bundle (tools/scripts/gpu-bundle.sh), with the bundle's libraries.
+bundle=\$(cd "\$(dirname "\$0")/.." && pwd)
+LD_LIBRARY_PATH="\$bundle/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$bundle/libexec/$name" "\$@"
+EOF
+  chmod +x "$out/bin/$name"
 done
-cp "$root/tools/bench/train_torch.py" "$out/bin/"
+for f in run.sh cluster_bench.sh report.py train_torch.py; do cp "$root/tools/bench/$f" "$out/tools/bench/"; done
 cp "$root/tools/scripts/gpu-check.sh" "$out/gpu-check.sh"
 # Tests as name<TAB>program basename<TAB>args (arguments verbatim).
 while IFS=$'\t' read -r name prog args; do
@@ -116,5 +137,11 @@ fi
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
   echo "build: $build_dir"
 } >"$out/BUILD.txt"
-log "$out: $(ls "$out/bin" | wc -l) programs, $(ls "$out/lib" | wc -l) libraries, $(du -sh "$out" | cut -f1) in all"
+size_kib=$(du -sk "$out" | cut -f1)
+size=$(awk -v k="$size_kib" 'BEGIN { printf "%.1f MiB", k / 1024 }')
+log "$out: $(ls "$out/bin" | wc -l) programs, $(ls "$out/lib" | wc -l) libraries, $size in all"
+echo "size: $size" >>"$out/BUILD.txt"
+if ((size_kib > 64 * 1024)); then
+  log "$out is $size: over the 64 MiB that travels to the GPU machine (../shared/notes/gpu-machine.md)"; exit 1
+fi
 log "on the GPU machine: $out/gpu-check.sh"
