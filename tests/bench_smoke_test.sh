@@ -318,6 +318,85 @@ else
   echo "note: a CUDA device is visible: gpu-check.sh's no-GPU behaviour is not checked here (run it)"
 fi
 
+# -- gpu-check.sh's GPU path, with fake programs -------------------------------------------------
+# A bundle whose foreman reports one CUDA device and prints what the real
+# one prints (docs/train.md's report lines), whose train_bench prints RUN
+# lines, and whose suite has one passing and one skipped program: every
+# figure gets its line and the check passes. Then a main job that hangs:
+# the budget stops it, the steps after it fail as out of time, and the whole
+# check ends within its budget.
+fake=$tmp/fakegpu
+mkdir -p "$fake/bin" "$fake/data" "$fake/tools/bench"
+cp "$src/../scripts/gpu-check.sh" "$fake/"
+printf 'fake_ok\tfake_ok\t--flag\nfake_skip\tfake_skip\t\n' >"$fake/tests.txt"
+printf '#!/bin/sh\n[ "$1" = --flag ] || exit 3\necho ok\n' >"$fake/bin/fake_ok"
+printf '#!/bin/sh\nexit 77\n' >"$fake/bin/fake_skip"
+cat >"$fake/bin/foreman" <<'EOF'
+#!/bin/sh
+case $1 in
+  devices)
+    echo "/cpu:0: avx2 kernels (FOREMAN_MAX_ISA=baseline|avx2|avx512 caps them)"
+    echo "1 CUDA device(s)"
+    echo "  0: Fake H200, compute capability 9.0, 143000 MiB, 132 SMs" ;;
+  train)
+    last=7035
+    while [ $# -gt 0 ]; do [ "$1" = --max-steps ] && last=$2; shift; done
+    [ -n "${FAKE_MAIN_JOB_HANGS:-}" ] && [ "$last" = 7035 ] && exec sleep 300.0417
+    echo "test accuracy: 0.8890 (test loss 0.3100, 10000 examples, global_step $last)"
+    echo "trained $last steps in 1.2 s (5862.5 steps/s, 750400 examples/s)" ;;
+  *) exit 2 ;;
+esac
+EOF
+cat >"$fake/bin/train_bench" <<'EOF'
+#!/bin/sh
+echo "RUN train.foreman.gpu.b128.samples_per_s 1.25e+06 samples/s device=/gpu:0"
+echo "RUN train.foreman.gpu.b1024.samples_per_s 8e+06 samples/s device=/gpu:0"
+echo "RUN train.foreman.gpu.b8192.samples_per_s 3e+07 samples/s device=/gpu:0"
+echo "RUN train.foreman.gpu.ckpt_stall_s 0.0011 s saves=20 device=/gpu:0"
+echo "RUN train.foreman.gpu.ckpt_d2h_copy_s 0.001 s copies=20"
+echo "RUN train.foreman.gpu.ckpt_stall_over_copy 1.1 x"
+EOF
+chmod +x "$fake"/bin/*
+out=$(cd "$tmp" && timeout 60 "$fake/gpu-check.sh" --out "$tmp/fakecheck" 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] &&
+  has '^gpu-check: devices: 0: Fake H200, compute capability 9.0' "$out" &&
+  has '^gpu-check: gpu suite: 1 passed \(fake_ok [0-9.]+s\), 1 skipped \(fake_skip\), 0 failed$' "$out" &&
+  has '^gpu-check: main job: 7035 steps in 1.2 s training time, test accuracy 0.8890 \(target <= 1.5 s and >= 0.88: met\)$' "$out" &&
+  has '^gpu-check: checkpoints moved: GPU to step 200, resumed on the CPU to 400, back on the GPU to 600: ok$' "$out" &&
+  has '^gpu-check: samples/s at batch 128: Foreman 1.25e\+06, PyTorch eager not measured \(no --with-torch\) \(-\); target >= 1 M: met$' "$out" &&
+  has '^gpu-check: samples/s at batch 8192: Foreman 3e\+07, ' "$out" &&
+  has '^gpu-check: checkpoint stall: 0.0011 s per save vs the device->host copy 0.001 s = 1.1x \(target <= 1.2x: met\)$' "$out" &&
+  has '^gpu-check: PASS: every check passed in [0-9]+ s of a 360 s budget' "$out" ||
+  fail "gpu-check.sh with a fake GPU: rc $rc: $out"
+[[ $(tail -1 "$tmp/fakecheck/summary.txt") == "gpu-check: PASS"* ]] || fail "gpu-check.sh: summary.txt's last line: $(tail -1 "$tmp/fakecheck/summary.txt")"
+SECONDS=0
+out=$(cd "$tmp" && FAKE_MAIN_JOB_HANGS=1 timeout 60 "$fake/gpu-check.sh" --out "$tmp/fakecheck2" --budget-s 22 2>&1)
+rc=$?
+took=$SECONDS
+[[ $rc -eq 1 ]] &&
+  has '^gpu-check: FAIL: main job: stopped after 2[0-2] s \(its cap or the budget.s end\)$' "$out" &&
+  has '^gpu-check: FAIL: checkpoints moved \(leg on gpu:0\): out of time \(needs at least 10 s, [0-9] s of the 22 s budget left\)$' "$out" &&
+  has '^gpu-check: FAIL: train_bench --device gpu:0: out of time' "$out" &&
+  has '^gpu-check: FAIL: 3 check\(s\) failed in 2[0-9] s of a 22 s budget' "$out" ||
+  fail "gpu-check.sh with a main job that hangs: rc $rc: $out"
+((took <= 30)) || fail "gpu-check.sh --budget-s 22 took ${took} s"
+pgrep -f "^sleep 300.0417$" >/dev/null && { fail "gpu-check.sh left the hung main job's process running"; pkill -f "^sleep 300.0417$"; }
+# SIGTERM to the check (a lent machine's time running out) stops the step
+# it is in, writes a last FAIL line and exits 1 at once.
+(cd "$tmp" && FAKE_MAIN_JOB_HANGS=1 exec "$fake/gpu-check.sh" --out "$tmp/fakecheck3" >"$tmp/fakecheck3.out" 2>&1) &
+check_pid=$!
+for _ in $(seq 100); do grep -q '^gpu-check: checkpoints moved\|^gpu-check: gpu suite' "$tmp/fakecheck3.out" 2>/dev/null && break; sleep 0.1; done
+sleep 0.5
+SECONDS=0
+kill -TERM "$check_pid"
+wait "$check_pid"
+rc=$?
+((SECONDS <= 10)) || fail "gpu-check.sh took ${SECONDS} s to stop after SIGTERM"
+[[ $rc -eq 1 ]] && has '^gpu-check: FAIL: stopped by a signal after [0-9]+ s' "$(cat "$tmp/fakecheck3.out")" ||
+  fail "gpu-check.sh after SIGTERM: rc $rc: $(cat "$tmp/fakecheck3.out")"
+pgrep -f "^sleep 300.0417$" >/dev/null && { fail "gpu-check.sh left the main job running after SIGTERM"; pkill -f "^sleep 300.0417$"; }
+
 # run.sh refuses a bad --threads before it installs, builds or runs anything.
 out=$(timeout 30 "$src/run.sh" --threads 1,x --no-install --out "$tmp/never" 2>&1)
 rc=$?

@@ -113,6 +113,14 @@ failed=0
 fail() { say "FAIL: $*"; failed=$((failed + 1)); }
 elapsed() { echo $(($(date +%s) - started)); }
 
+step_pid=
+on_signal() {
+  [[ -n $step_pid ]] && kill -TERM "$step_pid" 2>/dev/null && wait "$step_pid" 2>/dev/null
+  say "FAIL: stopped by a signal after $(elapsed) s (logs so far in $out)"
+  exit 1
+}
+trap on_signal TERM INT HUP
+
 # bounded NAME CAP_S MIN_S CMD...: runs CMD under `timeout`, for CAP_S
 # seconds or what is left of the budget, whichever is less. With less than
 # MIN_S left it does not start CMD: it fails the check ("out of time") and
@@ -126,8 +134,13 @@ bounded() {
     return 124
   fi
   ((cap > left)) && cap=$left
-  timeout --kill-after=5 "$cap" "$@"
+  # In the background, so that a signal to this script reaches the step
+  # too (timeout runs in its own process group; on_signal passes it on).
+  timeout --kill-after=5 "$cap" "$@" &
+  step_pid=$!
+  wait "$step_pid"
   local rc=$?
+  step_pid=
   ((rc == 124 || rc == 137)) && fail "$name: stopped after ${cap} s (its cap or the budget's end)"
   return $rc
 }
