@@ -890,8 +890,14 @@ struct Pki {
     REQUIRE_MESSAGE(rc == 0, cmd, " failed: ", rc);
   }
   ~Pki() { std::filesystem::remove_all(dir); }
+  // connection_timeout_ms also bounds each connect's handshake (Server's
+  // set_connect_timeout): a mutual-TLS handshake with RSA-2048 keys took
+  // over 600 ms (200 ms scaled) under ThreadSanitizer on a loaded 2-core CI
+  // machine, and the first Write failed with "no handshake within 600 ms".
+  // No TLS test here measures the connection timeout itself.
   ServerOptions Options() const {
     ServerOptions o = foreman::Options();
+    o.cluster.connection_timeout_ms = ScaledMs(2000);
     o.cluster.tls_cert = (dir / "node1.pem").string();
     o.cluster.tls_key = (dir / "node1.key").string();
     o.cluster.tls_ca = (dir / "ca.pem").string();
