@@ -626,6 +626,15 @@ TEST_CASE("CopyToHostBatch lands every range in page-locked host tensors, after 
   }
   const HostCopy bad{nullptr, da, 4};
   CHECK(gpu->CopyToHostBatch(&bad, 1).code() == absl::StatusCode::kInvalidArgument);
+  // Pageable memory (its copy could not be asynchronous), or a range that
+  // runs past a page-locked tensor's buffer, is refused as on the fake device.
+  std::vector<float> pageable(4);
+  const HostCopy unpinned{pageable.data(), da, 16};
+  const Status s = gpu->CopyToHostBatch(&unpinned, 1);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(s.message().find("CopyToHostBatch: copies[0].host_dst (16 bytes at 0x") != absl::string_view::npos);
+  CHECK(s.message().find("is not page-locked host memory") != absl::string_view::npos);
+  REQUIRE(gpu->Synchronize().ok());  // not a device failure: the device works on
 }
 
 TEST_CASE("memory: the limit and the device's own size give RESOURCE_EXHAUSTED naming /gpu:0 and the bytes") {

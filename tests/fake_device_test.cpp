@@ -67,6 +67,51 @@ TEST_CASE("a host pointer where device memory is needed is INVALID_ARGUMENT nami
   CHECK(d.bad_deallocations() == 1);
 }
 
+// What CUDA refuses, refused here too (issue 29 point 5): a block of
+// another device, and a CopyToHostBatch into pageable host memory (on CUDA
+// the copy stream's cudaMemcpyAsync would not be asynchronous; the CUDA
+// device checks with cudaPointerGetAttributes).
+TEST_CASE("another device's memory, and a CopyToHostBatch into pageable memory, are INVALID_ARGUMENT") {
+  FakeDevice d, other(FakeDevice::Options{"/fake:1"});
+  float* var = AllocFloats(d, 4);
+  float* theirs = AllocFloats(other, 4);
+  Status s = d.ApplyGradientDescent(var, theirs, 4, 0.5f);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(s.message()).find("/fake:0 ApplyGradientDescent: grad") != std::string::npos);
+  CHECK(d.CopyToHost(var, theirs, 16).code() == absl::StatusCode::kInvalidArgument);
+
+  std::vector<float> pageable(4);
+  compute::HostCopy copy{pageable.data(), var, 16};
+  s = d.CopyToHostBatch(&copy, 1);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(s.message()).find("CopyToHostBatch: copies[0].host_dst (16 bytes at 0x") != std::string::npos);
+  CHECK(std::string(s.message()).find("is not page-locked host memory") != std::string::npos);
+  CHECK(d.host_batches() == 0);
+
+  // Page-locked memory of any device serves (CUDA's is process-wide), but a
+  // range must lie inside one tensor's buffer, and only while it lives.
+  StatusOr<Tensor> pinned = other.AllocateHostTensor(DataType::kFloat, TensorShape{4});
+  REQUIRE(pinned.ok());
+  copy.host_dst = pinned->raw_data();
+  CHECK(d.CopyToHostBatch(&copy, 1).ok());
+  copy.host_dst = pinned->data<float>() + 1;
+  CHECK(d.CopyToHostBatch(&copy, 1).code() == absl::StatusCode::kInvalidArgument);
+  compute::HostCopy two[] = {{pinned->raw_data(), var, 8}, {pageable.data(), var, 8}};
+  s = d.CopyToHostBatch(two, 2);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(s.message()).find("copies[1].host_dst") != std::string::npos);
+  void* released = pinned->raw_data();
+  *pinned = Tensor();
+  copy.host_dst = released;
+  CHECK(d.CopyToHostBatch(&copy, 1).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(d.host_batches() == 1);
+
+  // A string tensor or an empty one is Tensor::Create's: nothing is copied into it.
+  StatusOr<Tensor> empty = d.AllocateHostTensor(DataType::kFloat, TensorShape{0});
+  REQUIRE(empty.ok());
+  CHECK(empty->TotalBytes() == 0);
+}
+
 TEST_CASE("operations on device memory compute as the CPU device and copies are counted") {
   FakeDevice d;
   float* var = AllocFloats(d, 3);
@@ -80,15 +125,14 @@ TEST_CASE("operations on device memory compute as the CPU device and copies are 
   CHECK(d.bytes_to_device() == 24);
   CHECK(d.copies_to_host() == 1);
   CHECK(d.bytes_to_host() == 12);
-  float out[3] = {0, 0, 0};
-  compute::HostCopy copy{out, var, 12};
-  REQUIRE(d.CopyToHostBatch(&copy, 1).ok());
-  CHECK(out[2] == 2.0f);
-  CHECK(d.host_batches() == 1);
   StatusOr<Tensor> pinned = d.AllocateHostTensor(DataType::kFloat, TensorShape{3});
   REQUIRE(pinned.ok());
   CHECK_FALSE(d.Contains(pinned->raw_data()));
   CHECK(d.host_tensors() == 1);
+  compute::HostCopy copy{pinned->raw_data(), var, 12};
+  REQUIRE(d.CopyToHostBatch(&copy, 1).ok());
+  CHECK(pinned->data<float>()[2] == 2.0f);
+  CHECK(d.host_batches() == 1);
   CHECK(d.allocated_bytes() == 24);
   d.Deallocate(var);
   CHECK(d.allocated_bytes() == 12);

@@ -305,8 +305,10 @@ class Device {
   /// snapshot of the variables the device holds) after every operation
   /// called so far, and returns when all have landed. On CUDA they run on a
   /// separate copy stream that the training stream waits for, so the step's
-  /// operations are delayed only by the copies. The default copies each
-  /// range with CopyToHost.
+  /// operations are delayed only by the copies; each `host_dst` range must
+  /// then lie in page-locked memory (a tensor from AllocateHostTensor), and
+  /// other memory is INVALID_ARGUMENT naming the copy. The default copies
+  /// each range with CopyToHost.
   virtual Status CopyToHostBatch(const HostCopy* copies, int64_t count) {
     for (int64_t i = 0; i < count; ++i) {
       FOREMAN_RETURN_IF_ERROR(CopyToHost(copies[i].host_dst, copies[i].device_src, copies[i].bytes));

@@ -767,9 +767,29 @@ class CudaDevice final : public Device {
                              .c_str());
       }
     }
+    // Only into page-locked memory (AllocateHostTensor's): a
+    // cudaMemcpyAsync into pageable memory is staged through the driver and
+    // blocks this thread, so the copy stream would overlap nothing. Both
+    // ends of each range are checked (an allocation is one region).
+    cudaError_t err;
+    for (int64_t i = 0; i < count; ++i) {
+      if (copies[i].bytes == 0) continue;
+      const char* ends[] = {static_cast<const char*>(copies[i].host_dst),
+                            static_cast<const char*>(copies[i].host_dst) + copies[i].bytes - 1};
+      for (const char* end : ends) {
+        cudaPointerAttributes attributes{};
+        if ((err = cudaPointerGetAttributes(&attributes, end)) != cudaSuccess) {
+          return Fail(kOp, "cudaPointerGetAttributes", err);
+        }
+        if (attributes.type != cudaMemoryTypeHost) {
+          return Invalid(kOp, absl::StrCat("copies[", i, "].host_dst (", copies[i].bytes, " bytes at 0x",
+                                           absl::Hex(reinterpret_cast<uintptr_t>(copies[i].host_dst)),
+                                           ") is not page-locked host memory (a tensor from AllocateHostTensor)"));
+        }
+      }
+    }
     // The copy stream starts after everything called so far; the compute
     // stream's later work waits only for these copies.
-    cudaError_t err;
     if ((err = cudaEventRecord(compute_done_, compute_)) != cudaSuccess) return Fail(kOp, "cudaEventRecord", err);
     if ((err = cudaStreamWaitEvent(copy_, compute_done_, 0)) != cudaSuccess) {
       return Fail(kOp, "cudaStreamWaitEvent (copy stream)", err);

@@ -3,10 +3,14 @@
 #include "support/fake_device.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <new>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace foreman::testing {
 
@@ -17,6 +21,46 @@ constexpr std::size_t kAlignment = 64;
 int64_t LabelBytes(const compute::SoftmaxXentArgs& a) {
   return a.rows * (a.label_type == compute::LabelType::kInt32 ? 4 : 8);
 }
+
+// "Page-locked" host memory: the buffers of AllocateHostTensor's tensors,
+// from allocation until their Tensor releases them. Process-wide, as CUDA's
+// (cudaMallocHost's memory serves every device's copies).
+class PinnedRanges {
+ public:
+  static PinnedRanges& Get() {
+    static PinnedRanges* ranges = new PinnedRanges;  // leaked: tensors may outlive static destruction order
+    return *ranges;
+  }
+  char* Allocate(std::size_t bytes) {
+    const std::size_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    char* p = static_cast<char*>(::operator new(size, std::align_val_t(kAlignment)));
+    std::memset(p, 0, size);  // zero-filled, as Tensor::Create's
+    absl::MutexLock lock(&mu_);
+    ranges_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    return p;
+  }
+  static void Release(char* p) {
+    {
+      PinnedRanges& r = Get();
+      absl::MutexLock lock(&r.mu_);
+      r.ranges_.erase(reinterpret_cast<uintptr_t>(p));
+    }
+    ::operator delete(p, std::align_val_t(kAlignment));
+  }
+  // Whether [ptr, ptr + bytes) lies inside one live range (bytes >= 1).
+  bool Contains(const void* ptr, int64_t bytes) {
+    const auto p = reinterpret_cast<uintptr_t>(ptr);
+    absl::MutexLock lock(&mu_);
+    auto it = ranges_.upper_bound(p);
+    if (it == ranges_.begin()) return false;
+    --it;
+    return p + static_cast<uintptr_t>(bytes) <= it->first + it->second;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<uintptr_t, std::size_t> ranges_ ABSL_GUARDED_BY(mu_);  // begin -> bytes
+};
 
 }  // namespace
 
@@ -210,6 +254,17 @@ Status FakeDevice::CopyToHostBatch(const compute::HostCopy* copies, int64_t coun
         CheckHost("CopyToHostBatch", (what + ".host_dst").c_str(), copies[i].host_dst, copies[i].bytes));
   }
   return HostOp("CopyToHostBatch", [&]() -> Status {
+    // After the capture check, as CUDA's (whose copies could not be
+    // asynchronous into pageable memory: cudaMemcpyAsync would stage them
+    // through the driver and block the caller).
+    for (int64_t i = 0; i < count; ++i) {
+      if (copies[i].bytes > 0 && !PinnedRanges::Get().Contains(copies[i].host_dst, copies[i].bytes)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name(), " CopyToHostBatch: copies[", i, "].host_dst (", copies[i].bytes, " bytes at 0x",
+            absl::Hex(reinterpret_cast<uintptr_t>(copies[i].host_dst)),
+            ") is not page-locked host memory (a tensor from AllocateHostTensor)"));
+      }
+    }
     int64_t total = 0;
     for (int64_t i = 0; i < count; ++i) {
       FOREMAN_RETURN_IF_ERROR(cpu_.CopyToHost(copies[i].host_dst, copies[i].device_src, copies[i].bytes));
@@ -224,7 +279,14 @@ Status FakeDevice::CopyToHostBatch(const compute::HostCopy* copies, int64_t coun
 StatusOr<Tensor> FakeDevice::AllocateHostTensor(DataType dtype, TensorShape shape) {
   Tensor t;
   FOREMAN_RETURN_IF_ERROR(HostOp("AllocateHostTensor", [&]() -> Status {
-    FOREMAN_ASSIGN_OR_RETURN(t, Tensor::Create(dtype, std::move(shape)));
+    // Tensor::Create checks the dtype and shape (and is what strings and
+    // empty tensors get, as on CUDA: nothing is copied into them); a
+    // numeric tensor then moves to a buffer of the page-locked ranges.
+    FOREMAN_ASSIGN_OR_RETURN(t, Tensor::Create(dtype, shape));
+    if (dtype != DataType::kString && t.TotalBytes() > 0) {
+      t = Tensor::FromBuffer(dtype, std::move(shape), PinnedRanges::Get().Allocate(t.TotalBytes()),
+                             &PinnedRanges::Release);
+    }
     ++host_tensors_;
     return absl::OkStatus();
   }));

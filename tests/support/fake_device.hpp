@@ -9,8 +9,11 @@
 //     inside one live block that this device's Allocate returned
 //     (INVALID_ARGUMENT naming the device, the operation and the operand
 //     otherwise): a host pointer passed where device memory is needed — which
-//     a real GPU would crash on — is an error here. Host operands (a copy's
-//     host side, SoftmaxXentForward's stats) must not lie in its blocks.
+//     a real GPU would crash on — is an error here, and so is another
+//     device's block. Host operands (a copy's host side, SoftmaxXentForward's
+//     stats) must not lie in its blocks, and CopyToHostBatch's destinations
+//     must lie in the buffer of a live tensor from AllocateHostTensor (of any
+//     FakeDevice: "page-locked", as CUDA's; INVALID_ARGUMENT otherwise).
 //   - Allocate keeps its own 64-byte-aligned blocks, counts the bytes, and
 //     honours a memory limit (RESOURCE_EXHAUSTED naming the device and size).
 //   - supports_capture(): between BeginCapture and EndCapture operations are
