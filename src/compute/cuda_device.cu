@@ -347,18 +347,46 @@ bool IsSticky(cudaError_t err) {
   }
 }
 
-void FreePinned(char* data) { cudaFreeHost(data); }
+// AllocateHostTensor's page-locked buffers carry their device's index in a
+// header of kPinnedHeader bytes before the tensor's data (which stays
+// 64-byte aligned: cudaMallocHost returns page-aligned memory), so that
+// FreePinned, called on whichever thread drops the tensor (a checkpoint
+// writer's), makes that device current first: a CUDA call on a thread
+// without a current device would create a context on device 0.
+constexpr size_t kPinnedHeader = 64;
+
+// Null, with *err set, when cudaMallocHost fails.
+char* AllocatePinned(int device_index, size_t bytes, cudaError_t* err) {
+  void* p = nullptr;
+  if ((*err = cudaMallocHost(&p, bytes + kPinnedHeader)) != cudaSuccess) return nullptr;
+  std::memcpy(p, &device_index, sizeof device_index);
+  return static_cast<char*>(p) + kPinnedHeader;
+}
+
+void FreePinned(char* data) {
+  char* block = data - kPinnedHeader;
+  int device_index = 0;
+  std::memcpy(&device_index, block, sizeof device_index);
+  cudaSetDevice(device_index);
+  cudaFreeHost(block);
+}
 
 class CudaDevice;
 
 class CudaCapturedOps final : public CapturedOps {
  public:
-  CudaCapturedOps(CudaDevice* device, cudaGraphExec_t exec) : device_(device), exec_(exec) {}
-  ~CudaCapturedOps() override { cudaGraphExecDestroy(exec_); }
+  CudaCapturedOps(CudaDevice* device, int device_index, cudaGraphExec_t exec)
+      : device_(device), device_index_(device_index), exec_(exec) {}
+  // On the device's own context, whichever thread drops the recording.
+  ~CudaCapturedOps() override {
+    cudaSetDevice(device_index_);
+    cudaGraphExecDestroy(exec_);
+  }
   Status Replay() override;
 
  private:
   CudaDevice* device_;
+  int device_index_;
   cudaGraphExec_t exec_;
 };
 
@@ -437,6 +465,24 @@ class CudaDevice final : public Device {
     }
     if ((err = cudaMalloc(&stats_scratch_, sizeof(SoftmaxXentStats))) != cudaSuccess) {
       return OutOfMemory("create", "cudaMalloc (statistics)", sizeof(SoftmaxXentStats), err);
+    }
+    // Eager module loading: under CUDA's lazy loading (the default since
+    // 12.2) a kernel's module is loaded at its first launch, which for the
+    // training step is inside a stream capture; cudaFuncGetAttributes loads
+    // it here instead, with no work, before any capture.
+    const void* kernels[] = {
+        reinterpret_cast<const void*>(&GemmKernel<4>),          reinterpret_cast<const void*>(&GemmKernel<1>),
+        reinterpret_cast<const void*>(&ColumnSumsKernel),       reinterpret_cast<const void*>(&XentRowsKernel),
+        reinterpret_cast<const void*>(&XentStatsKernel),        reinterpret_cast<const void*>(&GradientDescentKernel),
+        reinterpret_cast<const void*>(&MomentumKernel),         reinterpret_cast<const void*>(&AdamKernel),
+        reinterpret_cast<const void*>(&AdamStepSizeKernel),     reinterpret_cast<const void*>(&AdamFinishKernel),
+        reinterpret_cast<const void*>(&GatherKernel),           reinterpret_cast<const void*>(&FaultingKernel),
+    };
+    for (const void* kernel : kernels) {
+      cudaFuncAttributes attributes{};
+      if ((err = cudaFuncGetAttributes(&attributes, kernel)) != cudaSuccess) {
+        return Fail("create", "cudaFuncGetAttributes (loading the kernels)", err);
+      }
     }
     return absl::OkStatus();
   }
@@ -532,13 +578,13 @@ class CudaDevice final : public Device {
     FOREMAN_RETURN_IF_ERROR(Track(Enter("AllocateHostTensor", /*capturable=*/false)));
     const uint64_t n = static_cast<uint64_t>(shape.num_elements());
     const uint64_t elem = DataTypeSize(dtype);
-    if (n > UINT64_MAX / elem) {
+    if (n > (UINT64_MAX - kPinnedHeader) / elem) {  // the header of AllocatePinned too
       return absl::ResourceExhaustedError(absl::StrCat(name_, " AllocateHostTensor: cannot allocate ", n, " x ",
                                                        elem, " bytes for ", DataTypeName(dtype), shape.ToString()));
     }
     const size_t bytes = static_cast<size_t>(n * elem);
-    void* p = nullptr;
-    const cudaError_t err = cudaMallocHost(&p, bytes);
+    cudaError_t err;
+    char* p = AllocatePinned(index_, bytes, &err);
     if (err != cudaSuccess) {
       cudaGetLastError();
       if (err == cudaErrorMemoryAllocation) {
@@ -550,7 +596,7 @@ class CudaDevice final : public Device {
       return Fail("AllocateHostTensor", "cudaMallocHost", err);
     }
     std::memset(p, 0, bytes);  // zero-filled, as Tensor::Create's
-    return Tensor::FromBuffer(dtype, std::move(shape), static_cast<char*>(p), &FreePinned);
+    return Tensor::FromBuffer(dtype, std::move(shape), p, &FreePinned);
   }
 
   Status CopyToHostBatch(const HostCopy* copies, int64_t count) override {
@@ -591,7 +637,7 @@ class CudaDevice final : public Device {
       if (end_err != cudaSuccess) cudaGetLastError();
       return status;
     }
-    return std::unique_ptr<CapturedOps>(std::make_unique<CudaCapturedOps>(this, exec));
+    return std::unique_ptr<CapturedOps>(std::make_unique<CudaCapturedOps>(this, index_, exec));
   }
 
   Status Synchronize() override {
