@@ -216,6 +216,34 @@ if [[ -n $foreman && ! -e $module ]]; then
   [[ $rc -eq 2 ]] && grep -Eq "^foreman train: cannot use --device gpu:0: .*($why|built without)" <<<"$out" ||
     fail "foreman train --device gpu:0 without the CUDA module exited $rc (want 2, naming the module): $out"
 fi
+# A truncated module beside libforeman (a damaged install) is refused with
+# what is wrong, before dlopen() (which dies of SIGBUS mapping it), and no
+# other copy is loaded instead: the CUDA module, and the CPU kernel module
+# this CPU uses (a warning, then the baseline kernels).
+if [[ -n $foreman && -f $stage/libforeman_cuda.so ]]; then
+  head -c 10000 "$stage/libforeman_cuda.so" >"$module"
+  out=$(env -u LD_LIBRARY_PATH timeout 60 "$foreman" devices 2>&1); rc=$?
+  [[ $rc -eq 0 ]] && grep -Eq "^no CUDA devices: the CUDA module .*/libforeman_cuda\.so cannot be loaded: .*/libforeman_cuda\.so: truncated: a loadable segment ends at byte [0-9]+, the file has 10000 " <<<"$out" ||
+    fail "foreman devices with a truncated CUDA module exited $rc: $out"
+  out=$(cd "$stage" && env -u LD_LIBRARY_PATH timeout 120 "$foreman" train --checkpoint-dir "$stage/auto2" "${tiny[@]}" \
+        --device auto 2>&1); rc=$?
+  [[ $rc -eq 0 && -f $stage/auto2/model.ckpt-10.index ]] && grep -q 'truncated' <<<"$out" ||
+    fail "foreman train --device auto with a truncated CUDA module exited $rc: $out"
+  rm -f "$module"
+fi
+isa=$(env -u LD_LIBRARY_PATH timeout 60 "$foreman" devices 2>/dev/null | sed -En 's#^/cpu:0: (avx2|avx512) kernels.*#\1#p')
+if [[ -n $foreman && -n $isa && -f $libdir/libforeman_cpu_$isa.so ]]; then
+  kernels=$libdir/libforeman_cpu_$isa.so
+  cp "$kernels" "$stage/kernels.so"
+  head -c 10000 "$stage/kernels.so" >"$kernels"
+  out=$(env -u LD_LIBRARY_PATH timeout 60 "$foreman" devices 2>&1); rc=$?
+  [[ $rc -eq 0 ]] && grep -Eq "CPU kernels: cannot load libforeman_cpu_$isa\.so \(.*truncated: a loadable segment" <<<"$out" &&
+    grep -q '^/cpu:0: baseline kernels' <<<"$out" || fail "foreman devices with a truncated libforeman_cpu_$isa.so exited $rc: $out"
+  cp "$stage/kernels.so" "$kernels"
+  echo "install: a truncated libforeman_cpu_$isa.so is refused: $(grep -o 'CPU kernels: cannot load[^;]*' <<<"$out" | head -1)"
+else
+  echo "install: no CPU kernel module in use here (isa '${isa}'): the truncated-module case is not checked"
+fi
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)"

@@ -4,6 +4,7 @@
 // FOREMAN_CUDA_MODULE is 1 when meson built the module (nvcc found).
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compute/cuda_device.hpp"
 #include "compute/cuda_module.hpp"
@@ -28,17 +29,26 @@ StatusOr<const CudaModule*> OpenCudaModule() {
   auto entry = reinterpret_cast<Entry>(OpenModuleEntry(kCudaModuleFile, "foreman_cuda_module_v1", &path, &error));
   const std::string what = absl::StrCat("the CUDA module ", path);
   if (entry == nullptr) {
+    // The hint fits a library the module needs that the loader did not find
+    // (dlerror() then starts with that library's name, not the module's).
+    const bool missing_dependency = absl::StrContains(error, "cannot open shared object file") &&
+                                    !absl::StartsWith(error, path) && !absl::StrContains(error, kCudaModuleFile);
     return absl::FailedPreconditionError(absl::StrCat(
         what, " cannot be loaded: ", error,
-        " (the module is installed next to libforeman and needs the CUDA runtime, libcudart.so.13, on the loader's "
-        "path; without them only the CPU can be used)"));
+        missing_dependency ? " (the module needs the CUDA runtime, libcudart.so.13, on the loader's path)" : "",
+        "; without it only the CPU can be used"));
   }
   const CudaModule* table = entry();
-  if (table == nullptr || table->abi != kCudaModuleAbi || std::string(table->foreman_version) != FOREMAN_VERSION) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, " does not match this libforeman: ABI ", table != nullptr ? table->abi : -1, " of Foreman ",
-        table != nullptr ? table->foreman_version : "?", ", want ABI ", kCudaModuleAbi, " of Foreman ",
-        FOREMAN_VERSION, " (install the module of the same build)"));
+  if (table == nullptr || table->abi != kCudaModuleAbi) {
+    // Nothing else of a table of another ABI is read: its layout may differ.
+    return absl::FailedPreconditionError(absl::StrCat(what, " does not match this libforeman: ABI ",
+                                                      table != nullptr ? table->abi : -1, ", want ABI ",
+                                                      kCudaModuleAbi, " (install the module of the same build)"));
+  }
+  if (std::string(table->foreman_version) != FOREMAN_VERSION) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " does not match this libforeman: it is Foreman ",
+                                                      table->foreman_version, "'s, want Foreman ", FOREMAN_VERSION,
+                                                      " (install the module of the same build)"));
   }
   return table;
 }

@@ -13,13 +13,17 @@ namespace foreman::compute {
 std::string LibforemanDirectory();
 
 /// dlopen(RTLD_NOW | RTLD_LOCAL) of `file_name` ("libforeman_cuda.so") from
-/// LibforemanDirectory(), then by the loader's search path (a libforeman
-/// whose directory dladdr does not report), and dlsym of `entry`. Returns
-/// the entry point, or nullptr with `*error` set to what failed: the path
-/// tried first and dlerror()'s message of each attempt, or the missing
-/// symbol. A handle that was opened stays open (the module may be in use);
-/// on failure nothing of the module ran but its static initialisers.
-/// `*path` (if not null) is the file that was opened or tried first.
+/// LibforemanDirectory() (symbolic links and ".." resolved), and dlsym of
+/// `entry`. Only when no such file is there (or dladdr cannot tell the
+/// directory) is the loader's search path tried; a file there that is
+/// damaged or cannot be loaded is an error, not a reason to load another.
+/// A truncated ELF file (a loadable segment past its end) is refused before
+/// dlopen(), which would die of SIGBUS on it. Returns the entry point, or
+/// nullptr with `*error` set to what failed: the path and what is wrong
+/// with it, dlerror()'s message, or the missing symbol. A handle that was
+/// opened stays open (the module may be in use); on failure nothing of the
+/// module ran but its static initialisers. `*path` (if not null) is the
+/// file that was opened, else the one beside libforeman.
 /// Thread-safe (dlerror() is per thread).
 void* OpenModuleEntry(const std::string& file_name, const char* entry, std::string* path, std::string* error);
 
