@@ -273,7 +273,27 @@ if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA de
   out=$(cd / && env -u LD_LIBRARY_PATH "$tmp/bundle-moved/bin/foreman" --version 2>&1)
   rc=$?
   [[ $rc -eq 0 ]] && has '^foreman [0-9]' "$out" || fail "the moved bundle's bin/foreman --version: rc $rc: $out"
+  # The bundle's lib/ comes before the caller's LD_LIBRARY_PATH (here a
+  # folder whose libforeman is not a library at all).
+  mkdir -p "$tmp/badlibs" && : >"$tmp/badlibs/$(basename "$(ls "$tmp/bundle-moved/lib/"libforeman.so.* | head -1)")"
+  out=$(cd / && LD_LIBRARY_PATH=$tmp/badlibs "$tmp/bundle-moved/bin/foreman" --version 2>&1)
+  rc=$?
+  [[ $rc -eq 0 ]] && has '^foreman [0-9]' "$out" || fail "the bundle's bin/foreman with another LD_LIBRARY_PATH: rc $rc: $out"
   mv "$tmp/bundle-moved" "$tmp/bundle"
+  # Over the 64 MiB that travel to the GPU machine: refused, saying the size.
+  mkdir -p "$tmp/bigdata"
+  for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+    : >"$tmp/bigdata/$f"
+  done
+  head -c $((70 * 1024 * 1024)) /dev/zero >"$tmp/bigdata/train-images-idx3-ubyte.gz"
+  out=$(timeout 120 "$scripts/gpu-bundle.sh" --build-dir "$build" --out "$tmp/bigbundle" --no-build --data "$tmp/bigdata" 2>&1)
+  rc=$?
+  [[ $rc -eq 1 ]] && has 'is [0-9.]+ MiB: over the 64 MiB that travels to the GPU machine' "$out" ||
+    fail "gpu-bundle.sh with 70 MiB of data: rc $rc: $out"
+  rm -rf "$tmp/bigdata" "$tmp/bigbundle"
+  out=$(timeout 30 "$scripts/gpu-bundle.sh" --out 2>&1)
+  rc=$?
+  [[ $rc -eq 2 ]] && has '^gpu-bundle.sh: --out wants a value' "$out" || fail "gpu-bundle.sh --out: rc $rc: $out"
   compgen -G "$tmp/bundle/lib/libforeman.so.*" >/dev/null || fail "gpu-bundle.sh: no libforeman in lib/: $(ls "$tmp/bundle/lib")"
   if [[ -e $build/src/libforeman_cuda.so ]]; then  # the CUDA plug-in and the runtime it needs
     [[ -e $tmp/bundle/lib/libforeman_cuda.so ]] && compgen -G "$tmp/bundle/lib/libcudart.so.*" >/dev/null ||
@@ -291,11 +311,16 @@ if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA de
   # per figure and a last SKIP line; a budget too small for a step fails it
   # as out of time; bad usage is refused before anything runs.
   if [[ -f $data/train-images-idx3-ubyte.gz ]]; then
-    out=$(cd "$tmp" && timeout 120 env -u LD_LIBRARY_PATH "$tmp/bundle/gpu-check.sh" --out "$tmp/gpucheck3" \
-            --data "$data" --cpu-threads 1 --budget-s 100 --python "$python" 2>&1)
+    # From another directory, with --data relative to it (run.sh runs in
+    # its own): the CPU rows and the cluster rows of 1 ps + 1 worker.
+    ln -s "$data" "$tmp/fm"
+    out=$(cd "$tmp" && timeout 240 env -u LD_LIBRARY_PATH "$tmp/bundle/gpu-check.sh" --out "$tmp/gpucheck3" \
+            --data fm --cpu-threads 1 --cluster --workers 1 --budget-s 200 --python "$python" 2>&1)
     rc=$?
     [[ $rc -eq 77 ]] && has '^gpu-check: CPU, 1 thread\(s\), batch 128: Foreman [0-9.]+ samples/s, PyTorch not measured \(no --with-torch\)$' "$out" &&
       has '^gpu-check: CPU, 1 thread\(s\), batch 1024: Foreman [0-9.]+ samples/s' "$out" &&
+      has '^gpu-check: cluster.single: [0-9.]+ samples/s, CPU [0-9.]+ ms per global step$' "$out" &&
+      has '^gpu-check: cluster.ps1_w1: [0-9.]+ samples/s \([0-9.]+x one process\), CPU [0-9.]+ ms per global step$' "$out" &&
       has '^gpu-check: SKIP: no usable GPU; the CPU rows asked for passed in [0-9]+ s' "$out" ||
       fail "the bundle's gpu-check.sh --cpu-threads 1 without a GPU: rc $rc: $out"
     [[ -s $tmp/gpucheck3/cpu-threads/table.md ]] || fail "gpu-check.sh --cpu-threads 1: no table.md: $(ls -R "$tmp/gpucheck3")"
@@ -304,7 +329,8 @@ if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA de
   rc=$?
   [[ $rc -eq 1 ]] && has '^gpu-check: FAIL: CPU thread scaling: out of time \(needs at least 30 s, [0-9]+ s of the 10 s budget left\)$' "$out" &&
     has '^gpu-check: FAIL: 1 check\(s\) failed' "$out" || fail "gpu-check.sh --budget-s 10 --cpu-threads 1: rc $rc: $out"
-  for bad in "--budget-s 0" "--cpu-threads 1,,2" "--workers x" "--out" "--bogus"; do
+  for bad in "--budget-s 0" "--cpu-threads 1,,2" "--workers x" "--workers 2" "--out" "--bogus" "--data /nonexistent" \
+             "--with-torch --python /bin/false"; do
     # shellcheck disable=SC2086
     out=$(timeout 30 "$scripts/gpu-check.sh" --build-dir "$build" $bad 2>&1)
     rc=$?
@@ -328,7 +354,7 @@ fi
 fake=$tmp/fakegpu
 mkdir -p "$fake/bin" "$fake/data" "$fake/tools/bench"
 cp "$src/../scripts/gpu-check.sh" "$fake/"
-printf 'fake_ok\tfake_ok\t--flag\nfake_skip\tfake_skip\t\n' >"$fake/tests.txt"
+printf 'fake_ok\tfake_ok\t--flag\n' >"$fake/tests.txt"
 printf '#!/bin/sh\n[ "$1" = --flag ] || exit 3\necho ok\n' >"$fake/bin/fake_ok"
 printf '#!/bin/sh\nexit 77\n' >"$fake/bin/fake_skip"
 cat >"$fake/bin/foreman" <<'EOF'
@@ -339,10 +365,16 @@ case $1 in
     echo "1 CUDA device(s)"
     echo "  0: Fake H200, compute capability 9.0, 143000 MiB, 132 SMs" ;;
   train)
-    last=7035
-    while [ $# -gt 0 ]; do [ "$1" = --max-steps ] && last=$2; shift; done
+    last=7035 device=
+    while [ $# -gt 0 ]; do
+      [ "$1" = --max-steps ] && last=$2
+      [ "$1" = --device ] && device=$2
+      shift
+    done
+    echo "$device $last" >>"$FAKE_LOG"
     [ -n "${FAKE_MAIN_JOB_HANGS:-}" ] && [ "$last" = 7035 ] && exec sleep 300.0417
-    echo "test accuracy: 0.8890 (test loss 0.3100, 10000 examples, global_step $last)"
+    [ -n "${FAKE_FAIL_DEVICE:-}" ] && [ "$device" = "$FAKE_FAIL_DEVICE" ] && { echo "cannot use --device $device" >&2; exit 2; }
+    echo "test accuracy: ${FAKE_ACCURACY:-0.8890} (test loss 0.3100, 10000 examples, global_step $last)"
     echo "trained $last steps in 1.2 s (5862.5 steps/s, 750400 examples/s)" ;;
   *) exit 2 ;;
 esac
@@ -357,11 +389,15 @@ echo "RUN train.foreman.gpu.ckpt_d2h_copy_s 0.001 s copies=20"
 echo "RUN train.foreman.gpu.ckpt_stall_over_copy 1.1 x"
 EOF
 chmod +x "$fake"/bin/*
+export FAKE_LOG=$tmp/fake.devices
+: >"$FAKE_LOG"
 out=$(cd "$tmp" && timeout 60 "$fake/gpu-check.sh" --out "$tmp/fakecheck" 2>&1)
 rc=$?
+[[ $(tr '\n' ' ' <"$FAKE_LOG") == "gpu:0 7035 gpu:0 200 cpu 400 gpu:0 600 " ]] ||
+  fail "gpu-check.sh ran foreman train with these --device and --max-steps: $(cat "$FAKE_LOG")"
 [[ $rc -eq 0 ]] &&
   has '^gpu-check: devices: 0: Fake H200, compute capability 9.0' "$out" &&
-  has '^gpu-check: gpu suite: 1 passed \(fake_ok [0-9.]+s\), 1 skipped \(fake_skip\), 0 failed$' "$out" &&
+  has '^gpu-check: gpu suite: 1 passed \(fake_ok [0-9.]+s\), 0 skipped \(none\), 0 failed$' "$out" &&
   has '^gpu-check: main job: 7035 steps in 1.2 s training time, test accuracy 0.8890 \(target <= 1.5 s and >= 0.88: met\)$' "$out" &&
   has '^gpu-check: checkpoints moved: GPU to step 200, resumed on the CPU to 400, back on the GPU to 600: ok$' "$out" &&
   has '^gpu-check: samples/s at batch 128: Foreman 1.25e\+06, PyTorch eager not measured \(no --with-torch\) \(-\); target >= 1 M: met$' "$out" &&
@@ -370,15 +406,37 @@ rc=$?
   has '^gpu-check: PASS: every check passed in [0-9]+ s of a 360 s budget' "$out" ||
   fail "gpu-check.sh with a fake GPU: rc $rc: $out"
 [[ $(tail -1 "$tmp/fakecheck/summary.txt") == "gpu-check: PASS"* ]] || fail "gpu-check.sh: summary.txt's last line: $(tail -1 "$tmp/fakecheck/summary.txt")"
+# Each failure fails the check, in its line and in summary.txt: a gpu test
+# that fails and one that skips although a GPU is listed, a low accuracy, a
+# leg of the moved run that fails, and a `foreman devices` that crashes.
+printf 'fake_ok\tfake_ok\t--flag\nfake_skip\tfake_skip\t\nfake_fail\tfake_fail\t\n' >"$fake/tests.txt"
+printf '#!/bin/sh\nexit 1\n' >"$fake/bin/fake_fail" && chmod +x "$fake/bin/fake_fail"
+out=$(cd "$tmp" && FAKE_ACCURACY=0.5000 FAKE_FAIL_DEVICE=cpu timeout 60 "$fake/gpu-check.sh" --out "$tmp/fakecheck4" 2>&1)
+rc=$?
+[[ $rc -eq 1 ]] &&
+  has '^gpu-check: FAIL: gpu suite: fake_fail \(exit 1, ' "$out" &&
+  has '^gpu-check: FAIL: gpu suite: fake_skip skipped although foreman devices lists a GPU$' "$out" &&
+  has '^gpu-check: FAIL: main job: test accuracy 0.5000 < 0.88$' "$out" &&
+  has '^gpu-check: FAIL: checkpoints moved: the leg on cpu to step 400 exited 2 ' "$out" &&
+  has '^gpu-check: FAIL: 4 check\(s\) failed' "$out" || fail "gpu-check.sh with failing steps: rc $rc: $out"
+[[ $(grep -c '^gpu-check: FAIL: ' "$tmp/fakecheck4/summary.txt") -eq 5 ]] || fail "gpu-check.sh: summary.txt's FAIL lines: $(cat "$tmp/fakecheck4/summary.txt")"
+printf 'fake_ok\tfake_ok\t--flag\n' >"$fake/tests.txt"
+cp "$fake/bin/foreman" "$fake/foreman.good"
+printf '#!/bin/sh\nkill -BUS $$\n' >"$fake/bin/foreman"
+out=$(cd "$tmp" && timeout 60 "$fake/gpu-check.sh" --out "$tmp/fakecheck5" 2>&1)
+rc=$?
+[[ $rc -eq 1 ]] && has '^gpu-check: FAIL: foreman devices exited 135' "$out" ||
+  fail "gpu-check.sh with a foreman devices that crashes: rc $rc: $out"
+cp "$fake/foreman.good" "$fake/bin/foreman"
 SECONDS=0
 out=$(cd "$tmp" && FAKE_MAIN_JOB_HANGS=1 timeout 60 "$fake/gpu-check.sh" --out "$tmp/fakecheck2" --budget-s 22 2>&1)
 rc=$?
 took=$SECONDS
 [[ $rc -eq 1 ]] &&
-  has '^gpu-check: FAIL: main job: stopped after 2[0-2] s \(its cap or the budget.s end\)$' "$out" &&
+  has '^gpu-check: FAIL: main job: stopped after (1[7-9]|20) s \(its cap or the budget.s end\)$' "$out" &&
   has '^gpu-check: FAIL: checkpoints moved \(leg on gpu:0\): out of time \(needs at least 10 s, [0-9] s of the 22 s budget left\)$' "$out" &&
   has '^gpu-check: FAIL: train_bench --device gpu:0: out of time' "$out" &&
-  has '^gpu-check: FAIL: 3 check\(s\) failed in 2[0-9] s of a 22 s budget' "$out" ||
+  has '^gpu-check: FAIL: 3 check\(s\) failed in (1[89]|2[0-2]) s of a 22 s budget' "$out" ||
   fail "gpu-check.sh with a main job that hangs: rc $rc: $out"
 ((took <= 30)) || fail "gpu-check.sh --budget-s 22 took ${took} s"
 pgrep -f "^sleep 300.0417$" >/dev/null && { fail "gpu-check.sh left the hung main job's process running"; pkill -f "^sleep 300.0417$"; }

@@ -37,9 +37,13 @@
 #   --out        the bundle folder (default .gpu-bundle; it is replaced)
 #   --data       Fashion-MNIST (default /usr/share/datasets/fashion-mnist)
 #   --no-data    leave data/ empty (gpu-check.sh then wants --data)
+# The defaults are in the repository's root; a relative path given is the
+# caller's (from the directory it was run in).
 set -euo pipefail
+caller=$PWD
 cd "$(dirname "$0")/../.."
 root=$PWD
+mine() { if [[ $1 == /* ]]; then echo "$1"; else echo "$caller/$1"; fi; }
 build_dir=build-release
 out=.gpu-bundle
 data=/usr/share/datasets/fashion-mnist
@@ -47,9 +51,11 @@ build=1
 copy_data=1
 while (($#)); do
   case $1 in
-    --build-dir) build_dir=$2; shift ;;
-    --out) out=$2; shift ;;
-    --data) data=$2; shift ;;
+    --build-dir|--out|--data)
+      (($# >= 2)) || { echo "gpu-bundle.sh: $1 wants a value (see --help)" >&2; exit 2; } ;;&
+    --build-dir) build_dir=$(mine "$2"); shift ;;
+    --out) out=$(mine "$2"); shift ;;
+    --data) data=$(mine "$2"); shift ;;
     --no-build) build=0 ;;
     --no-data) copy_data=0 ;;
     -h|--help) sed -n '2,/^set -e/{/^set -e/!p}' "$0"; exit 0 ;;
@@ -92,7 +98,7 @@ for p in "${programs[@]}"; do
   cat >"$out/bin/$name" <<EOF
 #!/bin/sh
 # $name from a Foreman GPU bundle (tools/scripts/gpu-bundle.sh), with the bundle's libraries.
-bundle=\$(cd "\$(dirname "\$0")/.." && pwd)
+bundle=\$(cd "\$(dirname "\$(readlink -f "\$0")")/.." && pwd)
 LD_LIBRARY_PATH="\$bundle/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$bundle/libexec/$name" "\$@"
 EOF
   chmod +x "$out/bin/$name"
@@ -134,7 +140,7 @@ if ((copy_data)); then
   done
 fi
 {
-  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')$( ((build)) || echo '; --no-build: the programs may predate these sources')"
   echo "build: $build_dir"
 } >"$out/BUILD.txt"
 size_kib=$(du -sk "$out" | cut -f1)

@@ -14,8 +14,9 @@
 #      --parts 1: train_bench at each thread count, pinned, batch 128 and 1024;
 #      PyTorch at the same threads with --with-torch)
 #   6. with --cluster: the cluster rows (run.sh --parts 6: one process, then
-#      1 ps + N workers for N in --workers, default 1,2,4,8, each task on its
-#      own core where there are enough; sync mode; a ps-kill recovery)
+#      1 ps + N asynchronous workers for N in --workers, default 1,2,4,8, each
+#      task on its own core where there are enough; 1 ps + 2 workers in sync
+#      mode when 2 is among them; a ps-kill recovery)
 # Every step runs under `timeout`, bounded by its own cap and by what is left
 # of the budget; a step that cannot start in what is left fails with "out of
 # time" (the logs so far stay). It prints one summary line per figure
@@ -31,9 +32,10 @@
 # PyTorch keep the machine's own libraries).
 #
 # Exit: 0 every check passed (the speed targets are reported, met or missed,
-# but do not fail the check), 1 a check failed or ran out of time, 77 no
-# usable GPU (with --cpu-threads or --cluster those still run first: 1 if one
-# of them failed), 2 bad usage.
+# but do not fail the check), 1 a check failed or ran out of time (also: a
+# GPU is listed but every gpu test skipped; `foreman devices` itself failed),
+# 77 no usable GPU (with --cpu-threads or --cluster those still run first: 1
+# if one of them failed), 2 bad usage.
 #
 # Usage: gpu-check.sh [--build-dir DIR] [--out DIR] [--data DIR] [--python PATH] [--budget-s N]
 #                     [--with-torch] [--cpu-threads 1,8,16] [--cluster] [--workers 1,2,4,8]
@@ -48,6 +50,7 @@ with_torch=0
 cpu_threads=
 cluster=0
 workers=1,2,4,8
+workers_given=0
 usage() { echo "gpu-check.sh: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
@@ -61,7 +64,7 @@ while (($#)); do
     --with-torch) with_torch=1 ;;
     --cpu-threads) cpu_threads=$2; shift ;;
     --cluster) cluster=1 ;;
-    --workers) workers=$2; shift ;;
+    --workers) workers=$2; workers_given=1; shift ;;
     -h|--help) sed -n '2,/^set -uo/{/^set -uo/!p}' "$0"; exit 0 ;;
     *) usage "unknown option $1 (see --help)" ;;
   esac
@@ -71,6 +74,12 @@ done
 list_ok() { [[ $1 =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; }
 [[ -z $cpu_threads ]] || list_ok "$cpu_threads" || usage "--cpu-threads wants thread counts >= 1 separated by commas, not '$cpu_threads'"
 list_ok "$workers" || usage "--workers wants worker counts >= 1 separated by commas, not '$workers'"
+((workers_given && !cluster)) && usage "--workers $workers is for --cluster's rows; add --cluster"
+# Absolute, because run.sh runs from its own directory.
+[[ -z $data ]] || data=$(cd "$data" 2>/dev/null && pwd) || usage "--data: no directory '$data'"
+if [[ $python == */* ]]; then
+  python=$(cd "$(dirname "$python")" 2>/dev/null && pwd)/$(basename "$python") || usage "--python: no '$python'"
+fi
 started=$(date +%s)
 deadline=$((started + budget_s))
 
@@ -99,6 +108,9 @@ for t in json.load(sys.stdin):
     if any(s.split(":")[-1] == "gpu" for s in t["suite"]) or t["name"] == "cuda":
         print("\t".join([t["name"]] + t["cmd"]))' 2>/dev/null || true)
   [[ -z $data ]] && data=/usr/share/datasets/fashion-mnist
+fi
+if ((with_torch)) && ! "$python" -c 'import torch' 2>/dev/null; then
+  usage "--with-torch: $python cannot import torch (--python names the interpreter that has it)"
 fi
 [[ -z $out ]] && out=$PWD/gpu-check-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out" || exit 1
@@ -133,10 +145,11 @@ bounded() {
     fail "$name: out of time (needs at least ${min} s, ${left} s of the ${budget_s} s budget left)"
     return 124
   fi
-  ((cap > left)) && cap=$left
+  ((cap > left - 2)) && cap=$((left - 2))  # --kill-after below: done by the budget's end
+  ((cap < 1)) && cap=1
   # In the background, so that a signal to this script reaches the step
   # too (timeout runs in its own process group; on_signal passes it on).
-  timeout --kill-after=5 "$cap" "$@" &
+  timeout --kill-after=2 "$cap" "$@" &
   step_pid=$!
   wait "$step_pid"
   local rc=$?
@@ -170,7 +183,7 @@ cpu_rows() {
     >"$out/cpu-threads.out" 2>"$out/cpu-threads.err"
   local rc=$?
   if ((rc != 0)); then
-    ((rc == 124 || rc == 137)) || fail "CPU thread scaling: run.sh --parts 1 exited $rc ($out/cpu-threads.err)"
+    ((rc == 124 || rc == 137)) || fail "CPU thread scaling: run.sh --parts 1 exited $rc: $(tail -1 "$out/cpu-threads.err") (logs: $out/cpu-threads.err, $dir/train.log)"
     return
   fi
   local t b prefix one ours peer ratio ts
@@ -196,7 +209,7 @@ cluster_rows() {
     >"$out/cluster.out" 2>"$out/cluster.err"
   local rc=$?
   if ((rc != 0)); then
-    ((rc == 124 || rc == 137)) || fail "cluster rows: run.sh --parts 6 exited $rc ($out/cluster.err)"
+    ((rc == 124 || rc == 137)) || fail "cluster rows: run.sh --parts 6 exited $rc: $(tail -1 "$out/cluster.err") (logs: $out/cluster.err, $dir/cluster.log)"
     return
   fi
   local name single v cpu ratio
@@ -223,13 +236,20 @@ finish() {  # finish GPU_RAN: the last line and the exit status
 # -- 1. the device --------------------------------------------------------------------------
 bounded "foreman devices" 60 1 "$foreman" devices >"$out/devices.txt" 2>&1; rc=$?
 devices=$(cat "$out/devices.txt")
-if ((rc != 0)) || ! grep -q '^[0-9]* CUDA device(s)' <<<"$devices"; then
+if ((rc != 0)); then
+  # It exits 0 without a GPU: anything else is a broken program or bundle.
+  ((rc == 124 || rc == 137)) || fail "foreman devices exited $rc: $(tail -2 "$out/devices.txt" | tr '\n' ' ')"
+  cpu_rows
+  cluster_rows
+  finish 0
+fi
+if ! grep -q '^[0-9]* CUDA device(s)' <<<"$devices"; then
   why=$(grep -m1 '^no CUDA devices' <<<"$devices" || tail -1 <<<"$devices")
   if [[ -z $cpu_threads ]] && ((!cluster)); then
-    say "SKIP: no usable GPU (${why:-foreman devices exited $rc}); nothing else was run"
+    say "SKIP: no usable GPU (${why:-foreman devices said nothing}); nothing else was run"
     exit 77
   fi
-  say "no usable GPU (${why:-foreman devices exited $rc}): only the CPU rows asked for are run"
+  say "no usable GPU (${why:-foreman devices said nothing}): only the CPU rows asked for are run"
   cpu_rows
   cluster_rows
   finish 0
@@ -256,6 +276,8 @@ while IFS=$'\t' read -r name prog args; do
 done <<<"$tests_tsv"
 say "gpu suite: ${#passed[@]} passed (${passed[*]:-none}), ${#skipped[@]} skipped (${skipped[*]:-none}), ${#failed_tests[@]} failed"
 ((${#failed_tests[@]} == 0)) || fail "gpu suite: ${failed_tests[*]}"
+# A GPU is listed: a test that skips (77: no usable device) did not see it.
+((${#skipped[@]} == 0)) || fail "gpu suite: ${skipped[*]} skipped although foreman devices lists a GPU"
 
 # -- 3. the main job, and checkpoints moved between the GPU and the CPU -------------------------------
 main=$out/main-job
@@ -301,11 +323,14 @@ if ((with_torch)); then
   if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     for b in 128 1024 8192; do
       bounded "PyTorch at batch $b" 60 15 "$python" "$bench_dir/train_torch.py" --data "$data" --threads 1 --device cuda \
-        --batch "$b" --steps 400 --warmup 50 >>"$out/torch.out" 2>>"$out/torch.err" ||
-        fail "train_torch.py --device cuda --batch $b failed ($out/torch.err)"
+        --batch "$b" --steps 400 --warmup 50 >>"$out/torch.out" 2>>"$out/torch.err"
+      rc=$?
+      ((rc == 0 || rc == 124 || rc == 137)) || fail "train_torch.py --device cuda --batch $b exited $rc ($out/torch.err)"
     done
     bounded "PyTorch's main job" 90 20 "$python" "$bench_dir/train_torch.py" --data "$data" --threads 1 --device cuda \
-      --epochs 15 >>"$out/torch.out" 2>>"$out/torch.err" || fail "train_torch.py --device cuda --epochs 15 failed ($out/torch.err)"
+      --epochs 15 >>"$out/torch.out" 2>>"$out/torch.err"
+    rc=$?
+    ((rc == 0 || rc == 124 || rc == 137)) || fail "train_torch.py --device cuda --epochs 15 exited $rc ($out/torch.err)"
   else
     fail "--with-torch: $python has no torch that sees a CUDA device"
   fi
