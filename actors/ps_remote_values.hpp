@@ -254,6 +254,8 @@ class PsRemoteValues final : public RemoteValues {
   // succeeded): the rest of a --ps-wait-secs wait
   // bounds the next connect (Proxy).
   std::vector<std::optional<std::chrono::steady_clock::time_point>> unreachable_since_ ABSL_GUARDED_BY(connect_mu_);
+  // Each ps task's last failed connect, for a call whose ps-wait is spent.
+  std::vector<std::string> last_connect_error_ ABSL_GUARDED_BY(connect_mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string why_ ABSL_GUARDED_BY(mu_);
