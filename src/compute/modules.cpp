@@ -51,7 +51,7 @@ std::string CheckWholeElf(const std::string& path) {
       header.e_ident[EI_CLASS] != ELFCLASS64) {
     return "";  // not a 64-bit ELF file: dlopen() says so without mapping it
   }
-  if (header.e_phentsize != sizeof(Elf64_Phdr) || header.e_phnum == 0 ||
+  if (header.e_phentsize != sizeof(Elf64_Phdr) || header.e_phnum == 0 || header.e_phoff > size ||
       header.e_phoff + uint64_t{header.e_phnum} * sizeof(Elf64_Phdr) > size) {
     return absl::StrCat("truncated or damaged: its program headers are not inside the file (", size, " bytes)");
   }
