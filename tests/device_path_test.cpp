@@ -1,0 +1,469 @@
+// The main job's path on a device without host memory, one source for both
+// devices: the fake device (tests/support/fake_device.hpp, the `unit` suite)
+// and, with --device=/gpu:0, the CUDA device (the `gpu` suite; exits 77
+// without a usable CUDA device, as every gpu test does).
+//
+// What runs here is what `foreman train --device gpu:0` runs: the Mlp's
+// step by indices (captured once per batch size and replayed), variables
+// resident on the device and copied back, checkpoints through
+// internal::SnapshotInto (one batched copy into page-locked buffers: the
+// CUDA device refuses any other host memory), round trips device -> CPU ->
+// device, a recovery onto a new device, and NanTensorHook's stop. Two runs
+// on the device with the same seed must be bitwise the same; against the
+// CPU device the results agree within float32 rounding (the fake device
+// runs the baseline kernels, the CPU job the best this CPU has; the GPU's
+// softmax uses CUDA's expf/logf), kTolerance below.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "compute/cpu_device.hpp"
+#include "compute/device_factory.hpp"
+#include "foreman/bundle.hpp"
+#include "foreman/checkpoint.hpp"
+#include "foreman/cuda.hpp"
+#include "foreman/dataset.hpp"
+#include "foreman/graph.hpp"
+#include "foreman/mlp_job.hpp"
+#include "foreman/monitored_session.hpp"
+#include "foreman/nn.hpp"
+#include "support/fake_device.hpp"
+#include "support/test_util.hpp"
+#include "support/tiny_mnist.hpp"
+
+namespace foreman {
+namespace {
+
+using testing::TempDir;
+
+// The device under test: "/fake:0" (the default) or what --device= names.
+std::string g_device = "/fake:0";  // NOLINT: set once by main before any test
+bool OnGpu() { return absl::StartsWith(g_device, "/gpu:"); }
+
+// Largest difference allowed between the device's float32 results and the
+// CPU device's after the steps below (a few steps of Adam at 1e-3 or SGD at
+// 0.1 on values of order 1: rounding differences stay far below it).
+constexpr float kTolerance = 1e-3f;
+
+template <class T>
+T Value(StatusOr<T> v) {
+  REQUIRE_MESSAGE(v.ok(), v.status().ToString());
+  return *std::move(v);
+}
+
+std::unique_ptr<compute::Device> NewDevice() {
+  if (!OnGpu()) return std::make_unique<testing::FakeDevice>();
+  return Value(compute::CreateDevice(g_device, 1));
+}
+
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+// Within kTolerance, or bitwise when `bitwise`.
+void CheckClose(float got, float want, bool bitwise, const char* what) {
+  if (bitwise) {
+    CHECK_MESSAGE(SameBits(got, want), what << ": " << got << ", want bitwise " << want);
+  } else {
+    CHECK_MESSAGE(std::fabs(got - want) <= kTolerance, what << ": " << got << ", want " << want << " within "
+                                                               << kTolerance);
+  }
+}
+
+// Every variable of `expected` in `actual`: float32 within kTolerance (or
+// bitwise), anything else bitwise.
+void CheckVariables(const std::map<std::string, Tensor>& expected, const std::map<std::string, Tensor>& actual,
+                    bool bitwise) {
+  REQUIRE(expected.size() == actual.size());
+  for (const auto& [name, e] : expected) {
+    CAPTURE(name);
+    REQUIRE(actual.count(name) == 1);
+    const Tensor& a = actual.at(name);
+    REQUIRE(a.dtype() == e.dtype());
+    REQUIRE(a.shape() == e.shape());
+    if (bitwise || e.dtype() != DataType::kFloat) {
+      CHECK(std::memcmp(a.raw_data(), e.raw_data(), e.TotalBytes()) == 0);
+      continue;
+    }
+    float worst = 0;
+    for (int64_t i = 0; i < e.num_elements(); ++i) {
+      REQUIRE(std::isfinite(a.data<float>()[i]));
+      worst = std::max(worst, std::fabs(a.data<float>()[i] - e.data<float>()[i]));
+    }
+    CHECK_MESSAGE(worst <= kTolerance, "largest difference " << worst);
+  }
+}
+
+std::map<std::string, Tensor> Snapshot(const VariableStore& vars) {
+  std::map<std::string, Tensor> out;
+  for (const std::string& name : vars.Names()) out.emplace(name, *Value(vars.Get(name)));
+  return out;
+}
+
+std::map<std::string, Tensor> ReadCheckpoint(const std::string& prefix) {
+  auto reader = BundleReader::Open(Env::Default(), prefix);
+  REQUIRE_MESSAGE(reader.ok(), reader.status().ToString());
+  std::map<std::string, Tensor> out;
+  for (const BundleEntry& e : (*reader)->entries()) out.emplace(e.name, Value((*reader)->Lookup(e.name)));
+  return out;
+}
+
+// -- The Mlp's step by indices ----------------------------------------------------------
+
+constexpr int kClasses = 3;
+const nn::MlpSpec kSpec{16, {8, 6}, kClasses};
+
+std::unique_ptr<VariableStore> NewStore(const nn::OptimizerOptions& opt) {
+  Graph graph;
+  REQUIRE_OK(nn::AddMlpVariables(graph, kSpec, opt, 3));
+  auto vars = std::make_unique<VariableStore>();
+  for (const VariableDef& def : graph.variables()) {
+    REQUIRE_OK(vars->Create(def.name, Value(def.initializer()), def.trainable));
+  }
+  return vars;
+}
+
+// 100 images of 4x4 pixels, labels in [0, 3), pixels that depend on the label.
+data::LabeledImages Images() {
+  const int64_t n = 100;
+  data::LabeledImages d{Tensor(DataType::kUInt8, TensorShape{n, 4, 4}), Tensor(DataType::kUInt8, TensorShape{n})};
+  uint32_t x = 12345;
+  auto next = [&x] {
+    x = x * 1664525u + 1013904223u;
+    return x >> 24;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const auto label = static_cast<uint8_t>(next() % kClasses);
+    d.labels.data<uint8_t>()[i] = label;
+    for (int p = 0; p < 16; ++p) {
+      d.images.data<uint8_t>()[i * 16 + p] = static_cast<uint8_t>((next() + (p % 3 == label) * 128) & 0xff);
+    }
+  }
+  return d;
+}
+
+// Two epochs in batches of 32 (the last of each epoch holds 4: two batch
+// sizes, two captured steps), a learning rate that changes every step
+// (read at replay); by indices on `examples`, or on the gathered Tensors
+// when `examples` is null. The steps' results.
+std::vector<nn::StepResult> Train(const nn::OptimizerOptions& opt, VariableStore& vars, compute::Device& device,
+                                  const nn::DeviceExamples* examples, const data::Dataset& dataset) {
+  auto mlp = Value(nn::Mlp::Create(kSpec, opt));
+  std::vector<nn::StepResult> results;
+  data::DatasetPosition pos;
+  for (int step = 0; pos.epoch < 2; ++step) {
+    REQUIRE_OK(mlp->set_learning_rate(opt.learning_rate * std::pow(0.9f, static_cast<float>(step))));
+    data::Batch batch = Value(dataset.GetBatch(pos));
+    const int64_t rows = batch.labels.shape().dim(0);
+    if (examples == nullptr) {
+      results.push_back(Value(mlp->TrainStep(vars, batch.features, batch.labels, device)));
+    } else {
+      const std::vector<int32_t>& order = *dataset.Order(pos.epoch);
+      results.push_back(Value(mlp->TrainStep(vars, *examples, order.data() + pos.index, rows, device)));
+    }
+    pos = batch.next;
+  }
+  mlp->ReleaseDevice(device);
+  return results;
+}
+
+TEST_CASE("the Mlp's step by indices over two batch sizes: the CPU's results, bitwise the same in two runs") {
+  const data::LabeledImages images = Images();
+  data::DatasetOptions dopt;
+  dopt.batch_size = 32;
+  dopt.seed = 11;
+  auto dataset = Value(data::Dataset::Create(images, dopt));
+  for (nn::OptimizerKind kind : {nn::OptimizerKind::kSgd, nn::OptimizerKind::kMomentum, nn::OptimizerKind::kAdam}) {
+    nn::OptimizerOptions opt;
+    opt.kind = kind;
+    opt.learning_rate = kind == nn::OptimizerKind::kAdam ? 0.01f : 0.1f;
+    CAPTURE(static_cast<int>(kind));
+    compute::CpuDevice cpu(1, compute::CpuIsa::kBaseline);
+    auto ref_vars = NewStore(opt);
+    const std::vector<nn::StepResult> ref = Train(opt, *ref_vars, cpu, nullptr, *dataset);
+    REQUIRE(ref.size() == 8);
+
+    std::vector<nn::StepResult> first;
+    std::map<std::string, Tensor> first_vars;
+    for (int run = 0; run < 2; ++run) {
+      CAPTURE(run);
+      auto device = NewDevice();
+      auto vars = NewStore(opt);
+      std::vector<nn::StepResult> got;
+      {
+        auto examples = Value(nn::DeviceExamples::Upload(images.images, images.labels, *device));
+        got = Train(opt, *vars, *device, examples.get(), *dataset);
+      }
+      REQUIRE(got.size() == ref.size());
+      // The fake device runs the CPU's baseline kernels: bitwise; the GPU within rounding.
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        CAPTURE(i);
+        CheckClose(got[i].loss, ref[i].loss, !OnGpu(), "loss");
+        CheckClose(got[i].accuracy, ref[i].accuracy, !OnGpu(), "accuracy");
+      }
+      // The const reads copy the device's newer values back; ReleaseDevice
+      // then frees the device copies, and the host keeps the same values.
+      const std::map<std::string, Tensor> resident = Snapshot(*vars);
+      CheckVariables(Snapshot(*ref_vars), resident, !OnGpu());
+      REQUIRE_OK(vars->ReleaseDevice(*device));
+      CheckVariables(resident, Snapshot(*vars), /*bitwise=*/true);
+      if (run == 0) {
+        first = got;
+        first_vars = resident;
+      } else {
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          CAPTURE(i);
+          CHECK(SameBits(got[i].loss, first[i].loss));
+          CHECK(SameBits(got[i].accuracy, first[i].accuracy));
+        }
+        CheckVariables(first_vars, resident, /*bitwise=*/true);
+      }
+    }
+  }
+}
+
+// -- The job ------------------------------------------------------------------------------
+
+// The fake device's factory for "/fake:N" while a test runs (the GPU needs none).
+struct DeviceScope {
+  DeviceScope() {
+    if (!OnGpu()) compute::SetFakeDeviceFactoryForTesting(testing::FakeDeviceFactory());
+  }
+  ~DeviceScope() { compute::SetFakeDeviceFactoryForTesting(nullptr); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+};
+
+// 2 epochs of 5 batches of 100 (the last of each a remainder of 50): 10
+// steps, a checkpoint every 2, evaluations at 5 and 10.
+MlpJobOptions JobOptions(const std::string& dir, const std::string& device) {
+  MlpJobOptions o;
+  o.settings.checkpoint_dir = dir;
+  o.settings.data_dir = "tiny";
+  o.settings.hidden = "8";
+  o.settings.batch_size = 100;
+  o.settings.epochs = 2;
+  o.settings.threads = 1;
+  o.settings.seed = 5;
+  o.settings.eval_every_steps = 5;
+  o.settings.save_checkpoint_steps = 2;
+  // The flag's value (the fake device has none: the session's device below).
+  o.settings.device = absl::StartsWith(device, "/gpu:") ? device.substr(1) : "cpu";
+  o.settings.log_step_count_steps = 0;
+  o.data = testing::TinyData();
+  o.device = device;
+  // The CPU job gathers its batches too: the same batches as the device's.
+  o.input = MlpJobInput::kGatherOnDevice;
+  return o;
+}
+
+struct Run {
+  Status closed;
+  MlpJobResult result;
+};
+
+// The job's session from its checkpoint directory to its end.
+Run TrainJob(MlpJobOptions options) {
+  auto job = Value(MlpJob::Create(std::move(options)));
+  MonitoredTrainingSessionOptions mts = job->SessionOptions();
+  mts.recovery.initial_backoff = absl::Milliseconds(1);
+  mts.recovery.max_backoff = absl::Milliseconds(1);
+  auto session = MonitoredTrainingSession(std::move(mts));
+  REQUIRE_MESSAGE(session.ok(), session.status().ToString());
+  REQUIRE_OK(job->StartInput(**session));
+  while (!(*session)->should_stop()) {
+    if (!(*session)->run({"train_op"}).ok()) break;
+  }
+  Run run;
+  run.closed = (*session)->close();
+  run.result = job->result();
+  return run;
+}
+
+std::string Ckpt(const std::string& dir, int64_t step) { return absl::StrCat(dir, "/model.ckpt-", step); }
+
+TEST_CASE("the job on the device: the CPU's weights and evaluation; two runs bitwise the same checkpoints") {
+  DeviceScope scope;
+  TempDir tmp;
+  const Run cpu = TrainJob(JobOptions(tmp / "cpu", "/cpu:0"));
+  REQUIRE_OK(cpu.closed);
+  std::vector<Run> runs;
+  for (const char* name : {"a", "b"}) {
+    runs.push_back(TrainJob(JobOptions(tmp / name, g_device)));
+    REQUIRE_OK(runs.back().closed);
+    CHECK(runs.back().result.local_steps == 10);
+    CHECK(runs.back().result.examples == 900);
+    REQUIRE(runs.back().result.eval.has_value());
+    CHECK(runs.back().result.eval->global_step == 10);
+  }
+  // Every checkpoint (saved through SnapshotInto from the device) is the
+  // CPU's within rounding, and the two device runs' are bitwise equal.
+  for (int64_t step = 2; step <= 10; step += 2) {
+    CAPTURE(step);
+    const auto a = ReadCheckpoint(Ckpt(tmp / "a", step));
+    CHECK(a.at(kGlobalStepName).scalar<int64_t>().value() == step);
+    CheckVariables(ReadCheckpoint(Ckpt(tmp / "cpu", step)), a, /*bitwise=*/false);
+    CheckVariables(a, ReadCheckpoint(Ckpt(tmp / "b", step)), /*bitwise=*/true);
+  }
+  REQUIRE(cpu.result.eval.has_value());
+  CHECK(std::fabs(runs[0].result.eval->accuracy - cpu.result.eval->accuracy) <= 1.0f / 120);
+  CheckClose(runs[0].result.eval->loss, cpu.result.eval->loss, false, "eval loss");
+  CHECK(SameBits(runs[0].result.eval->accuracy, runs[1].result.eval->accuracy));
+  CHECK(SameBits(runs[0].result.eval->loss, runs[1].result.eval->loss));
+}
+
+TEST_CASE("device -> CPU -> device: each leg restores the last one's checkpoint bitwise and goes on from its step") {
+  DeviceScope scope;
+  TempDir tmp;
+  const Run whole = TrainJob(JobOptions(tmp / "whole", g_device));
+  REQUIRE_OK(whole.closed);
+  const std::string dir = tmp / "legs";
+  const struct {
+    const char* device;
+    int64_t last_step;
+  } legs[] = {{g_device.c_str(), 4}, {"/cpu:0", 7}, {g_device.c_str(), 10}};
+  int64_t from = 0;
+  for (const auto& leg : legs) {
+    CAPTURE(leg.device);
+    MlpJobOptions o = JobOptions(dir, leg.device);
+    o.settings.max_steps = leg.last_step;
+    // What the leg restores, read before it runs (its own saves come after).
+    std::map<std::string, Tensor> restored;
+    if (from > 0) restored = ReadCheckpoint(Ckpt(dir, from));
+    const Run run = TrainJob(std::move(o));
+    REQUIRE_OK(run.closed);
+    CHECK(run.result.steps_trained == leg.last_step - from);
+    const auto saved = ReadCheckpoint(Ckpt(dir, leg.last_step));
+    CHECK(saved.at(kGlobalStepName).scalar<int64_t>().value() == leg.last_step);
+    if (from > 0) {
+      // The restored checkpoint is still there, untouched, and the leg's
+      // first step trained from it: its next save differs from it.
+      CheckVariables(restored, ReadCheckpoint(Ckpt(dir, from)), /*bitwise=*/true);
+      CHECK(std::memcmp(saved.at("dense/kernel").raw_data(), restored.at("dense/kernel").raw_data(),
+                        restored.at("dense/kernel").TotalBytes()) != 0);
+    }
+    from = leg.last_step;
+  }
+  // The first leg ran on the device as the whole run did: bitwise its step 4.
+  CheckVariables(ReadCheckpoint(Ckpt(tmp / "whole", 4)), ReadCheckpoint(Ckpt(dir, 4)), /*bitwise=*/true);
+  // Where the CPU leg trained, the result is the whole run's within rounding.
+  CheckVariables(ReadCheckpoint(Ckpt(tmp / "whole", 10)), ReadCheckpoint(Ckpt(dir, 10)), /*bitwise=*/false);
+}
+
+TEST_CASE("a recovery on the device restores the checkpoint on a new device and ends bitwise with an unbroken run") {
+  DeviceScope scope;
+  TempDir tmp;
+  const Run whole = TrainJob(JobOptions(tmp / "whole", g_device));
+  REQUIRE_OK(whole.closed);
+  MlpJobOptions o = JobOptions(tmp / "recovered", g_device);
+  auto failed = std::make_shared<bool>(false);
+  o.wrap_step = [failed](StepFn step) -> StepFn {
+    return [failed, step = std::move(step)](StepContext& ctx) -> Status {
+      if (ctx.requested("train_op") && !*failed) {
+        FOREMAN_ASSIGN_OR_RETURN(int64_t global_step, GetGlobalStep(ctx.variables()));
+        if (global_step == 5) {  // past the checkpoint of step 4
+          *failed = true;
+          return absl::UnavailableError("injected preemption at global_step 5");
+        }
+      }
+      return step(ctx);
+    };
+  };
+  const Run run = TrainJob(std::move(o));
+  REQUIRE_OK(run.closed);
+  CHECK(*failed);
+  // Restored at 4 (the step to 5 lost): 5 runs, then 6 from the checkpoint.
+  CHECK(run.result.local_steps == 11);
+  CHECK(run.result.steps_trained == 10);
+  for (int64_t step : {4, 6, 10}) {
+    CAPTURE(step);
+    CheckVariables(ReadCheckpoint(Ckpt(tmp / "whole", step)), ReadCheckpoint(Ckpt(tmp / "recovered", step)),
+                   /*bitwise=*/true);
+  }
+}
+
+// Hears every step's progress (the batch's loss before its update).
+struct Losses : MlpJobObserver {
+  std::vector<MlpJobProgress> steps;
+  void OnStep(const MlpJobProgress& p) override { steps.push_back(p); }
+};
+
+TEST_CASE("a NaN loss on the device ends the run at the step that produced it; no checkpoint after it") {
+  DeviceScope scope;
+  TempDir tmp;
+  MlpJobOptions o = JobOptions(tmp / "nan", g_device);
+  o.settings.optimizer = "sgd";
+  o.settings.learning_rate = 1e30;
+  o.settings.save_checkpoint_steps = 1;
+  auto losses = std::make_shared<Losses>();
+  o.observer = losses;
+  const Run run = TrainJob(std::move(o));
+  CHECK_MESSAGE(IsNanLossDuringTraining(run.closed), run.closed.ToString());
+  // Step N, whose batch loss (computed on step N - 1's weights) is NaN, is
+  // the last that ran: NanTensorHook's after_run of that very run ends it.
+  // Every step before it reported a loss that is not NaN, and its own
+  // progress was never reported (the progress hook comes after NanTensorHook).
+  const int64_t nan_step = run.result.local_steps;
+  REQUIRE(nan_step >= 2);
+  CHECK(nan_step < 10);
+  REQUIRE(losses->steps.size() == static_cast<std::size_t>(nan_step - 1));
+  for (std::size_t i = 0; i < losses->steps.size(); ++i) {
+    CHECK(losses->steps[i].global_step == static_cast<int64_t>(i) + 1);
+    CHECK_FALSE(std::isnan(losses->steps[i].loss));
+  }
+  // CheckpointSaverHook's after_run comes before the job's hooks (TF's
+  // chief hook order), so step N's save, due every step here, was taken
+  // before the NaN was seen; nothing after it, and no final save at close.
+  auto latest = Value(LatestCheckpoint(Env::Default(), tmp / "nan"));
+  REQUIRE(latest.has_value());
+  CHECK(*latest == Ckpt(tmp / "nan", nan_step));
+  CHECK_FALSE(std::filesystem::exists(Ckpt(tmp / "nan", nan_step + 1) + ".index"));
+  // The weights that produced the NaN (step N - 1's) hold no NaN themselves.
+  for (const auto& [name, t] : ReadCheckpoint(Ckpt(tmp / "nan", nan_step - 1))) {
+    CAPTURE(name);
+    if (t.dtype() != DataType::kFloat) continue;
+    for (int64_t i = 0; i < t.num_elements(); ++i) REQUIRE(!std::isnan(t.data<float>()[i]));
+  }
+}
+
+}  // namespace
+}  // namespace foreman
+
+// --device=/gpu:N runs the cases on that CUDA device (exit 77 when it cannot
+// be made: no CUDA in this build, no driver, no such device); the default is
+// the fake device. The other arguments are doctest's.
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && std::strncmp(argv[i], "--device=", 9) == 0) {
+      foreman::g_device = argv[i] + 9;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  if (foreman::g_device != "/fake:0") {
+    if (!foreman::OnGpu()) {
+      std::fprintf(stderr, "device_path_test: --device=%s: want /gpu:N (or no --device for /fake:0)\n",
+                   foreman::g_device.c_str());
+      return 2;
+    }
+    auto device = foreman::compute::CreateDevice(foreman::g_device, 1);
+    if (!device.ok()) {
+      std::printf("skipped: %s\n", std::string(device.status().message()).c_str());
+      return 77;
+    }
+  }
+  doctest::Context context(static_cast<int>(args.size()), args.data());
+  return context.run();
+}
