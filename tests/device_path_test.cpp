@@ -53,9 +53,11 @@ using testing::TempDir;
 std::string g_device = "/fake:0";  // NOLINT: set once by main before any test
 bool OnGpu() { return absl::StartsWith(g_device, "/gpu:"); }
 
-// Largest difference allowed between the device's float32 results and the
-// CPU device's after the steps below (a few steps of Adam at 1e-3 or SGD at
-// 0.1 on values of order 1: rounding differences stay far below it).
+// How far the device's float32 results may be from the CPU device's after
+// the steps below: a loss or an accuracy by kTolerance, a variable by
+// kTolerance in relative L2 norm (docs/gpu.md's bound: Adam can turn a
+// rounding difference in a near-zero gradient into a whole step of one
+// weight, so an element-wise bound would be the wrong test).
 constexpr float kTolerance = 1e-3f;
 
 template <class T>
@@ -81,8 +83,8 @@ void CheckClose(float got, float want, bool bitwise, const char* what) {
   }
 }
 
-// Every variable of `expected` in `actual`: float32 within kTolerance (or
-// bitwise), anything else bitwise.
+// Every variable of `expected` in `actual`: float32 finite and within
+// kTolerance in relative L2 norm (or bitwise), anything else bitwise.
 void CheckVariables(const std::map<std::string, Tensor>& expected, const std::map<std::string, Tensor>& actual,
                     bool bitwise) {
   REQUIRE(expected.size() == actual.size());
@@ -96,12 +98,16 @@ void CheckVariables(const std::map<std::string, Tensor>& expected, const std::ma
       CHECK(std::memcmp(a.raw_data(), e.raw_data(), e.TotalBytes()) == 0);
       continue;
     }
-    float worst = 0;
+    double diff = 0, norm = 0;
     for (int64_t i = 0; i < e.num_elements(); ++i) {
       REQUIRE(std::isfinite(a.data<float>()[i]));
-      worst = std::max(worst, std::fabs(a.data<float>()[i] - e.data<float>()[i]));
+      const double d = static_cast<double>(a.data<float>()[i]) - e.data<float>()[i];
+      diff += d * d;
+      norm += static_cast<double>(e.data<float>()[i]) * e.data<float>()[i];
     }
-    CHECK_MESSAGE(worst <= kTolerance, "largest difference " << worst);
+    // Relative to the tensor's norm where it is above 1, else absolute (biases near 0).
+    const double relative = std::sqrt(diff) / std::max(std::sqrt(norm), 1.0);
+    CHECK_MESSAGE(relative <= kTolerance, "relative L2 difference " << relative);
   }
 }
 
@@ -317,7 +323,8 @@ TEST_CASE("the job on the device: the CPU's weights and evaluation; two runs bit
     CheckVariables(a, ReadCheckpoint(Ckpt(tmp / "b", step)), /*bitwise=*/true);
   }
   REQUIRE(cpu.result.eval.has_value());
-  CHECK(std::fabs(runs[0].result.eval->accuracy - cpu.result.eval->accuracy) <= 1.0f / 120);
+  // At most one of the 120 test examples classified otherwise.
+  CHECK(std::fabs(runs[0].result.eval->accuracy - cpu.result.eval->accuracy) <= 1.5f / 120);
   CheckClose(runs[0].result.eval->loss, cpu.result.eval->loss, false, "eval loss");
   CHECK(SameBits(runs[0].result.eval->accuracy, runs[1].result.eval->accuracy));
   CHECK(SameBits(runs[0].result.eval->loss, runs[1].result.eval->loss));
