@@ -323,6 +323,9 @@ if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA de
       has '^gpu-check: cluster.ps1_w1: [0-9.]+ samples/s \([0-9.]+x one process\), CPU [0-9.]+ ms per global step$' "$out" &&
       has '^gpu-check: SKIP: no usable GPU; the CPU rows asked for passed in [0-9]+ s' "$out" ||
       fail "the bundle's gpu-check.sh --cpu-threads 1 without a GPU: rc $rc: $out"
+    # --workers 1 reaches cluster_bench.sh: no cluster of 2 workers ran.
+    ! has '^gpu-check: cluster\.ps1_w2' "$out" && ! grep -q 'cluster\.ps1_w2' "$tmp/gpucheck3/cluster/runs.txt" 2>/dev/null ||
+      fail "gpu-check.sh --workers 1 ran a cluster of 2 workers (run.sh or gpu-check.sh dropped --workers): $out"
     [[ -s $tmp/gpucheck3/cpu-threads/table.md ]] || fail "gpu-check.sh --cpu-threads 1: no table.md: $(ls -R "$tmp/gpucheck3")"
   fi
   out=$(timeout 60 "$scripts/gpu-check.sh" --build-dir "$build" --out "$tmp/gpucheck4" --cpu-threads 1 --budget-s 10 2>&1)
