@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -212,18 +213,32 @@ TEST_CASE("the Mlp's step by indices over two batch sizes: the CPU's results, bi
         got = Train(opt, *vars, *device, examples.get(), *dataset);
       }
       REQUIRE(got.size() == ref.size());
-      // The fake device runs the CPU's baseline kernels: bitwise; the GPU within rounding.
+      // The fake device runs the CPU's baseline kernels: bitwise; the GPU
+      // within rounding (an accuracy by at most one example of the batch).
       for (std::size_t i = 0; i < ref.size(); ++i) {
         CAPTURE(i);
         CheckClose(got[i].loss, ref[i].loss, !OnGpu(), "loss");
-        CheckClose(got[i].accuracy, ref[i].accuracy, !OnGpu(), "accuracy");
+        if (OnGpu()) {
+          const float rows = i % 4 == 3 ? 4.0f : 32.0f;
+          CHECK(std::fabs(got[i].accuracy - ref[i].accuracy) <= 1.5f / rows);
+        } else {
+          CHECK(SameBits(got[i].accuracy, ref[i].accuracy));
+        }
       }
-      // The const reads copy the device's newer values back; ReleaseDevice
-      // then frees the device copies, and the host keeps the same values.
-      const std::map<std::string, Tensor> resident = Snapshot(*vars);
+      // The device holds the newer values. Run 0 reads them through the
+      // const Get (a copy back per variable), then releases the device;
+      // run 1 releases first, so that ReleaseDevice's own copy back is
+      // what the host then holds.
+      std::map<std::string, Tensor> resident;
+      if (run == 0) {
+        resident = Snapshot(*vars);
+        REQUIRE_OK(vars->ReleaseDevice(*device));
+        CheckVariables(resident, Snapshot(*vars), /*bitwise=*/true);
+      } else {
+        REQUIRE_OK(vars->ReleaseDevice(*device));
+        resident = Snapshot(*vars);
+      }
       CheckVariables(Snapshot(*ref_vars), resident, !OnGpu());
-      REQUIRE_OK(vars->ReleaseDevice(*device));
-      CheckVariables(resident, Snapshot(*vars), /*bitwise=*/true);
       if (run == 0) {
         first = got;
         first_vars = resident;
@@ -279,10 +294,12 @@ struct Run {
   MlpJobResult result;
 };
 
-// The job's session from its checkpoint directory to its end.
-Run TrainJob(MlpJobOptions options) {
+// The job's session from its checkpoint directory to its end, with `listener`
+// (when set) among the checkpoint listeners.
+Run TrainJob(MlpJobOptions options, std::shared_ptr<CheckpointSaverListener> listener = nullptr) {
   auto job = Value(MlpJob::Create(std::move(options)));
   MonitoredTrainingSessionOptions mts = job->SessionOptions();
+  if (listener != nullptr) mts.checkpoint_listeners.push_back(std::move(listener));
   mts.recovery.initial_backoff = absl::Milliseconds(1);
   mts.recovery.max_backoff = absl::Milliseconds(1);
   auto session = MonitoredTrainingSession(std::move(mts));
@@ -406,6 +423,15 @@ struct Losses : MlpJobObserver {
   void OnStep(const MlpJobProgress& p) override { steps.push_back(p); }
 };
 
+// The global_step of every save CheckpointSaverHook starts.
+struct Saves : CheckpointSaverListener {
+  std::vector<int64_t> steps;
+  Status before_save(Session* /*session*/, int64_t global_step) override {
+    steps.push_back(global_step);
+    return absl::OkStatus();
+  }
+};
+
 TEST_CASE("a NaN loss on the device ends the run at the step that produced it; no checkpoint after it") {
   DeviceScope scope;
   TempDir tmp;
@@ -415,7 +441,8 @@ TEST_CASE("a NaN loss on the device ends the run at the step that produced it; n
   o.settings.save_checkpoint_steps = 1;
   auto losses = std::make_shared<Losses>();
   o.observer = losses;
-  const Run run = TrainJob(std::move(o));
+  auto saves = std::make_shared<Saves>();
+  const Run run = TrainJob(std::move(o), saves);
   CHECK_MESSAGE(IsNanLossDuringTraining(run.closed), run.closed.ToString());
   // Step N, whose batch loss (computed on step N - 1's weights) is NaN, is
   // the last that ran: NanTensorHook's after_run of that very run ends it.
@@ -431,11 +458,14 @@ TEST_CASE("a NaN loss on the device ends the run at the step that produced it; n
   }
   // CheckpointSaverHook's after_run comes before the job's hooks (TF's
   // chief hook order), so step N's save, due every step here, was taken
-  // before the NaN was seen; nothing after it, and no final save at close.
+  // before the NaN was seen; nothing after it, and no final save at close
+  // (a failed run's close runs no end(), B39).
+  std::vector<int64_t> want;
+  for (int64_t step = 0; step <= nan_step; ++step) want.push_back(step);
+  CHECK(saves->steps == want);
   auto latest = Value(LatestCheckpoint(Env::Default(), tmp / "nan"));
   REQUIRE(latest.has_value());
   CHECK(*latest == Ckpt(tmp / "nan", nan_step));
-  CHECK_FALSE(std::filesystem::exists(Ckpt(tmp / "nan", nan_step + 1) + ".index"));
   // The weights that produced the NaN (step N - 1's) hold no NaN themselves.
   for (const auto& [name, t] : ReadCheckpoint(Ckpt(tmp / "nan", nan_step - 1))) {
     CAPTURE(name);
@@ -447,9 +477,11 @@ TEST_CASE("a NaN loss on the device ends the run at the step that produced it; n
 }  // namespace
 }  // namespace foreman
 
-// --device=/gpu:N runs the cases on that CUDA device (exit 77 when it cannot
-// be made: no CUDA in this build, no driver, no such device); the default is
-// the fake device. The other arguments are doctest's.
+// --device=/gpu:N runs the cases on that CUDA device; the default is the
+// fake device. The other arguments are doctest's. Exit 77 (skipped) where no
+// CUDA device can be seen: a build without CUDA, no plug-in or runtime, no
+// driver, fewer devices than N + 1. A device that is there but cannot be
+// made (a driver error, its memory) fails the test instead of hiding.
 int main(int argc, char** argv) {
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
@@ -465,10 +497,19 @@ int main(int argc, char** argv) {
                    foreman::g_device.c_str());
       return 2;
     }
+    namespace cuda = foreman::cuda;
+    const int index = std::atoi(foreman::g_device.c_str() + 5);
+    auto count = cuda::DeviceCount();
+    if (!cuda::BuiltWithCuda() || !count.ok() || *count <= index) {
+      std::printf("skipped: %s\n", !count.ok() ? std::string(count.status().message()).c_str()
+                                                : absl::StrCat(*count, " CUDA device(s)").c_str());
+      return 77;
+    }
     auto device = foreman::compute::CreateDevice(foreman::g_device, 1);
     if (!device.ok()) {
-      std::printf("skipped: %s\n", std::string(device.status().message()).c_str());
-      return 77;
+      std::fprintf(stderr, "device_path_test: %s is there but cannot be used: %s\n", foreman::g_device.c_str(),
+                   device.status().ToString().c_str());
+      return 1;
     }
   }
   doctest::Context context(static_cast<int>(args.size()), args.data());
