@@ -53,6 +53,8 @@ using testing::TempDir;
 // The device under test: "/fake:0" (the default) or what --device= names.
 std::string g_device = "/fake:0";  // NOLINT: set once by main before any test
 bool OnGpu() { return absl::StartsWith(g_device, "/gpu:"); }
+// Cases that started (main fails a run whose filter matched none).
+int g_cases_started = 0;  // NOLINT: the test thread's only
 
 // How far the device's float32 results may be from the CPU device's after
 // the steps below: a loss or an accuracy by kTolerance, a variable by
@@ -185,7 +187,9 @@ std::vector<nn::StepResult> Train(const nn::OptimizerOptions& opt, VariableStore
   return results;
 }
 
-TEST_CASE("the Mlp's step by indices over two batch sizes: the CPU's results, bitwise the same in two runs") {
+TEST_CASE("the Mlp's step by indices over two batch sizes: the CPU's results, bitwise the same in two runs" *
+          doctest::test_suite("step")) {
+  ++g_cases_started;
   const data::LabeledImages images = Images();
   data::DatasetOptions dopt;
   dopt.batch_size = 32;
@@ -259,6 +263,7 @@ TEST_CASE("the Mlp's step by indices over two batch sizes: the CPU's results, bi
 // The fake device's factory for "/fake:N" while a test runs (the GPU needs none).
 struct DeviceScope {
   DeviceScope() {
+    ++g_cases_started;
     if (!OnGpu()) compute::SetFakeDeviceFactoryForTesting(testing::FakeDeviceFactory());
   }
   ~DeviceScope() { compute::SetFakeDeviceFactoryForTesting(nullptr); }
@@ -316,7 +321,8 @@ Run TrainJob(MlpJobOptions options, std::shared_ptr<CheckpointSaverListener> lis
 
 std::string Ckpt(const std::string& dir, int64_t step) { return absl::StrCat(dir, "/model.ckpt-", step); }
 
-TEST_CASE("the job on the device: the CPU's weights and evaluation; two runs bitwise the same checkpoints") {
+TEST_CASE("the job on the device: the CPU's weights and evaluation; two runs bitwise the same checkpoints" *
+          doctest::test_suite("job")) {
   DeviceScope scope;
   TempDir tmp;
   const Run cpu = TrainJob(JobOptions(tmp / "cpu", "/cpu:0"));
@@ -347,7 +353,8 @@ TEST_CASE("the job on the device: the CPU's weights and evaluation; two runs bit
   CHECK(SameBits(runs[0].result.eval->loss, runs[1].result.eval->loss));
 }
 
-TEST_CASE("device -> CPU -> device: each leg restores the last one's checkpoint bitwise and goes on from its step") {
+TEST_CASE("device -> CPU -> device: each leg restores the last one's checkpoint bitwise and goes on from its step" *
+          doctest::test_suite("moves")) {
   DeviceScope scope;
   TempDir tmp;
   const Run whole = TrainJob(JobOptions(tmp / "whole", g_device));
@@ -385,7 +392,8 @@ TEST_CASE("device -> CPU -> device: each leg restores the last one's checkpoint 
   CheckVariables(ReadCheckpoint(Ckpt(tmp / "whole", 10)), ReadCheckpoint(Ckpt(dir, 10)), /*bitwise=*/false);
 }
 
-TEST_CASE("a recovery on the device restores the checkpoint on a new device and ends bitwise with an unbroken run") {
+TEST_CASE("a recovery on the device restores the checkpoint on a new device and ends bitwise with an unbroken run" *
+          doctest::test_suite("recovery")) {
   DeviceScope scope;
   TempDir tmp;
   const Run whole = TrainJob(JobOptions(tmp / "whole", g_device));
@@ -432,7 +440,8 @@ struct Saves : CheckpointSaverListener {
   }
 };
 
-TEST_CASE("a NaN loss on the device ends the run at the step that produced it; no checkpoint after it") {
+TEST_CASE("a NaN loss on the device ends the run at the step that produced it; no checkpoint after it" *
+          doctest::test_suite("nan")) {
   DeviceScope scope;
   TempDir tmp;
   MlpJobOptions o = JobOptions(tmp / "nan", g_device);
@@ -478,7 +487,10 @@ TEST_CASE("a NaN loss on the device ends the run at the step that produced it; n
 }  // namespace foreman
 
 // --device=/gpu:N runs the cases on that CUDA device; the default is the
-// fake device. The other arguments are doctest's. Exit 77 (skipped) where no
+// fake device. Each case is in a doctest suite of its own (step, job, moves,
+// recovery, nan: --test-suite=NAME), so that the gpu suite runs each in its
+// own process: a CUDA fault is sticky for its process and would fail every
+// later case. The other arguments are doctest's. Exit 77 (skipped) where no
 // CUDA device can be seen: a build without CUDA, no plug-in or runtime, no
 // driver, fewer devices than N + 1. A device that is there but cannot be
 // made (a driver error, its memory) fails the test instead of hiding.
@@ -513,5 +525,10 @@ int main(int argc, char** argv) {
     }
   }
   doctest::Context context(static_cast<int>(args.size()), args.data());
-  return context.run();
+  const int rc = context.run();
+  if (rc == 0 && foreman::g_cases_started == 0 && !context.shouldExit()) {
+    std::fprintf(stderr, "device_path_test: no test case matched the arguments\n");
+    return 1;
+  }
+  return rc;
 }
