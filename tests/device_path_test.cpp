@@ -1,7 +1,7 @@
 // The main job's path on a device without host memory, one source for both
 // devices: the fake device (tests/support/fake_device.hpp, the `unit` suite)
-// and, with --device=/gpu:0, the CUDA device (the `gpu` suite; exits 77
-// without a usable CUDA device, as every gpu test does).
+// and, with --device=/gpu:0, the CUDA device (the `gpu` suite, one process
+// per case; exits 77 where no CUDA device is seen, as every gpu test does).
 //
 // What runs here is what `foreman train --device gpu:0` runs: the Mlp's
 // step by indices (captured once per batch size and replayed), variables
