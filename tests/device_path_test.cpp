@@ -41,6 +41,7 @@
 #include "foreman/mlp_job.hpp"
 #include "foreman/monitored_session.hpp"
 #include "foreman/nn.hpp"
+#include "support/checkpoint_checks.hpp"
 #include "support/fake_device.hpp"
 #include "support/test_util.hpp"
 #include "support/tiny_mnist.hpp"
@@ -48,6 +49,7 @@
 namespace foreman {
 namespace {
 
+using testing::ReadCheckpoint;
 using testing::TempDir;
 
 // The device under test: "/fake:0" (the default) or what --device= names.
@@ -114,19 +116,8 @@ void CheckVariables(const std::map<std::string, Tensor>& expected, const std::ma
   }
 }
 
-std::map<std::string, Tensor> Snapshot(const VariableStore& vars) {
-  std::map<std::string, Tensor> out;
-  for (const std::string& name : vars.Names()) out.emplace(name, *Value(vars.Get(name)));
-  return out;
-}
-
-std::map<std::string, Tensor> ReadCheckpoint(const std::string& prefix) {
-  auto reader = BundleReader::Open(Env::Default(), prefix);
-  REQUIRE_MESSAGE(reader.ok(), reader.status().ToString());
-  std::map<std::string, Tensor> out;
-  for (const BundleEntry& e : (*reader)->entries()) out.emplace(e.name, Value((*reader)->Lookup(e.name)));
-  return out;
-}
+// Every variable's value, a newer device value copied back first.
+std::map<std::string, Tensor> Snapshot(const VariableStore& vars) { return Value(vars.SnapshotOrError()); }
 
 // -- The Mlp's step by indices ----------------------------------------------------------
 
@@ -230,7 +221,7 @@ TEST_CASE("the Mlp's step by indices over two batch sizes: the CPU's results, bi
         }
       }
       // The device holds the newer values. Run 0 reads them through the
-      // const Get (a copy back per variable), then releases the device;
+      // store's snapshot (a copy back per variable), then releases the device;
       // run 1 releases first, so that ReleaseDevice's own copy back is
       // what the host then holds.
       std::map<std::string, Tensor> resident;

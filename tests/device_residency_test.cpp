@@ -27,6 +27,7 @@
 #include "foreman/variable_store.hpp"
 #include "runtime/services.hpp"
 #include "runtime/variable_store_access.hpp"
+#include "support/checkpoint_checks.hpp"
 #include "support/fake_device.hpp"
 #include "support/test_util.hpp"
 
@@ -34,6 +35,7 @@ namespace foreman {
 namespace {
 
 using testing::FakeDevice;
+using testing::ReadCheckpoint;
 using testing::TempDir;
 
 std::string Message(const Status& s) { return std::string(s.message()); }
@@ -772,14 +774,6 @@ Session* RawSession(MonitoredSession& sess) {
               .ok());
   REQUIRE(raw != nullptr);
   return raw;
-}
-
-std::map<std::string, Tensor> ReadCheckpoint(const std::string& prefix) {
-  auto reader = BundleReader::Open(Env::Default(), prefix);
-  REQUIRE_MESSAGE(reader.ok(), reader.status().ToString());
-  std::map<std::string, Tensor> out;
-  for (const BundleEntry& e : (*reader)->entries()) out.emplace(e.name, (*reader)->Lookup(e.name).value());
-  return out;
 }
 
 TEST_CASE("a device session's checkpoint holds the device values and restores bitwise into a CPU session") {

@@ -1,10 +1,13 @@
-// Checks shared by the crash and fault tests: a checkpoint verifies and
-// restores to the values a run saved at a given step.
+// Checks shared by the crash, fault and device tests: a checkpoint verifies
+// and restores to the values a run saved at a given step; a checkpoint's
+// tensors read back by name.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 
 #include <doctest/doctest.h>
 
@@ -41,6 +44,19 @@ inline void CheckRestores(Env* env, const std::string& prefix, int64_t step,
     CAPTURE(name);
     CHECK((*vars.Get(name))->Equals(**expected.Get(name)));
   }
+}
+
+// Every tensor of the checkpoint at `prefix` (Env::Default()), by name.
+inline std::map<std::string, Tensor> ReadCheckpoint(const std::string& prefix) {
+  auto reader = BundleReader::Open(Env::Default(), prefix);
+  REQUIRE_MESSAGE(reader.ok(), reader.status().ToString());
+  std::map<std::string, Tensor> out;
+  for (const BundleEntry& e : (*reader)->entries()) {
+    auto t = (*reader)->Lookup(e.name);
+    REQUIRE_MESSAGE(t.ok(), t.status().ToString());
+    out.emplace(e.name, *std::move(t));
+  }
+  return out;
 }
 
 }  // namespace foreman::testing
