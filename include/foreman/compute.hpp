@@ -316,6 +316,50 @@ class Device {
     return Status();
   }
 
+  // -- Pipelining: work queued without waiting for it ------------------------
+  /// True when operations may still be running after their call returned
+  /// (CUDA: they are queued on a stream and run in call order), so that a
+  /// caller can overlap its own host work with them and wait only where it
+  /// needs a result (RecordMarker / WaitForMarker). The CPU device: false
+  /// (every operation has finished when it returns).
+  virtual bool asynchronous() const { return false; }
+  /// Copies `bytes` from page-locked host memory (a tensor from
+  /// AllocateHostTensor) to device memory after every operation called so
+  /// far, without waiting: the copy reads `host_src` when it runs, so the
+  /// caller must not change those bytes until a marker recorded after this
+  /// call has been waited for (WaitForMarker). May be captured: a replay's
+  /// copy reads the host buffer as it is when the replay runs, which is how a
+  /// captured step takes per-step inputs (its batch indices, its learning
+  /// rate). INVALID_ARGUMENT naming the copy when, on CUDA or the fake test
+  /// device, `host_src` is not page-locked; otherwise CopyToDevice's errors.
+  /// The default is CopyToDevice (a synchronous device).
+  virtual Status CopyToDeviceAsync(void* device_dst, const void* host_src, int64_t bytes) {
+    return CopyToDevice(device_dst, host_src, bytes);
+  }
+  /// The other way: `bytes` from device memory into page-locked host memory
+  /// after every operation called so far, without waiting; the bytes are
+  /// there once a marker recorded after this call has been waited for. May
+  /// be captured (a step's statistics: the replay writes them). Errors as
+  /// CopyToDeviceAsync. The default is CopyToHost.
+  virtual Status CopyToHostAsync(void* host_dst, const void* device_src, int64_t bytes) {
+    return CopyToHost(host_dst, device_src, bytes);
+  }
+  /// Marks the operations called so far: WaitForMarker(marker) returns once
+  /// they have all finished. Markers increase by one per call, from 1.
+  /// FAILED_PRECONDITION while capturing (a marker is the host's, not the
+  /// recording's); the device's own failure is INTERNAL.
+  virtual StatusOr<uint64_t> RecordMarker() { return ++markers_; }
+  /// Waits until the operations before `marker` have finished, and returns
+  /// their asynchronous failure if one failed (INTERNAL naming the device and,
+  /// on CUDA, the call or kernel; a sticky error stays). A marker older than
+  /// the newest few is already complete once a newer one is; 0 returns at
+  /// once. INVALID_ARGUMENT for a marker not yet recorded;
+  /// FAILED_PRECONDITION while capturing. The default returns at once.
+  virtual Status WaitForMarker(uint64_t marker) {
+    if (marker > markers_) return MarkerNotRecorded(marker, markers_);
+    return Status();
+  }
+
   /// Whether BeginCapture works here (CUDA: yes, as a CUDA graph).
   virtual bool supports_capture() const { return false; }
   /// Records instead of running: the operations called until EndCapture
@@ -340,8 +384,17 @@ class Device {
   /// CUDA, the call or kernel). The CPU device returns at once.
   virtual Status Synchronize() { return Status(); }
 
+ protected:
+  /// WaitForMarker's INVALID_ARGUMENT for a marker after `newest`.
+  Status MarkerNotRecorded(uint64_t marker, uint64_t newest) const {
+    return Status(absl::StatusCode::kInvalidArgument, name() + " WaitForMarker: marker " + std::to_string(marker) +
+                                                          " was not recorded (the newest is " +
+                                                          std::to_string(newest) + ")");
+  }
+
  private:
   std::shared_ptr<const void> lifetime_ = std::make_shared<const char>(0);
+  uint64_t markers_ = 0;  // the default RecordMarker's count
 };
 
 }  // namespace foreman::compute

@@ -277,7 +277,11 @@ class MlpJob {
   /// when max_steps > 0 (a cluster task: at total_steps() when > 0), the
   /// evaluation hook (last among those that write, so that its end()
   /// evaluates the final checkpoint's weights; only with a checkpoint_dir), and when gathering the hook that frees the device's
-  /// copies of the data at end(). The caller adds what is not the job's: a
+  /// copies of the data at end(). When gathering, also chief_only_hooks = {
+  /// the hook whose end() finishes a step still running on an asynchronous
+  /// device and fails on its NaN loss before the final checkpoint } (the
+  /// caller adds its own chief_only_hooks to it, not in its place; a
+  /// non-chief gets it first in hooks). The caller adds what is not the job's: a
   /// RunDirectory (AttachTo), runtime.stop, listeners, a cluster's master.
   /// A caller that passes its own runtime.stop makes that StopRequest's
   /// grace_period the settings' stop_grace_period_secs, or resets

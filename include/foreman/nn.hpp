@@ -234,13 +234,39 @@ class Mlp {
   /// those indices, on the same device. On a device that supports_capture()
   /// the step's operations are captured once per batch size (and variable
   /// addresses) and replayed (a CUDA graph): the per-step values (indices,
-  /// learning rate) are copied to the device first, then one replay, then
-  /// the loss and accuracy come back. Errors as TrainStep ("labels[r] = v
+  /// learning rate) are written to page-locked memory, which the replay
+  /// copies to the device first; its last operation copies the loss and
+  /// accuracy back, and the call waits for them (LaunchTrainStep, then
+  /// FinishTrainStep). Errors as TrainStep ("labels[r] = v
   /// is outside ..." for row r's example), and INVALID_ARGUMENT for rows < 1,
   /// a null `indices`, "indices[r] = v is outside the examples' range
   /// [0, N)", or examples of another device or feature dimension.
   StatusOr<StepResult> TrainStep(VariableStore& vars, const DeviceExamples& examples, const int32_t* indices,
                                  int64_t rows, compute::Device& device);
+
+  /// The TrainStep above in two halves, so that an asynchronous device
+  /// (Device::asynchronous(): CUDA) computes a step while the host does
+  /// other work (the session's hooks, the next run's bookkeeping).
+  /// LaunchTrainStep checks everything TrainStep checks (same errors, and
+  /// nothing is queued after one), writes the learning rate and `indices`
+  /// into a page-locked buffer of this Mlp, and queues the step: one replay
+  /// of the captured step (which copies that buffer to the device first and
+  /// the statistics into a second page-locked buffer last), or the same
+  /// operations eagerly on a device that cannot capture; then it returns
+  /// without waiting. `indices` may be reused on return. FAILED_PRECONDITION
+  /// when a step launched before on `device` was not finished: the two
+  /// buffers hold one step's values at a time.
+  Status LaunchTrainStep(VariableStore& vars, const DeviceExamples& examples, const int32_t* indices, int64_t rows,
+                         compute::Device& device);
+  /// Waits for the step LaunchTrainStep queued (Device::WaitForMarker) and
+  /// returns its loss and accuracy: bitwise TrainStep's for the same step.
+  /// The device's asynchronous failures surface here (its errors).
+  /// FAILED_PRECONDITION when no step is pending (none was launched, it was
+  /// finished already, or its device was released or destroyed since).
+  StatusOr<StepResult> FinishTrainStep();
+  /// Whether a launched step waits for FinishTrainStep (on a device that
+  /// still exists).
+  bool train_step_pending() const;
 
   /// TrainStep without its update (TF1: optimizer.compute_gradients): the
   /// same forward and backward, giving bitwise the gradients TrainStep
@@ -270,8 +296,8 @@ class Mlp {
   static constexpr int64_t kEvalChunkRows = 1024;
 
   /// Frees the workspace and captured steps this Mlp holds in `device`'s
-  /// memory (a no-op when it holds none there); the next step there
-  /// allocates anew. Call before that device is destroyed when the Mlp
+  /// memory (a no-op when it holds none there), dropping a launched step's
+  /// statistics not yet finished; the next step there allocates anew. Call before that device is destroyed when the Mlp
   /// outlives it.
   void ReleaseDevice(const compute::Device& device);
 

@@ -412,6 +412,9 @@ class CudaDevice final : public Device {
       if (staging_[i] != nullptr) cudaFreeHost(staging_[i]);
       if (staging_done_[i] != nullptr) cudaEventDestroy(staging_done_[i]);
     }
+    for (cudaEvent_t e : marker_events_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
     if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
     if (copy_done_ != nullptr) cudaEventDestroy(copy_done_);
     if (copy_ != nullptr) cudaStreamDestroy(copy_);
@@ -451,6 +454,11 @@ class CudaDevice final : public Device {
     if ((err = cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming)) != cudaSuccess ||
         (err = cudaEventCreateWithFlags(&copy_done_, cudaEventDisableTiming)) != cudaSuccess) {
       return Fail("create", "cudaEventCreateWithFlags", err);
+    }
+    for (cudaEvent_t& e : marker_events_) {
+      if ((err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming)) != cudaSuccess) {
+        return Fail("create", "cudaEventCreateWithFlags (markers)", err);
+      }
     }
     for (int i = 0; i < kStagingSlots; ++i) {
       if ((err = cudaEventCreateWithFlags(&staging_done_[i], cudaEventDisableTiming)) != cudaSuccess) {
@@ -602,6 +610,20 @@ class CudaDevice final : public Device {
   Status CopyToHostBatch(const HostCopy* copies, int64_t count) override {
     return Track(CopyToHostBatchImpl(copies, count));
   }
+
+  bool asynchronous() const override { return true; }
+  Status CopyToDeviceAsync(void* device_dst, const void* host_src, int64_t bytes) override {
+    return Track(CopyAsyncImpl(/*to_device=*/true, device_dst, host_src, bytes));
+  }
+  Status CopyToHostAsync(void* host_dst, const void* device_src, int64_t bytes) override {
+    return Track(CopyAsyncImpl(/*to_device=*/false, host_dst, device_src, bytes));
+  }
+  StatusOr<uint64_t> RecordMarker() override {
+    uint64_t marker = 0;
+    FOREMAN_RETURN_IF_ERROR(Track(RecordMarkerImpl(&marker)));
+    return marker;
+  }
+  Status WaitForMarker(uint64_t marker) override { return Track(WaitForMarkerImpl(marker)); }
 
   Status BeginCapture() override {
     if (!sticky_.ok()) return sticky_;
@@ -815,24 +837,11 @@ class CudaDevice final : public Device {
     }
     // Only into page-locked memory (AllocateHostTensor's): a
     // cudaMemcpyAsync into pageable memory is staged through the driver and
-    // blocks this thread, so the copy stream would overlap nothing. Both
-    // ends of each range are checked (an allocation is one region).
+    // blocks this thread, so the copy stream would overlap nothing.
     cudaError_t err;
     for (int64_t i = 0; i < count; ++i) {
-      if (copies[i].bytes == 0) continue;
-      const char* ends[] = {static_cast<const char*>(copies[i].host_dst),
-                            static_cast<const char*>(copies[i].host_dst) + copies[i].bytes - 1};
-      for (const char* end : ends) {
-        cudaPointerAttributes attributes{};
-        if ((err = cudaPointerGetAttributes(&attributes, end)) != cudaSuccess) {
-          return Fail(kOp, "cudaPointerGetAttributes", err);
-        }
-        if (attributes.type != cudaMemoryTypeHost) {
-          return Invalid(kOp, absl::StrCat("copies[", i, "].host_dst (", copies[i].bytes, " bytes at 0x",
-                                           absl::Hex(reinterpret_cast<uintptr_t>(copies[i].host_dst)),
-                                           ") is not page-locked host memory (a tensor from AllocateHostTensor)"));
-        }
-      }
+      FOREMAN_RETURN_IF_ERROR(
+          CheckPageLocked(kOp, absl::StrCat("copies[", i, "].host_dst"), copies[i].host_dst, copies[i].bytes));
     }
     // The copy stream starts after everything called so far; the compute
     // stream's later work waits only for these copies.
@@ -852,6 +861,65 @@ class CudaDevice final : public Device {
       return Fail(kOp, "cudaStreamWaitEvent (compute stream)", err);
     }
     if ((err = cudaEventSynchronize(copy_done_)) != cudaSuccess) return Fail(kOp, "cudaEventSynchronize", err);
+    return absl::OkStatus();
+  }
+
+  /// INVALID_ARGUMENT unless [ptr, ptr + bytes) is page-locked host memory
+  /// (AllocateHostTensor's). Both ends are checked: an allocation is one
+  /// region.
+  Status CheckPageLocked(const char* op, const std::string& what, const void* ptr, int64_t bytes) {
+    if (bytes <= 0) return absl::OkStatus();
+    const char* ends[] = {static_cast<const char*>(ptr), static_cast<const char*>(ptr) + bytes - 1};
+    for (const char* end : ends) {
+      cudaPointerAttributes attributes{};
+      const cudaError_t err = cudaPointerGetAttributes(&attributes, end);
+      if (err != cudaSuccess) return Fail(op, "cudaPointerGetAttributes", err);
+      if (attributes.type != cudaMemoryTypeHost) {
+        return Invalid(op, absl::StrCat(what, " (", bytes, " bytes at 0x", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                                        ") is not page-locked host memory (a tensor from AllocateHostTensor)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  /// CopyToDeviceAsync (to_device) and CopyToHostAsync: one cudaMemcpyAsync
+  /// on the compute stream, which a capture records (its replay reads or
+  /// writes the page-locked buffer when it runs).
+  Status CopyAsyncImpl(bool to_device, void* dst, const void* src, int64_t bytes) {
+    const char* op = to_device ? "CopyToDeviceAsync" : "CopyToHostAsync";
+    FOREMAN_RETURN_IF_ERROR(Enter(op, /*capturable=*/true));
+    if (bytes < 0) return Negative(op, "bytes", bytes);
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr) return Null(op, "destination");
+    if (src == nullptr) return Null(op, "source");
+    FOREMAN_RETURN_IF_ERROR(
+        CheckPageLocked(op, to_device ? "the source" : "the destination", to_device ? src : dst, bytes));
+    const cudaError_t err = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                            to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, compute_);
+    if (err != cudaSuccess) return Fail(op, "cudaMemcpyAsync", err);
+    return absl::OkStatus();
+  }
+
+  Status RecordMarkerImpl(uint64_t* marker) {
+    FOREMAN_RETURN_IF_ERROR(Enter("RecordMarker", /*capturable=*/false));
+    const uint64_t next = newest_marker_ + 1;
+    const cudaError_t err = cudaEventRecord(marker_events_[next % kMarkerEvents], compute_);
+    if (err != cudaSuccess) return Fail("RecordMarker", "cudaEventRecord", err);
+    newest_marker_ = next;
+    *marker = next;
+    return absl::OkStatus();
+  }
+
+  Status WaitForMarkerImpl(uint64_t marker) {
+    FOREMAN_RETURN_IF_ERROR(Enter("WaitForMarker", /*capturable=*/false));
+    if (marker == 0) return absl::OkStatus();
+    if (marker > newest_marker_) return MarkerNotRecorded(marker, newest_marker_);
+    // An event re-recorded since stands for a later marker: the stream runs
+    // in order, so waiting for the oldest one still held covers `marker`.
+    const uint64_t oldest_held = newest_marker_ >= kMarkerEvents ? newest_marker_ - kMarkerEvents + 1 : 1;
+    const uint64_t wait_for = std::max(marker, oldest_held);
+    const cudaError_t err = cudaEventSynchronize(marker_events_[wait_for % kMarkerEvents]);
+    if (err != cudaSuccess) return Fail("WaitForMarker", "cudaEventSynchronize", err);
     return absl::OkStatus();
   }
 
@@ -1056,6 +1124,9 @@ class CudaDevice final : public Device {
   char* staging_[kStagingSlots] = {};
   cudaEvent_t staging_done_[kStagingSlots] = {};
   int next_slot_ = 0;
+  static constexpr uint64_t kMarkerEvents = 4;
+  cudaEvent_t marker_events_[kMarkerEvents] = {};  // marker m is event m % kMarkerEvents
+  uint64_t newest_marker_ = 0;
   SoftmaxXentStats* host_stats_ = nullptr;     // pinned
   SoftmaxXentStats* stats_scratch_ = nullptr;  // device
   std::map<void*, int64_t> allocations_;       // Allocate's, with their requested sizes

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -306,7 +307,17 @@ struct Mlp::Impl {
   std::weak_ptr<const void> ws_lifetime;  // ws_device's (compute::Device::lifetime)
   std::vector<DeviceBlock> blocks;
   int64_t eval_indices_ready = 0;      // iota entries uploaded into kEvalIndices
-  std::vector<unsigned char> host_step;  // the step block staged on the host
+  // The launched step (LaunchTrainStep / FinishTrainStep): its inputs (the
+  // step block) and its statistics in page-locked memory of ws_device
+  // (AllocateHostTensor), which its replay reads and writes; and the marker
+  // its statistics have landed at.
+  Tensor host_inputs;  // uint8 [bytes >= kIndicesOffset + rows * 4]
+  Tensor host_stats;   // uint8 [sizeof(SoftmaxXentStats)]
+  struct Pending {
+    uint64_t marker = 0;
+    int64_t rows = 0;
+  };
+  std::optional<Pending> pending;
   // Captured steps by (device, rows, every pointer they use), least recently
   // used evicted past kMaxCaptures.
   struct Captured {
@@ -330,6 +341,24 @@ struct Mlp::Impl {
     ws_device = nullptr;
     ws_lifetime.reset();
     eval_indices_ready = 0;
+    pending.reset();
+    host_inputs = Tensor();
+    host_stats = Tensor();
+  }
+
+  /// host_inputs of at least `input_bytes` and host_stats, page-locked on
+  /// `device` (the workspace's), allocated on first use and when the batch grows.
+  Status ReserveHostBuffers(compute::Device& device, int64_t input_bytes) {
+    if (static_cast<int64_t>(host_inputs.TotalBytes()) < input_bytes) {
+      host_inputs = Tensor();
+      FOREMAN_ASSIGN_OR_RETURN(host_inputs, device.AllocateHostTensor(DataType::kUInt8, TensorShape({input_bytes})));
+    }
+    if (host_stats.TotalBytes() != sizeof(compute::SoftmaxXentStats)) {
+      FOREMAN_ASSIGN_OR_RETURN(host_stats,
+                               device.AllocateHostTensor(DataType::kUInt8, TensorShape({static_cast<int64_t>(
+                                                                               sizeof(compute::SoftmaxXentStats))})));
+    }
+    return Status();
   }
 
   /// Whether the workspace is `device`'s: the same object, still alive (not
@@ -568,13 +597,10 @@ struct Mlp::Impl {
     return absl::OkStatus();
   }
 
-  /// Copies the learning rate (and `rows` indices) into the step block.
-  Status UploadStepBlock(compute::Device& device, const DeviceStep& s, const int32_t* indices, int64_t rows) {
-    const std::size_t bytes = static_cast<std::size_t>(kIndicesOffset + (indices != nullptr ? rows * 4 : 0));
-    if (host_step.size() < bytes) host_step.resize(bytes);
-    std::memcpy(host_step.data(), &optimizer.learning_rate, sizeof(float));
-    if (indices != nullptr) std::memcpy(host_step.data() + kIndicesOffset, indices, static_cast<std::size_t>(rows) * 4);
-    return device.CopyToDevice(s.step_block, host_step.data(), static_cast<int64_t>(bytes));
+  /// Copies the learning rate into the step block (a step on host Tensors;
+  /// the step by indices writes it with its indices into host_inputs).
+  Status UploadLearningRate(compute::Device& device, const DeviceStep& s) {
+    return device.CopyToDevice(s.step_block, &optimizer.learning_rate, sizeof(float));
   }
 
   /// The statistics of a step or an evaluation, copied back (the one wait).
@@ -582,9 +608,12 @@ struct Mlp::Impl {
                                         int64_t rows) {
     compute::SoftmaxXentStats host;
     FOREMAN_RETURN_IF_ERROR(device.CopyToHost(&host, stats, sizeof(host)));
+    return ResultOf(host, rows);
+  }
+  static StepResult ResultOf(const compute::SoftmaxXentStats& stats, int64_t rows) {
     StepResult result;
-    result.loss = static_cast<float>(host.loss_sum / static_cast<double>(rows));
-    result.accuracy = static_cast<float>(static_cast<double>(host.correct) / static_cast<double>(rows));
+    result.loss = static_cast<float>(stats.loss_sum / static_cast<double>(rows));
+    result.accuracy = static_cast<float>(static_cast<double>(stats.correct) / static_cast<double>(rows));
     return result;
   }
 
@@ -620,7 +649,7 @@ struct Mlp::Impl {
     const int64_t rows = features.shape().dim(0);
     const int64_t label_bytes = static_cast<int64_t>(DataTypeSize(labels.dtype()));
     FOREMAN_ASSIGN_OR_RETURN(DeviceStep s, ReserveStep(device, rows, label_bytes, /*indices=*/false));
-    FOREMAN_RETURN_IF_ERROR(UploadStepBlock(device, s, nullptr, rows));
+    FOREMAN_RETURN_IF_ERROR(UploadLearningRate(device, s));
     FOREMAN_RETURN_IF_ERROR(device.CopyToDevice(s.features, features.raw_data(), rows * spec.input_dim * 4));
     FOREMAN_RETURN_IF_ERROR(device.CopyToDevice(s.labels, labels.raw_data(), rows * label_bytes));
     const compute::LabelType type =
@@ -1037,6 +1066,12 @@ StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const Tensor& feat
 
 StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const DeviceExamples& examples, const int32_t* indices,
                                     int64_t rows, compute::Device& device) {
+  FOREMAN_RETURN_IF_ERROR(LaunchTrainStep(vars, examples, indices, rows, device));
+  return FinishTrainStep();
+}
+
+Status Mlp::LaunchTrainStep(VariableStore& vars, const DeviceExamples& examples, const int32_t* indices, int64_t rows,
+                            compute::Device& device) {
   Impl& m = *impl_;
   FOREMAN_RETURN_IF_ERROR(CheckExamples(m.spec, examples, device));
   if (rows < 1) return absl::InvalidArgumentError(absl::StrCat("Mlp::TrainStep: rows must be >= 1, got ", rows));
@@ -1049,13 +1084,27 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const DeviceExamples& e
     }
     FOREMAN_RETURN_IF_ERROR(CheckLabel(m.spec, r, examples.host_labels_[static_cast<std::size_t>(indices[r])]));
   }
+  if (m.pending.has_value() && m.WorkspaceOn(device)) {
+    return absl::FailedPreconditionError(absl::StrCat("Mlp::LaunchTrainStep: the step launched before on ",
+                                                      device.name(), " was not finished (FinishTrainStep)"));
+  }
   Impl::DeviceVars v;
   FOREMAN_RETURN_IF_ERROR(m.ResolveDeviceVars(&vars, vars, device, /*train=*/true, &v));
+  // On another device than the workspace's, this frees that one (and drops
+  // a step launched there).
   FOREMAN_ASSIGN_OR_RETURN(Impl::DeviceStep s, m.ReserveStep(device, rows, 4, /*indices=*/true));
-  FOREMAN_RETURN_IF_ERROR(m.UploadStepBlock(device, s, indices, rows));
+  const int64_t input_bytes = Impl::kIndicesOffset + rows * 4;
+  FOREMAN_RETURN_IF_ERROR(m.ReserveHostBuffers(device, input_bytes));
+  // No step is in flight (the last one was finished): its copy has read these bytes.
+  char* inputs = m.host_inputs.raw_data();
+  std::memcpy(inputs, &m.optimizer.learning_rate, sizeof(float));
+  std::memcpy(inputs + Impl::kIndicesOffset, indices, static_cast<std::size_t>(rows) * 4);
+  char* stats = m.host_stats.raw_data();
 
   const auto* device_indices = reinterpret_cast<const int32_t*>(s.step_block + Impl::kIndicesOffset);
   auto record = [&]() -> Status {
+    // The step's inputs, read from page-locked memory when the step runs.
+    FOREMAN_RETURN_IF_ERROR(device.CopyToDeviceAsync(s.step_block, inputs, input_bytes));
     compute::GatherArgs g;
     g.images = examples.images();
     g.example_labels = examples.labels();
@@ -1066,7 +1115,9 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const DeviceExamples& e
     g.features = s.features;
     g.labels = static_cast<int32_t*>(s.labels);
     FOREMAN_RETURN_IF_ERROR(device.GatherExamples(g));
-    return m.DeviceStepOps(s.features, s.labels, compute::LabelType::kInt32, rows, v, s, device);
+    FOREMAN_RETURN_IF_ERROR(m.DeviceStepOps(s.features, s.labels, compute::LabelType::kInt32, rows, v, s, device));
+    // Its statistics, in page-locked memory once the step is done.
+    return device.CopyToHostAsync(stats, s.stats, sizeof(compute::SoftmaxXentStats));
   };
   if (!device.supports_capture()) {
     FOREMAN_RETURN_IF_ERROR(record());
@@ -1075,7 +1126,8 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const DeviceExamples& e
     std::vector<uintptr_t> key = {reinterpret_cast<uintptr_t>(&device), static_cast<uintptr_t>(rows),
                                   reinterpret_cast<uintptr_t>(examples.images()),
                                   reinterpret_cast<uintptr_t>(examples.labels()),
-                                  static_cast<uintptr_t>(examples.num_examples())};
+                                  static_cast<uintptr_t>(examples.num_examples()), reinterpret_cast<uintptr_t>(inputs),
+                                  reinterpret_cast<uintptr_t>(stats)};
     for (const Impl::DeviceBlock& b : m.blocks) key.push_back(reinterpret_cast<uintptr_t>(b.ptr));
     for (std::size_t l = 0; l < m.layers.size(); ++l) {
       key.push_back(reinterpret_cast<uintptr_t>(v.kernels[l]));
@@ -1088,7 +1140,27 @@ StatusOr<StepResult> Mlp::TrainStep(VariableStore& vars, const DeviceExamples& e
     FOREMAN_ASSIGN_OR_RETURN(compute::CapturedOps * ops, m.CapturedStep(device, std::move(key), record));
     FOREMAN_RETURN_IF_ERROR(ops->Replay());
   }
-  return Impl::ReadStats(device, s.stats, rows);
+  FOREMAN_ASSIGN_OR_RETURN(uint64_t marker, device.RecordMarker());
+  m.pending = Impl::Pending{marker, rows};
+  return absl::OkStatus();
+}
+
+bool Mlp::train_step_pending() const {
+  const Impl& m = *impl_;
+  return m.pending.has_value() && m.ws_device != nullptr && !m.ws_lifetime.expired();
+}
+
+StatusOr<StepResult> Mlp::FinishTrainStep() {
+  Impl& m = *impl_;
+  if (!train_step_pending()) {
+    return absl::FailedPreconditionError("Mlp::FinishTrainStep: no launched step is pending (LaunchTrainStep)");
+  }
+  const Impl::Pending p = *m.pending;
+  m.pending.reset();
+  FOREMAN_RETURN_IF_ERROR(m.ws_device->WaitForMarker(p.marker));
+  compute::SoftmaxXentStats host;
+  std::memcpy(&host, m.host_stats.raw_data(), sizeof(host));
+  return Impl::ResultOf(host, p.rows);
 }
 
 StatusOr<StepResult> Mlp::Evaluate(const VariableStore& vars, const DeviceExamples& examples,

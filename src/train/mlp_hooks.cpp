@@ -1,6 +1,7 @@
 // The MLP job's hooks (mlp_model.hpp): progress reporting and the test-set
 // evaluation into <checkpoint_dir>/eval.
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "foreman/session.hpp"
@@ -132,6 +133,14 @@ Status EvalHook::Record(const TensorMap& values, bool write) {
   }
   FOREMAN_RETURN_IF_ERROR(writer_->AddSummary(values.at("eval_summaries").scalar<std::string>().value(), r.global_step));
   return writer_->Flush();
+}
+
+Status PendingStepHook::end(Session*) {
+  MlpModel& m = *model_;
+  if (!m.mlp->train_step_pending()) return absl::OkStatus();
+  FOREMAN_ASSIGN_OR_RETURN(nn::StepResult r, m.mlp->FinishTrainStep());
+  if (std::isnan(r.loss)) return NanLossFailure();  // B119: Inf is not divergence
+  return absl::OkStatus();
 }
 
 }  // namespace foreman::train_internal

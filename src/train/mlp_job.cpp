@@ -23,6 +23,7 @@
 namespace foreman {
 
 using train_internal::DeviceExamplesHook;
+using train_internal::PendingStepHook;
 using train_internal::EvalHook;
 using train_internal::EvalRecord;
 using train_internal::kEpochVariable;
@@ -160,6 +161,7 @@ struct MlpJob::Impl {
   std::shared_ptr<ProgressHook> progress;
   std::shared_ptr<EvalHook> eval;  // null without a checkpoint_dir, and on a cluster's other workers
   std::vector<std::shared_ptr<SessionRunHook>> hooks;
+  std::shared_ptr<PendingStepHook> pending_step;  // the gathered path's (null otherwise)
   RestartPolicy restart;
 };
 
@@ -293,6 +295,9 @@ StatusOr<std::unique_ptr<MlpJob>> MlpJob::Create(MlpJobOptions options) {
   }
   // After EvalHook: its end() evaluates on the device copy of the test set.
   if (gather) impl->hooks.push_back(std::make_shared<DeviceExamplesHook>(model));
+  // A pipelined step's last statistics, before the final checkpoint (SessionOptions).
+  if (gather) impl->pending_step = std::make_shared<PendingStepHook>(model);
+  model->last_step = options.cluster ? 0 : last_step;
   impl->model = std::move(model);
   impl->graph = std::move(graph);
   return std::unique_ptr<MlpJob>(new MlpJob(std::move(impl)));
@@ -311,6 +316,14 @@ MonitoredTrainingSessionOptions MlpJob::SessionOptions() const {
     mts.is_chief = j.cluster->is_chief;
     // A cluster's other workers write nothing: the chief's directory is not theirs.
     if (!mts.is_chief) mts.checkpoint_dir.clear();
+  }
+  if (j.pending_step != nullptr) {
+    // Before the CheckpointSaverHook's end() (B12: chief_only_hooks first).
+    if (mts.is_chief) {
+      mts.chief_only_hooks.push_back(j.pending_step);
+    } else {
+      mts.hooks.insert(mts.hooks.begin(), j.pending_step);
+    }
   }
   return mts;
 }

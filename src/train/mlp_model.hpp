@@ -90,6 +90,16 @@ struct MlpModel {
   data::LabeledImages test_images;
   std::unique_ptr<nn::DeviceExamples> device_train;
   std::unique_ptr<nn::DeviceExamples> device_test;
+  // The pipelined step on an asynchronous device (mlp_step.cpp,
+  // docs/gpu.md "Statistics one step late"): run N finishes step N - 1 and
+  // launches step N. The step StopAtStepHook ends at (0: none), whose run
+  // reads its own statistics; the session the step in flight belongs to
+  // (its device and variables); and the statistics a run read for its own
+  // step, which the next run reports as its step N - 1's.
+  int64_t last_step = 0;
+  std::weak_ptr<const void> pipeline_device;
+  const VariableStore* pipeline_vars = nullptr;
+  std::optional<nn::StepResult> own_statistics;
   data::Batch test;  // the whole test set, in file order (the host path's evaluation)
   std::vector<std::string> histogram_variables;
   std::shared_ptr<EvalRecord> eval;
@@ -204,5 +214,24 @@ class DeviceExamplesHook : public SessionRunHook {
  private:
   std::shared_ptr<MlpModel> model_;
 };
+
+// Finishes the step a pipelined run left in flight (mlp_step.cpp) in its
+// end(), and fails it as NanTensorHook would on a NaN loss: first among the
+// chief's hooks (MlpJob::SessionOptions puts it in chief_only_hooks), so that
+// a NaN in a last step no run read fails the session before the
+// CheckpointSaverHook's final save (B12's order, B39, B119).
+class PendingStepHook : public SessionRunHook {
+ public:
+  explicit PendingStepHook(std::shared_ptr<MlpModel> model) : model_(std::move(model)) {}
+  std::string name() const override { return "PendingStepHook"; }
+  Status end(Session*) override;
+
+ private:
+  std::shared_ptr<MlpModel> model_;
+};
+
+// NanTensorHook's failure (fail_on_nan_loss): logs "Model diverged with loss
+// = NaN." and returns NanLossDuringTrainingError("NaN loss during training.").
+Status NanLossFailure();
 
 }  // namespace foreman::train_internal

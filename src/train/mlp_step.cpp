@@ -3,6 +3,7 @@
 // summaries and the test-set evaluation.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "foreman/compute.hpp"
 #include "foreman/summary.hpp"
 #include "foreman/variable_store.hpp"
+#include "platform/log.hpp"
 #include "train/mlp_model.hpp"
 
 namespace foreman::train_internal {
@@ -78,6 +80,41 @@ Status SetLearningRate(MlpModel& m, int64_t global_step) {
   return m.mlp->set_learning_rate(m.current_learning_rate);
 }
 
+// The step by indices on an asynchronous device (a GPU), pipelined one deep:
+// run N finishes step N - 1 (waiting for it if it still runs), fails as
+// NanTensorHook would if its loss is NaN -- before launching anything, so
+// global_step, the variables and the checkpoints stay step N - 1's --, then
+// launches step N and returns step N - 1's statistics at once, while step N
+// runs. A run with no step before it in this session (the first, and the
+// one after a run that read its own) reports that run's; a run that has no
+// step N - 1 to report, and the `last` one (StopAtStepHook's step, the last
+// batch of the last epoch), wait for their own step. docs/gpu.md.
+StatusOr<nn::StepResult> PipelinedStep(MlpModel& m, VariableStore& vars, compute::Device& device,
+                                       const int32_t* indices, int64_t rows, bool last) {
+  const bool same_session = m.pipeline_vars == &vars && !m.pipeline_device.expired() &&
+                            m.pipeline_device.lock() == device.lifetime().lock();
+  std::optional<nn::StepResult> previous;
+  if (same_session && m.mlp->train_step_pending()) {
+    FOREMAN_ASSIGN_OR_RETURN(nn::StepResult p, m.mlp->FinishTrainStep());
+    if (std::isnan(p.loss)) return NanLossFailure();  // B119: Inf is not divergence
+    previous = p;
+  } else if (same_session) {
+    previous = m.own_statistics;
+  } else if (m.mlp->train_step_pending()) {
+    // A step an earlier session launched (on a device still alive): it
+    // belongs to that session's variables, which a recovery replaced.
+    (void)m.mlp->FinishTrainStep();
+  }
+  m.pipeline_vars = &vars;
+  m.pipeline_device = device.lifetime();
+  m.own_statistics.reset();
+  FOREMAN_RETURN_IF_ERROR(m.mlp->LaunchTrainStep(vars, *m.device_train, indices, rows, device));
+  if (previous.has_value() && !last) return *previous;
+  FOREMAN_ASSIGN_OR_RETURN(nn::StepResult own, m.mlp->FinishTrainStep());
+  m.own_statistics = own;
+  return own;
+}
+
 // One batch: forward, backward, update (here, or by the ps tasks), the data
 // position and global_step advanced.
 Status Train(MlpModel& m, StepContext& ctx, std::vector<std::string>& summaries) {
@@ -93,6 +130,7 @@ Status Train(MlpModel& m, StepContext& ctx, std::vector<std::string>& summaries)
   // of an epoch is the remainder, then {epoch + 1, 0}).
   std::shared_ptr<const std::vector<int32_t>> order;
   int64_t rows = 0;
+  bool last_batch = false;  // of the last epoch (the gathered path)
   if (on_device) {
     auto span = ctx.Trace("input");
     FOREMAN_RETURN_IF_ERROR(EnsureExamplesOn(m, device));
@@ -108,6 +146,7 @@ Status Train(MlpModel& m, StepContext& ctx, std::vector<std::string>& summaries)
     rows = std::min(options.batch_size, n - index);
     batch.position = {epoch, index};
     batch.next = index + rows == n ? data::DatasetPosition{epoch + 1, 0} : data::DatasetPosition{epoch, index + rows};
+    last_batch = options.epochs > 0 && batch.next.epoch >= options.epochs;
   } else if (m.input == MlpJobInput::kOnTrainingThread) {
     auto span = ctx.Trace("input");
     FOREMAN_ASSIGN_OR_RETURN(batch, m.train_set->GetBatch(data::DatasetPosition{epoch, index}));
@@ -140,9 +179,15 @@ Status Train(MlpModel& m, StepContext& ctx, std::vector<std::string>& summaries)
       return applied;
     }
   } else if (on_device) {
-    // A GPU: the step on the batch gathered there (a replayed CUDA graph).
+    // A GPU: the step on the batch gathered there (a replayed CUDA graph),
+    // pipelined on an asynchronous device.
     auto span = ctx.Trace("train");
-    FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, *m.device_train, order->data() + index, rows, device));
+    if (device.asynchronous()) {
+      const bool last = last_batch || (m.last_step > 0 && global_step + 1 >= m.last_step);
+      FOREMAN_ASSIGN_OR_RETURN(r, PipelinedStep(m, vars, device, order->data() + index, rows, last));
+    } else {
+      FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, *m.device_train, order->data() + index, rows, device));
+    }
   } else {
     // One process: TrainStep (the measured fast path) updates in place.
     auto span = ctx.Trace("train");
@@ -190,6 +235,11 @@ Status Evaluate(MlpModel& m, StepContext& ctx) {
 }
 
 }  // namespace
+
+Status NanLossFailure() {
+  FOREMAN_LOG_ERROR("Model diverged with loss = NaN.");
+  return NanLossDuringTrainingError("NaN loss during training.");
+}
 
 Status MlpStep(MlpModel& m, StepContext& ctx) {
   std::vector<std::string> summaries;

@@ -3,6 +3,7 @@
 #include "support/fake_device.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <new>
@@ -77,6 +78,7 @@ class FakeDevice::Recording final : public compute::CapturedOps {
 FakeDevice::FakeDevice(Options options) : options_(std::move(options)), cpu_(1, compute::CpuIsa::kBaseline) {}
 
 FakeDevice::~FakeDevice() {
+  queue_.clear();  // never run: the device is gone
   for (const auto& [begin, bytes] : blocks_) {
     ::operator delete(reinterpret_cast<void*>(begin), std::align_val_t(kAlignment));
   }
@@ -134,6 +136,7 @@ void FakeDevice::FailNextOperation(Status status) {
 }
 
 void FakeDevice::ClearFailure() {
+  async_error_ = Status();
   fail_after_ = -1;
   fail_sticky_ = false;
   sticky_failed_ = false;
@@ -155,12 +158,35 @@ Status FakeDevice::Execute(const Op& op) {
 
 Status FakeDevice::Launch(const char* /*name*/, Op check, Op op) {
   FOREMAN_RETURN_IF_ERROR(check());
-  if (!capturing_) return Execute(op);
-  recorded_.push_back([this, check = std::move(check), op = std::move(op)]() -> Status {
-    FOREMAN_RETURN_IF_ERROR(check());  // a block freed since the capture
-    return Execute(op);
-  });
+  if (capturing_) {
+    recorded_.push_back([this, check = std::move(check), op = std::move(op)]() -> Status {
+      FOREMAN_RETURN_IF_ERROR(check());  // a block freed since the capture
+      return Execute(op);
+    });
+    return absl::OkStatus();
+  }
+  if (!options_.asynchronous) return Execute(op);
+  FOREMAN_RETURN_IF_ERROR(async_error_);
+  // Checked again when it runs: a block freed since is caught then.
+  queue_.push_back(Queued{[this, check = std::move(check), op = std::move(op)]() -> Status {
+                            FOREMAN_RETURN_IF_ERROR(check());
+                            return Execute(op);
+                          },
+                          newest_marker_});
   return absl::OkStatus();
+}
+
+Status FakeDevice::RunQueued(uint64_t marker) {
+  while (async_error_.ok() && !queue_.empty() && queue_.front().markers_before < marker) {
+    Op op = std::move(queue_.front().op);
+    queue_.pop_front();
+    Status s = op();
+    if (!s.ok()) {
+      async_error_ = std::move(s);
+      queue_.clear();
+    }
+  }
+  return async_error_;
 }
 
 Status FakeDevice::HostOp(const char* op_name, const Op& op) {
@@ -170,14 +196,84 @@ Status FakeDevice::HostOp(const char* op_name, const Op& op) {
     if (capture_error_.ok()) capture_error_ = s;
     return s;
   }
+  FOREMAN_RETURN_IF_ERROR(RunQueued(UINT64_MAX));
   return Execute(op);
 }
 
 Status FakeDevice::Replay(const std::vector<Op>& ops) {
   if (capturing_) return absl::FailedPreconditionError(absl::StrCat(name(), ": Replay while capturing"));
+  FOREMAN_RETURN_IF_ERROR(async_error_);
   ++replays_;
+  if (options_.asynchronous) {
+    for (const Op& op : ops) queue_.push_back(Queued{op, newest_marker_});
+    return absl::OkStatus();
+  }
   for (const Op& op : ops) FOREMAN_RETURN_IF_ERROR(op());
   return absl::OkStatus();
+}
+
+StatusOr<uint64_t> FakeDevice::RecordMarker() {
+  if (capturing_) {
+    Status s = absl::FailedPreconditionError(
+        absl::StrCat(name(), " RecordMarker: a marker is the host's, not allowed while capturing"));
+    if (capture_error_.ok()) capture_error_ = s;
+    return s;
+  }
+  FOREMAN_RETURN_IF_ERROR(async_error_);
+  return ++newest_marker_;
+}
+
+Status FakeDevice::WaitForMarker(uint64_t marker) {
+  if (capturing_) {
+    Status s = absl::FailedPreconditionError(
+        absl::StrCat(name(), " WaitForMarker: waits for the device, not allowed while capturing"));
+    if (capture_error_.ok()) capture_error_ = s;
+    return s;
+  }
+  if (marker > newest_marker_) return MarkerNotRecorded(marker, newest_marker_);
+  return RunQueued(marker);
+}
+
+Status FakeDevice::CheckPinned(const char* op, const char* what, const void* ptr, int64_t bytes) const {
+  if (bytes <= 0) return absl::OkStatus();
+  if (ptr == nullptr) return absl::InvalidArgumentError(absl::StrCat(name(), " ", op, ": ", what, " is null"));
+  if (!PinnedRanges::Get().Contains(ptr, bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), " ", op, ": ", what, " (", bytes, " bytes at 0x",
+                                                   absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                                                   ") is not page-locked host memory (a tensor from "
+                                                   "AllocateHostTensor)"));
+  }
+  return absl::OkStatus();
+}
+
+Status FakeDevice::CopyToDeviceAsync(void* device_dst, const void* host_src, int64_t bytes) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), " CopyToDeviceAsync: bytes must be >= 0, got ", bytes));
+  }
+  auto check = [this, device_dst, host_src, bytes]() -> Status {
+    FOREMAN_RETURN_IF_ERROR(CheckDevice("CopyToDeviceAsync", "destination", device_dst, bytes));
+    return CheckPinned("CopyToDeviceAsync", "the source", host_src, bytes);
+  };
+  return Launch("CopyToDeviceAsync", check, [this, device_dst, host_src, bytes]() -> Status {
+    if (bytes > 0) std::memcpy(device_dst, host_src, static_cast<std::size_t>(bytes));
+    ++async_copies_to_device_;
+    return absl::OkStatus();
+  });
+}
+
+Status FakeDevice::CopyToHostAsync(void* host_dst, const void* device_src, int64_t bytes) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), " CopyToHostAsync: bytes must be >= 0, got ", bytes));
+  }
+  auto check = [this, host_dst, device_src, bytes]() -> Status {
+    FOREMAN_RETURN_IF_ERROR(CheckDevice("CopyToHostAsync", "source", device_src, bytes));
+    return CheckPinned("CopyToHostAsync", "the destination", host_dst, bytes);
+  };
+  return Launch("CopyToHostAsync", check, [this, host_dst, device_src, bytes]() -> Status {
+    if (bytes > 0) std::memcpy(host_dst, device_src, static_cast<std::size_t>(bytes));
+    ++async_copies_to_host_;
+    return absl::OkStatus();
+  });
 }
 
 StatusOr<void*> FakeDevice::Allocate(int64_t bytes) {
@@ -207,6 +303,8 @@ StatusOr<void*> FakeDevice::Allocate(int64_t bytes) {
 
 void FakeDevice::Deallocate(void* ptr) {
   if (ptr == nullptr) return;
+  // cudaFree waits for the work queued before it (a failure sticks).
+  if (!capturing_) (void)RunQueued(UINT64_MAX);
   auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == blocks_.end()) {
     ++bad_deallocations_;
@@ -509,13 +607,14 @@ Status FakeDevice::Synchronize() {
   return HostOp("Synchronize", [] { return absl::OkStatus(); });
 }
 
-compute::DeviceFactoryForTesting FakeDeviceFactory(FakeDevice** last, bool capture) {
-  return [last, capture](const std::string& device,
-                         int64_t memory_limit_bytes) -> StatusOr<std::unique_ptr<compute::Device>> {
+compute::DeviceFactoryForTesting FakeDeviceFactory(FakeDevice** last, bool capture, bool asynchronous) {
+  return [last, capture, asynchronous](const std::string& device,
+                                       int64_t memory_limit_bytes) -> StatusOr<std::unique_ptr<compute::Device>> {
     FakeDevice::Options options;
     options.name = device;
     options.memory_limit_bytes = memory_limit_bytes;
     options.capture = capture;
+    options.asynchronous = asynchronous;
     auto d = std::make_unique<FakeDevice>(options);
     if (last != nullptr) *last = d.get();
     return std::unique_ptr<compute::Device>(std::move(d));

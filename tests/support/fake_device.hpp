@@ -25,6 +25,22 @@
 //     error). Replay runs the recorded operations in order, checking their
 //     pointers again (a block freed since is caught) and reading
 //     DeviceScalars when each runs.
+//   - Options::asynchronous: asynchronous() is true and the device runs as a
+//     CUDA stream would, late: every operation that does not need the host
+//     (the math, replays, CopyToDeviceAsync, CopyToHostAsync) is checked and
+//     queued, and the queue runs, in call order, only when the host waits:
+//     WaitForMarker (up to that marker), or an operation that needs the host
+//     (copies, Synchronize, Allocate, Deallocate — cudaFree waits too).
+//     CopyToDeviceAsync reads its host buffer and CopyToHostAsync writes its
+//     own when they run, so a caller that changes an input or reads a result
+//     before waiting for it sees what it would on a GPU. The first queued
+//     operation that fails drops the rest of the queue; its error is returned
+//     by that wait and every later operation (a sticky CUDA error) until
+//     ClearFailure(). Without the option every operation runs when called.
+//   - CopyToDeviceAsync / CopyToHostAsync need page-locked host memory (a
+//     tensor from AllocateHostTensor of any FakeDevice), INVALID_ARGUMENT
+//     otherwise; they may be captured (a replay copies the buffer's bytes as
+//     they are when it runs).
 //   - Errors can be injected: the operation executed after `after`
 //     successful ones fails with a given status; in sticky mode every later
 //     operation fails too (a CUDA sticky error).
@@ -33,6 +49,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -53,6 +70,8 @@ class FakeDevice final : public compute::Device {
     int64_t memory_limit_bytes = 0;
     /// supports_capture()'s value (false: a device that runs eagerly only).
     bool capture = true;
+    /// asynchronous()'s value: operations queued until the host waits (above).
+    bool asynchronous = false;
   };
   FakeDevice() : FakeDevice(Options()) {}
   explicit FakeDevice(Options options);
@@ -100,6 +119,11 @@ class FakeDevice final : public compute::Device {
   Status BeginCapture() override;
   StatusOr<std::unique_ptr<compute::CapturedOps>> EndCapture() override;
   Status Synchronize() override;
+  bool asynchronous() const override { return options_.asynchronous; }
+  Status CopyToDeviceAsync(void* device_dst, const void* host_src, int64_t bytes) override;
+  Status CopyToHostAsync(void* host_dst, const void* device_src, int64_t bytes) override;
+  StatusOr<uint64_t> RecordMarker() override;
+  Status WaitForMarker(uint64_t marker) override;
 
   // -- for tests ------------------------------------------------------------------
   /// Whether [ptr, ptr + bytes) lies inside one live block (bytes >= 1).
@@ -129,6 +153,11 @@ class FakeDevice final : public compute::Device {
   int64_t host_tensors() const { return host_tensors_; }
   /// Operations executed successfully (eager or replayed).
   int64_t operations() const { return operations_; }
+  /// CopyToDeviceAsync and CopyToHostAsync copies executed (eager or replayed).
+  int64_t async_copies_to_device() const { return async_copies_to_device_; }
+  int64_t async_copies_to_host() const { return async_copies_to_host_; }
+  /// Operations queued and not yet run (asynchronous mode).
+  int64_t queued_operations() const { return static_cast<int64_t>(queue_.size()); }
   /// Successful EndCapture calls, and Replay calls.
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
@@ -152,6 +181,11 @@ class FakeDevice final : public compute::Device {
   Status HostOp(const char* name, const Op& op);
   Status Execute(const Op& op);
   Status Replay(const std::vector<Op>& ops);
+  /// Runs the queued operations recorded before marker `marker` (all of
+  /// them for UINT64_MAX); the first failure drops the rest and sticks.
+  Status RunQueued(uint64_t marker);
+  /// A page-locked host operand of an asynchronous copy.
+  Status CheckPinned(const char* op, const char* what, const void* ptr, int64_t bytes) const;
 
   Options options_;
   compute::CpuDevice cpu_;
@@ -166,12 +200,22 @@ class FakeDevice final : public compute::Device {
   int64_t host_batches_ = 0;
   int64_t host_tensors_ = 0;
   int64_t operations_ = 0;
+  int64_t async_copies_to_device_ = 0;
+  int64_t async_copies_to_host_ = 0;
   int64_t captures_ = 0;
   int64_t replays_ = 0;
 
   bool capturing_ = false;
   std::vector<Op> recorded_;
   Status capture_error_;
+
+  struct Queued {
+    Op op;
+    uint64_t markers_before = 0;  // markers recorded when it was queued
+  };
+  std::deque<Queued> queue_;  // asynchronous mode: queued, not yet run
+  uint64_t newest_marker_ = 0;
+  Status async_error_;  // a queued operation's failure, sticky
 
   int64_t fail_after_ = -1;  // < 0: no failure armed
   Status fail_status_;
@@ -181,8 +225,9 @@ class FakeDevice final : public compute::Device {
 
 /// A factory for compute::SetFakeDeviceFactoryForTesting: each "/fake:N"
 /// device string gets a FakeDevice of that name with the session's memory
-/// limit (and `capture`). When `last` is not null, *last points to the most
+/// limit (and `capture`, `asynchronous`). When `last` is not null, *last points to the most
 /// recent device made (owned by its session).
-compute::DeviceFactoryForTesting FakeDeviceFactory(FakeDevice** last = nullptr, bool capture = true);
+compute::DeviceFactoryForTesting FakeDeviceFactory(FakeDevice** last = nullptr, bool capture = true,
+                                                   bool asynchronous = false);
 
 }  // namespace foreman::testing
