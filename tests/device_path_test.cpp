@@ -71,8 +71,16 @@ T Value(StatusOr<T> v) {
   return *std::move(v);
 }
 
+// The fake device runs asynchronously, as CUDA does (work queued until the
+// host waits): the job takes its pipelined path on both.
+testing::FakeDevice::Options FakeOptions() {
+  testing::FakeDevice::Options o;
+  o.asynchronous = true;
+  return o;
+}
+
 std::unique_ptr<compute::Device> NewDevice() {
-  if (!OnGpu()) return std::make_unique<testing::FakeDevice>();
+  if (!OnGpu()) return std::make_unique<testing::FakeDevice>(FakeOptions());
   return Value(compute::CreateDevice(g_device, 1));
 }
 
@@ -156,9 +164,13 @@ data::LabeledImages Images() {
 // Two epochs in batches of 32 (the last of each epoch holds 4: two batch
 // sizes, two captured steps), a learning rate that changes every step
 // (read at replay); by indices on `examples`, or on the gathered Tensors
-// when `examples` is null. The steps' results.
+// when `examples` is null. `pipelined`: as the job on an asynchronous
+// device, each step launched (LaunchTrainStep) and finished only after the
+// next step's learning rate is set and its indices are read, just before
+// the next launch. The steps' results.
 std::vector<nn::StepResult> Train(const nn::OptimizerOptions& opt, VariableStore& vars, compute::Device& device,
-                                  const nn::DeviceExamples* examples, const data::Dataset& dataset) {
+                                  const nn::DeviceExamples* examples, const data::Dataset& dataset,
+                                  bool pipelined = false) {
   auto mlp = Value(nn::Mlp::Create(kSpec, opt));
   std::vector<nn::StepResult> results;
   data::DatasetPosition pos;
@@ -168,17 +180,31 @@ std::vector<nn::StepResult> Train(const nn::OptimizerOptions& opt, VariableStore
     const int64_t rows = batch.labels.shape().dim(0);
     if (examples == nullptr) {
       results.push_back(Value(mlp->TrainStep(vars, batch.features, batch.labels, device)));
-    } else {
+    } else if (!pipelined) {
       const std::vector<int32_t>& order = *dataset.Order(pos.epoch);
       results.push_back(Value(mlp->TrainStep(vars, *examples, order.data() + pos.index, rows, device)));
+    } else {
+      std::vector<int32_t> indices(*dataset.Order(pos.epoch));  // reused below: the launch copied its rows
+      if (mlp->train_step_pending()) results.push_back(Value(mlp->FinishTrainStep()));
+      REQUIRE_OK(mlp->LaunchTrainStep(vars, *examples, indices.data() + pos.index, rows, device));
+      std::fill(indices.begin(), indices.end(), -1);
+      CHECK(mlp->train_step_pending());
+      // One step in flight at a time: the buffers hold one step's values.
+      CHECK(mlp->LaunchTrainStep(vars, *examples, dataset.Order(pos.epoch)->data() + pos.index, rows, device)
+                .code() == absl::StatusCode::kFailedPrecondition);
     }
     pos = batch.next;
+  }
+  if (pipelined) {
+    results.push_back(Value(mlp->FinishTrainStep()));
+    CHECK_FALSE(mlp->train_step_pending());
+    CHECK(mlp->FinishTrainStep().status().code() == absl::StatusCode::kFailedPrecondition);
   }
   mlp->ReleaseDevice(device);
   return results;
 }
 
-TEST_CASE("the Mlp's step by indices over two batch sizes: the CPU's results, bitwise the same in two runs" *
+TEST_CASE("the Mlp's step by indices over two batch sizes: the CPU's results, bitwise the same in two runs, one pipelined" *
           doctest::test_suite("step")) {
   ++g_cases_started;
   const data::LabeledImages images = Images();
@@ -205,7 +231,8 @@ TEST_CASE("the Mlp's step by indices over two batch sizes: the CPU's results, bi
       std::vector<nn::StepResult> got;
       {
         auto examples = Value(nn::DeviceExamples::Upload(images.images, images.labels, *device));
-        got = Train(opt, *vars, *device, examples.get(), *dataset);
+        // Run 1 pipelines its steps (the job's path on an asynchronous device).
+        got = Train(opt, *vars, *device, examples.get(), *dataset, /*pipelined=*/run == 1);
       }
       REQUIRE(got.size() == ref.size());
       // The fake device runs the CPU's baseline kernels: bitwise; the GPU
@@ -255,7 +282,10 @@ TEST_CASE("the Mlp's step by indices over two batch sizes: the CPU's results, bi
 struct DeviceScope {
   DeviceScope() {
     ++g_cases_started;
-    if (!OnGpu()) compute::SetFakeDeviceFactoryForTesting(testing::FakeDeviceFactory());
+    if (!OnGpu()) {
+      compute::SetFakeDeviceFactoryForTesting(
+          testing::FakeDeviceFactory(nullptr, /*capture=*/true, /*asynchronous=*/true));
+    }
   }
   ~DeviceScope() { compute::SetFakeDeviceFactoryForTesting(nullptr); }
   DeviceScope(const DeviceScope&) = delete;
@@ -288,11 +318,14 @@ MlpJobOptions JobOptions(const std::string& dir, const std::string& device) {
 struct Run {
   Status closed;
   MlpJobResult result;
+  int64_t runs_ok = 0;  // runs that returned OK
 };
 
 // The job's session from its checkpoint directory to its end, with `listener`
-// (when set) among the checkpoint listeners.
-Run TrainJob(MlpJobOptions options, std::shared_ptr<CheckpointSaverListener> listener = nullptr) {
+// (when set) among the checkpoint listeners; with max_runs >= 0, close()
+// after that many runs, as a stop requested then would.
+Run TrainJob(MlpJobOptions options, std::shared_ptr<CheckpointSaverListener> listener = nullptr,
+             int64_t max_runs = -1) {
   auto job = Value(MlpJob::Create(std::move(options)));
   MonitoredTrainingSessionOptions mts = job->SessionOptions();
   if (listener != nullptr) mts.checkpoint_listeners.push_back(std::move(listener));
@@ -301,10 +334,11 @@ Run TrainJob(MlpJobOptions options, std::shared_ptr<CheckpointSaverListener> lis
   auto session = MonitoredTrainingSession(std::move(mts));
   REQUIRE_MESSAGE(session.ok(), session.status().ToString());
   REQUIRE_OK(job->StartInput(**session));
-  while (!(*session)->should_stop()) {
-    if (!(*session)->run({"train_op"}).ok()) break;
-  }
   Run run;
+  while (!(*session)->should_stop() && run.runs_ok != max_runs) {
+    if (!(*session)->run({"train_op"}).ok()) break;
+    ++run.runs_ok;
+  }
   run.closed = (*session)->close();
   run.result = job->result();
   return run;
@@ -445,21 +479,25 @@ TEST_CASE("a NaN loss on the device ends the run at the step that produced it; n
   const Run run = TrainJob(std::move(o), saves);
   CHECK_MESSAGE(IsNanLossDuringTraining(run.closed), run.closed.ToString());
   // Step N, whose batch loss (computed on step N - 1's weights) is NaN, is
-  // the last that ran: NanTensorHook's after_run of that very run ends it.
-  // Every step before it reported a loss that is not NaN, and its own
-  // progress was never reported (the progress hook comes after NanTensorHook).
+  // the last that ran. Pipelined (docs/gpu.md "Statistics one step late"),
+  // run N reports step N - 1's statistics while step N runs, and run N + 1
+  // finds step N's NaN before it launches anything: the session ends at
+  // global_step N, as NanTensorHook's after_run of run N does on the CPU.
+  // So every run up to N reported a loss that is not NaN (run N's being
+  // step N - 1's), and none after it trained.
   const int64_t nan_step = run.result.local_steps;
   REQUIRE(nan_step >= 2);
   CHECK(nan_step < 10);
-  REQUIRE(losses->steps.size() == static_cast<std::size_t>(nan_step - 1));
+  CHECK(run.runs_ok == nan_step);
+  REQUIRE(losses->steps.size() == static_cast<std::size_t>(nan_step));
   for (std::size_t i = 0; i < losses->steps.size(); ++i) {
     CHECK(losses->steps[i].global_step == static_cast<int64_t>(i) + 1);
     CHECK_FALSE(std::isnan(losses->steps[i].loss));
   }
-  // CheckpointSaverHook's after_run comes before the job's hooks (TF's
-  // chief hook order), so step N's save, due every step here, was taken
-  // before the NaN was seen; nothing after it, and no final save at close
-  // (a failed run's close runs no end(), B39).
+  // CheckpointSaverHook's after_run of run N, due every step here, saved
+  // step N before the NaN was seen, as on the CPU (the chief's hook order,
+  // B12, puts it before NanTensorHook); nothing after it, and no final save
+  // at close (a failed run's close runs no end(), B39).
   std::vector<int64_t> want;
   for (int64_t step = 0; step <= nan_step; ++step) want.push_back(step);
   CHECK(saves->steps == want);
@@ -474,12 +512,109 @@ TEST_CASE("a NaN loss on the device ends the run at the step that produced it; n
   }
 }
 
+// The steps' statistics of the same job on a device that reads every step's
+// own: the fake device run eagerly (bitwise the pipelined fake device's
+// math), or on a GPU the CPU device (within rounding).
+std::vector<MlpJobProgress> OwnStatistics(MlpJobOptions o) {
+  auto losses = std::make_shared<Losses>();
+  o.observer = losses;
+  if (OnGpu()) {
+    o.device = "/cpu:0";
+    o.settings.device = "cpu";
+  } else {
+    compute::SetFakeDeviceFactoryForTesting(testing::FakeDeviceFactory(nullptr, true, /*asynchronous=*/false));
+  }
+  const Run run = TrainJob(std::move(o));
+  if (!OnGpu()) {
+    compute::SetFakeDeviceFactoryForTesting(testing::FakeDeviceFactory(nullptr, true, /*asynchronous=*/true));
+  }
+  REQUIRE_OK(run.closed);
+  return losses->steps;
+}
+
+TEST_CASE("pipelined, run N reports step N - 1's loss and accuracy; the first run and the last step their own" *
+          doctest::test_suite("pipeline")) {
+  DeviceScope scope;
+  TempDir tmp;
+  // The last step: the last batch of the last epoch (10), or StopAtStepHook's (7).
+  for (int64_t max_steps : {0, 7}) {
+    CAPTURE(max_steps);
+    const int64_t last = max_steps > 0 ? max_steps : 10;
+    MlpJobOptions o = JobOptions(tmp / absl::StrCat("own", max_steps), g_device);
+    o.settings.max_steps = max_steps;
+    const std::vector<MlpJobProgress> own = OwnStatistics(o);
+    REQUIRE(own.size() == static_cast<std::size_t>(last));
+
+    o.settings.checkpoint_dir = tmp / absl::StrCat("pipelined", max_steps);
+    auto losses = std::make_shared<Losses>();
+    o.observer = losses;
+    const Run run = TrainJob(std::move(o));
+    REQUIRE_OK(run.closed);
+    const std::vector<MlpJobProgress>& got = losses->steps;
+    REQUIRE(got.size() == own.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(got[i].global_step == static_cast<int64_t>(i) + 1);
+      // Run i + 1 reports step i's, but run 1 has no step before it, and the
+      // last run waits for its own (the job's final loss is the last step's).
+      const std::size_t from = i == 0 || i + 1 == got.size() ? i : i - 1;
+      CheckClose(got[i].loss, own[from].loss, !OnGpu(), "loss");
+      if (OnGpu()) {
+        CHECK(std::fabs(got[i].accuracy - own[from].accuracy) <= 1.5f / 50);
+      } else {
+        CHECK(SameBits(got[i].accuracy, own[from].accuracy));
+      }
+    }
+    if (!OnGpu()) {
+      // Pipelining changes when the host reads, not what the device computes.
+      CheckVariables(ReadCheckpoint(Ckpt(tmp / absl::StrCat("own", max_steps), last)),
+                     ReadCheckpoint(Ckpt(tmp / absl::StrCat("pipelined", max_steps), last)), /*bitwise=*/true);
+    }
+  }
+}
+
+TEST_CASE("pipelined, a NaN in the step a stop leaves in flight fails close() before the final checkpoint" *
+          doctest::test_suite("nan_at_close")) {
+  DeviceScope scope;
+  TempDir tmp;
+  MlpJobOptions o = JobOptions(tmp / "whole", g_device);
+  o.settings.optimizer = "sgd";
+  o.settings.learning_rate = 1e30;
+  o.settings.save_checkpoint_steps = 1000;  // the first save and the final one only
+  // Where the NaN comes (step N), from a run to its end.
+  const Run whole = TrainJob(o);
+  REQUIRE(IsNanLossDuringTraining(whole.closed));
+  const int64_t nan_step = whole.result.local_steps;
+  REQUIRE(nan_step >= 2);
+
+  // Run N reports step N - 1's statistics, so it succeeds; a stop then (N
+  // runs, then close()) leaves step N's NaN to the job's end() hook, which
+  // runs before CheckpointSaverHook's end(): close() fails as NanTensorHook
+  // would, and the diverged weights are never saved (B39, B119).
+  o.settings.checkpoint_dir = tmp / "stopped";
+  auto saves = std::make_shared<Saves>();
+  const Run run = TrainJob(o, saves, /*max_runs=*/nan_step);
+  CHECK(run.runs_ok == nan_step);
+  CHECK_MESSAGE(IsNanLossDuringTraining(run.closed), run.closed.ToString());
+  CHECK(saves->steps == std::vector<int64_t>{0});
+  auto latest = Value(LatestCheckpoint(Env::Default(), tmp / "stopped"));
+  REQUIRE(latest.has_value());
+  CHECK(*latest == Ckpt(tmp / "stopped", 0));
+
+  // One run fewer: step N - 1 is finite, the final checkpoint is taken at N - 1.
+  o.settings.checkpoint_dir = tmp / "before";
+  saves->steps.clear();
+  const Run before = TrainJob(o, saves, /*max_runs=*/nan_step - 1);
+  REQUIRE_OK(before.closed);
+  CHECK(saves->steps == std::vector<int64_t>{0, nan_step - 1});
+}
+
 }  // namespace
 }  // namespace foreman
 
 // --device=/gpu:N runs the cases on that CUDA device; the default is the
 // fake device. Each case is in a doctest suite of its own (step, job, moves,
-// recovery, nan: --test-suite=NAME), so that the gpu suite runs each in its
+// recovery, nan, pipeline, nan_at_close: --test-suite=NAME), so that the gpu suite runs each in its
 // own process: a CUDA fault is sticky for its process and would fail every
 // later case. The other arguments are doctest's. Exit 77 (skipped) where no
 // CUDA device can be seen: a build without CUDA, no plug-in or runtime, no

@@ -1,6 +1,7 @@
 // FakeDevice (tests/support/fake_device.hpp), the test double for a device
 // without host memory: its pointer checks, capture and replay (device scalars
-// read at replay), memory limit and injected failures.
+// read at replay), memory limit, injected failures, and the asynchronous mode
+// (work queued until the host waits, as on a CUDA stream).
 #include "support/fake_device.hpp"
 
 #include <doctest/doctest.h>
@@ -238,6 +239,153 @@ TEST_CASE("injected failures: once, after N operations, sticky, and in a replay"
   s = (*ops)->Replay();
   CHECK(s.code() == absl::StatusCode::kInternal);
   CHECK(std::string(s.message()) == "kernel 2 failed");
+}
+
+FakeDevice::Options Asynchronous() {
+  FakeDevice::Options o;
+  o.name = "/fake:async";
+  o.asynchronous = true;
+  return o;
+}
+
+TEST_CASE("asynchronous: work runs only when the host waits, async copies read and write at run time") {
+  FakeDevice d(Asynchronous());
+  CHECK(d.asynchronous());
+  CHECK_FALSE(FakeDevice().asynchronous());
+  float* var = AllocFloats(d, 2);
+  float* grad = AllocFloats(d, 2);
+  StatusOr<Tensor> in = d.AllocateHostTensor(DataType::kFloat, TensorShape{2});
+  StatusOr<Tensor> out = d.AllocateHostTensor(DataType::kFloat, TensorShape{2});
+  REQUIRE(in.ok());
+  REQUIRE(out.ok());
+  const float v0[2] = {10, 20};
+  REQUIRE(d.CopyToDevice(var, v0, 8).ok());
+  in->data<float>()[0] = 1;
+  in->data<float>()[1] = 2;
+  out->data<float>()[0] = -1;
+  out->data<float>()[1] = -1;
+
+  REQUIRE(d.CopyToDeviceAsync(grad, in->raw_data(), 8).ok());
+  REQUIRE(d.ApplyGradientDescent(var, grad, 2, 1.0f).ok());
+  REQUIRE(d.CopyToHostAsync(out->raw_data(), var, 8).ok());
+  StatusOr<uint64_t> m1 = d.RecordMarker();
+  REQUIRE(m1.ok());
+  // The input changed after the call, before the device ran: the copy reads it then.
+  in->data<float>()[0] = 4;
+  CHECK(d.queued_operations() == 3);
+  CHECK(out->data<float>()[0] == -1);  // nothing ran yet
+  CHECK(d.async_copies_to_device() == 0);
+
+  REQUIRE(d.WaitForMarker(*m1).ok());
+  CHECK(d.queued_operations() == 0);
+  CHECK(out->data<float>()[0] == 6);  // 10 - 4
+  CHECK(out->data<float>()[1] == 18);
+  CHECK(d.async_copies_to_device() == 1);
+  CHECK(d.async_copies_to_host() == 1);
+  CHECK(d.copies_to_host() == 0);
+
+  // A wait runs only the work before its marker; a host operation runs all of it.
+  REQUIRE(d.ApplyGradientDescent(var, grad, 2, 1.0f).ok());
+  StatusOr<uint64_t> m2 = d.RecordMarker();
+  REQUIRE(m2.ok());
+  REQUIRE(d.ApplyGradientDescent(var, grad, 2, 1.0f).ok());
+  REQUIRE(d.WaitForMarker(*m2).ok());
+  CHECK(d.queued_operations() == 1);
+  CHECK(d.WaitForMarker(*m1).ok());  // an older marker: already reached
+  CHECK(Read(d, var, 2) == std::vector<float>{-2, 14});  // both applied
+  CHECK(d.queued_operations() == 0);
+
+  // A marker never recorded is INVALID_ARGUMENT.
+  Status s = d.WaitForMarker(*m2 + 1);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("asynchronous copies need page-locked memory; markers are refused inside a capture") {
+  for (bool asynchronous : {false, true}) {
+    CAPTURE(asynchronous);
+    FakeDevice::Options o = Asynchronous();
+    o.asynchronous = asynchronous;
+    FakeDevice d(o);
+    float* p = AllocFloats(d, 2);
+    std::vector<float> pageable(2, 1.0f);
+    Status s = d.CopyToDeviceAsync(p, pageable.data(), 8);
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(s.message()).find("is not page-locked host memory") != std::string::npos);
+    CHECK(d.CopyToHostAsync(pageable.data(), p, 8).code() == absl::StatusCode::kInvalidArgument);
+    StatusOr<Tensor> pinned = d.AllocateHostTensor(DataType::kFloat, TensorShape{2});
+    REQUIRE(pinned.ok());
+    CHECK(d.CopyToDeviceAsync(pinned->raw_data(), pinned->raw_data(), 8).code() ==
+          absl::StatusCode::kInvalidArgument);  // a host pointer as the device side
+    CHECK(d.CopyToDeviceAsync(p, pinned->raw_data(), 12).code() ==
+          absl::StatusCode::kInvalidArgument);  // past the buffer's end
+
+    // Captured async copies read the host buffer at each replay.
+    float* q = AllocFloats(d, 2);
+    const float zeros[2] = {0, 0};
+    REQUIRE(d.CopyToDevice(q, zeros, 8).ok());
+    REQUIRE(d.BeginCapture().ok());
+    REQUIRE(d.CopyToDeviceAsync(p, pinned->raw_data(), 8).ok());
+    REQUIRE(d.ApplyGradientDescent(q, p, 2, 1.0f).ok());
+    auto ops = d.EndCapture();
+    REQUIRE(ops.ok());
+    for (float g : {1.0f, 3.0f}) {
+      pinned->data<float>()[0] = g;
+      pinned->data<float>()[1] = g;
+      REQUIRE((*ops)->Replay().ok());
+      StatusOr<uint64_t> m = d.RecordMarker();
+      REQUIRE(m.ok());
+      REQUIRE(d.WaitForMarker(*m).ok());
+    }
+    CHECK(Read(d, q, 2) == std::vector<float>{-4, -4});
+    CHECK(d.async_copies_to_device() == 2);
+
+    REQUIRE(d.BeginCapture().ok());
+    CHECK(d.RecordMarker().status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(d.EndCapture().status().code() == absl::StatusCode::kFailedPrecondition);
+    REQUIRE(d.BeginCapture().ok());
+    CHECK(d.WaitForMarker(0).code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(d.EndCapture().status().code() == absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST_CASE("asynchronous: a failure in queued work surfaces at the wait, drops the rest and sticks") {
+  FakeDevice d(Asynchronous());
+  float* var = AllocFloats(d, 1);
+  float* grad = AllocFloats(d, 1);
+  const float one = 1, ten = 10;
+  REQUIRE(d.CopyToDevice(var, &ten, 4).ok());
+  REQUIRE(d.CopyToDevice(grad, &one, 4).ok());
+  d.InjectFailure(1, absl::InternalError("kernel 2 failed"));
+  // Accepted when queued: the failure is only known when the device runs it.
+  REQUIRE(d.ApplyGradientDescent(var, grad, 1, 1.0f).ok());
+  REQUIRE(d.ApplyGradientDescent(var, grad, 1, 1.0f).ok());
+  REQUIRE(d.ApplyGradientDescent(var, grad, 1, 1.0f).ok());
+  StatusOr<uint64_t> m = d.RecordMarker();
+  REQUIRE(m.ok());
+  Status s = d.WaitForMarker(*m);
+  CHECK(s.code() == absl::StatusCode::kInternal);
+  CHECK(std::string(s.message()) == "kernel 2 failed");
+  CHECK(d.queued_operations() == 0);  // the third never runs
+  // Sticky, as a CUDA error: every later operation, wait and marker fails.
+  CHECK(d.ApplyGradientDescent(var, grad, 1, 1.0f).code() == absl::StatusCode::kInternal);
+  CHECK(d.RecordMarker().status().code() == absl::StatusCode::kInternal);
+  CHECK(d.WaitForMarker(*m).code() == absl::StatusCode::kInternal);
+  float host = 0;
+  CHECK(d.CopyToHost(&host, var, 4).code() == absl::StatusCode::kInternal);
+  d.ClearFailure();
+  REQUIRE(d.CopyToHost(&host, var, 4).ok());
+  CHECK(host == 9);  // the first apply only
+
+  // A block freed while work on it is queued: Deallocate waits for the work first.
+  float* tmp = AllocFloats(d, 1);
+  REQUIRE(d.ApplyGradientDescent(tmp, grad, 1, 1.0f).ok());
+  CHECK(d.queued_operations() == 1);
+  d.Deallocate(tmp);
+  CHECK(d.queued_operations() == 0);
+  CHECK(d.bad_deallocations() == 0);
+  m = d.RecordMarker();
+  REQUIRE(m.ok());
+  CHECK(d.WaitForMarker(*m).ok());
 }
 
 TEST_CASE("FakeDeviceFactory makes sessions' /fake:N devices") {
