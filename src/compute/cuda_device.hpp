@@ -22,10 +22,22 @@
 //     CopyToHostBatch, SoftmaxXentForward / SoftmaxXent (host statistics),
 //     AllocateHostTensor, Synchronize, Replay — and CopyToDevice, whose
 //     recorded copy would read the caller's host buffer at every replay
-//     after the caller was told it may reuse it: copy a step's inputs
-//     before Replay instead.
+//     after the caller was told it may reuse it. A step's inputs come in
+//     with CopyToDeviceAsync instead, which may be captured: it reads a
+//     page-locked buffer when it runs (the Mlp's step by indices: its
+//     graph's first node copies {learning rate, indices} in, its last
+//     CopyToHostAsync copies {loss, correct} out).
+//   - asynchronous() is true: CopyToDeviceAsync / CopyToHostAsync
+//     (cudaMemcpyAsync on the compute stream, page-locked memory only:
+//     INVALID_ARGUMENT otherwise) and a replay return at once;
+//     RecordMarker records one of a ring of 4 CUDA events on the compute
+//     stream and WaitForMarker synchronises on it (a marker older than the
+//     ring waits on the oldest event held, which comes after it), so the
+//     host waits for a step only when it reads the step's statistics.
 //   - CopyToDevice of up to 1 MiB goes through one of two page-locked
 //     staging buffers and returns at once; larger copies wait for the copy.
+//     CopyToHost and CopyToHostBatch wait for everything queued before
+//     them on the compute stream (a step in flight included).
 //   - Errors are INTERNAL naming the device, the operation, the CUDA call or
 //     kernel and the CUDA error; a sticky error (the context is lost: an
 //     illegal address, a kernel trap) is remembered and every later
