@@ -42,6 +42,7 @@
 #include "foreman/monitored_session.hpp"
 #include "foreman/nn.hpp"
 #include "support/checkpoint_checks.hpp"
+#include "support/events.hpp"
 #include "support/fake_device.hpp"
 #include "support/test_util.hpp"
 #include "support/tiny_mnist.hpp"
@@ -609,12 +610,84 @@ TEST_CASE("pipelined, a NaN in the step a stop leaves in flight fails close() be
   CHECK(saves->steps == std::vector<int64_t>{0, nan_step - 1});
 }
 
+TEST_CASE("the weights' histograms come from the device in one page-locked batch and hold the step's values" *
+          doctest::test_suite("histograms")) {
+  DeviceScope scope;
+  testing::FakeDevice* fake = nullptr;
+  if (!OnGpu()) {
+    compute::SetFakeDeviceFactoryForTesting(testing::FakeDeviceFactory(&fake, /*capture=*/true, /*asynchronous=*/true));
+  }
+  TempDir tmp;
+  MlpJobOptions o = JobOptions(tmp / "h", g_device);
+  o.settings.save_summaries_steps = 2;  // at global_step 1, 3, ..., 9
+  o.settings.eval_every_steps = 0;
+  // Each run that wrote summaries: the fake device's copies during it, and
+  // then the variables as the store reads them back (its own copy per
+  // variable), by global_step.
+  struct Seen {
+    int64_t pageable = 0, batches = 0, runs = 0;
+    std::map<int64_t, std::map<std::string, Tensor>> variables;
+  };
+  auto seen = std::make_shared<Seen>();
+  o.wrap_step = [seen, &fake](StepFn step) -> StepFn {
+    return [seen, &fake, step = std::move(step)](StepContext& ctx) -> Status {
+      if (!ctx.requested("summaries")) return step(ctx);
+      const int64_t pageable = fake != nullptr ? fake->copies_to_host() : 0;
+      const int64_t batches = fake != nullptr ? fake->host_batches() : 0;
+      FOREMAN_RETURN_IF_ERROR(step(ctx));  // the run that ends the data fails OUT_OF_RANGE
+      if (fake != nullptr) {
+        seen->pageable += fake->copies_to_host() - pageable;
+        seen->batches += fake->host_batches() - batches;
+      }
+      ++seen->runs;
+      FOREMAN_ASSIGN_OR_RETURN(int64_t global_step, GetGlobalStep(ctx.variables()));
+      FOREMAN_ASSIGN_OR_RETURN(seen->variables[global_step], ctx.variables().SnapshotOrError());
+      return absl::OkStatus();
+    };
+  };
+  const Run run = TrainJob(std::move(o));
+  REQUIRE_OK(run.closed);
+  CHECK(seen->runs == 5);
+  if (!OnGpu()) {
+    // Not one synchronous copy into pageable memory per variable
+    // (VariableStore::Get's): one CopyToHostBatch per summary.
+    CHECK(seen->pageable == 0);
+    CHECK(seen->batches == seen->runs);
+  }
+  // Each histogram is of the variable's value after that step.
+  int checked = 0;
+  for (const Event& e : testing::Events(tmp / "h")) {
+    if (e.kind != Event::Kind::kSummary) continue;
+    CAPTURE(e.step);
+    for (const SummaryValue& v : e.values) {
+      if (v.kind != SummaryValue::Kind::kHistogram) continue;
+      CAPTURE(v.tag);
+      REQUIRE(seen->variables.count(e.step) == 1);
+      REQUIRE(seen->variables[e.step].count(v.tag) == 1);
+      const Tensor& t = seen->variables[e.step].at(v.tag);
+      double lo = t.data<float>()[0], hi = lo, sum = 0;
+      for (int64_t i = 0; i < t.num_elements(); ++i) {
+        const double x = t.data<float>()[i];
+        lo = std::min(lo, x);
+        hi = std::max(hi, x);
+        sum += x;
+      }
+      CHECK(v.histogram.num == static_cast<double>(t.num_elements()));
+      CHECK(v.histogram.min == lo);
+      CHECK(v.histogram.max == hi);
+      CHECK(v.histogram.sum == doctest::Approx(sum).epsilon(1e-9));
+      ++checked;
+    }
+  }
+  CHECK(checked == 5 * 4);  // steps 1, 3, ..., 9; two kernels and two biases
+}
+
 }  // namespace
 }  // namespace foreman
 
 // --device=/gpu:N runs the cases on that CUDA device; the default is the
 // fake device. Each case is in a doctest suite of its own (step, job, moves,
-// recovery, nan, pipeline, nan_at_close: --test-suite=NAME), so that the gpu suite runs each in its
+// recovery, nan, pipeline, nan_at_close, histograms: --test-suite=NAME), so that the gpu suite runs each in its
 // own process: a CUDA fault is sticky for its process and would fail every
 // later case. The other arguments are doctest's. Exit 77 (skipped) where no
 // CUDA device can be seen: a build without CUDA, no plug-in or runtime, no

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -102,6 +103,10 @@ struct MlpModel {
   std::optional<nn::StepResult> own_statistics;
   data::Batch test;  // the whole test set, in file order (the host path's evaluation)
   std::vector<std::string> histogram_variables;
+  // Page-locked buffers (the resident device's AllocateHostTensor) the
+  // histograms of device-resident variables are copied into, in one batch,
+  // reused between summaries (mlp_step.cpp HistogramValues).
+  std::map<std::string, Tensor> histogram_buffers;
   std::shared_ptr<EvalRecord> eval;
   // A cluster's chief: more scalars for its "summaries" (steps_per_sec/worker_K).
   std::function<std::vector<std::string>()> extra_summaries;
@@ -208,6 +213,7 @@ class DeviceExamplesHook : public SessionRunHook {
   Status end(Session*) override {
     model_->device_train.reset();
     model_->device_test.reset();
+    model_->histogram_buffers.clear();
     return absl::OkStatus();
   }
 

@@ -14,6 +14,7 @@
 #include "foreman/summary.hpp"
 #include "foreman/variable_store.hpp"
 #include "platform/log.hpp"
+#include "runtime/variable_store_access.hpp"
 #include "train/mlp_model.hpp"
 
 namespace foreman::train_internal {
@@ -113,6 +114,46 @@ StatusOr<nn::StepResult> PipelinedStep(MlpModel& m, VariableStore& vars, compute
   FOREMAN_ASSIGN_OR_RETURN(nn::StepResult own, m.mlp->FinishTrainStep());
   m.own_statistics = own;
   return own;
+}
+
+// The values of m.histogram_variables, in that order. Those a device holds
+// newer than the host (a GPU's) come in one CopyToHostBatch into page-locked
+// buffers the model keeps between summaries, not one synchronous pageable
+// copy per variable (VariableStore::Get's); the store's host copies stay as
+// they are, as a checkpoint's snapshot leaves them. The others are the
+// store's host tensors. Valid until the next call or the next step.
+StatusOr<std::vector<const Tensor*>> HistogramValues(MlpModel& m, const VariableStore& vars) {
+  std::vector<const Tensor*> values;
+  values.reserve(m.histogram_variables.size());
+  compute::Device* resident = vars.resident_device();
+  std::vector<compute::HostCopy> copies;
+  for (const std::string& name : m.histogram_variables) {
+    const void* device_value =
+        resident != nullptr ? internal::VariableStoreAccess::DeviceNewerData(vars, name) : nullptr;
+    if (device_value == nullptr) {
+      FOREMAN_ASSIGN_OR_RETURN(const Tensor* t, vars.Get(name));
+      values.push_back(t);
+      continue;
+    }
+    const Tensor* host = internal::VariableStoreAccess::HostTensor(vars, name);
+    Tensor& held = m.histogram_buffers[name];
+    if (held.dtype() != host->dtype() || held.shape() != host->shape() || held.TotalBytes() == 0) {
+      StatusOr<Tensor> fresh = resident->AllocateHostTensor(host->dtype(), host->shape());
+      if (!fresh.ok()) {
+        return Annotate(fresh.status(), absl::StrCat("a host buffer for the histogram of '", name, "' from ",
+                                                     resident->name()));
+      }
+      held = *std::move(fresh);
+    }
+    copies.push_back(compute::HostCopy{held.raw_data(), device_value, static_cast<int64_t>(held.TotalBytes())});
+    values.push_back(&held);
+  }
+  if (!copies.empty()) {
+    if (Status s = resident->CopyToHostBatch(copies.data(), static_cast<int64_t>(copies.size())); !s.ok()) {
+      return Annotate(s, absl::StrCat("copying the histograms' variables from ", resident->name()));
+    }
+  }
+  return values;
 }
 
 // One batch: forward, backward, update (here, or by the ps tasks), the data
@@ -270,9 +311,10 @@ Status MlpStep(MlpModel& m, StepContext& ctx) {
     if (m.extra_summaries) {
       for (std::string& s : m.extra_summaries()) summaries.push_back(std::move(s));
     }
-    for (const std::string& name : m.histogram_variables) {
-      FOREMAN_ASSIGN_OR_RETURN(const Tensor* t, static_cast<const VariableStore&>(ctx.variables()).Get(name));
-      FOREMAN_ASSIGN_OR_RETURN(std::string h, HistogramSummary(name, *t));
+    auto span = ctx.Trace("histograms");
+    FOREMAN_ASSIGN_OR_RETURN(std::vector<const Tensor*> values, HistogramValues(m, ctx.variables()));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      FOREMAN_ASSIGN_OR_RETURN(std::string h, HistogramSummary(m.histogram_variables[i], *values[i]));
       summaries.push_back(std::move(h));
     }
     ctx.Set("summaries", Tensor::Scalar<std::string>(MergeSummaries(summaries)));
