@@ -191,8 +191,14 @@ std::vector<nn::StepResult> Train(const nn::OptimizerOptions& opt, VariableStore
       std::fill(indices.begin(), indices.end(), -1);
       CHECK(mlp->train_step_pending());
       // One step in flight at a time: the buffers hold one step's values.
-      CHECK(mlp->LaunchTrainStep(vars, *examples, dataset.Order(pos.epoch)->data() + pos.index, rows, device)
-                .code() == absl::StatusCode::kFailedPrecondition);
+      // Other indices and another learning rate: a refused launch must not
+      // have written them over the pending step's (its results are checked).
+      const float rate = opt.learning_rate * std::pow(0.9f, static_cast<float>(step));
+      REQUIRE_OK(mlp->set_learning_rate(rate * 3));
+      const std::vector<int32_t>& order = *dataset.Order(pos.epoch);
+      CHECK(mlp->LaunchTrainStep(vars, *examples, order.data() + (order.size() - rows), rows, device).code() ==
+            absl::StatusCode::kFailedPrecondition);
+      REQUIRE_OK(mlp->set_learning_rate(rate));
     }
     pos = batch.next;
   }
@@ -511,6 +517,23 @@ TEST_CASE("a NaN loss on the device ends the run at the step that produced it; n
     if (t.dtype() != DataType::kFloat) continue;
     for (int64_t i = 0; i < t.num_elements(); ++i) REQUIRE(!std::isnan(t.data<float>()[i]));
   }
+
+  // With an evaluation due at every step, the run that would evaluate the
+  // diverged weights of step N fails first, as NanTensorHook's after_run
+  // does before EvalHook's on the CPU: <dir>/eval holds steps before N only.
+  MlpJobOptions every = JobOptions(tmp / "eval", g_device);
+  every.settings.optimizer = "sgd";
+  every.settings.learning_rate = 1e30;
+  every.settings.eval_every_steps = 1;
+  const Run evaluated = TrainJob(std::move(every));
+  CHECK_MESSAGE(IsNanLossDuringTraining(evaluated.closed), evaluated.closed.ToString());
+  CHECK(evaluated.result.local_steps == nan_step);
+  std::vector<int64_t> eval_steps;
+  for (const Event& e : testing::Events(std::string(tmp / "eval") + "/eval")) {
+    if (e.kind == Event::Kind::kSummary) eval_steps.push_back(e.step);
+  }
+  CHECK_FALSE(eval_steps.empty());
+  for (int64_t step : eval_steps) CHECK(step < nan_step);
 }
 
 // The steps' statistics of the same job on a device that reads every step's
@@ -543,6 +566,7 @@ TEST_CASE("pipelined, run N reports step N - 1's loss and accuracy; the first ru
     const int64_t last = max_steps > 0 ? max_steps : 10;
     MlpJobOptions o = JobOptions(tmp / absl::StrCat("own", max_steps), g_device);
     o.settings.max_steps = max_steps;
+    o.settings.eval_every_steps = 0;  // a run that evaluates reads its own too (the `nan` case)
     const std::vector<MlpJobProgress> own = OwnStatistics(o);
     REQUIRE(own.size() == static_cast<std::size_t>(last));
 

@@ -332,6 +332,11 @@ struct Mlp::Impl {
   ~Impl() { ReleaseDeviceWorkspace(); }
 
   void ReleaseDeviceWorkspace() {
+    // A step in flight reads host_inputs and writes host_stats and the
+    // blocks: it ends before they are freed (its result is dropped).
+    if (pending.has_value() && ws_device != nullptr && !ws_lifetime.expired()) {
+      (void)ws_device->WaitForMarker(pending->marker);
+    }
     captures.clear();  // before the memory they use
     // A destroyed device freed its memory itself (compute::Device::lifetime).
     if (ws_device != nullptr && !ws_lifetime.expired()) {

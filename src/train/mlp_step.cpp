@@ -156,6 +156,20 @@ StatusOr<std::vector<const Tensor*>> HistogramValues(MlpModel& m, const Variable
   return values;
 }
 
+// Whether this run asks for the test-set evaluation (MlpStep), and whether
+// it will evaluate once its update has made `global_step_after`: fed
+// kEvalFromGlobalStep, only when that step is reached.
+bool EvaluationRequested(const StepContext& ctx) {
+  return ctx.requested("eval_accuracy") || ctx.requested("eval_loss") || ctx.requested("eval_summaries") ||
+         ctx.requested("eval_global_step");
+}
+StatusOr<bool> EvaluatesAt(const StepContext& ctx, int64_t global_step_after) {
+  const Tensor* from = ctx.feed(kEvalFromGlobalStep);
+  if (from == nullptr) return true;
+  FOREMAN_RETURN_IF_ERROR(from->CheckType<int64_t>());
+  return global_step_after >= from->data<int64_t>()[0];
+}
+
 // One batch: forward, backward, update (here, or by the ps tasks), the data
 // position and global_step advanced.
 Status Train(MlpModel& m, StepContext& ctx, std::vector<std::string>& summaries) {
@@ -224,7 +238,19 @@ Status Train(MlpModel& m, StepContext& ctx, std::vector<std::string>& summaries)
     // pipelined on an asynchronous device.
     auto span = ctx.Trace("train");
     if (device.asynchronous()) {
-      const bool last = last_batch || (m.last_step > 0 && global_step + 1 >= m.last_step);
+      // A run that evaluates reads its own step's statistics too, so that a
+      // NaN fails it before its evaluation of the diverged weights is
+      // written (EvalHook's after_run comes after NanTensorHook's, as on
+      // the CPU). In a cluster the update's global_step is not known here:
+      // every run that asks for an evaluation reads its own.
+      bool last = last_batch || (m.last_step > 0 && global_step + 1 >= m.last_step);
+      if (!last && EvaluationRequested(ctx)) {
+        if (ctx.remote_variables()) {
+          last = true;
+        } else {
+          FOREMAN_ASSIGN_OR_RETURN(last, EvaluatesAt(ctx, global_step + 1));
+        }
+      }
       FOREMAN_ASSIGN_OR_RETURN(r, PipelinedStep(m, vars, device, order->data() + index, rows, last));
     } else {
       FOREMAN_ASSIGN_OR_RETURN(r, m.mlp->TrainStep(vars, *m.device_train, order->data() + index, rows, device));
@@ -286,17 +312,12 @@ Status MlpStep(MlpModel& m, StepContext& ctx) {
   std::vector<std::string> summaries;
   if (ctx.requested("train_op")) FOREMAN_RETURN_IF_ERROR(Train(m, ctx, summaries));
   // After the update: the summary is written at the post-run global_step.
-  if (ctx.requested("eval_accuracy") || ctx.requested("eval_loss") || ctx.requested("eval_summaries") ||
-      ctx.requested("eval_global_step")) {
+  if (EvaluationRequested(ctx)) {
     // Fed kEvalFromGlobalStep: only when this run's update reached that step
     // (in a cluster the other workers' updates may carry global_step past it
     // between two of this worker's runs); otherwise eval_global_step -1.
-    bool evaluate = true;
-    if (const Tensor* from = ctx.feed(kEvalFromGlobalStep); from != nullptr) {
-      FOREMAN_RETURN_IF_ERROR(from->CheckType<int64_t>());
-      FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(ctx.variables()));
-      evaluate = step >= from->data<int64_t>()[0];
-    }
+    FOREMAN_ASSIGN_OR_RETURN(int64_t step, GetGlobalStep(ctx.variables()));
+    FOREMAN_ASSIGN_OR_RETURN(bool evaluate, EvaluatesAt(ctx, step));
     if (evaluate) {
       FOREMAN_RETURN_IF_ERROR(Evaluate(m, ctx));
     } else {
