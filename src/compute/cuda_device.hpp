@@ -20,7 +20,8 @@
 //     stream; CapturedOps::Replay launches it. Refused while capturing
 //     (FAILED_PRECONDITION, spoiling the capture): Allocate, CopyToHost,
 //     CopyToHostBatch, SoftmaxXentForward / SoftmaxXent (host statistics),
-//     AllocateHostTensor, Synchronize, Replay — and CopyToDevice, whose
+//     AllocateHostTensor, Synchronize, Replay, RecordMarker, WaitForMarker —
+//     and CopyToDevice, whose
 //     recorded copy would read the caller's host buffer at every replay
 //     after the caller was told it may reuse it. A step's inputs come in
 //     with CopyToDeviceAsync instead, which may be captured: it reads a
@@ -32,8 +33,8 @@
 //     INVALID_ARGUMENT otherwise) and a replay return at once;
 //     RecordMarker records one of a ring of 4 CUDA events on the compute
 //     stream and WaitForMarker synchronises on it (a marker older than the
-//     ring waits on the oldest event held, which comes after it), so the
-//     host waits for a step only when it reads the step's statistics.
+//     ring waits on the oldest event held, which comes after it): the
+//     step's own statistics need no other wait (the copies below do).
 //   - CopyToDevice of up to 1 MiB goes through one of two page-locked
 //     staging buffers and returns at once; larger copies wait for the copy.
 //     CopyToHost and CopyToHostBatch wait for everything queued before
