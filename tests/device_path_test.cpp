@@ -472,13 +472,20 @@ struct Saves : CheckpointSaverListener {
   }
 };
 
+// The job of JobOptions with a learning rate that makes a step's loss NaN
+// within a few steps (plain SGD: no Adam normalisation to tame it).
+MlpJobOptions DivergingJobOptions(const std::string& dir) {
+  MlpJobOptions o = JobOptions(dir, g_device);
+  o.settings.optimizer = "sgd";
+  o.settings.learning_rate = 1e30;
+  return o;
+}
+
 TEST_CASE("a NaN loss on the device ends the run at the step that produced it; no checkpoint after it" *
           doctest::test_suite("nan")) {
   DeviceScope scope;
   TempDir tmp;
-  MlpJobOptions o = JobOptions(tmp / "nan", g_device);
-  o.settings.optimizer = "sgd";
-  o.settings.learning_rate = 1e30;
+  MlpJobOptions o = DivergingJobOptions(tmp / "nan");
   o.settings.save_checkpoint_steps = 1;
   auto losses = std::make_shared<Losses>();
   o.observer = losses;
@@ -521,9 +528,7 @@ TEST_CASE("a NaN loss on the device ends the run at the step that produced it; n
   // With an evaluation due at every step, the run that would evaluate the
   // diverged weights of step N fails first, as NanTensorHook's after_run
   // does before EvalHook's on the CPU: <dir>/eval holds steps before N only.
-  MlpJobOptions every = JobOptions(tmp / "eval", g_device);
-  every.settings.optimizer = "sgd";
-  every.settings.learning_rate = 1e30;
+  MlpJobOptions every = DivergingJobOptions(tmp / "eval");
   every.settings.eval_every_steps = 1;
   const Run evaluated = TrainJob(std::move(every));
   CHECK_MESSAGE(IsNanLossDuringTraining(evaluated.closed), evaluated.closed.ToString());
@@ -602,9 +607,7 @@ TEST_CASE("pipelined, a NaN in the step a stop leaves in flight fails close() be
           doctest::test_suite("nan_at_close")) {
   DeviceScope scope;
   TempDir tmp;
-  MlpJobOptions o = JobOptions(tmp / "whole", g_device);
-  o.settings.optimizer = "sgd";
-  o.settings.learning_rate = 1e30;
+  MlpJobOptions o = DivergingJobOptions(tmp / "whole");
   o.settings.save_checkpoint_steps = 1000;  // the first save and the final one only
   // Where the NaN comes (step N), from a run to its end.
   const Run whole = TrainJob(o);

@@ -92,8 +92,8 @@ Status SetLearningRate(MlpModel& m, int64_t global_step) {
 // batch of the last epoch), wait for their own step. docs/gpu.md.
 StatusOr<nn::StepResult> PipelinedStep(MlpModel& m, VariableStore& vars, compute::Device& device,
                                        const int32_t* indices, int64_t rows, bool last) {
-  const bool same_session = m.pipeline_vars == &vars && !m.pipeline_device.expired() &&
-                            m.pipeline_device.lock() == device.lifetime().lock();
+  // (An expired pipeline_device locks to null; a live device's lifetime never does.)
+  const bool same_session = m.pipeline_vars == &vars && m.pipeline_device.lock() == device.lifetime().lock();
   std::optional<nn::StepResult> previous;
   if (same_session && m.mlp->train_step_pending()) {
     FOREMAN_ASSIGN_OR_RETURN(nn::StepResult p, m.mlp->FinishTrainStep());

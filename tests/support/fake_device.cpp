@@ -246,34 +246,32 @@ Status FakeDevice::CheckPinned(const char* op, const char* what, const void* ptr
   return absl::OkStatus();
 }
 
-Status FakeDevice::CopyToDeviceAsync(void* device_dst, const void* host_src, int64_t bytes) {
+Status FakeDevice::AsyncCopy(bool to_device, void* dst, const void* src, int64_t bytes) {
+  const char* op = to_device ? "CopyToDeviceAsync" : "CopyToHostAsync";
   if (bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(name(), " CopyToDeviceAsync: bytes must be >= 0, got ", bytes));
+    return absl::InvalidArgumentError(absl::StrCat(name(), " ", op, ": bytes must be >= 0, got ", bytes));
   }
-  auto check = [this, device_dst, host_src, bytes]() -> Status {
-    FOREMAN_RETURN_IF_ERROR(CheckDevice("CopyToDeviceAsync", "destination", device_dst, bytes));
-    return CheckPinned("CopyToDeviceAsync", "the source", host_src, bytes);
+  auto check = [this, op, to_device, dst, src, bytes]() -> Status {
+    if (to_device) {
+      FOREMAN_RETURN_IF_ERROR(CheckDevice(op, "destination", dst, bytes));
+      return CheckPinned(op, "the source", src, bytes);
+    }
+    FOREMAN_RETURN_IF_ERROR(CheckDevice(op, "source", src, bytes));
+    return CheckPinned(op, "the destination", dst, bytes);
   };
-  return Launch("CopyToDeviceAsync", check, [this, device_dst, host_src, bytes]() -> Status {
-    if (bytes > 0) std::memcpy(device_dst, host_src, static_cast<std::size_t>(bytes));
-    ++async_copies_to_device_;
+  return Launch(op, check, [this, to_device, dst, src, bytes]() -> Status {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+    ++(to_device ? async_copies_to_device_ : async_copies_to_host_);
     return absl::OkStatus();
   });
 }
 
+Status FakeDevice::CopyToDeviceAsync(void* device_dst, const void* host_src, int64_t bytes) {
+  return AsyncCopy(/*to_device=*/true, device_dst, host_src, bytes);
+}
+
 Status FakeDevice::CopyToHostAsync(void* host_dst, const void* device_src, int64_t bytes) {
-  if (bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(name(), " CopyToHostAsync: bytes must be >= 0, got ", bytes));
-  }
-  auto check = [this, host_dst, device_src, bytes]() -> Status {
-    FOREMAN_RETURN_IF_ERROR(CheckDevice("CopyToHostAsync", "source", device_src, bytes));
-    return CheckPinned("CopyToHostAsync", "the destination", host_dst, bytes);
-  };
-  return Launch("CopyToHostAsync", check, [this, host_dst, device_src, bytes]() -> Status {
-    if (bytes > 0) std::memcpy(host_dst, device_src, static_cast<std::size_t>(bytes));
-    ++async_copies_to_host_;
-    return absl::OkStatus();
-  });
+  return AsyncCopy(/*to_device=*/false, host_dst, device_src, bytes);
 }
 
 StatusOr<void*> FakeDevice::Allocate(int64_t bytes) {

@@ -186,6 +186,8 @@ class FakeDevice final : public compute::Device {
   Status RunQueued(uint64_t marker);
   /// A page-locked host operand of an asynchronous copy.
   Status CheckPinned(const char* op, const char* what, const void* ptr, int64_t bytes) const;
+  /// CopyToDeviceAsync (to_device) or CopyToHostAsync: checked, then launched.
+  Status AsyncCopy(bool to_device, void* dst, const void* src, int64_t bytes);
 
   Options options_;
   compute::CpuDevice cpu_;
