@@ -4,8 +4,8 @@
 // with the IEEE sqrt, the CPU's being Eigen's fast approximation; the GEMM
 // bitwise against the k-ordered fmaf sum and within 1e-5 of the CPU's; the
 // softmax within CUDA's expf/logf accuracy), a captured step replayed against the same step run eagerly,
-// copies into page-locked host tensors, memory limits, device indices and a
-// sticky error. Exits 77 (meson's "skipped") without a CUDA device.
+// copies into page-locked host tensors, asynchronous copies and markers,
+// memory limits, device indices and a sticky error. Exits 77 (meson's "skipped") without a CUDA device.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -26,6 +26,7 @@
 #include "compute/kernel_math.hpp"
 #include "foreman/compute.hpp"
 #include "foreman/cuda.hpp"
+#include "support/async_contract.hpp"
 #include "support/random_floats.hpp"
 
 namespace foreman::compute {
@@ -635,6 +636,13 @@ TEST_CASE("CopyToHostBatch lands every range in page-locked host tensors, after 
   CHECK(s.message().find("CopyToHostBatch: copies[0].host_dst (16 bytes at 0x") != absl::string_view::npos);
   CHECK(s.message().find("is not page-locked host memory") != absl::string_view::npos);
   REQUIRE(gpu->Synchronize().ok());  // not a device failure: the device works on
+}
+
+// The same check as the fake device's (fake_device_test): more steps in
+// flight than the ring of 4 marker events, the oldest waited for first.
+TEST_CASE("asynchronous copies and markers: ten steps in flight, a wait for each lands its output") {
+  auto gpu = Gpu();
+  testing::CheckAsyncCopiesAndMarkers(*gpu);
 }
 
 TEST_CASE("memory: the limit and the device's own size give RESOURCE_EXHAUSTED naming /gpu:0 and the bytes") {

@@ -4,6 +4,8 @@
 // (work queued until the host waits, as on a CUDA stream).
 #include "support/fake_device.hpp"
 
+#include "support/async_contract.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -260,6 +262,7 @@ TEST_CASE("asynchronous: work runs only when the host waits, async copies read a
   REQUIRE(out.ok());
   const float v0[2] = {10, 20};
   REQUIRE(d.CopyToDevice(var, v0, 8).ok());
+  REQUIRE(d.Synchronize().ok());
   in->data<float>()[0] = 1;
   in->data<float>()[1] = 2;
   out->data<float>()[0] = -1;
@@ -348,6 +351,56 @@ TEST_CASE("asynchronous copies need page-locked memory; markers are refused insi
   }
 }
 
+// The contract cuda_step_test checks on /gpu:0, here on the fake.
+TEST_CASE("asynchronous: ten steps in flight, waited for oldest first; a captured step reads its input at each replay") {
+  FakeDevice d(Asynchronous());
+  CheckAsyncCopiesAndMarkers(d);
+  CHECK(d.async_copies_to_device() == kStepsInFlight + 2);
+  CHECK(d.async_copies_to_host() == kStepsInFlight + 2);
+  CHECK(d.queued_operations() == 0);
+  CHECK(d.bad_deallocations() == 0);
+}
+
+// The fake waits only where CUDA waits, so that code missing a wait fails
+// here as it would on a GPU: CopyToDevice goes through a staging buffer
+// (cuda_device.cu), cudaMalloc and cudaMallocHost wait for no queued work.
+TEST_CASE("asynchronous: CopyToDevice, Allocate and AllocateHostTensor wait for nothing queued") {
+  FakeDevice d(Asynchronous());
+  float* var = AllocFloats(d, 2);
+  float* grad = AllocFloats(d, 2);
+  float host[2] = {10, 20};
+  REQUIRE(d.CopyToDevice(var, host, 8).ok());
+  host[0] = 99;  // the caller's buffer is free on return: its bytes were taken
+  const float g[2] = {1, 2};
+  REQUIRE(d.CopyToDevice(grad, g, 8).ok());
+  REQUIRE(d.ApplyGradientDescent(var, grad, 2, 1.0f).ok());
+  CHECK(d.queued_operations() == 3);
+  CHECK(d.copies_to_device() == 0);  // nothing ran yet
+
+  StatusOr<void*> more = d.Allocate(16);
+  REQUIRE(more.ok());
+  StatusOr<Tensor> pinned = d.AllocateHostTensor(DataType::kFloat, TensorShape{2});
+  REQUIRE(pinned.ok());
+  CHECK(d.queued_operations() == 3);  // neither ran the queue
+
+  // A later CopyToDevice lands after the work queued before it.
+  const float reset[2] = {0, 0};
+  REQUIRE(d.CopyToDevice(grad, reset, 8).ok());
+  CHECK(Read(d, var, 2) == std::vector<float>{9, 18});  // CopyToHost waits for all of it
+  CHECK(Read(d, grad, 2) == std::vector<float>{0, 0});
+  CHECK(d.copies_to_device() == 3);
+  CHECK(d.queued_operations() == 0);
+
+  // A negative size is refused at the call; a failure of a queued copy sticks.
+  CHECK(d.CopyToDevice(var, host, -1).code() == absl::StatusCode::kInvalidArgument);
+  d.InjectFailure(0, absl::InternalError("copy failed"));
+  REQUIRE(d.CopyToDevice(var, host, 8).ok());
+  CHECK(d.Synchronize().code() == absl::StatusCode::kInternal);
+  CHECK(d.CopyToDevice(var, host, 8).code() == absl::StatusCode::kInternal);
+  d.ClearFailure();
+  d.Deallocate(*more);
+}
+
 TEST_CASE("asynchronous: a failure in queued work surfaces at the wait, drops the rest and sticks") {
   FakeDevice d(Asynchronous());
   float* var = AllocFloats(d, 1);
@@ -355,6 +408,7 @@ TEST_CASE("asynchronous: a failure in queued work surfaces at the wait, drops th
   const float one = 1, ten = 10;
   REQUIRE(d.CopyToDevice(var, &ten, 4).ok());
   REQUIRE(d.CopyToDevice(grad, &one, 4).ok());
+  REQUIRE(d.Synchronize().ok());
   d.InjectFailure(1, absl::InternalError("kernel 2 failed"));
   // Accepted when queued: the failure is only known when the device runs it.
   REQUIRE(d.ApplyGradientDescent(var, grad, 1, 1.0f).ok());

@@ -189,15 +189,19 @@ Status FakeDevice::RunQueued(uint64_t marker) {
   return async_error_;
 }
 
-Status FakeDevice::HostOp(const char* op_name, const Op& op) {
+Status FakeDevice::HostCall(const char* op_name, const Op& op) {
   if (capturing_) {
     Status s = absl::FailedPreconditionError(
         absl::StrCat(name(), " ", op_name, ": needs the host, not allowed while capturing"));
     if (capture_error_.ok()) capture_error_ = s;
     return s;
   }
-  FOREMAN_RETURN_IF_ERROR(RunQueued(UINT64_MAX));
   return Execute(op);
+}
+
+Status FakeDevice::HostOp(const char* op_name, const Op& op) {
+  if (!capturing_) FOREMAN_RETURN_IF_ERROR(RunQueued(UINT64_MAX));
+  return HostCall(op_name, op);
 }
 
 Status FakeDevice::Replay(const std::vector<Op>& ops) {
@@ -279,7 +283,7 @@ StatusOr<void*> FakeDevice::Allocate(int64_t bytes) {
     return absl::InvalidArgumentError(absl::StrCat(name(), " Allocate: bytes must be >= 0, got ", bytes));
   }
   void* result = nullptr;
-  FOREMAN_RETURN_IF_ERROR(HostOp("Allocate", [&]() -> Status {
+  FOREMAN_RETURN_IF_ERROR(HostCall("Allocate", [&]() -> Status {
     if (options_.memory_limit_bytes > 0 && allocated_bytes_ + bytes > options_.memory_limit_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(name(), ": out of memory allocating ", bytes, " bytes (",
                                                        allocated_bytes_, " of the limit ",
@@ -316,12 +320,36 @@ void FakeDevice::Deallocate(void* ptr) {
 Status FakeDevice::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) {
   FOREMAN_RETURN_IF_ERROR(CheckDevice("CopyToDevice", "destination", device_dst, bytes));
   FOREMAN_RETURN_IF_ERROR(CheckHost("CopyToDevice", "source", host_src, bytes));
-  return HostOp("CopyToDevice", [&]() -> Status {
-    FOREMAN_RETURN_IF_ERROR(cpu_.CopyToDevice(device_dst, host_src, bytes));
-    ++copies_to_device_;
-    bytes_to_device_ += std::max<int64_t>(bytes, 0);
-    return absl::OkStatus();
-  });
+  if (!options_.asynchronous || capturing_) {
+    return HostOp("CopyToDevice", [&]() -> Status {
+      FOREMAN_RETURN_IF_ERROR(cpu_.CopyToDevice(device_dst, host_src, bytes));
+      ++copies_to_device_;
+      bytes_to_device_ += std::max<int64_t>(bytes, 0);
+      return absl::OkStatus();
+    });
+  }
+  // As CUDA's through its staging buffer: the caller's bytes are taken now
+  // and copied to the device after the operations queued before, which it
+  // does not wait for.
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), " CopyToDevice: bytes must be >= 0, got ", bytes));
+  }
+  FOREMAN_RETURN_IF_ERROR(async_error_);
+  if (bytes == 0) return absl::OkStatus();
+  const char* src = static_cast<const char*>(host_src);
+  auto staged = std::make_shared<std::vector<char>>(src, src + bytes);
+  queue_.push_back(Queued{[this, device_dst, staged, bytes]() -> Status {
+                            // Checked again when it runs: a block freed since is caught then.
+                            FOREMAN_RETURN_IF_ERROR(CheckDevice("CopyToDevice", "destination", device_dst, bytes));
+                            return Execute([&]() -> Status {
+                              FOREMAN_RETURN_IF_ERROR(cpu_.CopyToDevice(device_dst, staged->data(), bytes));
+                              ++copies_to_device_;
+                              bytes_to_device_ += std::max<int64_t>(bytes, 0);
+                              return absl::OkStatus();
+                            });
+                          },
+                          newest_marker_});
+  return absl::OkStatus();
 }
 
 Status FakeDevice::CopyToHost(void* host_dst, const void* device_src, int64_t bytes) {
@@ -374,7 +402,7 @@ Status FakeDevice::CopyToHostBatch(const compute::HostCopy* copies, int64_t coun
 
 StatusOr<Tensor> FakeDevice::AllocateHostTensor(DataType dtype, TensorShape shape) {
   Tensor t;
-  FOREMAN_RETURN_IF_ERROR(HostOp("AllocateHostTensor", [&]() -> Status {
+  FOREMAN_RETURN_IF_ERROR(HostCall("AllocateHostTensor", [&]() -> Status {
     // Tensor::Create checks the dtype and shape (and is what strings and
     // empty tensors get, as on CUDA: nothing is copied into them); a
     // numeric tensor then moves to a buffer of the page-locked ranges.

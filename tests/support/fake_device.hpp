@@ -29,11 +29,16 @@
 //     CUDA stream would, late: every operation that does not need the host
 //     (the math, replays, CopyToDeviceAsync, CopyToHostAsync) is checked and
 //     queued, and the queue runs, in call order, only when the host waits:
-//     WaitForMarker (up to that marker), or an operation that needs the host
-//     (copies, Synchronize, Allocate, Deallocate — cudaFree waits too).
-//     CopyToDeviceAsync reads its host buffer and CopyToHostAsync writes its
-//     own when they run, so a caller that changes an input or reads a result
-//     before waiting for it sees what it would on a GPU. The first queued
+//     WaitForMarker (up to that marker), or an operation that must see the
+//     device's results (CopyToHost, CopyToHostBatch, Synchronize, Deallocate:
+//     cudaFree waits too). It is never run where CUDA does not wait, so that
+//     a missing wait shows here: Allocate and AllocateHostTensor return at
+//     once, and CopyToDevice copies the caller's bytes (its buffer may be
+//     reused on return, as through CUDA's staging buffer) and queues their
+//     copy to the device behind the earlier operations. CopyToDeviceAsync
+//     reads its host buffer and CopyToHostAsync writes its own when they
+//     run, so a caller that changes an input or reads a result before
+//     waiting for it sees what it would on a GPU. The first queued
 //     operation that fails drops the rest of the queue; its error is returned
 //     by that wait and every later operation (a sticky CUDA error) until
 //     ClearFailure(). Without the option every operation runs when called.
@@ -176,9 +181,13 @@ class FakeDevice final : public compute::Device {
   /// Runs `op` now (counting it, applying injected failures), or records it
   /// when capturing. `check` runs first in both cases and again at replay.
   Status Launch(const char* name, Op check, Op op);
-  /// An operation that needs the host: FAILED_PRECONDITION while capturing
-  /// (spoiling the capture), else Execute.
+  /// An operation that needs the device's results: FAILED_PRECONDITION while
+  /// capturing (spoiling the capture), else the queue runs, then Execute.
   Status HostOp(const char* name, const Op& op);
+  /// An operation that needs the host but not the device's results (Allocate,
+  /// AllocateHostTensor): refused while capturing, run at once without
+  /// running the queue.
+  Status HostCall(const char* name, const Op& op);
   Status Execute(const Op& op);
   Status Replay(const std::vector<Op>& ops);
   /// Runs the queued operations recorded before marker `marker` (all of
