@@ -256,6 +256,15 @@ void ConfigureClusterNetwork(caf::actor_system_config& config, const NetConfig& 
   // from the training thread (tools/bench/cluster_bench.sh, 1 ps + 1
   // worker: 3.9 vs 4.9 ms of CPU per step).
   config.set("scheduler.policy", caf::atom("sharing"));
+  // No BASP workers: with them (CAF 0.17's default, 1 to 4) the middleman's
+  // thread copies each received payload into a worker's buffer
+  // (basp::worker::launch) and a scheduler thread deserializes it from
+  // there: a second user-space copy of every tensor received, uncounted by
+  // TransportCopyCounters, and a thread hand-off. Without them the
+  // middleman's thread deserializes the payload where it was read, which is
+  // the one copy tensor_bytes.hpp counts (the same work on that thread as
+  // the copy it replaces).
+  config.set("middleman.workers", size_t{0});
   config.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(net.heartbeat_ms)});
   config.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(net.connection_timeout_ms)});
   // Checked by the connecting side only (basp::instance, server_handshake):

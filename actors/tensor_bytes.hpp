@@ -31,8 +31,10 @@
 // copied by this file's explicit copies (Copy, Detach, mutable_data's
 // copy-on-write, CopyOrAdopt's copy), process-wide, for the benchmark's
 // "bytes copied per step". CAF's own buffers are not counted (they copy
-// nothing more: BASP's write buffer is swapped into the socket's, its read
-// buffer is swapped into the message it deserializes).
+// nothing more: BASP's write buffer is swapped into the socket's, and its
+// read buffer is deserialized where it is, on the middleman's thread, because
+// ConfigureClusterNetwork runs no BASP workers — a worker would first copy
+// each received payload into its own buffer, basp::worker::launch).
 //
 // Thread-safety: one TensorBytes object is used by one thread at a time;
 // different copies (sharing a buffer) may be used and destroyed on

@@ -4,7 +4,7 @@
 # report.py turns them into a table. Measures nothing; installs nothing.
 # PyTorch's scripts run only when /usr/bin/python3 has torch; the MLP
 # programs only when Fashion-MNIST is installed (dataset-fashion-mnist).
-# Usage: bench_smoke_test.sh OVERHEAD SUMMARY CHECKPOINT TRAIN RECOVERY BENCH_SRC_DIR
+# Usage: bench_smoke_test.sh OVERHEAD SUMMARY CHECKPOINT TRAIN RECOVERY BENCH_SRC_DIR TCP_ROUNDTRIP
 set -u
 overhead=$1
 summary=$2
@@ -12,6 +12,7 @@ checkpoint=$3
 train=$4
 recovery=$5
 src=$6
+tcp_roundtrip=$7
 data=${FOREMAN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 python=/usr/bin/python3
 failures=0
@@ -61,6 +62,17 @@ done
 ((have_torch)) && ! has '^RESULT ckpt\.1MB\.torch_save_MBps ' "$out" && fail "checkpoint_bench: no torch.save: $out"
 grep '^RESULT' <<<"$out" >>"$runs"
 [[ -z $(ls -A "$tmp/scratch") ]] || fail "checkpoint_bench left files behind: $(ls -R "$tmp/scratch")"
+
+# -- 6. the floor under a cluster round trip (127.0.0.1, a few small trades) -------------------
+out=$(timeout 60 "$tcp_roundtrip" 1000 3000 20 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "tcp_roundtrip exited $rc: $out"
+has '^RUN cluster\.tcp_roundtrip_us [0-9]+ us p10=[0-9]+ p90=[0-9]+ request_bytes=1000 answer_bytes=3000 reps=20$' "$out" ||
+  fail "tcp_roundtrip: $out"
+out=$(timeout 60 "$tcp_roundtrip" 1000 0 20 2>&1)
+rc=$?
+[[ $rc -eq 2 ]] && has "ANSWER_BYTES must be a whole number in \[1, [0-9]+\], not '0'" "$out" ||
+  fail "tcp_roundtrip with 0 answer bytes: rc $rc: $out"
 
 # -- 1, 5. the MLP: training throughput and recovery ----------------------------------------
 if [[ -f $data/train-images-idx3-ubyte.gz ]]; then
@@ -194,6 +206,8 @@ RUN cluster.ps1_w1 40000 samples/s steps_per_sec=312 cpu_ms_per_step=3.5 copied_
 RUN cluster.ps1_w2 50000 samples/s steps_per_sec=390 cpu_ms_per_step=4 copied_per_step=3300000 reads=15 read_us=1500 fused_reads=485 applies=500 apply_us=1700 apply_bytes=814120 bytes_in=415506500
 RUN cluster.single 110000 samples/s steps_per_sec=859 cpu_ms_per_step=1.4
 RUN cluster.ps1_w1 55000 samples/s steps_per_sec=430 cpu_ms_per_step=3.3 copied_per_step=3200000 reads=15 read_us=800 fused_reads=985 applies=1000 apply_us=1000 apply_bytes=814120 bytes_in=831013000
+RUN cluster.tcp_roundtrip_us 300 us p10=250 p90=400 request_bytes=814120 answer_bytes=818709 reps=2000
+RUN cluster.tcp_roundtrip_us 200 us p10=190 p90=260 request_bytes=814120 answer_bytes=818709 reps=2000
 RUN cluster.ps1_w2 60000 samples/s steps_per_sec=469 cpu_ms_per_step=3.9 copied_per_step=3200000 reads=15 read_us=1400 fused_reads=485 applies=500 apply_us=1600 apply_bytes=814120 bytes_in=415506500
 RUN cluster.ps1_w2_sync 30000 samples/s steps_per_sec=117 cpu_ms_per_step=8 stale=0 copied_per_step=3300000 reads=15 read_us=900 fused_reads=985 applies=1000 apply_us=3000 apply_bytes=814120 bytes_in=831013000
 RUN cluster.ps1_w2_sync 40000 samples/s steps_per_sec=156 cpu_ms_per_step=7 stale=2 copied_per_step=3200000 reads=15 read_us=800 fused_reads=985 applies=1000 apply_us=2000 apply_bytes=814120 bytes_in=831013000
@@ -208,6 +222,8 @@ has '^\| 6 \| training throughput, 1 ps \+ 1 worker \(async\)[^|]*\| 47500 [^|]*
   fail "report.py: no 1 ps + 1 worker row with its ratio and verdict: $out"
 has '^\| 6 \|   worker 0.s network per step: round trips; apply \(µs\) \| 1\.0[0-9]* \[[^]]*\]; 1050 \[1000–1100\] ' "$out" ||
   fail "report.py: no network row: $out"
+has '^\| 6 \|   the floor: the same bytes. round trip over plain loopback TCP, no CAF, no apply \(µs\) \| 250 \[200–300\] ' "$out" ||
+  fail "report.py: no TCP floor row: $out"
 has '^\| 6 \|   bytes copied in user space per global step, all processes \(B\) \| [^|]*\| payload [^|]*\| 1\.98× \[1\.95–2\.01\] \| ≤ 2× the payload \| yes \|$' "$out" ||
   fail "report.py: no bytes-copied row with its verdict: $out"
 has '^\| 6 \|   CPU time of all its processes per global step \(ms\) \| [^|]*\| one process [^|]*\| 2\.35× \[2\.33–2\.36\] \| ≤ 1\.3× one process \| \*\*no\*\* \|$' "$out" ||
@@ -262,7 +278,7 @@ if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA de
   out=$(timeout 120 "$scripts/gpu-bundle.sh" --build-dir "$build" --out "$tmp/bundle" --no-build --no-data 2>&1)
   rc=$?
   [[ $rc -eq 0 ]] || fail "gpu-bundle.sh exited $rc: $out"
-  for f in gpu-check.sh tests.txt BUILD.txt bin/foreman bin/train_bench bin/gpu_selftest libexec/foreman \
+  for f in gpu-check.sh tests.txt BUILD.txt bin/foreman bin/train_bench bin/tcp_roundtrip bin/gpu_selftest libexec/foreman \
            tools/bench/run.sh tools/bench/cluster_bench.sh tools/bench/report.py tools/bench/train_torch.py; do
     [[ -e $tmp/bundle/$f ]] || fail "gpu-bundle.sh: no $f in the bundle: $(ls -R "$tmp/bundle" | head -50)"
   done

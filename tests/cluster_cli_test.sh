@@ -147,7 +147,7 @@ echo "short run: global_step $final in $((SECONDS - start)) s"
 
 echo "section 3 at $SECONDS s"
 # 3. A run ended by a SIGTERM; status and junk while it trains.
-"$foreman" cluster local --ps 1 --workers 2 "${model[@]}" --max-steps 1000000 --log-step-count-steps 1 \
+"$foreman" cluster local --ps 1 --workers 2 "${model[@]}" --max-steps 1000000 --epochs 1000 --log-step-count-steps 1 \
   --save-summaries-steps 2 --checkpoint-dir "$tmp/long" >"$tmp/long.out" 2>"$tmp/long.err" &
 local_pid=$!
 pids+=("$local_pid")
@@ -284,7 +284,7 @@ if [[ $small != small ]]; then
   echo "certificates made in $((SECONDS - start)) s"
   tls=(--tls-cert "$certs/node.pem" --tls-key "$certs/node.key" --tls-ca "$certs/ca.pem")
   rogue=(--tls-cert "$certs/rogue.pem" --tls-key "$certs/rogue.key" --tls-ca "$certs/rogue-ca.pem")
-  "$foreman" cluster local --ps 1 --workers 2 "${model[@]}" "${tls[@]}" --max-steps 1000000 \
+  "$foreman" cluster local --ps 1 --workers 2 "${model[@]}" "${tls[@]}" --max-steps 1000000 --epochs 1000 \
     --log-step-count-steps 1 --checkpoint-dir "$tmp/tls" >"$tmp/tls.out" 2>"$tmp/tls.err" &
   tls_pid=$!
   pids+=("$tls_pid")
@@ -302,7 +302,7 @@ if [[ $small != small ]]; then
   [[ $code -eq 1 ]] || fail "a plain status of a TLS port exited $code, expected 1: $out"
   # A rogue worker (its own spare address): refused at the handshake, no step.
   spare=$(free_ports 1)
-  "$foreman" train "${model[@]}" "${rogue[@]}" --max-steps 1000000 --ps-hosts "$ps_addr" \
+  "$foreman" train "${model[@]}" "${rogue[@]}" --max-steps 1000000 --epochs 1000 --ps-hosts "$ps_addr" \
     --worker-hosts "$chief_addr,127.0.0.1:$spare" --job-name worker --task-index 1 --checkpoint-dir "$tmp/rogue" \
     --ps-wait-secs 2 >"$tmp/rogue.out" 2>&1 &
   rogue_pid=$!

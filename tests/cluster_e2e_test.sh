@@ -32,7 +32,7 @@ ports=$(free_ports 3) || { echo "FAIL: cannot find free ports"; exit 1; }
 read -r ps_port chief_port worker_port <<<"$ports"
 
 # --max-steps: a bound only (the SIGTERM ends the run); a progress line per step.
-model=(--hidden 32 --batch-size 50 --threads 1 --max-steps 1000000 --optimizer adam --seed 7
+model=(--hidden 32 --batch-size 50 --threads 1 --max-steps 1000000 --epochs 1000 --optimizer adam --seed 7
        --log-step-count-steps 1 --eval-every-steps 0)
 net=(--ps-hosts "127.0.0.1:$ps_port" --worker-hosts "127.0.0.1:$chief_port,127.0.0.1:$worker_port"
      --heartbeat-ms "$heartbeat_ms" --connection-timeout-ms "$timeout_ms")

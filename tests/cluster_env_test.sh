@@ -26,7 +26,7 @@ source "$(dirname "$0")/support/cluster_test_lib.sh"
 unset TF_CONFIG SLURM_PROCID SLURM_NTASKS SLURM_JOB_NODELIST SLURM_STEP_NODELIST SLURM_TASKS_PER_NODE \
   SLURM_STEP_TASKS_PER_NODE
 
-model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --optimizer adam --seed 7
+model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --epochs 1000 --optimizer adam --seed 7
        --log-step-count-steps 1 --eval-every-steps 0)
 net=(--heartbeat-ms "$heartbeat_ms" --connection-timeout-ms "$timeout_ms")
 bound=120

@@ -32,7 +32,7 @@ NAME=cluster_failure_test
 source "$(dirname "$0")/support/cluster_test_lib.sh"
 
 bound=60
-model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --optimizer adam --seed 7
+model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --epochs 1000 --optimizer adam --seed 7
        --log-step-count-steps 1 --eval-every-steps 0)
 
 # Starts a fresh cluster for case $1 (ps, worker 1, then the chief, each

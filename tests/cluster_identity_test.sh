@@ -113,7 +113,9 @@ echo "job A ($a_id) ended training at global_step $final; B's chiefs refused"
 # -- 2. deaths logged ------------------------------------------------------------------
 ports=$(free_ports 3) || { echo "FAIL: cannot find free ports"; exit 1; }
 read -r ps_port chief_port worker_port <<<"$ports"
-model=(--hidden 32 --batch-size 50 --threads 1 --max-steps 1000000 --optimizer adam --seed 7
+# --epochs 1000: never the end here (the default 15 epochs are 18000 steps,
+# which a fast machine's cluster trains before the chief's restart).
+model=(--hidden 32 --batch-size 50 --threads 1 --max-steps 1000000 --epochs 1000 --optimizer adam --seed 7
        --log-step-count-steps 1 --eval-every-steps 0)
 net+=(--ps-hosts "127.0.0.1:$ps_port" --worker-hosts "127.0.0.1:$chief_port,127.0.0.1:$worker_port")
 chief=("$foreman" train "${model[@]}" "${net[@]}" --job-name worker --task-index 0 --checkpoint-dir "$tmp/d"

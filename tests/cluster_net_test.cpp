@@ -271,6 +271,17 @@ TEST_CASE("an echo actor published on port 0 echoes a 1 MiB and a small tensor b
   CHECK(absl::IsInvalidArgument(internal::FromMessage(*back).status()));
 }
 
+// CAF 0.17's BASP workers (its default: 1 to 4) copy every received payload
+// into their own buffer before deserializing it (basp::worker::launch): a
+// second user-space copy of each tensor. Without them the middleman's thread
+// deserializes where it read, the one copy TransportCopyCounters counts; the
+// echo above goes through that path.
+TEST_CASE("a cluster node runs no BASP workers, so a received tensor is copied once") {
+  caf::actor_system_config cfg;
+  internal::ConfigureClusterNetwork(cfg, Plain());
+  CHECK(caf::get_or(cfg, "middleman.workers", caf::defaults::middleman::workers) == 0);
+}
+
 TEST_CASE("PublishActor binds exactly to the host it is given and refuses an empty one") {
   Node server(Plain());
   caf::actor a = server.sys->spawn(Ponger, std::string("bind"));

@@ -44,8 +44,15 @@
 # pinned to its own core with taskset (the ps on the first, worker i on the
 # (i+2)-th; the one process on the second); otherwise nothing is pinned.
 #
+# --tcp-roundtrip BIN (run.sh passes its build's tools/bench/tcp_roundtrip):
+# after each 1 ps + 1 worker run, the floor under its round trip — the same
+# request and answer bytes as worker 0's mean apply and answer, traded 2000
+# times over plain loopback TCP between two processes pinned as the ps and
+# the worker are (tcp_roundtrip.cpp), one line
+#   RUN cluster.tcp_roundtrip_us <median> us p10=.. p90=.. request_bytes=.. answer_bytes=.. reps=..
+#
 # Usage: tools/bench/cluster_bench.sh FOREMAN_BIN [--steps N] [--reps N] [--recovery-reps N] [--data DIR]
-#        [--workers 1,2,4,8]
+#        [--workers 1,2,4,8] [--tcp-roundtrip BIN]
 # (run.sh --parts 6 runs it with its build and --reps; --reps 0 runs only the
 # recovery, --recovery-reps 0 none). CLUSTER_BENCH_KEEP=1 keeps the processes'
 # outputs (the last run of each configuration) and names their directory.
@@ -57,6 +64,7 @@ reps=3
 recovery_reps=5
 data=/usr/share/datasets/fashion-mnist
 workers_csv=1,2
+tcp_roundtrip=
 while (($#)); do
   case $1 in
     --steps) steps=$2; shift ;;
@@ -64,6 +72,7 @@ while (($#)); do
     --recovery-reps) recovery_reps=$2; shift ;;
     --data) data=$2; shift ;;
     --workers) workers_csv=$2; shift ;;
+    --tcp-roundtrip) tcp_roundtrip=$2; shift ;;
     *) echo "cluster_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -145,6 +154,22 @@ run_cluster() {  # run_cluster WORKERS [sync]: sync aggregates all WORKERS' grad
   awk -v r="$total" -v g="$global" -v c="$config" -v x="$extra" -v s="$(stats_of "$d/w0.out")" -v cpu="$(cpu_of "$d"/*.time)" \
     -v steps="$steps" -v copies="$(copies_of "$d"/*.out)" \
     'BEGIN { printf "RUN cluster.%s %.0f samples/s steps_per_sec=%.1f cpu_ms_per_step=%.3f copied_per_step=%.0f %s%s\n", c, r * 128, g, cpu * 1000 / steps, copies / steps, x, s }'
+  if [[ -n $tcp_roundtrip && $n == 1 && $mode == async ]]; then run_tcp_roundtrip "$(stats_of "$d/w0.out")"; fi
+}
+
+# run_tcp_roundtrip STATS: worker 0's stats line (apply_bytes, bytes_in,
+# reads, applies) gives the request and the mean answer.
+run_tcp_roundtrip() {
+  local sizes
+  sizes=$(awk '{ for (i = 1; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+               END { if (v["applies"] + v["reads"] > 0 && v["apply_bytes"] > 0)
+                       printf "%d %d", v["apply_bytes"], v["bytes_in"] / (v["applies"] + v["reads"]) }' <<<"$1")
+  [[ -n $sizes ]] || { log "no apply/answer sizes in worker 0's stats: tcp_roundtrip skipped"; return 0; }
+  # shellcheck disable=SC2086
+  set -- $sizes
+  local cpu_args=()
+  ((pin_tasks)) && cpu_args=("${cpus[0]}" "${cpus[1]}")
+  "$tcp_roundtrip" "$1" "$2" 2000 "${cpu_args[@]}" || { log "tcp_roundtrip failed"; return 1; }
 }
 
 # The ps-kill recovery (header): one repetition, one RUN line.

@@ -534,6 +534,12 @@ def main():
                 per_step.append((payload, copied))
             row("6", "  worker 0's network per step: round trips; apply (µs)",
                 "%s; %s" % (fmt(stats(trips)), fmt(field_stats(name, "apply_us"))), "", "", "", "")
+            if name == "cluster.ps1_w1" and "cluster.tcp_roundtrip_us" in r.runs:
+                # tcp_roundtrip.cpp: the same request and answer bytes over plain
+                # loopback TCP between two processes pinned as the ps and the
+                # worker: what the apply costs beyond it is CAF's and the apply's.
+                row("6", "  the floor: the same bytes' round trip over plain loopback TCP, no CAF, no apply (µs)",
+                    fmt(r.run("cluster.tcp_roundtrip_us")), "", "", "", "")
             if per_step:
                 ratio = stats([c / p for p, c in per_step if p > 0])
                 row("6", "  bytes copied in user space per global step, all processes (B)",

@@ -118,7 +118,7 @@ else log "PyTorch not available: its runs are skipped"; fi
 
 # -- the build ------------------------------------------------------------------------
 bench_targets=(tools/bench/overhead_bench tools/bench/summary_bench tools/bench/checkpoint_bench
-               tools/bench/train_bench tools/bench/recovery_bench tools/foreman)
+               tools/bench/train_bench tools/bench/recovery_bench tools/bench/tcp_roundtrip tools/foreman)
 if [[ -n $bin_dir ]]; then
   bin=$(cd "$bin_dir" && pwd)
   build_dir=$bin
@@ -278,8 +278,11 @@ if part 6; then
   log "6. cluster throughput ($reps runs per figure, $((train_steps * 5)) steps each)"
   foreman_bin=$build_dir/tools/foreman
   [[ -n $bin_dir ]] && foreman_bin=$bin/foreman
+  floor=()  # the plain-TCP floor under the round trip, where the build has it
+  [[ -x $bin/tcp_roundtrip ]] && floor=(--tcp-roundtrip "$bin/tcp_roundtrip")
   TMPDIR=$scratch "$root/tools/bench/cluster_bench.sh" "$foreman_bin" --steps $((train_steps * 5)) --reps "$reps" \
-    --recovery-reps "$recovery_reps" --data "$data" --workers "$workers_csv" 2>"$out/cluster.log" | grep '^RUN' >>"$runs"
+    --recovery-reps "$recovery_reps" --data "$data" --workers "$workers_csv" "${floor[@]}" \
+    2>"$out/cluster.log" | grep '^RUN' >>"$runs"
 fi
 
 # -- 7: the GPU (issue 15): Foreman's device step and PyTorch eager on CUDA, alternating -----------
