@@ -220,6 +220,10 @@ class Device {
   /// Copies `bytes` from host memory to device memory (the restore of a
   /// checkpoint, a batch of features) and from device memory to host memory
   /// (the checkpoint snapshot). The host buffer may be reused on return.
+  /// On an asynchronous device (asynchronous()), CopyToDevice runs after the
+  /// operations called before it but need not wait for them (CUDA: through
+  /// a page-locked staging buffer); CopyToHost returns once they and the
+  /// copy have finished, with their asynchronous failure if one failed.
   virtual Status CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) = 0;
   virtual Status CopyToHost(void* host_dst, const void* device_src, int64_t bytes) = 0;
 
