@@ -50,7 +50,7 @@ source "$(dirname "$0")/support/cluster_test_lib.sh"
 bound=60
 a=10.213.0.1
 b=10.213.0.2
-model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --optimizer adam --seed 7
+model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --epochs 1000 --optimizer adam --seed 7
        --log-step-count-steps 1 --eval-every-steps 0)
 
 # Namespace B and the veth pair.

@@ -23,7 +23,7 @@ bound=120
 
 ports=$(free_ports 5) || { echo "FAIL: cannot find free ports"; exit 1; }
 read -r ps_port ps1_port chief_port worker_port dead_port <<<"$ports"
-model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --optimizer adam --seed 7
+model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --epochs 1000 --optimizer adam --seed 7
        --log-step-count-steps 1 --eval-every-steps 0)
 net=(--heartbeat-ms "$heartbeat_ms" --connection-timeout-ms "$timeout_ms"
      --ps-hosts "127.0.0.1:$ps_port,127.0.0.1:$ps1_port" --worker-hosts "127.0.0.1:$chief_port,127.0.0.1:$worker_port")

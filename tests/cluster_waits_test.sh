@@ -36,7 +36,7 @@ status_timeout_ms=1500
 # A task's start-up (flags, Fashion-MNIST, the actor system) and its exit,
 # on a loaded 2-core machine, on top of each bound.
 slack_ms=$(scaled 3000)  # times the suite's timing scale (tests/support/cluster_test_lib.sh)
-model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --seed 7 --eval-every-steps 0)
+model=(--hidden 16 --batch-size 50 --threads 1 --max-steps 1000000 --epochs 1000 --seed 7 --eval-every-steps 0)
 stopped=()
 # A stopped ps must be continued to die of the lib's SIGKILL at once and
 # leave no zombie behind a group stop: SIGCONT first.

@@ -361,9 +361,10 @@ TEST_CASE("asynchronous: ten steps in flight, waited for oldest first; a capture
   CHECK(d.bad_deallocations() == 0);
 }
 
-// The fake waits only where CUDA waits, so that code missing a wait fails
-// here as it would on a GPU: CopyToDevice goes through a staging buffer
-// (cuda_device.cu), cudaMalloc and cudaMallocHost wait for no queued work.
+// Where CUDA may or may not wait the fake does not, so that code missing a
+// wait fails here: CopyToDevice goes through a staging buffer
+// (cuda_device.cu: it waits at most for a slot, or for all work above
+// 1 MiB), and neither allocation is a wait the step may rely on.
 TEST_CASE("asynchronous: CopyToDevice, Allocate and AllocateHostTensor wait for nothing queued") {
   FakeDevice d(Asynchronous());
   float* var = AllocFloats(d, 2);
@@ -397,6 +398,9 @@ TEST_CASE("asynchronous: CopyToDevice, Allocate and AllocateHostTensor wait for 
   REQUIRE(d.CopyToDevice(var, host, 8).ok());
   CHECK(d.Synchronize().code() == absl::StatusCode::kInternal);
   CHECK(d.CopyToDevice(var, host, 8).code() == absl::StatusCode::kInternal);
+  // The allocations run no queued work but still fail with a sticky error.
+  CHECK(d.Allocate(16).status().code() == absl::StatusCode::kInternal);
+  CHECK(d.AllocateHostTensor(DataType::kFloat, TensorShape{2}).status().code() == absl::StatusCode::kInternal);
   d.ClearFailure();
   d.Deallocate(*more);
 }

@@ -30,7 +30,9 @@ inline constexpr int kStepsInFlight = 10;
 /// Ends with the device synchronized and its memory freed.
 inline void CheckAsyncCopiesAndMarkers(compute::Device& d) {
   REQUIRE(d.asynchronous());
-  constexpr int64_t n = 1 << 16;
+  // 4 MiB a buffer: on a GPU the steps are still running when the host
+  // starts waiting, so that a wait returning early is seen.
+  constexpr int64_t n = 1 << 20;
   constexpr int64_t bytes = n * 4;
   StatusOr<void*> var_block = d.Allocate(bytes);
   StatusOr<void*> grad_block = d.Allocate(bytes);
@@ -50,7 +52,7 @@ inline void CheckAsyncCopiesAndMarkers(compute::Device& d) {
     REQUIRE(b.ok());
     for (int64_t k = 0; k < n; ++k) {
       a->data<float>()[k] = static_cast<float>(i + 1);
-      b->data<float>()[k] = -1.0f;
+      b->data<float>()[k] = 1.0f;  // no step writes a positive value
     }
     in.push_back(*std::move(a));
     out.push_back(*std::move(b));
@@ -64,7 +66,7 @@ inline void CheckAsyncCopiesAndMarkers(compute::Device& d) {
     if (!markers.empty()) CHECK(*m > markers.back());
     markers.push_back(*m);
   }
-  // Step i leaves var = -(1 + 2 + ... + (i + 1)), exact in float.
+  // Step i leaves var = -(1 + 2 + ... + (i + 1)) < 0, exact in float.
   auto expected = [](int i) { return -static_cast<float>((i + 1) * (i + 2) / 2); };
   auto landed = [&](int i) {
     const float* o = out[i].data<float>();

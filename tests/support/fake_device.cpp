@@ -196,6 +196,7 @@ Status FakeDevice::HostCall(const char* op_name, const Op& op) {
     if (capture_error_.ok()) capture_error_ = s;
     return s;
   }
+  FOREMAN_RETURN_IF_ERROR(async_error_);  // sticky, as CUDA's
   return Execute(op);
 }
 

@@ -30,12 +30,15 @@
 //     (the math, replays, CopyToDeviceAsync, CopyToHostAsync) is checked and
 //     queued, and the queue runs, in call order, only when the host waits:
 //     WaitForMarker (up to that marker), or an operation that must see the
-//     device's results (CopyToHost, CopyToHostBatch, Synchronize, Deallocate:
-//     cudaFree waits too). It is never run where CUDA does not wait, so that
-//     a missing wait shows here: Allocate and AllocateHostTensor return at
-//     once, and CopyToDevice copies the caller's bytes (its buffer may be
-//     reused on return, as through CUDA's staging buffer) and queues their
-//     copy to the device behind the earlier operations. CopyToDeviceAsync
+//     device's results (CopyToHost, CopyToHostBatch, SoftmaxXentForward and
+//     SoftmaxXent into host statistics, Synchronize, Deallocate: cudaFree
+//     waits too). Where CUDA may or may not wait, the fake does not, so that
+//     code which needs a wait and leaves it out fails here: Allocate and
+//     AllocateHostTensor return at once (after a sticky error, with it), and
+//     CopyToDevice copies the caller's bytes (its buffer may be reused on
+//     return) and queues their copy to the device behind the earlier
+//     operations (CUDA's waits only for a staging slot, or for everything
+//     above 1 MiB). CopyToDeviceAsync
 //     reads its host buffer and CopyToHostAsync writes its own when they
 //     run, so a caller that changes an input or reads a result before
 //     waiting for it sees what it would on a GPU. The first queued
@@ -118,7 +121,7 @@ class FakeDevice final : public compute::Device {
   Status GatherExamples(const compute::GatherArgs& args) override;
   Status CopyToHostBatch(const compute::HostCopy* copies, int64_t count) override;
   /// Tensor::Create's host memory, counted (host_tensors()); FAILED_PRECONDITION
-  /// while capturing (page-locked allocation waits for the device on CUDA).
+  /// while capturing (a capture records device work only, as CUDA's).
   StatusOr<Tensor> AllocateHostTensor(DataType dtype, TensorShape shape) override;
   bool supports_capture() const override { return options_.capture; }
   Status BeginCapture() override;
@@ -185,8 +188,8 @@ class FakeDevice final : public compute::Device {
   /// capturing (spoiling the capture), else the queue runs, then Execute.
   Status HostOp(const char* name, const Op& op);
   /// An operation that needs the host but not the device's results (Allocate,
-  /// AllocateHostTensor): refused while capturing, run at once without
-  /// running the queue.
+  /// AllocateHostTensor): refused while capturing, the sticky asynchronous
+  /// error if there is one, else run at once without running the queue.
   Status HostCall(const char* name, const Op& op);
   Status Execute(const Op& op);
   Status Replay(const std::vector<Op>& ops);

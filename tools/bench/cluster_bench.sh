@@ -45,8 +45,9 @@
 # (i+2)-th; the one process on the second); otherwise nothing is pinned.
 #
 # --tcp-roundtrip BIN (run.sh passes its build's tools/bench/tcp_roundtrip):
-# after each 1 ps + 1 worker run, the floor under its round trip — the same
-# request and answer bytes as worker 0's mean apply and answer, traded 2000
+# after each 1 ps + 1 worker run, the floor under its round trip — worker
+# 0's apply bytes each way (the answer carries the same variables, 16 bytes
+# more: global_step), traded 2000
 # times over plain loopback TCP between two processes pinned as the ps and
 # the worker are (tcp_roundtrip.cpp), one line
 #   RUN cluster.tcp_roundtrip_us <median> us p10=.. p90=.. request_bytes=.. answer_bytes=.. reps=..
@@ -78,6 +79,9 @@ while (($#)); do
   shift
 done
 IFS=, read -ra worker_counts <<<"$workers_csv"
+if [[ -n $tcp_roundtrip && ! -x $tcp_roundtrip ]]; then
+  echo "cluster_bench.sh: --tcp-roundtrip $tcp_roundtrip is not an executable" >&2; exit 2
+fi
 for n in "${worker_counts[@]}"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "cluster_bench.sh: --workers wants worker counts >= 1 separated by commas, not '$workers_csv'" >&2; exit 2; }
 done
@@ -157,19 +161,16 @@ run_cluster() {  # run_cluster WORKERS [sync]: sync aggregates all WORKERS' grad
   if [[ -n $tcp_roundtrip && $n == 1 && $mode == async ]]; then run_tcp_roundtrip "$(stats_of "$d/w0.out")"; fi
 }
 
-# run_tcp_roundtrip STATS: worker 0's stats line (apply_bytes, bytes_in,
-# reads, applies) gives the request and the mean answer.
+# run_tcp_roundtrip STATS: worker 0's stats line gives the bytes (its
+# apply_bytes; bytes_in also counts its few full reads, with the slots). A
+# failure is logged and skips the row; the benchmark goes on.
 run_tcp_roundtrip() {
-  local sizes
-  sizes=$(awk '{ for (i = 1; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] } }
-               END { if (v["applies"] + v["reads"] > 0 && v["apply_bytes"] > 0)
-                       printf "%d %d", v["apply_bytes"], v["bytes_in"] / (v["applies"] + v["reads"]) }' <<<"$1")
-  [[ -n $sizes ]] || { log "no apply/answer sizes in worker 0's stats: tcp_roundtrip skipped"; return 0; }
-  # shellcheck disable=SC2086
-  set -- $sizes
+  local bytes
+  bytes=$(sed -n 's/.*apply_bytes=\([0-9]*\).*/\1/p' <<<"$1")
+  [[ $bytes =~ ^[1-9][0-9]*$ ]] || { log "no apply_bytes in worker 0's stats: tcp_roundtrip skipped"; return 0; }
   local cpu_args=()
-  ((pin_tasks)) && cpu_args=("${cpus[0]}" "${cpus[1]}")
-  "$tcp_roundtrip" "$1" "$2" 2000 "${cpu_args[@]}" || { log "tcp_roundtrip failed"; return 1; }
+  if ((pin_tasks)); then cpu_args=("${cpus[0]}" "${cpus[1]}"); fi
+  "$tcp_roundtrip" "$bytes" "$((bytes + 16))" 2000 "${cpu_args[@]}" || log "tcp_roundtrip failed: no floor row"
 }
 
 # The ps-kill recovery (header): one repetition, one RUN line.

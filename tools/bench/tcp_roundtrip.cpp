@@ -9,8 +9,10 @@
 //
 // Usage: tcp_roundtrip REQUEST_BYTES ANSWER_BYTES REPS [SERVER_CPU CLIENT_CPU]
 // (a CPU of -1, or none given, leaves that side unpinned). Exits 2 on bad
-// arguments, 1 on a socket error or when a side takes over 60 s (alarm).
+// arguments, 1 on a socket error or when a side is still running after
+// 60 s (SIGALRM); the client never leaves the answering process behind.
 #include <arpa/inet.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -29,9 +31,28 @@
 
 namespace {
 
+pid_t g_server = 0;  // in the client: the answering process, until reaped
+
+void StopServer() {
+  if (g_server > 0) {
+    ::kill(g_server, SIGKILL);
+    ::waitpid(g_server, nullptr, 0);
+    g_server = 0;
+  }
+}
+
 [[noreturn]] void Die(const char* what) {
   std::fprintf(stderr, "tcp_roundtrip: %s: %s\n", what, std::strerror(errno));
+  StopServer();
   std::exit(1);
+}
+
+// SIGALRM: only async-signal-safe calls.
+void OnAlarm(int) {
+  static const char kMsg[] = "tcp_roundtrip: still running after 60 s\n";
+  (void)!::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+  if (g_server > 0) ::kill(g_server, SIGKILL);
+  ::_exit(1);
 }
 
 void WriteAll(int fd, const char* p, size_t n) {
@@ -76,7 +97,7 @@ long Arg(const char* text, const char* name, long lo, long hi) {
   char* end = nullptr;
   errno = 0;
   const long v = std::strtol(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) {
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi || text[0] == '+') {
     std::fprintf(stderr, "tcp_roundtrip: %s must be a whole number in [%ld, %ld], not '%s'\n", name, lo, hi, text);
     std::exit(2);
   }
@@ -107,6 +128,7 @@ int main(int argc, char** argv) {
   if (::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) Die("getsockname");
   if (::listen(listener, 1) != 0) Die("listen");
 
+  ::signal(SIGALRM, OnAlarm);
   const pid_t server = ::fork();
   if (server < 0) Die("fork");
   if (server == 0) {  // the "ps": reads each request whole, answers it
@@ -122,6 +144,7 @@ int main(int argc, char** argv) {
     }
     ::_exit(0);
   }
+  g_server = server;
   ::close(listener);
   ::alarm(60);
   Pin(client_cpu);
@@ -140,7 +163,9 @@ int main(int argc, char** argv) {
   }
   ::close(conn);
   int status = 0;
-  if (::waitpid(server, &status, 0) != server || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  const pid_t reaped = ::waitpid(server, &status, 0);
+  g_server = 0;
+  if (reaped != server || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::fprintf(stderr, "tcp_roundtrip: the answering process failed\n");
     return 1;
   }
