@@ -262,8 +262,9 @@ void ConfigureClusterNetwork(caf::actor_system_config& config, const NetConfig& 
   // there: a second user-space copy of every tensor received, uncounted by
   // TransportCopyCounters, and a thread hand-off. Without them the
   // middleman's thread deserializes the payload where it was read, which is
-  // the one copy tensor_bytes.hpp counts (the same work on that thread as
-  // the copy it replaces).
+  // the one copy tensor_bytes.hpp counts (that copy replaces the worker's;
+  // the thread also does the lookups a worker did, serially on a ps with
+  // many workers: not measured, docs/benchmarks.md).
   config.set("middleman.workers", size_t{0});
   config.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(net.heartbeat_ms)});
   config.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(net.connection_timeout_ms)});

@@ -318,16 +318,18 @@ void FakeDevice::Deallocate(void* ptr) {
   ::operator delete(ptr, std::align_val_t(kAlignment));
 }
 
+Status FakeDevice::StoreOnDevice(void* device_dst, const void* host_src, int64_t bytes) {
+  FOREMAN_RETURN_IF_ERROR(cpu_.CopyToDevice(device_dst, host_src, bytes));
+  ++copies_to_device_;
+  bytes_to_device_ += std::max<int64_t>(bytes, 0);
+  return absl::OkStatus();
+}
+
 Status FakeDevice::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes) {
   FOREMAN_RETURN_IF_ERROR(CheckDevice("CopyToDevice", "destination", device_dst, bytes));
   FOREMAN_RETURN_IF_ERROR(CheckHost("CopyToDevice", "source", host_src, bytes));
   if (!options_.asynchronous || capturing_) {
-    return HostOp("CopyToDevice", [&]() -> Status {
-      FOREMAN_RETURN_IF_ERROR(cpu_.CopyToDevice(device_dst, host_src, bytes));
-      ++copies_to_device_;
-      bytes_to_device_ += std::max<int64_t>(bytes, 0);
-      return absl::OkStatus();
-    });
+    return HostOp("CopyToDevice", [&]() -> Status { return StoreOnDevice(device_dst, host_src, bytes); });
   }
   // As CUDA's through its staging buffer: the caller's bytes are taken now
   // and copied to the device after the operations queued before, which it
@@ -342,12 +344,7 @@ Status FakeDevice::CopyToDevice(void* device_dst, const void* host_src, int64_t 
   queue_.push_back(Queued{[this, device_dst, staged, bytes]() -> Status {
                             // Checked again when it runs: a block freed since is caught then.
                             FOREMAN_RETURN_IF_ERROR(CheckDevice("CopyToDevice", "destination", device_dst, bytes));
-                            return Execute([&]() -> Status {
-                              FOREMAN_RETURN_IF_ERROR(cpu_.CopyToDevice(device_dst, staged->data(), bytes));
-                              ++copies_to_device_;
-                              bytes_to_device_ += std::max<int64_t>(bytes, 0);
-                              return absl::OkStatus();
-                            });
+                            return Execute([&]() { return StoreOnDevice(device_dst, staged->data(), bytes); });
                           },
                           newest_marker_});
   return absl::OkStatus();

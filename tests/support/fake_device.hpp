@@ -198,6 +198,8 @@ class FakeDevice final : public compute::Device {
   Status RunQueued(uint64_t marker);
   /// A page-locked host operand of an asynchronous copy.
   Status CheckPinned(const char* op, const char* what, const void* ptr, int64_t bytes) const;
+  /// CopyToDevice's copy itself, counted (copies_to_device, bytes_to_device).
+  Status StoreOnDevice(void* device_dst, const void* host_src, int64_t bytes);
   /// CopyToDeviceAsync (to_device) or CopyToHostAsync: checked, then launched.
   Status AsyncCopy(bool to_device, void* dst, const void* src, int64_t bytes);
 

@@ -47,9 +47,8 @@
 # --tcp-roundtrip BIN (run.sh passes its build's tools/bench/tcp_roundtrip):
 # after each 1 ps + 1 worker run, the floor under its round trip — worker
 # 0's apply bytes each way (the answer carries the same variables, 16 bytes
-# more: global_step), traded 2000
-# times over plain loopback TCP between two processes pinned as the ps and
-# the worker are (tcp_roundtrip.cpp), one line
+# more: global_step), traded 2000 times over plain loopback TCP between two
+# processes pinned as the ps and the worker are (tcp_roundtrip.cpp), one line
 #   RUN cluster.tcp_roundtrip_us <median> us p10=.. p90=.. request_bytes=.. answer_bytes=.. reps=..
 #
 # Usage: tools/bench/cluster_bench.sh FOREMAN_BIN [--steps N] [--reps N] [--recovery-reps N] [--data DIR]
@@ -155,10 +154,11 @@ run_cluster() {  # run_cluster WORKERS [sync]: sync aggregates all WORKERS' grad
     # "..., D stale gradients dropped, ..." in the ps's end-of-training line
     extra="stale=$(sed -n 's/.*, \([0-9]*\) stale gradients dropped.*/\1/p' "$d/ps.out" | tail -1) "
   fi
-  awk -v r="$total" -v g="$global" -v c="$config" -v x="$extra" -v s="$(stats_of "$d/w0.out")" -v cpu="$(cpu_of "$d"/*.time)" \
+  local w0_stats; w0_stats=$(stats_of "$d/w0.out")
+  awk -v r="$total" -v g="$global" -v c="$config" -v x="$extra" -v s="$w0_stats" -v cpu="$(cpu_of "$d"/*.time)" \
     -v steps="$steps" -v copies="$(copies_of "$d"/*.out)" \
     'BEGIN { printf "RUN cluster.%s %.0f samples/s steps_per_sec=%.1f cpu_ms_per_step=%.3f copied_per_step=%.0f %s%s\n", c, r * 128, g, cpu * 1000 / steps, copies / steps, x, s }'
-  if [[ -n $tcp_roundtrip && $n == 1 && $mode == async ]]; then run_tcp_roundtrip "$(stats_of "$d/w0.out")"; fi
+  if [[ -n $tcp_roundtrip && $n == 1 && $mode == async ]]; then run_tcp_roundtrip "$w0_stats"; fi
 }
 
 # run_tcp_roundtrip STATS: worker 0's stats line gives the bytes (its
