@@ -4,7 +4,7 @@
 # report.py turns them into a table. Measures nothing; installs nothing.
 # PyTorch's scripts run only when /usr/bin/python3 has torch; the MLP
 # programs only when Fashion-MNIST is installed (dataset-fashion-mnist).
-# Usage: bench_smoke_test.sh OVERHEAD SUMMARY CHECKPOINT TRAIN RECOVERY BENCH_SRC_DIR TCP_ROUNDTRIP
+# Usage: bench_smoke_test.sh OVERHEAD SUMMARY CHECKPOINT TRAIN RECOVERY BENCH_SRC_DIR TCP_ROUNDTRIP KERNEL
 set -u
 overhead=$1
 summary=$2
@@ -13,6 +13,7 @@ train=$4
 recovery=$5
 src=$6
 tcp_roundtrip=$7
+kernel=$8
 data=${FOREMAN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 python=/usr/bin/python3
 failures=0
@@ -69,6 +70,25 @@ rc=$?
 [[ $rc -eq 0 ]] || fail "tcp_roundtrip exited $rc: $out"
 has '^RUN cluster\.tcp_roundtrip_us [0-9]+ us p10=[0-9]+ p90=[0-9]+ request_bytes=1000 answer_bytes=3000 reps=20$' "$out" ||
   fail "tcp_roundtrip: $out"
+# kernel_bench: on the CPU device (both legs the same code), every row with
+# its baseline; without a GPU, --device gpu:0 skips saying why.
+out=$(timeout 120 "$kernel" --device cpu --batches 16,33 --reps 1 --ops 2 --replays 2 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || fail "kernel_bench --device cpu exited $rc: $out"
+for b in 16 33; do
+  for name in gemm.fwd0 gemm.fwd1 gemm.kgrad1 gemm.dgrad gemm.kgrad0 xent_stats bias_grad.l0 bias_grad.l1; do
+    has "^RUN kernel\.$name\.b$b [0-9.]+ us baseline=[0-9.]+ ratio=[0-9.]+x$" "$out" || fail "kernel_bench: no $name.b$b row: $out"
+  done
+done
+[[ $(grep -c '^RUN kernel\.' <<<"$out") -eq 16 ]] || fail "kernel_bench: not 16 rows: $out"
+out=$(timeout 60 "$kernel" --device cpu --reps 0 2>&1)
+rc=$?
+[[ $rc -eq 2 ]] && has "^kernel_bench: --reps wants an integer in \[1, 100\], got '0'" "$out" || fail "kernel_bench --reps 0: rc $rc: $out"
+if devices=$(timeout 60 "$(dirname "$kernel")/../foreman" devices 2>&1) && has '^no CUDA devices' "$devices"; then
+  out=$(timeout 60 "$kernel" --device gpu:0 2>&1)
+  rc=$?
+  [[ $rc -eq 77 ]] && has '^SKIP kernel_bench --device gpu:0: ' "$out" || fail "kernel_bench --device gpu:0 without a GPU: rc $rc: $out"
+fi
 out=$(timeout 60 "$tcp_roundtrip" 1000 0 20 2>&1)
 rc=$?
 [[ $rc -eq 2 ]] && has "ANSWER_BYTES must be a whole number in \[1, [0-9]+\], not '0'" "$out" ||
@@ -278,7 +298,8 @@ if devices=$(timeout 60 "$build/tools/foreman" devices 2>&1) && has '^no CUDA de
   out=$(timeout 120 "$scripts/gpu-bundle.sh" --build-dir "$build" --out "$tmp/bundle" --no-build --no-data 2>&1)
   rc=$?
   [[ $rc -eq 0 ]] || fail "gpu-bundle.sh exited $rc: $out"
-  for f in gpu-check.sh tests.txt BUILD.txt bin/foreman bin/train_bench bin/tcp_roundtrip bin/gpu_selftest libexec/foreman \
+  for f in gpu-check.sh tests.txt BUILD.txt bin/foreman bin/train_bench bin/kernel_bench bin/tcp_roundtrip bin/gpu_selftest \
+           libexec/foreman \
            tools/bench/run.sh tools/bench/cluster_bench.sh tools/bench/report.py tools/bench/train_torch.py; do
     [[ -e $tmp/bundle/$f ]] || fail "gpu-bundle.sh: no $f in the bundle: $(ls -R "$tmp/bundle" | head -50)"
   done
@@ -407,6 +428,11 @@ echo "RUN train.foreman.gpu.ckpt_stall_s 0.0011 s saves=20 device=/gpu:0"
 echo "RUN train.foreman.gpu.ckpt_d2h_copy_s 0.001 s copies=20"
 echo "RUN train.foreman.gpu.ckpt_stall_over_copy 1.1 x"
 EOF
+cat >"$fake/bin/kernel_bench" <<'EOF'
+#!/bin/sh
+echo "RUN kernel.gemm.fwd0.b128 9.50 us baseline=14.25 ratio=1.50x"
+echo "RUN kernel.xent_stats.b8192 2.00 us baseline=40.00 ratio=20.00x"
+EOF
 chmod +x "$fake"/bin/*
 export FAKE_LOG=$tmp/fake.devices
 : >"$FAKE_LOG"
@@ -422,6 +448,8 @@ rc=$?
   has '^gpu-check: samples/s at batch 128: Foreman 1.25e\+06, PyTorch eager not measured \(no --with-torch\) \(-\); target >= 1 M: met$' "$out" &&
   has '^gpu-check: samples/s at batch 8192: Foreman 3e\+07, ' "$out" &&
   has '^gpu-check: checkpoint stall: 0.0011 s per save vs the device->host copy 0.001 s = 1.1x \(target <= 1.2x: met\)$' "$out" &&
+  has '^gpu-check: kernel gemm.fwd0.b128: 9.50 us per launch, before 14.25 us \(1.50x faster\)$' "$out" &&
+  has '^gpu-check: kernel xent_stats.b8192: 2.00 us per launch, before 40.00 us \(20.00x faster\)$' "$out" &&
   has '^gpu-check: PASS: every check passed in [0-9]+ s of a 360 s budget' "$out" ||
   fail "gpu-check.sh with a fake GPU: rc $rc: $out"
 [[ $(tail -1 "$tmp/fakecheck/summary.txt") == "gpu-check: PASS"* ]] || fail "gpu-check.sh: summary.txt's last line: $(tail -1 "$tmp/fakecheck/summary.txt")"
@@ -455,7 +483,8 @@ took=$SECONDS
   has '^gpu-check: FAIL: main job: stopped after (1[7-9]|20) s \(its cap or the budget.s end\)$' "$out" &&
   has '^gpu-check: FAIL: checkpoints moved \(leg on gpu:0\): out of time \(needs at least 10 s, [0-9] s of the 22 s budget left\)$' "$out" &&
   has '^gpu-check: FAIL: train_bench --device gpu:0: out of time' "$out" &&
-  has '^gpu-check: FAIL: 3 check\(s\) failed in (1[89]|2[0-2]) s of a 22 s budget' "$out" ||
+  has '^gpu-check: FAIL: kernel_bench --device gpu:0: out of time' "$out" &&
+  has '^gpu-check: FAIL: 4 check\(s\) failed in (1[89]|2[0-2]) s of a 22 s budget' "$out" ||
   fail "gpu-check.sh with a main job that hangs: rc $rc: $out"
 ((took <= 30)) || fail "gpu-check.sh --budget-s 22 took ${took} s"
 pgrep -f "^sleep 300.0417$" >/dev/null && { fail "gpu-check.sh left the hung main job's process running"; pkill -f "^sleep 300.0417$"; }

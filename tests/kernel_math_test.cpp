@@ -253,12 +253,17 @@ TEST_CASE("the GEMM's fmaf dot product is within 1e-5 of double precision; its e
 }
 
 
-/// GemmKernel<P>'s blocks on the host, each block's threads phase by phase.
-template <int P>
+/// GemmKernel<P, kPipelined>'s blocks on the host, each block's threads
+/// phase by phase in the kernel's order: pipelined, every thread fetches
+/// step 0, then per step stages, (barrier) fetches the next step, sums,
+/// (barrier); otherwise fetches, stages, (barrier) sums, (barrier).
+template <int P, bool kPipelined>
 void RunGemmBlocks(const GemmArgs& g) {
   namespace G = math::gemm;
   constexpr int kTile = G::kTileOf<P>;
-  const int64_t blocks_y = (g.m + kTile - 1) / kTile, blocks_x = (g.n + kTile - 1) / kTile;
+  constexpr int kFetch = G::kFetchOf<P>;
+  const int64_t rows = G::RowsWithSums(g);
+  const int64_t blocks_y = (rows + kTile - 1) / kTile, blocks_x = (g.n + kTile - 1) / kTile;
   for (int64_t by = 0; by < blocks_y; ++by) {
     for (int64_t bx = 0; bx < blocks_x; ++bx) {
       static G::SharedTile<P> as, bs;
@@ -266,11 +271,31 @@ void RunGemmBlocks(const GemmArgs& g) {
       for (auto& x : acc) {
         for (auto& row : x) row.fill(0.0f);
       }
+      // Each thread's registers, poisoned until fetched.
+      std::vector<std::array<float, kFetch>> fa(G::kThreads), fb(G::kThreads);
+      for (auto& x : fa) x.fill(std::nanf(""));
+      for (auto& x : fb) x.fill(std::nanf(""));
+      auto fetch = [&](int64_t row0, int64_t col0, int64_t k0) {
+        for (int tid = 0; tid < G::kThreads; ++tid) {
+          float a[kFetch], b[kFetch];
+          G::FetchTiles<P>(g, row0, col0, k0, tid, a, b);
+          std::copy(a, a + kFetch, fa[tid].begin());
+          std::copy(b, b + kFetch, fb[tid].begin());
+        }
+      };
       const int64_t row0 = by * kTile, col0 = bx * kTile;
+      if (kPipelined && g.k > 0) fetch(row0, col0, 0);
       for (int64_t k0 = 0; k0 < g.k; k0 += G::kDepth) {
+        if (!kPipelined) fetch(row0, col0, k0);
         for (auto& row : as) std::fill(std::begin(row), std::end(row), std::nanf(""));  // unstaged: poison
         for (auto& row : bs) std::fill(std::begin(row), std::end(row), std::nanf(""));
-        for (int tid = 0; tid < G::kThreads; ++tid) G::LoadTiles<P>(g, row0, col0, k0, tid, as, bs);
+        for (int tid = 0; tid < G::kThreads; ++tid) {
+          float a[kFetch], b[kFetch];
+          std::copy(fa[tid].begin(), fa[tid].end(), a);
+          std::copy(fb[tid].begin(), fb[tid].end(), b);
+          G::StageTiles<P>(g, tid, a, b, as, bs);
+        }
+        if (kPipelined && k0 + G::kDepth < g.k) fetch(row0, col0, k0 + G::kDepth);
         const int depth = static_cast<int>(std::min<int64_t>(G::kDepth, g.k - k0));
         for (int tid = 0; tid < G::kThreads; ++tid) {
           float sums[P][P];
@@ -292,6 +317,28 @@ void RunGemmBlocks(const GemmArgs& g) {
       }
     }
   }
+}
+
+/// Every variant of GemmKernel: P = 4 and 1, pipelined and not, each into
+/// its own copy of c (and of column_sums); all must be bitwise equal.
+struct GemmRuns {
+  std::vector<std::vector<float>> c, sums;
+};
+GemmRuns RunAllGemmKernels(GemmArgs g, int64_t c_size) {
+  GemmRuns out;
+  for (int variant = 0; variant < 4; ++variant) {
+    out.c.emplace_back(c_size, std::nanf(""));
+    out.sums.emplace_back(g.n, std::nanf(""));
+    g.c = out.c.back().data();
+    if (g.column_sums != nullptr) g.column_sums = out.sums.back().data();
+    switch (variant) {
+      case 0: RunGemmBlocks<4, true>(g); break;
+      case 1: RunGemmBlocks<1, true>(g); break;
+      case 2: RunGemmBlocks<4, false>(g); break;
+      default: RunGemmBlocks<1, false>(g); break;
+    }
+  }
+  return out;
 }
 
 TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each output's k-ordered fmaf sum, within 1e-5 of the CPU's") {
@@ -320,11 +367,10 @@ TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each outpu
     CAPTURE(t.tb);
     const std::vector<float> a = Random(t.m * t.k, seed++), b = Random(t.k * t.n, seed++);
     const std::vector<float> bias = Random(t.n, seed++), act = Random(t.m * t.n, seed++);
-    std::vector<float> got(t.m * t.n, std::nanf("")), want(t.m * t.n);
+    std::vector<float> want(t.m * t.n);
     GemmArgs g;
     g.a = a.data();
     g.b = b.data();
-    g.c = got.data();
     g.m = t.m;
     g.n = t.n;
     g.k = t.k;
@@ -333,10 +379,7 @@ TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each outpu
     g.epilogue = t.e;
     g.bias = bias.data();
     g.relu_output = act.data();
-    std::vector<float> got1 = got;
-    RunGemmBlocks<4>(g);
-    g.c = got1.data();
-    RunGemmBlocks<1>(g);
+    const GemmRuns runs = RunAllGemmKernels(g, t.m * t.n);
     for (int64_t r = 0; r < t.m; ++r) {
       for (int64_t c = 0; c < t.n; ++c) {
         float sum = 0.0f;
@@ -350,8 +393,11 @@ TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each outpu
         want[r * t.n + c] = v;
       }
     }
-    CheckBitwise(got, want, "c (P = 4)");  // every output written (no NaN left), each its fmaf chain
-    CheckBitwise(got1, want, "c (P = 1)");
+    // Every output written (no NaN left), each its fmaf chain.
+    CheckBitwise(runs.c[0], want, "c (P = 4, pipelined)");
+    CheckBitwise(runs.c[1], want, "c (P = 1, pipelined)");
+    CheckBitwise(runs.c[2], want, "c (P = 4)");
+    CheckBitwise(runs.c[3], want, "c (P = 1)");
     // And within 1e-5 of the CPU device's GEMM, relative to the sum of the
     // products' magnitudes (plus the bias's).
     std::vector<float> cpu_c(t.m * t.n);
@@ -373,6 +419,124 @@ TEST_CASE("the GPU GEMM's tiles, run block by block on the host, give each outpu
         }
       }
     }
+  }
+}
+
+TEST_CASE("the GPU GEMM's row of ones writes op(B)'s column sums bitwise as ColumnSums and leaves C unchanged") {
+  // GemmArgs::column_sums: the bias gradient in the kernel gradient's launch
+  // (the MLP's step at batch 128 first), in every kernel variant, on the host
+  // simulation of the GPU's blocks and on the CPU device.
+  struct Case {
+    int64_t m, n, k;
+    bool ta, tb;
+  };
+  const Case cases[] = {{784, 256, 128, true, false}, {256, 10, 128, true, false}, {70, 33, 1000, true, false},
+                        {64, 64, 16, false, false},   {63, 17, 37, false, true},   {5, 3, 1, true, true},
+                        {0, 20, 50, true, false},     {10, 5, 0, true, false}};
+  CpuDevice cpu(1, CpuIsa::kBaseline);
+  CpuDevice best(1);
+  uint32_t seed = 90;
+  for (const Case& t : cases) {
+    CAPTURE(t.m);
+    CAPTURE(t.n);
+    CAPTURE(t.k);
+    CAPTURE(t.tb);
+    const std::vector<float> a = Random(t.m * t.k, seed++), b = Random(t.k * t.n, seed++);
+    // op(B) as stored [k, n]: what ColumnSums is given.
+    std::vector<float> op_b(t.k * t.n);
+    for (int64_t kk = 0; kk < t.k; ++kk) {
+      for (int64_t c = 0; c < t.n; ++c) op_b[kk * t.n + c] = t.tb ? b[c * t.k + kk] : b[kk * t.n + c];
+    }
+    std::vector<float> want_sums(t.n, std::nanf(""));
+    REQUIRE(cpu.ColumnSums(op_b.data(), t.k, t.n, want_sums.data()).ok());
+    GemmArgs g;
+    g.a = t.m > 0 ? a.data() : nullptr;
+    g.b = b.data();
+    g.m = t.m;
+    g.n = t.n;
+    g.k = t.k;
+    g.transpose_a = t.ta;
+    g.transpose_b = t.tb;
+    const GemmRuns plain = RunAllGemmKernels(g, t.m * t.n);
+    std::vector<float> sums_arg(t.n);
+    g.column_sums = sums_arg.data();
+    const GemmRuns with = RunAllGemmKernels(g, t.m * t.n);
+    for (std::size_t v = 0; v < with.c.size(); ++v) {
+      CAPTURE(v);
+      CheckBitwise(with.sums[v], want_sums, "column_sums");
+      CheckBitwise(with.c[v], plain.c[0], "c");
+    }
+    for (CpuDevice* dev : {&cpu, &best}) {
+      std::vector<float> c0(t.m * t.n, std::nanf("")), c1(t.m * t.n, std::nanf("")), sums(t.n, std::nanf(""));
+      GemmArgs h = g;
+      h.column_sums = nullptr;
+      h.c = c0.data();
+      REQUIRE(dev->Gemm(h).ok());
+      h.c = c1.data();
+      h.column_sums = sums.data();
+      REQUIRE(dev->Gemm(h).ok());
+      CheckBitwise(sums, want_sums, "the CPU device's column_sums");
+      CheckBitwise(c1, c0, "the CPU device's c");
+    }
+  }
+  // Only with the epilogue kNone: a bias would not belong to the sums.
+  std::vector<float> a(12, 1.0f), b(12, 1.0f), c(9), bias(3), sums(3);
+  GemmArgs g;
+  g.a = a.data();
+  g.b = b.data();
+  g.c = c.data();
+  g.m = g.n = 3;
+  g.k = 4;
+  g.epilogue = Epilogue::kBias;
+  g.bias = bias.data();
+  g.column_sums = sums.data();
+  const Status s = cpu.Gemm(g);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(s.message()).find("column_sums") != std::string::npos);
+}
+
+TEST_CASE("the GPU statistics kernel, run thread by thread on the host: every row once, its gradient bitwise, the "
+          "loss sum in a fixed tree within 1e-12 of the serial sum") {
+  // XentStatsKernel's phases (math::xent_stats): rows fewer than, equal to
+  // and several times the block's threads, a partial last round.
+  namespace X = math::xent_stats;
+  CpuDevice cpu(1, CpuIsa::kBaseline);
+  for (const int64_t rows : {int64_t{1}, int64_t{128}, int64_t{X::kThreads}, int64_t{3 * X::kThreads + 77}}) {
+    CAPTURE(rows);
+    const int64_t classes = 10;
+    const std::vector<float> logits = Random(rows * classes, static_cast<uint32_t>(rows), -6.0f, 6.0f);
+    std::vector<int64_t> labels(rows);
+    std::mt19937 rng(static_cast<uint32_t>(rows) + 1);
+    for (auto& l : labels) l = static_cast<int64_t>(rng() % classes);
+    SoftmaxXentArgs args;
+    args.logits = logits.data();
+    args.labels = labels.data();
+    args.label_type = LabelType::kInt64;
+    args.rows = rows;
+    args.classes = classes;
+    const float scale = 1.0f / static_cast<float>(rows);
+    std::vector<double> losses(X::kThreads, std::nan(""));
+    std::vector<long long> corrects(X::kThreads, -1);
+    std::vector<float> grad(rows * classes, std::nanf(""));
+    for (int tid = 0; tid < X::kThreads; ++tid) X::ThreadRows(args, scale, grad.data(), tid, losses.data(), corrects.data());
+    for (int half = X::kThreads / 2; half > 0; half /= 2) {
+      for (int tid = 0; tid < X::kThreads; ++tid) X::TreeLevel(tid, half, losses.data(), corrects.data());
+    }
+    SoftmaxXentStats want;
+    std::vector<float> want_grad(rows * classes);
+    REQUIRE(cpu.SoftmaxXent(args, &want, scale, want_grad.data()).ok());
+    CHECK(corrects[0] == want.correct);
+    CHECK(std::fabs(losses[0] - want.loss_sum) <= 1e-12 * want.loss_sum);
+    CheckBitwise(grad, want_grad, "grad");  // every row's, written once (no NaN left)
+    // Without a gradient: the same sums, nothing written.
+    std::vector<double> losses2(X::kThreads);
+    std::vector<long long> corrects2(X::kThreads);
+    for (int tid = 0; tid < X::kThreads; ++tid) X::ThreadRows(args, scale, nullptr, tid, losses2.data(), corrects2.data());
+    for (int half = X::kThreads / 2; half > 0; half /= 2) {
+      for (int tid = 0; tid < X::kThreads; ++tid) X::TreeLevel(tid, half, losses2.data(), corrects2.data());
+    }
+    CHECK(std::memcmp(&losses2[0], &losses[0], sizeof(double)) == 0);
+    CHECK(corrects2[0] == corrects[0]);
   }
 }
 

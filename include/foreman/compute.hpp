@@ -78,6 +78,13 @@ enum class Epilogue {
 /// [k, m] when transpose_a. op(B) is [k, n]: B is stored [k, n], or [n, k]
 /// when transpose_b. C is [m, n] and is overwritten (not accumulated into).
 /// k = 0 gives the epilogue of zeros. All row-major float32, device memory.
+///
+/// With `column_sums` not null (device memory [n], overwritten; Epilogue
+/// kNone only) the same call also writes the column sums of op(B),
+/// column_sums[j] = sum over k of op(B)[k, j] in k order from 0: bitwise
+/// what ColumnSums gives for op(B) on the same device. A training step takes
+/// a layer's bias gradient this way from the GEMM of its kernel gradient
+/// (op(A) = inputs^T, op(B) = the layer's delta), one launch instead of two.
 struct GemmArgs {
   const float* a = nullptr;
   const float* b = nullptr;
@@ -90,6 +97,7 @@ struct GemmArgs {
   Epilogue epilogue = Epilogue::kNone;
   const float* bias = nullptr;         // [n], for kBias and kBiasRelu
   const float* relu_output = nullptr;  // [m, n], for kReluGradMask; may not be c
+  float* column_sums = nullptr;        // [n] or null: op(B)'s column sums (above)
 };
 
 /// Labels of a softmax cross-entropy: one class index per row.
@@ -234,9 +242,12 @@ class Device {
   /// [cols] (overwritten), summed over the rows in order.
   virtual Status ColumnSums(const float* delta, int64_t rows, int64_t cols, float* out) = 0;
 
-  /// The forward pass: adds the rows' losses (in row order, to loss_sum) and
-  /// correct argmaxes to `*stats` (host memory, not null), so that batches
-  /// taken in chunks sum as one.
+  /// The forward pass: adds the rows' losses (to loss_sum) and correct
+  /// argmaxes to `*stats` (host memory, not null), so that batches taken in
+  /// chunks sum as one. The CPU adds the losses in row order; the CUDA device
+  /// adds a call's rows in a fixed tree order (the same bits every run) and
+  /// then that sum to loss_sum, so that there chunks sum as one to within a
+  /// double's rounding, not bitwise.
   virtual Status SoftmaxXentForward(const SoftmaxXentArgs& args, SoftmaxXentStats* stats) = 0;
   /// The backward pass: grad [rows, classes] = (softmax(logits) -
   /// onehot(labels)) * scale; scale = 1 / batch gives the gradient of the
@@ -292,7 +303,8 @@ class Device {
                                      SoftmaxXentStats* device_stats) = 0;
   /// SoftmaxXentForward into device memory: adds this chunk's loss_sum and
   /// correct to `*device_stats` (device memory), so that an evaluation in
-  /// chunks sums as one, bitwise as SoftmaxXentForward would.
+  /// chunks sums as one, bitwise as SoftmaxXentForward would over the same
+  /// chunks.
   virtual Status SoftmaxXentForwardToDevice(const SoftmaxXentArgs& args, SoftmaxXentStats* device_stats) = 0;
 
   /// Gathers a batch from examples in device memory (GatherArgs).

@@ -134,13 +134,31 @@ Status CpuDevice::Gemm(const GemmArgs& g) {
   if (g.n < 0) return NegativeSize("Gemm", "n", g.n);
   if (g.k < 0) return NegativeSize("Gemm", "k", g.k);
   const bool has_output = g.m > 0 && g.n > 0;
+  const bool has_sums = g.column_sums != nullptr && g.n > 0;
   if (has_output && g.c == nullptr) return NullPointer("Gemm", "c");
   if (has_output && g.k > 0 && (g.a == nullptr || g.b == nullptr)) return NullPointer("Gemm", g.a ? "b" : "a");
+  if (has_sums && g.k > 0 && g.b == nullptr) return NullPointer("Gemm", "b");
   const bool needs_bias = g.epilogue == Epilogue::kBias || g.epilogue == Epilogue::kBiasRelu;
   if (has_output && needs_bias && g.bias == nullptr) return NullPointer("Gemm", "bias (epilogue kBias/kBiasRelu)");
   if (has_output && g.epilogue == Epilogue::kReluGradMask) {
     if (g.relu_output == nullptr) return NullPointer("Gemm", "relu_output (epilogue kReluGradMask)");
     if (g.relu_output == g.c) return absl::InvalidArgumentError("/cpu:0 Gemm: relu_output must not be c");
+  }
+  if (g.column_sums != nullptr && g.epilogue != Epilogue::kNone) {
+    return absl::InvalidArgumentError("/cpu:0 Gemm: column_sums is only for the epilogue kNone");
+  }
+  if (has_sums) {
+    // op(B)'s column sums in k order, as ColumnSums: B stored [k, n] is its
+    // input as is; stored [n, k] (transpose_b), each column is a stored row.
+    if (!g.transpose_b) {
+      kernels_->column_sums(g.b, g.k, g.n, g.column_sums);
+    } else {
+      for (int64_t col = 0; col < g.n; ++col) {
+        float sum = 0.0f;
+        for (int64_t kk = 0; kk < g.k; ++kk) sum += g.b[col * g.k + kk];
+        g.column_sums[col] = sum;
+      }
+    }
   }
   if (!has_output) return absl::OkStatus();
 

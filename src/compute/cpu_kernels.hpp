@@ -33,8 +33,9 @@ enum class CpuIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
 const char* CpuIsaName(CpuIsa isa);
 
 /// The kernels of one instruction set. Bump kCpuKernelsAbi on any change to
-/// this struct or to the argument structs in foreman/compute.hpp.
-constexpr int kCpuKernelsAbi = 1;
+/// this struct or to the argument structs in foreman/compute.hpp: 2 added
+/// GemmArgs::column_sums.
+constexpr int kCpuKernelsAbi = 2;
 struct CpuKernels {
   int abi;  // kCpuKernelsAbi
   /// C = op(A)·op(B) with its epilogue; m, n, k > 0.

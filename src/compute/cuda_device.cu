@@ -9,6 +9,7 @@
 #define EIGEN_NO_CUDA 1
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -130,18 +131,22 @@ Status RunSelfTest(int index, int n) {
 //                    outputs (P = 4 for large outputs, 1 for small ones);
 //                    A and B tiles of depth 16 staged through shared memory
 //                    (the layout, NN / TN / NT / TT, only changes how a tile
-//                    is loaded); each output is summed by one thread in k
-//                    order with explicit fmaf (math::GemmFma) from 0, then
-//                    the epilogue. So an output is bitwise the sequential
-//                    fmaf dot product.
+//                    is loaded), the next tile's global loads in flight
+//                    while this one is summed; each output is summed by one
+//                    thread in k order with explicit fmaf (math::GemmFma)
+//                    from 0, then the epilogue. So an output is bitwise the
+//                    sequential fmaf dot product. With column_sums, op(A)
+//                    has an extra row of ones whose outputs are op(B)'s
+//                    column sums: the bias gradient in the kernel
+//                    gradient's launch, bitwise ColumnSumsKernel's.
 //   ColumnSumsKernel one thread per column adds the rows in order from 0;
 //                    blocks of 32 columns stage 128 rows at a time through
 //                    shared memory.
 //   XentRowsKernel   SoftmaxXentBackward: one thread per row (math::SoftmaxXentRow).
-//   XentStatsKernel  with statistics: ONE block of 256 threads over chunks of
-//                    256 rows; each thread does its row (and its gradient),
-//                    then thread 0 adds the chunk's losses in row order in
-//                    double and the correct count in int64.
+//   XentStatsKernel  with statistics: ONE block of 512 threads, thread t
+//                    rows t, t + 512, ... (and their gradients), its losses
+//                    added in double; then a fixed tree over the threads
+//                    (math::xent_stats) for the loss sum and correct count.
 //   the updates      elementwise grid-stride loops over math::GradientDescent /
 //                    Momentum / Adam, reading a DeviceScalar rate at execution.
 //   AdamStepSize / AdamFinish: one thread.
@@ -154,15 +159,21 @@ namespace {
 
 constexpr int kGemmDepth = math::gemm::kDepth;      // k per shared-memory stage
 constexpr int kGemmThreads = math::gemm::kThreads;  // 16 x 16, each P x P outputs
-constexpr int kXentStatsThreads = 256;
+constexpr int kXentStatsThreads = math::xent_stats::kThreads;
 constexpr int kElementwiseThreads = 256;
 constexpr int64_t kMaxElementwiseBlocks = 8192;
 constexpr int64_t kStagingBytes = int64_t{1} << 20;  // CopyToDevice through pinned staging up to this size
 constexpr int kStagingSlots = 2;
 
-template <int P>
+// kPipelined (the default): the next k step's global loads are issued
+// before this step's sums, into registers (math::gemm::FetchTiles), so that
+// their latency hides behind the arithmetic; without it (the kernel before
+// issue 29, kept as kernel_bench's baseline: FOREMAN_CUDA_BASELINE_KERNELS=1)
+// each step loads, waits, then sums. The same outputs, bit for bit.
+template <int P, bool kPipelined>
 __global__ void __launch_bounds__(kGemmThreads) GemmKernel(GemmArgs g) {
   constexpr int kTile = math::gemm::kTileOf<P>;
+  constexpr int kFetch = math::gemm::kFetchOf<P>;
   __shared__ math::gemm::SharedTile<P> as;
   __shared__ math::gemm::SharedTile<P> bs;
   const int tid = threadIdx.x;
@@ -174,9 +185,13 @@ __global__ void __launch_bounds__(kGemmThreads) GemmKernel(GemmArgs g) {
 #pragma unroll
     for (int j = 0; j < P; ++j) acc[i][j] = 0.0f;
   }
+  float fa[kFetch], fb[kFetch];
+  if (kPipelined && g.k > 0) math::gemm::FetchTiles<P>(g, row0, col0, 0, tid, fa, fb);
   for (int64_t k0 = 0; k0 < g.k; k0 += kGemmDepth) {
-    math::gemm::LoadTiles<P>(g, row0, col0, k0, tid, as, bs);
+    if (!kPipelined) math::gemm::FetchTiles<P>(g, row0, col0, k0, tid, fa, fb);
+    math::gemm::StageTiles<P>(g, tid, fa, fb, as, bs);
     __syncthreads();
+    if (kPipelined && k0 + kGemmDepth < g.k) math::gemm::FetchTiles<P>(g, row0, col0, k0 + kGemmDepth, tid, fa, fb);
     const int depth = static_cast<int>(g.k - k0 < kGemmDepth ? g.k - k0 : kGemmDepth);
     math::gemm::AccumulateTiles<P>(tid, depth, as, bs, acc);
     __syncthreads();
@@ -213,49 +228,69 @@ __global__ void __launch_bounds__(kSumThreads) ColumnSumsKernel(const float* del
   if (threadIdx.x < kSumCols && c < cols) out[c] = sum;
 }
 
-__device__ int64_t LabelAt(const SoftmaxXentArgs& args, int64_t row) {
-  return args.label_type == LabelType::kInt32 ? static_cast<const int32_t*>(args.labels)[row]
-                                              : static_cast<const int64_t*>(args.labels)[row];
-}
-
 // SoftmaxXentBackward: the gradient only, one thread per row.
 __global__ void XentRowsKernel(SoftmaxXentArgs args, float scale, float* grad) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= args.rows) return;
   float loss;
   bool correct;
-  math::SoftmaxXentRow(args.logits + r * args.classes, args.classes, LabelAt(args, r), scale,
+  math::SoftmaxXentRow(args.logits + r * args.classes, args.classes, math::LabelOf(args, r), scale,
                        grad + r * args.classes, &loss, &correct);
 }
 
-// The statistics (and the gradient when grad is not null), in one block:
-// *out = (accumulate ? *out : init) + the rows' losses in row order (double)
-// and correct argmaxes.
+// The statistics (and the gradient when grad is not null), in one block
+// (math::xent_stats): *out = (accumulate ? *out : init) + the rows' losses
+// summed in double in the block's fixed tree order, and the correct count.
 __global__ void __launch_bounds__(kXentStatsThreads)
     XentStatsKernel(SoftmaxXentArgs args, float scale, float* grad, SoftmaxXentStats* out, bool accumulate,
                     double init_loss, long long init_correct) {
-  __shared__ float losses[kXentStatsThreads];
-  __shared__ unsigned char corrects[kXentStatsThreads];
-  // Only thread 0 sums (and reads *out, which it alone writes at the end).
+  __shared__ double losses[kXentStatsThreads];
+  __shared__ long long corrects[kXentStatsThreads];
+  const int tid = threadIdx.x;
+  math::xent_stats::ThreadRows(args, scale, grad, tid, losses, corrects);
+  __syncthreads();
+  for (int half = kXentStatsThreads / 2; half > 0; half /= 2) {
+    math::xent_stats::TreeLevel(tid, half, losses, corrects);
+    __syncthreads();
+  }
+  // Only thread 0 reads *out, and writes it after.
+  if (tid == 0) {
+    const double base_loss = accumulate ? out->loss_sum : init_loss;
+    const long long base_correct = accumulate ? out->correct : init_correct;
+    out->loss_sum = base_loss + losses[0];
+    out->correct = base_correct + corrects[0];
+  }
+}
+
+// kernel_bench's baseline for XentStatsKernel (FOREMAN_CUDA_BASELINE_KERNELS=1):
+// the kernel before issue 29, 256 threads over chunks of 256 rows, thread 0
+// adding each chunk's losses in row order. The same gradient and count; the
+// loss sum in row order.
+constexpr int kXentSerialThreads = 256;
+__global__ void __launch_bounds__(kXentSerialThreads)
+    XentStatsSerialKernel(SoftmaxXentArgs args, float scale, float* grad, SoftmaxXentStats* out, bool accumulate,
+                          double init_loss, long long init_correct) {
+  __shared__ float losses[kXentSerialThreads];
+  __shared__ unsigned char corrects[kXentSerialThreads];
   double loss_sum = init_loss;
   long long correct_sum = init_correct;
   if (threadIdx.x == 0 && accumulate) {
     loss_sum = out->loss_sum;
     correct_sum = out->correct;
   }
-  for (int64_t base = 0; base < args.rows; base += kXentStatsThreads) {
+  for (int64_t base = 0; base < args.rows; base += kXentSerialThreads) {
     const int64_t r = base + threadIdx.x;
     if (r < args.rows) {
       float loss;
       bool correct;
-      math::SoftmaxXentRow(args.logits + r * args.classes, args.classes, LabelAt(args, r), scale,
+      math::SoftmaxXentRow(args.logits + r * args.classes, args.classes, math::LabelOf(args, r), scale,
                            grad == nullptr ? nullptr : grad + r * args.classes, &loss, &correct);
       losses[threadIdx.x] = loss;
       corrects[threadIdx.x] = correct ? 1 : 0;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      const int64_t count = args.rows - base < kXentStatsThreads ? args.rows - base : kXentStatsThreads;
+      const int64_t count = args.rows - base < kXentSerialThreads ? args.rows - base : kXentSerialThreads;
       for (int64_t i = 0; i < count; ++i) {
         loss_sum += static_cast<double>(losses[i]);
         correct_sum += corrects[i];
@@ -445,6 +480,9 @@ class CudaDevice final : public Device {
     if ((err = cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, index_)) != cudaSuccess) {
       return Fail("create", "cudaDeviceGetAttribute (multiprocessors)", err);
     }
+    // kernel_bench's baseline: the GEMM and statistics kernels before issue 29.
+    const char* baseline = std::getenv("FOREMAN_CUDA_BASELINE_KERNELS");
+    baseline_kernels_ = baseline != nullptr && std::string_view(baseline) == "1";
     if ((err = cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking)) != cudaSuccess) {
       return Fail("create", "cudaStreamCreateWithFlags (compute stream)", err);
     }
@@ -479,9 +517,11 @@ class CudaDevice final : public Device {
     // training step is inside a stream capture; cudaFuncGetAttributes loads
     // it here instead, with no work, before any capture.
     const void* kernels[] = {
-        reinterpret_cast<const void*>(&GemmKernel<4>),          reinterpret_cast<const void*>(&GemmKernel<1>),
+        reinterpret_cast<const void*>(&GemmKernel<4, true>),    reinterpret_cast<const void*>(&GemmKernel<1, true>),
+        reinterpret_cast<const void*>(&GemmKernel<4, false>),   reinterpret_cast<const void*>(&GemmKernel<1, false>),
         reinterpret_cast<const void*>(&ColumnSumsKernel),       reinterpret_cast<const void*>(&XentRowsKernel),
-        reinterpret_cast<const void*>(&XentStatsKernel),        reinterpret_cast<const void*>(&GradientDescentKernel),
+        reinterpret_cast<const void*>(&XentStatsKernel),        reinterpret_cast<const void*>(&XentStatsSerialKernel),
+        reinterpret_cast<const void*>(&GradientDescentKernel),
         reinterpret_cast<const void*>(&MomentumKernel),         reinterpret_cast<const void*>(&AdamKernel),
         reinterpret_cast<const void*>(&AdamStepSizeKernel),     reinterpret_cast<const void*>(&AdamFinishKernel),
         reinterpret_cast<const void*>(&GatherKernel),           reinterpret_cast<const void*>(&FaultingKernel),
@@ -931,32 +971,45 @@ class CudaDevice final : public Device {
     if (g.m < 0) return Negative(kOp, "m", g.m);
     if (g.n < 0) return Negative(kOp, "n", g.n);
     if (g.k < 0) return Negative(kOp, "k", g.k);
-    const bool has_output = g.m > 0 && g.n > 0;
+    const int64_t rows = math::gemm::RowsWithSums(g);  // m, and the row of ones for column_sums
+    const bool has_output = rows > 0 && g.n > 0;
     if (!has_output) return absl::OkStatus();
-    if (g.c == nullptr) return Null(kOp, "c");
-    if (g.k > 0 && (g.a == nullptr || g.b == nullptr)) return Null(kOp, g.a ? "b" : "a");
+    if (g.m > 0 && g.c == nullptr) return Null(kOp, "c");
+    if (g.k > 0 && (g.a == nullptr || g.b == nullptr)) {
+      if (g.b == nullptr) return Null(kOp, "b");
+      if (g.m > 0) return Null(kOp, "a");
+    }
     const bool needs_bias = g.epilogue == Epilogue::kBias || g.epilogue == Epilogue::kBiasRelu;
     if (needs_bias && g.bias == nullptr) return Null(kOp, "bias (epilogue kBias/kBiasRelu)");
     if (g.epilogue == Epilogue::kReluGradMask) {
       if (g.relu_output == nullptr) return Null(kOp, "relu_output (epilogue kReluGradMask)");
       if (g.relu_output == g.c) return Invalid(kOp, "relu_output must not be c");
     }
+    if (g.column_sums != nullptr && g.epilogue != Epilogue::kNone) {
+      return Invalid(kOp, "column_sums is only for the epilogue kNone");
+    }
     // 64 x 64 tiles (P = 4) when they give every multiprocessor two blocks,
     // else 16 x 16 (P = 1): more blocks for the small outputs of a small
     // batch. Bitwise the same outputs either way (math::gemm).
     constexpr int64_t kBig = math::gemm::kTileOf<4>, kSmall = math::gemm::kTileOf<1>;
-    const bool big = ((g.m + kBig - 1) / kBig) * ((g.n + kBig - 1) / kBig) >= 2 * int64_t{multiprocessors_};
+    const bool big = ((rows + kBig - 1) / kBig) * ((g.n + kBig - 1) / kBig) >= 2 * int64_t{multiprocessors_};
     const int64_t tile = big ? kBig : kSmall;
-    const int64_t grid_y = (g.m + tile - 1) / tile;
+    const int64_t grid_y = (rows + tile - 1) / tile;
     const int64_t grid_x = (g.n + tile - 1) / tile;
     if (grid_y > 65535 || grid_x > INT32_MAX) {
       return Invalid(kOp, absl::StrCat("m = ", g.m, " exceeds this kernel's ", int64_t{65535} * tile, " rows"));
     }
     const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
     if (big) {
-      GemmKernel<4><<<grid, kGemmThreads, 0, compute_>>>(g);
+      if (!baseline_kernels_) {
+        GemmKernel<4, true><<<grid, kGemmThreads, 0, compute_>>>(g);
+      } else {
+        GemmKernel<4, false><<<grid, kGemmThreads, 0, compute_>>>(g);
+      }
+    } else if (!baseline_kernels_) {
+      GemmKernel<1, true><<<grid, kGemmThreads, 0, compute_>>>(g);
     } else {
-      GemmKernel<1><<<grid, kGemmThreads, 0, compute_>>>(g);
+      GemmKernel<1, false><<<grid, kGemmThreads, 0, compute_>>>(g);
     }
     return Launched(kOp, "GemmKernel");
   }
@@ -1001,6 +1054,11 @@ class CudaDevice final : public Device {
   /// The statistics kernel into *out (device memory).
   Status LaunchXentStats(const char* op, const SoftmaxXentArgs& args, float scale, float* grad, SoftmaxXentStats* out,
                          bool accumulate, double init_loss, int64_t init_correct) {
+    if (baseline_kernels_) {
+      XentStatsSerialKernel<<<1, kXentSerialThreads, 0, compute_>>>(args, scale, grad, out, accumulate, init_loss,
+                                                                     static_cast<long long>(init_correct));
+      return Launched(op, "XentStatsSerialKernel");
+    }
     XentStatsKernel<<<1, kXentStatsThreads, 0, compute_>>>(args, scale, grad, out, accumulate, init_loss,
                                                             static_cast<long long>(init_correct));
     return Launched(op, "XentStatsKernel");
@@ -1117,6 +1175,9 @@ class CudaDevice final : public Device {
   const std::string name_;
   const int64_t limit_;  // 0: none
   int multiprocessors_ = 1;
+  // FOREMAN_CUDA_BASELINE_KERNELS=1 (kernel_bench): GemmKernel<P, false> and
+  // XentStatsSerialKernel instead of GemmKernel<P, true> and XentStatsKernel.
+  bool baseline_kernels_ = false;
   cudaStream_t compute_ = nullptr;
   cudaStream_t copy_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;

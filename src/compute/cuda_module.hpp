@@ -25,9 +25,10 @@
 namespace foreman::compute {
 
 /// Bumped whenever CudaModule's layout, a function's meaning or compute::Device's
-/// layout (its virtual functions, its members) changes: 2 added Device's
-/// pipelining (asynchronous, the async copies, markers).
-inline constexpr int kCudaModuleAbi = 2;
+/// layout (its virtual functions, its members) or an argument struct of
+/// foreman/compute.hpp changes: 2 added Device's pipelining (asynchronous, the
+/// async copies, markers), 3 GemmArgs::column_sums.
+inline constexpr int kCudaModuleAbi = 3;
 
 /// What libforeman_cuda.so provides; each function as foreman/cuda.hpp's or
 /// cuda_device.hpp's of the same name documents it (with the module loaded).

@@ -147,6 +147,52 @@ FOREMAN_HD void SoftmaxXentRow(const float* z, int64_t classes, int64_t label, f
 }
 
 
+/// Row `row`'s label as an int64 (SoftmaxXentArgs::label_type).
+FOREMAN_HD int64_t LabelOf(const SoftmaxXentArgs& args, int64_t row) {
+  return args.label_type == LabelType::kInt32 ? static_cast<const int32_t*>(args.labels)[row]
+                                              : static_cast<const int64_t*>(args.labels)[row];
+}
+
+/// The GPU's statistics kernel (cuda_device.cu's XentStatsKernel), as
+/// functions of the thread index for a host test: one block of kThreads
+/// threads. Phase 1 (ThreadRows): thread t does rows t, t + kThreads, ...
+/// (each SoftmaxXentRow, and its gradient when grad is not null), adding
+/// their losses in double in that order and counting its correct rows into
+/// losses[t] and corrects[t]. Phase 2 (TreeLevel, for half = kThreads / 2,
+/// kThreads / 4, ..., 1, each level after the last has finished): thread
+/// t < half adds element t + half into t. So the block's sum has the same
+/// tree every run (deterministic, no atomics), and the work per thread grows
+/// with rows / kThreads instead of rows.
+namespace xent_stats {
+
+// 512: at most 64 registers a thread, so that SoftmaxXentRow does not
+// spill (at 1024 threads, 32 registers each, ptxas spilled 72 bytes).
+constexpr int kThreads = 512;
+
+FOREMAN_HD void ThreadRows(const SoftmaxXentArgs& args, float scale, float* grad, int tid, double* losses,
+                           long long* corrects) {
+  double loss_sum = 0.0;
+  long long correct = 0;
+  for (int64_t r = tid; r < args.rows; r += kThreads) {
+    float loss;
+    bool is_correct;
+    SoftmaxXentRow(args.logits + r * args.classes, args.classes, LabelOf(args, r), scale,
+                   grad == nullptr ? nullptr : grad + r * args.classes, &loss, &is_correct);
+    loss_sum += static_cast<double>(loss);
+    correct += is_correct ? 1 : 0;
+  }
+  losses[tid] = loss_sum;
+  corrects[tid] = correct;
+}
+
+FOREMAN_HD void TreeLevel(int tid, int half, double* losses, long long* corrects) {
+  if (tid >= half) return;
+  losses[tid] += losses[tid + half];
+  corrects[tid] += corrects[tid + half];
+}
+
+}  // namespace xent_stats
+
 /// The GPU's tiled GEMM (cuda_device.cu's GemmKernel<P>), as functions of
 /// the block and thread index so that a host test can run a block's threads
 /// phase by phase (the kernel separates the phases with __syncthreads):
@@ -157,6 +203,17 @@ FOREMAN_HD void SoftmaxXentRow(const float* z, int64_t classes, int64_t label, f
 /// bs[kDepth][16 P + 1] (op(B) rows of its columns). P = 4 for large
 /// outputs, P = 1 (more, smaller blocks) for small ones; every output is the
 /// same k-ordered fmaf chain either way, so the choice never changes a bit.
+///
+/// A k step is FetchTiles (global memory into the thread's registers),
+/// StageTiles (registers into the shared tiles), then AccumulateTiles. The
+/// kernel fetches step s + 1 before it accumulates step s, so that the
+/// global loads are in flight while the sums run; only the time changes,
+/// never an output's chain.
+///
+/// With GemmArgs::column_sums, op(A) has one more row, m, of ones (for
+/// k < K): its outputs are sum_k fmaf(1, op(B)[k, j], acc) = the k-ordered
+/// sums of op(B)'s columns, bitwise ColumnSums' (fmaf(1, b, acc) rounds
+/// once, as acc + b does), written to column_sums instead of C.
 namespace gemm {
 
 constexpr int kDepth = 16;
@@ -165,15 +222,22 @@ template <int P>
 constexpr int kTileOf = 16 * P;
 template <int P>
 using SharedTile = float[kDepth][kTileOf<P> + 1];
-
-/// Phase 1 of a k step: thread `tid` stages its elements of op(A)[row0 +
-/// r, k0 + kk] and op(B)[k0 + kk, col0 + c] (0 outside the matrices);
-/// consecutive threads read consecutive addresses in either storage order.
+/// Elements of op(A) (and of op(B)) each thread fetches per k step.
 template <int P>
-FOREMAN_HD void LoadTiles(const GemmArgs& g, int64_t row0, int64_t col0, int64_t k0, int tid, SharedTile<P>& as,
-                          SharedTile<P>& bs) {
+constexpr int kFetchOf = kTileOf<P> * kDepth / kThreads;
+
+/// The rows of op(A) the kernel covers: m, and the row of ones.
+FOREMAN_HD int64_t RowsWithSums(const GemmArgs& g) { return g.column_sums != nullptr ? g.m + 1 : g.m; }
+
+/// Phase 1 of a k step: thread `tid` fetches its elements of op(A)[row0 +
+/// r, k0 + kk] and op(B)[k0 + kk, col0 + c] (0 outside the matrices; 1 in
+/// the row of ones) into a[] and b[]; consecutive threads read consecutive
+/// addresses in either storage order.
+template <int P>
+FOREMAN_HD void FetchTiles(const GemmArgs& g, int64_t row0, int64_t col0, int64_t k0, int tid,
+                           float (&a)[kFetchOf<P>], float (&b)[kFetchOf<P>]) {
   constexpr int kTile = kTileOf<P>;
-  for (int e = 0; e < kTile * kDepth / kThreads; ++e) {
+  for (int e = 0; e < kFetchOf<P>; ++e) {
     const int idx = tid + e * kThreads;
     int r, kk;
     if (g.transpose_a) {  // A stored [k, m]
@@ -185,8 +249,14 @@ FOREMAN_HD void LoadTiles(const GemmArgs& g, int64_t row0, int64_t col0, int64_t
     }
     const int64_t gr = row0 + r, gk = k0 + kk;
     float v = 0.0f;
-    if (gr < g.m && gk < g.k) v = g.transpose_a ? g.a[gk * g.m + gr] : g.a[gr * g.k + gk];
-    as[kk][r] = v;
+    if (gk < g.k) {
+      if (gr < g.m) {
+        v = g.transpose_a ? g.a[gk * g.m + gr] : g.a[gr * g.k + gk];
+      } else if (gr == g.m && g.column_sums != nullptr) {
+        v = 1.0f;
+      }
+    }
+    a[e] = v;
     int c;
     if (g.transpose_b) {  // B stored [n, k]
       c = idx / kDepth;
@@ -198,11 +268,41 @@ FOREMAN_HD void LoadTiles(const GemmArgs& g, int64_t row0, int64_t col0, int64_t
     const int64_t gc = col0 + c, gk2 = k0 + kk;
     float w = 0.0f;
     if (gc < g.n && gk2 < g.k) w = g.transpose_b ? g.b[gc * g.k + gk2] : g.b[gk2 * g.n + gc];
-    bs[kk][c] = w;
+    b[e] = w;
   }
 }
 
-/// Phase 2: thread `tid` adds the staged k in order to its P x P sums, only
+/// Phase 2: thread `tid` stores what FetchTiles gave it into the shared
+/// tiles (the same element positions, computed from the layout).
+template <int P>
+FOREMAN_HD void StageTiles(const GemmArgs& g, int tid, const float (&a)[kFetchOf<P>], const float (&b)[kFetchOf<P>],
+                           SharedTile<P>& as, SharedTile<P>& bs) {
+  constexpr int kTile = kTileOf<P>;
+  for (int e = 0; e < kFetchOf<P>; ++e) {
+    const int idx = tid + e * kThreads;
+    if (g.transpose_a) {
+      as[idx / kTile][idx % kTile] = a[e];
+    } else {
+      as[idx % kDepth][idx / kDepth] = a[e];
+    }
+    if (g.transpose_b) {
+      bs[idx % kDepth][idx / kDepth] = b[e];
+    } else {
+      bs[idx / kTile][idx % kTile] = b[e];
+    }
+  }
+}
+
+/// FetchTiles then StageTiles: a k step's loads without the pipelining.
+template <int P>
+FOREMAN_HD void LoadTiles(const GemmArgs& g, int64_t row0, int64_t col0, int64_t k0, int tid, SharedTile<P>& as,
+                          SharedTile<P>& bs) {
+  float a[kFetchOf<P>], b[kFetchOf<P>];
+  FetchTiles<P>(g, row0, col0, k0, tid, a, b);
+  StageTiles<P>(g, tid, a, b, as, bs);
+}
+
+/// Phase 3: thread `tid` adds the staged k in order to its P x P sums, only
 /// the `depth` that exist (so each output is exactly its k-ordered chain).
 template <int P>
 FOREMAN_HD void AccumulateTiles(int tid, int depth, const SharedTile<P>& as, const SharedTile<P>& bs,
@@ -229,17 +329,22 @@ FOREMAN_HD void AccumulateTiles(int tid, int depth, const SharedTile<P>& as, con
   }
 }
 
-/// The last phase: thread `tid` writes its outputs inside C with the epilogue.
+/// The last phase: thread `tid` writes its outputs inside C with the
+/// epilogue, and the row of ones' outputs to column_sums (no epilogue).
 template <int P>
 FOREMAN_HD void StoreOutputs(const GemmArgs& g, int64_t row0, int64_t col0, int tid, const float (&acc)[P][P]) {
   const int tx = tid % 16, ty = tid / 16;
   for (int i = 0; i < P; ++i) {
     const int64_t r = row0 + ty + 16 * i;
-    if (r >= g.m) continue;
+    if (r > g.m || (r == g.m && g.column_sums == nullptr)) continue;
     for (int j = 0; j < P; ++j) {
       const int64_t c = col0 + tx + 16 * j;
       if (c >= g.n) continue;
       float v = acc[i][j];
+      if (r == g.m) {
+        g.column_sums[c] = v;
+        continue;
+      }
       switch (g.epilogue) {
         case Epilogue::kNone:
           break;

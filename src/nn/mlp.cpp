@@ -578,8 +578,8 @@ struct Mlp::Impl {
       kg.k = rows;
       kg.n = layer.out;
       kg.transpose_a = true;
+      kg.column_sums = s.bgrads[l];  // the bias gradient in the same launch (bitwise ColumnSums)
       FOREMAN_RETURN_IF_ERROR(device.Gemm(kg));
-      FOREMAN_RETURN_IF_ERROR(device.ColumnSums(s.deltas[l], rows, layer.out, s.bgrads[l]));
       if (l > 0) {
         compute::GemmArgs db;
         db.a = s.deltas[l];

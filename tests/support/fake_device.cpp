@@ -417,6 +417,10 @@ StatusOr<Tensor> FakeDevice::AllocateHostTensor(DataType dtype, TensorShape shap
 
 Status FakeDevice::Gemm(const compute::GemmArgs& g) {
   auto check = [this, g]() -> Status {
+    if (g.n > 0 && g.k >= 0 && g.column_sums != nullptr) {
+      FOREMAN_RETURN_IF_ERROR(CheckDevice("Gemm", "column_sums", g.column_sums, g.n * 4));
+      FOREMAN_RETURN_IF_ERROR(CheckDevice("Gemm", "b", g.b, g.k * g.n * 4));
+    }
     if (g.m <= 0 || g.n <= 0 || g.k < 0) return absl::OkStatus();  // nothing written; the CPU checks signs
     FOREMAN_RETURN_IF_ERROR(CheckDevice("Gemm", "c", g.c, g.m * g.n * 4));
     FOREMAN_RETURN_IF_ERROR(CheckDevice("Gemm", "a", g.a, g.m * g.k * 4));

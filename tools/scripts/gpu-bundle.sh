@@ -8,7 +8,7 @@
 # be used).
 #
 #   .gpu-bundle/gpu-check.sh      the check (finds bin/, lib/, data/ beside it)
-#   .gpu-bundle/bin/              foreman, train_bench, tcp_roundtrip, the `gpu` suite's programs
+#   .gpu-bundle/bin/              foreman, train_bench, kernel_bench, tcp_roundtrip, the `gpu` suite's programs
 #                                 and `cuda` (cuda_test): each a small sh script
 #                                 that runs libexec/'s program of that name with
 #                                 LD_LIBRARY_PATH=lib/ (for it and its children
@@ -74,7 +74,8 @@ for t in json.load(sys.stdin):
     if any(s.split(":")[-1] == "gpu" for s in t["suite"]) or t["name"] == "cuda":
         print("\t".join([t["name"]] + t["cmd"]))')
 [[ -n $tests_tsv ]] || { log "meson lists no gpu tests in $build_dir"; exit 1; }
-programs=("$build_dir/tools/foreman" "$build_dir/tools/bench/train_bench" "$build_dir/tools/bench/tcp_roundtrip")
+programs=("$build_dir/tools/foreman" "$build_dir/tools/bench/train_bench" "$build_dir/tools/bench/kernel_bench"
+          "$build_dir/tools/bench/tcp_roundtrip")
 while IFS=$'\t' read -r name prog _; do programs+=("$prog"); done <<<"$tests_tsv"
 
 if ((build)); then

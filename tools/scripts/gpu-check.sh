@@ -9,7 +9,8 @@
 #   4. the GPU benchmark: train_bench --device gpu:0 (samples/s at batch 128,
 #      1024, 8192; the checkpoint stall against the device->host copy), and
 #      with --with-torch tools/bench/train_torch.py --device cuda beside it
-#      (the same batches and the main job)
+#      (the same batches and the main job); kernel_bench --device gpu:0 (the
+#      step's kernels against the ones before issue 29, a line each)
 #   5. with --cpu-threads LIST: the CPU thread-scaling rows (tools/bench/run.sh
 #      --parts 1: train_bench at each thread count, pinned, batch 128 and 1024;
 #      PyTorch at the same threads with --with-torch)
@@ -89,6 +90,7 @@ if [[ -x $here/bin/foreman && -f $here/tests.txt && -z $build_dir ]]; then
   bin=$here/bin
   foreman=$bin/foreman
   train_bench=$bin/train_bench
+  kernel_bench=$bin/kernel_bench
   bench_dir=$here/tools/bench
   tests_tsv=$(cat "$here/tests.txt")
   [[ -z $data ]] && data=$here/data
@@ -101,6 +103,7 @@ else
   bin=
   foreman=$build_dir/tools/foreman
   train_bench=$build_dir/tools/bench/train_bench
+  kernel_bench=$build_dir/tools/bench/kernel_bench
   bench_dir=$root/tools/bench
   tests_tsv=$(meson introspect --tests "$build_dir" 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
@@ -353,6 +356,18 @@ stall=$(value train.foreman.gpu.ckpt_stall_s "$out/train_bench.out")
 copy=$(value train.foreman.gpu.ckpt_d2h_copy_s "$out/train_bench.out")
 over=$(value train.foreman.gpu.ckpt_stall_over_copy "$out/train_bench.out")
 say "checkpoint stall: ${stall:-?} s per save vs the device->host copy ${copy:-?} s = ${over:-?}x (target <= 1.2x: $(awk -v v="${over:-99}" 'BEGIN { print (v <= 1.2) ? "met" : "MISSED" }'))"
+
+# The kernels against their predecessors (kernel_bench; alternated legs).
+bounded "kernel_bench --device gpu:0" 90 20 "$kernel_bench" --device gpu:0 --reps 2 --replays 15 \
+  >"$out/kernel_bench.out" 2>"$out/kernel_bench.err"
+rc=$?
+if ((rc == 0)); then
+  while read -r _ name us _ base ratio; do
+    say "kernel ${name#kernel.}: $us us per launch, before ${base#baseline=} us (${ratio#ratio=} faster)"
+  done < <(grep '^RUN kernel\.' "$out/kernel_bench.out")
+else
+  ((rc == 124 || rc == 137)) || fail "kernel_bench --device gpu:0 exited $rc: $(tail -3 "$out/kernel_bench.err" | tr '\n' ' ')"
+fi
 
 # -- 5, 6. the CPU rows on this machine's cores ----------------------------------------------------
 cpu_rows
