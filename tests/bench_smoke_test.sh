@@ -80,7 +80,8 @@ for b in 16 33; do
     has "^RUN kernel\.$name\.b$b [0-9.]+ us baseline=[0-9.]+ ratio=[0-9.]+x$" "$out" || fail "kernel_bench: no $name.b$b row: $out"
   done
 done
-[[ $(grep -c '^RUN kernel\.' <<<"$out") -eq 16 ]] || fail "kernel_bench: not 16 rows: $out"
+has '^RUN kernel\.adam_update [0-9.]+ us baseline=[0-9.]+ ratio=[0-9.]+x$' "$out" || fail "kernel_bench: no adam_update row: $out"
+[[ $(grep -c '^RUN kernel\.' <<<"$out") -eq 17 ]] || fail "kernel_bench: not 17 rows: $out"
 out=$(timeout 60 "$kernel" --device cpu --reps 0 2>&1)
 rc=$?
 [[ $rc -eq 2 ]] && has "^kernel_bench: --reps wants an integer in \[1, 100\], got '0'" "$out" || fail "kernel_bench --reps 0: rc $rc: $out"

@@ -366,6 +366,59 @@ TEST_CASE("ApplyAdam: m, v moving averages; var -= m * lr_t / (sqrt(v) + epsilon
   }
 }
 
+TEST_CASE("ApplyAdamGroup is AdamStepSize, each variable's ApplyAdam in order, then AdamFinish, bitwise") {
+  CpuDevice dev(2);
+  const int64_t sizes[] = {1037, 0, 10, 300};
+  std::vector<UpdateState> group, alone;
+  for (int64_t n : sizes) {
+    group.push_back(NewState(n));
+    alone.push_back(group.back());
+  }
+  const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  float gb1p = b1 * b1, gb2p = b2 * b2, ab1p = gb1p, ab2p = gb2p, gstep = -1.0f, astep = -2.0f;
+  std::vector<AdamVariable> vars;
+  for (UpdateState& s : group) {
+    vars.push_back({s.var.data(), s.s0.data(), s.s1.data(), s.grad.data(), static_cast<int64_t>(s.var.size())});
+  }
+  REQUIRE(dev.ApplyAdamGroup(vars.data(), static_cast<int64_t>(vars.size()), DeviceScalar{&lr}, &gb1p, &gb2p, b1, b2,
+                             eps, &gstep)
+              .ok());
+  REQUIRE(dev.AdamStepSize(DeviceScalar{&lr}, DeviceScalar{&ab1p}, DeviceScalar{&ab2p}, &astep).ok());
+  for (UpdateState& s : alone) {
+    REQUIRE(dev.ApplyAdam(s.var.data(), s.s0.data(), s.s1.data(), s.grad.data(), static_cast<int64_t>(s.var.size()),
+                          DeviceScalar{&astep}, b1, b2, eps)
+                .ok());
+  }
+  REQUIRE(dev.AdamFinish(&ab1p, &ab2p, b1, b2).ok());
+  CHECK(std::memcmp(&gstep, &astep, sizeof(float)) == 0);
+  CHECK(std::memcmp(&gb1p, &ab1p, sizeof(float)) == 0);
+  CHECK(std::memcmp(&gb2p, &ab2p, sizeof(float)) == 0);
+  CHECK(gb1p == b1 * b1 * b1);  // the powers advanced once, after the updates read them
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::memcmp(group[i].var.data(), alone[i].var.data(), group[i].var.size() * 4) == 0);
+    CHECK(std::memcmp(group[i].s0.data(), alone[i].s0.data(), group[i].s0.size() * 4) == 0);
+    CHECK(std::memcmp(group[i].s1.data(), alone[i].s1.data(), group[i].s1.size() * 4) == 0);
+  }
+  // Bad arguments: INVALID_ARGUMENT naming the variable, nothing advanced.
+  vars[2].grad = nullptr;
+  const float before = gb1p;
+  Status s = dev.ApplyAdamGroup(vars.data(), 4, DeviceScalar{&lr}, &gb1p, &gb2p, b1, b2, eps, &gstep);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(s.message()).find("variables[2]") != std::string::npos);
+  vars[2].grad = group[2].grad.data();
+  vars[3].n = -1;
+  s = dev.ApplyAdamGroup(vars.data(), 4, DeviceScalar{&lr}, &gb1p, &gb2p, b1, b2, eps, &gstep);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(s.message()).find("variables[3].n must be >= 0, got -1") != std::string::npos);
+  s = dev.ApplyAdamGroup(vars.data(), -1, DeviceScalar{&lr}, &gb1p, &gb2p, b1, b2, eps, &gstep);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  s = dev.ApplyAdamGroup(vars.data(), 2, DeviceScalar{&lr}, nullptr, &gb2p, b1, b2, eps, &gstep);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(s.message()).find("beta1_power is null") != std::string::npos);
+  CHECK(gb1p == before);
+}
+
 TEST_CASE("The elementwise updates do not depend on the thread count") {
   // kN runs on the calling thread; 100003 elements (past 2^15) are split
   // into one block per thread, the last one short. In device memory (64-byte

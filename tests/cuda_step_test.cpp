@@ -303,6 +303,65 @@ TEST_CASE("softmax cross-entropy: the CPU's within expf/logf accuracy; its devic
   }
 }
 
+TEST_CASE("ApplyAdamGroup is bitwise AdamStepSize, each ApplyAdam and AdamFinish on the device, eager and captured") {
+  // One kernel for all the variables (two launches for more than 8; empty
+  // variables; one over the block cap: a grid-stride loop), against the same
+  // device's separate operations.
+  auto gpu = Gpu();
+  Arena arena(*gpu);
+  const std::vector<int64_t> sizes = {200704, 256, 0, 2560, 10, 3000001, 7, 1, 0, 1037};
+  const float lr = 0.0371f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  float* dlr = arena.Put(std::vector<float>{lr});
+  for (bool captured : {false, true}) {
+    CAPTURE(captured);
+    std::vector<AdamVariable> group, alone;
+    uint32_t seed = 300;
+    for (int64_t n : sizes) {
+      const std::vector<float> var = Random(n, seed++), m = Random(n, seed++, 0.0f, 0.5f);
+      const std::vector<float> v = Random(n, seed++, 0.0f, 0.01f), grad = Random(n, seed++, -3.0f, 3.0f);
+      const float* dgrad = n > 0 ? arena.Put(grad) : nullptr;
+      group.push_back({n > 0 ? arena.Put(var) : nullptr, n > 0 ? arena.Put(m) : nullptr,
+                       n > 0 ? arena.Put(v) : nullptr, dgrad, n});
+      alone.push_back({n > 0 ? arena.Put(var) : nullptr, n > 0 ? arena.Put(m) : nullptr,
+                       n > 0 ? arena.Put(v) : nullptr, dgrad, n});
+    }
+    float* gs = arena.Put(std::vector<float>{b1 * b1, b2 * b2, -1.0f});  // beta1_power, beta2_power, step_size
+    float* as = arena.Put(std::vector<float>{b1 * b1, b2 * b2, -2.0f});
+    auto run_group = [&] {
+      return gpu->ApplyAdamGroup(group.data(), static_cast<int64_t>(group.size()), DeviceScalar{dlr}, gs, gs + 1, b1,
+                                 b2, eps, gs + 2);
+    };
+    if (captured) {
+      REQUIRE(gpu->BeginCapture().ok());
+      const Status s = run_group();
+      auto ops = gpu->EndCapture();
+      REQUIRE_MESSAGE(s.ok(), s.ToString());
+      REQUIRE_MESSAGE(ops.ok(), ops.status().ToString());
+      REQUIRE((*ops)->Replay().ok());
+      REQUIRE((*ops)->Replay().ok());  // twice: the powers advance at each replay
+    } else {
+      const Status s = run_group();
+      REQUIRE_MESSAGE(s.ok(), s.ToString());
+      REQUIRE(run_group().ok());
+    }
+    for (int step = 0; step < 2; ++step) {
+      REQUIRE(gpu->AdamStepSize(DeviceScalar{dlr}, DeviceScalar{as}, DeviceScalar{as + 1}, as + 2).ok());
+      for (const AdamVariable& x : alone) {
+        REQUIRE(gpu->ApplyAdam(x.var, x.m, x.v, x.grad, x.n, DeviceScalar{as + 2}, b1, b2, eps).ok());
+      }
+      REQUIRE(gpu->AdamFinish(as, as + 1, b1, b2).ok());
+    }
+    SameBits(arena.Get(gs, 3), arena.Get(as, 3), "beta1_power, beta2_power, step_size");
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      CAPTURE(i);
+      if (sizes[i] == 0) continue;
+      SameBits(arena.Get(group[i].var, sizes[i]), arena.Get(alone[i].var, sizes[i]), "var");
+      SameBits(arena.Get(group[i].m, sizes[i]), arena.Get(alone[i].m, sizes[i]), "m");
+      SameBits(arena.Get(group[i].v, sizes[i]), arena.Get(alone[i].v, sizes[i]), "v");
+    }
+  }
+}
+
 TEST_CASE("the optimizer updates and Adam's scalars are bitwise the CPU device's") {
   auto gpu = Gpu();
   CpuDevice cpu(1, CpuIsa::kBaseline);

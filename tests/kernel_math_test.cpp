@@ -540,5 +540,44 @@ TEST_CASE("the GPU statistics kernel, run thread by thread on the host: every ro
   }
 }
 
+TEST_CASE("the GPU's one-kernel Adam update gives every element of every variable to exactly one thread") {
+  // AdamGroupKernel's indices (math::adam_group) for each block and thread
+  // of the planned grid: small and empty variables, and one larger than the
+  // block cap allows in one pass (grid-stride).
+  namespace A = math::adam_group;
+  constexpr int kThreads = 256;
+  constexpr int64_t kMaxBlocks = 16;
+  const std::vector<std::vector<int64_t>> groups = {
+      {200704, 256, 2560, 10}, {0, 5, 0}, {1}, {kThreads * kMaxBlocks * 3 + 7, 0, 513}, {0, 0, 0, 0, 0, 0, 0, 1}};
+  for (const std::vector<int64_t>& sizes : groups) {
+    CAPTURE(sizes.size());
+    REQUIRE(sizes.size() <= static_cast<std::size_t>(A::kMaxVariables));
+    std::vector<AdamVariable> vars(sizes.size());
+    for (std::size_t j = 0; j < sizes.size(); ++j) vars[j].n = sizes[j];
+    int64_t block_start[A::kMaxVariables + 1];
+    const int count = static_cast<int>(sizes.size());
+    const int64_t blocks = A::PlanBlocks(vars.data(), count, kThreads, kMaxBlocks, block_start);
+    std::vector<std::vector<int>> seen(sizes.size());
+    for (std::size_t j = 0; j < sizes.size(); ++j) {
+      seen[j].assign(static_cast<std::size_t>(sizes[j]), 0);
+      const int64_t own = block_start[j + 1] - block_start[j];
+      CHECK(own == (sizes[j] == 0 ? 0 : std::min<int64_t>(kMaxBlocks, (sizes[j] + kThreads - 1) / kThreads)));
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int j = A::VariableOfBlock(block_start, count, b);
+      REQUIRE(b >= block_start[j]);
+      REQUIRE(b < block_start[j + 1]);
+      const int64_t first = block_start[j], own = block_start[j + 1] - first;
+      for (int t = 0; t < kThreads; ++t) {
+        for (int64_t i = (b - first) * kThreads + t; i < sizes[j]; i += own * kThreads) ++seen[j][i];
+      }
+    }
+    for (std::size_t j = 0; j < sizes.size(); ++j) {
+      CAPTURE(j);
+      CHECK(std::all_of(seen[j].begin(), seen[j].end(), [](int c) { return c == 1; }));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace foreman::compute

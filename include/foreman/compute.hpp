@@ -148,6 +148,16 @@ struct DeviceScalar {
   const float* ptr = nullptr;
 };
 
+/// One variable of Device::ApplyAdamGroup: ApplyAdam's var, m, v (its
+/// slots), grad and element count n (>= 0), device memory.
+struct AdamVariable {
+  float* var = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  const float* grad = nullptr;
+  int64_t n = 0;
+};
+
 /// Examples gathered on the device (the training data kept in device memory,
 /// nn::DeviceExamples): for r in [0, rows)
 ///   features[r, d] = float(images[indices[r], d]) / 255.0f   (a division, as data::Dataset)
@@ -294,6 +304,32 @@ class Device {
   virtual Status AdamStepSize(DeviceScalar learning_rate, DeviceScalar beta1_power, DeviceScalar beta2_power,
                               float* step_size) = 0;
   virtual Status AdamFinish(float* beta1_power, float* beta2_power, float beta1, float beta2) = 0;
+  /// A step's whole Adam update in one call (a multi-tensor apply), in TF's
+  /// order (AdamOptimizer: the apply ops, then _finish):
+  ///   AdamStepSize(learning_rate, beta1_power, beta2_power, step_size);
+  ///   ApplyAdam(var, m, v, grad, n, DeviceScalar{step_size}, beta1, beta2,
+  ///             epsilon) for each of the `count` variables, in order;
+  ///   AdamFinish(beta1_power, beta2_power, beta1, beta2)
+  /// with bitwise their results (*step_size included). `variables` is host
+  /// memory, read during the call; the rest is device memory, float32.
+  /// INVALID_ARGUMENT for count < 0, a null pointer (variables with
+  /// count > 0; a scalar; a variable's pointer where its n > 0) or n < 0,
+  /// naming the variable's index. The default makes the calls above; the
+  /// CUDA device launches one kernel for all the variables (each thread
+  /// computes the step size, as AdamStepSize does) and one for AdamFinish:
+  /// two graph nodes a step instead of count + 2.
+  virtual Status ApplyAdamGroup(const AdamVariable* variables, int64_t count, DeviceScalar learning_rate,
+                                float* beta1_power, float* beta2_power, float beta1, float beta2, float epsilon,
+                                float* step_size) {
+    FOREMAN_RETURN_IF_ERROR(CheckAdamGroup(variables, count, learning_rate, beta1_power, beta2_power, step_size));
+    FOREMAN_RETURN_IF_ERROR(
+        AdamStepSize(learning_rate, DeviceScalar{beta1_power}, DeviceScalar{beta2_power}, step_size));
+    for (int64_t i = 0; i < count; ++i) {
+      const AdamVariable& x = variables[i];
+      FOREMAN_RETURN_IF_ERROR(ApplyAdam(x.var, x.m, x.v, x.grad, x.n, DeviceScalar{step_size}, beta1, beta2, epsilon));
+    }
+    return AdamFinish(beta1_power, beta2_power, beta1, beta2);
+  }
 
   /// SoftmaxXent with its statistics left in device memory: `*device_stats`
   /// (device memory, 16 bytes) is overwritten with this batch's loss_sum and
@@ -401,6 +437,29 @@ class Device {
   virtual Status Synchronize() { return Status(); }
 
  protected:
+  /// ApplyAdamGroup's argument checks (its INVALID_ARGUMENTs).
+  Status CheckAdamGroup(const AdamVariable* variables, int64_t count, DeviceScalar learning_rate,
+                        const float* beta1_power, const float* beta2_power, const float* step_size) const {
+    auto invalid = [this](const std::string& what) {
+      return Status(absl::StatusCode::kInvalidArgument, name() + " ApplyAdamGroup: " + what);
+    };
+    if (count < 0) return invalid("count must be >= 0, got " + std::to_string(count));
+    if (count > 0 && variables == nullptr) return invalid("variables is null");
+    if (learning_rate.ptr == nullptr) return invalid("learning_rate is null");
+    if (beta1_power == nullptr) return invalid("beta1_power is null");
+    if (beta2_power == nullptr) return invalid("beta2_power is null");
+    if (step_size == nullptr) return invalid("step_size is null");
+    for (int64_t i = 0; i < count; ++i) {
+      const AdamVariable& x = variables[i];
+      const std::string which = "variables[" + std::to_string(i) + "]";
+      if (x.n < 0) return invalid(which + ".n must be >= 0, got " + std::to_string(x.n));
+      if (x.n > 0 && (x.var == nullptr || x.m == nullptr || x.v == nullptr || x.grad == nullptr)) {
+        return invalid(which + " has a null var, m, v or grad");
+      }
+    }
+    return Status();
+  }
+
   /// WaitForMarker's INVALID_ARGUMENT for a marker after `newest`.
   Status MarkerNotRecorded(uint64_t marker, uint64_t newest) const {
     return Status(absl::StatusCode::kInvalidArgument, name() + " WaitForMarker: marker " + std::to_string(marker) +

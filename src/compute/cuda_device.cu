@@ -330,6 +330,33 @@ __global__ void AdamKernel(float* var, float* m, float* v, const float* grad, in
   }
 }
 
+// Device::ApplyAdamGroup's updates (math::adam_group): block b updates
+// variable VariableOfBlock(b); every thread computes the step size from the
+// device scalars (as AdamStepSizeKernel does: the same float), block 0's
+// thread 0 also stores it.
+struct AdamGroupArgs {
+  int count = 0;
+  AdamVariable variables[math::adam_group::kMaxVariables];
+  int64_t block_start[math::adam_group::kMaxVariables + 1] = {};
+  const float* learning_rate = nullptr;
+  const float* beta1_power = nullptr;
+  const float* beta2_power = nullptr;
+  float* step_size = nullptr;
+  float beta1 = 0, beta2 = 0, epsilon = 0;
+};
+
+__global__ void AdamGroupKernel(AdamGroupArgs a) {
+  const int j = math::adam_group::VariableOfBlock(a.block_start, a.count, blockIdx.x);
+  const AdamVariable& x = a.variables[j];
+  const int64_t first = a.block_start[j], blocks = a.block_start[j + 1] - first;
+  const float step_size = math::AdamStepSize(*a.learning_rate, *a.beta1_power, *a.beta2_power);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.step_size = step_size;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) - first) * blockDim.x + threadIdx.x; i < x.n;
+       i += blocks * blockDim.x) {
+    math::Adam(x.var + i, x.m + i, x.v + i, x.grad[i], step_size, a.beta1, a.beta2, a.epsilon);
+  }
+}
+
 __global__ void AdamStepSizeKernel(const float* lr, const float* beta1_power, const float* beta2_power,
                                    float* step_size) {
   *step_size = math::AdamStepSize(*lr, *beta1_power, *beta2_power);
@@ -524,6 +551,7 @@ class CudaDevice final : public Device {
         reinterpret_cast<const void*>(&GradientDescentKernel),
         reinterpret_cast<const void*>(&MomentumKernel),         reinterpret_cast<const void*>(&AdamKernel),
         reinterpret_cast<const void*>(&AdamStepSizeKernel),     reinterpret_cast<const void*>(&AdamFinishKernel),
+        reinterpret_cast<const void*>(&AdamGroupKernel),
         reinterpret_cast<const void*>(&GatherKernel),           reinterpret_cast<const void*>(&FaultingKernel),
     };
     for (const void* kernel : kernels) {
@@ -608,6 +636,12 @@ class CudaDevice final : public Device {
   }
   Status AdamFinish(float* beta1_power, float* beta2_power, float beta1, float beta2) override {
     return Track(AdamFinishImpl(beta1_power, beta2_power, beta1, beta2));
+  }
+  Status ApplyAdamGroup(const AdamVariable* variables, int64_t count, DeviceScalar learning_rate,
+                        float* beta1_power, float* beta2_power, float beta1, float beta2, float epsilon,
+                        float* step_size) override {
+    return Track(AdamGroupImpl(variables, count, learning_rate, beta1_power, beta2_power, beta1, beta2, epsilon,
+                               step_size));
   }
   Status SoftmaxXentToDevice(const SoftmaxXentArgs& args, float scale, float* grad,
                              SoftmaxXentStats* device_stats) override {
@@ -1152,6 +1186,41 @@ class CudaDevice final : public Device {
     if (beta2_power == nullptr) return Null(kOp, "beta2_power");
     AdamFinishKernel<<<1, 1, 0, compute_>>>(beta1_power, beta2_power, beta1, beta2);
     return Launched(kOp, "AdamFinishKernel");
+  }
+
+  Status AdamGroupImpl(const AdamVariable* variables, int64_t count, DeviceScalar lr, float* beta1_power,
+                       float* beta2_power, float beta1, float beta2, float epsilon, float* step_size) {
+    static constexpr const char* kOp = "ApplyAdamGroup";
+    FOREMAN_RETURN_IF_ERROR(Enter(kOp, /*capturable=*/true));
+    FOREMAN_RETURN_IF_ERROR(CheckAdamGroup(variables, count, lr, beta1_power, beta2_power, step_size));
+    // Groups of at most kMaxVariables (one launch each; the variables with
+    // no elements left out), all before AdamFinish.
+    constexpr int kMax = math::adam_group::kMaxVariables;
+    bool launched = false;
+    for (int64_t i = 0; i < count || !launched;) {
+      AdamGroupArgs a;
+      a.learning_rate = lr.ptr;
+      a.beta1_power = beta1_power;
+      a.beta2_power = beta2_power;
+      a.step_size = step_size;
+      a.beta1 = beta1;
+      a.beta2 = beta2;
+      a.epsilon = epsilon;
+      for (; i < count && a.count < kMax; ++i) {
+        if (variables[i].n > 0) a.variables[a.count++] = variables[i];
+      }
+      // With no elements at all, one block of an empty variable still
+      // writes *step_size.
+      if (a.count == 0) a.variables[a.count++] = AdamVariable{};
+      int64_t blocks = math::adam_group::PlanBlocks(a.variables, a.count, kElementwiseThreads, kMaxElementwiseBlocks,
+                                                    a.block_start);
+      if (blocks == 0) blocks = a.block_start[a.count] = 1;
+      if (blocks > INT32_MAX) return Invalid(kOp, "too many elements for one launch");
+      AdamGroupKernel<<<static_cast<unsigned>(blocks), kElementwiseThreads, 0, compute_>>>(a);
+      FOREMAN_RETURN_IF_ERROR(Launched(kOp, "AdamGroupKernel"));
+      launched = true;
+    }
+    return AdamFinishImpl(beta1_power, beta2_power, beta1, beta2);
   }
 
   Status GatherImpl(const GatherArgs& a) {

@@ -112,6 +112,39 @@ FOREMAN_HD float AdamStepSize(float lr, float beta1_power, float beta2_power) {
   return lr * Sqrt(1.0f - beta2_power) / (1.0f - beta1_power);
 }
 
+/// The GPU's one-kernel Adam update of several variables (cuda_device.cu's
+/// AdamGroupKernel, Device::ApplyAdamGroup): the grid's blocks are split
+/// among the variables, variable j owning blocks [block_start[j],
+/// block_start[j + 1]) (as many as an ApplyAdam of it alone would launch:
+/// ceil(n / threads), at most max_blocks, none for n = 0), each of its
+/// blocks a grid-stride loop over its elements.
+namespace adam_group {
+
+constexpr int kMaxVariables = 8;  // per launch; more are launched in groups
+
+/// Fills block_start[0..count] (block_start[0] = 0) and returns the grid's
+/// blocks, block_start[count].
+inline int64_t PlanBlocks(const AdamVariable* variables, int count, int threads, int64_t max_blocks,
+                          int64_t* block_start) {
+  block_start[0] = 0;
+  for (int j = 0; j < count; ++j) {
+    const int64_t n = variables[j].n;
+    const int64_t blocks = n <= 0 ? 0 : ((n + threads - 1) / threads < max_blocks ? (n + threads - 1) / threads
+                                                                                   : max_blocks);
+    block_start[j + 1] = block_start[j] + blocks;
+  }
+  return block_start[count];
+}
+
+/// The variable that owns block `block` (< block_start[count]).
+FOREMAN_HD int VariableOfBlock(const int64_t* block_start, int count, int64_t block) {
+  int j = 0;
+  while (j + 1 < count && block >= block_start[j + 1]) ++j;
+  return j;
+}
+
+}  // namespace adam_group
+
 /// A uint8 pixel as a feature: a division by 255 (data::Dataset's).
 FOREMAN_HD float PixelToFeature(uint8_t pixel) { return static_cast<float>(pixel) / 255.0f; }
 

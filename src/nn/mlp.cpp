@@ -533,18 +533,16 @@ struct Mlp::Impl {
   }
 
   /// One training step's operations on device memory, in TrainStep's order
-  /// with the rates as device scalars (the learning rate at step_block[0];
-  /// Adam's lr_t computed on the device from the beta powers), so that the
-  /// sequence can be captured and replayed with new values. Writes the
-  /// batch's statistics to *s.stats.
+  /// (but Adam's updates, all at the end in one ApplyAdamGroup: the same
+  /// values, since the backward pass reads each variable before its update
+  /// in either order) with the rates as device scalars (the learning rate
+  /// at step_block[0]; Adam's lr_t computed on the device from the beta
+  /// powers), so that the sequence can be captured and replayed with new
+  /// values. Writes the batch's statistics to *s.stats.
   Status DeviceStepOps(const float* x, const void* labels, compute::LabelType label_type, int64_t rows,
                        const DeviceVars& v, const DeviceStep& s, compute::Device& device) {
     const auto* lr = reinterpret_cast<const float*>(s.step_block);
     const bool adam = optimizer.kind == OptimizerKind::kAdam;
-    if (adam) {
-      FOREMAN_RETURN_IF_ERROR(device.AdamStepSize(compute::DeviceScalar{lr}, compute::DeviceScalar{v.beta1_power},
-                                                  compute::DeviceScalar{v.beta2_power}, s.step_size));
-    }
     FOREMAN_RETURN_IF_ERROR(DeviceForward(x, rows, v, s.outputs, device));
     const std::size_t last = layers.size() - 1;
     compute::SoftmaxXentArgs xent;
@@ -555,15 +553,21 @@ struct Mlp::Impl {
     xent.classes = spec.num_classes;
     FOREMAN_RETURN_IF_ERROR(
         device.SoftmaxXentToDevice(xent, 1.0f / static_cast<float>(rows), s.deltas[last], s.stats));
-    const compute::DeviceScalar rate{adam ? s.step_size : lr};
+    const compute::DeviceScalar rate{lr};
+    // Adam's updates are made at the end, all in one call (ApplyAdamGroup:
+    // the step size, every variable, the beta powers), in the order the
+    // other optimizers update them here: layer by layer from the last, its
+    // kernel, then its bias. Each variable is updated after the backward
+    // pass has read it either way.
+    std::vector<compute::AdamVariable> adam_variables;
     auto update = [&](float* var, const float* grad, const std::array<float*, 2>& slots, int64_t n) -> Status {
       switch (optimizer.kind) {
         case OptimizerKind::kSgd: return device.ApplyGradientDescent(var, grad, n, rate);
         case OptimizerKind::kMomentum:
           return device.ApplyMomentum(var, slots[0], grad, n, rate, optimizer.momentum, optimizer.use_nesterov);
         case OptimizerKind::kAdam:
-          return device.ApplyAdam(var, slots[0], slots[1], grad, n, rate, optimizer.beta1, optimizer.beta2,
-                                  optimizer.epsilon);
+          adam_variables.push_back({var, slots[0], slots[1], grad, n});
+          return absl::OkStatus();
       }
       return absl::InvalidArgumentError("invalid optimizer kind");
     };
@@ -597,7 +601,9 @@ struct Mlp::Impl {
       FOREMAN_RETURN_IF_ERROR(update(v.biases[l], s.bgrads[l], v.bias_slots[l], layer.out));
     }
     if (adam) {
-      FOREMAN_RETURN_IF_ERROR(device.AdamFinish(v.beta1_power, v.beta2_power, optimizer.beta1, optimizer.beta2));
+      FOREMAN_RETURN_IF_ERROR(device.ApplyAdamGroup(adam_variables.data(), static_cast<int64_t>(adam_variables.size()),
+                                                    rate, v.beta1_power, v.beta2_power, optimizer.beta1,
+                                                    optimizer.beta2, optimizer.epsilon, s.step_size));
     }
     return absl::OkStatus();
   }

@@ -14,19 +14,23 @@
 //                       before issue 29 (one thread adding up the losses)
 //   bias_grad.l<L>.b<B> a layer's kernel and bias gradients as one launch
 //                       (GemmArgs::column_sums) against two (the GEMM, then
-//                       ColumnSums); both legs run these
+//                       ColumnSums)
+//   adam_update         Adam's update of the model's four variables as
+//                       ApplyAdamGroup (two launches) against AdamStepSize,
+//                       four ApplyAdam and AdamFinish (six)
 //
 // The "before" kernels are the CUDA device's with the environment variable
 // FOREMAN_CUDA_BASELINE_KERNELS=1, so each figure of the first two kinds
 // comes from child processes of this program, one per leg, the two legs
-// alternated --reps times (the third kind is measured within each leg).
+// alternated --reps times (the last two kinds compare two forms within the
+// current kernels' legs).
 // A figure is the median over the legs of each leg's median over --replays
 // replays of (the wall time of one replay of --ops operations captured into
 // one graph, then a Synchronize) / --ops, in microseconds, so it holds what a
 // captured training step pays per operation. The output of the compared
 // forms is hashed: the GEMMs must be bitwise the same in both legs (and with
-// and without column_sums), the statistics kernels must agree on the
-// gradient and the correct count (the loss sums may differ in a double's
+// and without column_sums; Adam's two forms too), the statistics kernels
+// must agree on the gradient and the correct count (the loss sums may differ in a double's
 // last bits: a different order of addition). A mismatch is an error (exit 1).
 //
 //   RUN kernel.<name> <us> us baseline=<us> ratio=<baseline/us>x
@@ -323,6 +327,60 @@ int RunLeg(const Options& o) {
       leg(tag + ".fused", fused_us, fused_hash);
     }
   }
+
+  // Adam's update of the model's variables, one call against six; each form
+  // on its own copy of the same state, updated as many times.
+  {
+    Buffers buf(d);
+    const int64_t sizes[] = {kIn * kHidden, kHidden, kHidden * kClasses, kClasses};
+    struct Form {
+      std::vector<foreman::compute::AdamVariable> vars;
+      float* scalars;  // beta1_power, beta2_power, step_size
+    } forms[2];
+    const float* lr = buf.Put(std::vector<float>{1e-3f});
+    for (Form& f : forms) {
+      uint32_t seed = 20;
+      for (const int64_t n : sizes) {
+        f.vars.push_back({buf.Put(RandomFloats(n, seed, -0.1f, 0.1f)), buf.Put(RandomFloats(n, seed + 1, 0.0f, 0.01f)),
+                          buf.Put(RandomFloats(n, seed + 2, 0.0f, 1e-4f)),
+                          buf.Put(RandomFloats(n, seed + 3, -0.01f, 0.01f)), n});
+        seed += 4;
+      }
+      f.scalars = buf.Put(std::vector<float>{0.9f, 0.999f, 0.0f});
+    }
+    constexpr float kBeta1 = 0.9f, kBeta2 = 0.999f, kEpsilon = 1e-8f;
+    auto hash = [&](const Form& f) {
+      uint64_t h = buf.HashOf(f.scalars, 3);
+      for (const auto& x : f.vars) h = buf.HashOf(x.m, x.n, buf.HashOf(x.v, x.n, buf.HashOf(x.var, x.n, h)));
+      return h;
+    };
+    Form& split = forms[0];
+    const double split_us = TimeOp(
+        d,
+        [&]() -> Status {
+          float* s = split.scalars;
+          FOREMAN_RETURN_IF_ERROR(d.AdamStepSize(foreman::compute::DeviceScalar{lr},
+                                                 foreman::compute::DeviceScalar{s},
+                                                 foreman::compute::DeviceScalar{s + 1}, s + 2));
+          for (const auto& x : split.vars) {
+            FOREMAN_RETURN_IF_ERROR(
+                d.ApplyAdam(x.var, x.m, x.v, x.grad, x.n, foreman::compute::DeviceScalar{s + 2}, kBeta1, kBeta2, kEpsilon));
+          }
+          return d.AdamFinish(s, s + 1, kBeta1, kBeta2);
+        },
+        o);
+    Form& fused = forms[1];
+    const double fused_us = TimeOp(
+        d,
+        [&] {
+          float* s = fused.scalars;
+          return d.ApplyAdamGroup(fused.vars.data(), static_cast<int64_t>(fused.vars.size()),
+                                  foreman::compute::DeviceScalar{lr}, s, s + 1, kBeta1, kBeta2, kEpsilon, s + 2);
+        },
+        o);
+    leg("adam_update.split", split_us, hash(split));
+    leg("adam_update.fused", fused_us, hash(fused));
+  }
   return 0;
 }
 
@@ -442,12 +500,16 @@ int main(int argc, char** argv) {
   };
   int failures = 0;
   for (const auto& [name, us] : now_us) {
-    if (name.rfind("bias_grad.", 0) == 0) {
-      if (name.size() < 6 || name.compare(name.size() - 6, 6, ".fused") != 0) continue;
+    auto ends_with = [&](const char* suffix) {
+      const std::size_t n = std::strlen(suffix);
+      return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
+    };
+    if (ends_with(".split")) continue;
+    if (ends_with(".fused")) {  // two forms within the current legs
       const std::string base = name.substr(0, name.size() - 6);
       const std::string split = base + ".split";
       if (now_hash[split] != now_hash[name]) {
-        std::fprintf(stderr, "kernel_bench: %s: one launch and two give different gradients\n", base.c_str());
+        std::fprintf(stderr, "kernel_bench: %s: the fused and the split forms give different results\n", base.c_str());
         ++failures;
       }
       row(base, median(us), median(now_us[split]));
