@@ -16,6 +16,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/cpu_device.hpp"
@@ -495,6 +496,20 @@ TEST_CASE("the GPU GEMM's row of ones writes op(B)'s column sums bitwise as Colu
   CHECK(std::string(s.message()).find("column_sums") != std::string::npos);
 }
 
+/// XentStatsKernel's block on the host, phase by phase: every thread's
+/// rows, then each tree level after the last. Returns the block's loss sum
+/// and correct count (thread 0's, which the kernel adds to its output).
+std::pair<double, long long> RunXentStatsBlock(const SoftmaxXentArgs& args, float scale, float* grad) {
+  namespace X = math::xent_stats;
+  std::vector<double> losses(X::kThreads, std::nan(""));
+  std::vector<long long> corrects(X::kThreads, -1);
+  for (int tid = 0; tid < X::kThreads; ++tid) X::ThreadRows(args, scale, grad, tid, losses.data(), corrects.data());
+  for (int half = X::kThreads / 2; half > 0; half /= 2) {
+    for (int tid = 0; tid < X::kThreads; ++tid) X::TreeLevel(tid, half, losses.data(), corrects.data());
+  }
+  return {losses[0], corrects[0]};
+}
+
 TEST_CASE("the GPU statistics kernel, run thread by thread on the host: every row once, its gradient bitwise, the "
           "loss sum in a fixed tree within 1e-12 of the serial sum") {
   // XentStatsKernel's phases (math::xent_stats): rows fewer than, equal to
@@ -515,28 +530,18 @@ TEST_CASE("the GPU statistics kernel, run thread by thread on the host: every ro
     args.rows = rows;
     args.classes = classes;
     const float scale = 1.0f / static_cast<float>(rows);
-    std::vector<double> losses(X::kThreads, std::nan(""));
-    std::vector<long long> corrects(X::kThreads, -1);
     std::vector<float> grad(rows * classes, std::nanf(""));
-    for (int tid = 0; tid < X::kThreads; ++tid) X::ThreadRows(args, scale, grad.data(), tid, losses.data(), corrects.data());
-    for (int half = X::kThreads / 2; half > 0; half /= 2) {
-      for (int tid = 0; tid < X::kThreads; ++tid) X::TreeLevel(tid, half, losses.data(), corrects.data());
-    }
+    const auto [loss_sum, correct] = RunXentStatsBlock(args, scale, grad.data());
     SoftmaxXentStats want;
     std::vector<float> want_grad(rows * classes);
     REQUIRE(cpu.SoftmaxXent(args, &want, scale, want_grad.data()).ok());
-    CHECK(corrects[0] == want.correct);
-    CHECK(std::fabs(losses[0] - want.loss_sum) <= 1e-12 * want.loss_sum);
+    CHECK(correct == want.correct);
+    CHECK(std::fabs(loss_sum - want.loss_sum) <= 1e-12 * want.loss_sum);
     CheckBitwise(grad, want_grad, "grad");  // every row's, written once (no NaN left)
-    // Without a gradient: the same sums, nothing written.
-    std::vector<double> losses2(X::kThreads);
-    std::vector<long long> corrects2(X::kThreads);
-    for (int tid = 0; tid < X::kThreads; ++tid) X::ThreadRows(args, scale, nullptr, tid, losses2.data(), corrects2.data());
-    for (int half = X::kThreads / 2; half > 0; half /= 2) {
-      for (int tid = 0; tid < X::kThreads; ++tid) X::TreeLevel(tid, half, losses2.data(), corrects2.data());
-    }
-    CHECK(std::memcmp(&losses2[0], &losses[0], sizeof(double)) == 0);
-    CHECK(corrects2[0] == corrects[0]);
+    // Without a gradient: the same sums (nothing to write).
+    const auto [loss_sum2, correct2] = RunXentStatsBlock(args, scale, nullptr);
+    CHECK(std::memcmp(&loss_sum2, &loss_sum, sizeof(double)) == 0);
+    CHECK(correct2 == correct);
   }
 }
 
