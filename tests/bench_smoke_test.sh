@@ -449,8 +449,8 @@ rc=$?
   has '^gpu-check: samples/s at batch 128: Foreman 1.25e\+06, PyTorch eager not measured \(no --with-torch\) \(-\); target >= 1 M: met$' "$out" &&
   has '^gpu-check: samples/s at batch 8192: Foreman 3e\+07, ' "$out" &&
   has '^gpu-check: checkpoint stall: 0.0011 s per save vs the device->host copy 0.001 s = 1.1x \(target <= 1.2x: met\)$' "$out" &&
-  has '^gpu-check: kernel gemm.fwd0.b128: 9.50 us per launch, before 14.25 us \(1.50x faster\)$' "$out" &&
-  has '^gpu-check: kernel xent_stats.b8192: 2.00 us per launch, before 40.00 us \(20.00x faster\)$' "$out" &&
+  has '^gpu-check: kernel gemm.fwd0.b128: 9.50 us per operation, before 14.25 us \(1.50x faster\)$' "$out" &&
+  has '^gpu-check: kernel xent_stats.b8192: 2.00 us per operation, before 40.00 us \(20.00x faster\)$' "$out" &&
   has '^gpu-check: PASS: every check passed in [0-9]+ s of a 360 s budget' "$out" ||
   fail "gpu-check.sh with a fake GPU: rc $rc: $out"
 [[ $(tail -1 "$tmp/fakecheck/summary.txt") == "gpu-check: PASS"* ]] || fail "gpu-check.sh: summary.txt's last line: $(tail -1 "$tmp/fakecheck/summary.txt")"

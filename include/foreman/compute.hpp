@@ -85,6 +85,7 @@ enum class Epilogue {
 /// what ColumnSums gives for op(B) on the same device. A training step takes
 /// a layer's bias gradient this way from the GEMM of its kernel gradient
 /// (op(A) = inputs^T, op(B) = the layer's delta), one launch instead of two.
+/// column_sums must not overlap a, b or c.
 struct GemmArgs {
   const float* a = nullptr;
   const float* b = nullptr;

@@ -1005,6 +1005,9 @@ class CudaDevice final : public Device {
     if (g.m < 0) return Negative(kOp, "m", g.m);
     if (g.n < 0) return Negative(kOp, "n", g.n);
     if (g.k < 0) return Negative(kOp, "k", g.k);
+    if (g.column_sums != nullptr && g.epilogue != Epilogue::kNone) {
+      return Invalid(kOp, "column_sums is only for the epilogue kNone");
+    }
     const int64_t rows = math::gemm::RowsWithSums(g);  // m, and the row of ones for column_sums
     const bool has_output = rows > 0 && g.n > 0;
     if (!has_output) return absl::OkStatus();
@@ -1019,9 +1022,6 @@ class CudaDevice final : public Device {
       if (g.relu_output == nullptr) return Null(kOp, "relu_output (epilogue kReluGradMask)");
       if (g.relu_output == g.c) return Invalid(kOp, "relu_output must not be c");
     }
-    if (g.column_sums != nullptr && g.epilogue != Epilogue::kNone) {
-      return Invalid(kOp, "column_sums is only for the epilogue kNone");
-    }
     // 64 x 64 tiles (P = 4) when they give every multiprocessor two blocks,
     // else 16 x 16 (P = 1): more blocks for the small outputs of a small
     // batch. Bitwise the same outputs either way (math::gemm).
@@ -1031,7 +1031,8 @@ class CudaDevice final : public Device {
     const int64_t grid_y = (rows + tile - 1) / tile;
     const int64_t grid_x = (g.n + tile - 1) / tile;
     if (grid_y > 65535 || grid_x > INT32_MAX) {
-      return Invalid(kOp, absl::StrCat("m = ", g.m, " exceeds this kernel's ", int64_t{65535} * tile, " rows"));
+      return Invalid(kOp, absl::StrCat("m = ", g.m, g.column_sums != nullptr ? " (and the row of column sums)" : "",
+                                       " exceeds this kernel's ", int64_t{65535} * tile, " rows"));
     }
     const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
     if (big) {
@@ -1105,7 +1106,7 @@ class CudaDevice final : public Device {
     if (stats == nullptr) return Null(op, "stats");
     if (with_grad && args.rows > 0 && grad == nullptr) return Null(op, "grad");
     if (args.rows == 0) return absl::OkStatus();
-    // Continues the host's sums, so the rows add to them in order.
+    // Continues the host's sums: the rows' tree sum is added to them.
     FOREMAN_RETURN_IF_ERROR(LaunchXentStats(op, args, scale, with_grad ? grad : nullptr, stats_scratch_, false,
                                             stats->loss_sum, stats->correct));
     cudaError_t err;
@@ -1196,8 +1197,12 @@ class CudaDevice final : public Device {
     // Groups of at most kMaxVariables (one launch each; the variables with
     // no elements left out), all before AdamFinish.
     constexpr int kMax = math::adam_group::kMaxVariables;
-    bool launched = false;
-    for (int64_t i = 0; i < count || !launched;) {
+    std::vector<AdamVariable> live;
+    for (int64_t i = 0; i < count; ++i) {
+      if (variables[i].n > 0) live.push_back(variables[i]);
+    }
+    std::size_t i = 0;
+    do {
       AdamGroupArgs a;
       a.learning_rate = lr.ptr;
       a.beta1_power = beta1_power;
@@ -1206,9 +1211,7 @@ class CudaDevice final : public Device {
       a.beta1 = beta1;
       a.beta2 = beta2;
       a.epsilon = epsilon;
-      for (; i < count && a.count < kMax; ++i) {
-        if (variables[i].n > 0) a.variables[a.count++] = variables[i];
-      }
+      while (i < live.size() && a.count < kMax) a.variables[a.count++] = live[i++];
       // With no elements at all, one block of an empty variable still
       // writes *step_size.
       if (a.count == 0) a.variables[a.count++] = AdamVariable{};
@@ -1218,8 +1221,7 @@ class CudaDevice final : public Device {
       if (blocks > INT32_MAX) return Invalid(kOp, "too many elements for one launch");
       AdamGroupKernel<<<static_cast<unsigned>(blocks), kElementwiseThreads, 0, compute_>>>(a);
       FOREMAN_RETURN_IF_ERROR(Launched(kOp, "AdamGroupKernel"));
-      launched = true;
-    }
+    } while (i < live.size());
     return AdamFinishImpl(beta1_power, beta2_power, beta1, beta2);
   }
 

@@ -363,7 +363,7 @@ bounded "kernel_bench --device gpu:0" 90 20 "$kernel_bench" --device gpu:0 --rep
 rc=$?
 if ((rc == 0)); then
   while read -r _ name us _ base ratio; do
-    say "kernel ${name#kernel.}: $us us per launch, before ${base#baseline=} us (${ratio#ratio=} faster)"
+    say "kernel ${name#kernel.}: $us us per operation, before ${base#baseline=} us (${ratio#ratio=} faster)"
   done < <(grep '^RUN kernel\.' "$out/kernel_bench.out")
 else
   ((rc == 124 || rc == 137)) || fail "kernel_bench --device gpu:0 exited $rc: $(tail -3 "$out/kernel_bench.err" | tr '\n' ' ')"
