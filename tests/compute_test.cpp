@@ -396,6 +396,7 @@ TEST_CASE("ApplyAdamGroup is AdamStepSize, each variable's ApplyAdam in order, t
   CHECK(gb1p == b1 * b1 * b1);  // the powers advanced once, after the updates read them
   for (std::size_t i = 0; i < group.size(); ++i) {
     CAPTURE(i);
+    if (group[i].var.empty()) continue;  // memcmp may not be given an empty vector's null data()
     CHECK(std::memcmp(group[i].var.data(), alone[i].var.data(), group[i].var.size() * 4) == 0);
     CHECK(std::memcmp(group[i].s0.data(), alone[i].s0.data(), group[i].s0.size() * 4) == 0);
     CHECK(std::memcmp(group[i].s1.data(), alone[i].s1.data(), group[i].s1.size() * 4) == 0);
