@@ -85,7 +85,7 @@ has '^RUN kernel\.adam_update [0-9.]+ us baseline=[0-9.]+ ratio=[0-9.]+x$' "$out
 out=$(timeout 60 "$kernel" --device cpu --reps 0 2>&1)
 rc=$?
 [[ $rc -eq 2 ]] && has "^kernel_bench: --reps wants an integer in \[1, 100\], got '0'" "$out" || fail "kernel_bench --reps 0: rc $rc: $out"
-if devices=$(timeout 60 "$(dirname "$kernel")/../foreman" devices 2>&1) && has '^no CUDA devices' "$devices"; then
+if devices=$(timeout 60 "$(dirname "$kernel")/../tools/foreman" devices 2>&1) && has '^no CUDA devices' "$devices"; then
   out=$(timeout 60 "$kernel" --device gpu:0 2>&1)
   rc=$?
   [[ $rc -eq 77 ]] && has '^SKIP kernel_bench --device gpu:0: ' "$out" || fail "kernel_bench --device gpu:0 without a GPU: rc $rc: $out"

@@ -74,7 +74,7 @@ for t in json.load(sys.stdin):
     if any(s.split(":")[-1] == "gpu" for s in t["suite"]) or t["name"] == "cuda":
         print("\t".join([t["name"]] + t["cmd"]))')
 [[ -n $tests_tsv ]] || { log "meson lists no gpu tests in $build_dir"; exit 1; }
-programs=("$build_dir/tools/foreman" "$build_dir/tools/bench/train_bench" "$build_dir/tools/bench/kernel_bench"
+programs=("$build_dir/tools/foreman" "$build_dir/tools/bench/train_bench" "$build_dir/tests/kernel_bench"
           "$build_dir/tools/bench/tcp_roundtrip")
 while IFS=$'\t' read -r name prog _; do programs+=("$prog"); done <<<"$tests_tsv"
 

@@ -103,7 +103,7 @@ else
   bin=
   foreman=$build_dir/tools/foreman
   train_bench=$build_dir/tools/bench/train_bench
-  kernel_bench=$build_dir/tools/bench/kernel_bench
+  kernel_bench=$build_dir/tests/kernel_bench
   bench_dir=$root/tools/bench
   tests_tsv=$(meson introspect --tests "$build_dir" 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
