@@ -27,6 +27,7 @@
 #include "foreman/compute.hpp"
 #include "foreman/cuda.hpp"
 #include "support/async_contract.hpp"
+#include "support/device_buffers.hpp"
 #include "support/random_floats.hpp"
 
 namespace foreman::compute {
@@ -55,39 +56,13 @@ std::unique_ptr<Device> Gpu(int64_t memory_limit_bytes = 0) {
   return std::move(*d);
 }
 
-/// Device buffers released with the arena; uploads and downloads.
-class Arena {
+/// Device buffers released with the arena; a failed device call fails the test.
+class Arena : public testing::DeviceBuffers {
  public:
-  explicit Arena(Device& d) : d_(d) {}
-  ~Arena() {
-    for (void* p : ptrs_) d_.Deallocate(p);
-  }
-  template <class T>
-  T* Put(const std::vector<T>& v) {
-    T* p = Zeros<T>(static_cast<int64_t>(v.size()));
-    REQUIRE(d_.CopyToDevice(p, v.data(), static_cast<int64_t>(v.size() * sizeof(T))).ok());
-    return p;
-  }
-  template <class T>
-  T* Zeros(int64_t n) {
-    auto p = d_.Allocate(n * static_cast<int64_t>(sizeof(T)));
-    REQUIRE_MESSAGE(p.ok(), p.status().ToString());
-    ptrs_.push_back(*p);
-    std::vector<T> zeros(static_cast<std::size_t>(n));
-    REQUIRE(d_.CopyToDevice(*p, zeros.data(), n * static_cast<int64_t>(sizeof(T))).ok());
-    return static_cast<T*>(*p);
-  }
-  template <class T>
-  std::vector<T> Get(const T* p, int64_t n) {
-    std::vector<T> v(static_cast<std::size_t>(n));
-    const Status s = d_.CopyToHost(v.data(), p, n * static_cast<int64_t>(sizeof(T)));
-    REQUIRE_MESSAGE(s.ok(), s.ToString());
-    return v;
-  }
-
- private:
-  Device& d_;
-  std::vector<void*> ptrs_;
+  explicit Arena(Device& d)
+      : DeviceBuffers(d, [](const std::string& what, const Status& s) {
+          FAIL(what << ": " << s.ToString());
+        }) {}
 };
 
 // -- operations against the CPU ------------------------------------------------

@@ -69,6 +69,8 @@
 #include "bench_util.hpp"
 #include "compute/device_factory.hpp"
 #include "foreman/compute.hpp"
+#include "support/device_buffers.hpp"
+#include "support/random_floats.hpp"
 
 extern char** environ;
 
@@ -154,45 +156,20 @@ uint64_t Hash(const void* p, std::size_t n, uint64_t h = 1469598103934665603ull)
   return h;
 }
 
-/// Device buffers of one batch size's step, freed with it.
-class Buffers {
+/// Device buffers of one batch size's step, freed with it; a failed device
+/// call ends the benchmark.
+class Buffers : public foreman::testing::DeviceBuffers {
  public:
-  explicit Buffers(Device& d) : d_(d) {}
-  ~Buffers() {
-    for (void* p : ptrs_) d_.Deallocate(p);
-  }
-  template <class T>
-  T* Put(const std::vector<T>& v) {
-    T* p = Make<T>(static_cast<int64_t>(v.size()));
-    Check(d_.CopyToDevice(p, v.data(), static_cast<int64_t>(v.size() * sizeof(T))), "CopyToDevice");
-    return p;
-  }
-  template <class T>
-  T* Make(int64_t n) {
-    auto p = d_.Allocate(n * static_cast<int64_t>(sizeof(T)));
-    if (!p.ok()) foreman_bench::DieOn("Allocate", p.status());
-    ptrs_.push_back(*p);
-    return static_cast<T*>(*p);
-  }
+  explicit Buffers(Device& d)
+      : DeviceBuffers(d, [](const std::string& what, const Status& s) {
+          foreman_bench::DieOn(what, s);
+        }) {}
   template <class T>
   uint64_t HashOf(const T* p, int64_t n, uint64_t h = 1469598103934665603ull) {
-    std::vector<T> v(static_cast<std::size_t>(n));
-    Check(d_.CopyToHost(v.data(), p, n * static_cast<int64_t>(sizeof(T))), "CopyToHost");
+    const std::vector<T> v = Get(p, n);
     return Hash(v.data(), v.size() * sizeof(T), h);
   }
-
- private:
-  Device& d_;
-  std::vector<void*> ptrs_;
 };
-
-std::vector<float> RandomFloats(int64_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 /// Microseconds per operation: `ops` calls of `op` captured once (or, on a
 /// device without capture, called) per sample, the median over `replays`.
@@ -238,28 +215,28 @@ int RunLeg(const Options& o) {
   for (const int64_t b : o.batches) {
     const std::string suffix = absl::StrCat(".b", b);
     Buffers buf(d);
-    float* x = buf.Put(RandomFloats(b * kIn, 1, 0.0f, 1.0f));
-    float* w0 = buf.Put(RandomFloats(kIn * kHidden, 2, -0.05f, 0.05f));
-    float* b0 = buf.Put(RandomFloats(kHidden, 3, -0.05f, 0.05f));
-    float* w1 = buf.Put(RandomFloats(kHidden * kClasses, 4, -0.1f, 0.1f));
-    float* b1 = buf.Put(RandomFloats(kClasses, 5, -0.1f, 0.1f));
-    float* hidden = buf.Put(RandomFloats(b * kHidden, 6, 0.0f, 1.0f));
-    float* logits = buf.Put(RandomFloats(b * kClasses, 7, -6.0f, 6.0f));
-    float* delta1 = buf.Put(RandomFloats(b * kClasses, 8, -0.01f, 0.01f));
-    float* delta0 = buf.Put(RandomFloats(b * kHidden, 9, -0.01f, 0.01f));
+    float* x = buf.Put(foreman::testing::Random(b * kIn, 1, 0.0f, 1.0f));
+    float* w0 = buf.Put(foreman::testing::Random(kIn * kHidden, 2, -0.05f, 0.05f));
+    float* b0 = buf.Put(foreman::testing::Random(kHidden, 3, -0.05f, 0.05f));
+    float* w1 = buf.Put(foreman::testing::Random(kHidden * kClasses, 4, -0.1f, 0.1f));
+    float* b1 = buf.Put(foreman::testing::Random(kClasses, 5, -0.1f, 0.1f));
+    float* hidden = buf.Put(foreman::testing::Random(b * kHidden, 6, 0.0f, 1.0f));
+    float* logits = buf.Put(foreman::testing::Random(b * kClasses, 7, -6.0f, 6.0f));
+    float* delta1 = buf.Put(foreman::testing::Random(b * kClasses, 8, -0.01f, 0.01f));
+    float* delta0 = buf.Put(foreman::testing::Random(b * kHidden, 9, -0.01f, 0.01f));
     std::vector<int32_t> labels_host(static_cast<std::size_t>(b));
     std::mt19937 rng(10);
     for (int32_t& l : labels_host) l = static_cast<int32_t>(rng() % kClasses);
     const int32_t* labels = buf.Put(labels_host);
-    float* out_hidden = buf.Make<float>(b * kHidden);
-    float* out_logits = buf.Make<float>(b * kClasses);
-    float* kgrad0 = buf.Make<float>(kIn * kHidden);
-    float* kgrad1 = buf.Make<float>(kHidden * kClasses);
-    float* bgrad0 = buf.Make<float>(kHidden);
-    float* bgrad1 = buf.Make<float>(kClasses);
-    float* out_delta0 = buf.Make<float>(b * kHidden);
-    float* xent_grad = buf.Make<float>(b * kClasses);
-    auto* stats = buf.Make<foreman::compute::SoftmaxXentStats>(1);
+    float* out_hidden = buf.Uninitialized<float>(b * kHidden);
+    float* out_logits = buf.Uninitialized<float>(b * kClasses);
+    float* kgrad0 = buf.Uninitialized<float>(kIn * kHidden);
+    float* kgrad1 = buf.Uninitialized<float>(kHidden * kClasses);
+    float* bgrad0 = buf.Uninitialized<float>(kHidden);
+    float* bgrad1 = buf.Uninitialized<float>(kClasses);
+    float* out_delta0 = buf.Uninitialized<float>(b * kHidden);
+    float* xent_grad = buf.Uninitialized<float>(b * kClasses);
+    auto* stats = buf.Uninitialized<foreman::compute::SoftmaxXentStats>(1);
 
     auto gemm = [&](const float* a, const float* bm, float* c, int64_t m, int64_t n, int64_t k) {
       GemmArgs g;
@@ -360,9 +337,9 @@ int RunLeg(const Options& o) {
     for (Form& f : forms) {
       uint32_t seed = 20;
       for (const int64_t n : sizes) {
-        f.vars.push_back({buf.Put(RandomFloats(n, seed, -0.1f, 0.1f)), buf.Put(RandomFloats(n, seed + 1, 0.0f, 0.01f)),
-                          buf.Put(RandomFloats(n, seed + 2, 0.0f, 1e-4f)),
-                          buf.Put(RandomFloats(n, seed + 3, -0.01f, 0.01f)), n});
+        f.vars.push_back({buf.Put(foreman::testing::Random(n, seed, -0.1f, 0.1f)), buf.Put(foreman::testing::Random(n, seed + 1, 0.0f, 0.01f)),
+                          buf.Put(foreman::testing::Random(n, seed + 2, 0.0f, 1e-4f)),
+                          buf.Put(foreman::testing::Random(n, seed + 3, -0.01f, 0.01f)), n});
         seed += 4;
       }
       f.scalars = buf.Put(std::vector<float>{0.9f, 0.999f, 0.0f});
