@@ -42,7 +42,10 @@ class DeviceBuffers {
   /// `n` zero elements.
   template <class T>
   T* Zeros(int64_t n) {
-    return Put(std::vector<T>(static_cast<std::size_t>(n)));
+    T* p = Uninitialized<T>(n);  // a negative n fails here, through on_error
+    const std::vector<T> zeros(static_cast<std::size_t>(n));
+    Check(device_.CopyToDevice(p, zeros.data(), n * static_cast<int64_t>(sizeof(T))), "CopyToDevice");
+    return p;
   }
   /// A device copy of `v`.
   template <class T>

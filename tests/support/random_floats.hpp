@@ -1,5 +1,5 @@
-// Random float data for the compute tests (compute, kernel_math, cuda_step):
-// the same seed gives the same values in every test binary.
+// Random float data for the compute tests (compute, kernel_math, cuda_step)
+// and kernel_bench: the same seed gives the same values in every binary.
 #pragma once
 
 #include <cstddef>
