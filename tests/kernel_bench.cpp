@@ -80,6 +80,7 @@ using foreman::Status;
 using foreman::compute::Device;
 using foreman::compute::Epilogue;
 using foreman::compute::GemmArgs;
+using foreman::testing::Random;
 
 constexpr const char* kBaselineEnv = "FOREMAN_CUDA_BASELINE_KERNELS";
 
@@ -215,15 +216,15 @@ int RunLeg(const Options& o) {
   for (const int64_t b : o.batches) {
     const std::string suffix = absl::StrCat(".b", b);
     Buffers buf(d);
-    float* x = buf.Put(foreman::testing::Random(b * kIn, 1, 0.0f, 1.0f));
-    float* w0 = buf.Put(foreman::testing::Random(kIn * kHidden, 2, -0.05f, 0.05f));
-    float* b0 = buf.Put(foreman::testing::Random(kHidden, 3, -0.05f, 0.05f));
-    float* w1 = buf.Put(foreman::testing::Random(kHidden * kClasses, 4, -0.1f, 0.1f));
-    float* b1 = buf.Put(foreman::testing::Random(kClasses, 5, -0.1f, 0.1f));
-    float* hidden = buf.Put(foreman::testing::Random(b * kHidden, 6, 0.0f, 1.0f));
-    float* logits = buf.Put(foreman::testing::Random(b * kClasses, 7, -6.0f, 6.0f));
-    float* delta1 = buf.Put(foreman::testing::Random(b * kClasses, 8, -0.01f, 0.01f));
-    float* delta0 = buf.Put(foreman::testing::Random(b * kHidden, 9, -0.01f, 0.01f));
+    float* x = buf.Put(Random(b * kIn, 1, 0.0f, 1.0f));
+    float* w0 = buf.Put(Random(kIn * kHidden, 2, -0.05f, 0.05f));
+    float* b0 = buf.Put(Random(kHidden, 3, -0.05f, 0.05f));
+    float* w1 = buf.Put(Random(kHidden * kClasses, 4, -0.1f, 0.1f));
+    float* b1 = buf.Put(Random(kClasses, 5, -0.1f, 0.1f));
+    float* hidden = buf.Put(Random(b * kHidden, 6, 0.0f, 1.0f));
+    float* logits = buf.Put(Random(b * kClasses, 7, -6.0f, 6.0f));
+    float* delta1 = buf.Put(Random(b * kClasses, 8, -0.01f, 0.01f));
+    float* delta0 = buf.Put(Random(b * kHidden, 9, -0.01f, 0.01f));
     std::vector<int32_t> labels_host(static_cast<std::size_t>(b));
     std::mt19937 rng(10);
     for (int32_t& l : labels_host) l = static_cast<int32_t>(rng() % kClasses);
@@ -337,9 +338,9 @@ int RunLeg(const Options& o) {
     for (Form& f : forms) {
       uint32_t seed = 20;
       for (const int64_t n : sizes) {
-        f.vars.push_back({buf.Put(foreman::testing::Random(n, seed, -0.1f, 0.1f)), buf.Put(foreman::testing::Random(n, seed + 1, 0.0f, 0.01f)),
-                          buf.Put(foreman::testing::Random(n, seed + 2, 0.0f, 1e-4f)),
-                          buf.Put(foreman::testing::Random(n, seed + 3, -0.01f, 0.01f)), n});
+        f.vars.push_back({buf.Put(Random(n, seed, -0.1f, 0.1f)), buf.Put(Random(n, seed + 1, 0.0f, 0.01f)),
+                          buf.Put(Random(n, seed + 2, 0.0f, 1e-4f)),
+                          buf.Put(Random(n, seed + 3, -0.01f, 0.01f)), n});
         seed += 4;
       }
       f.scalars = buf.Put(std::vector<float>{0.9f, 0.999f, 0.0f});
